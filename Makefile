@@ -1,0 +1,50 @@
+# Herald — one binary for Pusher-compatible Channels and Beams-compatible Push.
+# Every target a newcomer would guess: run, build, test, generate, check-generated, lint, bench.
+
+GO         ?= go
+TOOL       := $(GO) tool -modfile=tools/go.mod
+COMPAT_DIR := scripts/compat
+
+.PHONY: run build test test-go test-compat generate check-generated lint bench clean
+
+## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
+run:
+	HERALD_LOG_FORMAT=$${HERALD_LOG_FORMAT:-console} $(GO) run ./server
+
+## build: the one binary, ./herald
+build:
+	$(GO) build -o herald ./server
+
+## test: every test — Go (with the race detector) and the real-SDK compatibility suites
+test: test-go test-compat
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+test-compat: $(COMPAT_DIR)/node_modules/.installed
+	$(GO) build -o $(COMPAT_DIR)/herald ./server
+	cd $(COMPAT_DIR) && HERALD_BIN=$(CURDIR)/$(COMPAT_DIR)/herald node --test --test-concurrency=1 --test-reporter=spec
+
+$(COMPAT_DIR)/node_modules/.installed: $(COMPAT_DIR)/package.json $(COMPAT_DIR)/package-lock.json
+	cd $(COMPAT_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+## generate: regenerate gen/ from spec/
+generate:
+	scripts/generate.sh
+
+## check-generated: fail when gen/ is stale
+check-generated:
+	scripts/check-generated.sh
+
+## lint: go vet and staticcheck
+lint:
+	$(GO) vet ./...
+	$(TOOL) staticcheck ./...
+
+## bench: Go benchmarks of the hot paths
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -f herald $(COMPAT_DIR)/herald

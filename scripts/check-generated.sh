@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Fails when gen/ differs from what spec/ generates now (a stale or hand-edited gen/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+scripts/generate.sh "$tmp"
+if ! diff -r gen "$tmp/gen" >"$tmp/diff"; then
+  head -50 "$tmp/diff"
+  echo "gen/ is stale: run 'make generate' and commit the result" >&2
+  exit 1
+fi
+echo "gen/ is up to date"

@@ -1,0 +1,244 @@
+// Package storage keeps a Herald node's state in one SQLite file, through the
+// pure Go driver modernc.org/sqlite. It owns the SQL, the schema migrations and
+// its own domain types; callers use the methods on *DB and match the sentinel
+// errors with errors.Is.
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+var (
+	// ErrNotFound means the requested record does not exist.
+	ErrNotFound = errors.New("storage: not found")
+	// ErrConflict means a record with the same unique key (id, app key, …) already exists.
+	ErrConflict = errors.New("storage: conflict")
+)
+
+// DB is an open Herald database: one writer connection and a pool of reader
+// connections on the same file. It is safe for concurrent use.
+type DB struct {
+	// writer has exactly one connection. SQLite allows one writer at a time,
+	// so queueing writers in database/sql is cheaper and fairer than letting
+	// several connections wait on SQLITE_BUSY.
+	writer *sql.DB
+	// reader serves queries. In WAL mode readers never wait for the writer.
+	reader *sql.DB
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Open opens (creating if needed) the database file at path and applies any
+// pending migrations. The parent directory must exist.
+func Open(ctx context.Context, path string) (*DB, error) {
+	// A file: URI, escaped, so a path containing '?', '#' or '%' still names
+	// the file instead of being read as URI syntax.
+	file := (&url.URL{Scheme: "file", Path: path}).String()
+
+	// _txlock=immediate makes every transaction take the write lock at BEGIN,
+	// so a read-then-write transaction can never fail halfway with
+	// SQLITE_BUSY when another process (the herald CLI) writes the same file;
+	// it waits under busy_timeout instead.
+	writer, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)"+
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	// The writer must connect first: it switches the file to WAL, which the
+	// readers rely on, and creates the schema they query.
+	if err := migrate(ctx, writer); err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+
+	// Readers use query_only rather than mode=ro: a read-only connection
+	// cannot create the WAL index (-shm) file or recover after a crash, so it
+	// fails in exactly the situations where a query_only one just works.
+	reader, err := sql.Open("sqlite", file+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	n := max(4, runtime.NumCPU())
+	reader.SetMaxOpenConns(n)
+	// Keep them all: opening a SQLite connection parses the schema again.
+	reader.SetMaxIdleConns(n)
+	if err := reader.PingContext(ctx); err != nil {
+		reader.Close()
+		writer.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &DB{writer: writer, reader: reader}, nil
+}
+
+// Close closes every connection. The writer closes last so that its close,
+// as the last connection of this process, checkpoints the WAL.
+func (db *DB) Close() error {
+	return errors.Join(db.reader.Close(), db.writer.Close())
+}
+
+// DataVersion returns a number that changes whenever apps, their webhooks or
+// instances change, whether this process or another one (the herald CLI run
+// against the same file) made the change. A server polls it to know when to
+// reload its in-memory configuration.
+//
+// It reads a counter bumped by triggers (see migrations/0001_init.sql) rather
+// than PRAGMA data_version: the pragma changes on every commit by any other
+// connection, including this process's own writer and its busy tables
+// (devices, deliveries, …), so a busy server would reload all the time; it
+// would also need a pinned connection, because its value is per connection.
+func (db *DB) DataVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := db.reader.QueryRowContext(ctx, "SELECT version FROM config_version WHERE id = 1").Scan(&v); err != nil {
+		return 0, fmt.Errorf("data version: %w", err)
+	}
+	return v, nil
+}
+
+// migrate applies, in order, every embedded migration not yet recorded in
+// schema_migrations, each in its own transaction.
+func migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version       INTEGER PRIMARY KEY,
+		applied_at_ms INTEGER NOT NULL
+	) STRICT`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql") // sorted by name
+	if err != nil {
+		return err
+	}
+	prev := 0
+	for _, name := range names {
+		version, err := migrationVersion(name)
+		if err != nil {
+			return err
+		}
+		if version <= prev {
+			return fmt.Errorf("migration %s: version %d does not follow %d", name, version, prev)
+		}
+		prev = version
+		if err := applyMigration(ctx, db, version, name); err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// migrationVersion parses the number in front of a name like "0001_init.sql".
+func migrationVersion(name string) (int, error) {
+	prefix, _, ok := strings.Cut(path.Base(name), "_")
+	version, err := strconv.Atoi(prefix)
+	if !ok || err != nil || version <= 0 {
+		return 0, fmt.Errorf("migration %s: name must start with a positive number and '_'", name)
+	}
+	return version, nil
+}
+
+func applyMigration(ctx context.Context, db *sql.DB, version int, name string) error {
+	script, err := migrations.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	return inTx(ctx, db, func(tx *sql.Tx) error {
+		// Checked inside the transaction, which holds the write lock, so two
+		// processes opening a new file at once cannot both apply it.
+		var applied bool
+		if err := tx.QueryRowContext(ctx,
+			"SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?)", version).Scan(&applied); err != nil {
+			return err
+		}
+		if applied {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx,
+			"INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?, ?)", version, now().UnixMilli())
+		return err
+	})
+}
+
+// write runs fn in a transaction on the writer connection.
+func (db *DB) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	return inTx(ctx, db.writer, fn)
+}
+
+// read runs fn in a read-only transaction on a reader connection, so that
+// several queries see one snapshot (an app and its webhooks, say).
+func (db *DB) read(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // nothing to commit
+	return fn(tx)
+}
+
+// inTx runs fn in a transaction on db and commits it if fn succeeds.
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// conflict turns SQLite's rejection of a duplicate primary or unique key into
+// ErrConflict, keeping SQLite's message, which names the column. Other errors
+// are returned unchanged.
+func conflict(err error) error {
+	var e *sqlite.Error
+	if errors.As(err, &e) && (e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+		return fmt.Errorf("%w: %s", ErrConflict, e.Error())
+	}
+	return err
+}
+
+// rowsAffected returns ErrNotFound when an UPDATE or DELETE matched no row.
+func rowsAffected(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// now returns the current time truncated to what the *_at_ms columns keep,
+// so a value returned by a Create equals what a later read returns.
+func now() time.Time {
+	return fromMillis(time.Now().UnixMilli())
+}
+
+func fromMillis(ms int64) time.Time {
+	return time.UnixMilli(ms).UTC()
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
