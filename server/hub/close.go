@@ -1,0 +1,23 @@
+package hub
+
+// CloseReason is why the server ends a connection: sent to the client as a
+// pusher:error event and as the WebSocket close code, because pusher-js decides
+// from the close code whether to reconnect.
+type CloseReason struct {
+	Code    int
+	Message string
+}
+
+// The close reasons of Pusher protocol 7 that Herald uses. 4000–4099: do not
+// reconnect; 4100–4199: reconnect after a pause; 4200–4299: reconnect at once.
+var (
+	CloseUnknownApp          = CloseReason{4001, "Application does not exist"}
+	CloseAppDisabled         = CloseReason{4003, "Application is disabled"}
+	CloseOverConnectionQuota = CloseReason{4004, "Application is over its connection quota"}
+	CloseUnsupportedProtocol = CloseReason{4007, "Unsupported protocol version"}
+	CloseUnauthorized        = CloseReason{4009, "Connection is unauthorized"}
+	CloseTerminated          = CloseReason{4009, "Connection terminated by the server"}
+	CloseOverCapacity        = CloseReason{4100, "Client is too slow to receive its messages"}
+	CloseShuttingDown        = CloseReason{4200, "Server is shutting down; please reconnect"}
+	ClosePongTimeout         = CloseReason{4201, "Pong reply not received in time"}
+)

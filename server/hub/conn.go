@@ -1,0 +1,145 @@
+package hub
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"strconv"
+	"sync"
+)
+
+// DefaultMaxQueueBytes bounds the frames waiting to be written to one
+// connection. A consumer that falls this far behind is closed with 4100 rather
+// than slowing the publisher or the other subscribers.
+const DefaultMaxQueueBytes = 1 << 20
+
+// Conn is one client connection as the registry sees it: an identity, the
+// channels it is subscribed to and a byte-bounded queue of encoded frames that
+// exactly one writer drains.
+type Conn struct {
+	socketID string
+	app      *appState
+
+	// subMu serialises this connection's subscription changes and its removal
+	// (see the lock order in hub.go). It guards channels, userID and removed.
+	subMu    sync.Mutex
+	channels map[string]*subscription
+	userID   string // set by SignIn
+	removed  bool
+
+	// outMu guards the outbound queue and the close state.
+	outMu       sync.Mutex
+	out         [][]byte
+	outBytes    int
+	maxOutBytes int
+	closing     *CloseReason
+	wake        chan struct{} // capacity 1: "the queue or the close state changed"
+}
+
+// subscription is one channel of a connection, with the presence user it
+// joined as (empty for other kinds).
+type subscription struct {
+	ch     *channel
+	userID string
+}
+
+func newConn(app *appState, socketID string, maxQueueBytes int) *Conn {
+	if maxQueueBytes <= 0 {
+		maxQueueBytes = DefaultMaxQueueBytes
+	}
+	return &Conn{
+		socketID:    socketID,
+		app:         app,
+		channels:    make(map[string]*subscription),
+		maxOutBytes: maxQueueBytes,
+		wake:        make(chan struct{}, 1),
+	}
+}
+
+// SocketID is the connection's socket_id.
+func (c *Conn) SocketID() string { return c.socketID }
+
+// AppID is the id of the app the connection belongs to.
+func (c *Conn) AppID() string { return c.app.id }
+
+// UserID is the user the connection signed in as, or "".
+func (c *Conn) UserID() string {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	return c.userID
+}
+
+// Send queues a frame for the writer without blocking. It reports false when
+// the connection is closing or when the frame would push the queue over its
+// byte bound; the connection is then closed with 4100 (over capacity).
+func (c *Conn) Send(frame []byte) bool {
+	c.outMu.Lock()
+	if c.closing != nil {
+		c.outMu.Unlock()
+		return false
+	}
+	if c.outBytes+len(frame) > c.maxOutBytes {
+		c.closing = &CloseOverCapacity
+		c.outMu.Unlock()
+		c.signal()
+		return false
+	}
+	c.out = append(c.out, frame)
+	c.outBytes += len(frame)
+	c.outMu.Unlock()
+	c.signal()
+	return true
+}
+
+// Close asks the connection's writer to send reason and close. Frames already
+// queued are dropped; the first reason wins.
+func (c *Conn) Close(reason CloseReason) {
+	c.outMu.Lock()
+	if c.closing == nil {
+		c.closing = &reason
+	}
+	c.outMu.Unlock()
+	c.signal()
+}
+
+func (c *Conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Wake is signalled whenever frames are queued or the connection is asked to
+// close. The writer waits on it and then calls Take.
+func (c *Conn) Wake() <-chan struct{} { return c.wake }
+
+// Take hands the writer every queued frame (appended to buf, which it may
+// reuse) and, once the connection is closing, the reason. Frames are returned
+// only while the connection is open.
+func (c *Conn) Take(buf [][]byte) ([][]byte, *CloseReason) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.closing != nil {
+		c.out, c.outBytes = nil, 0
+		return buf, c.closing
+	}
+	buf = append(buf, c.out...)
+	clear(c.out)
+	c.out, c.outBytes = c.out[:0], 0
+	return buf, nil
+}
+
+// NewSocketID returns a fresh socket_id: two random integers joined by a dot,
+// from a CSPRNG so one client cannot guess another's id and exclude it.
+func NewSocketID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("hub: crypto/rand failed: " + err.Error())
+	}
+	hi := binary.BigEndian.Uint32(b[:4])
+	lo := binary.BigEndian.Uint32(b[4:])
+	buf := make([]byte, 0, 21)
+	buf = strconv.AppendUint(buf, uint64(hi), 10)
+	buf = append(buf, '.')
+	buf = strconv.AppendUint(buf, uint64(lo), 10)
+	return string(buf)
+}

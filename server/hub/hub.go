@@ -1,0 +1,553 @@
+// Package hub is the Channels core: the registry of apps, channels, subscribed
+// connections, presence members, signed-in users and cached events, and the
+// fan-out that delivers each event to every subscriber.
+//
+// # Lock order
+//
+// Locks are always taken in this order, never the reverse, and none is held
+// while blocking on I/O:
+//
+//	Conn.subMu  →  appState.mu  →  channel.mu  →  appState.usersMu / appState.cacheMu  →  Conn.outMu
+//
+// Conn.subMu serialises one connection's subscription changes and its removal.
+// appState.mu guards the channel map; channel.mu guards one channel's subscribers
+// and members. Conn.Send only takes Conn.outMu and never blocks, so fan-out can
+// run under channel.mu held for reading; a full queue marks the connection for
+// closing and its own writer tears it down later, outside these locks.
+package hub
+
+import (
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// CacheTTL is how long a cache channel keeps its last event.
+const CacheTTL = 30 * time.Minute
+
+// Errors returned by the registry.
+var (
+	// ErrOverQuota: the app already has its maximum number of connections.
+	ErrOverQuota = errors.New("hub: app over its connection quota")
+	// ErrConnRemoved: the connection has been removed from the registry.
+	ErrConnRemoved = errors.New("hub: connection removed")
+	// ErrPresenceFull: the presence channel has its maximum number of members.
+	ErrPresenceFull = errors.New("hub: presence channel is full")
+)
+
+// Hub is the registry of every app's channels and connections.
+type Hub struct {
+	log    *zap.Logger
+	broker Broker
+	now    func() time.Time
+
+	mu   sync.RWMutex
+	apps map[string]*appState
+}
+
+// appState is one app's part of the registry.
+type appState struct {
+	id    string
+	conns atomic.Int64
+
+	mu       sync.RWMutex
+	channels map[string]*channel
+
+	usersMu sync.RWMutex
+	users   map[string]map[*Conn]struct{} // signed-in connections by user id
+
+	cacheMu sync.Mutex
+	cache   map[string]cachedEvent // by channel name; kept while unoccupied too
+}
+
+// channel is an occupied (or just emptied) channel.
+type channel struct {
+	name     string
+	presence bool
+	cache    bool
+
+	mu      sync.RWMutex
+	subs    []*Conn       // subscribers, in no particular order (swap-remove)
+	index   map[*Conn]int // position in subs
+	members map[string]*member
+	dead    bool // removed from the app's map; subscribers must look it up again
+}
+
+// member is a presence user with the number of its connections on the channel.
+type member struct {
+	info  json.RawMessage
+	conns int
+}
+
+type cachedEvent struct {
+	event   string
+	data    string
+	expires time.Time
+}
+
+// New returns an empty hub that delivers through the in-process broker.
+func New(log *zap.Logger) *Hub {
+	h := &Hub{log: log, now: time.Now, apps: make(map[string]*appState)}
+	h.broker = localBroker{h}
+	return h
+}
+
+// app returns the state of appID, creating it when create is set; otherwise
+// nil when the app has never been used on this node.
+func (h *Hub) app(appID string, create bool) *appState {
+	h.mu.RLock()
+	a := h.apps[appID]
+	h.mu.RUnlock()
+	if a != nil || !create {
+		return a
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a = h.apps[appID]; a == nil {
+		a = &appState{
+			id:       appID,
+			channels: make(map[string]*channel),
+			users:    make(map[string]map[*Conn]struct{}),
+			cache:    make(map[string]cachedEvent),
+		}
+		h.apps[appID] = a
+	}
+	return a
+}
+
+// Connect registers a new connection of appID with a fresh socket_id. With
+// maxConns > 0 it refuses with ErrOverQuota once the app has that many.
+// maxQueueBytes bounds the connection's outbound queue (0: the default).
+func (h *Hub) Connect(appID string, maxConns, maxQueueBytes int) (*Conn, error) {
+	a := h.app(appID, true)
+	if n := a.conns.Add(1); maxConns > 0 && n > int64(maxConns) {
+		a.conns.Add(-1)
+		return nil, ErrOverQuota
+	}
+	return newConn(a, NewSocketID(), maxQueueBytes), nil
+}
+
+// Connections returns the number of connections of appID on this node.
+func (h *Hub) Connections(appID string) int {
+	if a := h.app(appID, false); a != nil {
+		return int(a.conns.Load())
+	}
+	return 0
+}
+
+// Member is the presence identity a connection subscribes with.
+type Member struct {
+	UserID string
+	Info   json.RawMessage // user_info; nil when absent
+}
+
+// SubscribeOptions are the per-subscription inputs the registry needs.
+type SubscribeOptions struct {
+	Member     *Member // required for presence channels, ignored otherwise
+	MaxMembers int     // presence: maximum distinct users; 0 = unlimited
+}
+
+// Subscribe adds c to the channel and queues, in order, the
+// pusher_internal:subscription_succeeded frame (with the member list on
+// presence channels), then on cache channels the cached event or
+// pusher:cache_miss. On a user's first connection to a presence channel the
+// other subscribers get pusher_internal:member_added. Subscribing again to a
+// channel the connection is on answers subscription_succeeded again.
+// Authorization is the caller's job.
+func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.removed {
+		return ErrConnRemoved
+	}
+	a := c.app
+	if sub := c.channels[name]; sub != nil {
+		// Already subscribed: the channel cannot be dead while c is on it.
+		sub.ch.mu.Lock()
+		c.Send(succeededFrame(sub.ch, name))
+		sub.ch.mu.Unlock()
+		return nil
+	}
+	ch := a.lockChannel(name)
+	userID := ""
+	if ch.presence {
+		if opts.Member == nil {
+			ch.mu.Unlock()
+			a.dropIfEmpty(ch)
+			return errors.New("hub: presence subscription without a member")
+		}
+		userID = opts.Member.UserID
+		m := ch.members[userID]
+		if m == nil && opts.MaxMembers > 0 && len(ch.members) >= opts.MaxMembers {
+			ch.mu.Unlock()
+			a.dropIfEmpty(ch)
+			return ErrPresenceFull
+		}
+		if m == nil {
+			m = &member{info: opts.Member.Info}
+			ch.members[userID] = m
+			ch.broadcastLocked(memberAddedFrame(name, userID, opts.Member.Info), c)
+		}
+		m.conns++
+	}
+	ch.index[c] = len(ch.subs)
+	ch.subs = append(ch.subs, c)
+	c.Send(succeededFrame(ch, name))
+	if ch.cache {
+		// Under ch.mu, so that it is ordered with Deliver (see there).
+		c.Send(h.cacheFrame(a, name))
+	}
+	ch.mu.Unlock()
+	c.channels[name] = &subscription{ch: ch, userID: userID}
+	return nil
+}
+
+// cacheFrame returns the cached event of a cache channel as a frame, or the
+// pusher:cache_miss frame when there is none.
+func (h *Hub) cacheFrame(a *appState, name string) []byte {
+	if ev, ok := a.cached(name, h.now()); ok {
+		return eventFrame(ev.event, name, ev.data, "")
+	}
+	return eventFrame("pusher:cache_miss", name, "{}", "")
+}
+
+// lockChannel returns the live channel called name, created if needed, with its
+// lock held.
+func (a *appState) lockChannel(name string) *channel {
+	for {
+		a.mu.RLock()
+		ch := a.channels[name]
+		a.mu.RUnlock()
+		if ch == nil {
+			a.mu.Lock()
+			if ch = a.channels[name]; ch == nil {
+				kind, cache := ChannelKind(name)
+				ch = &channel{name: name, presence: kind == Presence, cache: cache, index: make(map[*Conn]int)}
+				if ch.presence {
+					ch.members = make(map[string]*member)
+				}
+				a.channels[name] = ch
+			}
+			a.mu.Unlock()
+		}
+		ch.mu.Lock()
+		if !ch.dead {
+			return ch
+		}
+		ch.mu.Unlock()
+	}
+}
+
+// dropIfEmpty removes ch from the app's map when it has no subscribers left.
+func (a *appState) dropIfEmpty(ch *channel) {
+	a.mu.Lock()
+	ch.mu.Lock()
+	if len(ch.subs) == 0 && !ch.dead {
+		ch.dead = true
+		delete(a.channels, ch.name)
+	}
+	ch.mu.Unlock()
+	a.mu.Unlock()
+}
+
+// Unsubscribe removes c from the channel; on a presence channel the user's last
+// connection leaving sends pusher_internal:member_removed to the others. It
+// reports whether c was subscribed.
+func (h *Hub) Unsubscribe(c *Conn, name string) bool {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	sub := c.channels[name]
+	if sub == nil {
+		return false
+	}
+	delete(c.channels, name)
+	c.app.leave(c, sub)
+	return true
+}
+
+// leave takes c off sub's channel. The caller holds c.subMu.
+func (a *appState) leave(c *Conn, sub *subscription) {
+	ch := sub.ch
+	ch.mu.Lock()
+	i, ok := ch.index[c]
+	if !ok {
+		ch.mu.Unlock()
+		return
+	}
+	last := len(ch.subs) - 1
+	ch.subs[i] = ch.subs[last]
+	ch.index[ch.subs[i]] = i
+	ch.subs[last] = nil
+	ch.subs = ch.subs[:last]
+	delete(ch.index, c)
+	if ch.presence {
+		if m := ch.members[sub.userID]; m != nil {
+			if m.conns--; m.conns == 0 {
+				delete(ch.members, sub.userID)
+				ch.broadcastLocked(memberRemovedFrame(ch.name, sub.userID), nil)
+			}
+		}
+	}
+	empty := len(ch.subs) == 0
+	ch.mu.Unlock()
+	if empty {
+		a.dropIfEmpty(ch)
+	}
+}
+
+// SignIn records c as signed in as userID, for server-to-user events and
+// terminate_connections. A connection signs in at most once.
+func (h *Hub) SignIn(c *Conn, userID string) error {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.removed {
+		return ErrConnRemoved
+	}
+	if c.userID != "" {
+		return errors.New("hub: connection already signed in")
+	}
+	c.userID = userID
+	a := c.app
+	a.usersMu.Lock()
+	set := a.users[userID]
+	if set == nil {
+		set = make(map[*Conn]struct{})
+		a.users[userID] = set
+	}
+	set[c] = struct{}{}
+	a.usersMu.Unlock()
+	return nil
+}
+
+// Remove takes c out of every channel and user index and releases its
+// connection slot. It is idempotent.
+func (h *Hub) Remove(c *Conn) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.removed {
+		return
+	}
+	c.removed = true
+	a := c.app
+	for name, sub := range c.channels {
+		a.leave(c, sub)
+		delete(c.channels, name)
+	}
+	if c.userID != "" {
+		a.usersMu.Lock()
+		if set := a.users[c.userID]; set != nil {
+			delete(set, c)
+			if len(set) == 0 {
+				delete(a.users, c.userID)
+			}
+		}
+		a.usersMu.Unlock()
+	}
+	a.conns.Add(-1)
+}
+
+// TerminateUser closes every connection signed in as userID with 4009 and
+// returns how many there were.
+func (h *Hub) TerminateUser(appID, userID string) int {
+	a := h.app(appID, false)
+	if a == nil {
+		return 0
+	}
+	a.usersMu.RLock()
+	conns := make([]*Conn, 0, len(a.users[userID]))
+	for c := range a.users[userID] {
+		conns = append(conns, c)
+	}
+	a.usersMu.RUnlock()
+	for _, c := range conns {
+		c.Close(CloseTerminated)
+	}
+	return len(conns)
+}
+
+// broadcastLocked queues frame to every subscriber but except. The caller holds
+// ch.mu (for reading or writing).
+func (ch *channel) broadcastLocked(frame []byte, except *Conn) {
+	for _, s := range ch.subs {
+		if s != except {
+			s.Send(frame)
+		}
+	}
+}
+
+// ChannelStats is the live state of one channel.
+type ChannelStats struct {
+	Name          string
+	Occupied      bool
+	Subscriptions int // connections subscribed
+	Users         int // distinct presence users; 0 on other kinds
+}
+
+// Channel returns the state of one channel of appID.
+func (h *Hub) Channel(appID, name string) ChannelStats {
+	st := ChannelStats{Name: name}
+	a := h.app(appID, false)
+	if a == nil {
+		return st
+	}
+	a.mu.RLock()
+	ch := a.channels[name]
+	a.mu.RUnlock()
+	if ch != nil {
+		ch.mu.RLock()
+		st.Subscriptions, st.Users = len(ch.subs), len(ch.members)
+		ch.mu.RUnlock()
+		st.Occupied = st.Subscriptions > 0
+	}
+	return st
+}
+
+// Channels returns the occupied channels of appID whose names start with
+// prefix, sorted by name.
+func (h *Hub) Channels(appID, prefix string) []ChannelStats {
+	a := h.app(appID, false)
+	if a == nil {
+		return nil
+	}
+	a.mu.RLock()
+	chans := make([]*channel, 0, len(a.channels))
+	for name, ch := range a.channels {
+		if strings.HasPrefix(name, prefix) {
+			chans = append(chans, ch)
+		}
+	}
+	a.mu.RUnlock()
+	out := make([]ChannelStats, 0, len(chans))
+	for _, ch := range chans {
+		ch.mu.RLock()
+		st := ChannelStats{Name: ch.name, Subscriptions: len(ch.subs), Users: len(ch.members)}
+		ch.mu.RUnlock()
+		if st.Subscriptions > 0 {
+			st.Occupied = true
+			out = append(out, st)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// PresenceUsers returns the distinct user ids on a presence channel, sorted.
+func (h *Hub) PresenceUsers(appID, name string) []string {
+	a := h.app(appID, false)
+	if a == nil {
+		return nil
+	}
+	a.mu.RLock()
+	ch := a.channels[name]
+	a.mu.RUnlock()
+	if ch == nil {
+		return nil
+	}
+	ch.mu.RLock()
+	ids := make([]string, 0, len(ch.members))
+	for id := range ch.members {
+		ids = append(ids, id)
+	}
+	ch.mu.RUnlock()
+	sort.Strings(ids)
+	return ids
+}
+
+// CachedEvent returns the data of a cache channel's last event and its time to
+// live, or ok false when the cache is empty or expired.
+func (h *Hub) CachedEvent(appID, name string) (data string, ttl time.Duration, ok bool) {
+	a := h.app(appID, false)
+	if a == nil {
+		return "", 0, false
+	}
+	now := h.now()
+	ev, ok := a.cached(name, now)
+	if !ok {
+		return "", 0, false
+	}
+	return ev.data, ev.expires.Sub(now), true
+}
+
+func (a *appState) cached(name string, now time.Time) (cachedEvent, bool) {
+	a.cacheMu.Lock()
+	defer a.cacheMu.Unlock()
+	ev, ok := a.cache[name]
+	if ok && !now.Before(ev.expires) {
+		delete(a.cache, name)
+		return cachedEvent{}, false
+	}
+	return ev, ok
+}
+
+// SweepCache drops expired cached events of every app; the server calls it
+// periodically so that caches of channels nobody reads again do not pile up.
+func (h *Hub) SweepCache() {
+	now := h.now()
+	h.mu.RLock()
+	apps := make([]*appState, 0, len(h.apps))
+	for _, a := range h.apps {
+		apps = append(apps, a)
+	}
+	h.mu.RUnlock()
+	for _, a := range apps {
+		a.cacheMu.Lock()
+		for name, ev := range a.cache {
+			if !now.Before(ev.expires) {
+				delete(a.cache, name)
+			}
+		}
+		a.cacheMu.Unlock()
+	}
+}
+
+type presenceData struct {
+	Presence presenceSet `json:"presence"`
+}
+
+type presenceSet struct {
+	IDs   []string                   `json:"ids"`
+	Hash  map[string]json.RawMessage `json:"hash"`
+	Count int                        `json:"count"`
+}
+
+// succeededFrame is pusher_internal:subscription_succeeded; on presence
+// channels its data lists the members. The caller holds ch.mu.
+func succeededFrame(ch *channel, name string) []byte {
+	if !ch.presence {
+		return eventFrame("pusher_internal:subscription_succeeded", name, "{}", "")
+	}
+	set := presenceSet{IDs: make([]string, 0, len(ch.members)), Hash: make(map[string]json.RawMessage, len(ch.members))}
+	for id, m := range ch.members {
+		set.IDs = append(set.IDs, id)
+		info := m.info
+		if len(info) == 0 {
+			info = json.RawMessage("null")
+		}
+		set.Hash[id] = info
+	}
+	sort.Strings(set.IDs)
+	set.Count = len(set.IDs)
+	return jsonFrame("pusher_internal:subscription_succeeded", name, presenceData{set})
+}
+
+func memberAddedFrame(channel, userID string, info json.RawMessage) []byte {
+	if len(info) == 0 {
+		info = json.RawMessage("null")
+	}
+	return jsonFrame("pusher_internal:member_added", channel, struct {
+		UserID   string          `json:"user_id"`
+		UserInfo json.RawMessage `json:"user_info"`
+	}{userID, info})
+}
+
+func memberRemovedFrame(channel, userID string) []byte {
+	return jsonFrame("pusher_internal:member_removed", channel, struct {
+		UserID string `json:"user_id"`
+	}{userID})
+}

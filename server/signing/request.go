@@ -1,0 +1,245 @@
+// Package signing implements the Pusher Channels signatures: the signed HTTP API
+// requests (auth_key, auth_timestamp, auth_version, body_md5, auth_signature) and
+// the socket authorization strings of private, presence and user sign-in.
+package signing
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxClockSkew is how far auth_timestamp may be from the server's clock.
+const MaxClockSkew = 600 * time.Second
+
+// AuthVersion is the only auth_version the API accepts.
+const AuthVersion = "1.0"
+
+// Failure kinds, used as the `error` field of the 401 body so a client can tell
+// which check refused the request.
+const (
+	KindMissingParam = "missing_auth_param"
+	KindBadVersion   = "invalid_auth_version"
+	KindBadTimestamp = "invalid_auth_timestamp"
+	KindBodyMD5      = "invalid_body_md5"
+	KindBadSignature = "invalid_signature"
+)
+
+// Error is a verification failure. Kind is one of the Kind* constants.
+type Error struct {
+	Kind        string
+	Description string
+}
+
+func (e *Error) Error() string { return e.Kind + ": " + e.Description }
+
+func fail(kind, format string, args ...any) *Error {
+	return &Error{Kind: kind, Description: fmt.Sprintf(format, args...)}
+}
+
+// Request holds the parts of an HTTP API request that the signature covers.
+type Request struct {
+	Method   string
+	Path     string // as sent (escaped form); see Verify for the unescaped fallback
+	RawQuery string
+	Body     []byte
+}
+
+// Params are the parsed query parameters of a request, keys lower-cased, in the
+// order they were sent. Signature checks need the order-independent sorted
+// string, the handlers need lookups; both come from here.
+type Params struct {
+	pairs []pair
+}
+
+type pair struct{ key, value string }
+
+// ParseQuery parses a raw query string. Keys are lower-cased, as the signing
+// scheme demands; malformed escapes are an error.
+func ParseQuery(raw string) (Params, error) {
+	var p Params
+	for raw != "" {
+		var part string
+		part, raw, _ = strings.Cut(raw, "&")
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return Params{}, err
+		}
+		value, err := url.QueryUnescape(v)
+		if err != nil {
+			return Params{}, err
+		}
+		p.pairs = append(p.pairs, pair{strings.ToLower(key), value})
+	}
+	return p, nil
+}
+
+// Get returns the first value of key (lower-case) and whether it was present.
+func (p Params) Get(key string) (string, bool) {
+	for _, kv := range p.pairs {
+		if kv.key == key {
+			return kv.value, true
+		}
+	}
+	return "", false
+}
+
+// StringToSign is METHOD "\n" PATH "\n" QUERY, the QUERY being every parameter
+// but auth_signature, sorted by key, written key=value unescaped, joined by "&".
+func (p Params) StringToSign(method, path string) string {
+	pairs := make([]pair, 0, len(p.pairs))
+	for _, kv := range p.pairs {
+		if kv.key != "auth_signature" {
+			pairs = append(pairs, kv)
+		}
+	}
+	// Stable, so repeated keys (channels[]=a&channels[]=b) keep their order.
+	sort.SliceStable(pairs, func(i, j int) bool { return pairs[i].key < pairs[j].key })
+	var b strings.Builder
+	b.Grow(len(method) + len(path) + 16*len(pairs) + 2)
+	b.WriteString(strings.ToUpper(method))
+	b.WriteByte('\n')
+	b.WriteString(path)
+	b.WriteByte('\n')
+	for i, kv := range pairs {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(kv.key)
+		b.WriteByte('=')
+		b.WriteString(kv.value)
+	}
+	return b.String()
+}
+
+// HMACHex returns hex(HMAC-SHA256(secret, message)).
+func HMACHex(secret, message string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(message))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// equalHex compares a hex digest sent by a client with the expected MAC in
+// constant time; a digest that is not hex never matches.
+func equalHex(sent string, expected []byte) bool {
+	got, err := hex.DecodeString(sent)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(got, expected)
+}
+
+func mac(secret, message string) []byte {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(message))
+	return m.Sum(nil)
+}
+
+// Key returns the auth_key of the request, or a missing-parameter failure. The
+// caller looks up the application's secret by it before calling Verify.
+func (p Params) Key() (string, *Error) {
+	key, ok := p.Get("auth_key")
+	if !ok || key == "" {
+		return "", fail(KindMissingParam, "The auth_key query parameter is missing.")
+	}
+	return key, nil
+}
+
+// Verify checks a request against the application secret at time now: every
+// signing parameter present, auth_version 1.0, auth_timestamp within
+// MaxClockSkew, body_md5 matching the exact body, and the signature. The path
+// is tried as sent and, when it differs, unescaped, because SDKs differ in
+// whether they sign a channel name in the path escaped or not.
+func Verify(req Request, p Params, secret string, now time.Time) *Error {
+	for _, name := range [...]string{"auth_key", "auth_timestamp", "auth_version", "auth_signature"} {
+		if v, ok := p.Get(name); !ok || v == "" {
+			return fail(KindMissingParam, "The %s query parameter is missing.", name)
+		}
+	}
+	if v, _ := p.Get("auth_version"); v != AuthVersion {
+		return fail(KindBadVersion, "auth_version must be %s.", AuthVersion)
+	}
+	ts, _ := p.Get("auth_timestamp")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fail(KindBadTimestamp, "auth_timestamp must be an integer number of seconds since the Unix epoch.")
+	}
+	if skew := now.Sub(time.Unix(sec, 0)); skew > MaxClockSkew || skew < -MaxClockSkew {
+		return fail(KindBadTimestamp, "auth_timestamp is more than %d seconds away from the server's time (%d); check the client's clock.", int(MaxClockSkew.Seconds()), now.Unix())
+	}
+	md5sum, hasMD5 := p.Get("body_md5")
+	if len(req.Body) > 0 && !hasMD5 {
+		return fail(KindBodyMD5, "The body_md5 query parameter is required when the request has a body.")
+	}
+	if hasMD5 {
+		sum := md5.Sum(req.Body)
+		if !strings.EqualFold(md5sum, hex.EncodeToString(sum[:])) {
+			return fail(KindBodyMD5, "body_md5 does not match the MD5 of the request body.")
+		}
+	}
+	sig, _ := p.Get("auth_signature")
+	if equalHex(sig, mac(secret, p.StringToSign(req.Method, req.Path))) {
+		return nil
+	}
+	if unescaped, err := url.PathUnescape(req.Path); err == nil && unescaped != req.Path &&
+		equalHex(sig, mac(secret, p.StringToSign(req.Method, unescaped))) {
+		return nil
+	}
+	return fail(KindBadSignature, "auth_signature does not match the request; sign METHOD\\nPATH\\nQUERY with the app secret.")
+}
+
+// SignQuery returns the query string of a signed request: query plus auth_key,
+// auth_timestamp, auth_version, body_md5 (when body is non-empty) and
+// auth_signature. It is the client side of Verify, used by tests and tools.
+func SignQuery(method, path string, query url.Values, body []byte, key, secret string, now time.Time) string {
+	q := url.Values{}
+	for k, vs := range query {
+		q[k] = append([]string(nil), vs...)
+	}
+	q.Set("auth_key", key)
+	q.Set("auth_timestamp", strconv.FormatInt(now.Unix(), 10))
+	q.Set("auth_version", AuthVersion)
+	q.Del("auth_signature")
+	if len(body) > 0 {
+		sum := md5.Sum(body)
+		q.Set("body_md5", hex.EncodeToString(sum[:]))
+	}
+	p, _ := ParseQuery(q.Encode())
+	q.Set("auth_signature", HMACHex(secret, p.StringToSign(method, path)))
+	return q.Encode()
+}
+
+// RequestSigner returns a function that signs an outgoing *http.Request in place
+// with key and secret. Its shape fits the RequestEditorFn of the generated
+// clients: client.WithRequestEditorFn(signing.RequestSigner(key, secret)).
+func RequestSigner(key, secret string) func(ctx context.Context, req *http.Request) error {
+	return func(_ context.Context, req *http.Request) error {
+		var body []byte
+		if req.Body != nil {
+			var err error
+			if body, err = io.ReadAll(req.Body); err != nil {
+				return err
+			}
+			req.Body.Close()
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
+		req.URL.RawQuery = SignQuery(req.Method, req.URL.EscapedPath(), req.URL.Query(), body, key, secret, time.Now())
+		return nil
+	}
+}
