@@ -21,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gin-gonic/gin/binding"
 	externalRef0 "github.com/heraldrt/herald/gen/common"
+	"github.com/oapi-codegen/nullable"
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -68,7 +69,7 @@ type ChannelAttributes struct {
 // ChannelInfo defines model for ChannelInfo.
 type ChannelInfo struct {
 	// Cache The cached event of a cache channel, or null when the cache is empty.
-	Cache *CacheInfo `json:"cache,omitempty"`
+	Cache nullable.Nullable[CacheInfo] `json:"cache,omitempty"`
 
 	// Occupied Whether at least one connection is subscribed.
 	Occupied          bool `json:"occupied"`
@@ -125,7 +126,8 @@ type TriggerBatchResult struct {
 	Batch *[]ChannelAttributes `json:"batch,omitempty"`
 }
 
-// TriggerEventRequest defines model for TriggerEventRequest.
+// TriggerEventRequest `name`, `data` and one of `channels` or `channel` are required, in the body
+// or, for a field left out of the body, in the query string.
 type TriggerEventRequest struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
 	// `#server-to-user-<user id>`. Prefixes pick the kind: `private-`,
@@ -137,7 +139,7 @@ type TriggerEventRequest struct {
 	Channels *[]ChannelName `json:"channels,omitempty"`
 
 	// Data Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
-	Data EventData `json:"data"`
+	Data *EventData `json:"data,omitempty"`
 
 	// Info Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
 	//
@@ -145,7 +147,7 @@ type TriggerEventRequest struct {
 	Info *InfoAttributes `json:"info,omitempty"`
 
 	// Name Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
-	Name EventName `json:"name"`
+	Name *EventName `json:"name,omitempty"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
@@ -1359,72 +1361,73 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Ft7c9w2kv8qXcxWRarljEby4zajSt0qti/WxYm1kXy5W1MnYsgeDSISYABQo4lrvvtVA+BryBnJiey7",
-	"2+xfNjkg0OjHD79utD4EicwLKVAYHUw/BAVTLEeDyj6dFMXpS/pPijpRvDBcimAaXCwQWFFkPGH0BniK",
-	"wvA5RzUOwoDTkIKZRRAGguUYTANWFFc8DcJA4S8lV5gGU6NKDAOdLDBntELO7t6guDaLYHo0mYRBzkX1",
-	"fBgGZlXQPNooLq6D9ToMXiyYEJj9wHI8I5n7Up5A4sYASQF77358M0KdsAJT4ALMAoGk3N8is//4yj7u",
-	"kvxPCufBNPjioNHkgftVH7SkDNYktkJdSKHRqvcblv6Iv5SoDT0lUhgU9r8t5R78rGk3Hx64YCLzXIqr",
-	"V0pJ5Vbsm065NYFryFk2lyrHFKSCmUJ2o4FBxnNuxsE6DP5NqhlPUxSfVcCOb2lIuWazDFMr0akwqATL",
-	"3ASfS6oTAaXAuwITgyloVLeoAGm0FeqMrTLJ0gsp3zB1jZ9NrFe3KAykzDCQJNHhBL77JiRbstrKM5mu",
-	"3K9Hz57Dd/wbK/E7wUqzkIr/Si79v+B8c8YzTIGkIPBw6x1DbJUa25DVNkaTBSY3YBas+mZs49+v6cLI",
-	"JAurCotgShaoDHch5qP4o+I0DEij931iF3xJA9eEH3N53wenYi5PjFF8VhrU9JVDmgcsU8mlZXKDhqD0",
-	"nq/O7cDTl4HDnAq63gcezewGw1o7lzXCytnPmBha6wVLFnjq99W3Y0I/p4DWA+UcmHtTYa51QlFmGSwX",
-	"6MDW/c41YF6YFaEu/U6RXWFq13SVEbprv7TOPrczZkwbL4FR/PoaFQGZX83JQctsHB5hYEzWn/gcEylS",
-	"DRnODcxwLhU2YlcbxbuCK9Q0a84Fz8s8mE7qFbgweI2qp3SvbVp2UNNO1JZvDGrcRw4FTT3Sa95NcOw0",
-	"6zQupEBYomp9R1J3VazLWb3KVSJLF0HdpV9IITChBw1+/AxT2BNSjAqFGkVSa1vv36eZMCg1qm1rveTa",
-	"cJEYoEHd5T5+qfV2VVduvYEVZOl7kaIOi3UYyCQpC+4QtLuTnxZoFqiAGciQ3JTMkdSqpDBodtdy0pmU",
-	"GTJhg33QOB+j3I9w0XonOxz0DdfbEdb+n6UpJ3FZdtYZ8wDo7SLjhggbwtZL7hD2B4+tuzjhFMoCjISj",
-	"yYTeK5YQ8aWYik9Gfwc2+hUmo6/gCkbwNfwVQhjDcUzIFon4C0cCRkaOSOmjqJxMniT0X+CpfcB4DGcK",
-	"5/wONRTcHmIIN1ykU4gLxW+ZwVEcRqJ+QJGoVWEwHcUhDXEeTw9MpC0MpTk0xPahO0P1CgbmbP/mZ/av",
-	"xpGgWNrJwAtmiHgF0+C/9zb3vv+v709Gf2ejXyejr66iaPT1X8Px8eWf/zSEva8Iot46a/XNIzyE/fv5",
-	"2x/A2bQVHI2Rm8O3N0fDiUIodcmybAXMTZjKpMwtjItEpgSkxHadbGM4MZBLbRyJgr3DSXj0dAKzlUGP",
-	"NY1+DidHTydDm6sP6y1ikdeFcNh3uhCENKANU4aLa1hys4C4KPUC1TSms9Q/XHHPf6fx+F6b9eTboCAD",
-	"WJ/nbKSRssDOQeP52F7cAAw5Uh+i6K31qtjqDO9YXtAB30KmcADY+jvpyX7mnfadRtVHIUeJ+mliGzb4",
-	"MLq1J9b9mcvqNTeY34tmHSkbIGNKsVVPIDf1kEw1fxtCsPoU+VKDY4StDDwEs5TgYV7Dz5ILTGFGMZBK",
-	"s+Ezz592Avv9ZPTV5Z+jaOz+Mxi/F45oWc7dSl67OpvRrw/WWYu/r614p+6rQ+fQ1dM9ynRrDimzK7Iu",
-	"swHksbAEpchQa2ACSHC4ZrcIMXH7uM+d6j1u2KfDzVpMlB6RJQs7dQhc1KmQVKmvnDxEW7vOy0Yz25Rg",
-	"1bzVbr8tW2ozgK4y3gokqDt0UGcHjeFbfkvMmmsLa/59/LH7rxZvu8tuf/mjpHWX91r/ASHgvB6WTMM1",
-	"v0XR9/9Pwvv67oPCqBUUqKAU/JeyCacm4zNygCMMxUCnPjGYYxFLtxUIXzaZU96nVvAaFctSODk7Hdcl",
-	"Cm7Jw0IqAzlLFlzgSCFLKaGNBFE02JtLBf4IJI3esoynV5pfC2ZKhXRWCmmu5rIUabx/DHFLIDu/FBgJ",
-	"jcLYzIdmK1AWGTrCtpEutzczFIj1PLaWgndFxrjQsKQnsvNSyYp5mCbd7J7itjpXmkWzCUglaktecgLE",
-	"zU975wcOK//c6tFqzcOmHWhxUgt2g1cJ09gVpqfQILyHAbjFu252OeQ6GpNScbM6J2d1+qVtf4er+6vh",
-	"N7iqS8q/lKhWrTo4qe4GV42grOA06Tq0v53XO+mt8hrv4PX3Jy9G569Pjp49r7REe8fUc1jY0+iKFidn",
-	"p9D6fn8MJ5VVImFNzIASeMe2ra+zTEtImFIcNcT06ipPn8WhnW+Bd/D9y2fVqvRrGAkuNE+xLYfdr/PO",
-	"rfsfMFdXCxc8R21YXmwv0mjuHBnhneB3gIVMFseQl9rADK0PcwHPJxPQ/oNKXTZx+VJDksnkZqeZTC3F",
-	"FjH/A5UeDLaTbMlWGuLD8STeucStn6G3wLp19vSdzWdfVvevLy7OrLXlvAIpD6w6hCVXOCLoZYbPMmxi",
-	"+8zmEpGohtbTTCtYdfUuHdbPlu6gDp2J6+PcZqZVPhkJy2h9uooq54IZBGbLOaT0ppQ0jkQkvvgCPBWx",
-	"/sPFNb19ZRG3IkeVR5LYbunmigriKqAISrtWs2lxW8sx7FmL7Ict74a9Dc/GO5b4mrnN/EKQInMltUhU",
-	"rk/QXEfPvt1t3HXteAwXPiocSnJdxVEkWmEcElpg2limDSQaE4UmBDkntQAAfP/q4vXblxAFUSSiAM5O",
-	"Ll7XD3979+rH/6KBywUqdI+22mrVuaE6wLsEC9MT28qjIZNLVCNC3DSMhJbKuBziBlchLBU3BgXEN7j6",
-	"+pZlJcawZ/9150Drns3ppslB4qicTI6ex+NInDVW5AIYnL09v/BApNAlwxZSjp0BGvNzTWBW2xlyqZBM",
-	"w7oBz5ZsBXMl84G4D4G1fcCeh91jrLE1jb1BSwWYkK6m19iIXB1KcSPkUrhhCpg/SRvjM5JQ4bzUlamf",
-	"Tg6tapho0w3Bcpv8L3iy8Pce/soDTupbsEi0feQajYankydVPL3hOTfah1F1N0RMZXtx4xieHj6BGa6k",
-	"SPePgdUh73J+/2Uk2iyehllEgIXM0s70DjiOO4U2bY1aDTqaTCLx4Hob7FGa8JBy2/5xJLAus7g1B0ot",
-	"VvE5WzUVl365JRID9ZYarGYyJUjKmCI1Wdfzd2t2za6lD2vb/ISzhZQ31joeq8nrNcT+Fz9/XC1gpMsY",
-	"Eynm/Lokrrt0IynIatCIxAJZavHwP0cO2kff4SqGPdOnJh6u6oE15XBY2EGnPig+AK/2PfQ5mh8J0kgp",
-	"UqRcr5cFEChvbD6s1WE9ON53dMJwY0nfxiFXn1xBGFTH6TQ4HE/GE1ugL1CwggfT4Ml4Mn4S2HLHwvK5",
-	"A1YU+uCDa01YH1hvvnLOaxNjqYdyJDKHc3xbISBYr/OQjN/QYae5uM5wVPm/nXIMP1kXc1mVFMDEKhKu",
-	"EmDVKPTS4lNsJ49dWIUUMlykeAfcj9tWXYiEf7ZiNZ/BHqtqqo7eVvdxNMQO1TeY2tRCSIFe2ZRXWJue",
-	"psQ5WvWTV05BYadR5P1wptcMOXCNJOtLR8dRm29kunq0e+ehmtS6y/2NKnGz/eJoMvlEItgEe8sFuHMx",
-	"B4gJHcIE7xctZhF/WMc7K1HrMHjqRB+SqN7iQau9xH5yeP8nnbYA+9GT+z9qmkToi8MHfLHZL7EOg2cP",
-	"2VG3+cMmamWeM7VqvNRf6dQHEbELyurbOSm71jYbdL58SfNsoEG7uHGN1je6MfGGa1Nh0G+NhrCfpWct",
-	"Zr1cSO0K7+6U0hXqck2Me87vtiUXc54ZVFez1ZUbF+xqtOplzDsqmgWq+mIdrLTtCwHLM24Zt3f6Lglo",
-	"ked4U6q4s63WddcxWJ615Brh6WSyPZ20KdJDW7E263QOjD4RHLRvTLfgQHXjWhs8dIf9ZgGme99vydCH",
-	"dbz/fxwGfnc4k+r6OmqHb3MLvCOADz60+/jWW+P5W6zC+XdE8z0Dey2LO2PNSFBoSiWm3SDrd0LYKNun",
-	"fHfgPg72XALoUpe6O8eyABQ2o7Cnvydzlh5Gwt/hwV6nqcevNIYTUU8o8xll+TYX4beo/59HrOvsGI7Y",
-	"itFpwwz+o8fft2hc5kybJbJpG1haTVW/IwoP6jtVH4sDJNumdqwokFGGKBIMYSGX5MuQM7Fq15JIzhUs",
-	"2C1SnjzUl9RyzR67JaDpXgF/RgD4lB7d3dRun/5Su5arP8SpQm7dazAzEhhs+s2DHf2+vPEcReoqgL5d",
-	"Ufq6XC2Bai6bKEbSBqp9qc4m+q0OMjdqtoK4vj6Mx/ASM37rymTA9EokCyWFLLVLMdzic45ZqiOhF7LM",
-	"Upi5qyHXDGP7ZCgTOXZRlbMVcKENMjvQ3gVW3fOuHueIYyT2jG/0dBW8gimzcUlhx+87YsicFNVUNvdZ",
-	"cqFtp7Krvmlivp1R7nahnUq3s2dfiupQp0h0M2bLsHZdJG5Pf12DwmNR/XY7UN0h68zD9XY1b2P8/v73",
-	"YcDQunveJphrn3oEwXzr60cI5u7eh5Ij3KAvv0+ypKZ7v+VPOXriNbcudFBWbQ36/eXXrlRJq/o6ZTuN",
-	"+uit4F2RybRumd6xM/3+srO5R+iu2Gyo0GZli3JzqYbYbNM6bAHvLsnK9HH8vemYeKj52q0TD2HdjyLm",
-	"I9DdT1Yt63QCrft/nPQJqmPt9pNd1TF7eN1bG+u3qPyzMLarMMZE9dcariImlb07G8ytd5TGLHM6+GBT",
-	"Unqu73mvWpR8RwXdspMWj/HkgAsiIBU1I1snmaxvURKZ2lrQV84daEgkiJso9FON4YLd2Cu81gWxvaay",
-	"1xZ8bklOWPcI+Jq4q6YMHvvVvog/t/4I4tEowEW917p50yMMc5efIy62/G2iV/4j/kHlp0xE2i3f29KQ",
-	"VjZH7HGGXFx7D+gjwD96lvKC9u2TgVak1MHRhIwU7aj1/cTrdgeT9dC6d+n9Za/RqHrV6rqpXtUdLu8v",
-	"yUHcFazz+VJlwTRYGFNMDw4Oj/5lPBlPxofTv0z+MrFZrRep5/Od7hJCojb6eO/24NOPmL+1W0+qMkyP",
-	"9gyV1RKLeoONKN2o0sH6cv0/AQAA//8=",
+	"7Ft7c+M2kv8qXcxWxa6lZNnzuI1cqVtnZi4zl0nGG3sudzv0mRDZkhCTAAOAlpUpfferBsCXSMmejSd3",
+	"l7u/bEog0OjHD79utD4GicwLKVAYHUw/BgVTLEeDyj6dFcWbl/RPijpRvDBcimAaXC4RWFFkPGH0CfAU",
+	"heFzjmochAGnIQUzyyAMBMsxmAasKK55GoSBwl9KrjANpkaVGAY6WWLOaIWc3b1FsTDLYHoymYRBzkX1",
+	"fBwGZl3QPNooLhbBZhMGL5ZMCMx+YDmek8x9Kc8gcWOApICD9z++HaFOWIEpcAFmiUBSHu6Q2b98bR/3",
+	"Sf4nhfNgGnxx1GjyyH2rj1pSBhsSW6EupNBo1fsNS3/EX0rUhp4SKQwK+29LuUc/a9rNxwcumMg8l+L6",
+	"lVJSuRX7plNuTeAacpbNpcoxBalgppDdaGCQ8ZybcbAJg3+RasbTFMXvKmDHtzSkXLNZhqmV6I0wqATL",
+	"3AS/l1RnAkqBdwUmBlPQqG5RAdJoK9Q5W2eSpZdSvmVqgb+bWK9uURhImWEgSaLjCXz3TUi2ZLWVZzJd",
+	"u29Pnj2H7/g3VuL3gpVmKRX/lVz6v8H55oxnmAJJQeDh1juF2Co1tiGrbYwmS0xuwCxZ9c7Yxr9f04WR",
+	"SZZWFRbBlCxQGe5CzEfxJ8VpGJBG73vFLviSBm4IP+byvhfeiLk8M0bxWWlQ01sOaR6wTCWXlskNGoLS",
+	"e966sAPfvAwc5lTQ9SHwaGY3GNbauaoRVs5+xsTQWi9YssQ3fl99Oyb0dQpoPVDOgblPKsy1TijKLIPV",
+	"Eh3Yuu+5BswLsybUpe8psitM7ZquMkJ37ZfW2ed2xoxp4yUwii8WqAjI/GpODlpm6/AIA2Oy/sQXmEiR",
+	"ashwbmCGc6mwEbvaKN4VXKGmWXMueF7mwXRSr8CFwQWqntK9tmnZQU07UVu+MahxHzkUNPVIr3k3wanT",
+	"rNO4kAJhhar1HkndVbEuZ/Uq14ksXQR1l34hhcCEHjT48TNM4UBIMSoUahRJrW19eJ9mwqDUqHat9ZJr",
+	"w0VigAZ1l/v0pTa7VV259RZWkKXvRYo6LDZhIJOkLLhD0O5OflqiWaICZiBDclMyR1KrksKg2V3LSWdS",
+	"ZsiEDfZB43yKcj/BReud7HHQt1zvRlj7P0tTTuKy7Lwz5gHQ20XGLRG2hK2X3CPsDx5b93HCKZQFGAkn",
+	"kwl9rlhCxJdiKj4b/R3Y6FeYjL6CaxjB1/BXCGEMpzEhWyTiLxwJGBk5IqWPonIyeZLQv8BT+4DxGM4V",
+	"zvkdaii4PcQQbrhIpxAXit8yg6M4jET9gCJR68JgOopDGuI8nh6YSFsYSnNoiO1Dd4bqIxiYs/2dn9l/",
+	"NI4ExdJeBl4wQ8QrmAb/ebC998N//nA2+jsb/ToZfXUdRaOv/xqOT6/+/Kch7H1FEPXOWatvHuEh7F8v",
+	"3v0Azqat4GiM3By+vTkaThRCqUuWZWtgbsJUJmVuYVwkMiUgJbbrZBvDmYFcauNIFBwcT8KTpxOYrQ16",
+	"rGn0czw5eToZ2lx9WO8Qi7wuhOO+04UgpAFtmDJcLGDFzRLiotRLVNOYzlL/cM09/53G43tt1pNvi4IM",
+	"YH2es5FGygI7B43nYwdxAzDkSH2Iok+tV8VWZ3jH8oIO+BYyhQPA1t9JT/Zz77TvNao+CjlK1E8T27DB",
+	"h9GtPbHuz1xWH3OD+b1o1pGyATKmFFv3BHJTD8lU87chBKtPkS81OEbYysBDMCsJHuY1/Cy5wBRmFAOp",
+	"NFs+8/xpJ7A/TEZfXf05isbun8H4vXREy3LuVvLa1dmMvn2wzlr8fWPFe+PeOnYOXT3do0y35pAyuyLr",
+	"MhtAHgtLUIoMtQYmgASHBbtFiInbx33uVO9xyz4dbtZiovSILFnaqUPgok6FpEp95eQh2tp3Xjaa2aUE",
+	"q+aW3brCxxTmFMIEn7E9dYi30IFYnbkOjPxTDMwTTLJCWJVVKOWMhFQhzG0qOueYpY5Yy9JUeqFR9Su/",
+	"lKjWFRTb4+gx8rg2N+nu9J1AAuFjB8J20Bi+5bfE+bnu7PFTLVMt3nbk/Z78R0s473G+B0SgCzpYMQ0L",
+	"fotivMshHpd29n0EhVFrKFBBKfgvZRPNTcJp5ABFGdJCpzwymOJRsNkCiK/azCntVGt4jYplKZydvxnX",
+	"FRJuuctSKgM5S5Zc4EghSymfjgQxRDig6PMnMGn0lmU8vdZ8IZgplY1zIc31XJYijQ9PIW4JZOeXAiOh",
+	"URibeNFsBcoiw6EA7WxmKNrqeWwpB++KjHGhYUVPZOeVkhXxMU222yURtjhYmmWzCUglasudcsLj7Vd7",
+	"xxcOK//C6tFqzaOTHWjhSQt2g9cJ09gVpqfQILyHgLjFu252NeQ6GpNScbO+IGd1+qVtf4fr+4vxN7iu",
+	"K9oWVVtleFLdDa4bQVnBadJNaL+7qHfSW+U13sHr789ejC5en508e15pifaOqcdtONDoaiZn52+g9f7h",
+	"GM4qq0TCmpiBkGLkyL71dZZpCQlTiqOGmD66ztNncWjnW+IdfP/yWefkiAQXmqfYlsPu13nnzv0PmKur",
+	"hUueozYsL3bXiDR3jozwXvA7wEImy1PIS21ghtaHuYDnkwlo/0KlLps3fakhyWRys9dMppZih5j/hkoP",
+	"BttZtmJrDfHxeBLvXeLWz9BbYNM6YPrO5pM/q/vXl5fn1tpyXoGUB1YdwoorHBH0MsNnGTaxfW5TmUhU",
+	"Q+tpphWsunKbDutny7ZQh54oVOhvKUqVzkbCEmqfLaPKuWAGgdlqEim9qWSNIxGJL74Az4Ss/3CxoE9f",
+	"WcStuFnlkQ1HaW7IIK4CiqC0azWblbe1HMOBtchh2PJuONjybLxjiS/Z28QzBCkyV9GLROX6BM119Bza",
+	"3cZd147HcOmjwqEk11UcRaIVxiGhBaaNZdpAojFRaEKQc1ILAMD3ry5fv3sJURBFIgrg/Ozydf3wt/ev",
+	"fvwPGrhaokL3aIu9Vp1bqgO8S7AwPbGtPBoyuUI1IsRNw0hoqYxLYW5wHcJKcWNQQHyD669vWVZiDAf2",
+	"rzsHWtd8TjdNChRH5WRy8jweR+K8sSIXwOD83cWlByKFLhe3kHLqDNCYn2sCs9rOkEuFZBrWDXi2YmuY",
+	"K5kPxH0IrO0D9jzsHmONrWnsDVoqwIR0JcXGRuTqUIobIVfCDSO67U7SxviMJFQ4L3Vl6qeTY6saJtp0",
+	"Q7Dc1h6WPFn6axd/4wJn9SVcJNo+skCj4enkSRVPb3nOjfZhVF1NEVPZXVs5hafHT2CGaynSw1Ngdci7",
+	"koN/MxJtqk7DLCLAUmZpZ3oHHKedOp+2Rq0GnUwmkXhwuQ8OKBd4SLXv8DQSWFd53JoDlR6r+Jytm4JP",
+	"v9oTiYFyTw1WM5kSJGVMkZqs6/mrPZ+OtS19XNvmJ5wtpbyx1vFYTV6vIfbf+PnjagEjXcKaSDHni5K4",
+	"7sqNpCCrQSMSS2SpxcN/HzloH32H6xgOTJ+aeLiqB9aUw2FhB536oPgAvDr00OdofiRII6VIkRK6XhZA",
+	"oLy1+bBWh/Xg+NDRCcONJX1bh1x9cgVhUB2n0+B4PBlP7P1AgYIVPJgGT8aT8ZPAVluWls8dsaLQRx9d",
+	"Z8TmyHrztXNeW0+RQ/n5KzKHc3xboCBYr/OQjN/QYae5WGQ4qvzfTjmGn6yLuaxKCmBiHQlXiLBqFHpl",
+	"8Sm2k8curEIKGS5SvAPux+0qbkTCP1uxmtfggFUlXUdvq+tAGmKH6htMbWohpECvbMorrE3fpMQ5WuWb",
+	"V05BYadP5cNwptcMOXJ9LJsrR8dRm29kun60a++hktimy/2NKnG7++NkMvlMItgEe8f9u3MxB4gJHcIE",
+	"75ctZhF/3MR7C2GbMHjqRB+SqN7iUau7xb5yfP8rna4E+9KT+19qelTojeMHvLHdrrEJg2cP2VG398Qm",
+	"amWeM7VuvNTfKNUHEbELyurbOSlbaJsNOl++onm20KBd3Fig9Y1uTLzl2lQY9I9GQ9jP0rMWs14tpXZ1",
+	"f3dK6Qp1uSbGPed3u5KLOc8MquvZ+tqNC/b1efUy5j0F1QJVfa8PVtr2fYTlGbeM25aC0Bcva/Icb0sV",
+	"d7bVum07BcuzVlwjPJ1MdqeTNkV6aCfYdjHOgdFngoP2he0OHKgufGuDh+6w3y7AdNsNLBn6uIkP/4fD",
+	"wG8OZ1JdX0ft8G0uofcE8NHHdhvhZmc8f4tVOP+GaL5nYK9jcm+sGQkKTanEtBtk/UYMG2WHlO8OXAfC",
+	"gUsAXepSNwdZFoDCZhT29PdkztLDSPgrRDjo9BT5lcZwJuoJZT6jLN/mIvwW9f/yiHWNJcMRWzE6bZjB",
+	"P3r8fYvGZc60WSKbtn+m1dP1G6LwqL7S9bE4QLJtaseKAhlliCLBEJZyRb4MORPrdi2J5FzDkt0i5clD",
+	"bVEt1+yxWwKa7g307wgAn9Oju5va79Nfatfx9X/iVCG37vW3GQkMtv3mwY5+X954gSJ1FUDfLSl9Xa6W",
+	"QDWXTRQjaQPVvlRnE/1WA5sbNVtDXN8RxmN4iRm/dWUyYHotkqWSQpbapRhucXsbrCOhl7LMUpi5qyHX",
+	"i2PbdCgTOXVRlbM1cKENMjvQ3gUOXRlH4sD4PlNXwSuYMluXFHb8oSOG1Z1068IaVlxo2yjtqm+amG9n",
+	"lLtdaKfS7ezZl6I61CkS3YzZMqx9F4m701/XH/FYVL/djVQ36DrzcL1bzbsYv+8qfhgwtC6Ydwnmurce",
+	"QTDfefsJgrkL9qHkCLfoy2+TLKnp3j/yS5KeeM2tCx2UdbfGh6uvXamSVvV1ynYa9clbwbsik2ndsb1n",
+	"Z/rDVWdzj9BCsd01oc3aFuXmUg2x2aZz2QLeXZKV6eP4e9MW8VDztfsjHsK6H0XMR6C7n61a1mlE2vR/",
+	"G/UZqmPt9pN91TF7eN1bG+u3qPx/YWxfYYyJ6sciriImlb07G8yt95TGLHM6+mhTUnqu73mvW5R8TwXd",
+	"spMWj/HkgAsiIBU1I1snmaxvURKZ2lrQV84daEgkiJso9FON4ZLd2Cu81gWxvaZyXW5zS3LCukfA18Rd",
+	"NWXw2K/2Rfy59RuMR6MAl/Ve695RjzDMXX6OuNjx00iv/Ef8PefnTETaHee70pBWNkfscYZcLLwH9BHg",
+	"j56lvKB9+2SgFSl1cDQhI0U7an0786bdwWQ9tO5d+nDVazSqPmp13VQf1R0uH67IQdwVrPP5UmXBNFga",
+	"U0yPjo5P/mk8GU/Gx9O/TP4ysVmtF6nn853uEkKiNvp47/bg04+Yv7VbT6oyTI/2DJXVEot6g40o3ajS",
+	"weZq818BAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	externalRef0 "github.com/heraldrt/herald/gen/common"
+	"github.com/oapi-codegen/nullable"
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -61,7 +62,7 @@ type ChannelAttributes struct {
 // ChannelInfo defines model for ChannelInfo.
 type ChannelInfo struct {
 	// Cache The cached event of a cache channel, or null when the cache is empty.
-	Cache *CacheInfo `json:"cache,omitempty"`
+	Cache nullable.Nullable[CacheInfo] `json:"cache,omitempty"`
 
 	// Occupied Whether at least one connection is subscribed.
 	Occupied          bool `json:"occupied"`
@@ -118,7 +119,8 @@ type TriggerBatchResult struct {
 	Batch *[]ChannelAttributes `json:"batch,omitempty"`
 }
 
-// TriggerEventRequest defines model for TriggerEventRequest.
+// TriggerEventRequest `name`, `data` and one of `channels` or `channel` are required, in the body
+// or, for a field left out of the body, in the query string.
 type TriggerEventRequest struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
 	// `#server-to-user-<user id>`. Prefixes pick the kind: `private-`,
@@ -130,7 +132,7 @@ type TriggerEventRequest struct {
 	Channels *[]ChannelName `json:"channels,omitempty"`
 
 	// Data Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
-	Data EventData `json:"data"`
+	Data *EventData `json:"data,omitempty"`
 
 	// Info Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
 	//
@@ -138,7 +140,7 @@ type TriggerEventRequest struct {
 	Info *InfoAttributes `json:"info,omitempty"`
 
 	// Name Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
-	Name EventName `json:"name"`
+	Name *EventName `json:"name,omitempty"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`

@@ -1,0 +1,255 @@
+// Package bootstrap prepares the database at start: the default Channels app
+// and Push instance from the environment, or fresh ones on an empty database,
+// with their credentials logged once.
+package bootstrap
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/storage"
+)
+
+// Run creates or updates the apps and instances that cfg names and, when the
+// database has none, creates a default of each.
+func Run(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {
+	if err := ensureApp(ctx, db, cfg, log); err != nil {
+		return fmt.Errorf("default app: %w", err)
+	}
+	if err := ensureInstance(ctx, db, cfg, log); err != nil {
+		return fmt.Errorf("default instance: %w", err)
+	}
+	return nil
+}
+
+// NewApp returns an enabled app with fresh credentials and the default
+// options: client events on, subscription_count on, user-authentication
+// timeout off.
+func NewApp() storage.App {
+	return storage.App{
+		ID:                randomDigits(7),
+		Key:               RandomHex(10),
+		Secret:            RandomHex(10),
+		Enabled:           true,
+		ClientEvents:      true,
+		SubscriptionCount: true,
+	}
+}
+
+func ensureApp(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {
+	if cfg.AppID == "" {
+		n, err := db.CountApps(ctx)
+		if err != nil || n > 0 {
+			return err
+		}
+		app, err := db.CreateApp(ctx, NewApp())
+		if err != nil {
+			return err
+		}
+		log.Info("created the default Channels app; its credentials are logged only now (herald apps list shows them)",
+			zap.String("app_id", app.ID), zap.String("key", app.Key), zap.String("secret", app.Secret))
+		return nil
+	}
+	app, err := db.GetApp(ctx, cfg.AppID)
+	create := errors.Is(err, storage.ErrNotFound)
+	if err != nil && !create {
+		return err
+	}
+	if create {
+		app = NewApp()
+		app.ID = cfg.AppID
+	}
+	if cfg.AppKey != "" {
+		app.Key = cfg.AppKey
+	}
+	if cfg.AppSecret != "" {
+		app.Secret = cfg.AppSecret
+	}
+	if cfg.AppWebhookURL != "" && !hasWebhook(app, cfg.AppWebhookURL) {
+		app.Webhooks = append(app.Webhooks, storage.Webhook{URL: cfg.AppWebhookURL})
+	}
+	if create {
+		if app, err = db.CreateApp(ctx, app); err != nil {
+			return err
+		}
+		log.Info("created the Channels app from HERALD_APP_ID", zap.String("app_id", app.ID), zap.String("key", app.Key))
+		return nil
+	}
+	return db.UpdateApp(ctx, app)
+}
+
+func hasWebhook(app storage.App, url string) bool {
+	for _, w := range app.Webhooks {
+		if w.URL == url && len(w.EventTypes) == 0 && w.ChannelPrefix == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// NewInstance returns an enabled Push instance with a fresh id, secret key and
+// VAPID key pair.
+func NewInstance() (storage.Instance, error) {
+	pub, priv, err := NewVAPIDKeys()
+	if err != nil {
+		return storage.Instance{}, err
+	}
+	return storage.Instance{
+		ID:        NewUUID(),
+		SecretKey: hexUpper(32),
+		Enabled:   true,
+		VAPID:     storage.VAPIDConfig{PublicKey: pub, PrivateKey: priv},
+	}, nil
+}
+
+func ensureInstance(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {
+	var in storage.Instance
+	create := false
+	if cfg.InstanceID == "" {
+		list, err := db.ListInstances(ctx)
+		if err != nil {
+			return err
+		}
+		switch len(list) {
+		case 0:
+			if in, err = NewInstance(); err != nil {
+				return err
+			}
+			create = true
+		case 1:
+			in = list[0] // the gateway variables apply to the only instance
+		default:
+			if gatewayVarsSet(cfg) {
+				log.Warn("gateway variables ignored: several instances exist and HERALD_INSTANCE_ID does not name one")
+			}
+			return nil
+		}
+	} else {
+		var err error
+		in, err = db.GetInstance(ctx, cfg.InstanceID)
+		if create = errors.Is(err, storage.ErrNotFound); create {
+			if in, err = NewInstance(); err != nil {
+				return err
+			}
+			in.ID = cfg.InstanceID
+		} else if err != nil {
+			return err
+		}
+		if cfg.InstanceSecretKey != "" {
+			in.SecretKey = cfg.InstanceSecretKey
+		}
+	}
+	if err := applyGateways(&in, cfg); err != nil {
+		return err
+	}
+	if !create {
+		return db.UpdateInstance(ctx, in)
+	}
+	in, err := db.CreateInstance(ctx, in)
+	if err != nil {
+		return err
+	}
+	log.Info("created the Push instance; its secret key is logged only now (herald instances list shows it)",
+		zap.String("instance_id", in.ID), zap.String("secret_key", in.SecretKey))
+	return nil
+}
+
+func gatewayVarsSet(cfg config.Config) bool {
+	return cfg.APNsKeyFile != "" || cfg.APNsKeyID != "" || cfg.APNsTeamID != "" || cfg.APNsTopic != "" ||
+		cfg.APNsURL != "" || cfg.APNsCAFile != "" || cfg.FCMServiceAccountFile != "" || cfg.FCMURL != "" || cfg.VAPIDSubject != ""
+}
+
+// applyGateways copies the gateway variables that are set onto in, reading
+// the key, CA and service account files.
+func applyGateways(in *storage.Instance, cfg config.Config) error {
+	read := func(path string, dst *string) error {
+		if path == "" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		*dst = string(b)
+		return nil
+	}
+	set := func(v string, dst *string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	if err := errors.Join(
+		read(cfg.APNsKeyFile, &in.APNs.KeyPEM),
+		read(cfg.APNsCAFile, &in.APNs.CAPEM),
+		read(cfg.FCMServiceAccountFile, &in.FCM.ServiceAccountJSON),
+	); err != nil {
+		return err
+	}
+	set(cfg.APNsKeyID, &in.APNs.KeyID)
+	set(cfg.APNsTeamID, &in.APNs.TeamID)
+	set(cfg.APNsTopic, &in.APNs.Topic)
+	set(cfg.APNsURL, &in.APNs.URL)
+	set(cfg.FCMURL, &in.FCM.URL)
+	set(cfg.VAPIDSubject, &in.VAPID.Subject)
+	return nil
+}
+
+// NewVAPIDKeys returns a P-256 key pair for Web Push: the public key as the
+// base64url uncompressed point, the private key as the base64url scalar.
+func NewVAPIDKeys() (public, private string, err error) {
+	key, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString(key.PublicKey().Bytes()), enc.EncodeToString(key.Bytes()), nil
+}
+
+// NewUUID returns a random (version 4) UUID.
+func NewUUID() string {
+	var b [16]byte
+	mustRead(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// RandomHex returns n random bytes as lower-case hex.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	mustRead(b)
+	return hex.EncodeToString(b)
+}
+
+func hexUpper(n int) string {
+	b := make([]byte, n)
+	mustRead(b)
+	return fmt.Sprintf("%X", b)
+}
+
+func randomDigits(n int) string {
+	limit := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil)
+	lowest := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n-1)), nil)
+	v, err := rand.Int(rand.Reader, new(big.Int).Sub(limit, lowest))
+	if err != nil {
+		panic("bootstrap: crypto/rand failed: " + err.Error())
+	}
+	return v.Add(v, lowest).String()
+}
+
+func mustRead(b []byte) {
+	if _, err := rand.Read(b); err != nil {
+		panic("bootstrap: crypto/rand failed: " + err.Error())
+	}
+}

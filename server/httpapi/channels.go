@@ -1,0 +1,470 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/oapi-codegen/nullable"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/channels"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/signing"
+	"github.com/heraldrt/herald/storage"
+)
+
+// Limits of the Channels HTTP API (spec/channels.yaml states the same).
+const (
+	MaxEventDataBytes  = 10 * 1024
+	MaxTriggerChannels = 100
+	MaxBatchEvents     = 10
+	// MaxRequestBodyBytes caps what is read of any request body: ten batch
+	// events of 10 KB each with their names and channels fit easily.
+	MaxRequestBodyBytes = 256 * 1024
+)
+
+// appContextKey is where the authenticated app is kept on the gin context.
+const appContextKey = "herald.channels.app"
+
+// AppLookup finds Channels apps by their public key.
+type AppLookup interface {
+	ByKey(key string) *storage.App
+}
+
+// ChannelsAPI implements the Channels HTTP API over the hub.
+type ChannelsAPI struct {
+	hub  *hub.Hub
+	apps AppLookup
+	log  *zap.Logger
+	now  func() time.Time
+}
+
+var _ channels.StrictServerInterface = (*ChannelsAPI)(nil)
+
+// NewChannelsAPI returns the Channels HTTP API handler.
+func NewChannelsAPI(h *hub.Hub, apps AppLookup, log *zap.Logger) *ChannelsAPI {
+	return &ChannelsAPI{hub: h, apps: apps, log: log.Named("channels"), now: time.Now}
+}
+
+// Register mounts the API on r behind request authentication.
+func (api *ChannelsAPI) Register(r gin.IRouter) {
+	onError := errorHooks(api.log)
+	strict := channels.NewStrictHandlerWithOptions(api, nil, channels.StrictGinServerOptions{
+		RequestErrorHandlerFunc:  requestErrorHook,
+		HandlerErrorFunc:         onError,
+		ResponseErrorHandlerFunc: onError,
+	})
+	channels.RegisterHandlersWithOptions(r.Group("", api.authenticate), strict, channels.GinServerOptions{
+		ErrorHandler: paramErrorHook,
+	})
+}
+
+// authenticate reads the body (capped), checks the request signature and the
+// app, and leaves the app on the context for the handlers. It runs before the
+// generated parameter binding so that an unsigned request is refused with 401
+// whatever else is wrong with it.
+func (api *ChannelsAPI) authenticate(c *gin.Context) {
+	r := c.Request
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody {
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, MaxRequestBodyBytes))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeError(c, newError(http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than %d bytes.", MaxRequestBodyBytes))
+				return
+			}
+			writeError(c, badRequest("unreadable_body", "The request body could not be read."))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	params, err := signing.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(c, badRequest("invalid_query", "The query string is malformed: %s.", err.Error()))
+		return
+	}
+	key, ferr := params.Key()
+	if ferr != nil {
+		writeError(c, newError(http.StatusUnauthorized, ferr.Kind, "%s", ferr.Description))
+		return
+	}
+	app := api.apps.ByKey(key)
+	if app == nil {
+		writeError(c, newError(http.StatusUnauthorized, "unknown_auth_key", "The auth_key is not the key of any app."))
+		return
+	}
+	if app.ID != c.Param("app_id") {
+		writeError(c, newError(http.StatusUnauthorized, "auth_key_app_mismatch", "The auth_key belongs to another app than the app_id in the path."))
+		return
+	}
+	req := signing.Request{Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Body: body}
+	if ferr := signing.Verify(req, params, app.Secret, api.now()); ferr != nil {
+		writeError(c, newError(http.StatusUnauthorized, ferr.Kind, "%s", ferr.Description))
+		return
+	}
+	if !app.Enabled {
+		writeError(c, newError(http.StatusForbidden, "app_disabled", "The app is disabled."))
+		return
+	}
+	if len(body) > 0 {
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
+			return
+		}
+	}
+	c.Set(appContextKey, app)
+	c.Next()
+}
+
+// appFrom returns the app that authenticate put on the context.
+func appFrom(ctx context.Context) *storage.App {
+	return ctx.Value(appContextKey).(*storage.App)
+}
+
+// info is a parsed `info` parameter.
+type info struct {
+	userCount, subscriptionCount, cache bool
+}
+
+func (i info) any() bool { return i.userCount || i.subscriptionCount || i.cache }
+
+// parseInfo parses a comma-separated attribute list, allowing only the named
+// attributes.
+func parseInfo(s *string, allowed ...string) (info, error) {
+	var in info
+	if s == nil {
+		return in, nil
+	}
+	for _, attr := range strings.Split(*s, ",") {
+		attr = strings.TrimSpace(attr)
+		if attr == "" {
+			continue
+		}
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == attr
+		}
+		if !ok {
+			return in, badRequest("invalid_info", "info attribute %q is not available here; allowed: %s.", attr, strings.Join(allowed, ", "))
+		}
+		switch attr {
+		case "user_count":
+			in.userCount = true
+		case "subscription_count":
+			in.subscriptionCount = true
+		case "cache":
+			in.cache = true
+		}
+	}
+	return in, nil
+}
+
+// requireSubscriptionCount refuses subscription_count for apps that did not
+// enable it, as the source document says it is unavailable then.
+func requireSubscriptionCount(app *storage.App, in info) error {
+	if in.subscriptionCount && !app.SubscriptionCount {
+		return badRequest("subscription_count_disabled", "subscription_count is not enabled for this app.")
+	}
+	return nil
+}
+
+// attributes returns the requested counts of a channel that apply to its kind:
+// user_count on presence channels, subscription_count on the others.
+func (api *ChannelsAPI) attributes(appID, name string, in info) channels.ChannelAttributes {
+	var attrs channels.ChannelAttributes
+	if !in.userCount && !in.subscriptionCount {
+		return attrs
+	}
+	st := api.hub.Channel(appID, name)
+	presence := hub.IsPresence(name)
+	if in.userCount && presence {
+		attrs.UserCount = &st.Users
+	}
+	if in.subscriptionCount && !presence {
+		attrs.SubscriptionCount = &st.Subscriptions
+	}
+	return attrs
+}
+
+// event is one validated event to trigger.
+type event struct {
+	name, data, socketID string
+	channels             []string
+	info                 info
+}
+
+// validateEvent checks an event against the API's limits.
+func validateEvent(app *storage.App, name, data *string, chans []string, socketID, infoAttr *string) (event, error) {
+	var ev event
+	switch {
+	case name == nil || *name == "":
+		return ev, badRequest("missing_name", "The event name is required.")
+	case !hub.ValidEventName(*name):
+		return ev, badRequest("invalid_event_name", "Event names are 1 to %d characters and may not start with pusher: or pusher_internal:.", hub.MaxEventNameLength)
+	case data == nil:
+		return ev, badRequest("missing_data", "The event data is required.")
+	case len(*data) > MaxEventDataBytes:
+		return ev, newError(http.StatusRequestEntityTooLarge, "data_too_large", "Event data is %d bytes; the limit is %d.", len(*data), MaxEventDataBytes)
+	case len(chans) == 0:
+		return ev, badRequest("missing_channels", "Give the channels to trigger on in channels or channel.")
+	case len(chans) > MaxTriggerChannels:
+		return ev, badRequest("too_many_channels", "An event may name at most %d channels; this one names %d.", MaxTriggerChannels, len(chans))
+	}
+	seen := make(map[string]struct{}, len(chans))
+	for _, ch := range chans {
+		if !hub.ValidChannelName(ch) {
+			return ev, badRequest("invalid_channel_name", "Channel name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", ch, hub.MaxChannelNameLength)
+		}
+		if _, dup := seen[ch]; !dup {
+			seen[ch] = struct{}{}
+			ev.channels = append(ev.channels, ch)
+		}
+	}
+	if socketID != nil {
+		if !validSocketID(*socketID) {
+			return ev, badRequest("invalid_socket_id", "socket_id %q is not a socket identifier (two integers joined by a dot).", *socketID)
+		}
+		ev.socketID = *socketID
+	}
+	in, err := parseInfo(infoAttr, "user_count", "subscription_count")
+	if err != nil {
+		return ev, err
+	}
+	if err := requireSubscriptionCount(app, in); err != nil {
+		return ev, err
+	}
+	ev.name, ev.data, ev.info = *name, *data, in
+	return ev, nil
+}
+
+// validSocketID reports whether s looks like a socket_id: digits, a dot, digits.
+func validSocketID(s string) bool {
+	dot := strings.IndexByte(s, '.')
+	if dot <= 0 || dot == len(s)-1 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if i != dot && (s[i] < '0' || s[i] > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// publish hands the event to the hub, once per channel.
+func (api *ChannelsAPI) publish(appID string, ev event) {
+	for _, ch := range ev.channels {
+		_, cache := hub.ChannelKind(ch)
+		api.hub.Publish(hub.Message{AppID: appID, Channel: ch, Event: ev.name, Data: ev.data, ExcludeSocketID: ev.socketID, Cache: cache})
+	}
+}
+
+// TriggerEvent implements POST /apps/{app_id}/events.
+func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEventRequestObject) (channels.TriggerEventResponseObject, error) {
+	app := appFrom(ctx)
+	// Fields may come in the query string; one given in the body wins.
+	q, b := req.Params, req.Body
+	if b == nil {
+		b = &channels.TriggerEventRequest{}
+	}
+	name, data, socketID, infoAttr := pick(b.Name, q.Name), pick(b.Data, q.Data), pick(b.SocketId, q.SocketId), pick(b.Info, q.Info)
+	// channels and channel come together from the body when it names either.
+	list, single := q.Channels, q.Channel
+	if b.Channels != nil || b.Channel != nil {
+		list, single = b.Channels, b.Channel
+	}
+	if list != nil && single != nil {
+		return nil, badRequest("ambiguous_channels", "Give either channels or channel, not both.")
+	}
+	chans := channelList(list, single)
+	ev, err := validateEvent(app, name, data, chans, socketID, infoAttr)
+	if err != nil {
+		return nil, err
+	}
+	api.publish(app.ID, ev)
+	if !ev.info.any() {
+		return channels.TriggerEvent200JSONResponse{}, nil
+	}
+	out := make(map[string]channels.ChannelAttributes, len(ev.channels))
+	for _, ch := range ev.channels {
+		out[ch] = api.attributes(app.ID, ch, ev.info)
+	}
+	return channels.TriggerEvent200JSONResponse{Channels: &out}, nil
+}
+
+func pick[T any](first, second *T) *T {
+	if first != nil {
+		return first
+	}
+	return second
+}
+
+func channelList(list *[]string, single *string) []string {
+	if list != nil {
+		return *list
+	}
+	if single != nil {
+		return []string{*single}
+	}
+	return nil
+}
+
+// TriggerBatchEvents implements POST /apps/{app_id}/batch_events. The whole
+// batch is validated before any event is published, so a bad item triggers
+// nothing.
+func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.TriggerBatchEventsRequestObject) (channels.TriggerBatchEventsResponseObject, error) {
+	app := appFrom(ctx)
+	if req.Body == nil || req.Body.Batch == nil {
+		return nil, badRequest("missing_batch", "The body must be {\"batch\": [events]}.")
+	}
+	items := req.Body.Batch
+	switch {
+	case len(items) == 0:
+		return nil, badRequest("empty_batch", "The batch holds no events.")
+	case len(items) > MaxBatchEvents:
+		return nil, badRequest("too_many_events", "A batch holds at most %d events; this one holds %d.", MaxBatchEvents, len(items))
+	}
+	evs := make([]event, len(items))
+	withInfo := false
+	for i, it := range items {
+		ev, err := validateEvent(app, &it.Name, &it.Data, []string{it.Channel}, it.SocketId, it.Info)
+		if err != nil {
+			var apiErr *Error
+			if errors.As(err, &apiErr) {
+				apiErr.Description = "batch[" + strconv.Itoa(i) + "]: " + apiErr.Description
+			}
+			return nil, err
+		}
+		evs[i] = ev
+		withInfo = withInfo || ev.info.any()
+	}
+	for _, ev := range evs {
+		api.publish(app.ID, ev)
+	}
+	if !withInfo {
+		return channels.TriggerBatchEvents200JSONResponse{}, nil
+	}
+	out := make([]channels.ChannelAttributes, len(evs))
+	for i, ev := range evs {
+		out[i] = api.attributes(app.ID, ev.channels[0], ev.info)
+	}
+	return channels.TriggerBatchEvents200JSONResponse{Batch: &out}, nil
+}
+
+// ListChannels implements GET /apps/{app_id}/channels.
+func (api *ChannelsAPI) ListChannels(ctx context.Context, req channels.ListChannelsRequestObject) (channels.ListChannelsResponseObject, error) {
+	app := appFrom(ctx)
+	prefix := ""
+	if req.Params.FilterByPrefix != nil {
+		prefix = *req.Params.FilterByPrefix
+	}
+	in, err := parseInfo(req.Params.Info, "user_count")
+	if err != nil {
+		return nil, err
+	}
+	if in.userCount && !strings.HasPrefix(prefix, "presence-") {
+		return nil, badRequest("invalid_info", "user_count is only available when filter_by_prefix limits the list to presence- channels.")
+	}
+	list := api.hub.Channels(app.ID, prefix)
+	out := make(map[string]channels.ChannelAttributes, len(list))
+	for _, st := range list {
+		var attrs channels.ChannelAttributes
+		if in.userCount {
+			users := st.Users
+			attrs.UserCount = &users
+		}
+		out[st.Name] = attrs
+	}
+	return channels.ListChannels200JSONResponse{Channels: out}, nil
+}
+
+// GetChannel implements GET /apps/{app_id}/channels/{channel_name}.
+func (api *ChannelsAPI) GetChannel(ctx context.Context, req channels.GetChannelRequestObject) (channels.GetChannelResponseObject, error) {
+	app := appFrom(ctx)
+	name := req.ChannelName
+	if !hub.ValidChannelName(name) {
+		return nil, badRequest("invalid_channel_name", "Channel name %q is invalid.", name)
+	}
+	in, err := parseInfo(req.Params.Info, "user_count", "subscription_count", "cache")
+	if err != nil {
+		return nil, err
+	}
+	presence := hub.IsPresence(name)
+	_, cache := hub.ChannelKind(name)
+	switch {
+	case in.userCount && !presence:
+		return nil, badRequest("invalid_info", "user_count is only available on presence channels.")
+	case in.subscriptionCount && presence:
+		return nil, badRequest("invalid_info", "subscription_count is not available on presence channels; ask for user_count.")
+	case in.cache && !cache:
+		return nil, badRequest("invalid_info", "cache is only available on cache channels.")
+	}
+	if err := requireSubscriptionCount(app, in); err != nil {
+		return nil, err
+	}
+	st := api.hub.Channel(app.ID, name)
+	out := channels.GetChannel200JSONResponse{Occupied: st.Occupied}
+	if in.userCount {
+		out.UserCount = &st.Users
+	}
+	if in.subscriptionCount {
+		out.SubscriptionCount = &st.Subscriptions
+	}
+	if in.cache {
+		if data, ttl, ok := api.hub.CachedEvent(app.ID, name); ok {
+			out.Cache = nullable.NewNullableWithValue(channels.CacheInfo{Data: data, Ttl: int(ttl.Seconds())})
+		} else {
+			out.Cache = nullable.NewNullNullable[channels.CacheInfo]()
+		}
+	}
+	return out, nil
+}
+
+// ListPresenceUsers implements GET /apps/{app_id}/channels/{channel_name}/users.
+func (api *ChannelsAPI) ListPresenceUsers(ctx context.Context, req channels.ListPresenceUsersRequestObject) (channels.ListPresenceUsersResponseObject, error) {
+	app := appFrom(ctx)
+	name := req.ChannelName
+	if !hub.ValidChannelName(name) {
+		return nil, badRequest("invalid_channel_name", "Channel name %q is invalid.", name)
+	}
+	if !hub.IsPresence(name) {
+		return nil, badRequest("not_presence_channel", "Users can only be listed on presence- channels.")
+	}
+	ids := api.hub.PresenceUsers(app.ID, name)
+	users := make([]channels.PresenceUser, len(ids))
+	for i, id := range ids {
+		users[i] = channels.PresenceUser{Id: id}
+	}
+	return channels.ListPresenceUsers200JSONResponse{Users: users}, nil
+}
+
+// TerminateUserConnections implements POST /apps/{app_id}/users/{user_id}/terminate_connections.
+func (api *ChannelsAPI) TerminateUserConnections(ctx context.Context, req channels.TerminateUserConnectionsRequestObject) (channels.TerminateUserConnectionsResponseObject, error) {
+	app := appFrom(ctx)
+	// No body is needed; SDKs send {} and that is accepted.
+	if c, ok := ctx.(*gin.Context); ok {
+		body, _ := io.ReadAll(c.Request.Body)
+		if len(bytes.TrimSpace(body)) > 0 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(body, &obj); err != nil {
+				return nil, badRequest("invalid_body", "terminate_connections takes no body; send none or {}.")
+			}
+		}
+	}
+	if req.UserId == "" {
+		return nil, badRequest("missing_user_id", "The user id is required.")
+	}
+	api.hub.TerminateUser(app.ID, req.UserId)
+	return channels.TerminateUserConnections200JSONResponse{}, nil
+}

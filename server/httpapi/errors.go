@@ -1,0 +1,65 @@
+// Package httpapi is Herald's HTTP layer: the gin engine, the one error body,
+// and one handler type per API implementing its generated strict interface.
+// Handlers translate between generated types and the domain; they hold no SQL.
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/common"
+)
+
+// Error is an API error: an HTTP status and the body {"error","description"}.
+// Handlers return it as their error; the error hooks write it.
+type Error struct {
+	Status      int
+	Kind        string // short snake_case kind, the body's "error"
+	Description string // one sentence, the body's "description"
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Kind, e.Description) }
+
+func newError(status int, kind, format string, args ...any) *Error {
+	return &Error{Status: status, Kind: kind, Description: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(kind, format string, args ...any) *Error {
+	return newError(http.StatusBadRequest, kind, format, args...)
+}
+
+// writeError is the one function that writes an error body, used by every
+// failure path: handlers, generated error hooks, NoRoute, NoMethod, recovery.
+func writeError(c *gin.Context, e *Error) {
+	c.AbortWithStatusJSON(e.Status, common.Error{Error: e.Kind, Description: e.Description})
+}
+
+// errorHooks turns any error reaching a generated hook into the error body:
+// an *Error as it is, anything else as a logged 500 without internals.
+func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
+	return func(c *gin.Context, err error) {
+		var apiErr *Error
+		if errors.As(err, &apiErr) {
+			writeError(c, apiErr)
+			return
+		}
+		log.Error("request failed", zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err))
+		writeError(c, internalError)
+	}
+}
+
+var internalError = &Error{Status: http.StatusInternalServerError, Kind: "internal_error", Description: "The server failed to handle the request; it has been logged."}
+
+// requestErrorHook answers bodies and parameters that cannot be decoded.
+func requestErrorHook(c *gin.Context, err error) {
+	writeError(c, badRequest("invalid_request", "The request could not be decoded: %s.", err.Error()))
+}
+
+// paramErrorHook answers path or query parameters of the wrong format.
+func paramErrorHook(c *gin.Context, err error, status int) {
+	writeError(c, newError(status, "invalid_parameter", "%s.", err.Error()))
+}

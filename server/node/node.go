@@ -1,0 +1,112 @@
+// Package node assembles one Herald node from its parts (database, app
+// directory, hub, HTTP APIs) and runs it until it is shut down. The binary and
+// the in-process tests both start nodes through it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/appdir"
+	"github.com/heraldrt/herald/server/bootstrap"
+	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/httpapi"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/storage"
+)
+
+// How often the node looks for app changes made by `herald apps`, and sweeps
+// expired cache-channel events.
+const (
+	appReloadInterval = time.Second
+	cacheSweepEvery   = time.Minute
+)
+
+// Node is one running Herald server.
+type Node struct {
+	log  *zap.Logger
+	db   *storage.DB
+	apps *appdir.Directory
+	hub  *hub.Hub
+	http *http.Server
+
+	stop context.CancelFunc // stops the background loops
+	bg   sync.WaitGroup
+}
+
+// New opens the database, prepares the default app and instance, and wires the
+// APIs. It does not listen yet; see Serve.
+func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error) {
+	db, err := storage.Open(ctx, cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("opening database %s: %w", cfg.DB, err)
+	}
+	if err := bootstrap.Run(ctx, db, cfg, log); err != nil {
+		db.Close()
+		return nil, err
+	}
+	apps, err := appdir.New(ctx, db, log.Named("apps"))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("loading apps: %w", err)
+	}
+	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
+
+	engine := httpapi.NewEngine(log)
+	httpapi.NewChannelsAPI(n.hub, apps, log).Register(engine)
+	n.http = &http.Server{
+		Handler:           engine,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+
+	bgCtx, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	n.bg.Add(2)
+	go func() { defer n.bg.Done(); apps.Run(bgCtx, appReloadInterval) }()
+	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
+	return n, nil
+}
+
+// Hub is the node's channel registry.
+func (n *Node) Hub() *hub.Hub { return n.hub }
+
+// Serve answers requests on ln until Shutdown. It returns nil after a
+// graceful shutdown.
+func (n *Node) Serve(ln net.Listener) error {
+	n.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	if err := n.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests, waits for those in flight (until ctx
+// ends), stops the background loops and closes the database.
+func (n *Node) Shutdown(ctx context.Context) error {
+	err := n.http.Shutdown(ctx)
+	n.stop()
+	n.bg.Wait()
+	return errors.Join(err, n.db.Close())
+}
+
+func (n *Node) sweepCache(ctx context.Context) {
+	t := time.NewTicker(cacheSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.hub.SweepCache()
+		}
+	}
+}
