@@ -123,6 +123,7 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 			return
 		}
 	}
+	r.URL.RawQuery = signing.WithoutAuth(r.URL.RawQuery)
 	c.Set(appContextKey, app)
 	c.Next()
 }

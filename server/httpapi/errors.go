@@ -4,9 +4,12 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"reflect"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -54,9 +57,39 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 
 var internalError = &Error{Status: http.StatusInternalServerError, Kind: "internal_error", Description: "The server failed to handle the request; it has been logged."}
 
-// requestErrorHook answers bodies and parameters that cannot be decoded.
+// requestErrorHook answers bodies that cannot be decoded, naming the field
+// and the type it needs without Go's internals.
 func requestErrorHook(c *gin.Context, err error) {
-	writeError(c, badRequest("invalid_request", "The request could not be decoded: %s.", err.Error()))
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		writeError(c, badRequest("invalid_request", "Field %q must be %s, not %s.", typeErr.Field, jsonKind(typeErr.Type.Kind()), typeErr.Value))
+	case errors.As(err, &typeErr):
+		writeError(c, badRequest("invalid_request", "The body must be a JSON object, not %s.", typeErr.Value))
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(c, badRequest("invalid_request", "The body is not valid JSON."))
+	case errors.Is(err, io.EOF):
+		writeError(c, badRequest("invalid_request", "The request needs a JSON body."))
+	default:
+		writeError(c, badRequest("invalid_request", "The request body could not be decoded."))
+	}
+}
+
+// jsonKind names a Go kind the way a JSON author thinks of it.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	default:
+		return "a number"
+	}
 }
 
 // paramErrorHook answers path or query parameters of the wrong format.

@@ -179,7 +179,8 @@ func Verify(req Request, p Params, secret string, now time.Time) *Error {
 	if err != nil {
 		return fail(KindBadTimestamp, "auth_timestamp must be an integer number of seconds since the Unix epoch.")
 	}
-	if skew := now.Sub(time.Unix(sec, 0)); skew > MaxClockSkew || skew < -MaxClockSkew {
+	// Whole seconds on both sides, as the timestamp has no finer resolution.
+	if skew := now.Unix() - sec; skew > int64(MaxClockSkew/time.Second) || skew < -int64(MaxClockSkew/time.Second) {
 		return fail(KindBadTimestamp, "auth_timestamp is more than %d seconds away from the server's time (%d); check the client's clock.", int(MaxClockSkew.Seconds()), now.Unix())
 	}
 	md5sum, hasMD5 := p.Get("body_md5")
@@ -242,4 +243,26 @@ func RequestSigner(key, secret string) func(ctx context.Context, req *http.Reque
 		req.URL.RawQuery = SignQuery(req.Method, req.URL.EscapedPath(), req.URL.Query(), body, key, secret, time.Now())
 		return nil
 	}
+}
+
+// WithoutAuth returns raw (a query string) without the signing parameters
+// (auth_key, auth_timestamp, auth_version, auth_signature, body_md5). Once a
+// request is verified they are spent; dropping them keeps later query parsing
+// (done per parameter by generated binders) cheap.
+func WithoutAuth(raw string) string {
+	var b strings.Builder
+	for raw != "" {
+		var part string
+		part, raw, _ = strings.Cut(raw, "&")
+		key, _, _ := strings.Cut(part, "=")
+		switch strings.ToLower(key) {
+		case "", "auth_key", "auth_timestamp", "auth_version", "auth_signature", "body_md5":
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
 }

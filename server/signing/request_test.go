@@ -190,3 +190,10 @@ func FuzzVerifyChannelAuth(f *testing.F) {
 		}
 	})
 }
+
+func TestWithoutAuth(t *testing.T) {
+	got := WithoutAuth("auth_key=k&name=e&Auth_Timestamp=1&auth_version=1.0&channels%5B%5D=a&body_md5=x&auth_signature=s&&data=d")
+	if want := "name=e&channels%5B%5D=a&data=d"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
