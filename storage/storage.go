@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
-	"path"
 	"runtime"
 	"strconv"
 	"strings"
@@ -120,12 +119,13 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	) STRICT`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	names, err := fs.Glob(migrations, "migrations/*.sql") // sorted by name
+	entries, err := fs.ReadDir(migrations, "migrations") // sorted by name
 	if err != nil {
 		return err
 	}
 	prev := 0
-	for _, name := range names {
+	for _, e := range entries {
+		name := e.Name()
 		version, err := migrationVersion(name)
 		if err != nil {
 			return err
@@ -143,7 +143,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 
 // migrationVersion parses the number in front of a name like "0001_init.sql".
 func migrationVersion(name string) (int, error) {
-	prefix, _, ok := strings.Cut(path.Base(name), "_")
+	prefix, _, ok := strings.Cut(name, "_")
 	version, err := strconv.Atoi(prefix)
 	if !ok || err != nil || version <= 0 {
 		return 0, fmt.Errorf("migration %s: name must start with a positive number and '_'", name)
@@ -152,7 +152,7 @@ func migrationVersion(name string) (int, error) {
 }
 
 func applyMigration(ctx context.Context, db *sql.DB, version int, name string) error {
-	script, err := migrations.ReadFile(name)
+	script, err := migrations.ReadFile("migrations/" + name)
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func newTestServer(t *testing.T) *testServer {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	h := hub.New(log)
 	engine := NewEngine(log)
-	spec := newSpecChecker(t, channels.GetSwagger)
+	spec := newSpecChecker(t, channels.GetSpec)
 	engine.Use(spec.middleware)
 	NewChannelsAPI(h, testApps, log).Register(engine)
 	srv := httptest.NewServer(engine)

@@ -109,8 +109,9 @@ func TestGoServerSDK(t *testing.T) {
 		}
 		frames(t, bob)
 	})
-	t.Run("TriggerExclusive", func(t *testing.T) {
-		if err := client.TriggerExclusive("news", "e", "x", alice.SocketID()); err != nil {
+	t.Run("TriggerWithSocketID", func(t *testing.T) {
+		socketID := alice.SocketID()
+		if _, err := client.TriggerWithParams("news", "e", "x", pusher.TriggerParams{SocketID: &socketID}); err != nil {
 			t.Fatal(err)
 		}
 		if got := frames(t, alice); got != "" {

@@ -1,0 +1,216 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+)
+
+// openTestDB opens a database in a fresh temporary directory and closes it
+// when the test ends.
+func openTestDB(t *testing.T) *DB {
+	t.Helper()
+	return openTestDBAt(t, filepath.Join(t.TempDir(), "herald.db"))
+}
+
+func openTestDBAt(t *testing.T, path string) *DB {
+	t.Helper()
+	db, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return db
+}
+
+// check fails the test when got differs from want (compared deeply).
+func check[T any](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: got %+v, want %+v", what, got, want)
+	}
+}
+
+// checkErr fails the test unless errors.Is(err, want); want nil means no error.
+func checkErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: got error %v, want %v", what, err, want)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		db := openTestDB(t)
+		var journalMode string
+		var foreignKeys, synchronous int
+		row := db.writer.QueryRowContext(t.Context(), "SELECT * FROM pragma_journal_mode, pragma_foreign_keys, pragma_synchronous")
+		if err := row.Scan(&journalMode, &foreignKeys, &synchronous); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "journal_mode", journalMode, "wal")
+		check(t, "foreign_keys", foreignKeys, 1)
+		check(t, "synchronous", synchronous, 1) // NORMAL
+	})
+
+	t.Run("ReadersAreReadOnly", func(t *testing.T) {
+		db := openTestDB(t)
+		_, err := db.reader.ExecContext(t.Context(), "DELETE FROM apps")
+		if err == nil {
+			t.Fatal("DELETE on a reader connection: got no error")
+		}
+	})
+
+	t.Run("MigrationsIdempotent", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "herald.db")
+		first, err := Open(t.Context(), path)
+		if err != nil {
+			t.Fatalf("first Open: %v", err)
+		}
+		want, err := first.CreateApp(t.Context(), testApp("1", "key1"))
+		checkErr(t, "CreateApp", err, nil)
+		checkErr(t, "first Close", first.Close(), nil)
+
+		db := openTestDBAt(t, path)
+		got, err := db.GetApp(t.Context(), "1")
+		checkErr(t, "GetApp after reopen", err, nil)
+		check(t, "app after reopen", got, want)
+
+		files, err := fs.Glob(migrations, "migrations/*.sql")
+		checkErr(t, "Glob", err, nil)
+		var applied int
+		if err := db.reader.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM schema_migrations").Scan(&applied); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "applied migrations", applied, len(files))
+	})
+
+	t.Run("PathWithURISyntax", func(t *testing.T) {
+		dir := t.TempDir()
+		db := openTestDBAt(t, filepath.Join(dir, "a b?c#d%20.db"))
+		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
+		checkErr(t, "CreateApp", err, nil)
+		matches, err := filepath.Glob(filepath.Join(dir, "*.db"))
+		checkErr(t, "Glob", err, nil)
+		check(t, "files", matches, []string{filepath.Join(dir, "a b?c#d%20.db")})
+	})
+}
+
+func TestDataVersion(t *testing.T) {
+	t.Run("ChangesAfterWriteFromOtherDB", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "herald.db")
+		server := openTestDBAt(t, path)
+		cli := openTestDBAt(t, path)
+
+		v0, err := server.DataVersion(t.Context())
+		checkErr(t, "DataVersion", err, nil)
+		_, err = cli.CreateApp(t.Context(), testApp("1", "key1"))
+		checkErr(t, "CreateApp", err, nil)
+		v1, err := server.DataVersion(t.Context())
+		checkErr(t, "DataVersion", err, nil)
+		if v1 == v0 {
+			t.Fatalf("DataVersion after app created by another DB: still %d", v1)
+		}
+
+		_, err = cli.CreateInstance(t.Context(), testInstance(instanceID))
+		checkErr(t, "CreateInstance", err, nil)
+		v2, err := server.DataVersion(t.Context())
+		checkErr(t, "DataVersion", err, nil)
+		if v2 == v1 {
+			t.Fatalf("DataVersion after instance created by another DB: still %d", v2)
+		}
+	})
+
+	t.Run("UnchangedByReads", func(t *testing.T) {
+		db := openTestDB(t)
+		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
+		checkErr(t, "CreateApp", err, nil)
+		v0, err := db.DataVersion(t.Context())
+		checkErr(t, "DataVersion", err, nil)
+		_, err = db.ListApps(t.Context())
+		checkErr(t, "ListApps", err, nil)
+		v1, err := db.DataVersion(t.Context())
+		checkErr(t, "DataVersion", err, nil)
+		check(t, "DataVersion after a read", v1, v0)
+	})
+}
+
+// TestConcurrentReadsWhileWriting reads apps while another goroutine rewrites them; every
+// read must see an app and its webhooks from the same commit. Run with -race.
+func TestConcurrentReadsWhileWriting(t *testing.T) {
+	db := openTestDB(t)
+	ctx := t.Context()
+	// MaxConnections always equals the number of webhooks, which the readers
+	// check.
+	app := testApp("1", "key1")
+	app.MaxConnections = len(app.Webhooks)
+	_, err := db.CreateApp(ctx, app)
+	checkErr(t, "CreateApp", err, nil)
+
+	const writes = 50
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		for i := range writes {
+			app := testApp("1", "key1")
+			app.MaxConnections = i % 4
+			app.Webhooks = nil
+			for j := range app.MaxConnections {
+				app.Webhooks = append(app.Webhooks, Webhook{URL: fmt.Sprintf("https://example.com/%d/%d", i, j)})
+			}
+			if err := db.UpdateApp(ctx, app); err != nil {
+				t.Errorf("UpdateApp: %v", err)
+				return
+			}
+			if _, err := db.CreateInstance(ctx, testInstance(fmt.Sprintf("instance-%d", i))); err != nil {
+				t.Errorf("CreateInstance: %v", err)
+				return
+			}
+		}
+	})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				apps, err := db.ListApps(ctx)
+				if err != nil {
+					t.Errorf("ListApps: %v", err)
+					return
+				}
+				app, err := db.GetAppByKey(ctx, "key1")
+				if err != nil {
+					t.Errorf("GetAppByKey: %v", err)
+					return
+				}
+				for _, a := range append(apps, app) {
+					if len(a.Webhooks) != a.MaxConnections {
+						t.Errorf("app read mid-update: %d webhooks, MaxConnections %d", len(a.Webhooks), a.MaxConnections)
+						return
+					}
+				}
+				if _, err := db.ListInstances(ctx); err != nil {
+					t.Errorf("ListInstances: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	n, err := db.CountInstances(ctx)
+	checkErr(t, "CountInstances", err, nil)
+	check(t, "instances", n, writes)
+}
