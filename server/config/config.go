@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -42,6 +43,10 @@ type Config struct {
 	FCMServiceAccountFile string // HERALD_FCM_SERVICE_ACCOUNT_FILE
 	FCMURL                string // HERALD_FCM_URL: default https://fcm.googleapis.com
 	VAPIDSubject          string // HERALD_VAPID_SUBJECT: mailto: or https: URI
+
+	// WebSocket tuning.
+	ActivityTimeout time.Duration // HERALD_ACTIVITY_TIMEOUT: idle time before the server pings a client; default 120s
+	PongTimeout     time.Duration // HERALD_PONG_TIMEOUT: time a pinged client has to answer; default 30s
 }
 
 // Defaults.
@@ -81,6 +86,21 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Addr, "addr", env("HERALD_ADDR", DefaultAddr), "listen address (HERALD_ADDR)")
 	fs.StringVar(&c.DB, "db", env("HERALD_DB", DefaultDB), "SQLite database file (HERALD_DB)")
+	var durErrs []error
+	duration := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				durErrs = append(durErrs, fmt.Errorf("%s must be a positive duration such as 30s, not %q", name, v))
+			}
+			*dst = d
+		}
+	}
+	duration("HERALD_ACTIVITY_TIMEOUT", &c.ActivityTimeout)
+	duration("HERALD_PONG_TIMEOUT", &c.PongTimeout)
+	if err := errors.Join(durErrs...); err != nil {
+		return Config{}, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -100,6 +120,9 @@ func (c Config) validate() error {
 	}
 	if c.AppID == "" && (c.AppKey != "" || c.AppSecret != "" || c.AppWebhookURL != "") {
 		errs = append(errs, errors.New("HERALD_APP_KEY, HERALD_APP_SECRET and HERALD_APP_WEBHOOK_URL need HERALD_APP_ID"))
+	}
+	if c.AppWebhookURL != "" && !strings.HasPrefix(c.AppWebhookURL, "http://") && !strings.HasPrefix(c.AppWebhookURL, "https://") {
+		errs = append(errs, fmt.Errorf("HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL, not %q", c.AppWebhookURL))
 	}
 	if c.InstanceID == "" && c.InstanceSecretKey != "" {
 		errs = append(errs, errors.New("HERALD_INSTANCE_SECRET_KEY needs HERALD_INSTANCE_ID"))

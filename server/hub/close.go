@@ -21,3 +21,7 @@ var (
 	CloseShuttingDown        = CloseReason{4200, "Server is shutting down; please reconnect"}
 	ClosePongTimeout         = CloseReason{4201, "Pong reply not received in time"}
 )
+
+// closeGone is the internal reason for a connection whose client went away:
+// there is nobody left to tell, so nothing is sent.
+var closeGone = CloseReason{0, "client went away"}

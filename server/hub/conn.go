@@ -61,6 +61,25 @@ func (c *Conn) SocketID() string { return c.socketID }
 // AppID is the id of the app the connection belongs to.
 func (c *Conn) AppID() string { return c.app.id }
 
+// Subscription reports whether c is subscribed to the channel and, on a
+// presence channel, as which user.
+func (c *Conn) Subscription(name string) (userID string, ok bool) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	sub := c.channels[name]
+	if sub == nil {
+		return "", false
+	}
+	return sub.userID, true
+}
+
+// SubscriptionCount is the number of channels c is subscribed to.
+func (c *Conn) SubscriptionCount() int {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	return len(c.channels)
+}
+
 // UserID is the user the connection signed in as, or "".
 func (c *Conn) UserID() string {
 	c.subMu.Lock()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/appdir"
@@ -36,6 +37,7 @@ type Node struct {
 	apps *appdir.Directory
 	hub  *hub.Hub
 	http *http.Server
+	ws   *hub.SocketHandler
 
 	stop context.CancelFunc // stops the background loops
 	bg   sync.WaitGroup
@@ -61,6 +63,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 
 	engine := httpapi.NewEngine(log)
 	httpapi.NewChannelsAPI(n.hub, apps, log).Register(engine)
+	n.ws = hub.NewSocketHandler(n.hub, apps, log.Named("ws"), hub.SocketOptions{
+		ActivityTimeout: cfg.ActivityTimeout,
+		PongTimeout:     cfg.PongTimeout,
+	})
+	engine.GET("/app/:key", gin.WrapH(n.ws))
 	n.http = &http.Server{
 		Handler:           engine,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -76,6 +83,9 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 	return n, nil
 }
 
+// Sockets is the node's WebSocket endpoint.
+func (n *Node) Sockets() *hub.SocketHandler { return n.ws }
+
 // Hub is the node's channel registry.
 func (n *Node) Hub() *hub.Hub { return n.hub }
 
@@ -90,9 +100,11 @@ func (n *Node) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops accepting requests, waits for those in flight (until ctx
-// ends), stops the background loops and closes the database.
+// ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
+// later), stops the background loops and closes the database.
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.http.Shutdown(ctx)
+	err = errors.Join(err, n.ws.Shutdown(ctx))
 	n.stop()
 	n.bg.Wait()
 	return errors.Join(err, n.db.Close())

@@ -1,0 +1,567 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/storage"
+)
+
+// SocketOptions tune the WebSocket side. Zero values take the defaults.
+type SocketOptions struct {
+	// ActivityTimeout is sent to clients as activity_timeout; a client silent
+	// this long is pinged by the server. Default 120 s.
+	ActivityTimeout time.Duration
+	// PongTimeout is how long a pinged client has to answer before it is
+	// closed with 4201. Default 30 s.
+	PongTimeout time.Duration
+	// MaxQueueBytes bounds each connection's outbound queue; a client that
+	// falls further behind is closed with 4100. Default 1 MiB.
+	MaxQueueBytes int
+	// WriteTimeout bounds one socket write; a client that does not read for
+	// this long is dropped. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxMessageBytes is the largest client message handled; larger ones are
+	// answered with pusher:error and dropped. Default 16 KiB.
+	MaxMessageBytes int
+	// MaxChannelsPerConn bounds one connection's subscriptions. Default 1000.
+	MaxChannelsPerConn int
+}
+
+func (o SocketOptions) withDefaults() SocketOptions {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.ActivityTimeout, 120*time.Second)
+	def(&o.PongTimeout, 30*time.Second)
+	def(&o.WriteTimeout, 10*time.Second)
+	defInt(&o.MaxQueueBytes, DefaultMaxQueueBytes)
+	defInt(&o.MaxMessageBytes, 16*1024)
+	defInt(&o.MaxChannelsPerConn, 1000)
+	return o
+}
+
+// Limits of client messages.
+const (
+	// MaxClientEventDataBytes is the largest client event data relayed.
+	MaxClientEventDataBytes = 10 * 1024
+	// ClientEventsPerSecond is the client event rate allowed per connection.
+	ClientEventsPerSecond = 10
+	// hardReadLimit is where the WebSocket library gives up on a message and
+	// closes the connection (1009); below it, oversized messages are only
+	// refused with a pusher:error.
+	hardReadLimit = 1 << 20
+)
+
+// AppLookup finds apps for the socket side.
+type AppLookup interface {
+	ByKey(key string) *storage.App
+	ByID(id string) *storage.App
+}
+
+// SocketHandler serves GET /app/<key>: the Pusher WebSocket protocol 7.
+type SocketHandler struct {
+	hub  *Hub
+	apps AppLookup
+	log  *zap.Logger
+	opts SocketOptions
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	closing  bool
+	wg       sync.WaitGroup
+
+	slowClosed atomic.Int64
+}
+
+// NewSocketHandler returns the WebSocket endpoint over h.
+func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOptions) *SocketHandler {
+	return &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{})}
+}
+
+// SlowConsumersClosed is how many connections were closed with 4100 because
+// they could not keep up.
+func (s *SocketHandler) SlowConsumersClosed() int64 { return s.slowClosed.Load() }
+
+// Sessions is the number of open WebSocket connections.
+func (s *SocketHandler) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// session is one WebSocket connection: the registry's Conn plus the socket,
+// its writer goroutine and its idle timer.
+type session struct {
+	s     *SocketHandler
+	conn  *Conn
+	ws    *websocket.Conn
+	appID string
+	key   string
+
+	lastActivity atomic.Int64 // unix nanoseconds of the last client message
+	pingSent     atomic.Bool
+	idle         *time.Timer
+
+	// Client event rate limiting; touched only by the reader goroutine.
+	rateWindow time.Time
+	rateCount  int
+}
+
+// ServeHTTP upgrades the request and runs the connection until it ends. The
+// key is the last path segment (/app/<key>).
+func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// Pusher has no origin policy: browsers connect from any site and the
+		// app key is public. Private data is guarded by channel authorization.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return // Accept has answered the HTTP request
+	}
+	ws.SetReadLimit(hardReadLimit)
+	key := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	app := s.apps.ByKey(key)
+	switch {
+	case r.URL.Query().Get("protocol") != "7":
+		s.reject(ws, CloseUnsupportedProtocol)
+		return
+	case app == nil:
+		s.reject(ws, CloseUnknownApp)
+		return
+	case !app.Enabled:
+		s.reject(ws, CloseAppDisabled)
+		return
+	}
+	conn, err := s.hub.Connect(app.ID, app.MaxConnections, s.opts.MaxQueueBytes)
+	if err != nil {
+		s.reject(ws, CloseOverConnectionQuota)
+		return
+	}
+	sess := &session{s: s, conn: conn, ws: ws, appID: app.ID, key: app.Key}
+	if !s.add(sess) {
+		s.hub.Remove(conn)
+		s.reject(ws, CloseShuttingDown)
+		return
+	}
+	defer s.remove(sess)
+	sess.run()
+}
+
+// reject tells a client why it cannot connect, as a pusher:error and as the
+// close code, and closes.
+func (s *SocketHandler) reject(ws *websocket.Conn, reason CloseReason) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
+	defer cancel()
+	_ = ws.Write(ctx, websocket.MessageText, errorFrame(reason.Code, reason.Message))
+	_ = ws.Close(websocket.StatusCode(reason.Code), reason.Message)
+}
+
+func (s *SocketHandler) add(sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.sessions[sess] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *SocketHandler) remove(sess *session) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Shutdown closes every connection with 4200 (reconnect) and waits until they
+// are gone or ctx ends. New connections are refused from now on.
+func (s *SocketHandler) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for sess := range s.sessions {
+		sess.conn.Close(CloseShuttingDown)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run serves the connection: the writer in its own goroutine, the reader in
+// this one. It returns when both are done.
+func (sess *session) run() {
+	sess.touch()
+	sess.idle = time.AfterFunc(sess.s.opts.ActivityTimeout, sess.onIdle)
+	sess.conn.Send(jsonFrame("pusher:connection_established", "", struct {
+		SocketID        string `json:"socket_id"`
+		ActivityTimeout int    `json:"activity_timeout"`
+	}{sess.conn.SocketID(), int(sess.s.opts.ActivityTimeout / time.Second)}))
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		sess.writeLoop()
+	}()
+	sess.readLoop()
+
+	sess.idle.Stop()
+	sess.s.hub.Remove(sess.conn)
+	sess.conn.Close(closeGone) // stops the writer if it is still waiting
+	<-writerDone
+	_ = sess.ws.CloseNow()
+}
+
+// writeLoop is the connection's only writer: it drains the queue onto the
+// socket and, once the connection is closing, sends the reason and closes.
+func (sess *session) writeLoop() {
+	var frames [][]byte
+	for range sess.conn.Wake() {
+		var reason *CloseReason
+		frames, reason = sess.conn.Take(frames[:0])
+		for i, f := range frames {
+			if err := sess.write(f); err != nil {
+				_ = sess.ws.CloseNow()
+				return
+			}
+			frames[i] = nil
+		}
+		if reason == nil {
+			continue
+		}
+		if reason.Code == CloseOverCapacity.Code {
+			sess.s.slowClosed.Add(1)
+		}
+		if reason.Code != 0 {
+			_ = sess.write(errorFrame(reason.Code, reason.Message))
+			// Close waits for the client's close frame, which the reader
+			// goroutine receives; the reader then cleans up.
+			_ = sess.ws.Close(websocket.StatusCode(reason.Code), reason.Message)
+		} else {
+			_ = sess.ws.CloseNow()
+		}
+		return
+	}
+}
+
+func (sess *session) write(frame []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), sess.s.opts.WriteTimeout)
+	defer cancel()
+	return sess.ws.Write(ctx, websocket.MessageText, frame)
+}
+
+// touch records client activity, which postpones the server's ping.
+func (sess *session) touch() {
+	sess.lastActivity.Store(time.Now().UnixNano())
+	sess.pingSent.Store(false)
+}
+
+// onIdle runs on the idle timer: ping a client silent for the activity
+// timeout, close one that did not answer the ping in time.
+func (sess *session) onIdle() {
+	opts := sess.s.opts
+	idleFor := time.Since(time.Unix(0, sess.lastActivity.Load()))
+	switch {
+	case idleFor < opts.ActivityTimeout && !sess.pingSent.Load():
+		sess.idle.Reset(opts.ActivityTimeout - idleFor)
+	case !sess.pingSent.Load():
+		sess.pingSent.Store(true)
+		sess.conn.Send(pingFrame)
+		sess.idle.Reset(opts.PongTimeout)
+	default:
+		sess.conn.Close(ClosePongTimeout)
+	}
+}
+
+var (
+	pingFrame = eventFrame("pusher:ping", "", "{}", "")
+	pongFrame = eventFrame("pusher:pong", "", "{}", "")
+)
+
+// clientMessage is a frame sent by a client.
+type clientMessage struct {
+	Event   string          `json:"event"`
+	Channel string          `json:"channel"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// readLoop handles client messages until the socket fails or closes.
+func (sess *session) readLoop() {
+	for {
+		typ, r, err := sess.ws.Reader(context.Background())
+		if err != nil {
+			return
+		}
+		sess.touch()
+		if sess.pingSent.Load() {
+			sess.pingSent.Store(false)
+		}
+		buf, tooBig, err := readMessage(r, sess.s.opts.MaxMessageBytes)
+		if err != nil {
+			return
+		}
+		switch {
+		case typ != websocket.MessageText:
+			sess.sendError(0, "Binary frames are not supported; send JSON text.")
+		case tooBig:
+			sess.sendError(0, "Message too large: the limit is "+itoa(sess.s.opts.MaxMessageBytes)+" bytes.")
+		default:
+			sess.handle(buf)
+		}
+	}
+}
+
+// sendError queues a non-fatal pusher:error; code 0 is sent as null, as
+// Pusher does for protocol misuse that has no code of its own.
+func (sess *session) sendError(code int, message string) {
+	sess.conn.Send(errorFrame(code, message))
+}
+
+// handle dispatches one client message.
+func (sess *session) handle(raw []byte) {
+	msg, err := parseClientMessage(raw)
+	if err != nil {
+		sess.sendError(0, err.Error())
+		return
+	}
+	switch {
+	case msg.Event == "pusher:ping":
+		sess.conn.Send(pongFrame)
+	case msg.Event == "pusher:pong":
+		// activity already recorded
+	case msg.Event == "pusher:subscribe":
+		sess.subscribe(msg)
+	case msg.Event == "pusher:unsubscribe":
+		sess.unsubscribe(msg)
+	case strings.HasPrefix(msg.Event, "client-"):
+		sess.clientEvent(msg)
+	default:
+		sess.sendError(0, "Unsupported event received on socket: "+truncate(msg.Event, 64))
+	}
+}
+
+// parseClientMessage decodes a client frame; it must be a JSON object with a
+// string event.
+func parseClientMessage(raw []byte) (clientMessage, error) {
+	var msg clientMessage
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return msg, errors.New("Invalid message: expected a JSON object with an event")
+	}
+	if msg.Event == "" {
+		return msg, errors.New("Invalid message: the event field is missing")
+	}
+	return msg, nil
+}
+
+// subscribeData is the data of pusher:subscribe.
+type subscribeData struct {
+	Channel     string `json:"channel"`
+	Auth        string `json:"auth"`
+	ChannelData string `json:"channel_data"`
+}
+
+// decodeData unmarshals a message's data into v, accepting both an object
+// and a JSON string holding one (clients send either).
+func decodeData(data json.RawMessage, v any) error {
+	var s string
+	if len(data) > 0 && data[0] == '"' {
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		data = json.RawMessage(s)
+	}
+	return json.Unmarshal(data, v)
+}
+
+// channelData is the channel_data of a presence subscription.
+type channelData struct {
+	UserID   json.RawMessage `json:"user_id"`
+	UserInfo json.RawMessage `json:"user_info"`
+}
+
+// userIDString accepts a user_id given as a string or a number.
+func userIDString(raw json.RawMessage) (string, bool) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, s != ""
+	}
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err == nil {
+		return n.String(), true
+	}
+	return "", false
+}
+
+func (sess *session) subscriptionError(channel, typ, message string, status int) {
+	sess.conn.Send(jsonFrame("pusher:subscription_error", channel, struct {
+		Type   string `json:"type"`
+		Error  string `json:"error"`
+		Status int    `json:"status"`
+	}{typ, message, status}))
+}
+
+func (sess *session) subscribe(msg clientMessage) {
+	var d subscribeData
+	if err := decodeData(msg.Data, &d); err != nil || d.Channel == "" {
+		sess.sendError(0, "Invalid pusher:subscribe: data must hold the channel name")
+		return
+	}
+	name := d.Channel
+	if !ValidChannelName(name) {
+		sess.subscriptionError(name, "InvalidChannel", "Invalid channel name: use 1 to 200 characters of A-Z a-z 0-9 _ - = @ , . ;", 400)
+		return
+	}
+	app := sess.s.apps.ByID(sess.appID)
+	if app == nil || !app.Enabled {
+		sess.conn.Close(CloseAppDisabled)
+		return
+	}
+	if _, already := sess.conn.Subscription(name); !already && sess.conn.SubscriptionCount() >= sess.s.opts.MaxChannelsPerConn {
+		sess.subscriptionError(name, "LimitReached", "This connection is subscribed to the maximum of "+itoa(sess.s.opts.MaxChannelsPerConn)+" channels.", 403)
+		return
+	}
+	kind, _ := ChannelKind(name)
+	opts := SubscribeOptions{MaxMembers: app.MaxPresenceMembers}
+	switch kind {
+	case ServerToUser:
+		// Only the connection's own signed-in user, and only after sign-in.
+		if user := sess.conn.UserID(); user == "" || name != ServerToUserPrefix+user {
+			sess.subscriptionError(name, "AuthError", "Server-to-user channels are only for the signed-in user's own id.", 403)
+			return
+		}
+	case Private, PrivateEncrypted:
+		if !verifyChannelAuth(d.Auth, app, sess.conn.SocketID(), name, "") {
+			sess.subscriptionError(name, "AuthError", "Invalid signature: the auth string does not authorize this socket for this channel.", 401)
+			return
+		}
+	case Presence:
+		if !verifyChannelAuth(d.Auth, app, sess.conn.SocketID(), name, d.ChannelData) {
+			sess.subscriptionError(name, "AuthError", "Invalid signature: the auth string does not authorize this socket and channel_data for this channel.", 401)
+			return
+		}
+		var pd channelData
+		if err := json.Unmarshal([]byte(d.ChannelData), &pd); err != nil {
+			sess.subscriptionError(name, "AuthError", "Invalid channel_data: it must be a JSON object with a user_id.", 400)
+			return
+		}
+		userID, ok := userIDString(pd.UserID)
+		if !ok {
+			sess.subscriptionError(name, "AuthError", "Invalid channel_data: user_id must be a non-empty string or a number.", 400)
+			return
+		}
+		if len(pd.UserInfo) > app.MaxPresenceUserInfoBytes {
+			sess.subscriptionError(name, "LimitReached", "user_info is larger than "+itoa(app.MaxPresenceUserInfoBytes)+" bytes.", 400)
+			return
+		}
+		opts.Member = &Member{UserID: userID, Info: pd.UserInfo}
+	}
+	switch err := sess.s.hub.Subscribe(sess.conn, name, opts); {
+	case errors.Is(err, ErrPresenceFull):
+		sess.subscriptionError(name, "LimitReached", "The presence channel has the maximum of "+itoa(app.MaxPresenceMembers)+" members.", 403)
+	case err != nil && !errors.Is(err, ErrConnRemoved):
+		sess.s.log.Error("subscribe failed", zap.String("channel", name), zap.Error(err))
+		sess.subscriptionError(name, "ServerError", "The subscription failed.", 500)
+	}
+}
+
+func (sess *session) unsubscribe(msg clientMessage) {
+	var d subscribeData
+	if err := decodeData(msg.Data, &d); err != nil || d.Channel == "" {
+		sess.sendError(0, "Invalid pusher:unsubscribe: data must hold the channel name")
+		return
+	}
+	sess.s.hub.Unsubscribe(sess.conn, d.Channel)
+}
+
+// clientEvent relays a client- event to the channel's other subscribers.
+func (sess *session) clientEvent(msg clientMessage) {
+	app := sess.s.apps.ByID(sess.appID)
+	if app == nil || !app.ClientEvents {
+		sess.sendError(0, "Client events are not enabled for this app.")
+		return
+	}
+	kind, _ := ChannelKind(msg.Channel)
+	if kind != Private && kind != Presence {
+		sess.sendError(0, "Client events are only allowed on private and presence channels (not encrypted ones).")
+		return
+	}
+	userID, subscribed := sess.conn.Subscription(msg.Channel)
+	if !subscribed {
+		sess.sendError(0, "Client event rejected: the connection is not subscribed to "+truncate(msg.Channel, 200)+".")
+		return
+	}
+	if len(msg.Event) > MaxEventNameLength {
+		sess.sendError(0, "Client event rejected: the event name is longer than 200 characters.")
+		return
+	}
+	data := dataString(msg.Data)
+	if len(data) > MaxClientEventDataBytes {
+		sess.sendError(0, "Client event rejected: data is larger than 10 KB.")
+		return
+	}
+	now := time.Now()
+	if now.Sub(sess.rateWindow) >= time.Second {
+		sess.rateWindow, sess.rateCount = now, 0
+	}
+	if sess.rateCount >= ClientEventsPerSecond {
+		sess.sendError(4301, "Client event rejected: more than 10 client events per second.")
+		return
+	}
+	sess.rateCount++
+	sess.s.hub.Publish(Message{AppID: sess.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: sess.conn.SocketID()})
+}
+
+// dataString returns client event data as the string to relay: a JSON string
+// as its contents, anything else as its JSON text. Receivers get it as the
+// data string of the frame, as with events triggered over HTTP.
+func dataString(raw json.RawMessage) string {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+	}
+	return string(raw)
+}
+
+// errorFrame is a pusher:error with code (0 sent as null) and message.
+func errorFrame(code int, message string) []byte {
+	var c *int
+	if code != 0 {
+		c = &code
+	}
+	return jsonFrame("pusher:error", "", struct {
+		Code    *int   `json:"code"`
+		Message string `json:"message"`
+	}{c, message})
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
