@@ -17,3 +17,7 @@ gen() {
 gen common common gen/common/common.gen.go
 gen channels channels gen/channels/channels.gen.go
 gen channels-client channels gen/channelsclient/channelsclient.gen.go
+gen device device gen/device/device.gen.go
+gen device-client device gen/deviceclient/deviceclient.gen.go
+gen reporting reporting gen/reporting/reporting.gen.go
+gen reporting-client reporting gen/reportingclient/reportingclient.gen.go

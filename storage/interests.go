@@ -1,0 +1,284 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+)
+
+// DeviceInterests returns up to limit of the device's interests that sort
+// after `after` ("" = from the start), in name order, and whether more
+// remain. It returns ErrNotFound when there is no such device.
+func (db *DB) DeviceInterests(ctx context.Context, instanceID string, p Platform, id, after string, limit int) ([]string, bool, error) {
+	var interests []string
+	var more bool
+	err := db.read(ctx, func(tx *sql.Tx) error {
+		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+			return err
+		}
+		var err error
+		// One more than asked tells whether another page exists.
+		interests, err = deviceInterestsTx(ctx, tx, id, after, limit+1)
+		if len(interests) > limit {
+			interests, more = interests[:limit], true
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("interests of device %q: %w", id, err)
+	}
+	return interests, more, nil
+}
+
+// deviceInterestsTx reads a device's interests after `after`, in name order,
+// from the device_interests_device index alone.
+func deviceInterestsTx(ctx context.Context, tx *sql.Tx, id, after string, limit int) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT interest FROM device_interests
+		WHERE device_id = ? AND interest > ? ORDER BY interest LIMIT ?`, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// SetDeviceInterests replaces the device's interests with the given set
+// (duplicates count once). It returns ErrNotFound for no such device and
+// ErrInterestLimit for more than MaxDeviceInterests distinct interests.
+func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platform, id string, interests []string) error {
+	set := uniqueSorted(interests)
+	if len(set) > MaxDeviceInterests {
+		return fmt.Errorf("set interests of device %q: %w", id, ErrInterestLimit)
+	}
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+			return err
+		}
+		// Only the difference is written: SDKs send the whole set on every
+		// change and it is usually the stored one plus or minus one.
+		current, err := deviceInterestsTx(ctx, tx, id, "", MaxDeviceInterests+1)
+		if err != nil {
+			return err
+		}
+		del, err := tx.PrepareContext(ctx, `DELETE FROM device_interests WHERE instance_id = ? AND interest = ? AND device_id = ?`)
+		if err != nil {
+			return err
+		}
+		defer del.Close()
+		for _, s := range current {
+			if _, keep := slices.BinarySearch(set, s); !keep {
+				if _, err := del.ExecContext(ctx, instanceID, s, id); err != nil {
+					return err
+				}
+			}
+		}
+		ins, err := tx.PrepareContext(ctx, `INSERT INTO device_interests (instance_id, interest, device_id) VALUES (?, ?, ?)
+			ON CONFLICT DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
+		for _, s := range set {
+			if _, had := slices.BinarySearch(current, s); !had {
+				if _, err := ins.ExecContext(ctx, instanceID, s, id); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("set interests of device %q: %w", id, err)
+	}
+	return nil
+}
+
+// AddDeviceInterest subscribes the device to the interest; already being
+// subscribed is fine. It returns ErrNotFound for no such device and
+// ErrInterestLimit when the device already holds MaxDeviceInterests others.
+func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO device_interests (instance_id, interest, device_id) VALUES (?, ?, ?)
+			ON CONFLICT DO NOTHING`, instanceID, interest, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err // already subscribed
+		}
+		var count int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM device_interests WHERE device_id = ?`, id).Scan(&count); err != nil {
+			return err
+		}
+		if count > MaxDeviceInterests {
+			return ErrInterestLimit // rolls the insert back
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("add interest to device %q: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveDeviceInterest unsubscribes the device from the interest; not being
+// subscribed is fine. It returns ErrNotFound for no such device.
+func (db *DB) RemoveDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM device_interests WHERE instance_id = ? AND interest = ? AND device_id = ?`,
+			instanceID, interest, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove interest from device %q: %w", id, err)
+	}
+	return nil
+}
+
+// SubscribedDevices returns up to limit devices of the instance subscribed to
+// any of the interests, each once, in device id order, starting after the
+// device id `after` ("" = from the start). Pass the last returned id as
+// `after` for the next page; fewer than limit devices means the end.
+//
+// Each interest is read as its own primary-key range from `after` on, and the
+// ranges are merged here: one SQL query with IN (…) and DISTINCT would sort
+// every subscriber of every interest on each page.
+func (db *DB) SubscribedDevices(ctx context.Context, instanceID string, interests []string, after string, limit int) ([]Device, error) {
+	var out []Device
+	err := db.read(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `SELECT device_id FROM device_interests
+			WHERE instance_id = ? AND interest = ? AND device_id > ? ORDER BY device_id LIMIT ?`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		var ids []string
+		for _, interest := range uniqueSorted(interests) {
+			rows, err := stmt.QueryContext(ctx, instanceID, interest, after, limit)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				ids = append(ids, id)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		// Each range is sorted; the union's first `limit` distinct ids are
+		// the page.
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		if len(ids) > limit {
+			ids = ids[:limit]
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+deviceColumns+` FROM devices WHERE id IN (`+placeholders(len(ids))+`) ORDER BY id`, args...)
+		if err != nil {
+			return err
+		}
+		out, err = appendDevices(out, rows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("devices subscribed on instance %q: %w", instanceID, err)
+	}
+	return out, nil
+}
+
+// CountInterestSubscribers returns how many devices of the instance are
+// subscribed to the interest.
+func (db *DB) CountInterestSubscribers(ctx context.Context, instanceID, interest string) (int, error) {
+	var n int
+	err := db.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM device_interests WHERE instance_id = ? AND interest = ?`,
+		instanceID, interest).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count subscribers of %q: %w", interest, err)
+	}
+	return n, nil
+}
+
+// DeviceImport is one device to store with ImportDevices.
+type DeviceImport struct {
+	Device    Device   // ID, InstanceID, Platform and Token are required
+	Interests []string // its interests
+}
+
+// ImportDevices stores many devices and their interests in one transaction,
+// for migrations from another service and for building large test data sets.
+// Devices are inserted as given (no token deduplication); a taken id or token
+// gives ErrConflict and stores nothing.
+func (db *DB) ImportDevices(ctx context.Context, devices []DeviceImport) error {
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		dev, err := tx.PrepareContext(ctx, `INSERT INTO devices (`+deviceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		ins, err := tx.PrepareContext(ctx, `INSERT INTO device_interests (instance_id, interest, device_id) VALUES (?, ?, ?)
+			ON CONFLICT DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
+		ts := now().UnixMilli()
+		for _, di := range devices {
+			d := di.Device
+			md, err := encodeMetadata(d.Metadata)
+			if err != nil {
+				return err
+			}
+			var user any
+			if d.UserID != "" {
+				user = d.UserID
+			}
+			if _, err := dev.ExecContext(ctx, d.ID, d.InstanceID, string(d.Platform), d.Token, d.BundleIdentifier, md, user, ts, ts); err != nil {
+				return conflict(err)
+			}
+			for _, s := range di.Interests {
+				if _, err := ins.ExecContext(ctx, d.InstanceID, s, d.ID); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("import devices: %w", err)
+	}
+	return nil
+}
+
+// uniqueSorted returns the distinct values of s, sorted, in a new slice.
+func uniqueSorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
