@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/heraldrt/herald/server/bootstrap"
@@ -50,18 +51,30 @@ func newInstanceFlags(name string, in *storage.Instance) *instanceFlags {
 }
 
 func (f *instanceFlags) apply() error {
-	for path, dst := range map[string]*string{f.apnsKeyFile: &f.in.APNs.KeyPEM, f.apnsCAFile: &f.in.APNs.CAPEM, f.fcmFile: &f.in.FCM.ServiceAccountJSON} {
-		if path == "" {
+	// A list, not a map keyed by path: two options may name the same file.
+	files := []struct {
+		path string
+		dst  *string
+	}{
+		{f.apnsKeyFile, &f.in.APNs.KeyPEM},
+		{f.apnsCAFile, &f.in.APNs.CAPEM},
+		{f.fcmFile, &f.in.FCM.ServiceAccountJSON},
+	}
+	for _, file := range files {
+		if file.path == "" {
 			continue
 		}
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(file.path)
 		if err != nil {
 			return err
 		}
-		*dst = string(b)
+		*file.dst = string(b)
 	}
 	if f.in.SecretKey == "" {
 		return fmt.Errorf("the secret key may not be empty")
+	}
+	if s := f.in.VAPID.Subject; s != "" && !strings.HasPrefix(s, "mailto:") && !strings.HasPrefix(s, "https:") {
+		return fmt.Errorf("the VAPID subject must be a mailto: or https: URI, not %q", s)
 	}
 	return nil
 }

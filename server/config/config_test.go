@@ -1,0 +1,319 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// getenv returns a getenv that reads only vars.
+func getenv(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+// defaults is the Config of an empty environment and no flags.
+var defaults = Config{Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info"}
+
+func TestLoad(t *testing.T) {
+	everyVar := map[string]string{
+		"HERALD_ADDR":                     "0.0.0.0:9000",
+		"HERALD_DB":                       "/var/lib/herald/state.db",
+		"HERALD_LOG_FORMAT":               "console",
+		"HERALD_LOG_LEVEL":                "debug",
+		"HERALD_APP_ID":                   "42",
+		"HERALD_APP_KEY":                  "app-key",
+		"HERALD_APP_SECRET":               "app-secret",
+		"HERALD_APP_WEBHOOK_URL":          "https://example.com/hook",
+		"HERALD_INSTANCE_ID":              "8a0f4d2c-9b1e-4c3a-8f5d-6e7a8b9c0d1e",
+		"HERALD_INSTANCE_SECRET_KEY":      "INSTANCE-SECRET",
+		"HERALD_APNS_KEY_FILE":            "/keys/apns.p8",
+		"HERALD_APNS_KEY_ID":              "KEYID12345",
+		"HERALD_APNS_TEAM_ID":             "TEAM123456",
+		"HERALD_APNS_TOPIC":               "com.example.app",
+		"HERALD_APNS_URL":                 "http://127.0.0.1:8443",
+		"HERALD_APNS_CA_FILE":             "/keys/ca.pem",
+		"HERALD_FCM_SERVICE_ACCOUNT_FILE": "/keys/fcm.json",
+		"HERALD_FCM_URL":                  "http://127.0.0.1:8444",
+		"HERALD_VAPID_SUBJECT":            "mailto:ops@example.com",
+		"HERALD_ACTIVITY_TIMEOUT":         "45s",
+		"HERALD_PONG_TIMEOUT":             "1m",
+	}
+	fromEveryVar := Config{
+		Addr:                  "0.0.0.0:9000",
+		DB:                    "/var/lib/herald/state.db",
+		LogFormat:             "console",
+		LogLevel:              "debug",
+		AppID:                 "42",
+		AppKey:                "app-key",
+		AppSecret:             "app-secret",
+		AppWebhookURL:         "https://example.com/hook",
+		InstanceID:            "8a0f4d2c-9b1e-4c3a-8f5d-6e7a8b9c0d1e",
+		InstanceSecretKey:     "INSTANCE-SECRET",
+		APNsKeyFile:           "/keys/apns.p8",
+		APNsKeyID:             "KEYID12345",
+		APNsTeamID:            "TEAM123456",
+		APNsTopic:             "com.example.app",
+		APNsURL:               "http://127.0.0.1:8443",
+		APNsCAFile:            "/keys/ca.pem",
+		FCMServiceAccountFile: "/keys/fcm.json",
+		FCMURL:                "http://127.0.0.1:8444",
+		VAPIDSubject:          "mailto:ops@example.com",
+		ActivityTimeout:       45 * time.Second,
+		PongTimeout:           time.Minute,
+	}
+	with := func(c Config, change func(*Config)) Config {
+		change(&c)
+		return c
+	}
+
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    Config // checked when wantErr is empty
+		wantErr string // a part of the error message
+	}{
+		{name: "OKDefaults", want: defaults},
+		{name: "OKEveryVariable", env: everyVar, want: fromEveryVar},
+		{
+			name: "OKFlags",
+			args: []string{"--addr", "127.0.0.1:0", "--db=/tmp/x.db"},
+			want: with(defaults, func(c *Config) { c.Addr, c.DB = "127.0.0.1:0", "/tmp/x.db" }),
+		},
+		{
+			name: "OKFlagsOverrideEnv",
+			args: []string{"-addr=127.0.0.1:1", "-db", "flag.db"},
+			env:  everyVar,
+			want: with(fromEveryVar, func(c *Config) { c.Addr, c.DB = "127.0.0.1:1", "flag.db" }),
+		},
+		{
+			name: "OKVAPIDSubjectHTTPS",
+			env:  map[string]string{"HERALD_VAPID_SUBJECT": "https://example.com/contact"},
+			want: with(defaults, func(c *Config) { c.VAPIDSubject = "https://example.com/contact" }),
+		},
+		{
+			name: "OKAppIDAlone",
+			env:  map[string]string{"HERALD_APP_ID": "7"},
+			want: with(defaults, func(c *Config) { c.AppID = "7" }),
+		},
+		{
+			name: "OKLogLevelWarn",
+			env:  map[string]string{"HERALD_LOG_LEVEL": "warn"},
+			want: with(defaults, func(c *Config) { c.LogLevel = "warn" }),
+		},
+		{
+			name:    "ErrActivityTimeoutNotDuration",
+			env:     map[string]string{"HERALD_ACTIVITY_TIMEOUT": "120"},
+			wantErr: `HERALD_ACTIVITY_TIMEOUT must be a positive duration such as 30s, not "120"`,
+		},
+		{
+			name:    "ErrPongTimeoutNotPositive",
+			env:     map[string]string{"HERALD_PONG_TIMEOUT": "0s"},
+			wantErr: "HERALD_PONG_TIMEOUT must be a positive duration",
+		},
+		{
+			name:    "ErrLogFormat",
+			env:     map[string]string{"HERALD_LOG_FORMAT": "text"},
+			wantErr: `HERALD_LOG_FORMAT must be json or console, not "text"`,
+		},
+		{
+			name:    "ErrLogLevel",
+			env:     map[string]string{"HERALD_LOG_LEVEL": "loud"},
+			wantErr: "HERALD_LOG_LEVEL",
+		},
+		{
+			name:    "ErrVAPIDSubjectHTTP",
+			env:     map[string]string{"HERALD_VAPID_SUBJECT": "http://example.com"},
+			wantErr: "HERALD_VAPID_SUBJECT must be a mailto: or https: URI",
+		},
+		{
+			name:    "ErrVAPIDSubjectBareAddress",
+			env:     map[string]string{"HERALD_VAPID_SUBJECT": "ops@example.com"},
+			wantErr: "HERALD_VAPID_SUBJECT",
+		},
+		{
+			name:    "ErrAppKeyWithoutAppID",
+			env:     map[string]string{"HERALD_APP_KEY": "k"},
+			wantErr: "need HERALD_APP_ID",
+		},
+		{
+			name:    "ErrAppSecretWithoutAppID",
+			env:     map[string]string{"HERALD_APP_SECRET": "s"},
+			wantErr: "need HERALD_APP_ID",
+		},
+		{
+			name:    "ErrAppWebhookURLWithoutAppID",
+			env:     map[string]string{"HERALD_APP_WEBHOOK_URL": "https://example.com/hook"},
+			wantErr: "need HERALD_APP_ID",
+		},
+		{
+			name:    "ErrAppWebhookURLNotHTTP",
+			env:     map[string]string{"HERALD_APP_ID": "1", "HERALD_APP_WEBHOOK_URL": "example.com/hook"},
+			wantErr: "HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL",
+		},
+		{
+			name:    "ErrInstanceSecretWithoutInstanceID",
+			env:     map[string]string{"HERALD_INSTANCE_SECRET_KEY": "s"},
+			wantErr: "HERALD_INSTANCE_SECRET_KEY needs HERALD_INSTANCE_ID",
+		},
+		{
+			name:    "ErrPositionalArgument",
+			args:    []string{"--addr", "127.0.0.1:0", "extra"},
+			wantErr: `serve takes no arguments, got ["extra"]`,
+		},
+		{
+			name:    "ErrUnknownFlag",
+			args:    []string{"--port", "80"},
+			wantErr: "flag provided but not defined: -port",
+		},
+		{
+			name:    "ErrFlagWithoutValue",
+			args:    []string{"--db"},
+			wantErr: "flag needs an argument: -db",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			got, err := Load(tt.args, getenv(tt.env), &stderr)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Load: got error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got != tt.want {
+				t.Fatalf("Load:\n got %+v\nwant %+v", got, tt.want)
+			}
+			if stderr.Len() != 0 {
+				t.Fatalf("Load wrote to stderr: %q", stderr.String())
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	env := map[string]string{"HERALD_LOG_FORMAT": "xml", "HERALD_LOG_LEVEL": "loud", "HERALD_APP_KEY": "k"}
+	_, err := Load(nil, getenv(env), &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("Load: got no error")
+	}
+	for _, want := range []string{"HERALD_LOG_FORMAT", "HERALD_LOG_LEVEL", "HERALD_APP_ID"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+func TestLoadHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := Load([]string{"--help"}, getenv(nil), &stderr)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Load --help: got %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"-addr", "HERALD_ADDR", "-db", "HERALD_DB"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Fatalf("help output %q does not mention %s", stderr.String(), want)
+		}
+	}
+}
+
+// captureStderr runs fn with os.Stderr redirected to a file and returns what
+// was written. Logger writes to the "stderr" sink, which zap resolves to
+// os.Stderr when the logger is built.
+func captureStderr(t *testing.T, fn func()) string {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	orig := os.Stderr
+	os.Stderr = f
+	defer func() { os.Stderr = orig }()
+	fn()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestLogger(t *testing.T) {
+	t.Run("OKJSON", func(t *testing.T) {
+		out := captureStderr(t, func() {
+			log, err := Logger("json", "info")
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Debug("hidden")
+			log.Info("hello")
+			_ = log.Sync()
+		})
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 1 {
+			t.Fatalf("got %d lines, want 1 (debug is below info): %q", len(lines), out)
+		}
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil {
+			t.Fatalf("line %q is not JSON: %v", lines[0], err)
+		}
+		if entry["level"] != "info" || entry["msg"] != "hello" {
+			t.Fatalf("got entry %v, want level info and msg hello", entry)
+		}
+		ts, ok := entry["time"].(string)
+		if !ok {
+			t.Fatalf("entry %v has no string time field", entry)
+		}
+		if _, err := time.Parse("2006-01-02T15:04:05.000Z0700", ts); err != nil {
+			t.Fatalf("time %q is not ISO 8601: %v", ts, err)
+		}
+	})
+
+	t.Run("OKConsole", func(t *testing.T) {
+		out := captureStderr(t, func() {
+			log, err := Logger("console", "debug")
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Debug("shown")
+			_ = log.Sync()
+		})
+		if json.Valid([]byte(strings.TrimSpace(out))) {
+			t.Fatalf("console output is JSON: %q", out)
+		}
+		if !strings.Contains(out, "\tDEBUG\t") || !strings.Contains(out, "shown") {
+			t.Fatalf("got %q, want a console line with DEBUG and the message", out)
+		}
+	})
+
+	t.Run("OKLevelFilters", func(t *testing.T) {
+		out := captureStderr(t, func() {
+			log, err := Logger("json", "warn")
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Info("hidden")
+			log.Warn("shown")
+			_ = log.Sync()
+		})
+		if strings.Contains(out, "hidden") || !strings.Contains(out, "shown") {
+			t.Fatalf("got %q, want only the warning", out)
+		}
+	})
+
+	t.Run("ErrLevel", func(t *testing.T) {
+		if _, err := Logger("json", "loud"); err == nil {
+			t.Fatal("Logger: got no error for level loud")
+		}
+	})
+}
