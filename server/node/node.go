@@ -20,6 +20,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/instancedir"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -59,10 +60,17 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 		db.Close()
 		return nil, fmt.Errorf("loading apps: %w", err)
 	}
+	instances, err := instancedir.New(ctx, db, log.Named("instances"))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("loading instances: %w", err)
+	}
 	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
 
 	engine := httpapi.NewEngine(log)
 	httpapi.NewChannelsAPI(n.hub, apps, log).Register(engine)
+	httpapi.NewDeviceAPI(db, instances, log).Register(engine)
+	httpapi.NewReportingAPI(db, instances, log).Register(engine)
 	n.ws = hub.NewSocketHandler(n.hub, apps, log.Named("ws"), hub.SocketOptions{
 		ActivityTimeout: cfg.ActivityTimeout,
 		PongTimeout:     cfg.PongTimeout,
@@ -80,6 +88,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 	n.bg.Add(2)
 	go func() { defer n.bg.Done(); apps.Run(bgCtx, appReloadInterval) }()
 	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
+	n.bg.Add(1)
+	go func() { defer n.bg.Done(); instances.Run(bgCtx, appReloadInterval) }()
 	return n, nil
 }
 

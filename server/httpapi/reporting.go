@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"context"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/reporting"
+	"github.com/heraldrt/herald/server/beamsauth"
+	"github.com/heraldrt/herald/storage"
+)
+
+// Limits of the Reporting API (spec/reporting.yaml states the same).
+const (
+	// MaxReportBodyBytes caps a report body; a report is a few hundred bytes.
+	MaxReportBodyBytes = 64 * 1024
+	maxReportIDLength  = 128
+)
+
+// ReportingAPI implements the Push Reporting API over storage.
+type ReportingAPI struct {
+	db        *storage.DB
+	instances InstanceLookup
+	log       *zap.Logger
+}
+
+var _ reporting.StrictServerInterface = (*ReportingAPI)(nil)
+
+// NewReportingAPI returns the Reporting API handler.
+func NewReportingAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) *ReportingAPI {
+	return &ReportingAPI{db: db, instances: instances, log: log.Named("reporting")}
+}
+
+// Register mounts the API on r with CORS, the instance lookup and the body check.
+func (api *ReportingAPI) Register(r gin.IRouter) {
+	registerPreflights(r, reporting.GetSpec)
+	onError := errorHooks(api.log)
+	strict := reporting.NewStrictHandlerWithOptions(api, nil, reporting.StrictGinServerOptions{
+		RequestErrorHandlerFunc:  requestErrorHook,
+		HandlerErrorFunc:         onError,
+		ResponseErrorHandlerFunc: onError,
+	})
+	g := r.Group("", cors, pushInstance(api.instances), jsonBody(MaxReportBodyBytes))
+	reporting.RegisterHandlersWithOptions(g, strict, reporting.GinServerOptions{ErrorHandler: paramErrorHook})
+}
+
+// ReportEvent implements POST /reporting_api/v2/instances/{instance_id}/events.
+// The device is not looked up: reports arrive after delivery, by which time
+// the device may be gone, and they still count for the publish.
+func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEventRequestObject) (reporting.ReportEventResponseObject, error) {
+	in, ctx := requestScope(ctx)
+	b := req.Body
+	kind := storage.ReportKind(strings.ToLower(b.Event))
+	switch {
+	case b.Event == "":
+		return nil, badRequest("missing_event", "event is required: delivery or open.")
+	case kind != storage.ReportDelivery && kind != storage.ReportOpen:
+		return nil, badRequest("invalid_event", "event %q is not delivery or open.", truncate(b.Event, 64))
+	case b.PublishId == "":
+		return nil, badRequest("missing_publish_id", "publishId is required.")
+	case len(b.PublishId) > maxReportIDLength:
+		return nil, badRequest("invalid_publish_id", "publishId is longer than %d bytes.", maxReportIDLength)
+	case b.DeviceId == "":
+		return nil, badRequest("missing_device_id", "deviceId is required.")
+	case len(b.DeviceId) > maxReportIDLength:
+		return nil, badRequest("invalid_device_id", "deviceId is longer than %d bytes.", maxReportIDLength)
+	case b.TimestampSecs == 0:
+		return nil, badRequest("missing_timestamp", "timestampSecs is required: seconds since the Unix epoch.")
+	case b.TimestampSecs < 0:
+		return nil, badRequest("invalid_timestamp", "timestampSecs must be positive seconds since the Unix epoch.")
+	}
+	ev := storage.ReportEvent{
+		InstanceID:    in.ID,
+		PublishID:     b.PublishId,
+		DeviceID:      b.DeviceId,
+		Kind:          kind,
+		TimestampSecs: b.TimestampSecs,
+	}
+	if b.UserId != nil {
+		if len(*b.UserId) > beamsauth.MaxUserIDLength*4 || len([]rune(*b.UserId)) > beamsauth.MaxUserIDLength {
+			return nil, badRequest("invalid_user_id", "userId is longer than %d characters.", beamsauth.MaxUserIDLength)
+		}
+		ev.UserID = *b.UserId
+	}
+	// The flags describe a delivery; on an open they mean nothing and are dropped.
+	if kind == storage.ReportDelivery {
+		ev.AppInBackground, ev.HasDisplayableContent, ev.HasData = b.AppInBackground, b.HasDisplayableContent, b.HasData
+	}
+	if _, err := api.db.RecordReportEvent(ctx, ev); err != nil {
+		return nil, err
+	}
+	return reporting.ReportEvent200JSONResponse{}, nil
+}

@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/heraldrt/herald/gen/reportingclient"
+)
+
+func TestReportEvents(t *testing.T) {
+	s := newPushServer(t)
+	ctx := context.Background()
+	yes, no := true, false
+	for _, ev := range []reportingclient.ReportEvent{
+		{Event: "delivery", PublishId: "pub-1", DeviceId: "d1", TimestampSecs: 1_700_000_000, AppInBackground: &yes, HasDisplayableContent: &yes, HasData: &no},
+		{Event: "Delivery", PublishId: "pub-1", DeviceId: "d2", TimestampSecs: 1_700_000_001, UserId: ptr("alice")},
+		{Event: "delivery", PublishId: "pub-1", DeviceId: "d2", TimestampSecs: 1_700_000_002}, // a retry counts once
+		{Event: "OPEN", PublishId: "pub-1", DeviceId: "d1", TimestampSecs: 1_700_000_010},
+	} {
+		res, err := s.reports.ReportEventWithResponse(ctx, pushInstanceID, ev)
+		if err != nil || res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
+			t.Fatalf("report %+v: %v %d %s", ev, err, res.StatusCode(), res.Body)
+		}
+	}
+	delivered, opened, err := s.db.PublishReportCounts(ctx, pushInstanceID, "pub-1")
+	if err != nil || delivered != 2 || opened != 1 {
+		t.Fatalf("counts: delivered %d opened %d (%v), want 2 and 1", delivered, opened, err)
+	}
+	delivered, opened, _ = s.db.DeviceReportCounts(ctx, pushInstanceID, "d1")
+	if delivered != 1 || opened != 1 {
+		t.Fatalf("device d1 counts: delivered %d opened %d, want 1 and 1", delivered, opened)
+	}
+}
+
+func TestReportErrors(t *testing.T) {
+	s := newPushServer(t)
+	path := "/reporting_api/v2/instances/" + pushInstanceID + "/events"
+	post := func(body string) pushRequest {
+		return pushRequest{method: "POST", path: path, body: body, contentType: "application/json"}
+	}
+	with := func(r pushRequest, f func(*pushRequest)) pushRequest { f(&r); return r }
+	good := `{"event":"delivery","publishId":"p","deviceId":"d","timestampSecs":1700000000}`
+	tests := []struct {
+		name     string
+		req      pushRequest
+		status   int
+		wantKind string
+	}{
+		{"OK", post(good), 200, ""},
+		{"OKOpenCapitalised", post(`{"event":"Open","publishId":"p","deviceId":"d","timestampSecs":1700000000}`), 200, ""},
+		{"OKUnknownFieldsIgnored", post(`{"event":"delivery","publishId":"p2","deviceId":"d","timestampSecs":1700000000,"appInBackground":true,"hasDisplayableContent":false,"hasData":true,"userId":"u","sdk":{"v":1}}`), 200, ""},
+		{"OKContentTypeCharset", with(post(good), func(r *pushRequest) { r.contentType = "application/json;charset=utf-8" }), 200, ""},
+		{"ErrWrongContentType", with(post(good), func(r *pushRequest) { r.contentType = "text/plain" }), 400, "invalid_content_type"},
+		{"ErrMissingContentType", with(post(good), func(r *pushRequest) { r.contentType = "" }), 400, "invalid_content_type"},
+		{"ErrInstanceNotUUID", with(post(good), func(r *pushRequest) { r.path = "/reporting_api/v2/instances/abc/events" }), 400, "invalid_instance_id"},
+		{"ErrUnknownInstance", with(post(good), func(r *pushRequest) { r.path = "/reporting_api/v2/instances/" + unknownInstanceID + "/events" }), 404, "instance_not_found"},
+		{"ErrNoBody", with(post(""), func(r *pushRequest) { r.contentType = "" }), 400, "invalid_request"},
+		{"ErrNotObject", post(`[1,2]`), 400, "invalid_request"},
+		{"ErrNotJSON", post(`{"event":`), 400, "invalid_request"},
+		{"ErrMissingEvent", post(`{"publishId":"p","deviceId":"d","timestampSecs":1}`), 400, "missing_event"},
+		{"ErrInvalidEvent", post(`{"event":"click","publishId":"p","deviceId":"d","timestampSecs":1}`), 400, "invalid_event"},
+		{"ErrMissingPublishID", post(`{"event":"open","deviceId":"d","timestampSecs":1}`), 400, "missing_publish_id"},
+		{"ErrMissingDeviceID", post(`{"event":"open","publishId":"p","timestampSecs":1}`), 400, "missing_device_id"},
+		{"ErrMissingTimestamp", post(`{"event":"open","publishId":"p","deviceId":"d"}`), 400, "missing_timestamp"},
+		{"ErrNegativeTimestamp", post(`{"event":"open","publishId":"p","deviceId":"d","timestampSecs":-5}`), 400, "invalid_timestamp"},
+		{"ErrTimestampString", post(`{"event":"open","publishId":"p","deviceId":"d","timestampSecs":"now"}`), 400, "invalid_request"},
+		{"ErrPublishIDTooLong", post(`{"event":"open","publishId":"` + strings.Repeat("p", 129) + `","deviceId":"d","timestampSecs":1}`), 400, "invalid_publish_id"},
+		{"ErrUserIDTooLong", post(`{"event":"open","publishId":"p","deviceId":"d","timestampSecs":1,"userId":"` + strings.Repeat("u", 165) + `"}`), 400, "invalid_user_id"},
+		{"ErrBodyTooLarge", post(`{"event":"open","pad":"` + strings.Repeat(" ", MaxReportBodyBytes) + `"}`), 413, "body_too_large"},
+		{"ErrMethod", pushRequest{method: "GET", path: path}, 405, "method_not_allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body, header := s.do(t, tt.req)
+			checkStatus(t, status, body, tt.status, tt.wantKind)
+			if status < 404 && header.Get("Access-Control-Allow-Origin") != "*" {
+				t.Fatalf("no CORS header on %d", status)
+			}
+		})
+	}
+	if !s.rspec.seen["reportevent 200"] || !s.rspec.seen["reportevent 400"] || !s.rspec.seen["reportevent 404"] || !s.rspec.seen["reportevent 413"] {
+		t.Errorf("statuses answered: %v", s.rspec.seen)
+	}
+}
