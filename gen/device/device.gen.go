@@ -182,9 +182,6 @@ type InstanceID = string
 // sentence for people.
 type BadRequest = externalRef0.Error
 
-// Empty An empty JSON object.
-type Empty = EmptyObject
-
 // Forbidden The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -856,8 +853,6 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 
 type BadRequestJSONResponse externalRef0.Error
 
-type EmptyJSONResponse EmptyObject
-
 type ForbiddenJSONResponse externalRef0.Error
 
 type InternalErrorJSONResponse externalRef0.Error
@@ -1068,7 +1063,7 @@ type UpdateFcmTokenResponseObject interface {
 	VisitUpdateFcmTokenResponse(w http.ResponseWriter) error
 }
 
-type UpdateFcmToken200JSONResponse struct{ EmptyJSONResponse }
+type UpdateFcmToken200JSONResponse EmptyObject
 
 func (response UpdateFcmToken200JSONResponse) VisitUpdateFcmTokenResponse(w http.ResponseWriter) error {
 
@@ -1227,7 +1222,7 @@ type DeleteDeviceResponseObject interface {
 	VisitDeleteDeviceResponse(w http.ResponseWriter) error
 }
 
-type DeleteDevice200JSONResponse struct{ EmptyJSONResponse }
+type DeleteDevice200JSONResponse EmptyObject
 
 func (response DeleteDevice200JSONResponse) VisitDeleteDeviceResponse(w http.ResponseWriter) error {
 
@@ -1427,7 +1422,7 @@ type SetDeviceInterestsResponseObject interface {
 	VisitSetDeviceInterestsResponse(w http.ResponseWriter) error
 }
 
-type SetDeviceInterests200JSONResponse struct{ EmptyJSONResponse }
+type SetDeviceInterests200JSONResponse EmptyObject
 
 func (response SetDeviceInterests200JSONResponse) VisitSetDeviceInterestsResponse(w http.ResponseWriter) error {
 
@@ -1508,7 +1503,7 @@ type RemoveDeviceInterestResponseObject interface {
 	VisitRemoveDeviceInterestResponse(w http.ResponseWriter) error
 }
 
-type RemoveDeviceInterest200JSONResponse struct{ EmptyJSONResponse }
+type RemoveDeviceInterest200JSONResponse EmptyObject
 
 func (response RemoveDeviceInterest200JSONResponse) VisitRemoveDeviceInterestResponse(w http.ResponseWriter) error {
 
@@ -1575,7 +1570,7 @@ type AddDeviceInterestResponseObject interface {
 	VisitAddDeviceInterestResponse(w http.ResponseWriter) error
 }
 
-type AddDeviceInterest200JSONResponse struct{ EmptyJSONResponse }
+type AddDeviceInterest200JSONResponse EmptyObject
 
 func (response AddDeviceInterest200JSONResponse) VisitAddDeviceInterestResponse(w http.ResponseWriter) error {
 
@@ -1642,7 +1637,7 @@ type UpdateDeviceMetadataResponseObject interface {
 	VisitUpdateDeviceMetadataResponse(w http.ResponseWriter) error
 }
 
-type UpdateDeviceMetadata200JSONResponse struct{ EmptyJSONResponse }
+type UpdateDeviceMetadata200JSONResponse EmptyObject
 
 func (response UpdateDeviceMetadata200JSONResponse) VisitUpdateDeviceMetadataResponse(w http.ResponseWriter) error {
 
@@ -1722,7 +1717,7 @@ type SetDeviceUserResponseObject interface {
 	VisitSetDeviceUserResponse(w http.ResponseWriter) error
 }
 
-type SetDeviceUser200JSONResponse struct{ EmptyJSONResponse }
+type SetDeviceUser200JSONResponse EmptyObject
 
 func (response SetDeviceUser200JSONResponse) VisitSetDeviceUserResponse(w http.ResponseWriter) error {
 
@@ -2455,77 +2450,77 @@ func (sh *strictHandler) GetWebVapidPublicKey(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fx5c9s4sv8qXZytivweJcuOkzcj11atcnjWmSR2xc64akd5IUS2JKxJgAOAdjQpffdXaICXRNk5nLyk",
-	"Nv+JEo5Go49fH9T7IJZZLgUKo4PR+yBnimVoUNHTE7ziMR4/sZ8T1LHiueFSBKPgfIGQ0K/AExSGzzgq",
-	"UGgKJTCB6RLMAkHhnGujmJ00CMKA26k5M4sgDATLMBgFbpG3PAnCQOGfBVeYBCOjCgwDHS8wY3bzjL17",
-	"jmJuFsHo4UEYZFyUj3thYJa5XUkbxcU8WK3C4Fhow8R2yk8LvQDuBzUOEAKD16+Pn2yhtZzxEdTef9ii",
-	"1j7mzBhUdvX//WPY/2XcP2L92Zv3P6/6zceDj3nc21/9LehmhEGF2rykA6yzYiyA+wFgjwi916+e91HH",
-	"LMcEuKA7tCzY2coQN/stPd/Ekr8pnAWj4KfdWtx23a96t0Wkpfo0ZWYmVXaT2N3TMGcGr9kScj98C5Hl",
-	"z59MX0XOyhKnUOdSaCQFecSSV/hngdrYp1gKg4I+sjxPeUyCv/tvbWl//4G7xTLLpHj7VCmp3I6bLFBu",
-	"T+AaMpZa2jABqWCqkF1qYJDyjJsRXCsp5uDJAiseITAxEQ3RB7NgtJCQxku/1YKpTJZrPz07O3kJcvpv",
-	"jE0IbCIyrjUXc7svF1cs5QnMOKaJ3aL6piVfIRgpIWNiWX2vS4Lc8IgIj+yaUVwoLVVkqXl2cQ7X3Cxk",
-	"YSDCd3kUQqSLqRvHtY5C+4lNhDdJLFXIkiVMZSESMBKYkGaBCgqNajARwSoMnma5Wd7ZrdFqJ8Scrkt7",
-	"IgUOwF4dMZZriN6vooGl40iqKU8SFF9Vgp5dnN/TwLUuUJVXbBZcV1bxnibqSDcFS91iX4vCsYBC4Lsc",
-	"Y4MJaFRXqADtaCLqpTRH9ma/Gj0vJegirl0GiZvwX3qZkwK4IfJO2TKVLDmX8jlTc/x/sQylmKWWAmU1",
-	"WcAevOCPiMJX5JeRLOEdEfeq4epfoS5Ss43EEjZoDw8sGUTVuZQvmFg60KG/KtusXaisxoJp8nwZe8ez",
-	"IgM5g73h0NPt1OK1YIVZSMX/wuSrEjr229L6sECWoCILbDQYeYmCfIKzzCGdov629BThRFh113zegGq1",
-	"3oPGWKGBS1yS0YV/nu0/eEgij+9y6z7Jgq5K90k3Nc6FfoGGJcywTbd9YR0J7XJyBruQsfjkDM6e/AYK",
-	"c6mMBja1pp0bjenMuvFcyRyV4U4MuNS/o9LcMbOBrvaGww3UEwYZiz9ugk4uP3z4qvpGenMf0umbCkBI",
-	"unWEaSGSFI8rpNkNbVie39PgxjZgqeVIg6r9Bw9ugcBhcCnktThVeMVloR+nHIU5TvRtEvhb9yzL08bd",
-	"3rRCSw4sq6z03TbpVwfkzmmsw1glTvvDrxBucvBNx0U427HJfk5auikpH3iq5omsqThOuu+PzIhp2bgS",
-	"ghwCWogA1wsUICwc6ATszZNTlOG36zpsE3N0YXu3YQO2NbasVzmKsw9Q3LFIlOTJRygtczO+qh4exdnd",
-	"qWHO4ks2R0KuhyBpAEu7dPGb0b7mXd6h8nUJX2taJxed47HCUwZqc3aFDfVYY+XPe7/s32rXPi6gDWHP",
-	"ov+9hwcQL5hisUGlrT+Pxv1/Aev/BcP+L/AW+vB3+AeEMIDDaI2qvc18QzOAH/f/xfp/Dfu/vJ1M+n//",
-	"Rzg4fPPfHaF4Tfgpm3fZpzIcogeDmf64oLnakCnFlkEjTG3qdntPge/MY4qxNhl5qlDbkJGsVSYV1gEb",
-	"KMwYF4eQM62BG2C6itW6bdqa7KxbueroHUR3SV558jM0X4KRGXt37OY9GDbMjmfsVuK7KP1tqxloc/s4",
-	"cYDTGtcFS2CmZAbIVMpRQa5kUsRGHwKLY8xtQMREQgFboS1yDutzdkCh8jB7m2cJg+2G3zlSKA3PiOij",
-	"8N7rT8PPR9BjudA7IUQNAxRBbxZnOxNhY/TaskfQu8bpzgCeMhtQaWDgyLXLMgOZ1Ibgdq2wh1AIsqgT",
-	"4SlgViDnQnosegeu55uHmNtzYuPORBiKIrMSam8mCINZnAVhcI3ThqDW1HUEb1sg1AdkgQdd5o8LbjhL",
-	"13R3TQ0qE9OGULqY2mFTpFQOKYcdoA1TZuRRzkwqYCDwuswBueAnLpSydqy2XmTRGJA8eRdVhqEa2Jxx",
-	"4STqDoxwF5zr4EOX5SC3+jpPmOlwFl/Srf/Ocp6cFtOUx7/hcnPvq43fO1CwsPQo1BoTOO3vP3gIOc2w",
-	"IWUIU6bx4UGh0iqll7Mk4WJ+OyJe273rABc4vRkCfgrm/5Icb0X9nfyUAl3yy2V15AzwCtUS/omKpQmM",
-	"T48HENGAyBvUhVTGRtkLLrCvkCVsmuJEXHKRQG9GgTzL8hQh8onXt5rPBTOFwiiESEjzdmbjlmjnEKIG",
-	"QbS+FDgRFh2giJEUL0eZp9hliVuHWT/biUCo1qFcM77LU8aF1VJm4Jppn8GmNISp01tk4NwRSshemEV9",
-	"CEgkupxmxky8MXXDOmE388+Ij8Q1OaNFaGAIXIAW7BLfxkxjm5gNht4q1G7zdrLnTRdq0hgXipvlmRU4",
-	"x18bHT67OKfQBplCdSRVxkwwCuy3G2lVSqTbGzM+WA1dcqfvc0EVn6sCQZ0LCqtfJyJOGc90OxXf64Da",
-	"OwRVKEPvpIN0xR7LUVvzZmFM7nJeXMxktx6MT4+dUSckZdGShh4/OQvL6DSEC5zu2INZUkqzXibuHP1s",
-	"IlrVvxDcRlOKTLIQpva67UeqG/jMoEhqL1T+OBGVVxnABVfYt0aBGT5Nseak3QwVPEKWafCoymrsREzE",
-	"Tz9B6da1fR6XTm+KqRRzbSmwyr/u30O4XvB4YeNUZEpbccyZWWiC4tbhRxPRG+d5ihaTzeIsgt4RV2gt",
-	"LzxOZZHAC9SazbmY71AN5RrtDV7glOg9bCcO6cqd1S71YKrktUZ1T9P4M8cauivKN+wMYNxw4CxJvDeY",
-	"LoEbPRHlSYizPDkEVg6vc8IgBZ2+GuvLFGSZoBAJqonwhZ2Snb4Y57lZJsPJtsRMKY66rG1lhTbW+iQ+",
-	"hKE0ib21iYgeu2xu/3yZ4wjWE7oW7pKMa7Suy9fL6ZxpKq8x2TkEIuqaa5yIg+FwUNFVuTxPRe/Xp+ch",
-	"PHn6/On50xCcG3TlMydZIWg0xn5Jl2CFcQcEosX/0CRzAI9kQsdTWMNoeMEfQe9g7z5McSlFsjOYiKhR",
-	"xY4cG6boK3/QOxgOdwiJC8B3XNPWlTHoHQwPLHK33mcidBHHaENADfvD4SFYu09cap4ykXGRWRufgCJg",
-	"CUzoa1Su/uVvrQJ+dG3rRWmuPyWKh3FVDVxIihk8U2xUV+PBkoTXGhVtf1bz26fz2CVqiFqJ95HVZ4UK",
-	"JsVweD9+dnFOHzAa+WJlw55OBJlYkvStifbauELTtkKPMu7L0BfjJ2JWWJ+yUxndikxr/W62wBPRi6yZ",
-	"1aPdXUd3QxIc/YO80AshLY53Aq/pG1SDWGauyEpHoLLhRMRSzPi8sLpaOpVyyaYFqKuwjtSYUf1hWv9S",
-	"6TEpPAnhYTm6fXuNQgz0Dvb3G4JN9/j45NWZ/UgyWouklzpNv0OucJby+cKUFkJDLzo5PT8+eXkWOY5Z",
-	"y6AnIhqTjPetqimZ9sdWw/snis+5GMF/RSFo7tALWt9DEXzM0pQSI7GSWvclDXbuz3BDIMEjN3JEtU8I",
-	"wuCqjBGDvcFwMLTYROYoWM6DUXB/MBzcDyj/tCDvv+ubZ1jOd6/2dkve6933jZtd+VF6l0JBi4el7oi+",
-	"XlVRUCP6cj5gExZYFrlmn3awZsPxciEyZY0sYD3Z19lsDKahoChHOyPt1pmI3kYNJKxyETut3bnRwF1K",
-	"ZCPYc40OyAi+xQqZcTRpjKVIyiwk3UwlKcdJgxfjXGhfUghbrVF/dIcC9ZDdRgvS6o0DfKjNI5ncXc/B",
-	"RtVp1YaWRhW43rCyPxxuW7Yat9soD6/C4OBDpjQaYWjK3u1TWjVUmnRw+6Sq9G8n7N2/fcJ6MX4VBg8+",
-	"5EDtxgeC30WWMbVsiIf1kuPTl7qRzzZsbsXDt7Xp4I2d+ZF6Oouz7Wr6nF86c0MbNxvsDiFaL2+4eM1X",
-	"Lpyz8FB5IqypqsIkD4R2blKGozj7dnVhvfLzQxW+viocPX5x95qw+77qEF3tVnmYvDBdxUoUVadX2ZUz",
-	"6/Y9DlXYnwReOycVkguqUCO3ap2iwWRUuTGFLF4gpUBsWOCWTdMQtKS1WltzPREM7IB2I2xJkyZw61bo",
-	"0juX/juKs3NfAf90pQtvHV11+n4pBW1mNO9KOV0L36fq5fejYnnKCHM1NKzR/kqieVcad43T7b4noq0i",
-	"nxPwiVzo2WUSphJgab5gUzQ7G2kCl3TZyBOUiQyKQq1K2kNGKJJccmEieP3qeRk3TUR0iUs9yPcfPEwW",
-	"kQtr6BtrOiO4YmmB+ib/dYHTb9d/raetvyH/9f25IigTWTe4I18M+wQVeV8mpFZN3+S0xfqLrmKq/b4V",
-	"KVFIRbFLVZmyEk0R75QLKofAcYJZLq1wjaxbStHHL2VwRhFTCeEoXQM9JpZUsN8BlmpZxb37w2EIU4xZ",
-	"oXEiNjt6jM+NzRhPMfGeDwpheGpDWcr1YNKpX+50d6Bat3upuhP/oz3aN+1bPlv23R1UotHtDcJg7squ",
-	"7fv7Fc33d3l3YnT9sW/sUx58NzLwK5pbBOCubN1uq8tmfnMtP5YEc10uV6oE1QAIqUfr3T6DuiMpIvSc",
-	"uy6k0HUgub6jETB96Qr1pRFtdSB1GKjnXHsJP270Gn17oh52Fb0o61k7CaprmUKJMts7HB5CgjNWpJQc",
-	"rd6B+rNAtaxfgqL3aoLmG09+ku9A8b3u5RMX/qkq0FkS5kgy10Vm1Lw7j/5y3/kEOZvjoYV2Mmd/Fugb",
-	"fraR6m4y2PJC3YO925oEv6jJaLXxdb25Qoe1HKhLDN+NBbGKUpmQe7r1kpY7F7O/G561DEyjCW4Vdofm",
-	"TwrHcNTla4XUIwOxLIQBKZzFaqvtGX4XWvuFAoJmh9CPePmT4uVakK8XMq1bWEGj2Sa/d+8i7bTGW7I3",
-	"Bgo14B90hLGZvMK2RnyrbuxWKpptc/8B8Py1qLtHqvCNGhkbtf4bTGpnNqYhLHWttZnftMFiu9oNczQa",
-	"DobDul8S/KsobWEbJ8kPSfseJe1sU87o9edbpezODF+zv9Jjga68trvFqsnyP8iz142lP9z657n1UtS+",
-	"cLRbaPeiWCeyfcRFstYyQU/+/wlcJPTs4rzEvV0v8A7abUdUGHJ9hxTmlsm3w9bfGMCcXyEZ866YtwLP",
-	"rzW1Wf7Iyn1qJfYDxL3+C4dP0qj9/dsnrL0b/xkK5ZuISQyq9uE/3tj7qJXNSnXLg1R9ZhbDUh8nNbp9",
-	"ruZd47RPTf1994ZA/9K9VNCZUzpvNFlVeEo3C02W0rzQi7Jjietm92b5RxKXuNxEPL+iucDp2usPn10o",
-	"+kJZiDUytyQw6ZzfC3A5b7dG/j4+PX7SeG2kKWi+cEPCbC/UXU2hUt9HPtrd3dv/n8FwMBzsjX4e/jyk",
-	"y/Czt7W9hWCBMxVhfPGj+r+Htf+q0h2ZuvFm0qQU0dz1UW7+aVLXOlXhSucY8xmPmxPtuVdvVv8XAAD/",
-	"/w==",
+	"7Fx7c9s4kv8qXdytinxHybLj5Gbk2qpVHs46k8Su2BlX7SgXQmRLwpoEOABoR5PSd79CA3xJlJ1knFxS",
+	"k/9ECY9Go1+/7qY+BLHMcilQGB2MPgQ5UyxDg4qenuAVj/H4if2coI4Vzw2XIhgF5wuEhH4FnqAwfMZR",
+	"gUJTKIEJTJdgFggK51wbxeykQRAG3E7NmVkEYSBYhsEocIu840kQBgp/L7jCJBgZVWAY6HiBGbObZ+z9",
+	"CxRzswhGDw/CIOOifNwLA7PM7UraKC7mwWoVBsdCGya2U35a6AVwP6hxgBAYvHlz/GQLreWMT6D2/sMW",
+	"tfYxZ8agsqv/72/D/s/j/hHrz95++GnVbz4efMrj3v7q70E3Iwwq1OYVHWCdFWMB3A8Ae0TovXn9oo86",
+	"ZjkmwAXdoWXBzlaGuNnv6Pkmlvxd4SwYBX/brcVt1/2qd1tEWqpPU2ZmUmU3id09DXNm8JotIffDtxBZ",
+	"/vzZ9FXkrCxxCnUuhUZSkEcseY2/F6iNfYqlMCjoI8vzlMck+Lv/0Zb2Dx+5WyyzTIp3T5WSyu24yQLl",
+	"9gSuIWOppQ0TkAqmCtmlBgYpz7gZwbWSYg6eLLDiEQITE9EQfTALRgsJabz0Wy2YymS59tPzs5NXIKf/",
+	"wdiEwCYi41pzMbf7cnHFUp7AjGOa2C2qb1ryFYKREjImltX3uiTIDY+I8MiuGcWF0lJFlprnF+dwzc1C",
+	"FgYifJ9HIUS6mLpxXOsotJ/YRHiTxFKFLFnCVBYiASOBCWkWqKDQqAYTEazC4EiqKU8SFF/15p5fnN/T",
+	"wLUuUJWsNQuuK2t0Tw+CUnEFS91iX4vCsYBC4PscY4MJaFRXqADtaCLqlTRHlqNfjZ5XEnQR16aarln4",
+	"L/1dSwHcEHmnbJlKlpxL+YKpOf6/aCTpDdeQWgqU1SABe/CSPyIKX5M/RLJAd0Tc64aLfY26SM02Ekt3",
+	"rb1btmQQVedSvmRi6Zy9/qpss/pYaeuCafI4GXvPsyIDOYO94dDT7dTijWCFWUjF/8DkqxI69tvS+rBA",
+	"lqAiy2c0GHmJgmyxs4ghnaL+trTQ4URYddd83giRar0HjbFCA5e4JGMH/zrbf/CQRB7f59ZtkeValW6L",
+	"bmqcC/0SDUuYYZvu8sIacNrl5Ax2IWPxyRmcPfkFFOZSGQ1sak0qNxrTmXWfuZI5KsOdGHCpf0WluWNm",
+	"I6rZGw43oo0wyFj8aRN0cvnxw1fVN84H2QXs6ZsKQBFs6wjTQiQpHlcRXndIwfL8ngY3thEOWo40qNp/",
+	"8OCW0DMMLoW8FqcKr7gs9OOUozDHib5NAn/pnmV52rjbm1ZoyYFllZW+2yY9cwHUOY11sU0ZH/3mVwg3",
+	"Ofi24yKc7dhkPyct3ZSUjzxV80TWVBwn3fdHZsS0bFzp+g8Bs9ws4XqBAoQUOOgMlJsnp+jeb9d12Kd2",
+	"wRP32BVTuw0b4VJjy3qVozj7CMUdi0RJnnyC0jI346vq4VGc3Z0a5iy+ZHOkiPEQJA1gaZcufjPa17zL",
+	"O1S+LuFrTevkonM8VnhKgDRnV9hQjzVW/rT38/6tdu3TgGQIezbq3nt4APGCKRYbVNr682jc/zew/h8w",
+	"7P8M76AP/4B/QggDOIzWqNrbxPlN4Dzu/5v1/xj2f343mfT/8c9wcPj2vzsgcE34KZt32acShtCDwUx/",
+	"GlitNmRKsWXQgIdN3W7vKfC9eUzYZpORpwq1hWpkrTKpsAZKoDBjXBxCzrQGboDpCiN127Q12Vm3ctXR",
+	"O4jukrzy5GdovgQjM/b+2M17MGyYHc/YrcR3UfrLVjPQ5vZx4gJOa1wXLIGZkhkgUylHBbmSSREbfQgs",
+	"jjG3gIiJhABboW3kHNbn7AiFysPsbZ4lDLYbfudIoTQ8I6KPYLXXn4afj6DHcqF3QogaBiiC3izOdibC",
+	"YuPaskfQu8bpzgCeMguoNDBw5NplmYFMakPhdq2wh1AIsqgT4SlgViDnQvpY9A5czzcfYm7PRY07E1Ao",
+	"isxKqL2ZIAxmcRaEwTVOG4JaU9cB3raEUB+RfR10mT8uuOEsXdPdNTWoTEw7hNLF1A6bIqVQSDnsAG2Y",
+	"MiMf5cykAgYCr8vciwM/caGUtWO19SKLxoDkybuoEoZqYHPGhZOoOzDCXeFcBx+6LAe51Td5wkyHs/iS",
+	"bv1XlvPktJimPP4Fl5t7X2383hEFC0uPQq0xgdP+/oOHkNMMCylDmDKNDw8KlVaptJwlCRfz2yPitd27",
+	"DnCB05tDwM+J+b8kx1uov5OfUqBLfrmsjpwBXqFawr9QsTSB8enxACIaEHmDupDKWJS94AL7ClnCpilO",
+	"xCUXCfRmBORZlqcIkU94vtN8LpgpFEYhREKadzOLW6KdQ4gaBNH6UuBE2OgARYykeDnKPMUuS9w6zPrZ",
+	"TgRCtQ7lePF9njIurJYyA9dM+8wxpSFMnd4iA+eOUIbshVnUh4BEostpZszEG1M3rBN2M/+M+EhckzNa",
+	"hAaGwAVowS7xXcw0tonZYOitQu02byd73nZFTRrjQnGzPLMC5/hr0eHzi3OCNsgUqiOpMmaCUWC/3Uir",
+	"UgLb3pjxYDV0yZ2+zwVVfK4S83UuKKx+nYg4ZTzT7RR4ryPU3qFQhTLjTjpIV+yxHLU1bxbG5C7nxcVM",
+	"duvB+PTYGXWKpGy0pKHHT87CEp2GcIHTHXswS0pp1svEnaOfTUSr6haC22hKyCQLYWqv236kfL3PDIqk",
+	"9kLljxNReZUBXHCFfWsUmOHTFGtO2s1QwSNkmQYfVVmNnYiJ+NvfoHTr2j6PS6c3xVSKubYUWOVf9+8h",
+	"XC94vLA4FZnSVhxzZhaaQnHr8KOJ6I3zPEUbk83iLILeEVdoLS88TmWRwEvUms25mO9Q7eIa7Q1e4JTo",
+	"PWwnDunKndUu9WCq5LVGdU/T+DPHGroryjfsDGDccOAsSbw3mC6BGz0R5UmIszw5BFYOr3PCIAWdvhrr",
+	"yxRkmaAQCaqJ8AWVkp2+COa5WSbDybbETCmOuqwpZYU21vokHsJQmsTe2kREj102t3++zHEE6wldG+6S",
+	"jGu0rsvXqemcaSqvMdk5BCLqmmuciIPhcFDRVbk8T0Xv2dPzEJ48ffH0/GkIzg26spWTrBA0GmO/pEuw",
+	"wrgDAtHG/9AkcwCPZELHU1iH0fCSP4Lewd59mOJSimRnMBFRo3ocOTZM0VfcoHcwHO5QJC4A33NNW1fG",
+	"oHcwPLCRu/U+E6GLOEYLATXsD4eHYO0+cal5ykTGRWZtfAKKAktgQl+jgujDKipvrQr86NrWi8Fcfw6K",
+	"h3FVhVtIwgyeKRbV1fFgScIbjYq2P6v57dN57BI1RK3E+8jqs0IFk2I4vB8/vzinDxiNfJGwYU8ngkws",
+	"SfrWRHttXKFpW6FHGfdl6IvgEzErrE/ZqYxuRaa1fjdb4InoRdbM6tHurqO7IQmO/kFe6IWQNo53Aq/p",
+	"G1SDWGauuElHoLLhRMRSzPi8sLpaOpVyyaYFqKufjtSYUf1hWv9S6TEpPAnhYTm6fXuNQgz0Dvb3G4JN",
+	"9/j45PWZ/UgyWouklzpNv0OucJby+cKUFkJDLzo5PT8+eXUWOY5Zy6AnIhqTjPetqimZ9sdWw/snis+5",
+	"GMF/RSFo7qIXtL6HEHzM0pQSI7GSWvclDXbuz3BDQYKP3MgR1T4hCIOrEiMGe4PhYGhjE5mjYDkPRsH9",
+	"wXBwP6D804K8/65vWmE5373a2y15r3c/NG525UfpXYKCNh6WugN9va5QUAN9OR+wGRZYFrkmmzZYs3C8",
+	"XIhMWSMLWE/2dTaLwTQUhHK0M9JunYnobdRAwioXsdPanRsN3KVENsCeazBARuFbrJAZR5PGWIqkzELS",
+	"zVSScpw0eDHOhfYlhbDVkvRbNxSoh+w2Wn9Wb13Ah9o8ksnyzuqFG1WnVTu0NKrA9UaR/eFw27LVuN1G",
+	"eXgVBgcfM6XRgEJT9m6f0qqh0qSD2ydVpX87Ye/+7RPWi/GrMHjwMQdqNz5Q+F1kGVPLhnhYLzk+faUb",
+	"+WzD5lY8fDuZDt7amZ+op7M4266mL/ilMze0cbOx7RCi9fKGw2u+cuGchQ+VJ8Kaqgom+UBo5yZlOIqz",
+	"b1cX1is/P1Th66vC0eOXd68Jux+qzszVbpWHyQvTVaxEUXVYlV05s27f46IK+5PAa+ekQnJBVdTIrVqn",
+	"aDAZVW5MIYsXSCkQCwvcsmkagpa0VmtrrieCgR3QbkAtadIU3LoVuvTOpf+O4uzcV8A/X+nCW0dXHbZf",
+	"SkGbGc2PV8472bpZJ+9oq3kiBQ7g3KJa3zRF2OSz9f37Ud08ZRTLNTS30c5KIn9XmnyN0+0+LaKtIp9r",
+	"8Ali6NllEqYSYGm+YFM0OxvpB5fM2cg/lAkSQrdW1e0hIxRJLrkwEbx5/aLEYxMRXeJSD/L9Bw+TReTg",
+	"En1jTXIEVywtUN/kFy9w+u36xfV0+DfkF78/FwdlguwGN+eLbJ+hIh/KRNeq6fOctlg/1FWktd+3EBhB",
+	"NcJEVcXLSjQh6SkXVGaB4wSzXFrhGll3l6LHRSXoIyRWhoaUBoIeE0tqBNgBlmpZ4en94TCEKcas0DgR",
+	"m51CxufcZoynmHiPCoUwPLUQmXJImHTqlzvdHajW7d6v7qz/ZE/5l/RZf1qn3N1WItftZcJg7srEbbl4",
+	"huYvKhT+2Df2VX8/MvAMzS0CcFc2dLfVFTS/ufcglhSWu9yzVAmqARCyiNa7kwZ1B1VE0X7uuqZC1zHl",
+	"+qRGwPSlaywojXOrY6rD8L3g2kv4caM36tsT9bCrSEdZ2tr5UB3OFEqU2enh8BASnLEipWRu9a7U7wWq",
+	"Zf2yFL1/EzTfjPKTfMeM780vn7jwT1VB0ZIwR5K5LjKj5t35qDL3nVqQszke2pBR5uz3An2D0jZS3U0G",
+	"W168e7B3W1PjFzUZrbbDrjdt6LCWA3VJ5LuxIFZRKhNyT7de5nLnYvZ3w7OWgWk07a3C7lTCk8IxHHX5",
+	"+iH19EAsC2FACmex2mp7ht+F1n4hoNHsaPqB778pfF8ryPVCpnUrL2g02/Ti7l2vndZ4S/dGYFMDlEEH",
+	"7M7kFbY17Vt1j7dS0Wwf/AEnPlvU34i6O6eCsdQo2uiluMEFdGalGkJY17Kb+WMLmtvdBDBHo+FgOKz7",
+	"UcG/6tMW4nGS/JDgHxJcS/DZpvzS6+K3Su+dGepmX6yPibrqEU46qubYv1CEUzcE/whvvs3wphThL5xN",
+	"KLR7cbATOTziIllroaEn/z8RDmk+vzgvcUXXC92DdhsaFQpdHyqlEcqk6WHr7yRgzq+QnE9XTqECJ280",
+	"td3+yKZ+QRX6rIr/R6hR/Vchn6Wp+/u3T1j7D4Y/oai+WZ3Eq2pT/+2tvedaia22tDxe1c9oMQL1C1ND",
+	"5Z/V6Guc9unlkb57E6V/6V5e6cwFnjea+aq4UjcLj5bSvNCLsjOO62aXcPmHJZe43Iz8nqG5wOnaazZ/",
+	"unD4hfRmjcwtiWc65/cSaJ23W3B/HZ8eP2m8ntQUNF/II2G2F+quplCpf19htLu7t/8/g+FgONgb/TT8",
+	"aUiX4Wdva68MwQIIKsr5Ylj1vyJr/0WmOzKs481kVymiuevX3fxTrK51qkKmzjHmMx43J9pzr96u/i8A",
+	"AP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

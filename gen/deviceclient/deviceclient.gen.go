@@ -177,9 +177,6 @@ type InstanceID = string
 // sentence for people.
 type BadRequest = externalRef0.Error
 
-// Empty An empty JSON object.
-type Empty = EmptyObject
-
 // Forbidden The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -1925,7 +1922,7 @@ type UpdateFcmTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -1937,7 +1934,7 @@ type UpdateFcmTokenResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r UpdateFcmTokenResponse) GetJSON200() *Empty {
+func (r UpdateFcmTokenResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -2063,7 +2060,7 @@ type DeleteDeviceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -2073,7 +2070,7 @@ type DeleteDeviceResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r DeleteDeviceResponse) GetJSON200() *Empty {
+func (r DeleteDeviceResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -2249,7 +2246,7 @@ type SetDeviceInterestsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -2261,7 +2258,7 @@ type SetDeviceInterestsResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r SetDeviceInterestsResponse) GetJSON200() *Empty {
+func (r SetDeviceInterestsResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -2318,7 +2315,7 @@ type RemoveDeviceInterestResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -2328,7 +2325,7 @@ type RemoveDeviceInterestResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r RemoveDeviceInterestResponse) GetJSON200() *Empty {
+func (r RemoveDeviceInterestResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -2380,7 +2377,7 @@ type AddDeviceInterestResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -2390,7 +2387,7 @@ type AddDeviceInterestResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r AddDeviceInterestResponse) GetJSON200() *Empty {
+func (r AddDeviceInterestResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -2442,7 +2439,7 @@ type UpdateDeviceMetadataResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -2454,7 +2451,7 @@ type UpdateDeviceMetadataResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r UpdateDeviceMetadataResponse) GetJSON200() *Empty {
+func (r UpdateDeviceMetadataResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -2511,7 +2508,7 @@ type SetDeviceUserResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Empty
+	JSON200 *EmptyObject
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
@@ -2527,7 +2524,7 @@ type SetDeviceUserResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r SetDeviceUserResponse) GetJSON200() *Empty {
+func (r SetDeviceUserResponse) GetJSON200() *EmptyObject {
 	return r.JSON200
 }
 
@@ -3088,7 +3085,7 @@ func ParseUpdateFcmTokenResponse(rsp *http.Response) (*UpdateFcmTokenResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3196,7 +3193,7 @@ func ParseDeleteDeviceResponse(rsp *http.Response) (*DeleteDeviceResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3337,7 +3334,7 @@ func ParseSetDeviceInterestsResponse(rsp *http.Response) (*SetDeviceInterestsRes
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3391,7 +3388,7 @@ func ParseRemoveDeviceInterestResponse(rsp *http.Response) (*RemoveDeviceInteres
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3438,7 +3435,7 @@ func ParseAddDeviceInterestResponse(rsp *http.Response) (*AddDeviceInterestRespo
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3485,7 +3482,7 @@ func ParseUpdateDeviceMetadataResponse(rsp *http.Response) (*UpdateDeviceMetadat
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -3539,7 +3536,7 @@ func ParseSetDeviceUserResponse(rsp *http.Response) (*SetDeviceUserResponse, err
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Empty
+		var dest EmptyObject
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
