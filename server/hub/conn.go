@@ -33,6 +33,10 @@ type Conn struct {
 	maxOutBytes int
 	closing     *CloseReason
 	wake        chan struct{} // capacity 1: "the queue or the close state changed"
+
+	// onOverflow, when set, runs once when the queue overflows (the socket
+	// side uses it to count and to unblock a writer stuck on a full socket).
+	onOverflow func()
 }
 
 // subscription is one channel of a connection, with the presence user it
@@ -100,6 +104,9 @@ func (c *Conn) Send(frame []byte) bool {
 		c.closing = &CloseOverCapacity
 		c.outMu.Unlock()
 		c.signal()
+		if c.onOverflow != nil {
+			c.onOverflow()
+		}
 		return false
 	}
 	c.out = append(c.out, frame)

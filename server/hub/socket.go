@@ -115,6 +115,11 @@ type session struct {
 	appID string
 	key   string
 
+	// writeCtx bounds every socket write; cancelling it aborts a write stuck
+	// on a client that stopped reading.
+	writeCtx    context.Context
+	cancelWrite context.CancelFunc
+
 	lastActivity atomic.Int64 // unix nanoseconds of the last client message
 	pingSent     atomic.Bool
 	idle         *time.Timer
@@ -156,6 +161,9 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := &session{s: s, conn: conn, ws: ws, appID: app.ID, key: app.Key}
+	sess.writeCtx, sess.cancelWrite = context.WithCancel(context.Background())
+	defer sess.cancelWrite()
+	conn.onOverflow = sess.overflowed
 	if !s.add(sess) {
 		s.hub.Remove(conn)
 		s.reject(ws, CloseShuttingDown)
@@ -219,7 +227,7 @@ func (sess *session) run() {
 	sess.conn.Send(jsonFrame("pusher:connection_established", "", struct {
 		SocketID        string `json:"socket_id"`
 		ActivityTimeout int    `json:"activity_timeout"`
-	}{sess.conn.SocketID(), int(sess.s.opts.ActivityTimeout / time.Second)}))
+	}{sess.conn.SocketID(), activitySeconds(sess.s.opts.ActivityTimeout)}))
 
 	writerDone := make(chan struct{})
 	go func() {
@@ -233,6 +241,17 @@ func (sess *session) run() {
 	sess.conn.Close(closeGone) // stops the writer if it is still waiting
 	<-writerDone
 	_ = sess.ws.CloseNow()
+}
+
+// overflowGrace is how long a writer stuck on a full socket gets to finish
+// its write after the queue overflowed, so that the 4100 close can still be
+// sent to a client that is slow but reading.
+const overflowGrace = time.Second
+
+// overflowed runs once when the connection's queue overflows.
+func (sess *session) overflowed() {
+	sess.s.slowClosed.Add(1)
+	time.AfterFunc(overflowGrace, sess.cancelWrite)
 }
 
 // writeLoop is the connection's only writer: it drains the queue onto the
@@ -252,9 +271,6 @@ func (sess *session) writeLoop() {
 		if reason == nil {
 			continue
 		}
-		if reason.Code == CloseOverCapacity.Code {
-			sess.s.slowClosed.Add(1)
-		}
 		if reason.Code != 0 {
 			_ = sess.write(errorFrame(reason.Code, reason.Message))
 			// Close waits for the client's close frame, which the reader
@@ -268,7 +284,7 @@ func (sess *session) writeLoop() {
 }
 
 func (sess *session) write(frame []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), sess.s.opts.WriteTimeout)
+	ctx, cancel := context.WithTimeout(sess.writeCtx, sess.s.opts.WriteTimeout)
 	defer cancel()
 	return sess.ws.Write(ctx, websocket.MessageText, frame)
 }
@@ -294,6 +310,12 @@ func (sess *session) onIdle() {
 	default:
 		sess.conn.Close(ClosePongTimeout)
 	}
+}
+
+// activitySeconds is the activity timeout in whole seconds, at least 1, as
+// the protocol carries it.
+func activitySeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 var (
