@@ -256,7 +256,7 @@ func TestChannelQueries(t *testing.T) {
 func TestTerminateUserConnections(t *testing.T) {
 	s := newTestServer(t)
 	c := s.subscriber(t, "1", "")
-	if err := s.hub.SignIn(c, "user-7"); err != nil {
+	if err := s.hub.SignIn(c, "user-7", nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.client.TerminateUserConnectionsWithResponse(context.Background(), "1", "user-7")

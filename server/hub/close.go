@@ -17,6 +17,7 @@ var (
 	CloseUnsupportedProtocol = CloseReason{4007, "Unsupported protocol version"}
 	CloseUnauthorized        = CloseReason{4009, "Connection is unauthorized"}
 	CloseTerminated          = CloseReason{4009, "Connection terminated by the server"}
+	CloseAuthTimeout         = CloseReason{4009, "Connection not authorized in time: sign in or subscribe to a private channel"}
 	CloseOverCapacity        = CloseReason{4100, "Client is too slow to receive its messages"}
 	CloseShuttingDown        = CloseReason{4200, "Server is shutting down; please reconnect"}
 	ClosePongTimeout         = CloseReason{4201, "Pong reply not received in time"}

@@ -19,12 +19,14 @@ type Conn struct {
 	socketID string
 	app      *appState
 
-	// subMu serialises this connection's subscription changes and its removal
-	// (see the lock order in hub.go). It guards channels, userID and removed.
+	// subMu serialises this connection's subscription changes, sign-in and
+	// removal (see the lock order in hub.go). It guards channels, userID,
+	// watchlist and removed.
 	subMu    sync.Mutex
 	channels map[string]*subscription
-	userID   string // set by SignIn
-	removed  bool
+	userID    string   // set by SignIn
+	watchlist []string // user ids watched, set by SignIn
+	removed   bool
 
 	// outMu guards the outbound queue and the close state.
 	outMu       sync.Mutex

@@ -43,9 +43,10 @@ var (
 
 // Hub is the registry of every app's channels and connections.
 type Hub struct {
-	log    *zap.Logger
-	broker Broker
-	now    func() time.Time
+	log      *zap.Logger
+	broker   Broker
+	now      func() time.Time
+	observer Observer
 
 	mu   sync.RWMutex
 	apps map[string]*appState
@@ -59,8 +60,13 @@ type appState struct {
 	mu       sync.RWMutex
 	channels map[string]*channel
 
-	usersMu sync.RWMutex
-	users   map[string]map[*Conn]struct{} // signed-in connections by user id
+	// countEvents: send pusher_internal:subscription_count (the app's
+	// subscription_count switch, refreshed on every connect).
+	countEvents atomic.Bool
+
+	usersMu  sync.RWMutex
+	users    map[string]map[*Conn]struct{} // signed-in connections by user id
+	watchers map[string]map[*Conn]struct{} // connections watching a user id
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedEvent // by channel name; kept while unoccupied too
@@ -77,6 +83,10 @@ type channel struct {
 	index   map[*Conn]int // position in subs
 	members map[string]*member
 	dead    bool // removed from the app's map; subscribers must look it up again
+
+	occupied    bool        // channel_occupied reported, channel_vacated not yet
+	countSentAt time.Time   // when the last subscription_count went out
+	countTimer  *time.Timer // a throttled subscription_count waiting to go out
 }
 
 // member is a presence user with the number of its connections on the channel.
@@ -114,6 +124,7 @@ func (h *Hub) app(appID string, create bool) *appState {
 			id:       appID,
 			channels: make(map[string]*channel),
 			users:    make(map[string]map[*Conn]struct{}),
+			watchers: make(map[string]map[*Conn]struct{}),
 			cache:    make(map[string]cachedEvent),
 		}
 		h.apps[appID] = a
@@ -179,30 +190,36 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	if ch.presence {
 		if opts.Member == nil {
 			ch.mu.Unlock()
-			a.dropIfEmpty(ch)
+			h.dropIfEmpty(a, ch)
 			return errors.New("hub: presence subscription without a member")
 		}
 		userID = opts.Member.UserID
 		m := ch.members[userID]
 		if m == nil && opts.MaxMembers > 0 && len(ch.members) >= opts.MaxMembers {
 			ch.mu.Unlock()
-			a.dropIfEmpty(ch)
+			h.dropIfEmpty(a, ch)
 			return ErrPresenceFull
 		}
 		if m == nil {
 			m = &member{info: opts.Member.Info}
 			ch.members[userID] = m
 			ch.broadcastLocked(memberAddedFrame(name, userID, opts.Member.Info), c)
+			h.notify(Event{AppID: a.id, Kind: MemberAdded, Channel: name, UserID: userID})
 		}
 		m.conns++
 	}
 	ch.index[c] = len(ch.subs)
 	ch.subs = append(ch.subs, c)
+	if !ch.occupied {
+		ch.occupied = true
+		h.notify(Event{AppID: a.id, Kind: ChannelOccupied, Channel: name})
+	}
 	c.Send(succeededFrame(ch, name))
 	if ch.cache {
 		// Under ch.mu, so that it is ordered with Deliver (see there).
 		c.Send(h.cacheFrame(a, name))
 	}
+	h.countChangedLocked(a, ch)
 	ch.mu.Unlock()
 	c.channels[name] = &subscription{ch: ch, userID: userID}
 	return nil
@@ -214,6 +231,7 @@ func (h *Hub) cacheFrame(a *appState, name string) []byte {
 	if ev, ok := a.cached(name, h.now()); ok {
 		return eventFrame(ev.event, name, ev.data, "")
 	}
+	h.notify(Event{AppID: a.id, Kind: CacheMiss, Channel: name})
 	return eventFrame("pusher:cache_miss", name, "{}", "")
 }
 
@@ -244,13 +262,17 @@ func (a *appState) lockChannel(name string) *channel {
 	}
 }
 
-// dropIfEmpty removes ch from the app's map when it has no subscribers left.
-func (a *appState) dropIfEmpty(ch *channel) {
+// dropIfEmpty removes ch from the app's map when it has no subscribers left,
+// reporting channel_vacated.
+func (h *Hub) dropIfEmpty(a *appState, ch *channel) {
 	a.mu.Lock()
 	ch.mu.Lock()
 	if len(ch.subs) == 0 && !ch.dead {
 		ch.dead = true
 		delete(a.channels, ch.name)
+		if ch.occupied {
+			h.notify(Event{AppID: a.id, Kind: ChannelVacated, Channel: ch.name})
+		}
 	}
 	ch.mu.Unlock()
 	a.mu.Unlock()
@@ -267,12 +289,12 @@ func (h *Hub) Unsubscribe(c *Conn, name string) bool {
 		return false
 	}
 	delete(c.channels, name)
-	c.app.leave(c, sub)
+	h.leave(c.app, c, sub)
 	return true
 }
 
 // leave takes c off sub's channel. The caller holds c.subMu.
-func (a *appState) leave(c *Conn, sub *subscription) {
+func (h *Hub) leave(a *appState, c *Conn, sub *subscription) {
 	ch := sub.ch
 	ch.mu.Lock()
 	i, ok := ch.index[c]
@@ -291,19 +313,79 @@ func (a *appState) leave(c *Conn, sub *subscription) {
 			if m.conns--; m.conns == 0 {
 				delete(ch.members, sub.userID)
 				ch.broadcastLocked(memberRemovedFrame(ch.name, sub.userID), nil)
+				h.notify(Event{AppID: a.id, Kind: MemberRemoved, Channel: ch.name, UserID: sub.userID})
 			}
 		}
 	}
+	h.countChangedLocked(a, ch)
 	empty := len(ch.subs) == 0
 	ch.mu.Unlock()
 	if empty {
-		a.dropIfEmpty(ch)
+		h.dropIfEmpty(a, ch)
 	}
 }
 
-// SignIn records c as signed in as userID, for server-to-user events and
-// terminate_connections. A connection signs in at most once.
-func (h *Hub) SignIn(c *Conn, userID string) error {
+// Subscription counts go out on every change, but at most every
+// countThrottleEvery on channels with more than countThrottleAbove
+// subscribers, where every join would otherwise fan out to everyone.
+const (
+	countThrottleAbove = 100
+	countThrottleEvery = 5 * time.Second
+)
+
+// countChangedLocked reports a changed subscriber count of a non-presence
+// channel, when the app enabled subscription_count. The caller holds ch.mu
+// for writing.
+func (h *Hub) countChangedLocked(a *appState, ch *channel) {
+	if ch.presence || !a.countEvents.Load() {
+		return
+	}
+	now := h.now()
+	if len(ch.subs) > countThrottleAbove && now.Sub(ch.countSentAt) < countThrottleEvery {
+		if ch.countTimer == nil {
+			ch.countTimer = time.AfterFunc(ch.countSentAt.Add(countThrottleEvery).Sub(now), func() { h.flushCount(a, ch) })
+		}
+		return
+	}
+	h.sendCountLocked(a, ch, now)
+}
+
+func (h *Hub) sendCountLocked(a *appState, ch *channel, now time.Time) {
+	ch.countSentAt = now
+	n := len(ch.subs)
+	if n > 0 {
+		ch.broadcastLocked(jsonFrame("pusher_internal:subscription_count", ch.name, struct {
+			Count int `json:"subscription_count"`
+		}{n}), nil)
+	}
+	h.notify(Event{AppID: a.id, Kind: SubscriptionCount, Channel: ch.name, Count: n})
+}
+
+// flushCount sends a throttled count once its time has come.
+func (h *Hub) flushCount(a *appState, ch *channel) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.countTimer = nil
+	if !ch.dead {
+		h.sendCountLocked(a, ch, h.now())
+	}
+}
+
+// SetSubscriptionCount switches pusher_internal:subscription_count events
+// for appID; the socket side sets it from the app's settings on each connect.
+func (h *Hub) SetSubscriptionCount(appID string, on bool) {
+	h.app(appID, true).countEvents.Store(on)
+}
+
+// MaxWatchlist is the most user ids a connection may watch.
+const MaxWatchlist = 100
+
+// SignIn records c as signed in as userID, for server-to-user events,
+// terminate_connections and the watchlist. A connection signs in at most once.
+// The user's first connection makes it online for everyone watching it; c
+// then receives the online/offline state of the (at most MaxWatchlist) users
+// it watches.
+func (h *Hub) SignIn(c *Conn, userID string, watchlist []string) error {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	if c.removed {
@@ -312,17 +394,63 @@ func (h *Hub) SignIn(c *Conn, userID string) error {
 	if c.userID != "" {
 		return errors.New("hub: connection already signed in")
 	}
+	if len(watchlist) > MaxWatchlist {
+		watchlist = watchlist[:MaxWatchlist]
+	}
 	c.userID = userID
+	c.watchlist = watchlist
 	a := c.app
 	a.usersMu.Lock()
+	defer a.usersMu.Unlock()
 	set := a.users[userID]
 	if set == nil {
 		set = make(map[*Conn]struct{})
 		a.users[userID] = set
+		frame := watchlistFrame([]string{userID}, nil)
+		for w := range a.watchers[userID] {
+			w.Send(frame)
+		}
 	}
 	set[c] = struct{}{}
-	a.usersMu.Unlock()
+	if len(watchlist) == 0 {
+		return nil
+	}
+	var online, offline []string
+	for _, id := range watchlist {
+		ws := a.watchers[id]
+		if ws == nil {
+			ws = make(map[*Conn]struct{})
+			a.watchers[id] = ws
+		}
+		ws[c] = struct{}{}
+		if len(a.users[id]) > 0 {
+			online = append(online, id)
+		} else {
+			offline = append(offline, id)
+		}
+	}
+	c.Send(watchlistFrame(online, offline))
 	return nil
+}
+
+type watchlistEvent struct {
+	Name    string   `json:"name"`
+	UserIDs []string `json:"user_ids"`
+}
+
+// watchlistFrame is pusher_internal:watchlist_events with an online and an
+// offline group, each left out when empty.
+func watchlistFrame(online, offline []string) []byte {
+	var events []watchlistEvent
+	if len(online) > 0 {
+		events = append(events, watchlistEvent{"online", online})
+	}
+	if len(offline) > 0 {
+		events = append(events, watchlistEvent{"offline", offline})
+	}
+	return jsonFrame("pusher_internal:watchlist_events", "", struct {
+		Events []watchlistEvent `json:"events"`
+	}{events})
 }
 
 // Remove takes c out of every channel and user index and releases its
@@ -336,7 +464,7 @@ func (h *Hub) Remove(c *Conn) {
 	c.removed = true
 	a := c.app
 	for name, sub := range c.channels {
-		a.leave(c, sub)
+		h.leave(a, c, sub)
 		delete(c.channels, name)
 	}
 	if c.userID != "" {
@@ -345,6 +473,18 @@ func (h *Hub) Remove(c *Conn) {
 			delete(set, c)
 			if len(set) == 0 {
 				delete(a.users, c.userID)
+				frame := watchlistFrame(nil, []string{c.userID})
+				for w := range a.watchers[c.userID] {
+					w.Send(frame)
+				}
+			}
+		}
+		for _, id := range c.watchlist {
+			if ws := a.watchers[id]; ws != nil {
+				delete(ws, c)
+				if len(ws) == 0 {
+					delete(a.watchers, id)
+				}
 			}
 		}
 		a.usersMu.Unlock()

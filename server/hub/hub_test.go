@@ -222,14 +222,14 @@ func TestTerminateUser(t *testing.T) {
 	h := New(zap.NewNop())
 	a1, a2, b := connect(t, h, "1"), connect(t, h, "1"), connect(t, h, "1")
 	for _, c := range []*Conn{a1, a2} {
-		if err := h.SignIn(c, "alice"); err != nil {
+		if err := h.SignIn(c, "alice", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := h.SignIn(b, "bob"); err != nil {
+	if err := h.SignIn(b, "bob", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.SignIn(b, "bob"); err == nil {
+	if err := h.SignIn(b, "bob", nil); err == nil {
 		t.Fatal("second sign-in accepted")
 	}
 	if n := h.TerminateUser("1", "alice"); n != 2 {
@@ -408,3 +408,5 @@ func replaceInvalidUTF8(s string) string {
 	}
 	return b.String()
 }
+
+func nopLogger() *zap.Logger { return zap.NewNop() }

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -95,6 +96,12 @@ func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOption
 	return &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{})}
 }
 
+// appSubscriptionCount reports the app's subscription_count switch.
+func (s *SocketHandler) appSubscriptionCount(appID string) bool {
+	app := s.apps.ByID(appID)
+	return app != nil && app.SubscriptionCount
+}
+
 // SlowConsumersClosed is how many connections were closed with 4100 because
 // they could not keep up.
 func (s *SocketHandler) SlowConsumersClosed() int64 { return s.slowClosed.Load() }
@@ -119,6 +126,10 @@ type session struct {
 	// on a client that stopped reading.
 	writeCtx    context.Context
 	cancelWrite context.CancelFunc
+
+	// authorized: signed in or subscribed to a private or presence channel,
+	// which the app's user-authentication timeout asks for.
+	authorized atomic.Bool
 
 	lastActivity atomic.Int64 // unix nanoseconds of the last client message
 	pingSent     atomic.Bool
@@ -224,6 +235,16 @@ func (s *SocketHandler) Shutdown(ctx context.Context) error {
 func (sess *session) run() {
 	sess.touch()
 	sess.idle = time.AfterFunc(sess.s.opts.ActivityTimeout, sess.onIdle)
+	s := sess.s
+	s.hub.SetSubscriptionCount(sess.appID, s.appSubscriptionCount(sess.appID))
+	if app := s.apps.ByID(sess.appID); app != nil && app.UserAuthTimeout > 0 {
+		authTimer := time.AfterFunc(app.UserAuthTimeout, func() {
+			if !sess.authorized.Load() {
+				sess.conn.Close(CloseAuthTimeout)
+			}
+		})
+		defer authTimer.Stop()
+	}
 	sess.conn.Send(jsonFrame("pusher:connection_established", "", struct {
 		SocketID        string `json:"socket_id"`
 		ActivityTimeout int    `json:"activity_timeout"`
@@ -378,6 +399,8 @@ func (sess *session) handle(raw []byte) {
 		sess.subscribe(msg)
 	case msg.Event == "pusher:unsubscribe":
 		sess.unsubscribe(msg)
+	case msg.Event == "pusher:signin":
+		sess.signin(msg)
 	case strings.HasPrefix(msg.Event, "client-"):
 		sess.clientEvent(msg)
 	default:
@@ -500,13 +523,68 @@ func (sess *session) subscribe(msg clientMessage) {
 		}
 		opts.Member = &Member{UserID: userID, Info: pd.UserInfo}
 	}
-	switch err := sess.s.hub.Subscribe(sess.conn, name, opts); {
+	err := sess.s.hub.Subscribe(sess.conn, name, opts)
+	if err == nil && (kind == Private || kind == PrivateEncrypted || kind == Presence) {
+		sess.authorized.Store(true)
+	}
+	switch {
 	case errors.Is(err, ErrPresenceFull):
 		sess.subscriptionError(name, "LimitReached", "The presence channel has the maximum of "+itoa(app.MaxPresenceMembers)+" members.", 403)
 	case err != nil && !errors.Is(err, ErrConnRemoved):
 		sess.s.log.Error("subscribe failed", zap.String("channel", name), zap.Error(err))
 		sess.subscriptionError(name, "ServerError", "The subscription failed.", 500)
 	}
+}
+
+// signinData is the data of pusher:signin.
+type signinData struct {
+	Auth     string `json:"auth"`
+	UserData string `json:"user_data"`
+}
+
+// userData is the part of the signed user_data Herald reads.
+type userData struct {
+	ID        json.RawMessage `json:"id"`
+	Watchlist []string        `json:"watchlist"`
+}
+
+// signin authenticates the connection as a user. A bad signature or user_data
+// without an id closes the connection with 4009, as Pusher does.
+func (sess *session) signin(msg clientMessage) {
+	var d signinData
+	if err := decodeData(msg.Data, &d); err != nil {
+		sess.sendError(0, "Invalid pusher:signin: data must hold auth and user_data")
+		return
+	}
+	if sess.conn.UserID() != "" {
+		sess.sendError(0, "This connection is already signed in.")
+		return
+	}
+	app := sess.s.apps.ByID(sess.appID)
+	if app == nil || !signing.VerifyUserAuth(d.Auth, app.Key, app.Secret, sess.conn.SocketID(), d.UserData) {
+		sess.conn.Close(CloseReason{CloseUnauthorized.Code, "Invalid signature: the auth string does not sign this socket and user_data"})
+		return
+	}
+	var ud userData
+	if err := json.Unmarshal([]byte(d.UserData), &ud); err != nil {
+		sess.conn.Close(CloseReason{CloseUnauthorized.Code, "Invalid user_data: it must be a JSON object"})
+		return
+	}
+	id, ok := userIDString(ud.ID)
+	if !ok {
+		sess.conn.Close(CloseReason{CloseUnauthorized.Code, "Invalid user_data: the id field is required"})
+		return
+	}
+	sess.conn.Send(jsonFrame("pusher:signin_success", "", struct {
+		UserData string `json:"user_data"`
+	}{d.UserData}))
+	if len(ud.Watchlist) > MaxWatchlist {
+		sess.sendError(4302, "The watchlist holds more than "+itoa(MaxWatchlist)+" user ids; only the first "+itoa(MaxWatchlist)+" are watched.")
+	}
+	if err := sess.s.hub.SignIn(sess.conn, id, ud.Watchlist); err != nil {
+		return // removed meanwhile
+	}
+	sess.authorized.Store(true)
 }
 
 func (sess *session) unsubscribe(msg clientMessage) {

@@ -49,6 +49,8 @@ var wsApps = socketApps{
 	{ID: "2", Key: "off", Secret: "secret2", Enabled: false},
 	{ID: "3", Key: "one", Secret: "secret3", Enabled: true, MaxConnections: 1},
 	{ID: "4", Key: "noclient", Secret: "secret4", Enabled: true, ClientEvents: false},
+	{ID: "8", Key: "strict", Secret: "s8", Enabled: true, UserAuthTimeout: 200 * time.Millisecond, MaxPresenceMembers: 100, MaxPresenceUserInfoBytes: 1024},
+	{ID: "9", Key: "counting", Secret: "s9", Enabled: true, SubscriptionCount: true, MaxPresenceMembers: 100, MaxPresenceUserInfoBytes: 1024},
 }
 
 type wsServer struct {
