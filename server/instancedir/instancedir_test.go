@@ -1,0 +1,69 @@
+package instancedir
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/storage"
+)
+
+const id = "6f1c0a8e-3b2d-4c5e-9f7a-1b2c3d4e5f60"
+
+// waitFor polls cond every few milliseconds until it holds or 5 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDirectoryFollowsTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	db, err := storage.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.CreateInstance(ctx, storage.Instance{ID: id, SecretKey: "one", Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(ctx, db, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := d.ByID(id); in == nil || in.SecretKey != "one" {
+		t.Fatalf("ByID after New: %+v", in)
+	}
+	if d.ByID("other") != nil {
+		t.Fatal("ByID found an instance that does not exist")
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(runCtx, 10*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	// A change made through another connection, as `herald instances` does.
+	other, err := storage.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.UpdateInstance(ctx, storage.Instance{ID: id, SecretKey: "two", Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new secret", func() bool { in := d.ByID(id); return in != nil && in.SecretKey == "two" })
+	if err := other.DeleteInstance(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the instance to go", func() bool { return d.ByID(id) == nil })
+}
