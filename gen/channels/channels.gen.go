@@ -25,6 +25,39 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for WebhookEventName.
+const (
+	CacheMiss         WebhookEventName = "cache_miss"
+	ChannelOccupied   WebhookEventName = "channel_occupied"
+	ChannelVacated    WebhookEventName = "channel_vacated"
+	ClientEvent       WebhookEventName = "client_event"
+	MemberAdded       WebhookEventName = "member_added"
+	MemberRemoved     WebhookEventName = "member_removed"
+	SubscriptionCount WebhookEventName = "subscription_count"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEventName enum.
+func (e WebhookEventName) Valid() bool {
+	switch e {
+	case CacheMiss:
+		return true
+	case ChannelOccupied:
+		return true
+	case ChannelVacated:
+		return true
+	case ClientEvent:
+		return true
+	case MemberAdded:
+		return true
+	case MemberRemoved:
+		return true
+	case SubscriptionCount:
+		return true
+	default:
+		return false
+	}
+}
+
 // BatchEvent defines model for BatchEvent.
 type BatchEvent struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
@@ -157,6 +190,44 @@ type TriggerEventRequest struct {
 type TriggerEventResult struct {
 	// Channels One entry per unique channel triggered to.
 	Channels *map[string]ChannelAttributes `json:"channels,omitempty"`
+}
+
+// WebhookEvent One webhook event. Fields by kind: `channel_occupied`, `channel_vacated`,
+// `cache_miss`: `channel`. `member_added`, `member_removed`: `channel`,
+// `user_id`. `client_event`: `channel`, `event`, `data`, `socket_id`, and
+// `user_id` on presence channels. `subscription_count`: `channel`,
+// `subscription_count`.
+type WebhookEvent struct {
+	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
+	// `#server-to-user-<user id>`. Prefixes pick the kind: `private-`,
+	// `private-encrypted-`, `presence-`, and the cache kinds `cache-`,
+	// `private-cache-`, `private-encrypted-cache-`, `presence-cache-`.
+	Channel ChannelName `json:"channel"`
+
+	// Data The client event's data.
+	Data *string `json:"data,omitempty"`
+
+	// Event The client event's name.
+	Event *string          `json:"event,omitempty"`
+	Name  WebhookEventName `json:"name"`
+
+	// SocketId A connection's socket identifier, two integers joined by a dot.
+	SocketId          *SocketID `json:"socket_id,omitempty"`
+	SubscriptionCount *int      `json:"subscription_count,omitempty"`
+	UserId            *string   `json:"user_id,omitempty"`
+}
+
+// WebhookEventName defines model for WebhookEvent.Name.
+type WebhookEventName string
+
+// WebhookRequest The body of a webhook POST. Sent with `Content-Type: application/json`,
+// `X-Pusher-Key` (the application key) and `X-Pusher-Signature` (hex
+// HMAC-SHA256 of these exact bytes, keyed with the application secret).
+type WebhookRequest struct {
+	Events []WebhookEvent `json:"events"`
+
+	// TimeMs Milliseconds since the Unix epoch when the webhook was created.
+	TimeMs int64 `json:"time_ms"`
 }
 
 // AppID defines model for AppID.
@@ -1361,73 +1432,78 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Ft7c+M2kv8qXcxWxa6lZNnzuI1cqVtnZi4zl0nGG3sudzv0mRDZkhCTAAOAlpUpfferBsCXSMmejSd3",
-	"l7u/bEog0OjHD79utD4GicwLKVAYHUw/BgVTLEeDyj6dFcWbl/RPijpRvDBcimAaXC4RWFFkPGH0CfAU",
-	"heFzjmochAGnIQUzyyAMBMsxmAasKK55GoSBwl9KrjANpkaVGAY6WWLOaIWc3b1FsTDLYHoymYRBzkX1",
-	"fBwGZl3QPNooLhbBZhMGL5ZMCMx+YDmek8x9Kc8gcWOApICD9z++HaFOWIEpcAFmiUBSHu6Q2b98bR/3",
-	"Sf4nhfNgGnxx1GjyyH2rj1pSBhsSW6EupNBo1fsNS3/EX0rUhp4SKQwK+29LuUc/a9rNxwcumMg8l+L6",
-	"lVJSuRX7plNuTeAacpbNpcoxBalgppDdaGCQ8ZybcbAJg3+RasbTFMXvKmDHtzSkXLNZhqmV6I0wqATL",
-	"3AS/l1RnAkqBdwUmBlPQqG5RAdJoK9Q5W2eSpZdSvmVqgb+bWK9uURhImWEgSaLjCXz3TUi2ZLWVZzJd",
-	"u29Pnj2H7/g3VuL3gpVmKRX/lVz6v8H55oxnmAJJQeDh1juF2Co1tiGrbYwmS0xuwCxZ9c7Yxr9f04WR",
-	"SZZWFRbBlCxQGe5CzEfxJ8VpGJBG73vFLviSBm4IP+byvhfeiLk8M0bxWWlQ01sOaR6wTCWXlskNGoLS",
-	"e966sAPfvAwc5lTQ9SHwaGY3GNbauaoRVs5+xsTQWi9YssQ3fl99Oyb0dQpoPVDOgblPKsy1TijKLIPV",
-	"Eh3Yuu+5BswLsybUpe8psitM7ZquMkJ37ZfW2ed2xoxp4yUwii8WqAjI/GpODlpm6/AIA2Oy/sQXmEiR",
-	"ashwbmCGc6mwEbvaKN4VXKGmWXMueF7mwXRSr8CFwQWqntK9tmnZQU07UVu+MahxHzkUNPVIr3k3wanT",
-	"rNO4kAJhhar1HkndVbEuZ/Uq14ksXQR1l34hhcCEHjT48TNM4UBIMSoUahRJrW19eJ9mwqDUqHat9ZJr",
-	"w0VigAZ1l/v0pTa7VV259RZWkKXvRYo6LDZhIJOkLLhD0O5OflqiWaICZiBDclMyR1KrksKg2V3LSWdS",
-	"ZsiEDfZB43yKcj/BReud7HHQt1zvRlj7P0tTTuKy7Lwz5gHQ20XGLRG2hK2X3CPsDx5b93HCKZQFGAkn",
-	"kwl9rlhCxJdiKj4b/R3Y6FeYjL6CaxjB1/BXCGEMpzEhWyTiLxwJGBk5IqWPonIyeZLQv8BT+4DxGM4V",
-	"zvkdaii4PcQQbrhIpxAXit8yg6M4jET9gCJR68JgOopDGuI8nh6YSFsYSnNoiO1Dd4bqIxiYs/2dn9l/",
-	"NI4ExdJeBl4wQ8QrmAb/ebC998N//nA2+jsb/ToZfXUdRaOv/xqOT6/+/Kch7H1FEPXOWatvHuEh7F8v",
-	"3v0Azqat4GiM3By+vTkaThRCqUuWZWtgbsJUJmVuYVwkMiUgJbbrZBvDmYFcauNIFBwcT8KTpxOYrQ16",
-	"rGn0czw5eToZ2lx9WO8Qi7wuhOO+04UgpAFtmDJcLGDFzRLiotRLVNOYzlL/cM09/53G43tt1pNvi4IM",
-	"YH2es5FGygI7B43nYwdxAzDkSH2Iok+tV8VWZ3jH8oIO+BYyhQPA1t9JT/Zz77TvNao+CjlK1E8T27DB",
-	"h9GtPbHuz1xWH3OD+b1o1pGyATKmFFv3BHJTD8lU87chBKtPkS81OEbYysBDMCsJHuY1/Cy5wBRmFAOp",
-	"NFs+8/xpJ7A/TEZfXf05isbun8H4vXREy3LuVvLa1dmMvn2wzlr8fWPFe+PeOnYOXT3do0y35pAyuyLr",
-	"MhtAHgtLUIoMtQYmgASHBbtFiInbx33uVO9xyz4dbtZiovSILFnaqUPgok6FpEp95eQh2tp3Xjaa2aUE",
-	"q+aW3brCxxTmFMIEn7E9dYi30IFYnbkOjPxTDMwTTLJCWJVVKOWMhFQhzG0qOueYpY5Yy9JUeqFR9Su/",
-	"lKjWFRTb4+gx8rg2N+nu9J1AAuFjB8J20Bi+5bfE+bnu7PFTLVMt3nbk/Z78R0s473G+B0SgCzpYMQ0L",
-	"fotivMshHpd29n0EhVFrKFBBKfgvZRPNTcJp5ABFGdJCpzwymOJRsNkCiK/azCntVGt4jYplKZydvxnX",
-	"FRJuuctSKgM5S5Zc4EghSymfjgQxRDig6PMnMGn0lmU8vdZ8IZgplY1zIc31XJYijQ9PIW4JZOeXAiOh",
-	"URibeNFsBcoiw6EA7WxmKNrqeWwpB++KjHGhYUVPZOeVkhXxMU222yURtjhYmmWzCUglasudcsLj7Vd7",
-	"xxcOK//C6tFqzaOTHWjhSQt2g9cJ09gVpqfQILyHgLjFu252NeQ6GpNScbO+IGd1+qVtf4fr+4vxN7iu",
-	"K9oWVVtleFLdDa4bQVnBadJNaL+7qHfSW+U13sHr789ejC5en508e15pifaOqcdtONDoaiZn52+g9f7h",
-	"GM4qq0TCmpiBkGLkyL71dZZpCQlTiqOGmD66ztNncWjnW+IdfP/yWefkiAQXmqfYlsPu13nnzv0PmKur",
-	"hUueozYsL3bXiDR3jozwXvA7wEImy1PIS21ghtaHuYDnkwlo/0KlLps3fakhyWRys9dMppZih5j/hkoP",
-	"BttZtmJrDfHxeBLvXeLWz9BbYNM6YPrO5pM/q/vXl5fn1tpyXoGUB1YdwoorHBH0MsNnGTaxfW5TmUhU",
-	"Q+tpphWsunKbDutny7ZQh54oVOhvKUqVzkbCEmqfLaPKuWAGgdlqEim9qWSNIxGJL74Az4Ss/3CxoE9f",
-	"WcStuFnlkQ1HaW7IIK4CiqC0azWblbe1HMOBtchh2PJuONjybLxjiS/Z28QzBCkyV9GLROX6BM119Bza",
-	"3cZd147HcOmjwqEk11UcRaIVxiGhBaaNZdpAojFRaEKQc1ILAMD3ry5fv3sJURBFIgrg/Ozydf3wt/ev",
-	"fvwPGrhaokL3aIu9Vp1bqgO8S7AwPbGtPBoyuUI1IsRNw0hoqYxLYW5wHcJKcWNQQHyD669vWVZiDAf2",
-	"rzsHWtd8TjdNChRH5WRy8jweR+K8sSIXwOD83cWlByKFLhe3kHLqDNCYn2sCs9rOkEuFZBrWDXi2YmuY",
-	"K5kPxH0IrO0D9jzsHmONrWnsDVoqwIR0JcXGRuTqUIobIVfCDSO67U7SxviMJFQ4L3Vl6qeTY6saJtp0",
-	"Q7Dc1h6WPFn6axd/4wJn9SVcJNo+skCj4enkSRVPb3nOjfZhVF1NEVPZXVs5hafHT2CGaynSw1Ngdci7",
-	"koN/MxJtqk7DLCLAUmZpZ3oHHKedOp+2Rq0GnUwmkXhwuQ8OKBd4SLXv8DQSWFd53JoDlR6r+Jytm4JP",
-	"v9oTiYFyTw1WM5kSJGVMkZqs6/mrPZ+OtS19XNvmJ5wtpbyx1vFYTV6vIfbf+PnjagEjXcKaSDHni5K4",
-	"7sqNpCCrQSMSS2SpxcN/HzloH32H6xgOTJ+aeLiqB9aUw2FhB536oPgAvDr00OdofiRII6VIkRK6XhZA",
-	"oLy1+bBWh/Xg+NDRCcONJX1bh1x9cgVhUB2n0+B4PBlP7P1AgYIVPJgGT8aT8ZPAVluWls8dsaLQRx9d",
-	"Z8TmyHrztXNeW0+RQ/n5KzKHc3xboCBYr/OQjN/QYae5WGQ4qvzfTjmGn6yLuaxKCmBiHQlXiLBqFHpl",
-	"8Sm2k8curEIKGS5SvAPux+0qbkTCP1uxmtfggFUlXUdvq+tAGmKH6htMbWohpECvbMorrE3fpMQ5WuWb",
-	"V05BYadP5cNwptcMOXJ9LJsrR8dRm29kun60a++hktimy/2NKnG7++NkMvlMItgEe8f9u3MxB4gJHcIE",
-	"75ctZhF/3MR7C2GbMHjqRB+SqN7iUau7xb5yfP8rna4E+9KT+19qelTojeMHvLHdrrEJg2cP2VG398Qm",
-	"amWeM7VuvNTfKNUHEbELyurbOSlbaJsNOl++onm20KBd3Fig9Y1uTLzl2lQY9I9GQ9jP0rMWs14tpXZ1",
-	"f3dK6Qp1uSbGPed3u5KLOc8MquvZ+tqNC/b1efUy5j0F1QJVfa8PVtr2fYTlGbeM25aC0Bcva/Icb0sV",
-	"d7bVum07BcuzVlwjPJ1MdqeTNkV6aCfYdjHOgdFngoP2he0OHKgufGuDh+6w3y7AdNsNLBn6uIkP/4fD",
-	"wG8OZ1JdX0ft8G0uofcE8NHHdhvhZmc8f4tVOP+GaL5nYK9jcm+sGQkKTanEtBtk/UYMG2WHlO8OXAfC",
-	"gUsAXepSNwdZFoDCZhT29PdkztLDSPgrRDjo9BT5lcZwJuoJZT6jLN/mIvwW9f/yiHWNJcMRWzE6bZjB",
-	"P3r8fYvGZc60WSKbtn+m1dP1G6LwqL7S9bE4QLJtaseKAhlliCLBEJZyRb4MORPrdi2J5FzDkt0i5clD",
-	"bVEt1+yxWwKa7g307wgAn9Oju5va79Nfatfx9X/iVCG37vW3GQkMtv3mwY5+X954gSJ1FUDfLSl9Xa6W",
-	"QDWXTRQjaQPVvlRnE/1WA5sbNVtDXN8RxmN4iRm/dWUyYHotkqWSQpbapRhucXsbrCOhl7LMUpi5qyHX",
-	"i2PbdCgTOXVRlbM1cKENMjvQ3gUOXRlH4sD4PlNXwSuYMluXFHb8oSOG1Z1068IaVlxo2yjtqm+amG9n",
-	"lLtdaKfS7ezZl6I61CkS3YzZMqx9F4m701/XH/FYVL/djVQ36DrzcL1bzbsYv+8qfhgwtC6Ydwnmurce",
-	"QTDfefsJgrkL9qHkCLfoy2+TLKnp3j/yS5KeeM2tCx2UdbfGh6uvXamSVvV1ynYa9clbwbsik2ndsb1n",
-	"Z/rDVWdzj9BCsd01oc3aFuXmUg2x2aZz2QLeXZKV6eP4e9MW8VDztfsjHsK6H0XMR6C7n61a1mlE2vR/",
-	"G/UZqmPt9pN91TF7eN1bG+u3qPx/YWxfYYyJ6sciriImlb07G8yt95TGLHM6+mhTUnqu73mvW5R8TwXd",
-	"spMWj/HkgAsiIBU1I1snmaxvURKZ2lrQV84daEgkiJso9FON4ZLd2Cu81gWxvaZyXW5zS3LCukfA18Rd",
-	"NWXw2K/2Rfy59RuMR6MAl/Ve695RjzDMXX6OuNjx00iv/Ef8PefnTETaHee70pBWNkfscYZcLLwH9BHg",
-	"j56lvKB9+2SgFSl1cDQhI0U7an0786bdwWQ9tO5d+nDVazSqPmp13VQf1R0uH67IQdwVrPP5UmXBNFga",
-	"U0yPjo5P/mk8GU/Gx9O/TP4ysVmtF6nn853uEkKiNvp47/bg04+Yv7VbT6oyTI/2DJXVEot6g40o3ajS",
-	"weZq818BAAD//w==",
+	"7Fv/d9s2kv9X5rH7Xu23lCw7aW4rv75bN8k2uaatt3audxv6TIgcWahJgAVAy2qe/vd7A4DfREpWGqd3",
+	"19ufbEogMBjMfOYzg9H7IJF5IQUKo4Pp+6BgiuVoUNmns6J4/YL+SVEniheGSxFMg8sFAiuKjCeMPgGe",
+	"ojB8zlGNgzDgNKRgZhGEgWA5BtOAFcU1T4MwUPhLyRWmwdSoEsNAJwvMGa2Qs/s3KG7MIpieTCZhkHNR",
+	"PR+HgVkVNI82ioubYL0Og+cLJgRm37Mcz0nmvpRnkLgxQFLAwdsf34xQJ6zAFLgAs0AgKQ+3yOxfvraP",
+	"uyT/k8J5MA0+O2o0eeS+1UctKYM1ia1QF1JotOr9mqU/4i8lakNPiRQGhf23pdyjnzXt5v2eCyYyz6W4",
+	"fqmUVG7F/tEptyZwDTnL5lLlmIJUMFPIbjUwyHjOzThYh8HfpJrxNEXxuwrYsS0NKddslmFqJXotDCrB",
+	"MjfB7yXVmYBS4H2BicEUNKo7VIA02gp1zlaZZOmllG+YusHfTayXdygMpMwwkCTR8QS+/Tqks2T1Kc9k",
+	"unLfnnzxDL7lX1uJ3wpWmoVU/Fcy6f8B45sznmEKJAWBh1vvFGKr1Ni6rLY+miwwuQWzYNU7Y+v/fk3n",
+	"RiZZWFVYBFOyQGW4czHvxR/kp2FAGn3oFbvgCxq4JvyYy4deeC3m8swYxWelQU1vOaTZY5lKLi2TWzQE",
+	"pQ+8dWEHvn4ROMypoOtd4NHMbjCstXNVI6yc/YyJobWes2SBr/2++ueY0NcpoLVAOQfmPqkw1xqhKLMM",
+	"lgt0YOu+5xowL8yKUJe+J8+uMLV7dNUhdNd+YY19bmfMmDZeAqP4zQ0qAjK/mpODltkIHmFgTNaf+AIT",
+	"KVINGc4NzHAuFTZiVxvF+4Ir1DRrzgXPyzyYTuoVuDB4g6qndK9tWnZQ007Ulm0Matx7DjlNPdJr3k1w",
+	"6jTrNC6kQFiiar1HUndVrMtZvcp1IkvnQd2ln0shMKEHDX78DFM4EFKMCoUaRVJrWx8+pJkwKDWqbWu9",
+	"4NpwkRigQd3lPnyp9XZVV2a9gRV00g8iRe0W6zCQSVIW3CFodyc/LdAsUAEzkCGZKR1HUquS3KDZXctI",
+	"Z1JmyIR19sHD+RDlfoCJ1jvZYaBvuN6OsPZ/lqacxGXZeWfMHtDbRcYNETaErZfcIez3Hlt3ccIplAUY",
+	"CSeTCX2uWELEl3wqPhv9A9joV5iMvoRrGMFX8FcIYQynMSFbJOLPHAkYGTkipY+icjJ5ktC/wFP7gPEY",
+	"zhXO+T1qKLgNYgi3XKRTiAvF75jBURxGon5AkahVYTAdxSENcRZPD0ykLQylOTTE9qE7Q/URDMzZ/s7P",
+	"7D8aR4J8aScDL5gh4hVMg/862Nz74b++Oxv9g41+nYy+vI6i0Vd/DcenV3/+0xD2viSI+sGdVv94hIew",
+	"f7v44XtwZ9pyjuaQm+Dbm6PhRCGUumRZtgLmJkxlUuYWxkUiUwJSYrtOtjGcGcilNo5EwcHxJDx5OoHZ",
+	"yqDHmkY/x5OTp5OhzdXBeotYZHUhHPeNLgQhDWjDlOHiBpbcLCAuSr1ANY0plvqHa+757zQeP3hmPfk2",
+	"KMgA1uc5G2mkLLATaDwfO4gbgCFD6kMUfWqtKrY6w3uWFxTgW8gUDgBbfyc92c+90b7VqPoo5ChRP01s",
+	"wwYfRrf2xLo/c1l9zA3mD6JZR8oGyJhSbNUTyE09JFPN34YQrI4in2twjLCVgYdglhI8zGv4WXKBKczI",
+	"B1JpNmzm2dOOY7+bjL68+nMUjd0/g/576YiW5dyt5LWrsxl9u7fOWvx9bcV77d46dgZdPT2gTLfmkDK7",
+	"IusyG0AeC0tQigy1BiaABIcbdocQE7eP+9yp3uPG+XS4WYuJ0iOyZGGnDoGLOhWSKvWVk320tSteNprZ",
+	"pgSr5ta5dYWPyc3JhQk+Yxt1iLdQQKxirgMj/xQD8wSTTiGsyiqUckZCqhDmNhWdc8xSR6xlaSq90Kj6",
+	"lV9KVKsKim04eow8rs1Nujv9QSCB8LEDYTtoDN/wO+L8XHf2+KEnUy3eNuTdlvxHSzgfML49PNA5HSyZ",
+	"hht+h2K8zSAel3b2bQSFUSsoUEEp+C9l481NwmnkAEUZ0sJPOFtIeVtXKvqrLd0Il2yO4W/kN5rA27PG",
+	"qiZZsXUbbf1ndyyhmG3poI3A1znXOp62DBniHPMZqmuWpu5l/6wwl3eYtgfTNDZm85ReTDKOwlxbwTrD",
+	"IHafVaBBrKAyGkdcWxNRct5L5MaDPGJDlIERjwcTw5UGW+Ww23bn8bm2rHKwooDDZzowBbng4BSVb6Kg",
+	"jK1Ocuqzbso11VFTLG+dZ/Poj5PeaB0bPdZ2EQzml1cDcv0GCPiI3HUfHudrWLuKV97Vtga6Sx9/XP2k",
+	"crvzHy4ux3BBx+UI+HNXFR1drgqcwmZh1Brmf4zOLTEffYurGA7MRvn6FleHNo42Ay/4jWCmVBjDwQLv",
+	"I/Hqu7Pno4tXZydfPPOxUSPgPUuMyz5CmgVTJ9PmAhoTheZwyBnsqe9PXTvwtH4gYBme43U+EFi/41nG",
+	"ta+laU6OTiK/FfwesJDJoikIVmonlE8UMl+imkuVM+Ns49nT4MHSRSVKWG14yCA6pelBcyCiY4vPtWHg",
+	"HXGSV6hYlsLZ+etxXZ3mNm9cSGUgZ8mCCxwpZCmbZRgJwmo4IObjsx+KZncs4+m1ro8+hFhIcz2XpUjj",
+	"w1OIWwLZ+aXASGgk+0vQ8qgCZZHh0EF3NjMUV+p5bBkd74uMcaFhSU+k/aWSVdJpmkpjN4GzFzOlWTSb",
+	"gFSitnlrTlx489U+SA4r/8Lq0WrNM0M70FJDLdgtXidMY1eYnkKD8AHQcIt3Q/zVUNjWmJSKm9UFuYXT",
+	"L237W1w9fBF6i6v6NtEy2tYVKKnuFleNoKzgNOk6tN/VqNBf5RXeQx8jgPaOqefMcKDRedrZ+WtovX84",
+	"hrPqVCJhj5iBkGLkCi3W1lmmJSRMKY4aYvroOk+/iEM73wLv4bsXX3RYeyS40DzFthx2v846t+5/4Li6",
+	"WrjkOWrD8mJ7fX4IU04hL7WBGVob5gKeTSZQgVClLluz+lxDksnkducxmVqKLWL+Oyo96Gxn2ZKtNMTH",
+	"40m8c4k7P0NvgXWL3PeNzRferO5fXV6e29OW8wqkPK/RISy5whGBPDN8lmHj2y4IRaIaWk8zrSitoyo6",
+	"rJ9tpkthyCVpFW+zYa1ic5GwxQxfqUSVc8EMArOVfFJ6c4swjkQkPvsMfHC29sPFDX360iJulRdXFtnk",
+	"h013AsSVQxGUdk/NxuW2lmM4sCdyGLas2wbftmX7iEsO4cOuFJm7TYlEZfoEzbX3+MjeNe14DJfeKxxK",
+	"cl35USfU7xHVQ5BzUgsAwHcvL1/98AKiIIpEFMD52eWr+uHvb1/++J80cLlAhe7RXrRZdW6oDvA+wcL0",
+	"xLbyaMjkEtWIEDcNI6GlMq58dIurEJaKG4MC4ltcfXXHspI4jP3r4kCrxcLppik/xVE5mZw8I9Z+3pwi",
+	"F8As7fJApNDVQS2knLoDaI6fawKz+pwhlwrpaFjX4dmSrWCuZD7g9yGwtg3YeNgNY81Z09hbdBxRSHed",
+	"05wRmTqU4lbIpXDDFFFJG0mbw2ckocJ5qaujfjo5tqphok03BMtt3XfBk4W/8va33XBWN0BEom0jN2g0",
+	"PJ08qfzpDc+50d6NqrYAYirb69qn8PT4CcxwJUV6eAqsdnlX7vVvRqJdJqFhFhFgISk7bU3vgOO0c8ei",
+	"7aFWg04mk0jsfdUCB1LBXjcth6eRwLrC7tYcqLJbxeds1RTb+5X2SAyU2muwmsmUICljitRkTc+3VfhS",
+	"WPukj+uz8dzano7HarJ6DXE3U4mrBYx0xcJEijm/KRXN6eny2x/f1KARiQWy1OLhJ0lEWqC4VxbioM8l",
+	"FJEgjZQiRQVxP98gUN7YfFirw1pw7LMaw40lfRtBro5cQRhU4XQaHI8n44m9my1QsIIH0+DJeDJ+EthK",
+	"98LyuSNWFProvetKWx9Za75usqVCDqWML+k4nOHb4jDBel0DyvgtBTvNxU2Go8r+fRnnJ2tirqIlBTCx",
+	"ioQrAls1Cr20+BTbyWPnViG5DBcp3gP347YVliPhn61YzWtwwKrrNEdvq8yLhtih+hZTm1oIKdArm/IK",
+	"e6avU+IcrdL5S6egsNMj+G44p2yGHLkewvWVo+OozdcyXT1ay9HQdcS6y/2NKnGz8+5kMvlEItji5pbe",
+	"J2diDhATCsIE75ctZhG/X8c7LyHWYfDUiT4kUb3Fo1ZnoX3l+OFXOh1h9qUnD7/U9AfSG8d7vLHZKrcO",
+	"gy/22VG3788mamWeM7VqrNTf5teBiNgFZfXtnJTdaJsN+koBzbOBBu3C8g1a2+j6xBuuTYVBv9Ubwn6W",
+	"nrWY9XIhtbtzdVFKV6jLNTHuOb/fllzMeWZQXc9W125csKvHtpcx77jMKlDVPVVgpW3fBVuecce4becK",
+	"/cVRTZ7jTanizrZanQ6nYHnWkmuEp5PJ9nTSpkj7duFuXoQ4MPpEcNBultmCA1VJtz7w0AX7zQJMt9XL",
+	"kqH36/jwfzkMfLQ7k+r6Omq7b9MAtMOBj963W7jXW/35G6zc+SO8+YGBvW71nb5mJCg0pRLTrpP1m+Cs",
+	"lx1uuSCBA5cAutSlbsy0LACFzShs9Pdk7tBf1rj2DTjo9HP6lcZwJuoJZT6jLN/mIvwO9f9xj3VNfcMe",
+	"WzE6bZjBP7r/fYPGZc60WSKbtnex1U/7EV54VLfTeF8cINk2tWNFgYwyRJFgCAu5JFuGnIlVu5ZEcq5g",
+	"we6Q8uShltSWafbYLQFNt/vndwSAT2nR3U3ttunPteu2/X8RVcise73FRgLrXUvvbegP5Y0XKFJXAfSd",
+	"6tLX5WoJVHPZRD6SNlDtS3U20W81D7tRs1X7qn0MLzDjd65MBkyvRLJQUshSuxTDLW47cXQk9EKWWQoz",
+	"dzXk+iBtiyRlIqfOq3K2Ai60QWYH2j6MoXadSBwYf6XnKngFU2bjksKOP3TEsOoHajULwZILbX+k4qpv",
+	"mphvZ5S7XWin0u3s2ZeiOtQpEt2M2TKsXU0c29Pfl/76/HGofrsTtL4LdcfD9XY1b2P8/jZ8P2BoNfds",
+	"E8x1zj6CYP5XDx8gmGtuGkqOcIO+fJxkSU33fsuv+HriNbcuFCjrTrl3V1+5UiWt6uuU7TTqg7eC90Um",
+	"0/rXMjt2pt9ddTb3CO1rmw0A2qxsUW4u1RCbbX41YgHvPsnK9HHsvelH2ff42r1p+7DuRxHzEejuJ6uW",
+	"dZpA1/3fpX6C6li79W9XdcwGrwdrY/32wH8WxnYVxpiofqjnKmJS2buzwdx6R2nMMqej975Ra31U3/Ne",
+	"tyj5jgq6ZSctHuPJARdEQCpqRmedZLK+RUlkamtBXzpzoCGRIG6i0E81hkt2a6/wWhfE9prKdRjPLckJ",
+	"6x4BXxN31ZTBsF/ti/hz6/dvj0YBLuu91n37HmGYu/wccbHlZ+lVl9zj/Zb+UyYi7V/7bEtDWtkcsccZ",
+	"cnHjLaCPAH/0LOU57dsnAy1PqZ2jcRkp2l7rf0qybncwWQute5feXfUajaqPWl031Ud1h8u7KzIQdwXr",
+	"bL5UWTANFsYU06Oj45N/GU/Gk/Hx9C+Tv0xsVutF6tl8p7uEkKiNPt66Pfj0Pebv7daTqgzToz1DZbXE",
+	"ot5gI0rXq3Swvlr/dwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -18,6 +18,39 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for WebhookEventName.
+const (
+	CacheMiss         WebhookEventName = "cache_miss"
+	ChannelOccupied   WebhookEventName = "channel_occupied"
+	ChannelVacated    WebhookEventName = "channel_vacated"
+	ClientEvent       WebhookEventName = "client_event"
+	MemberAdded       WebhookEventName = "member_added"
+	MemberRemoved     WebhookEventName = "member_removed"
+	SubscriptionCount WebhookEventName = "subscription_count"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEventName enum.
+func (e WebhookEventName) Valid() bool {
+	switch e {
+	case CacheMiss:
+		return true
+	case ChannelOccupied:
+		return true
+	case ChannelVacated:
+		return true
+	case ClientEvent:
+		return true
+	case MemberAdded:
+		return true
+	case MemberRemoved:
+		return true
+	case SubscriptionCount:
+		return true
+	default:
+		return false
+	}
+}
+
 // BatchEvent defines model for BatchEvent.
 type BatchEvent struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
@@ -150,6 +183,44 @@ type TriggerEventRequest struct {
 type TriggerEventResult struct {
 	// Channels One entry per unique channel triggered to.
 	Channels *map[string]ChannelAttributes `json:"channels,omitempty"`
+}
+
+// WebhookEvent One webhook event. Fields by kind: `channel_occupied`, `channel_vacated`,
+// `cache_miss`: `channel`. `member_added`, `member_removed`: `channel`,
+// `user_id`. `client_event`: `channel`, `event`, `data`, `socket_id`, and
+// `user_id` on presence channels. `subscription_count`: `channel`,
+// `subscription_count`.
+type WebhookEvent struct {
+	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
+	// `#server-to-user-<user id>`. Prefixes pick the kind: `private-`,
+	// `private-encrypted-`, `presence-`, and the cache kinds `cache-`,
+	// `private-cache-`, `private-encrypted-cache-`, `presence-cache-`.
+	Channel ChannelName `json:"channel"`
+
+	// Data The client event's data.
+	Data *string `json:"data,omitempty"`
+
+	// Event The client event's name.
+	Event *string          `json:"event,omitempty"`
+	Name  WebhookEventName `json:"name"`
+
+	// SocketId A connection's socket identifier, two integers joined by a dot.
+	SocketId          *SocketID `json:"socket_id,omitempty"`
+	SubscriptionCount *int      `json:"subscription_count,omitempty"`
+	UserId            *string   `json:"user_id,omitempty"`
+}
+
+// WebhookEventName defines model for WebhookEvent.Name.
+type WebhookEventName string
+
+// WebhookRequest The body of a webhook POST. Sent with `Content-Type: application/json`,
+// `X-Pusher-Key` (the application key) and `X-Pusher-Signature` (hex
+// HMAC-SHA256 of these exact bytes, keyed with the application secret).
+type WebhookRequest struct {
+	Events []WebhookEvent `json:"events"`
+
+	// TimeMs Milliseconds since the Unix epoch when the webhook was created.
+	TimeMs int64 `json:"time_ms"`
 }
 
 // AppID defines model for AppID.
