@@ -22,8 +22,8 @@ type Conn struct {
 	// subMu serialises this connection's subscription changes, sign-in and
 	// removal (see the lock order in hub.go). It guards channels, userID,
 	// watchlist and removed.
-	subMu    sync.Mutex
-	channels map[string]*subscription
+	subMu     sync.Mutex
+	channels  map[string]*subscription
 	userID    string   // set by SignIn
 	watchlist []string // user ids watched, set by SignIn
 	removed   bool

@@ -632,6 +632,7 @@ func (sess *session) clientEvent(msg clientMessage) {
 	}
 	sess.rateCount++
 	sess.s.hub.Publish(Message{AppID: sess.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: sess.conn.SocketID()})
+	sess.s.hub.notify(Event{AppID: sess.appID, Kind: ClientEvent, Channel: msg.Channel, Name: msg.Event, Data: data, SocketID: sess.conn.SocketID(), UserID: userID})
 }
 
 // dataString returns client event data as the string to relay: a JSON string

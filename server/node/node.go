@@ -21,6 +21,7 @@ import (
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/instancedir"
+	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -39,6 +40,7 @@ type Node struct {
 	hub  *hub.Hub
 	http *http.Server
 	ws   *hub.SocketHandler
+	hook *webhook.Dispatcher
 
 	stop context.CancelFunc // stops the background loops
 	bg   sync.WaitGroup
@@ -66,6 +68,9 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 		return nil, fmt.Errorf("loading instances: %w", err)
 	}
 	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
+	n.hook = webhook.New(db, apps, log.Named("webhook"), webhook.Options{})
+	n.hub.SetObserver(n.hook)
+	n.hook.Start()
 
 	engine := httpapi.NewEngine(log)
 	httpapi.NewChannelsAPI(n.hub, apps, log).Register(engine)
@@ -115,6 +120,7 @@ func (n *Node) Serve(ln net.Listener) error {
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.http.Shutdown(ctx)
 	err = errors.Join(err, n.ws.Shutdown(ctx))
+	n.hook.Close() // after the sockets, whose departures are events too
 	n.stop()
 	n.bg.Wait()
 	return errors.Join(err, n.db.Close())

@@ -1,0 +1,429 @@
+// Package webhook delivers Channels webhooks: it receives the hub's channel
+// events, holds back channel_vacated and member_removed for a few seconds
+// (dropped if the state flips back), writes one request per matching endpoint
+// (or one batch) to a durable outbox in SQLite, and sends the outbox with
+// retries and exponential backoff. The hub is never blocked: events arrive
+// through a bounded buffer.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/channels"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/signing"
+	"github.com/heraldrt/herald/storage"
+)
+
+// Options tune the dispatcher. Zero values take the defaults.
+type Options struct {
+	Hold        time.Duration // how long vacated / member_removed wait; default 3 s
+	Flush       time.Duration // how often accepted events are written to the outbox; default 100 ms
+	MaxAge      time.Duration // how long a request is retried; default 5 min
+	BaseBackoff time.Duration // first retry delay, doubled per attempt; default 1 s
+	MaxBackoff  time.Duration // retry delay cap; default 1 min
+	Buffer      int           // events buffered between the hub and the dispatcher; default 65536
+	Senders     int           // concurrent deliveries; default 8
+	Client      *http.Client  // default: 10 s timeout
+}
+
+func (o Options) withDefaults() Options {
+	d := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	d(&o.Hold, 3*time.Second)
+	d(&o.Flush, 100*time.Millisecond)
+	d(&o.MaxAge, 5*time.Minute)
+	d(&o.BaseBackoff, time.Second)
+	d(&o.MaxBackoff, time.Minute)
+	if o.Buffer <= 0 {
+		o.Buffer = 65536
+	}
+	if o.Senders <= 0 {
+		o.Senders = 8
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	return o
+}
+
+// AppLookup finds an app, with its webhooks, by id.
+type AppLookup interface {
+	ByID(id string) *storage.App
+}
+
+// Dispatcher turns hub events into delivered webhooks.
+type Dispatcher struct {
+	db   *storage.DB
+	apps AppLookup
+	log  *zap.Logger
+	opts Options
+
+	in      chan hub.Event
+	wake    chan struct{} // the outbox got new requests
+	dropped atomic.Int64  // events lost because the buffer was full
+
+	stopCollect context.CancelFunc
+	collected   chan struct{}
+	stopSend    context.CancelFunc
+	wg          sync.WaitGroup
+}
+
+// New returns a dispatcher; call Start to run it and Close to stop it.
+func New(db *storage.DB, apps AppLookup, log *zap.Logger, opts Options) *Dispatcher {
+	opts = opts.withDefaults()
+	return &Dispatcher{db: db, apps: apps, log: log, opts: opts, in: make(chan hub.Event, opts.Buffer), wake: make(chan struct{}, 1)}
+}
+
+// Observe takes an event from the hub without blocking; when the buffer is
+// full the event is dropped and counted.
+func (d *Dispatcher) Observe(ev hub.Event) {
+	select {
+	case d.in <- ev:
+	default:
+		if d.dropped.Add(1)&1023 == 1 {
+			d.log.Warn("webhook buffer full; events dropped", zap.Int64("dropped", d.dropped.Load()))
+		}
+	}
+}
+
+// Dropped is how many events were lost to a full buffer.
+func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
+
+// Start runs the collector and the sender. Requests left in the outbox by an
+// earlier run are sent too.
+func (d *Dispatcher) Start() {
+	cctx, ccancel := context.WithCancel(context.Background())
+	sctx, scancel := context.WithCancel(context.Background())
+	d.stopCollect, d.stopSend = ccancel, scancel
+	d.collected = make(chan struct{})
+	go func() { defer close(d.collected); d.collect(cctx) }()
+	d.wg.Add(1)
+	go func() { defer d.wg.Done(); d.send(sctx) }()
+}
+
+// Close writes every accepted event, held ones included, to the outbox and
+// stops. Requests not yet delivered stay in the outbox for the next start.
+func (d *Dispatcher) Close() {
+	d.stopCollect()
+	<-d.collected
+	d.stopSend()
+	d.wg.Wait()
+}
+
+// pending is a held channel_vacated or member_removed.
+type pending struct {
+	ev  hub.Event
+	due time.Time
+}
+
+// holdKey identifies what a held event is about: the channel, and for
+// members the user.
+func holdKey(ev hub.Event) string {
+	return ev.AppID + "\x00" + ev.Channel + "\x00" + ev.UserID
+}
+
+// collect reads events, applies the hold, and writes outbox batches.
+func (d *Dispatcher) collect(ctx context.Context) {
+	held := map[string]pending{}
+	var ready []hub.Event
+	tick := time.NewTicker(d.opts.Flush)
+	defer tick.Stop()
+	accept := func(ev hub.Event) {
+		switch ev.Kind {
+		case hub.ChannelVacated, hub.MemberRemoved:
+			held[holdKey(ev)] = pending{ev, time.Now().Add(d.opts.Hold)}
+		case hub.ChannelOccupied, hub.MemberAdded:
+			// Back within the hold: neither the leaving nor the coming back
+			// is reported.
+			if p, ok := held[holdKey(ev)]; ok && opposite(p.ev.Kind, ev.Kind) {
+				delete(held, holdKey(ev))
+				return
+			}
+			ready = append(ready, ev)
+		default:
+			ready = append(ready, ev)
+		}
+	}
+	flush := func(all bool) {
+		now := time.Now()
+		for k, p := range held {
+			if all || !now.Before(p.due) {
+				ready = append(ready, p.ev)
+				delete(held, k)
+			}
+		}
+		if len(ready) == 0 {
+			return
+		}
+		if err := d.enqueue(ready); err != nil {
+			d.log.Error("writing webhooks to the outbox", zap.Int("events", len(ready)), zap.Error(err))
+		}
+		ready = ready[:0]
+	}
+	for {
+		select {
+		case ev := <-d.in:
+			accept(ev)
+		case <-tick.C:
+			flush(false)
+		case <-ctx.Done():
+			for {
+				select {
+				case ev := <-d.in:
+					accept(ev)
+				default:
+					flush(true)
+					return
+				}
+			}
+		}
+	}
+}
+
+func opposite(held, arrived hub.EventKind) bool {
+	return held == hub.ChannelVacated && arrived == hub.ChannelOccupied ||
+		held == hub.MemberRemoved && arrived == hub.MemberAdded
+}
+
+// enqueue builds the requests for events, per app and matching endpoint, and
+// stores them.
+func (d *Dispatcher) enqueue(events []hub.Event) error {
+	type endpoint struct {
+		appID string
+		hook  int // index in the app's webhooks
+	}
+	batches := map[endpoint][]channels.WebhookEvent{}
+	var order []endpoint
+	for _, ev := range events {
+		app := d.apps.ByID(ev.AppID)
+		if app == nil {
+			continue
+		}
+		for i, w := range app.Webhooks {
+			if !matches(w, ev) {
+				continue
+			}
+			ep := endpoint{ev.AppID, i}
+			if _, ok := batches[ep]; !ok {
+				order = append(order, ep)
+			}
+			batches[ep] = append(batches[ep], payload(ev))
+		}
+	}
+	now := time.Now().UnixMilli()
+	var items []storage.OutboxWebhook
+	for _, ep := range order {
+		w := d.apps.ByID(ep.appID).Webhooks[ep.hook]
+		evs := batches[ep]
+		groups := [][]channels.WebhookEvent{evs}
+		if !w.Batch {
+			groups = groups[:0]
+			for i := range evs {
+				groups = append(groups, evs[i:i+1])
+			}
+		}
+		for _, g := range groups {
+			body, err := json.Marshal(channels.WebhookRequest{TimeMs: now, Events: g})
+			if err != nil {
+				return err
+			}
+			items = append(items, storage.OutboxWebhook{AppID: ep.appID, URL: w.URL, Body: body})
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if err := d.db.EnqueueWebhooks(context.Background(), items); err != nil {
+		return err
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// matches reports whether endpoint w wants ev.
+func matches(w storage.Webhook, ev hub.Event) bool {
+	if w.ChannelPrefix != "" && !strings.HasPrefix(ev.Channel, w.ChannelPrefix) {
+		return false
+	}
+	if len(w.EventTypes) == 0 {
+		return true
+	}
+	for _, k := range w.EventTypes {
+		if k == string(ev.Kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// payload is the webhook form of an event, with the fields Pusher sends for
+// its kind.
+func payload(ev hub.Event) channels.WebhookEvent {
+	p := channels.WebhookEvent{Name: channels.WebhookEventName(ev.Kind), Channel: ev.Channel}
+	str := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	switch ev.Kind {
+	case hub.MemberAdded, hub.MemberRemoved:
+		p.UserId = str(ev.UserID)
+	case hub.ClientEvent:
+		p.Event, p.Data, p.SocketId, p.UserId = str(ev.Name), &ev.Data, str(ev.SocketID), str(ev.UserID)
+	case hub.SubscriptionCount:
+		n := ev.Count
+		p.SubscriptionCount = &n
+	}
+	return p
+}
+
+// send delivers due requests until ctx ends, waking when new ones arrive or
+// the next retry is due. Each endpoint gets its requests one at a time, in the
+// order they were written, so a receiver sees events in the order they
+// happened; a failed request holds back the later ones of its endpoint until
+// it is retried. Different endpoints are served in parallel.
+func (d *Dispatcher) send(ctx context.Context) {
+	sem := make(chan struct{}, d.opts.Senders)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	var mu sync.Mutex
+	busy := map[string]bool{}         // endpoints being served right now
+	blocked := map[string]time.Time{} // endpoints waiting for a retry
+	for {
+		due, err := d.db.DueWebhooks(ctx, time.Now(), 256)
+		if err != nil && ctx.Err() == nil {
+			d.log.Error("reading the webhook outbox", zap.Error(err))
+		}
+		groups := map[string][]storage.OutboxWebhook{}
+		var order []string
+		now := time.Now()
+		mu.Lock()
+		for _, w := range due {
+			if busy[w.URL] || now.Before(blocked[w.URL]) {
+				continue
+			}
+			if _, ok := groups[w.URL]; !ok {
+				order = append(order, w.URL)
+			}
+			groups[w.URL] = append(groups[w.URL], w)
+		}
+		for _, url := range order {
+			busy[url] = true
+		}
+		mu.Unlock()
+		for _, url := range order {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			inflight.Add(1)
+			go func(url string, items []storage.OutboxWebhook) {
+				defer inflight.Done()
+				var retryAt time.Time
+				for _, w := range items {
+					if retryAt = d.deliver(ctx, w); !retryAt.IsZero() || ctx.Err() != nil {
+						break
+					}
+				}
+				mu.Lock()
+				delete(busy, url)
+				if retryAt.IsZero() {
+					delete(blocked, url)
+				} else {
+					blocked[url] = retryAt
+				}
+				mu.Unlock()
+				<-sem
+				select {
+				case d.wake <- struct{}{}: // look again: more may be due
+				default:
+				}
+			}(url, groups[url])
+		}
+		wait := time.Second
+		if next, ok, err := d.db.NextWebhookDue(ctx); err == nil && ok {
+			wait = min(max(time.Until(next), 10*time.Millisecond), time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// deliver makes one attempt at a request and records the outcome. It returns
+// when to retry, or the zero time when the request is done with (delivered
+// or dropped).
+func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.Time {
+	app := d.apps.ByID(w.AppID)
+	if app == nil {
+		d.log.Warn("dropping a webhook of a deleted app", zap.String("app_id", w.AppID), zap.String("url", w.URL))
+		_ = d.db.DeleteWebhook(ctx, w.ID)
+		return time.Time{}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Body))
+	if err != nil {
+		d.log.Error("dropping a webhook with a bad URL", zap.String("url", w.URL), zap.Error(err))
+		_ = d.db.DeleteWebhook(ctx, w.ID)
+		return time.Time{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Pusher-Key", app.Key)
+	req.Header.Set("X-Pusher-Signature", signing.HMACHex(app.Secret, string(w.Body)))
+	res, err := d.opts.Client.Do(req)
+	if err == nil {
+		res.Body.Close()
+		if res.StatusCode >= 200 && res.StatusCode < 300 {
+			if err := d.db.DeleteWebhook(context.Background(), w.ID); err != nil {
+				d.log.Error("removing a delivered webhook", zap.Error(err))
+			}
+			return time.Time{}
+		}
+	}
+	if ctx.Err() != nil {
+		return time.Time{} // shutting down: the request stays due for the next start
+	}
+	reason := "status " + http.StatusText(statusOf(res))
+	if err != nil {
+		reason = err.Error()
+	}
+	if time.Since(w.CreatedAt) >= d.opts.MaxAge {
+		d.log.Error("giving up on a webhook", zap.String("url", w.URL), zap.Int("attempts", w.Attempts+1), zap.String("last_error", reason))
+		_ = d.db.DeleteWebhook(context.Background(), w.ID)
+		return time.Time{}
+	}
+	backoff := min(d.opts.BaseBackoff<<min(w.Attempts, 20), d.opts.MaxBackoff)
+	next := time.Now().Add(backoff)
+	d.log.Info("webhook attempt failed; retrying", zap.String("url", w.URL), zap.Int("attempt", w.Attempts+1), zap.Duration("in", backoff), zap.String("error", reason))
+	if err := d.db.RetryWebhookAt(context.Background(), w.ID, next); err != nil {
+		d.log.Error("rescheduling a webhook", zap.Error(err))
+	}
+	return next
+}
+
+func statusOf(res *http.Response) int {
+	if res == nil {
+		return 0
+	}
+	return res.StatusCode
+}

@@ -1,0 +1,100 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// OutboxWebhook is one webhook request waiting in the durable outbox.
+type OutboxWebhook struct {
+	ID            int64
+	AppID         string // signs the request with this app's key and secret at send time
+	URL           string
+	Body          []byte // the exact JSON bytes to sign and send
+	Attempts      int
+	NextAttemptAt time.Time
+	CreatedAt     time.Time
+}
+
+// EnqueueWebhooks stores requests in the outbox in one transaction, due at
+// once. It fills in their ids.
+func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook) error {
+	if len(items) == 0 {
+		return nil
+	}
+	t := now()
+	return db.write(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO webhook_outbox
+			(app_id, url, body, attempts, next_attempt_at_ms, created_at_ms) VALUES (?, ?, ?, 0, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for i := range items {
+			res, err := stmt.ExecContext(ctx, items[i].AppID, items[i].URL, items[i].Body, t.UnixMilli(), t.UnixMilli())
+			if err != nil {
+				return err
+			}
+			if items[i].ID, err = res.LastInsertId(); err != nil {
+				return err
+			}
+			items[i].NextAttemptAt, items[i].CreatedAt = t, t
+		}
+		return nil
+	})
+}
+
+// DueWebhooks returns up to limit requests whose next attempt is due at t,
+// in the order they were written.
+func (db *DB) DueWebhooks(ctx context.Context, t time.Time, limit int) ([]OutboxWebhook, error) {
+	rows, err := db.reader.QueryContext(ctx, `SELECT id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms
+		FROM webhook_outbox WHERE next_attempt_at_ms <= ? ORDER BY id LIMIT ?`, t.UnixMilli(), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []OutboxWebhook
+	for rows.Next() {
+		var w OutboxWebhook
+		var next, created int64
+		if err := rows.Scan(&w.ID, &w.AppID, &w.URL, &w.Body, &w.Attempts, &next, &created); err != nil {
+			return nil, err
+		}
+		w.NextAttemptAt, w.CreatedAt = fromMillis(next), fromMillis(created)
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// NextWebhookDue returns when the earliest request in the outbox is due, and
+// false when the outbox is empty.
+func (db *DB) NextWebhookDue(ctx context.Context) (time.Time, bool, error) {
+	var next sql.NullInt64
+	if err := db.reader.QueryRowContext(ctx, `SELECT MIN(next_attempt_at_ms) FROM webhook_outbox`).Scan(&next); err != nil {
+		return time.Time{}, false, err
+	}
+	if !next.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMillis(next.Int64), true, nil
+}
+
+// DeleteWebhook removes a request from the outbox (delivered or given up).
+func (db *DB) DeleteWebhook(ctx context.Context, id int64) error {
+	_, err := db.writer.ExecContext(ctx, `DELETE FROM webhook_outbox WHERE id = ?`, id)
+	return err
+}
+
+// RetryWebhookAt records a failed attempt and when to try again.
+func (db *DB) RetryWebhookAt(ctx context.Context, id int64, next time.Time) error {
+	_, err := db.writer.ExecContext(ctx, `UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at_ms = ? WHERE id = ?`, next.UnixMilli(), id)
+	return err
+}
+
+// CountWebhookOutbox is the number of requests waiting in the outbox.
+func (db *DB) CountWebhookOutbox(ctx context.Context) (int, error) {
+	var n int
+	err := db.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM webhook_outbox`).Scan(&n)
+	return n, err
+}
