@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,7 @@ func (d *Dispatcher) Close() {
 type pending struct {
 	ev  hub.Event
 	due time.Time
+	seq int // arrival order, kept when held events are released together
 }
 
 // holdKey identifies what a held event is about: the channel, and for
@@ -138,13 +140,15 @@ func holdKey(ev hub.Event) string {
 // collect reads events, applies the hold, and writes outbox batches.
 func (d *Dispatcher) collect(ctx context.Context) {
 	held := map[string]pending{}
+	seq := 0
 	var ready []hub.Event
 	tick := time.NewTicker(d.opts.Flush)
 	defer tick.Stop()
 	accept := func(ev hub.Event) {
 		switch ev.Kind {
 		case hub.ChannelVacated, hub.MemberRemoved:
-			held[holdKey(ev)] = pending{ev, time.Now().Add(d.opts.Hold)}
+			seq++
+			held[holdKey(ev)] = pending{ev, time.Now().Add(d.opts.Hold), seq}
 		case hub.ChannelOccupied, hub.MemberAdded:
 			// Back within the hold: neither the leaving nor the coming back
 			// is reported.
@@ -159,11 +163,16 @@ func (d *Dispatcher) collect(ctx context.Context) {
 	}
 	flush := func(all bool) {
 		now := time.Now()
+		var released []pending
 		for k, p := range held {
 			if all || !now.Before(p.due) {
-				ready = append(ready, p.ev)
+				released = append(released, p)
 				delete(held, k)
 			}
+		}
+		sort.Slice(released, func(i, j int) bool { return released[i].seq < released[j].seq })
+		for _, p := range released {
+			ready = append(ready, p.ev)
 		}
 		if len(ready) == 0 {
 			return
