@@ -385,9 +385,9 @@ func (sess *session) sendError(code int, message string) {
 
 // handle dispatches one client message.
 func (sess *session) handle(raw []byte) {
-	msg, err := parseClientMessage(raw)
-	if err != nil {
-		sess.sendError(0, err.Error())
+	msg, problem := parseClientMessage(raw)
+	if problem != "" {
+		sess.sendError(0, problem)
 		return
 	}
 	switch {
@@ -408,17 +408,16 @@ func (sess *session) handle(raw []byte) {
 	}
 }
 
-// parseClientMessage decodes a client frame; it must be a JSON object with a
-// string event.
-func parseClientMessage(raw []byte) (clientMessage, error) {
-	var msg clientMessage
+// parseClientMessage decodes a client frame, which must be a JSON object with
+// a string event; otherwise it returns the problem, to be sent to the client.
+func parseClientMessage(raw []byte) (msg clientMessage, problem string) {
 	if err := json.Unmarshal(raw, &msg); err != nil {
-		return msg, errors.New("Invalid message: expected a JSON object with an event")
+		return msg, "Invalid message: expected a JSON object with an event"
 	}
 	if msg.Event == "" {
-		return msg, errors.New("Invalid message: the event field is missing")
+		return msg, "Invalid message: the event field is missing"
 	}
-	return msg, nil
+	return msg, ""
 }
 
 // subscribeData is the data of pusher:subscribe.
