@@ -242,3 +242,33 @@ func fromMillis(ms int64) time.Time {
 type scanner interface {
 	Scan(dest ...any) error
 }
+
+// PollChanges calls reload whenever DataVersion moves past seen (the version
+// the caller's copy reflects), checking every interval until ctx ends.
+// Errors, of the check or of reload, go to onError and are retried at the
+// next tick. It serves the in-memory directories of apps and instances.
+func (db *DB) PollChanges(ctx context.Context, interval time.Duration, seen int64, reload func(context.Context) error, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ver, err := db.DataVersion(ctx)
+		if err == nil && ver == seen {
+			continue
+		}
+		if err == nil {
+			err = reload(ctx)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				onError(err)
+			}
+			continue
+		}
+		seen = ver
+	}
+}

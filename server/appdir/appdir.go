@@ -66,30 +66,11 @@ func (d *Directory) Reload(ctx context.Context) error {
 // Run checks the database every interval and reloads when it changed, until
 // ctx ends. Errors are logged and retried at the next tick.
 func (d *Directory) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ver, err := d.db.DataVersion(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("checking for app changes", zap.Error(err))
-			}
-			continue
-		}
-		if ver == d.ver {
-			continue
-		}
+	d.db.PollChanges(ctx, interval, d.ver, func(ctx context.Context) error {
 		if err := d.Reload(ctx); err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("reloading apps", zap.Error(err))
-			}
-			continue
+			return err
 		}
 		d.log.Info("apps reloaded after a database change")
-	}
+		return nil
+	}, func(err error) { d.log.Warn("reloading apps", zap.Error(err)) })
 }

@@ -193,7 +193,7 @@ func TestRun(t *testing.T) {
 
 		db.Close()
 		eventually(t, "the failure is logged", func() bool {
-			return logs.FilterMessage("checking for app changes").Len() > 0
+			return logs.FilterMessage("reloading apps").Len() > 0
 		})
 		if key(d, "1") != "key-1" {
 			t.Fatal("lookups stopped working when the database failed")
