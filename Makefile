@@ -5,7 +5,7 @@ GO         ?= go
 TOOL       := $(GO) tool -modfile=tools/go.mod
 COMPAT_DIR := scripts/compat
 
-.PHONY: run build test test-go test-compat generate check-generated lint bench clean
+.PHONY: run build test test-go test-compat test-load-smoke generate check-generated lint bench bench-fanout clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
@@ -15,8 +15,8 @@ run:
 build:
 	$(GO) build -o herald ./server
 
-## test: every test — Go (with the race detector) and the real-SDK compatibility suites
-test: test-go test-compat
+## test: every test — Go (with the race detector), the real-SDK compatibility suites, a load-tool smoke run
+test: test-go test-compat test-load-smoke
 
 test-go:
 	$(GO) test -race -count=1 ./...
@@ -42,9 +42,18 @@ lint:
 	$(GO) vet ./...
 	$(TOOL) staticcheck $$($(GO) list ./... | grep -v /gen/)
 
-## bench: Go benchmarks of the hot paths
+## bench: Go benchmarks of the hot paths, then the fan-out load run
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(MAKE) bench-fanout
+
+## bench-fanout: 10,000 idle connections (RSS each) and 10,000 subscribers at 20 events/s, with tools/load
+bench-fanout:
+	scripts/bench-fanout.sh
+
+## test-load-smoke: the load tool (tools/load, its own module) for a few seconds against a real server
+test-load-smoke:
+	cd tools/load && $(GO) test -race -count=1 ./...
 
 clean:
 	rm -f herald $(COMPAT_DIR)/herald

@@ -1,0 +1,193 @@
+// Command herald-load is the load tool of Herald's benchmarks: it opens N
+// Pusher-protocol (version 7) subscribers spread over C channels, publishes
+// through the signed HTTP API at a fixed rate or as fast as possible, and
+// reports connect rate, server RSS per connection, publishes and deliveries
+// per second, lost deliveries, end-to-end latency and the CPU share of the
+// tool next to the server's, as one line of JSON on stdout and a table on
+// stderr.
+//
+//	herald-load -url ws://127.0.0.1:8080 -key KEY -app-id ID -secret SECRET \
+//	    -subs 10000 -channels 1 -rate 20 -duration 10s -server-pid PID
+//	herald-load -idle -subs 10000 -url ... -key ... -server-pid PID
+//
+// Each event's data is "hl:<seq>:<send unix nanos>[:padding]", where seq
+// counts the events of its channel, so every subscriber computes the latency
+// from the moment the publisher sent the HTTP request and which events of its
+// channel it missed or saw twice. Expected deliveries are the events the API
+// accepted (200) on a channel times the subscribers of that channel; lost is
+// what did not arrive after a drain wait.
+//
+// Subscribers connect from several loopback source addresses (127.0.0.1 to
+// 127.0.0.<-sources>) when the server is on loopback, so N can go past the
+// ~28,000 ephemeral ports of one address; the tool raises its own
+// RLIMIT_NOFILE to the hard limit, and the server needs enough too.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	wsURL      *url.URL
+	httpURL    string
+	key        string
+	appID      string
+	secret     string
+	subs       int
+	channels   int
+	prefix     string
+	event      string
+	connConc   int
+	connTimout time.Duration
+	sources    int
+	client     string
+	readBuf    int
+
+	idle       bool
+	hold       time.Duration
+	settle     time.Duration
+	rate       float64
+	publishers int
+	duration   time.Duration
+	payload    int
+	drain      time.Duration
+	drainIdle  time.Duration
+	pubTimeout time.Duration
+
+	serverPID  int
+	quiet      bool
+	cpuProfile string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("herald-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	wsURL := fs.String("url", "ws://127.0.0.1:8080", "WebSocket base URL of the server (ws://host:port)")
+	fs.StringVar(&c.httpURL, "http-url", "", "HTTP API base URL (default: -url with http://)")
+	fs.StringVar(&c.key, "key", "", "app key (required)")
+	fs.StringVar(&c.appID, "app-id", "", "app id (required unless -idle)")
+	fs.StringVar(&c.secret, "secret", "", "app secret (required unless -idle)")
+	fs.IntVar(&c.subs, "subs", 10000, "number of subscribers (one connection each)")
+	fs.IntVar(&c.channels, "channels", 1, "channels the subscribers are spread over (round-robin)")
+	fs.StringVar(&c.prefix, "channel-prefix", "load-", "channel names are <prefix><index>")
+	fs.StringVar(&c.event, "event", "load", "event name of the published events")
+	fs.IntVar(&c.connConc, "connect-concurrency", 200, "connections being opened at once")
+	fs.DurationVar(&c.connTimout, "connect-timeout", 15*time.Second, "limit for one connection to be subscribed")
+	fs.IntVar(&c.sources, "sources", 8, "loopback source addresses 127.0.0.1..127.0.0.N to connect from (loopback servers only; 0 = kernel's choice)")
+	fs.StringVar(&c.client, "client", "raw", "WebSocket client: raw (minimal, lean) or coder (github.com/coder/websocket)")
+	fs.IntVar(&c.readBuf, "read-buffer", 4096, "read buffer per connection (raw client)")
+	fs.BoolVar(&c.idle, "idle", false, "only connect and subscribe, measure RSS per connection, hold, no publishing")
+	fs.DurationVar(&c.hold, "hold", 5*time.Second, "how long -idle holds the connections")
+	fs.DurationVar(&c.settle, "settle", time.Second, "wait after the last connection before measuring RSS")
+	fs.Float64Var(&c.rate, "rate", 20, "events per second over all channels (0 = as fast as possible)")
+	fs.IntVar(&c.publishers, "publishers", 4, "concurrent HTTP publishers")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to publish")
+	fs.IntVar(&c.payload, "payload", 0, "pad each event's data to this many bytes")
+	fs.DurationVar(&c.drain, "drain", 15*time.Second, "longest wait for outstanding deliveries after publishing")
+	fs.DurationVar(&c.drainIdle, "drain-idle", 2*time.Second, "stop draining after this long without a delivery")
+	fs.DurationVar(&c.pubTimeout, "publish-timeout", 10*time.Second, "limit of one HTTP publish")
+	fs.IntVar(&c.serverPID, "server-pid", 0, "server process for RSS and CPU (default: the process listening on the -url port, if it can be found)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines and no table, only the JSON line")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	u, err := url.Parse(*wsURL)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("-url must be ws://host:port, got %q", *wsURL)
+	}
+	u.Scheme = "ws"
+	c.wsURL = u
+	if c.httpURL == "" {
+		c.httpURL = "http://" + u.Host
+	}
+	c.httpURL = strings.TrimRight(c.httpURL, "/")
+	switch {
+	case c.key == "":
+		return nil, errors.New("-key is required")
+	case !c.idle && (c.appID == "" || c.secret == ""):
+		return nil, errors.New("-app-id and -secret are required to publish (or use -idle)")
+	case c.subs < 0 || c.channels < 1 || c.connConc < 1 || c.publishers < 1 || c.rate < 0:
+		return nil, errors.New("-subs must be ≥ 0 and -channels, -connect-concurrency, -publishers ≥ 1, -rate ≥ 0")
+	case c.client != "raw" && c.client != "coder":
+		return nil, errors.New("-client must be raw or coder")
+	case c.readBuf < 256:
+		return nil, errors.New("-read-buffer must be at least 256")
+	}
+	return &c, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "herald-load:", err)
+		os.Exit(2)
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "herald-load:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// An interrupted run still reports what it measured, then fails.
+	res, err := run(ctx, cfg, os.Stderr)
+	if res != nil {
+		if !cfg.quiet {
+			res.writeTable(os.Stderr)
+		}
+		err = errors.Join(err, res.writeJSON(os.Stdout))
+	}
+	pprof.StopCPUProfile()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "herald-load:", err)
+		os.Exit(1)
+	}
+}
+
+// serverPID returns the -server-pid, or the pid listening on the URL's port
+// when the server is local and can be found, or 0.
+func (c *config) findServerPID() (int, string) {
+	if c.serverPID > 0 {
+		return c.serverPID, ""
+	}
+	host, portStr, err := net.SplitHostPort(c.wsURL.Host)
+	if err != nil {
+		return 0, "no port in -url; pass -server-pid for RSS and CPU"
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return 0, "server is not local; RSS and server CPU are not measured"
+	}
+	port, _ := strconv.Atoi(portStr)
+	pid, err := listenerPID(port)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return pid, ""
+}
