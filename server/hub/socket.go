@@ -89,11 +89,14 @@ type SocketHandler struct {
 	wg       sync.WaitGroup
 
 	slowClosed atomic.Int64
+	stopWatch  chan struct{}
 }
 
 // NewSocketHandler returns the WebSocket endpoint over h.
 func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOptions) *SocketHandler {
-	return &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{})}
+	s := &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
+	go s.watchWrites()
+	return s
 }
 
 // appSubscriptionCount reports the app's subscription_count switch.
@@ -122,10 +125,11 @@ type session struct {
 	appID string
 	key   string
 
-	// writeCtx bounds every socket write; cancelling it aborts a write stuck
-	// on a client that stopped reading.
-	writeCtx    context.Context
-	cancelWrite context.CancelFunc
+	// writeStarted is when the write in progress began (unix nanoseconds),
+	// 0 between writes. Writes carry no context of their own, because a
+	// deadline per write costs a timer on the fan-out hot path; the
+	// handler's watchdog closes a socket whose write is stuck instead.
+	writeStarted atomic.Int64
 
 	// authorized: signed in or subscribed to a private or presence channel,
 	// which the app's user-authentication timeout asks for.
@@ -172,8 +176,6 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := &session{s: s, conn: conn, ws: ws, appID: app.ID, key: app.Key}
-	sess.writeCtx, sess.cancelWrite = context.WithCancel(context.Background())
-	defer sess.cancelWrite()
 	conn.onOverflow = sess.overflowed
 	if !s.add(sess) {
 		s.hub.Remove(conn)
@@ -211,10 +213,18 @@ func (s *SocketHandler) remove(sess *session) {
 	s.wg.Done()
 }
 
+// shutdownGrace is how long connections get to take their 4200 close before
+// the ones still stuck (a client not reading) are dropped.
+const shutdownGrace = 2 * time.Second
+
 // Shutdown closes every connection with 4200 (reconnect) and waits until they
-// are gone or ctx ends. New connections are refused from now on.
+// are gone or ctx ends; sockets that have not closed within shutdownGrace are
+// dropped. New connections are refused from now on.
 func (s *SocketHandler) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closing {
+		close(s.stopWatch)
+	}
 	s.closing = true
 	for sess := range s.sessions {
 		sess.conn.Close(CloseShuttingDown)
@@ -222,11 +232,21 @@ func (s *SocketHandler) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-grace.C:
+			s.mu.Lock()
+			for sess := range s.sessions {
+				go sess.ws.CloseNow() //nolint:errcheck // the session cleans up
+			}
+			s.mu.Unlock()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -269,10 +289,16 @@ func (sess *session) run() {
 // sent to a client that is slow but reading.
 const overflowGrace = time.Second
 
-// overflowed runs once when the connection's queue overflows.
+// overflowed runs once when the connection's queue overflows. If the writer
+// is still stuck on the full socket after the grace period, the socket is
+// dropped without ceremony.
 func (sess *session) overflowed() {
 	sess.s.slowClosed.Add(1)
-	time.AfterFunc(overflowGrace, sess.cancelWrite)
+	time.AfterFunc(overflowGrace, func() {
+		if sess.writeStarted.Load() != 0 {
+			_ = sess.ws.CloseNow()
+		}
+	})
 }
 
 // writeLoop is the connection's only writer: it drains the queue onto the
@@ -305,9 +331,33 @@ func (sess *session) writeLoop() {
 }
 
 func (sess *session) write(frame []byte) error {
-	ctx, cancel := context.WithTimeout(sess.writeCtx, sess.s.opts.WriteTimeout)
-	defer cancel()
-	return sess.ws.Write(ctx, websocket.MessageText, frame)
+	sess.writeStarted.Store(time.Now().UnixNano())
+	err := sess.ws.Write(context.Background(), websocket.MessageText, frame)
+	sess.writeStarted.Store(0)
+	return err
+}
+
+// watchWrites closes, every second, the sockets whose current write has taken
+// longer than WriteTimeout: their client stopped reading. It runs until the
+// handler shuts down.
+func (s *SocketHandler) watchWrites() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopWatch:
+			return
+		case now := <-t.C:
+			limit := now.Add(-s.opts.WriteTimeout).UnixNano()
+			s.mu.Lock()
+			for sess := range s.sessions {
+				if started := sess.writeStarted.Load(); started != 0 && started < limit {
+					go sess.ws.CloseNow() //nolint:errcheck // the writer sees the failure
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
 }
 
 // touch records client activity, which postpones the server's ping.
