@@ -102,7 +102,8 @@ export function heraldCli (...args) {
  * @param {Record<string,string>} [options.env] extra environment (wins over the defaults)
  * @param {string} [options.db] database file; default a fresh one in a temporary directory
  * @returns {Promise<{host: string, port: number, db: string, appId: string, key: string,
- *   secret: string, logs: () => string, stop: () => Promise<void>}>}
+ *   secret: string, logs: () => string, stop: () => Promise<void>,
+ *   kill: (signal?: string) => Promise<{code: number|null, signal: string|null}>}>}
  */
 export function startHerald ({ env = {}, db = freshDB() } = {}) {
   const child = spawn(heraldBin(), [], {
@@ -178,6 +179,12 @@ export function startHerald ({ env = {}, db = freshDB() } = {}) {
       })()
       return stopping
     }
-    return { host, port, db, ...APP, logs, stop }
+    // Sends signal (default SIGKILL) and resolves with how the process ended,
+    // e.g. to simulate a crash; stop() is not needed afterwards.
+    const kill = async (signal = 'SIGKILL') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+      return exited
+    }
+    return { host, port, db, ...APP, logs, stop, kill }
   })
 }
