@@ -46,10 +46,16 @@ func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook) error 
 }
 
 // DueWebhooks returns up to limit requests whose next attempt is due at t,
-// in the order they were written.
+// in the order they were written, leaving out those queued behind an older
+// request to the same URL that is not due yet.
 func (db *DB) DueWebhooks(ctx context.Context, t time.Time, limit int) ([]OutboxWebhook, error) {
-	rows, err := db.reader.QueryContext(ctx, `SELECT id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms
-		FROM webhook_outbox WHERE next_attempt_at_ms <= ? ORDER BY id LIMIT ?`, t.UnixMilli(), limit)
+	// A request waiting for its retry holds back the later ones to the same
+	// URL, so that a receiver sees events in order even across restarts.
+	rows, err := db.reader.QueryContext(ctx, `SELECT w.id, w.app_id, w.url, w.body, w.attempts, w.next_attempt_at_ms, w.created_at_ms
+		FROM webhook_outbox w
+		WHERE w.next_attempt_at_ms <= ?1
+		  AND NOT EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.url = w.url AND o.id < w.id AND o.next_attempt_at_ms > ?1)
+		ORDER BY w.id LIMIT ?2`, t.UnixMilli(), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,14 @@ type Conn struct {
 	outBytes    int
 	maxOutBytes int
 	closing     *CloseReason
-	wake        chan struct{} // capacity 1: "the queue or the close state changed"
+	// startWriter, when set, starts a writer goroutine; the connection calls
+	// it whenever there is something to write (or a close to send) and no
+	// writer runs. The writer drains the queue with drain and exits when it
+	// is empty, so an idle connection holds no writer goroutine.
+	startWriter func()
+	writers     *sync.WaitGroup // counts writer goroutines; Add happens under outMu, with the claim
+	writing     bool            // a writer goroutine is running
+	spare       [][]byte        // the writer's frame buffer, kept between writer runs
 
 	// onOverflow, when set, runs once when the queue overflows (the socket
 	// side uses it to count and to unblock a writer stuck on a full socket).
@@ -57,7 +64,6 @@ func newConn(app *appState, socketID string, maxQueueBytes int) *Conn {
 		app:         app,
 		channels:    make(map[string]*subscription),
 		maxOutBytes: maxQueueBytes,
-		wake:        make(chan struct{}, 1),
 	}
 }
 
@@ -104,8 +110,11 @@ func (c *Conn) Send(frame []byte) bool {
 	}
 	if c.outBytes+len(frame) > c.maxOutBytes {
 		c.closing = &CloseOverCapacity
+		start := c.claimWriterLocked()
 		c.outMu.Unlock()
-		c.signal()
+		if start {
+			c.startWriter()
+		}
 		if c.onOverflow != nil {
 			c.onOverflow()
 		}
@@ -113,8 +122,24 @@ func (c *Conn) Send(frame []byte) bool {
 	}
 	c.out = append(c.out, frame)
 	c.outBytes += len(frame)
+	start := c.claimWriterLocked()
 	c.outMu.Unlock()
-	c.signal()
+	if start {
+		c.startWriter()
+	}
+	return true
+}
+
+// claimWriterLocked reports whether the caller must start a writer, marking
+// one as running. The caller holds outMu.
+func (c *Conn) claimWriterLocked() bool {
+	if c.writing || c.startWriter == nil {
+		return false
+	}
+	c.writing = true
+	// Counted before outMu is released, so that whoever next sees writing
+	// set can wait for this writer.
+	c.writers.Add(1)
 	return true
 }
 
@@ -125,20 +150,37 @@ func (c *Conn) Close(reason CloseReason) {
 	if c.closing == nil {
 		c.closing = &reason
 	}
+	start := c.claimWriterLocked()
 	c.outMu.Unlock()
-	c.signal()
-}
-
-func (c *Conn) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if start {
+		c.startWriter()
 	}
 }
 
-// Wake is signalled whenever frames are queued or the connection is asked to
-// close. The writer waits on it and then calls Take.
-func (c *Conn) Wake() <-chan struct{} { return c.wake }
+// drain is the writer's Take: queued frames, or the close reason, or idle
+// true when there is nothing left, in which case the writer must exit (the
+// next Send starts a new one). After a close reason no writer is started
+// again.
+func (c *Conn) drain(buf [][]byte) (frames [][]byte, reason *CloseReason, idle bool) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if buf == nil {
+		buf, c.spare = c.spare, nil
+	}
+	if c.closing != nil {
+		c.out, c.outBytes = nil, 0
+		return buf, c.closing, false
+	}
+	if len(c.out) == 0 {
+		c.writing = false
+		c.spare = buf[:0]
+		return nil, nil, true
+	}
+	buf = append(buf, c.out...)
+	clear(c.out)
+	c.out, c.outBytes = c.out[:0], 0
+	return buf, nil, false
+}
 
 // Take hands the writer every queued frame (appended to buf, which it may
 // reuse) and, once the connection is closing, the reason. Frames are returned

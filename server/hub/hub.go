@@ -187,6 +187,7 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	}
 	ch := a.lockChannel(name)
 	userID := ""
+	var m *member
 	if ch.presence {
 		if opts.Member == nil {
 			ch.mu.Unlock()
@@ -194,12 +195,21 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 			return errors.New("hub: presence subscription without a member")
 		}
 		userID = opts.Member.UserID
-		m := ch.members[userID]
+		m = ch.members[userID]
 		if m == nil && opts.MaxMembers > 0 && len(ch.members) >= opts.MaxMembers {
 			ch.mu.Unlock()
 			h.dropIfEmpty(a, ch)
 			return ErrPresenceFull
 		}
+	}
+	ch.index[c] = len(ch.subs)
+	ch.subs = append(ch.subs, c)
+	// Occupied before the first member_added, as webhook receivers expect.
+	if !ch.occupied {
+		ch.occupied = true
+		h.notify(Event{AppID: a.id, Kind: ChannelOccupied, Channel: name})
+	}
+	if ch.presence {
 		if m == nil {
 			m = &member{info: opts.Member.Info}
 			ch.members[userID] = m
@@ -207,12 +217,6 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 			h.notify(Event{AppID: a.id, Kind: MemberAdded, Channel: name, UserID: userID})
 		}
 		m.conns++
-	}
-	ch.index[c] = len(ch.subs)
-	ch.subs = append(ch.subs, c)
-	if !ch.occupied {
-		ch.occupied = true
-		h.notify(Event{AppID: a.id, Kind: ChannelOccupied, Channel: name})
 	}
 	c.Send(succeededFrame(ch, name))
 	if ch.cache {

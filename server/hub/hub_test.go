@@ -410,3 +410,30 @@ func replaceInvalidUTF8(s string) string {
 }
 
 func nopLogger() *zap.Logger { return zap.NewNop() }
+
+// recorder is an Observer that keeps the kinds it sees.
+type recorder struct {
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (r *recorder) Observe(ev Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kinds = append(r.kinds, string(ev.Kind)+":"+ev.UserID)
+}
+
+func TestObserverSeesOccupiedBeforeMembers(t *testing.T) {
+	h := New(zap.NewNop())
+	rec := &recorder{}
+	h.SetObserver(rec)
+	a, b := connect(t, h, "1"), connect(t, h, "1")
+	subscribe(t, h, a, "presence-x", &Member{UserID: "alice"})
+	subscribe(t, h, b, "presence-x", &Member{UserID: "bob"})
+	h.Remove(b)
+	h.Unsubscribe(a, "presence-x")
+	want := "channel_occupied: member_added:alice member_added:bob member_removed:bob member_removed:alice channel_vacated:"
+	if got := strings.Join(rec.kinds, " "); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

@@ -139,6 +139,8 @@ type session struct {
 	pingSent     atomic.Bool
 	idle         *time.Timer
 
+	writers sync.WaitGroup // the writer goroutine, while one runs
+
 	// Client event rate limiting; touched only by the reader goroutine.
 	rateWindow time.Time
 	rateCount  int
@@ -177,13 +179,20 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := &session{s: s, conn: conn, ws: ws, appID: app.ID, key: app.Key}
 	conn.onOverflow = sess.overflowed
+	conn.writers = &sess.writers
+	conn.startWriter = func() { go sess.writeLoop() }
 	if !s.add(sess) {
 		s.hub.Remove(conn)
 		s.reject(ws, CloseShuttingDown)
 		return
 	}
-	defer s.remove(sess)
-	sess.run()
+	// The connection runs in a fresh goroutine and the HTTP handler returns:
+	// the hijacked socket needs nothing from net/http or gin any more, and
+	// the handler's goroutine, whose stack grew while serving HTTP, ends.
+	go func() {
+		defer s.remove(sess)
+		sess.run()
+	}()
 }
 
 // reject tells a client why it cannot connect, as a pusher:error and as the
@@ -270,17 +279,12 @@ func (sess *session) run() {
 		ActivityTimeout int    `json:"activity_timeout"`
 	}{sess.conn.SocketID(), activitySeconds(sess.s.opts.ActivityTimeout)}))
 
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		sess.writeLoop()
-	}()
 	sess.readLoop()
 
 	sess.idle.Stop()
 	sess.s.hub.Remove(sess.conn)
-	sess.conn.Close(closeGone) // stops the writer if it is still waiting
-	<-writerDone
+	sess.conn.Close(closeGone) // ends the writer, or starts one that ends at once
+	sess.writers.Wait()
 	_ = sess.ws.CloseNow()
 }
 
@@ -301,20 +305,28 @@ func (sess *session) overflowed() {
 	})
 }
 
-// writeLoop is the connection's only writer: it drains the queue onto the
-// socket and, once the connection is closing, sends the reason and closes.
+// writeLoop is the connection's only writer, started when there is something
+// to write: it drains the queue onto the socket and exits when the queue is
+// empty; once the connection is closing, it sends the reason and closes.
 func (sess *session) writeLoop() {
-	var frames [][]byte
-	for range sess.conn.Wake() {
+	defer sess.writers.Done()
+	var frames [][]byte // drain lends the connection's buffer
+	for {
 		var reason *CloseReason
-		frames, reason = sess.conn.Take(frames[:0])
+		var idle bool
+		frames, reason, idle = sess.conn.drain(frames)
+		if idle {
+			return
+		}
 		for i, f := range frames {
 			if err := sess.write(f); err != nil {
 				_ = sess.ws.CloseNow()
+				clear(frames)
 				return
 			}
 			frames[i] = nil
 		}
+		frames = frames[:0]
 		if reason == nil {
 			continue
 		}

@@ -12,3 +12,6 @@ CREATE TABLE webhook_outbox (
 ) STRICT;
 
 CREATE INDEX webhook_outbox_due ON webhook_outbox (next_attempt_at_ms);
+
+-- Per-URL order: DueWebhooks looks for older requests to the same URL.
+CREATE INDEX webhook_outbox_url ON webhook_outbox (url, id);
