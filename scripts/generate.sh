@@ -21,3 +21,5 @@ gen device device gen/device/device.gen.go
 gen device-client device gen/deviceclient/deviceclient.gen.go
 gen reporting reporting gen/reporting/reporting.gen.go
 gen reporting-client reporting gen/reportingclient/reportingclient.gen.go
+gen publish publish gen/publish/publish.gen.go
+gen publish-client publish gen/publishclient/publishclient.gen.go

@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/heraldrt/herald/server/push"
 )
 
 // Config is everything `herald serve` needs. Every field names its variable
@@ -47,6 +49,10 @@ type Config struct {
 	// WebSocket tuning.
 	ActivityTimeout time.Duration // HERALD_ACTIVITY_TIMEOUT: idle time before the server pings a client; default 120s
 	PongTimeout     time.Duration // HERALD_PONG_TIMEOUT: time a pinged client has to answer; default 30s
+
+	// Push delivery tuning; not read from the environment (tests and
+	// benchmarks set it). Nil, or zero fields, take push.Options' defaults.
+	Push *push.Options
 }
 
 // Defaults.

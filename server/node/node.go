@@ -21,6 +21,7 @@ import (
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/instancedir"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/storage"
 )
@@ -41,6 +42,7 @@ type Node struct {
 	http *http.Server
 	ws   *hub.SocketHandler
 	hook *webhook.Dispatcher
+	push *push.Dispatcher
 
 	stop context.CancelFunc // stops the background loops
 	bg   sync.WaitGroup
@@ -76,6 +78,17 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 	httpapi.NewChannelsAPI(n.hub, apps, log).Register(engine)
 	httpapi.NewDeviceAPI(db, instances, log).Register(engine)
 	httpapi.NewReportingAPI(db, instances, log).Register(engine)
+	var pushOpts push.Options
+	if cfg.Push != nil {
+		pushOpts = *cfg.Push
+	}
+	n.push = push.New(db, instances, log.Named("push"), pushOpts)
+	if err := n.push.Start(ctx); err != nil {
+		n.hook.Close()
+		db.Close()
+		return nil, fmt.Errorf("starting push delivery: %w", err)
+	}
+	httpapi.NewPublishAPI(db, instances, n.push, log).Register(engine)
 	n.ws = hub.NewSocketHandler(n.hub, apps, log.Named("ws"), hub.SocketOptions{
 		ActivityTimeout: cfg.ActivityTimeout,
 		PongTimeout:     cfg.PongTimeout,
@@ -121,6 +134,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.http.Shutdown(ctx)
 	err = errors.Join(err, n.ws.Shutdown(ctx))
 	n.hook.Close() // after the sockets, whose departures are events too
+	n.push.Close()
 	n.stop()
 	n.bg.Wait()
 	return errors.Join(err, n.db.Close())

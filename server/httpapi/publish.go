@@ -1,0 +1,368 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/publish"
+	"github.com/heraldrt/herald/server/push"
+	"github.com/heraldrt/herald/storage"
+)
+
+// Limits of the Publish API (spec/publish.yaml states the same).
+const (
+	// MaxInterestsPublishBytes caps a publish-to-interests body.
+	MaxInterestsPublishBytes = 10 * 1024
+	// MaxUsersPublishBytes caps a publish-to-users body.
+	MaxUsersPublishBytes = 200 * 1024
+	// MaxPublishInterests is the most interests one publish may name.
+	MaxPublishInterests = 100
+	// MaxPublishUsers is the most users one publish may name.
+	MaxPublishUsers = 1000
+	// MaxUserIDBytes is the longest user id, in bytes of UTF-8.
+	MaxUserIDBytes = 164
+	// PublishRateLimit is the most Publish API requests per second and instance.
+	PublishRateLimit = 100
+
+	maxWebhookURLLength = 2048
+	publishIDPrefix     = "pubid-"
+)
+
+// PublishNotifier learns about newly stored publishes (the push dispatcher).
+type PublishNotifier interface {
+	Notify()
+}
+
+// PublishAPI implements the Push Publish API over storage.
+type PublishAPI struct {
+	db        *storage.DB
+	instances InstanceLookup
+	notifier  PublishNotifier
+	log       *zap.Logger
+	limiter   *rateLimiter
+	now       func() time.Time
+}
+
+var _ publish.StrictServerInterface = (*PublishAPI)(nil)
+
+// NewPublishAPI returns the Publish API handler; notifier (may be nil) is
+// told about every stored publish.
+func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNotifier, log *zap.Logger) *PublishAPI {
+	return &PublishAPI{db: db, instances: instances, notifier: notifier, log: log.Named("publish"),
+		limiter: newRateLimiter(PublishRateLimit), now: time.Now}
+}
+
+// Register mounts the API on r: instance lookup, secret key, rate limit and
+// body checks before the generated binding.
+func (api *PublishAPI) Register(r gin.IRouter) {
+	onError := errorHooks(api.log)
+	strict := publish.NewStrictHandlerWithOptions(api, nil, publish.StrictGinServerOptions{
+		RequestErrorHandlerFunc:  publishRequestErrorHook,
+		HandlerErrorFunc:         onError,
+		ResponseErrorHandlerFunc: onError,
+	})
+	g := r.Group("", pushInstance(api.instances), secretKeyAuth, api.rateLimit, publishBody)
+	publish.RegisterHandlersWithOptions(g, strict, publish.GinServerOptions{ErrorHandler: paramErrorHook})
+}
+
+// secretKeyAuth requires Authorization: Bearer <the instance's secret key>:
+// 400 when the header is missing, 401 when the key is wrong.
+func secretKeyAuth(c *gin.Context) {
+	in := c.Value(instanceContextKey).(*storage.Instance)
+	h := c.GetHeader("Authorization")
+	if h == "" {
+		writeError(c, badRequest("missing_authorization", "The request needs an Authorization: Bearer <secret key> header."))
+		return
+	}
+	scheme, key, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(in.SecretKey)) != 1 {
+		writeError(c, newError(http.StatusUnauthorized, "incorrect_api_key", "The bearer token is not this instance's secret key."))
+		return
+	}
+	c.Next()
+}
+
+func (api *PublishAPI) rateLimit(c *gin.Context) {
+	in := c.Value(instanceContextKey).(*storage.Instance)
+	if !api.limiter.allow(in.ID, api.now()) {
+		writeError(c, newError(http.StatusTooManyRequests, "too_many_requests", "More than %d requests per second on this instance; slow down.", PublishRateLimit))
+		return
+	}
+	c.Next()
+}
+
+// publishBody reads a body of at most the route's limit (10 KiB for
+// interests, 200 KiB for users; 400 beyond) and requires JSON for it.
+func publishBody(c *gin.Context) {
+	r := c.Request
+	if r.Body == nil || r.Body == http.NoBody || r.Method == http.MethodGet || r.Method == http.MethodDelete {
+		c.Next()
+		return
+	}
+	limit := int64(MaxInterestsPublishBytes)
+	if strings.HasSuffix(c.FullPath(), "/users") {
+		limit = MaxUsersPublishBytes
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(c, badRequest("body_too_large", "The request body is larger than %d KiB.", limit/1024))
+			return
+		}
+		writeError(c, badRequest("unreadable_body", "The request body could not be read."))
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	c.Next()
+}
+
+// publishRequestErrorHook answers bodies that do not decode: 400 when the
+// body is not a JSON object, 422 when a field has the wrong type.
+func publishRequestErrorHook(c *gin.Context, err error) {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		writeError(c, newError(http.StatusUnprocessableEntity, "invalid_request", "Field %q must be %s, not %s.", typeErr.Field, jsonKind(typeErr.Type.Kind()), typeErr.Value))
+		return
+	}
+	requestErrorHook(c, err)
+}
+
+func unprocessable(kind, format string, args ...any) *Error {
+	return newError(http.StatusUnprocessableEntity, kind, format, args...)
+}
+
+// publishRequest is what both publish bodies have in common.
+type publishRequest struct {
+	kind       storage.PublishTargetKind
+	targets    []string
+	webhookURL *string
+	apns, fcm  *json.RawMessage
+	web        *json.RawMessage
+}
+
+// PublishToInterests implements POST …/publishes/interests.
+func (api *PublishAPI) PublishToInterests(ctx context.Context, req publish.PublishToInterestsRequestObject) (publish.PublishToInterestsResponseObject, error) {
+	b := req.Body
+	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookUrl, b.Apns, b.Fcm, b.Web})
+	if err != nil {
+		return nil, err
+	}
+	return publish.PublishToInterests200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishId: id}}, nil
+}
+
+// PublishToInterestsBare implements POST …/publishes, the Go SDK's path.
+func (api *PublishAPI) PublishToInterestsBare(ctx context.Context, req publish.PublishToInterestsBareRequestObject) (publish.PublishToInterestsBareResponseObject, error) {
+	b := req.Body
+	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookUrl, b.Apns, b.Fcm, b.Web})
+	if err != nil {
+		return nil, err
+	}
+	return publish.PublishToInterestsBare200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishId: id}}, nil
+}
+
+// PublishToUsers implements POST …/publishes/users.
+func (api *PublishAPI) PublishToUsers(ctx context.Context, req publish.PublishToUsersRequestObject) (publish.PublishToUsersResponseObject, error) {
+	b := req.Body
+	id, err := api.publish(ctx, publishRequest{storage.TargetUsers, b.Users, b.WebhookUrl, b.Apns, b.Fcm, b.Web})
+	if err != nil {
+		return nil, err
+	}
+	return publish.PublishToUsers200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishId: id}}, nil
+}
+
+// checkTargets validates the interests or users of a publish (422).
+func checkTargets(kind storage.PublishTargetKind, targets []string) error {
+	if kind == storage.TargetInterests {
+		if len(targets) < 1 || len(targets) > MaxPublishInterests {
+			return unprocessable("invalid_interests", "interests must hold 1 to %d interest names.", MaxPublishInterests)
+		}
+		for _, s := range targets {
+			if !ValidInterestName(s) {
+				return unprocessable("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", truncate(s, 200), MaxInterestNameLength)
+			}
+		}
+		return nil
+	}
+	if len(targets) < 1 || len(targets) > MaxPublishUsers {
+		return unprocessable("invalid_users", "users must hold 1 to %d user ids.", MaxPublishUsers)
+	}
+	for _, s := range targets {
+		if err := checkUserID(s); err != nil {
+			err.Status = http.StatusUnprocessableEntity
+			return err
+		}
+	}
+	return nil
+}
+
+// checkUserID validates a user id: 1 to 164 bytes of UTF-8 (400).
+func checkUserID(s string) *Error {
+	if s == "" || len(s) > MaxUserIDBytes || !utf8.ValidString(s) {
+		return badRequest("invalid_user_id", "User id %q is invalid: use 1 to %d bytes of UTF-8.", truncate(s, 200), MaxUserIDBytes)
+	}
+	return nil
+}
+
+func checkWebhookURL(s string) error {
+	u, err := url.Parse(s)
+	if len(s) > maxWebhookURLLength || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return unprocessable("invalid_webhook_url", "webhookUrl must be an http:// or https:// URL of at most %d characters.", maxWebhookURLLength)
+	}
+	return nil
+}
+
+func rawOrNil(p *json.RawMessage) json.RawMessage {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// publish validates and stores a publish, then wakes the dispatcher.
+func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, error) {
+	in, ctx := requestScope(ctx)
+	if err := checkTargets(r.kind, r.targets); err != nil {
+		return "", err
+	}
+	webhook := ""
+	if r.webhookURL != nil && *r.webhookURL != "" {
+		if err := checkWebhookURL(*r.webhookURL); err != nil {
+			return "", err
+		}
+		webhook = *r.webhookURL
+	}
+	apns, fcm, web := rawOrNil(r.apns), rawOrNil(r.fcm), rawOrNil(r.web)
+	if _, err := push.ParsePayload(apns, fcm, web); err != nil {
+		var pe *push.PayloadError
+		if errors.As(err, &pe) {
+			if pe.Field == "apns, fcm, web" {
+				return "", unprocessable("missing_payload", "A publish needs at least one of apns, fcm and web.")
+			}
+			return "", unprocessable("invalid_payload", "%s %s.", pe.Field, pe.Reason)
+		}
+		return "", err
+	}
+	stored := map[string]json.RawMessage{}
+	for k, v := range map[string]json.RawMessage{"apns": apns, "fcm": fcm, "web": web} {
+		if len(v) > 0 && string(v) != "null" {
+			stored[k] = v
+		}
+	}
+	payload, err := json.Marshal(stored)
+	if err != nil {
+		return "", err
+	}
+	t := api.now().UTC()
+	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	p, err := api.db.CreatePublish(ctx, storage.Publish{
+		ID: publishIDPrefix + uuid.Must(uuid.NewRandomFromReader(rand.Reader)).String(), InstanceID: in.ID,
+		TargetKind: r.kind, Targets: r.targets, Payload: payload, WebhookURL: webhook,
+	}, in.PublishQuota, day)
+	if errors.Is(err, storage.ErrQuotaExceeded) {
+		return "", newError(http.StatusPaymentRequired, "quota_exceeded", "The instance has used its quota of %d publishes for today (UTC).", in.PublishQuota)
+	}
+	if err != nil {
+		return "", err
+	}
+	if api.notifier != nil {
+		api.notifier.Notify()
+	}
+	return p.ID, nil
+}
+
+// GetPublish implements GET …/publishes/{publish_id}.
+func (api *PublishAPI) GetPublish(ctx context.Context, req publish.GetPublishRequestObject) (publish.GetPublishResponseObject, error) {
+	in, ctx := requestScope(ctx)
+	p, err := api.db.GetPublish(ctx, in.ID, req.PublishId)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, newError(http.StatusNotFound, "publish_not_found", "There is no publish %s on this instance.", truncate(req.PublishId, 128))
+	}
+	if err != nil {
+		return nil, err
+	}
+	delivered, opened, err := api.db.PublishReportCounts(ctx, in.ID, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := publish.GetPublish200JSONResponse{
+		PublishId: p.ID, State: publish.PublishState(p.State), Targeted: p.Targeted, Sent: p.Sent, Failed: p.Failed,
+		Delivered: delivered, Opened: opened, CreatedAt: p.CreatedAt,
+	}
+	if !p.FinishedAt.IsZero() {
+		f := p.FinishedAt
+		out.FinishedAt = &f
+	}
+	return out, nil
+}
+
+func (api *PublishAPI) deleteUser(ctx context.Context, userID string) error {
+	in, ctx := requestScope(ctx)
+	if err := checkUserID(userID); err != nil {
+		return err
+	}
+	_, err := api.db.DeleteUser(ctx, in.ID, userID)
+	return err
+}
+
+// DeleteUser implements DELETE /customer_api/v1/instances/{id}/users/{user_id}.
+func (api *PublishAPI) DeleteUser(ctx context.Context, req publish.DeleteUserRequestObject) (publish.DeleteUserResponseObject, error) {
+	if err := api.deleteUser(ctx, req.UserId); err != nil {
+		return nil, err
+	}
+	return publish.DeleteUser200JSONResponse{DoneJSONResponse: publish.DoneJSONResponse{}}, nil
+}
+
+// DeleteUserViaUserAPI implements DELETE /user_api/v1/instances/{id}/users/{user_id}.
+func (api *PublishAPI) DeleteUserViaUserAPI(ctx context.Context, req publish.DeleteUserViaUserAPIRequestObject) (publish.DeleteUserViaUserAPIResponseObject, error) {
+	if err := api.deleteUser(ctx, req.UserId); err != nil {
+		return nil, err
+	}
+	return publish.DeleteUserViaUserAPI200JSONResponse{DoneJSONResponse: publish.DoneJSONResponse{}}, nil
+}
+
+// rateLimiter counts requests per key in one-second windows.
+type rateLimiter struct {
+	limit int
+	mu    sync.Mutex
+	sec   int64
+	count map[string]int
+}
+
+func newRateLimiter(limit int) *rateLimiter {
+	return &rateLimiter{limit: limit, count: map[string]int{}}
+}
+
+// allow counts a request for key at t and reports whether it is within the
+// limit for t's second.
+func (l *rateLimiter) allow(key string, t time.Time) bool {
+	s := t.Unix()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s != l.sec {
+		l.sec = s
+		clear(l.count)
+	}
+	l.count[key]++
+	return l.count[key] <= l.limit
+}

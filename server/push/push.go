@@ -1,0 +1,52 @@
+// Package push delivers Push publishes through the gateways: APNs (HTTP/2,
+// token authentication), FCM (HTTP v1, service-account OAuth2) and Web Push
+// (VAPID, aes128gcm), each behind the Sender interface, and the Dispatcher
+// that resolves stored publishes into deliveries and sends them with bounded
+// concurrency, retries and restart safety.
+package push
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldrt/herald/storage"
+)
+
+// Sender sends one notification through a gateway.
+type Sender interface {
+	// Send delivers the prepared publish to the delivery's device. It never
+	// panics on a gateway answer; every outcome is in the Result.
+	Send(ctx context.Context, d storage.Delivery, p *Prepared) Result
+}
+
+// Result is the outcome of one attempt.
+type Result struct {
+	Outcome    storage.DeliveryOutcome
+	RetryAfter time.Duration // a gateway's Retry-After, for DeliveryRetry
+	Reason     string        // why it failed, for the log
+}
+
+func sent() Result { return Result{Outcome: storage.DeliverySent} }
+
+func failed(reason string) Result { return Result{Outcome: storage.DeliveryFailed, Reason: reason} }
+
+func deadToken(reason string) Result {
+	return Result{Outcome: storage.DeliveryDeadToken, Reason: reason}
+}
+
+func retry(reason string, after time.Duration) Result {
+	return Result{Outcome: storage.DeliveryRetry, Reason: reason, RetryAfter: after}
+}
+
+// classifyStatus is the common reading of a gateway's HTTP status: 2xx sent,
+// 429 and 5xx retried, anything else failed. Gateways refine it.
+func classifyStatus(status int, reason string, after time.Duration) Result {
+	switch {
+	case status >= 200 && status < 300:
+		return sent()
+	case status == 429 || status >= 500:
+		return retry(reason, after)
+	default:
+		return failed(reason)
+	}
+}

@@ -1,0 +1,86 @@
+package push
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/storage"
+)
+
+// WebhookSignatureHeader carries the signature of a publish webhook:
+// "sha256=" and the hex HMAC-SHA256 of the exact body, keyed with the
+// instance's secret key.
+const WebhookSignatureHeader = "Webhook-Signature"
+
+// SignWebhook returns the Webhook-Signature value for body.
+func SignWebhook(secretKey string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secretKey))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// sendWebhooks delivers the publish webhook outbox: a 2xx answer removes a
+// request, anything else retries it with backoff until WebhookMaxAge.
+func (d *Dispatcher) sendWebhooks(ctx context.Context) {
+	for ctx.Err() == nil {
+		due, err := d.db.DuePublishWebhooks(ctx, time.Now(), 64)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("reading the publish webhook outbox", zap.Error(err))
+			}
+			sleep(ctx, d.wakeHooks, time.Second)
+			continue
+		}
+		for _, w := range due {
+			d.sendWebhook(ctx, w)
+		}
+		if len(due) > 0 {
+			continue
+		}
+		wait := 5 * time.Second
+		if next, ok, err := d.db.NextPublishWebhookDue(ctx); err == nil && ok {
+			wait = max(min(time.Until(next), wait), 10*time.Millisecond)
+		}
+		sleep(ctx, d.wakeHooks, wait)
+	}
+}
+
+func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) {
+	in := d.instances.ByID(w.InstanceID)
+	if in == nil || time.Since(w.CreatedAt) > d.opts.WebhookMaxAge {
+		d.log.Warn("publish webhook abandoned", zap.String("url", w.URL), zap.Int("attempts", w.Attempts))
+		if err := d.db.DeletePublishWebhook(ctx, w.ID); err != nil && ctx.Err() == nil {
+			d.log.Error("deleting a publish webhook", zap.Error(err))
+		}
+		return
+	}
+	ok := false
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Body))
+	if err == nil {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(WebhookSignatureHeader, SignWebhook(in.SecretKey, w.Body))
+		resp, err := d.opts.WebhookClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			ok = resp.StatusCode >= 200 && resp.StatusCode < 300
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if ok {
+		err = d.db.DeletePublishWebhook(ctx, w.ID)
+	} else {
+		err = d.db.RetryPublishWebhook(ctx, w.ID, time.Now().Add(d.backoff(w.Attempts, 0)))
+	}
+	if err != nil && ctx.Err() == nil {
+		d.log.Error("updating the publish webhook outbox", zap.Error(err))
+	}
+}
