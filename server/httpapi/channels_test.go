@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,9 +81,10 @@ func (s *testServer) subscriber(t *testing.T, appID, user string, chans ...strin
 	return c
 }
 
-// received returns the event names and data queued for c, as "event:data".
-func received(t *testing.T, c *hub.Conn) []string {
+// received returns, once delivery has caught up, the event names and data queued for c, as "event:data".
+func (s *testServer) received(t *testing.T, c *hub.Conn) []string {
 	t.Helper()
+	s.hub.Flush() // delivery is asynchronous
 	frames, reason := c.Take(nil)
 	if reason != nil {
 		t.Fatalf("connection closing: %v", reason)
@@ -95,6 +97,9 @@ func received(t *testing.T, c *hub.Conn) []string {
 		}
 		out = append(out, ev.Channel+":"+ev.Event+":"+ev.Data)
 	}
+	// Events of one channel arrive in order; across channels delivery runs in
+	// parallel, so compare sorted.
+	sort.Strings(out)
 	return out
 }
 
@@ -116,13 +121,13 @@ func TestTriggerDeliversToSubscribers(t *testing.T) {
 	if res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
 		t.Fatalf("trigger: %d %s", res.StatusCode(), res.Body)
 	}
-	if got := strings.Join(received(t, a), " "); got != `news:greet:{"hi":1} private-x:greet:{"hi":1}` {
+	if got := strings.Join(s.received(t, a), " "); got != `news:greet:{"hi":1} private-x:greet:{"hi":1}` {
 		t.Fatalf("a received %s", got)
 	}
-	if got := received(t, b); len(got) != 0 {
+	if got := s.received(t, b); len(got) != 0 {
 		t.Fatalf("excluded socket received %v", got)
 	}
-	if got := received(t, other); len(got) != 0 {
+	if got := s.received(t, other); len(got) != 0 {
 		t.Fatalf("another app's subscriber received %v", got)
 	}
 }
@@ -159,7 +164,7 @@ func TestTriggerParamsInQueryString(t *testing.T) {
 	if res.StatusCode() != 200 {
 		t.Fatalf("%d %s", res.StatusCode(), res.Body)
 	}
-	if got := strings.Join(received(t, c), " "); got != "a:q:from-query b:q:from-query" {
+	if got := strings.Join(s.received(t, c), " "); got != "a:q:from-query b:q:from-query" {
 		t.Fatalf("received %s", got)
 	}
 	// A body field wins over the query.
@@ -168,7 +173,7 @@ func TestTriggerParamsInQueryString(t *testing.T) {
 	if err != nil || res.StatusCode() != 200 {
 		t.Fatalf("%v %d %s", err, res.StatusCode(), res.Body)
 	}
-	if got := strings.Join(received(t, c), " "); got != "a:q:body" {
+	if got := strings.Join(s.received(t, c), " "); got != "a:q:body" {
 		t.Fatalf("received %s", got)
 	}
 }
@@ -188,7 +193,7 @@ func TestBatch(t *testing.T) {
 	if want := `{"batch":[{},{"user_count":1},{"subscription_count":1}]}`; string(got) != want {
 		t.Fatalf("batch: %d got %s, want %s", res.StatusCode(), got, want)
 	}
-	if got := strings.Join(received(t, c), " "); got != "a:e1:1 presence-p:e2:2" {
+	if got := strings.Join(s.received(t, c), " "); got != "a:e1:1 presence-p:e2:2" {
 		t.Fatalf("received %s", got)
 	}
 	res, err = s.client.TriggerBatchEventsWithResponse(context.Background(), "1", channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{{Name: "e", Data: "", Channel: "a"}}})
@@ -275,7 +280,7 @@ func TestServerToUserChannel(t *testing.T) {
 	if err != nil || res.StatusCode() != 200 {
 		t.Fatalf("%v %d %s", err, res.StatusCode(), res.Body)
 	}
-	if got := strings.Join(received(t, c), " "); got != "#server-to-user-42:hello:{}" {
+	if got := strings.Join(s.received(t, c), " "); got != "#server-to-user-42:hello:{}" {
 		t.Fatalf("received %s", got)
 	}
 }

@@ -1,6 +1,10 @@
 package hub
 
-import "time"
+import (
+	"hash/fnv"
+	"runtime"
+	"time"
+)
 
 // Message is one event on one channel as it travels between publishers and the
 // nodes that hold subscribers.
@@ -24,13 +28,81 @@ type Broker interface {
 	Publish(Message)
 }
 
+// localBroker delivers on this node through the fan-out workers.
 type localBroker struct{ h *Hub }
 
-func (b localBroker) Publish(m Message) { b.h.Deliver(m) }
+func (b localBroker) Publish(m Message) { b.h.enqueue(m) }
 
-// Publish hands m to the broker for delivery on every node.
+// Publish hands m to the broker for delivery on every node. It returns once
+// the message is queued: delivery is asynchronous, so a publisher (an HTTP
+// trigger, a client event) never waits for a large fan-out. Messages of one
+// channel are delivered in the order they were published.
 func (h *Hub) Publish(m Message) {
 	h.broker.Publish(m)
+}
+
+// fanoutQueue is how many messages each fan-out worker buffers. When every
+// slot is taken the publisher waits: the server is over capacity, and waiting
+// is better than dropping events it has accepted.
+const fanoutQueue = 4096
+
+// fanoutItem is a message to deliver, or (with done set) a marker that Flush
+// waits on.
+type fanoutItem struct {
+	msg  Message
+	done chan struct{}
+}
+
+// startWorkers starts one fan-out worker per CPU. A channel always maps to
+// the same worker, which keeps its events in order; different channels spread
+// over the CPUs.
+func (h *Hub) startWorkers() {
+	h.workers = make([]chan fanoutItem, runtime.GOMAXPROCS(0))
+	for i := range h.workers {
+		q := make(chan fanoutItem, fanoutQueue)
+		h.workers[i] = q
+		h.workerWG.Add(1)
+		go func() {
+			defer h.workerWG.Done()
+			for it := range q {
+				if it.done != nil {
+					close(it.done)
+					continue
+				}
+				h.Deliver(it.msg)
+			}
+		}()
+	}
+}
+
+func (h *Hub) enqueue(m Message) {
+	f := fnv.New32a()
+	f.Write([]byte(m.AppID))
+	f.Write([]byte{0})
+	f.Write([]byte(m.Channel))
+	h.workers[f.Sum32()%uint32(len(h.workers))] <- fanoutItem{msg: m}
+}
+
+// Flush waits until every message published before it has been queued to
+// its subscribers.
+func (h *Hub) Flush() {
+	dones := make([]chan struct{}, len(h.workers))
+	for i, q := range h.workers {
+		dones[i] = make(chan struct{})
+		q <- fanoutItem{done: dones[i]}
+	}
+	for _, d := range dones {
+		<-d
+	}
+}
+
+// Close delivers what is queued and stops the fan-out workers. Publish must
+// not be called afterwards.
+func (h *Hub) Close() {
+	for _, q := range h.workers {
+		close(q)
+	}
+	h.workerWG.Wait()
 }
 
 // Deliver queues m to every local subscriber of its channel except the

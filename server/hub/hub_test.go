@@ -69,7 +69,7 @@ func TestSubscribePublishUnsubscribe(t *testing.T) {
 	}
 	takeFrames(t, b)
 
-	h.Publish(Message{AppID: "1", Channel: "news", Event: "e", Data: `{"x":"<\"1\">"}`, ExcludeSocketID: b.SocketID()})
+	h.publishNow(Message{AppID: "1", Channel: "news", Event: "e", Data: `{"x":"<\"1\">"}`, ExcludeSocketID: b.SocketID()})
 	got := takeFrames(t, a)
 	if len(got) != 1 || got[0] != (frame{Event: "e", Channel: "news", Data: `{"x":"<\"1\">"}`}) {
 		t.Fatalf("a got %+v", got)
@@ -84,7 +84,7 @@ func TestSubscribePublishUnsubscribe(t *testing.T) {
 	if !h.Unsubscribe(a, "news") || h.Unsubscribe(a, "news") {
 		t.Fatal("unsubscribe should succeed once")
 	}
-	h.Publish(Message{AppID: "1", Channel: "news", Event: "e", Data: "2"})
+	h.publishNow(Message{AppID: "1", Channel: "news", Event: "e", Data: "2"})
 	if got := takeFrames(t, a); len(got) != 0 {
 		t.Fatalf("unsubscribed conn got %+v", got)
 	}
@@ -111,7 +111,7 @@ func TestDuplicateSubscribeAnswersAgain(t *testing.T) {
 	if st := h.Channel("1", "news"); st.Subscriptions != 1 {
 		t.Fatalf("subscriptions: got %d, want 1", st.Subscriptions)
 	}
-	h.Publish(Message{AppID: "1", Channel: "news", Event: "e", Data: "x"})
+	h.publishNow(Message{AppID: "1", Channel: "news", Event: "e", Data: "x"})
 	if got := takeFrames(t, c); len(got) != 1 {
 		t.Fatalf("got %d frames, want 1", len(got))
 	}
@@ -195,8 +195,8 @@ func TestCacheChannel(t *testing.T) {
 	if got := events(takeFrames(t, c)); got != "pusher_internal:subscription_succeeded,pusher:cache_miss" {
 		t.Fatalf("got %s", got)
 	}
-	h.Publish(Message{AppID: "1", Channel: "cache-x", Event: "price", Data: "42", Cache: true})
-	h.Publish(Message{AppID: "1", Channel: "cache-y", Event: "price", Data: "7", Cache: true}) // nobody subscribed
+	h.publishNow(Message{AppID: "1", Channel: "cache-x", Event: "price", Data: "42", Cache: true})
+	h.publishNow(Message{AppID: "1", Channel: "cache-y", Event: "price", Data: "7", Cache: true}) // nobody subscribed
 	takeFrames(t, c)
 
 	late := connect(t, h, "1")
@@ -276,7 +276,7 @@ func TestSlowConsumerIsClosedOthersKeepReceiving(t *testing.T) {
 	takeFrames(t, fast)
 	data := strings.Repeat("x", 1000)
 	for i := 0; i < 10; i++ {
-		h.Publish(Message{AppID: "1", Channel: "c", Event: "e", Data: data})
+		h.publishNow(Message{AppID: "1", Channel: "c", Event: "e", Data: data})
 		if got := takeFrames(t, fast); len(got) != 1 {
 			t.Fatalf("fast got %d frames", len(got))
 		}
@@ -436,4 +436,10 @@ func TestObserverSeesOccupiedBeforeMembers(t *testing.T) {
 	if got := strings.Join(rec.kinds, " "); got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
+}
+
+// publishNow publishes m and waits until it is queued to the subscribers.
+func (h *Hub) publishNow(m Message) {
+	h.Publish(m)
+	h.Flush()
 }

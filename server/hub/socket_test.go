@@ -84,6 +84,7 @@ func newWSServerSendBuffer(t *testing.T, opts SocketOptions, sendBuffer int) *ws
 			t.Errorf("shutdown: %v", err)
 		}
 		srv.Close()
+		h.Close()
 	})
 	return &wsServer{hub: h, handler: handler, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 }

@@ -133,6 +133,7 @@ func (n *Node) Serve(ln net.Listener) error {
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.http.Shutdown(ctx)
 	err = errors.Join(err, n.ws.Shutdown(ctx))
+	n.hub.Close()  // no publisher is left: deliver what is queued
 	n.hook.Close() // after the sockets, whose departures are events too
 	n.push.Close()
 	n.stop()

@@ -76,8 +76,9 @@ func subscriber(t *testing.T, h *hub.Hub, user string, chans ...string) *hub.Con
 	return c
 }
 
-func frames(t *testing.T, c *hub.Conn) string {
+func frames(t *testing.T, h *hub.Hub, c *hub.Conn) string {
 	t.Helper()
+	h.Flush() // delivery is asynchronous
 	raw, reason := c.Take(nil)
 	if reason != nil {
 		t.Fatalf("closing: %v", reason)
@@ -96,7 +97,7 @@ func TestGoServerSDK(t *testing.T) {
 	h := n.Hub()
 	alice := subscriber(t, h, "alice", "presence-room", "news")
 	bob := subscriber(t, h, "bob", "presence-room", "news")
-	frames(t, alice) // bob's member_added
+	frames(t, h, alice) // bob's member_added
 	client := goClient(addr, "go-sdk-key", "go-sdk-secret")
 
 	t.Run("Trigger", func(t *testing.T) {
@@ -104,20 +105,20 @@ func TestGoServerSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := `{"event":"greeting","channel":"news","data":"{\"hello\":\"world\"}"}`
-		if got := frames(t, alice); got != want {
+		if got := frames(t, h, alice); got != want {
 			t.Fatalf("alice got %s, want %s", got, want)
 		}
-		frames(t, bob)
+		frames(t, h, bob)
 	})
 	t.Run("TriggerWithSocketID", func(t *testing.T) {
 		socketID := alice.SocketID()
 		if _, err := client.TriggerWithParams("news", "e", "x", pusher.TriggerParams{SocketID: &socketID}); err != nil {
 			t.Fatal(err)
 		}
-		if got := frames(t, alice); got != "" {
+		if got := frames(t, h, alice); got != "" {
 			t.Fatalf("excluded socket got %s", got)
 		}
-		if got := frames(t, bob); got == "" {
+		if got := frames(t, h, bob); got == "" {
 			t.Fatal("bob got nothing")
 		}
 	})
@@ -133,8 +134,8 @@ func TestGoServerSDK(t *testing.T) {
 		if c := res.Channels["presence-room"]; c.UserCount == nil || *c.UserCount != 2 || c.SubscriptionCount != nil {
 			t.Fatalf("presence-room: %+v", c)
 		}
-		frames(t, alice)
-		frames(t, bob)
+		frames(t, h, alice)
+		frames(t, h, bob)
 	})
 	t.Run("TriggerBatch", func(t *testing.T) {
 		info := "subscription_count"
@@ -148,7 +149,7 @@ func TestGoServerSDK(t *testing.T) {
 		if len(res.Batch) != 2 || res.Batch[0].SubscriptionCount != nil || res.Batch[1].SubscriptionCount == nil || *res.Batch[1].SubscriptionCount != 2 {
 			t.Fatalf("batch: %+v", res.Batch)
 		}
-		if got := frames(t, alice); !strings.Contains(got, `"b1"`) || !strings.Contains(got, `"b2"`) {
+		if got := frames(t, h, alice); !strings.Contains(got, `"b1"`) || !strings.Contains(got, `"b2"`) {
 			t.Fatalf("alice got %s", got)
 		}
 	})
@@ -206,7 +207,7 @@ func TestGoServerSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := `{"event":"notice","channel":"#server-to-user-carol","data":"{\"n\":1}"}`
-		if got := frames(t, c); got != want {
+		if got := frames(t, h, c); got != want {
 			t.Fatalf("carol got %s, want %s", got, want)
 		}
 	})
