@@ -23,3 +23,5 @@ gen reporting reporting gen/reporting/reporting.gen.go
 gen reporting-client reporting gen/reportingclient/reportingclient.gen.go
 gen publish publish gen/publish/publish.gen.go
 gen publish-client publish gen/publishclient/publishclient.gen.go
+gen admin admin gen/admin/admin.gen.go
+gen admin-client admin gen/adminclient/adminclient.gen.go

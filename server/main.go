@@ -4,6 +4,7 @@
 //	herald [serve] [--addr ADDR] [--db FILE]   serve (the default)
 //	herald apps <command> ...                  manage Channels apps
 //	herald instances <command> ...             manage Push instances
+//	herald backup [--db FILE] <target>         consistent copy of the database, online
 package main
 
 import (
@@ -35,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "apps" || args[0] == "instances" || args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "apps" || args[0] == "instances" || args[0] == "backup" || args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 		cmd, args = args[0], args[1:]
 	}
 	env := cli.Env{Ctx: ctx, Stdout: stdout, Stderr: stderr, Getenv: config.Getenv}
@@ -47,8 +48,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cli.Apps(env, args)
 	case "instances":
 		err = cli.Instances(env, args)
+	case "backup":
+		err = cli.Backup(env, args)
 	default:
-		fmt.Fprintln(stdout, "usage: herald [serve] [--addr ADDR] [--db FILE] | herald apps ... | herald instances ...")
+		fmt.Fprintln(stdout, "usage: herald [serve] [--addr ADDR] [--db FILE] | herald apps ... | herald instances ... | herald backup <file>")
 		return 0
 	}
 	switch {

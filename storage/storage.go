@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -37,6 +38,9 @@ type DB struct {
 	writer *sql.DB
 	// reader serves queries. In WAL mode readers never wait for the writer.
 	reader *sql.DB
+	// observe, when set, is told how long each transaction run through
+	// read and write took (see ObserveTransactions).
+	observe atomic.Pointer[func(kind string, d time.Duration)]
 }
 
 //go:embed migrations/*.sql
@@ -178,12 +182,14 @@ func applyMigration(ctx context.Context, db *sql.DB, version int, name string) e
 
 // write runs fn in a transaction on the writer connection.
 func (db *DB) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	defer db.timed("write", time.Now())
 	return inTx(ctx, db.writer, fn)
 }
 
 // read runs fn in a read-only transaction on a reader connection, so that
 // several queries see one snapshot (an app and its webhooks, say).
 func (db *DB) read(ctx context.Context, fn func(*sql.Tx) error) error {
+	defer db.timed("read", time.Now())
 	tx, err := db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/heraldrt/herald/server/bootstrap"
+	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
 
 // WebhookKinds are the webhook event kinds an app can subscribe to.
-var WebhookKinds = []string{"channel_occupied", "channel_vacated", "member_added", "member_removed", "client_event", "cache_miss", "subscription_count"}
+var WebhookKinds = manage.WebhookKinds
 
 // Apps runs `herald apps <args>`.
 func Apps(env Env, args []string) error {
@@ -21,9 +21,11 @@ func Apps(env Env, args []string) error {
 		"create":        {"[--id ID] [--key K] [--secret S] [options]: create an app", appsCreate},
 		"update":        {"<id> [options]: change only the options given", appsUpdate},
 		"rotate-secret": {"<id>: give the app a new secret", appsRotate},
+		"disable":       {"<id>: refuse the app's connections and API calls (update --enabled=false)", appsSetEnabled(false)},
+		"enable":        {"<id>: accept the app's connections and API calls again", appsSetEnabled(true)},
 		"delete":        {"<id>: delete an app", appsDelete},
 	}
-	return run(env, "apps", commands, []string{"list", "show", "create", "update", "rotate-secret", "delete"}, args)
+	return run(env, "apps", commands, []string{"list", "show", "create", "update", "rotate-secret", "disable", "enable", "delete"}, args)
 }
 
 // appFlags binds the options shared by create and update to app.
@@ -63,51 +65,11 @@ func (f *appFlags) apply() error {
 		}
 		f.app.Webhooks = append(f.app.Webhooks, w)
 	}
-	switch {
-	case f.app.Key == "" || f.app.Secret == "":
-		return fmt.Errorf("key and secret may not be empty")
-	case f.app.MaxConnections < 0 || f.app.MaxPresenceMembers < 0 || f.app.MaxPresenceUserInfoBytes < 0 || f.app.UserAuthTimeout < 0:
-		return fmt.Errorf("limits may not be negative")
-	}
-	return nil
+	return manage.ValidateApp(*f.app)
 }
 
 // ParseWebhook parses URL[,events=kind+kind][,prefix=P][,batch].
-func ParseWebhook(spec string) (storage.Webhook, error) {
-	parts := strings.Split(spec, ",")
-	w := storage.Webhook{URL: parts[0]}
-	if !strings.HasPrefix(w.URL, "http://") && !strings.HasPrefix(w.URL, "https://") {
-		return w, fmt.Errorf("webhook %q: the URL must start with http:// or https://", spec)
-	}
-	for _, p := range parts[1:] {
-		k, v, _ := strings.Cut(p, "=")
-		switch k {
-		case "events":
-			for _, kind := range strings.Split(v, "+") {
-				if !validKind(kind) {
-					return w, fmt.Errorf("webhook %q: unknown event kind %q (kinds: %s)", spec, kind, strings.Join(WebhookKinds, ", "))
-				}
-				w.EventTypes = append(w.EventTypes, kind)
-			}
-		case "prefix":
-			w.ChannelPrefix = v
-		case "batch":
-			w.Batch = true
-		default:
-			return w, fmt.Errorf("webhook %q: unknown option %q (events=, prefix=, batch)", spec, k)
-		}
-	}
-	return w, nil
-}
-
-func validKind(kind string) bool {
-	for _, k := range WebhookKinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
+func ParseWebhook(spec string) (storage.Webhook, error) { return manage.ParseWebhook(spec) }
 
 func appsList(env Env, db *storage.DB, args []string) error {
 	if _, err := parseFlags(env, flag.NewFlagSet("herald apps list", flag.ContinueOnError), args); err != nil {
@@ -170,7 +132,7 @@ func printApp(env Env, a storage.App) {
 }
 
 func appsCreate(env Env, db *storage.DB, args []string) error {
-	app := bootstrap.NewApp()
+	app := manage.NewApp()
 	f := newAppFlags("create", &app)
 	f.fs.StringVar(&app.ID, "id", app.ID, "app id (default: random digits)")
 	if _, err := parseFlags(env, f.fs, args); err != nil {
@@ -223,12 +185,34 @@ func appsRotate(env Env, db *storage.DB, args []string) error {
 	if err != nil {
 		return notFound("app", pos[0], err)
 	}
-	app.Secret = bootstrap.RandomHex(10)
+	manage.RotateAppSecret(&app)
 	if err := db.UpdateApp(env.Ctx, app); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "new secret of app %s: %s\n", app.ID, app.Secret)
 	return nil
+}
+
+// appsSetEnabled is `apps disable` or `apps enable`. Open connections of a
+// disabled app are refused from their next subscription on; new ones at once.
+func appsSetEnabled(enabled bool) func(env Env, db *storage.DB, args []string) error {
+	verb := map[bool]string{true: "enable", false: "disable"}[enabled]
+	return func(env Env, db *storage.DB, args []string) error {
+		pos, err := parseFlags(env, flag.NewFlagSet("herald apps "+verb, flag.ContinueOnError), args, "<id>")
+		if err != nil {
+			return err
+		}
+		app, err := db.GetApp(env.Ctx, pos[0])
+		if err != nil {
+			return notFound("app", pos[0], err)
+		}
+		app.Enabled = enabled
+		if err := db.UpdateApp(env.Ctx, app); err != nil {
+			return notFound("app", pos[0], err)
+		}
+		fmt.Fprintf(env.Stdout, "app %s %sd\n", app.ID, verb)
+		return nil
+	}
 }
 
 func appsDelete(env Env, db *storage.DB, args []string) error {

@@ -4,10 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"text/tabwriter"
 
-	"github.com/heraldrt/herald/server/bootstrap"
+	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -19,9 +18,11 @@ func Instances(env Env, args []string) error {
 		"create":        {"[--id UUID] [--secret-key K] [options]: create an instance", instancesCreate},
 		"update":        {"<id> [options]: change only the options given", instancesUpdate},
 		"rotate-secret": {"<id>: give the instance a new secret key", instancesRotate},
+		"disable":       {"<id>: refuse the instance's API calls (update --enabled=false)", instancesSetEnabled(false)},
+		"enable":        {"<id>: accept the instance's API calls again", instancesSetEnabled(true)},
 		"delete":        {"<id>: delete an instance", instancesDelete},
 	}
-	return run(env, "instances", commands, []string{"list", "show", "create", "update", "rotate-secret", "delete"}, args)
+	return run(env, "instances", commands, []string{"list", "show", "create", "update", "rotate-secret", "disable", "enable", "delete"}, args)
 }
 
 // instanceFlags binds the options shared by create and update.
@@ -70,13 +71,7 @@ func (f *instanceFlags) apply() error {
 		}
 		*file.dst = string(b)
 	}
-	if f.in.SecretKey == "" {
-		return fmt.Errorf("the secret key may not be empty")
-	}
-	if s := f.in.VAPID.Subject; s != "" && !strings.HasPrefix(s, "mailto:") && !strings.HasPrefix(s, "https:") {
-		return fmt.Errorf("the VAPID subject must be a mailto: or https: URI, not %q", s)
-	}
-	return nil
+	return manage.ValidateInstance(*f.in)
 }
 
 func instancesList(env Env, db *storage.DB, args []string) error {
@@ -131,7 +126,7 @@ func printInstance(env Env, in storage.Instance) {
 }
 
 func instancesCreate(env Env, db *storage.DB, args []string) error {
-	in, err := bootstrap.NewInstance()
+	in, err := manage.NewInstance()
 	if err != nil {
 		return err
 	}
@@ -187,16 +182,35 @@ func instancesRotate(env Env, db *storage.DB, args []string) error {
 	if err != nil {
 		return notFound("instance", pos[0], err)
 	}
-	fresh, err := bootstrap.NewInstance()
-	if err != nil {
+	if err := manage.RotateInstanceSecret(&in); err != nil {
 		return err
 	}
-	in.SecretKey = fresh.SecretKey
 	if err := db.UpdateInstance(env.Ctx, in); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "new secret key of instance %s: %s\n", in.ID, in.SecretKey)
 	return nil
+}
+
+// instancesSetEnabled is `instances disable` or `instances enable`.
+func instancesSetEnabled(enabled bool) func(env Env, db *storage.DB, args []string) error {
+	verb := map[bool]string{true: "enable", false: "disable"}[enabled]
+	return func(env Env, db *storage.DB, args []string) error {
+		pos, err := parseFlags(env, flag.NewFlagSet("herald instances "+verb, flag.ContinueOnError), args, "<id>")
+		if err != nil {
+			return err
+		}
+		in, err := db.GetInstance(env.Ctx, pos[0])
+		if err != nil {
+			return notFound("instance", pos[0], err)
+		}
+		in.Enabled = enabled
+		if err := db.UpdateInstance(env.Ctx, in); err != nil {
+			return notFound("instance", pos[0], err)
+		}
+		fmt.Fprintf(env.Stdout, "instance %s %sd\n", in.ID, verb)
+		return nil
+	}
 }
 
 func instancesDelete(env Env, db *storage.DB, args []string) error {

@@ -53,6 +53,10 @@ type Config struct {
 	// Push delivery tuning; not read from the environment (tests and
 	// benchmarks set it). Nil, or zero fields, take push.Options' defaults.
 	Push *push.Options
+
+	// Operations.
+	MetricsAddr string // HERALD_METRICS_ADDR: when set, GET /metrics is served on this address only, not on Addr; default empty (served on Addr)
+	AdminToken  string // HERALD_ADMIN_TOKEN: bearer token of the admin API (/admin/v1) and the console (/console); default empty, which disables both (404)
 }
 
 // Defaults.
@@ -87,6 +91,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		FCMServiceAccountFile: getenv("HERALD_FCM_SERVICE_ACCOUNT_FILE"),
 		FCMURL:                getenv("HERALD_FCM_URL"),
 		VAPIDSubject:          getenv("HERALD_VAPID_SUBJECT"),
+		MetricsAddr:           getenv("HERALD_METRICS_ADDR"),
+		AdminToken:            getenv("HERALD_ADMIN_TOKEN"),
 	}
 	fs := flag.NewFlagSet("herald serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -136,8 +142,15 @@ func (c Config) validate() error {
 	if c.VAPIDSubject != "" && !strings.HasPrefix(c.VAPIDSubject, "mailto:") && !strings.HasPrefix(c.VAPIDSubject, "https:") {
 		errs = append(errs, fmt.Errorf("HERALD_VAPID_SUBJECT must be a mailto: or https: URI, not %q", c.VAPIDSubject))
 	}
+	if c.AdminToken != "" && len(c.AdminToken) < MinAdminTokenLength {
+		errs = append(errs, fmt.Errorf("HERALD_ADMIN_TOKEN must be at least %d characters long", MinAdminTokenLength))
+	}
 	return errors.Join(errs...)
 }
+
+// MinAdminTokenLength is the shortest HERALD_ADMIN_TOKEN accepted: the token
+// guards every app's secrets, so it must not be guessable.
+const MinAdminTokenLength = 16
 
 // Logger builds the zap logger the settings ask for: JSON for production,
 // console for people.

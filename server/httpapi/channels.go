@@ -46,13 +46,15 @@ type ChannelsAPI struct {
 	apps AppLookup
 	log  *zap.Logger
 	now  func() time.Time
+
+	onTrigger TriggerHook // told of every published event (admin_hooks.go)
 }
 
 var _ channels.StrictServerInterface = (*ChannelsAPI)(nil)
 
 // NewChannelsAPI returns the Channels HTTP API handler.
 func NewChannelsAPI(h *hub.Hub, apps AppLookup, log *zap.Logger) *ChannelsAPI {
-	return &ChannelsAPI{hub: h, apps: apps, log: log.Named("channels"), now: time.Now}
+	return &ChannelsAPI{hub: h, apps: apps, log: log.Named("channels"), now: time.Now, onTrigger: noTrigger}
 }
 
 // Register mounts the API on r behind request authentication.
@@ -268,6 +270,7 @@ func (api *ChannelsAPI) publish(appID string, ev event) {
 	for _, ch := range ev.channels {
 		_, cache := hub.ChannelKind(ch)
 		api.hub.Publish(hub.Message{AppID: appID, Channel: ch, Event: ev.name, Data: ev.data, ExcludeSocketID: ev.socketID, Cache: cache})
+		api.onTrigger(appID, ch, ev.name, ev.data)
 	}
 }
 

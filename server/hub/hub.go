@@ -47,9 +47,7 @@ type Hub struct {
 	broker   Broker
 	now      func() time.Time
 	observer Observer
-
-	workers  []chan fanoutItem // fan-out workers (broker.go)
-	workerWG sync.WaitGroup
+	stats    stats // counters for metrics (stats.go)
 
 	mu   sync.RWMutex
 	apps map[string]*appState
@@ -104,12 +102,10 @@ type cachedEvent struct {
 	expires time.Time
 }
 
-// New returns an empty hub that delivers through the in-process broker and
-// its fan-out workers; Close stops them.
+// New returns an empty hub that delivers through the in-process broker.
 func New(log *zap.Logger) *Hub {
 	h := &Hub{log: log, now: time.Now, apps: make(map[string]*appState)}
 	h.broker = localBroker{h}
-	h.startWorkers()
 	return h
 }
 

@@ -42,3 +42,15 @@ func (h *Hub) notify(ev Event) {
 		h.observer.Observe(ev)
 	}
 }
+
+// Observers is an Observer that hands each event to every observer in it, in
+// order: the hub has one observer slot, which webhooks and the debug console
+// share through it.
+type Observers []Observer
+
+// Observe forwards ev to every observer.
+func (os Observers) Observe(ev Event) {
+	for _, o := range os {
+		o.Observe(ev)
+	}
+}

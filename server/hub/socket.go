@@ -186,6 +186,7 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reject(ws, CloseShuttingDown)
 		return
 	}
+	s.hub.stats.connOpened()
 	// The connection runs in a fresh goroutine and the HTTP handler returns:
 	// the hijacked socket needs nothing from net/http or gin any more, and
 	// the handler's goroutine, whose stack grew while serving HTTP, ends.
@@ -198,6 +199,7 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reject tells a client why it cannot connect, as a pusher:error and as the
 // close code, and closes.
 func (s *SocketHandler) reject(ws *websocket.Conn, reason CloseReason) {
+	s.hub.stats.connRejected(reason.Code)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
 	defer cancel()
 	_ = ws.Write(ctx, websocket.MessageText, errorFrame(reason.Code, reason.Message))
@@ -286,6 +288,7 @@ func (sess *session) run() {
 	sess.conn.Close(closeGone) // ends the writer, or starts one that ends at once
 	sess.writers.Wait()
 	_ = sess.ws.CloseNow()
+	s.hub.stats.connClosed(sess.conn.closeCode())
 }
 
 // overflowGrace is how long a writer stuck on a full socket gets to finish
@@ -318,6 +321,7 @@ func (sess *session) writeLoop() {
 		if idle {
 			return
 		}
+		sess.s.hub.stats.framesDelivered(len(frames))
 		for i, f := range frames {
 			if err := sess.write(f); err != nil {
 				_ = sess.ws.CloseNow()
@@ -693,6 +697,7 @@ func (sess *session) clientEvent(msg clientMessage) {
 	}
 	sess.rateCount++
 	sess.s.hub.Publish(Message{AppID: sess.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: sess.conn.SocketID()})
+	sess.s.hub.stats.clientEvent()
 	sess.s.hub.notify(Event{AppID: sess.appID, Kind: ClientEvent, Channel: msg.Channel, Name: msg.Event, Data: data, SocketID: sess.conn.SocketID(), UserID: userID})
 }
 

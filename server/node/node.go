@@ -42,6 +42,7 @@ type Node struct {
 	http *http.Server
 	ws   *hub.SocketHandler
 	hook *webhook.Dispatcher
+	ops  *ops // metrics, admin API, console (ops.go)
 	push *push.Dispatcher
 
 	stop context.CancelFunc // stops the background loops
@@ -70,12 +71,16 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 		return nil, fmt.Errorf("loading instances: %w", err)
 	}
 	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
-	n.hook = webhook.New(db, apps, log.Named("webhook"), webhook.Options{})
-	n.hub.SetObserver(n.hook)
+	n.ops = newOps(cfg, db, n.hub, log)
+	n.hook = webhook.New(db, apps, log.Named("webhook"), webhook.Options{OnAttempt: n.ops.webhookAttempt})
+	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
 
 	engine := httpapi.NewEngine(log)
-	httpapi.NewChannelsAPI(n.hub, apps, log).Register(engine)
+	engine.Use(n.ops.middleware())
+	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
+	channelsAPI.OnTrigger(n.ops.triggered)
+	channelsAPI.Register(engine)
 	httpapi.NewDeviceAPI(db, instances, log).Register(engine)
 	httpapi.NewReportingAPI(db, instances, log).Register(engine)
 	var pushOpts push.Options
@@ -94,6 +99,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 		PongTimeout:     cfg.PongTimeout,
 	})
 	engine.GET("/app/:key", gin.WrapH(n.ws))
+	n.ops.start(n.ws, n.hook, n.push)
+	n.ops.register(engine)
 	n.http = &http.Server{
 		Handler:           engine,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -121,6 +128,9 @@ func (n *Node) Hub() *hub.Hub { return n.hub }
 // graceful shutdown.
 func (n *Node) Serve(ln net.Listener) error {
 	n.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	if err := n.ops.listen(); err != nil {
+		return err
+	}
 	if err := n.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -131,9 +141,9 @@ func (n *Node) Serve(ln net.Listener) error {
 // ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
 // later), stops the background loops and closes the database.
 func (n *Node) Shutdown(ctx context.Context) error {
-	err := n.http.Shutdown(ctx)
+	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
+	err = errors.Join(err, n.http.Shutdown(ctx))
 	err = errors.Join(err, n.ws.Shutdown(ctx))
-	n.hub.Close()  // no publisher is left: deliver what is queued
 	n.hook.Close() // after the sockets, whose departures are events too
 	n.push.Close()
 	n.stop()

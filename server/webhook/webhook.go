@@ -35,6 +35,26 @@ type Options struct {
 	Buffer      int           // events buffered between the hub and the dispatcher; default 65536
 	Senders     int           // concurrent deliveries; default 8
 	Client      *http.Client  // default: 10 s timeout
+	// OnAttempt, when set, is told the outcome of every delivery attempt
+	// (the debug console shows them). It must return at once.
+	OnAttempt func(Attempt)
+}
+
+// Attempt is the outcome of one webhook request.
+type Attempt struct {
+	AppID  string
+	URL    string
+	Status int    // HTTP status; 0 when no response came
+	Error  string // why it failed; "" when delivered
+	Retry  bool   // a failure that will be retried
+}
+
+// Stats are the dispatcher's counters since start.
+type Stats struct {
+	Delivered int64 // requests answered with 2xx
+	Failed    int64 // attempts that failed (non-2xx or no response)
+	Abandoned int64 // requests given up: too old, bad URL, or app deleted
+	Dropped   int64 // events lost because the buffer was full
 }
 
 func (o Options) withDefaults() Options {
@@ -76,6 +96,8 @@ type Dispatcher struct {
 	wake    chan struct{} // the outbox got new requests
 	dropped atomic.Int64  // events lost because the buffer was full
 
+	delivered, failed, abandoned atomic.Int64 // see Stats
+
 	stopCollect context.CancelFunc
 	collected   chan struct{}
 	stopSend    context.CancelFunc
@@ -102,6 +124,17 @@ func (d *Dispatcher) Observe(ev hub.Event) {
 
 // Dropped is how many events were lost to a full buffer.
 func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
+
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher) Stats() Stats {
+	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Abandoned: d.abandoned.Load(), Dropped: d.dropped.Load()}
+}
+
+func (d *Dispatcher) report(a Attempt) {
+	if d.opts.OnAttempt != nil {
+		d.opts.OnAttempt(a)
+	}
+}
 
 // Start runs the collector and the sender. Requests left in the outbox by an
 // earlier run are sent too.
@@ -387,12 +420,14 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.
 	app := d.apps.ByID(w.AppID)
 	if app == nil {
 		d.log.Warn("dropping a webhook of a deleted app", zap.String("app_id", w.AppID), zap.String("url", w.URL))
+		d.abandoned.Add(1)
 		_ = d.db.DeleteWebhook(ctx, w.ID)
 		return time.Time{}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Body))
 	if err != nil {
 		d.log.Error("dropping a webhook with a bad URL", zap.String("url", w.URL), zap.Error(err))
+		d.abandoned.Add(1)
 		_ = d.db.DeleteWebhook(ctx, w.ID)
 		return time.Time{}
 	}
@@ -403,6 +438,8 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.
 	if err == nil {
 		res.Body.Close()
 		if res.StatusCode >= 200 && res.StatusCode < 300 {
+			d.delivered.Add(1)
+			d.report(Attempt{AppID: w.AppID, URL: w.URL, Status: res.StatusCode})
 			if err := d.db.DeleteWebhook(context.Background(), w.ID); err != nil {
 				d.log.Error("removing a delivered webhook", zap.Error(err))
 			}
@@ -416,7 +453,11 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.
 	if err != nil {
 		reason = err.Error()
 	}
-	if time.Since(w.CreatedAt) >= d.opts.MaxAge {
+	d.failed.Add(1)
+	giveUp := time.Since(w.CreatedAt) >= d.opts.MaxAge
+	d.report(Attempt{AppID: w.AppID, URL: w.URL, Status: statusOf(res), Error: reason, Retry: !giveUp})
+	if giveUp {
+		d.abandoned.Add(1)
 		d.log.Error("giving up on a webhook", zap.String("url", w.URL), zap.Int("attempts", w.Attempts+1), zap.String("last_error", reason))
 		_ = d.db.DeleteWebhook(context.Background(), w.ID)
 		return time.Time{}

@@ -1,0 +1,233 @@
+// Package console is Herald's live debug console: a page at /console (plain
+// HTML, JavaScript and CSS embedded in the binary, no build step) that reads
+// the admin API with the admin token, and an event stream at
+// /console/events?app=<id> (Server-Sent Events) of what happens on an app's
+// channels as it happens: HTTP triggers, client events, channels occupied and
+// vacated, members added and removed, subscription counts, cache misses and
+// webhook attempts.
+//
+// The console observes the hub through the hub's observer slot (shared with
+// webhooks through hub.Observers), so it must never block: each watcher has a
+// bounded queue and misses events, counted, when it falls behind. With nobody
+// watching, an event costs one atomic load.
+package console
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/heraldrt/herald/server/httpapi"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/webhook"
+)
+
+// Limits of the stream.
+const (
+	// watcherQueue is how many events wait for one slow watcher before
+	// further ones are dropped for it.
+	watcherQueue = 256
+	// maxDataBytes is how much of an event's data the stream shows.
+	maxDataBytes = 1024
+	// keepAlive is how often an idle stream gets a comment, so proxies and
+	// browsers keep it open.
+	keepAlive = 15 * time.Second
+)
+
+//go:embed static
+var static embed.FS
+
+// Event is one entry of the live stream, as JSON.
+type Event struct {
+	Time    int64  `json:"time_ms"`
+	AppID   string `json:"app_id"`
+	Kind    string `json:"kind"` // trigger, client_event, channel_occupied, …, webhook
+	Channel string `json:"channel,omitempty"`
+	Event   string `json:"event,omitempty"`
+	Data    string `json:"data,omitempty"`
+	UserID  string `json:"user_id,omitempty"`
+	Socket  string `json:"socket_id,omitempty"`
+	Count   *int   `json:"count,omitempty"`
+	URL     string `json:"url,omitempty"`    // webhook
+	Status  int    `json:"status,omitempty"` // webhook
+	Error   string `json:"error,omitempty"`  // webhook
+}
+
+// watcher is one open event stream.
+type watcher struct {
+	appID   string
+	queue   chan []byte
+	dropped atomic.Int64
+}
+
+// Console fans events out to the open streams.
+type Console struct {
+	now      func() time.Time
+	watching atomic.Int32 // open streams; 0 makes publishing free
+
+	mu       sync.RWMutex
+	watchers map[*watcher]struct{}
+	closed   chan struct{}
+	once     sync.Once
+}
+
+// New returns a console with no watchers.
+func New() *Console {
+	return &Console{now: time.Now, watchers: make(map[*watcher]struct{}), closed: make(chan struct{})}
+}
+
+var _ hub.Observer = (*Console)(nil)
+
+// Observe takes a channel event from the hub without blocking.
+func (c *Console) Observe(ev hub.Event) {
+	if c.watching.Load() == 0 {
+		return
+	}
+	e := Event{AppID: ev.AppID, Kind: string(ev.Kind), Channel: ev.Channel, UserID: ev.UserID}
+	switch ev.Kind {
+	case hub.ClientEvent:
+		e.Event, e.Data, e.Socket = ev.Name, ev.Data, ev.SocketID
+	case hub.SubscriptionCount:
+		n := ev.Count
+		e.Count = &n
+	}
+	c.publish(e)
+}
+
+// Triggered records an event published through the HTTP API on one channel.
+func (c *Console) Triggered(appID, channel, event, data string) {
+	if c.watching.Load() == 0 {
+		return
+	}
+	c.publish(Event{AppID: appID, Kind: "trigger", Channel: channel, Event: event, Data: data})
+}
+
+// WebhookAttempt records the outcome of a webhook request; it has the
+// signature of webhook.Options.OnAttempt.
+func (c *Console) WebhookAttempt(a webhook.Attempt) {
+	if c.watching.Load() == 0 {
+		return
+	}
+	c.publish(Event{AppID: a.AppID, Kind: "webhook", URL: a.URL, Status: a.Status, Error: a.Error})
+}
+
+func (c *Console) publish(e Event) {
+	e.Time = c.now().UnixMilli()
+	if len(e.Data) > maxDataBytes {
+		e.Data = e.Data[:maxDataBytes] + "…"
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for w := range c.watchers {
+		if w.appID != e.AppID {
+			continue
+		}
+		select {
+		case w.queue <- b:
+		default:
+			w.dropped.Add(1)
+		}
+	}
+}
+
+func (c *Console) watch(appID string) *watcher {
+	w := &watcher{appID: appID, queue: make(chan []byte, watcherQueue)}
+	c.mu.Lock()
+	c.watchers[w] = struct{}{}
+	c.mu.Unlock()
+	c.watching.Add(1)
+	return w
+}
+
+func (c *Console) unwatch(w *watcher) {
+	c.mu.Lock()
+	delete(c.watchers, w)
+	c.mu.Unlock()
+	c.watching.Add(-1)
+}
+
+// Close ends every open stream; a server must call it before its graceful
+// shutdown, which otherwise waits for the streams forever.
+func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
+
+// Register mounts the page on r (GET /console and its assets, open to all:
+// the page holds nothing until the token is given) and the event stream
+// behind auth.
+func (c *Console) Register(r gin.IRouter, auth gin.HandlerFunc) {
+	files, _ := fs.Sub(static, "static")
+	page := func(name, contentType string) gin.HandlerFunc {
+		body, err := fs.ReadFile(files, name)
+		if err != nil {
+			panic("console: missing embedded " + name)
+		}
+		return func(ctx *gin.Context) {
+			ctx.Header("Cache-Control", "no-cache")
+			ctx.Header("X-Frame-Options", "DENY")
+			ctx.Data(http.StatusOK, contentType, body)
+		}
+	}
+	r.GET("/console", page("index.html", "text/html; charset=utf-8"))
+	r.GET("/console/console.js", page("console.js", "text/javascript; charset=utf-8"))
+	r.GET("/console/console.css", page("console.css", "text/css; charset=utf-8"))
+	r.GET("/console/events", auth, c.stream)
+}
+
+// stream serves GET /console/events?app=<id> as Server-Sent Events: one
+// `data:` line of JSON (an Event) per event, `event: dropped` when events
+// were lost because the page fell behind.
+func (c *Console) stream(ctx *gin.Context) {
+	appID := ctx.Query("app")
+	if appID == "" {
+		httpapi.AbortWithError(ctx, http.StatusBadRequest, "missing_app", "Name the app: /console/events?app=<id>.")
+		return
+	}
+	w := c.watch(appID)
+	defer c.unwatch(w)
+	h := ctx.Writer.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	ctx.Status(http.StatusOK)
+	_, _ = ctx.Writer.WriteString(": watching app " + appID + "\n\n")
+	ctx.Writer.Flush()
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	var reported int64
+	for {
+		select {
+		case b := <-w.queue:
+			if d := w.dropped.Load(); d != reported {
+				_, _ = ctx.Writer.WriteString("event: dropped\ndata: " + itoa(d-reported) + "\n\n")
+				reported = d
+			}
+			if _, err := ctx.Writer.WriteString("data: " + string(b) + "\n\n"); err != nil {
+				return
+			}
+			ctx.Writer.Flush()
+		case <-tick.C:
+			if _, err := ctx.Writer.WriteString(": keep-alive\n\n"); err != nil {
+				return
+			}
+			ctx.Writer.Flush()
+		case <-ctx.Request.Context().Done():
+			return
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

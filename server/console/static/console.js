@@ -1,0 +1,153 @@
+// Herald debug console: reads the admin API with the token kept in
+// sessionStorage and follows /console/events (Server-Sent Events).
+'use strict';
+
+const tokenKey = 'herald.adminToken';
+const $ = (id) => document.getElementById(id);
+let stream = null;
+let liveTimer = null;
+
+function token() { return sessionStorage.getItem(tokenKey) || ''; }
+
+async function api(path) {
+  const res = await fetch(path, { headers: { Authorization: 'Bearer ' + token() } });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const err = new Error(body.description || res.statusText);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
+}
+
+function cell(row, text) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  row.appendChild(td);
+}
+
+async function login(t) {
+  sessionStorage.setItem(tokenKey, t);
+  try {
+    const { apps } = await api('/admin/v1/apps');
+    $('login').hidden = true;
+    $('main').hidden = false;
+    $('logout').hidden = false;
+    const sel = $('app');
+    sel.textContent = '';
+    for (const a of apps) {
+      const o = document.createElement('option');
+      o.value = a.id;
+      o.textContent = a.id + ' (key ' + a.key + (a.enabled ? '' : ', disabled') + ')';
+      sel.appendChild(o);
+    }
+    const saved = sessionStorage.getItem('herald.app');
+    if (saved && apps.some((a) => a.id === saved)) sel.value = saved;
+    selectApp(sel.value);
+    loadInstances();
+  } catch (e) {
+    sessionStorage.removeItem(tokenKey);
+    $('login-error').textContent = e.status === 401 ? 'Wrong token.' : 'Cannot reach the admin API: ' + e.message;
+  }
+}
+
+function logout() {
+  sessionStorage.removeItem(tokenKey);
+  if (stream) stream.close();
+  clearInterval(liveTimer);
+  location.reload();
+}
+
+async function refreshLive(appID) {
+  try {
+    const live = await api('/admin/v1/apps/' + encodeURIComponent(appID) + '/live');
+    if (appID !== $('app').value) return;
+    $('connections').textContent = live.connections;
+    $('channel-count').textContent = live.channels.length;
+    $('subscription-count').textContent = live.channels.reduce((n, c) => n + c.subscriptions, 0);
+    const body = $('channels').tBodies[0];
+    body.textContent = '';
+    for (const ch of live.channels) {
+      const row = document.createElement('tr');
+      row.dataset.channel = ch.name;
+      cell(row, ch.name);
+      cell(row, ch.subscriptions);
+      cell(row, ch.members ? ch.members.join(', ') + (ch.users > ch.members.length ? ' …' : '') : '');
+      body.appendChild(row);
+    }
+  } catch (e) {
+    $('status').textContent = 'live state unavailable: ' + e.message;
+  }
+}
+
+function describe(ev) {
+  const parts = [];
+  if (ev.channel) parts.push(ev.channel);
+  if (ev.event) parts.push(ev.event);
+  if (ev.user_id) parts.push('user ' + ev.user_id);
+  if (ev.count !== undefined) parts.push('count ' + ev.count);
+  if (ev.url) parts.push(ev.url + ' → ' + (ev.error ? 'failed: ' + ev.error : ev.status));
+  if (ev.data) parts.push(ev.data);
+  return parts.join('  ');
+}
+
+function addEvent(ev) {
+  const li = document.createElement('li');
+  li.dataset.kind = ev.kind;
+  const time = new Date(ev.time_ms).toLocaleTimeString();
+  const kind = document.createElement('span');
+  kind.className = 'kind kind-' + ev.kind;
+  kind.textContent = ev.kind;
+  li.append(time + ' ', kind, ' ' + describe(ev));
+  const list = $('events');
+  list.prepend(li);
+  while (list.children.length > 500) list.lastChild.remove();
+}
+
+function selectApp(appID) {
+  if (!appID) return;
+  sessionStorage.setItem('herald.app', appID);
+  if (stream) stream.close();
+  clearInterval(liveTimer);
+  $('events').textContent = '';
+  refreshLive(appID);
+  liveTimer = setInterval(() => refreshLive(appID), 1000);
+  // EventSource cannot send headers; the token goes in the query instead.
+  stream = new EventSource('/console/events?app=' + encodeURIComponent(appID) + '&token=' + encodeURIComponent(token()));
+  stream.onopen = () => { $('status').textContent = 'live'; };
+  stream.onerror = () => { $('status').textContent = 'reconnecting…'; };
+  stream.onmessage = (m) => {
+    const ev = JSON.parse(m.data);
+    addEvent(ev);
+    if (ev.kind !== 'trigger' && ev.kind !== 'client_event' && ev.kind !== 'webhook') refreshLive(appID);
+  };
+  stream.addEventListener('dropped', (m) => addEvent({ time_ms: Date.now(), kind: 'dropped', data: m.data + ' events not shown (the page fell behind)' }));
+}
+
+async function loadInstances() {
+  try {
+    const { instances } = await api('/admin/v1/instances');
+    const body = $('instances').tBodies[0];
+    body.textContent = '';
+    for (const inst of instances) {
+      const row = document.createElement('tr');
+      cell(row, inst.id);
+      cell(row, inst.enabled ? 'yes' : 'no');
+      cell(row, inst.devices);
+      const gw = [];
+      if (inst.apns.keyConfigured) gw.push('APNs');
+      if (inst.fcm.serviceAccountConfigured) gw.push('FCM');
+      if (inst.vapid.publicKey) gw.push('Web Push');
+      cell(row, gw.join(', '));
+      body.appendChild(row);
+    }
+  } catch (e) {
+    $('status').textContent = 'instances unavailable: ' + e.message;
+  }
+}
+
+$('login').addEventListener('submit', (e) => { e.preventDefault(); login($('token').value); });
+$('logout').addEventListener('click', logout);
+$('app').addEventListener('change', (e) => selectApp(e.target.value));
+$('clear').addEventListener('click', () => { $('events').textContent = ''; });
+if (token()) login(token());

@@ -1,0 +1,484 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/admin"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/manage"
+	"github.com/heraldrt/herald/storage"
+)
+
+// Limits of the admin API's live view (spec/admin.yaml states the same).
+const (
+	maxLiveChannels = 1000
+	maxLiveMembers  = 100
+	// MaxAdminBodyBytes caps an admin request body: a service account file
+	// and a few PEM blocks fit easily.
+	MaxAdminBodyBytes = 256 * 1024
+)
+
+// AdminAPI implements the admin API: apps and instances over storage, with
+// the rules of package manage, and the live state of an app from the hub.
+type AdminAPI struct {
+	db    *storage.DB
+	hub   *hub.Hub
+	token string
+	log   *zap.Logger
+}
+
+var _ admin.StrictServerInterface = (*AdminAPI)(nil)
+
+// NewAdminAPI returns the admin API guarded by token, which must not be empty.
+func NewAdminAPI(db *storage.DB, h *hub.Hub, token string, log *zap.Logger) *AdminAPI {
+	return &AdminAPI{db: db, hub: h, token: token, log: log.Named("admin")}
+}
+
+// Register mounts the API on r behind the token check.
+func (api *AdminAPI) Register(r gin.IRouter) {
+	onError := errorHooks(api.log)
+	strict := admin.NewStrictHandlerWithOptions(api, nil, admin.StrictGinServerOptions{
+		RequestErrorHandlerFunc:  requestErrorHook,
+		HandlerErrorFunc:         onError,
+		ResponseErrorHandlerFunc: onError,
+	})
+	g := r.Group("", RequireAdminToken(api.token), limitBody(MaxAdminBodyBytes))
+	admin.RegisterHandlersWithOptions(g, strict, admin.GinServerOptions{ErrorHandler: paramErrorHook})
+}
+
+// RequireAdminToken refuses, with 401 and the error body, requests that do
+// not carry `Authorization: Bearer <token>`. With query set it also accepts
+// ?token=<token>, for EventSource, which cannot send headers. The comparison
+// takes the same time whatever the token sent.
+func RequireAdminToken(token string, query ...bool) gin.HandlerFunc {
+	want := []byte(token)
+	allowQuery := len(query) > 0 && query[0]
+	return func(c *gin.Context) {
+		got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+		if !ok && allowQuery {
+			got, ok = c.GetQuery("token")
+		}
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			c.Header("WWW-Authenticate", `Bearer realm="herald"`)
+			writeError(c, newError(http.StatusUnauthorized, "unauthorized", "This needs the admin token: send Authorization: Bearer <HERALD_ADMIN_TOKEN>."))
+			return
+		}
+		c.Next()
+	}
+}
+
+// limitBody caps what is read of a request body; a larger body fails to
+// decode and is answered with 400 by the request error hook.
+func limitBody(limit int64) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.Body != nil {
+			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+		}
+		c.Next()
+	}
+}
+
+// requestCtx is the request's own context (see requestScope).
+func requestCtx(ctx context.Context) context.Context {
+	if c, ok := ctx.(*gin.Context); ok {
+		return c.Request.Context()
+	}
+	return ctx
+}
+
+// storeError maps storage and validation errors to API errors.
+func storeError(kind, id string, err error) error {
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return newError(http.StatusNotFound, kind+"_not_found", "No %s with id %q.", kind, truncate(id, 64))
+	case errors.Is(err, storage.ErrConflict):
+		return newError(http.StatusConflict, kind+"_exists", "The %s id or key is already taken.", kind)
+	case manage.IsInvalid(err):
+		return badRequest("invalid_"+kind, "%s.", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return err
+}
+
+// convert copies a generated body type into another with the same JSON
+// fields (AppCreate into AppOptions, say).
+func convert(src, dst any) {
+	b, _ := json.Marshal(src)
+	_ = json.Unmarshal(b, dst)
+}
+
+// applyApp sets the options given in o on a.
+func applyApp(a *storage.App, o admin.AppOptions) {
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setBool := func(dst *bool, v *bool) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setInt := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&a.Key, o.Key)
+	set(&a.Secret, o.Secret)
+	setBool(&a.Enabled, o.Enabled)
+	setBool(&a.ClientEvents, o.ClientEvents)
+	setBool(&a.SubscriptionCount, o.SubscriptionCount)
+	setInt(&a.MaxConnections, o.MaxConnections)
+	setInt(&a.MaxPresenceMembers, o.MaxPresenceMembers)
+	setInt(&a.MaxPresenceUserInfoBytes, o.MaxPresenceUserInfoBytes)
+	if o.UserAuthTimeoutMs != nil {
+		a.UserAuthTimeout = time.Duration(*o.UserAuthTimeoutMs) * time.Millisecond
+	}
+	if o.Webhooks != nil {
+		a.Webhooks = make([]storage.Webhook, 0, len(*o.Webhooks))
+		for _, w := range *o.Webhooks {
+			sw := storage.Webhook{URL: w.Url}
+			if w.ChannelPrefix != nil {
+				sw.ChannelPrefix = *w.ChannelPrefix
+			}
+			if w.Batch != nil {
+				sw.Batch = *w.Batch
+			}
+			if w.EventTypes != nil {
+				for _, k := range *w.EventTypes {
+					sw.EventTypes = append(sw.EventTypes, string(k))
+				}
+			}
+			a.Webhooks = append(a.Webhooks, sw)
+		}
+	}
+}
+
+func appOut(a storage.App) admin.App {
+	hooks := make([]admin.Webhook, 0, len(a.Webhooks))
+	for _, w := range a.Webhooks {
+		kinds := make([]admin.WebhookKind, 0, len(w.EventTypes))
+		for _, k := range w.EventTypes {
+			kinds = append(kinds, admin.WebhookKind(k))
+		}
+		prefix, batch := w.ChannelPrefix, w.Batch
+		hooks = append(hooks, admin.Webhook{Url: w.URL, EventTypes: &kinds, ChannelPrefix: &prefix, Batch: &batch})
+	}
+	return admin.App{
+		Id: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
+		SubscriptionCount: a.SubscriptionCount, UserAuthTimeoutMs: int(a.UserAuthTimeout.Milliseconds()),
+		MaxConnections: a.MaxConnections, MaxPresenceMembers: a.MaxPresenceMembers,
+		MaxPresenceUserInfoBytes: a.MaxPresenceUserInfoBytes, Webhooks: hooks,
+		CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+	}
+}
+
+// ListApps implements GET /admin/v1/apps.
+func (api *AdminAPI) ListApps(ctx context.Context, _ admin.ListAppsRequestObject) (admin.ListAppsResponseObject, error) {
+	apps, err := api.db.ListApps(requestCtx(ctx))
+	if err != nil {
+		return nil, err
+	}
+	out := admin.ListApps200JSONResponse{Apps: make([]admin.App, 0, len(apps))}
+	for _, a := range apps {
+		out.Apps = append(out.Apps, appOut(a))
+	}
+	return out, nil
+}
+
+// CreateApp implements POST /admin/v1/apps.
+func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestObject) (admin.CreateAppResponseObject, error) {
+	a := manage.NewApp()
+	if req.Body.Id != nil {
+		a.ID = *req.Body.Id
+	}
+	var opts admin.AppOptions
+	convert(req.Body, &opts)
+	applyApp(&a, opts)
+	if err := manage.ValidateApp(a); err != nil {
+		return nil, storeError("app", a.ID, err)
+	}
+	created, err := api.db.CreateApp(requestCtx(ctx), a)
+	if err != nil {
+		return nil, storeError("app", a.ID, err)
+	}
+	return admin.CreateApp201JSONResponse(appOut(created)), nil
+}
+
+// GetApp implements GET /admin/v1/apps/{app_id}.
+func (api *AdminAPI) GetApp(ctx context.Context, req admin.GetAppRequestObject) (admin.GetAppResponseObject, error) {
+	a, err := api.db.GetApp(requestCtx(ctx), req.AppId)
+	if err != nil {
+		return nil, storeError("app", req.AppId, err)
+	}
+	return admin.GetApp200JSONResponse(appOut(a)), nil
+}
+
+// changeApp reads an app, applies change, validates and stores it.
+func (api *AdminAPI) changeApp(ctx context.Context, id string, change func(*storage.App)) (admin.App, error) {
+	ctx = requestCtx(ctx)
+	a, err := api.db.GetApp(ctx, id)
+	if err != nil {
+		return admin.App{}, storeError("app", id, err)
+	}
+	change(&a)
+	if err := manage.ValidateApp(a); err != nil {
+		return admin.App{}, storeError("app", id, err)
+	}
+	if err := api.db.UpdateApp(ctx, a); err != nil {
+		return admin.App{}, storeError("app", id, err)
+	}
+	// Read back: defaults and webhook ids are filled in by storage.
+	if a, err = api.db.GetApp(ctx, id); err != nil {
+		return admin.App{}, storeError("app", id, err)
+	}
+	return appOut(a), nil
+}
+
+// UpdateApp implements PATCH /admin/v1/apps/{app_id}.
+func (api *AdminAPI) UpdateApp(ctx context.Context, req admin.UpdateAppRequestObject) (admin.UpdateAppResponseObject, error) {
+	a, err := api.changeApp(ctx, req.AppId, func(a *storage.App) { applyApp(a, *req.Body) })
+	if err != nil {
+		return nil, err
+	}
+	return admin.UpdateApp200JSONResponse(a), nil
+}
+
+// DeleteApp implements DELETE /admin/v1/apps/{app_id}.
+func (api *AdminAPI) DeleteApp(ctx context.Context, req admin.DeleteAppRequestObject) (admin.DeleteAppResponseObject, error) {
+	if err := api.db.DeleteApp(requestCtx(ctx), req.AppId); err != nil {
+		return nil, storeError("app", req.AppId, err)
+	}
+	return admin.DeleteApp200JSONResponse{}, nil
+}
+
+// RotateAppSecret implements POST /admin/v1/apps/{app_id}/rotate-secret.
+func (api *AdminAPI) RotateAppSecret(ctx context.Context, req admin.RotateAppSecretRequestObject) (admin.RotateAppSecretResponseObject, error) {
+	a, err := api.changeApp(ctx, req.AppId, manage.RotateAppSecret)
+	if err != nil {
+		return nil, err
+	}
+	return admin.RotateAppSecret200JSONResponse(a), nil
+}
+
+// DisableApp implements POST /admin/v1/apps/{app_id}/disable.
+func (api *AdminAPI) DisableApp(ctx context.Context, req admin.DisableAppRequestObject) (admin.DisableAppResponseObject, error) {
+	a, err := api.changeApp(ctx, req.AppId, func(a *storage.App) { a.Enabled = false })
+	if err != nil {
+		return nil, err
+	}
+	return admin.DisableApp200JSONResponse(a), nil
+}
+
+// EnableApp implements POST /admin/v1/apps/{app_id}/enable.
+func (api *AdminAPI) EnableApp(ctx context.Context, req admin.EnableAppRequestObject) (admin.EnableAppResponseObject, error) {
+	a, err := api.changeApp(ctx, req.AppId, func(a *storage.App) { a.Enabled = true })
+	if err != nil {
+		return nil, err
+	}
+	return admin.EnableApp200JSONResponse(a), nil
+}
+
+// GetAppLive implements GET /admin/v1/apps/{app_id}/live.
+func (api *AdminAPI) GetAppLive(ctx context.Context, req admin.GetAppLiveRequestObject) (admin.GetAppLiveResponseObject, error) {
+	if _, err := api.db.GetApp(requestCtx(ctx), req.AppId); err != nil {
+		return nil, storeError("app", req.AppId, err)
+	}
+	chans := api.hub.Channels(req.AppId, "")
+	if len(chans) > maxLiveChannels {
+		chans = chans[:maxLiveChannels]
+	}
+	out := admin.GetAppLive200JSONResponse{AppId: req.AppId, Connections: api.hub.Connections(req.AppId), Channels: make([]admin.LiveChannel, 0, len(chans))}
+	for _, ch := range chans {
+		lc := admin.LiveChannel{Name: ch.Name, Subscriptions: ch.Subscriptions}
+		if hub.IsPresence(ch.Name) {
+			users := ch.Users
+			members := api.hub.PresenceUsers(req.AppId, ch.Name)
+			if len(members) > maxLiveMembers {
+				members = members[:maxLiveMembers]
+			}
+			lc.Users, lc.Members = &users, &members
+		}
+		out.Channels = append(out.Channels, lc)
+	}
+	return out, nil
+}
+
+// applyInstance sets the options given in o on in.
+func applyInstance(in *storage.Instance, o admin.InstanceOptions) {
+	for _, f := range []struct {
+		dst *string
+		v   *string
+	}{
+		{&in.SecretKey, o.SecretKey}, {&in.JWTIssuer, o.JwtIssuer}, {&in.APNs.KeyPEM, o.ApnsKeyPem},
+		{&in.APNs.KeyID, o.ApnsKeyId}, {&in.APNs.TeamID, o.ApnsTeamId}, {&in.APNs.Topic, o.ApnsTopic},
+		{&in.APNs.URL, o.ApnsUrl}, {&in.APNs.CAPEM, o.ApnsCaPem}, {&in.FCM.ServiceAccountJSON, o.FcmServiceAccountJson},
+		{&in.FCM.URL, o.FcmUrl}, {&in.VAPID.Subject, o.VapidSubject},
+	} {
+		if f.v != nil {
+			*f.dst = *f.v
+		}
+	}
+	if o.Enabled != nil {
+		in.Enabled = *o.Enabled
+	}
+	if o.PublishQuota != nil {
+		in.PublishQuota = *o.PublishQuota
+	}
+}
+
+func (api *AdminAPI) instanceOut(ctx context.Context, in storage.Instance) (admin.Instance, error) {
+	devices, err := api.db.CountDevices(ctx, in.ID)
+	if err != nil {
+		return admin.Instance{}, err
+	}
+	out := admin.Instance{
+		Id: in.ID, SecretKey: in.SecretKey, Enabled: in.Enabled, JwtIssuer: in.JWTIssuer,
+		PublishQuota: in.PublishQuota, Devices: devices, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
+	}
+	out.Apns.KeyConfigured, out.Apns.KeyId, out.Apns.TeamId = in.APNs.KeyPEM != "", in.APNs.KeyID, in.APNs.TeamID
+	out.Apns.Topic, out.Apns.Url, out.Apns.CaConfigured = in.APNs.Topic, in.APNs.URL, in.APNs.CAPEM != ""
+	out.Fcm.ServiceAccountConfigured, out.Fcm.Url = in.FCM.ServiceAccountJSON != "", in.FCM.URL
+	out.Vapid.PublicKey, out.Vapid.Subject = in.VAPID.PublicKey, in.VAPID.Subject
+	return out, nil
+}
+
+// ListInstances implements GET /admin/v1/instances.
+func (api *AdminAPI) ListInstances(ctx context.Context, _ admin.ListInstancesRequestObject) (admin.ListInstancesResponseObject, error) {
+	ctx = requestCtx(ctx)
+	list, err := api.db.ListInstances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := admin.ListInstances200JSONResponse{Instances: make([]admin.Instance, 0, len(list))}
+	for _, in := range list {
+		o, err := api.instanceOut(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		out.Instances = append(out.Instances, o)
+	}
+	return out, nil
+}
+
+// CreateInstance implements POST /admin/v1/instances.
+func (api *AdminAPI) CreateInstance(ctx context.Context, req admin.CreateInstanceRequestObject) (admin.CreateInstanceResponseObject, error) {
+	ctx = requestCtx(ctx)
+	in, err := manage.NewInstance()
+	if err != nil {
+		return nil, err
+	}
+	if req.Body.Id != nil {
+		in.ID = *req.Body.Id
+	}
+	var opts admin.InstanceOptions
+	convert(req.Body, &opts)
+	applyInstance(&in, opts)
+	if err := manage.ValidateInstance(in); err != nil {
+		return nil, storeError("instance", in.ID, err)
+	}
+	created, err := api.db.CreateInstance(ctx, in)
+	if err != nil {
+		return nil, storeError("instance", in.ID, err)
+	}
+	out, err := api.instanceOut(ctx, created)
+	if err != nil {
+		return nil, err
+	}
+	return admin.CreateInstance201JSONResponse(out), nil
+}
+
+// GetInstance implements GET /admin/v1/instances/{instance_id}.
+func (api *AdminAPI) GetInstance(ctx context.Context, req admin.GetInstanceRequestObject) (admin.GetInstanceResponseObject, error) {
+	ctx = requestCtx(ctx)
+	in, err := api.db.GetInstance(ctx, req.InstanceId)
+	if err != nil {
+		return nil, storeError("instance", req.InstanceId, err)
+	}
+	out, err := api.instanceOut(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return admin.GetInstance200JSONResponse(out), nil
+}
+
+// changeInstance reads an instance, applies change, validates and stores it.
+func (api *AdminAPI) changeInstance(ctx context.Context, id string, change func(*storage.Instance) error) (admin.Instance, error) {
+	ctx = requestCtx(ctx)
+	in, err := api.db.GetInstance(ctx, id)
+	if err != nil {
+		return admin.Instance{}, storeError("instance", id, err)
+	}
+	if err := change(&in); err != nil {
+		return admin.Instance{}, err
+	}
+	if err := manage.ValidateInstance(in); err != nil {
+		return admin.Instance{}, storeError("instance", id, err)
+	}
+	if err := api.db.UpdateInstance(ctx, in); err != nil {
+		return admin.Instance{}, storeError("instance", id, err)
+	}
+	if in, err = api.db.GetInstance(ctx, id); err != nil {
+		return admin.Instance{}, storeError("instance", id, err)
+	}
+	return api.instanceOut(ctx, in)
+}
+
+// UpdateInstance implements PATCH /admin/v1/instances/{instance_id}.
+func (api *AdminAPI) UpdateInstance(ctx context.Context, req admin.UpdateInstanceRequestObject) (admin.UpdateInstanceResponseObject, error) {
+	out, err := api.changeInstance(ctx, req.InstanceId, func(in *storage.Instance) error { applyInstance(in, *req.Body); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return admin.UpdateInstance200JSONResponse(out), nil
+}
+
+// DeleteInstance implements DELETE /admin/v1/instances/{instance_id}.
+func (api *AdminAPI) DeleteInstance(ctx context.Context, req admin.DeleteInstanceRequestObject) (admin.DeleteInstanceResponseObject, error) {
+	if err := api.db.DeleteInstance(requestCtx(ctx), req.InstanceId); err != nil {
+		return nil, storeError("instance", req.InstanceId, err)
+	}
+	return admin.DeleteInstance200JSONResponse{}, nil
+}
+
+// RotateInstanceSecret implements POST /admin/v1/instances/{instance_id}/rotate-secret.
+func (api *AdminAPI) RotateInstanceSecret(ctx context.Context, req admin.RotateInstanceSecretRequestObject) (admin.RotateInstanceSecretResponseObject, error) {
+	out, err := api.changeInstance(ctx, req.InstanceId, manage.RotateInstanceSecret)
+	if err != nil {
+		return nil, err
+	}
+	return admin.RotateInstanceSecret200JSONResponse(out), nil
+}
+
+// DisableInstance implements POST /admin/v1/instances/{instance_id}/disable.
+func (api *AdminAPI) DisableInstance(ctx context.Context, req admin.DisableInstanceRequestObject) (admin.DisableInstanceResponseObject, error) {
+	out, err := api.changeInstance(ctx, req.InstanceId, func(in *storage.Instance) error { in.Enabled = false; return nil })
+	if err != nil {
+		return nil, err
+	}
+	return admin.DisableInstance200JSONResponse(out), nil
+}
+
+// EnableInstance implements POST /admin/v1/instances/{instance_id}/enable.
+func (api *AdminAPI) EnableInstance(ctx context.Context, req admin.EnableInstanceRequestObject) (admin.EnableInstanceResponseObject, error) {
+	out, err := api.changeInstance(ctx, req.InstanceId, func(in *storage.Instance) error { in.Enabled = true; return nil })
+	if err != nil {
+		return nil, err
+	}
+	return admin.EnableInstance200JSONResponse(out), nil
+}
+
+// AbortWithError answers with the one error body, for handlers mounted on the
+// engine from other packages (the console).
+func AbortWithError(c *gin.Context, status int, kind, description string) {
+	writeError(c, &Error{Status: status, Kind: kind, Description: description})
+}

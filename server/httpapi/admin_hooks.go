@@ -1,0 +1,16 @@
+package httpapi
+
+// TriggerHook is told of every event published through the Channels HTTP API,
+// once per channel, after it has been handed to the hub: metrics count it and
+// the debug console shows it. It must return at once.
+type TriggerHook func(appID, channel, event, data string)
+
+func noTrigger(string, string, string, string) {}
+
+// OnTrigger installs hook; call it before serving.
+func (api *ChannelsAPI) OnTrigger(hook TriggerHook) {
+	if hook == nil {
+		hook = noTrigger
+	}
+	api.onTrigger = hook
+}

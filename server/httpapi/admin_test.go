@@ -1,0 +1,360 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heraldrt/herald/gen/admin"
+	"github.com/heraldrt/herald/gen/adminclient"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/storage"
+)
+
+const adminToken = "admin-token-for-tests-0123"
+
+type adminServer struct {
+	db     *storage.DB
+	hub    *hub.Hub
+	url    string
+	spec   *specChecker
+	client *adminclient.ClientWithResponses // sends the token
+	anon   *adminclient.ClientWithResponses // sends no token
+}
+
+func newAdminServer(t *testing.T) *adminServer {
+	t.Helper()
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := &adminServer{db: db, hub: hub.New(log), spec: newSpecChecker(t, admin.GetSpec)}
+	engine := NewEngine(log)
+	engine.Use(s.spec.middleware)
+	NewAdminAPI(db, s.hub, adminToken, log).Register(engine)
+	srv := httptest.NewServer(engine)
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	bearer := adminclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer "+adminToken)
+		return nil
+	})
+	if s.client, err = adminclient.NewClientWithResponses(srv.URL, bearer); err != nil {
+		t.Fatal(err)
+	}
+	if s.anon, err = adminclient.NewClientWithResponses(srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func errKind(body []byte) string {
+	var e struct{ Error, Description string }
+	if json.Unmarshal(body, &e) != nil || e.Description == "" {
+		return "<not the error body: " + string(body) + ">"
+	}
+	return e.Error
+}
+
+func TestAdminApps(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+
+	created, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{
+		Id: ptr("42"), Key: ptr("key-42"), Secret: ptr("secret-42"), MaxConnections: ptr(10),
+		Webhooks: &[]adminclient.Webhook{{Url: "https://example.com/hook", EventTypes: &[]adminclient.WebhookKind{"member_added"}, Batch: ptr(true)}},
+	})
+	if err != nil || created.JSON201 == nil {
+		t.Fatalf("create: %v %d %s", err, created.StatusCode(), created.Body)
+	}
+	a := created.JSON201
+	if a.Id != "42" || a.Key != "key-42" || !a.Enabled || !a.ClientEvents || a.MaxConnections != 10 || a.MaxPresenceMembers != storage.DefaultMaxPresenceMembers ||
+		len(a.Webhooks) != 1 || !*a.Webhooks[0].Batch || (*a.Webhooks[0].EventTypes)[0] != "member_added" {
+		t.Fatalf("created %+v", a)
+	}
+	// Defaults: a random id, key and secret.
+	auto, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{})
+	if err != nil || auto.JSON201 == nil || auto.JSON201.Id == "" || auto.JSON201.Secret == "" {
+		t.Fatalf("create with defaults: %v %s", err, auto.Body)
+	}
+
+	t.Run("OKGet", func(t *testing.T) {
+		res, err := s.client.GetAppWithResponse(ctx, "42")
+		if err != nil || res.JSON200 == nil || res.JSON200.Secret != "secret-42" {
+			t.Fatalf("get: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKList", func(t *testing.T) {
+		res, err := s.client.ListAppsWithResponse(ctx)
+		if err != nil || res.JSON200 == nil || len(res.JSON200.Apps) != 2 {
+			t.Fatalf("list: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKUpdateOnlyGiven", func(t *testing.T) {
+		res, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{ClientEvents: ptr(false), UserAuthTimeoutMs: ptr(30000)})
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("update: %v %s", err, res.Body)
+		}
+		if u := res.JSON200; u.ClientEvents || u.UserAuthTimeoutMs != 30000 || u.Key != "key-42" || u.MaxConnections != 10 || len(u.Webhooks) != 1 {
+			t.Fatalf("updated %+v", u)
+		}
+	})
+	t.Run("OKUpdateClearsWebhooks", func(t *testing.T) {
+		res, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{}})
+		if err != nil || res.JSON200 == nil || len(res.JSON200.Webhooks) != 0 {
+			t.Fatalf("update: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKRotateSecret", func(t *testing.T) {
+		res, err := s.client.RotateAppSecretWithResponse(ctx, "42")
+		if err != nil || res.JSON200 == nil || res.JSON200.Secret == "secret-42" || res.JSON200.Secret == "" {
+			t.Fatalf("rotate: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKDisableEnable", func(t *testing.T) {
+		res, err := s.client.DisableAppWithResponse(ctx, "42")
+		if err != nil || res.JSON200 == nil || res.JSON200.Enabled {
+			t.Fatalf("disable: %v %s", err, res.Body)
+		}
+		if stored, _ := s.db.GetApp(ctx, "42"); stored.Enabled {
+			t.Fatal("stored app still enabled")
+		}
+		en, err := s.client.EnableAppWithResponse(ctx, "42")
+		if err != nil || en.JSON200 == nil || !en.JSON200.Enabled {
+			t.Fatalf("enable: %v %s", err, en.Body)
+		}
+	})
+	t.Run("OKLive", func(t *testing.T) {
+		c, err := s.hub.Connect("42", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.hub.Remove(c)
+		if err := s.hub.Subscribe(c, "news", hub.SubscribeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.hub.Subscribe(c, "presence-room", hub.SubscribeOptions{Member: &hub.Member{UserID: "alice"}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.client.GetAppLiveWithResponse(ctx, "42")
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("live: %v %s", err, res.Body)
+		}
+		l := res.JSON200
+		if l.Connections != 1 || len(l.Channels) != 2 || l.Channels[0].Name != "news" || l.Channels[0].Subscriptions != 1 || l.Channels[0].Members != nil ||
+			l.Channels[1].Name != "presence-room" || *l.Channels[1].Users != 1 || (*l.Channels[1].Members)[0] != "alice" {
+			t.Fatalf("live %+v", l)
+		}
+	})
+
+	errs := []struct {
+		name   string
+		call   func() (int, []byte, error)
+		status int
+		kind   string
+	}{
+		{"ErrNoToken", func() (int, []byte, error) {
+			r, err := s.anon.ListAppsWithResponse(ctx)
+			return r.StatusCode(), r.Body, err
+		}, 401, "unauthorized"},
+		{"ErrWrongToken", func() (int, []byte, error) {
+			r, err := s.anon.GetAppWithResponse(ctx, "42", func(_ context.Context, r *http.Request) error {
+				r.Header.Set("Authorization", "Bearer "+adminToken+"x")
+				return nil
+			})
+			return r.StatusCode(), r.Body, err
+		}, 401, "unauthorized"},
+		{"ErrNotFound", func() (int, []byte, error) {
+			r, err := s.client.GetAppWithResponse(ctx, "404")
+			return r.StatusCode(), r.Body, err
+		}, 404, "app_not_found"},
+		{"ErrUpdateNotFound", func() (int, []byte, error) {
+			r, err := s.client.UpdateAppWithResponse(ctx, "404", adminclient.AppUpdate{Enabled: ptr(true)})
+			return r.StatusCode(), r.Body, err
+		}, 404, "app_not_found"},
+		{"ErrDuplicateID", func() (int, []byte, error) {
+			r, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42")})
+			return r.StatusCode(), r.Body, err
+		}, 409, "app_exists"},
+		{"ErrDuplicateKey", func() (int, []byte, error) {
+			r, err := s.client.UpdateAppWithResponse(ctx, auto.JSON201.Id, adminclient.AppUpdate{Key: ptr("key-42")})
+			return r.StatusCode(), r.Body, err
+		}, 409, "app_exists"},
+		{"ErrBadID", func() (int, []byte, error) {
+			r, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("a b")})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_app"},
+		{"ErrEmptySecret", func() (int, []byte, error) {
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Secret: ptr("")})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_app"},
+		{"ErrNegativeLimit", func() (int, []byte, error) {
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{MaxConnections: ptr(-1)})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_app"},
+		{"ErrWebhookURL", func() (int, []byte, error) {
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{{Url: "ftp://x"}}})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_app"},
+		{"ErrWebhookKind", func() (int, []byte, error) {
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{{Url: "https://x", EventTypes: &[]adminclient.WebhookKind{"nope"}}}})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_app"},
+		{"ErrNotJSON", func() (int, []byte, error) {
+			r, err := s.client.CreateAppWithBodyWithResponse(ctx, "application/json", strings.NewReader(`{"id":`))
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_request"},
+		{"ErrWrongType", func() (int, []byte, error) {
+			r, err := s.client.CreateAppWithBodyWithResponse(ctx, "application/json", strings.NewReader(`{"maxConnections":"ten"}`))
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_request"},
+		{"ErrLiveNotFound", func() (int, []byte, error) {
+			r, err := s.client.GetAppLiveWithResponse(ctx, "404")
+			return r.StatusCode(), r.Body, err
+		}, 404, "app_not_found"},
+	}
+	for _, tt := range errs {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body, err := tt.call()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tt.status || errKind(body) != tt.kind {
+				t.Fatalf("got %d %s, want %d %s", status, body, tt.status, tt.kind)
+			}
+		})
+	}
+
+	t.Run("OKDelete", func(t *testing.T) {
+		res, err := s.client.DeleteAppWithResponse(ctx, "42")
+		if err != nil || res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
+			t.Fatalf("delete: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+		again, _ := s.client.DeleteAppWithResponse(ctx, "42")
+		if again.StatusCode() != 404 {
+			t.Fatalf("second delete: %d", again.StatusCode())
+		}
+	})
+	for _, op := range []string{"listapps", "createapp", "getapp", "updateapp", "deleteapp", "rotateappsecret", "disableapp", "enableapp", "getapplive"} {
+		if !s.spec.seen[op+" 200"] && !s.spec.seen[op+" 201"] {
+			t.Errorf("%s never succeeded", op)
+		}
+	}
+}
+
+func TestAdminInstances(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	const id = "6f2b8a8e-3c1d-4a55-9a0e-1c2d3e4f5a6b"
+
+	created, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{
+		Id: ptr(id), ApnsKeyPem: ptr("-----BEGIN PRIVATE KEY-----\n..."), ApnsKeyId: ptr("KEY1"), ApnsTeamId: ptr("TEAM1"),
+		ApnsTopic: ptr("com.example.app"), FcmUrl: ptr("http://127.0.0.1:9999"), VapidSubject: ptr("mailto:ops@example.com"), PublishQuota: ptr(5),
+	})
+	if err != nil || created.JSON201 == nil {
+		t.Fatalf("create: %v %d %s", err, created.StatusCode(), created.Body)
+	}
+	in := created.JSON201
+	if in.Id != id || !in.Enabled || in.SecretKey == "" || !in.Apns.KeyConfigured || in.Apns.KeyId != "KEY1" || in.Fcm.ServiceAccountConfigured ||
+		in.Fcm.Url != "http://127.0.0.1:9999" || in.Vapid.PublicKey == "" || in.Vapid.Subject != "mailto:ops@example.com" || in.PublishQuota != 5 || in.Devices != 0 {
+		t.Fatalf("created %+v", in)
+	}
+	if strings.Contains(string(created.Body), "BEGIN PRIVATE KEY") {
+		t.Fatal("the APNs key is returned")
+	}
+	if _, _, err := s.db.RegisterDevice(ctx, storage.Device{ID: "fcm-1", InstanceID: id, Platform: storage.PlatformFCM, Token: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("OKGetCountsDevices", func(t *testing.T) {
+		res, err := s.client.GetInstanceWithResponse(ctx, id)
+		if err != nil || res.JSON200 == nil || res.JSON200.Devices != 1 {
+			t.Fatalf("get: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKList", func(t *testing.T) {
+		res, err := s.client.ListInstancesWithResponse(ctx)
+		if err != nil || res.JSON200 == nil || len(res.JSON200.Instances) != 1 {
+			t.Fatalf("list: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKUpdate", func(t *testing.T) {
+		res, err := s.client.UpdateInstanceWithResponse(ctx, id, adminclient.InstanceUpdate{JwtIssuer: ptr("https://auth.example.com"), PublishQuota: ptr(0)})
+		if err != nil || res.JSON200 == nil || res.JSON200.JwtIssuer != "https://auth.example.com" || res.JSON200.PublishQuota != 0 || res.JSON200.Apns.KeyId != "KEY1" {
+			t.Fatalf("update: %v %s", err, res.Body)
+		}
+	})
+	t.Run("OKRotateDisableEnable", func(t *testing.T) {
+		rot, err := s.client.RotateInstanceSecretWithResponse(ctx, id)
+		if err != nil || rot.JSON200 == nil || rot.JSON200.SecretKey == in.SecretKey {
+			t.Fatalf("rotate: %v %s", err, rot.Body)
+		}
+		dis, err := s.client.DisableInstanceWithResponse(ctx, id)
+		if err != nil || dis.JSON200 == nil || dis.JSON200.Enabled {
+			t.Fatalf("disable: %v %s", err, dis.Body)
+		}
+		en, err := s.client.EnableInstanceWithResponse(ctx, id)
+		if err != nil || en.JSON200 == nil || !en.JSON200.Enabled {
+			t.Fatalf("enable: %v %s", err, en.Body)
+		}
+	})
+	for _, tt := range []struct {
+		name   string
+		call   func() (int, []byte, error)
+		status int
+		kind   string
+	}{
+		{"ErrNoToken", func() (int, []byte, error) {
+			r, err := s.anon.ListInstancesWithResponse(ctx)
+			return r.StatusCode(), r.Body, err
+		}, 401, "unauthorized"},
+		{"ErrNotUUID", func() (int, []byte, error) {
+			r, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr("nope")})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_instance"},
+		{"ErrDuplicate", func() (int, []byte, error) {
+			r, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr(id)})
+			return r.StatusCode(), r.Body, err
+		}, 409, "instance_exists"},
+		{"ErrVAPIDSubject", func() (int, []byte, error) {
+			r, err := s.client.UpdateInstanceWithResponse(ctx, id, adminclient.InstanceUpdate{VapidSubject: ptr("http://x")})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_instance"},
+		{"ErrEmptySecret", func() (int, []byte, error) {
+			r, err := s.client.UpdateInstanceWithResponse(ctx, id, adminclient.InstanceUpdate{SecretKey: ptr("")})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_instance"},
+		{"ErrNotFound", func() (int, []byte, error) {
+			r, err := s.client.GetInstanceWithResponse(ctx, "00000000-0000-0000-0000-000000000000")
+			return r.StatusCode(), r.Body, err
+		}, 404, "instance_not_found"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body, err := tt.call()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tt.status || errKind(body) != tt.kind {
+				t.Fatalf("got %d %s, want %d %s", status, body, tt.status, tt.kind)
+			}
+		})
+	}
+	t.Run("OKDelete", func(t *testing.T) {
+		res, err := s.client.DeleteInstanceWithResponse(ctx, id)
+		if err != nil || res.StatusCode() != 200 {
+			t.Fatalf("delete: %v %s", err, res.Body)
+		}
+		if _, err := s.db.GetInstance(ctx, id); err == nil {
+			t.Fatal("instance still stored")
+		}
+	})
+}

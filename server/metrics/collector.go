@@ -1,0 +1,126 @@
+package metrics
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldrt/herald/server/hub"
+)
+
+// outboxTimeout bounds the outbox count query of one scrape.
+const outboxTimeout = 2 * time.Second
+
+// collector reads the node's live state and counters at scrape time.
+type collector struct {
+	src Sources
+
+	connections, channels, subscriptions, members *prometheus.Desc
+	opened, closed, rejected                      *prometheus.Desc
+	clientEvents, delivered, slow                 *prometheus.Desc
+	outbox, webhookRequests, webhookAbandoned     *prometheus.Desc
+	webhookDropped                                *prometheus.Desc
+	pushQueue, pushPublishes, pushDeliveries      *prometheus.Desc
+}
+
+func newCollector(src Sources) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+	}
+	return &collector{
+		src:              src,
+		connections:      d("connections", "Open WebSocket connections, by app.", "app_id"),
+		channels:         d("channels", "Occupied channels, by app.", "app_id"),
+		subscriptions:    d("subscriptions", "Channel subscriptions (a connection on a channel), by app.", "app_id"),
+		members:          d("presence_members", "Distinct presence members summed over presence channels, by app.", "app_id"),
+		opened:           d("connections_opened_total", "WebSocket connections opened."),
+		closed:           d("connections_closed_total", "WebSocket connections that ended, by close code (0: the client left; other: a code not listed).", "code"),
+		rejected:         d("connections_rejected_total", "WebSocket connections refused at connect time, by close code.", "code"),
+		clientEvents:     d("client_events_total", "Client events relayed to their channel."),
+		delivered:        d("frames_delivered_total", "Frames handed to WebSocket connection writers: events and protocol replies."),
+		slow:             d("slow_consumers_closed_total", "Connections closed with 4100 because their outbound queue overflowed."),
+		outbox:           d("webhook_outbox_depth", "Webhook requests waiting in the durable outbox (new or to be retried)."),
+		webhookRequests:  d("webhook_requests_total", "Webhook delivery attempts, by outcome (delivered, failed).", "outcome"),
+		webhookAbandoned: d("webhooks_abandoned_total", "Webhook requests given up: retried for too long, bad URL, or app deleted."),
+		webhookDropped:   d("webhook_events_dropped_total", "Channel events lost before the webhook outbox because its buffer was full."),
+		pushQueue:        d("push_dispatch_queue_depth", "Push deliveries waiting to be sent."),
+		pushPublishes:    d("push_publishes_total", "Push publishes accepted."),
+		pushDeliveries:   d("push_deliveries_total", "Push delivery attempts, by gateway and outcome.", "gateway", "outcome"),
+	}
+}
+
+// Describe sends every descriptor.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.connections, c.channels, c.subscriptions, c.members, c.opened, c.closed, c.rejected,
+		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
+		c.webhookDropped, c.pushQueue, c.pushPublishes, c.pushDeliveries,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads every source.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	count := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	if h := c.src.Hub; h != nil {
+		for _, a := range h.AppStats() {
+			gauge(c.connections, float64(a.Connections), a.AppID)
+			gauge(c.channels, float64(a.Channels), a.AppID)
+			gauge(c.subscriptions, float64(a.Subscriptions), a.AppID)
+			gauge(c.members, float64(a.PresenceMembers), a.AppID)
+		}
+		n := h.Counters()
+		count(c.opened, n.ConnectionsOpened)
+		count(c.clientEvents, n.ClientEvents)
+		count(c.delivered, n.FramesDelivered)
+		for _, cc := range n.Closed {
+			count(c.closed, cc.Count, codeLabel(cc.Code))
+		}
+		for _, cc := range n.Rejected {
+			count(c.rejected, cc.Count, codeLabel(cc.Code))
+		}
+	}
+	if s := c.src.Sockets; s != nil {
+		count(c.slow, s.SlowConsumersClosed())
+	}
+	if o := c.src.Outbox; o != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), outboxTimeout)
+		n, err := o.CountWebhookOutbox(ctx)
+		cancel()
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(c.outbox, err)
+		} else {
+			gauge(c.outbox, float64(n))
+		}
+	}
+	if w := c.src.Webhooks; w != nil {
+		st := w.Stats()
+		count(c.webhookRequests, st.Delivered, "delivered")
+		count(c.webhookRequests, st.Failed, "failed")
+		count(c.webhookAbandoned, st.Abandoned)
+		count(c.webhookDropped, st.Dropped)
+	}
+	if p := c.src.Push; p != nil {
+		pc := p.PushCounters()
+		gauge(c.pushQueue, float64(pc.QueueDepth))
+		count(c.pushPublishes, pc.Publishes)
+		for _, d := range pc.Deliveries {
+			count(c.pushDeliveries, d.Count, d.Gateway, d.Outcome)
+		}
+	}
+}
+
+func codeLabel(code int) string {
+	if code == hub.CloseCodeOther {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}

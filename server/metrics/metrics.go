@@ -1,0 +1,170 @@
+// Package metrics exposes a Herald node's Prometheus metrics. Live sizes
+// (connections, channels, outbox depth, …) are read from the node's parts at
+// scrape time by a collector; counters kept by the parts themselves (the hub,
+// the webhook dispatcher) are read the same way, so the hot paths only ever
+// pay one atomic add. What only this package counts (HTTP requests, triggers,
+// SQLite transactions) is recorded through its methods.
+//
+// Labels are bounded: app ids (as many as the operator creates), close codes,
+// routes (the route patterns, never raw paths), methods, statuses, gateways
+// and outcomes. Channel names and user ids never become labels.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/webhook"
+)
+
+// Namespace prefixes every Herald metric.
+const Namespace = "herald"
+
+// HubSource is the Channels registry as the metrics read it.
+type HubSource interface {
+	AppStats() []hub.AppStats
+	Counters() hub.Counters
+}
+
+// SocketSource is the WebSocket endpoint as the metrics read it.
+type SocketSource interface {
+	SlowConsumersClosed() int64
+}
+
+// WebhookSource is the webhook dispatcher as the metrics read it.
+type WebhookSource interface {
+	Stats() webhook.Stats
+}
+
+// OutboxSource counts the webhook requests waiting in the durable outbox
+// (storage.DB does).
+type OutboxSource interface {
+	CountWebhookOutbox(ctx context.Context) (int, error)
+}
+
+// PushSource is the hook for the push dispatcher: when set, its queue depth
+// and counters are exported as herald_push_*. A node without push delivery
+// leaves it nil and those metrics are absent.
+type PushSource interface {
+	PushCounters() PushCounters
+}
+
+// PushCounters is a snapshot of the push dispatcher's state.
+type PushCounters struct {
+	QueueDepth int   // deliveries waiting to be sent
+	Publishes  int64 // publishes accepted since start
+	// Deliveries counts delivery attempts by gateway (apns, fcm, web) and
+	// outcome (delivered, failed, retried, invalid_token, …).
+	Deliveries []PushDeliveryCount
+}
+
+// PushDeliveryCount is one (gateway, outcome) counter.
+type PushDeliveryCount struct {
+	Gateway string
+	Outcome string
+	Count   int64
+}
+
+// Sources are the parts of a node read at scrape time. Nil ones are skipped.
+type Sources struct {
+	Hub      HubSource
+	Sockets  SocketSource
+	Webhooks WebhookSource
+	Outbox   OutboxSource
+	Push     PushSource
+}
+
+// Metrics is one node's metrics registry.
+type Metrics struct {
+	reg          *prometheus.Registry
+	httpDuration *prometheus.HistogramVec
+	triggers     *prometheus.CounterVec
+	dbDuration   *prometheus.HistogramVec
+}
+
+// New returns the registry of a node reading src, with the Go runtime and
+// process collectors.
+func New(src Sources) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "http_request_duration_seconds",
+			Help:    "Time to answer HTTP requests, by route pattern, method and status. WebSocket and event-stream routes are left out.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route", "method", "status"}),
+		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_triggered_total",
+			Help: "Events published through the Channels HTTP API (trigger and batch), counted once per channel.",
+		}, []string{"app_id"}),
+		dbDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "sqlite_transaction_duration_seconds",
+			Help:    "Time of SQLite transactions run by the storage layer, waiting for the connection included, by kind (read, write).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"kind"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.httpDuration, m.triggers, m.dbDuration,
+		newCollector(src),
+	)
+	return m
+}
+
+// Registry is the registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Triggered counts an event published through the HTTP API on one channel.
+func (m *Metrics) Triggered(appID string) {
+	m.triggers.WithLabelValues(appID).Inc()
+}
+
+// ObserveTransaction records one SQLite transaction; it has the signature
+// storage.DB.ObserveTransactions takes.
+func (m *Metrics) ObserveTransaction(kind string, d time.Duration) {
+	m.dbDuration.WithLabelValues(kind).Observe(d.Seconds())
+}
+
+// Middleware times every request answered by the gin engine, except those on
+// the routes in skip (long-lived WebSocket and event streams). Requests that
+// match no route are labelled "unmatched"; unusual methods "OTHER".
+func (m *Metrics) Middleware(skip ...string) gin.HandlerFunc {
+	skipped := make(map[string]bool, len(skip))
+	for _, r := range skip {
+		skipped[r] = true
+	}
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		if skipped[route] {
+			return
+		}
+		if route == "" {
+			route = "unmatched"
+		}
+		m.httpDuration.WithLabelValues(route, method(c.Request.Method), strconv.Itoa(c.Writer.Status())).Observe(time.Since(start).Seconds())
+	}
+}
+
+// method keeps the method label bounded.
+func method(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}

@@ -1,0 +1,122 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/console"
+	"github.com/heraldrt/herald/server/httpapi"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/metrics"
+	"github.com/heraldrt/herald/server/webhook"
+	"github.com/heraldrt/herald/storage"
+)
+
+// ops is the operations side of a node: metrics, the admin API and the
+// debug console.
+type ops struct {
+	cfg     config.Config
+	log     *zap.Logger
+	db      *storage.DB
+	hub     *hub.Hub
+	metrics *metrics.Metrics
+	console *console.Console
+	timer   gin.HandlerFunc // times HTTP requests; set by start
+
+	mu  sync.Mutex
+	srv *http.Server // the separate metrics listener, when HERALD_METRICS_ADDR is set
+}
+
+// routes that stay open for a connection's life; timing them says nothing.
+var longLivedRoutes = []string{"/app/:key", "/console/events"}
+
+func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops {
+	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
+	return o
+}
+
+// start creates the metrics over the node's parts; call it once they exist
+// and before the database is shared with background goroutines.
+func (o *ops) start(ws *hub.SocketHandler, hook *webhook.Dispatcher, push any) {
+	src := metrics.Sources{Hub: o.hub, Sockets: ws, Webhooks: hook, Outbox: o.db}
+	// The push dispatcher reports once it implements metrics.PushSource.
+	if p, ok := push.(metrics.PushSource); ok {
+		src.Push = p
+	}
+	o.metrics = metrics.New(src)
+	o.timer = o.metrics.Middleware(longLivedRoutes...)
+	o.db.ObserveTransactions(o.metrics.ObserveTransaction)
+}
+
+// webhookAttempt goes into webhook.Options.OnAttempt.
+func (o *ops) webhookAttempt(a webhook.Attempt) { o.console.WebhookAttempt(a) }
+
+// triggered goes into ChannelsAPI.OnTrigger.
+func (o *ops) triggered(appID, channel, event, data string) {
+	o.metrics.Triggered(appID)
+	o.console.Triggered(appID, channel, event, data)
+}
+
+// middleware times requests; install it on the engine before any route. It
+// works once start has run, which is before the node serves.
+func (o *ops) middleware() gin.HandlerFunc {
+	return func(c *gin.Context) { o.timer(c) }
+}
+
+// register mounts /metrics (unless it has its own listener), and, with an
+// admin token, the admin API and the console.
+func (o *ops) register(engine *gin.Engine) {
+	if o.cfg.MetricsAddr == "" {
+		engine.GET("/metrics", gin.WrapH(o.metrics.Handler()))
+	}
+	if o.cfg.AdminToken == "" {
+		return
+	}
+	httpapi.NewAdminAPI(o.db, o.hub, o.cfg.AdminToken, o.log).Register(engine)
+	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken, true))
+}
+
+// listen starts the separate metrics listener when one is configured.
+func (o *ops) listen() error {
+	if o.cfg.MetricsAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", o.cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", o.metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	o.mu.Lock()
+	o.srv = srv
+	o.mu.Unlock()
+	o.log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			o.log.Error("metrics listener failed", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// close ends the console's streams, which a graceful HTTP shutdown would
+// otherwise wait for, and stops the metrics listener.
+func (o *ops) close(ctx context.Context) error {
+	o.console.Close()
+	o.mu.Lock()
+	srv := o.srv
+	o.mu.Unlock()
+	if srv != nil {
+		return srv.Shutdown(ctx)
+	}
+	return nil
+}

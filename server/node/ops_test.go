@@ -1,0 +1,314 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heraldrt/herald/server/config"
+)
+
+const testAdminToken = "test-admin-token-0123456789"
+
+// startOpsNode runs a node with app 77 and the admin token until the test ends.
+func startOpsNode(t *testing.T, mutate func(*config.Config)) string {
+	t.Helper()
+	cfg := config.Config{
+		DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
+		AdminToken: testAdminToken,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	n, err := New(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := n.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// scrape reads the metrics at url into families.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", url, res.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// value returns the value of the series of family name with the labels
+// (name=value pairs), or -1 when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+next:
+	for _, m := range f.Metric {
+		for i := 0; i < len(labels); i += 2 {
+			found := false
+			for _, lp := range m.Label {
+				if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
+
+// waitUntil polls cond every 10 ms until it holds, failing after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	addr := startOpsNode(t, nil)
+	metricsURL := "http://" + addr + "/metrics"
+	ctx := context.Background()
+
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/app/go-sdk-key?protocol=7", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() string {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	read() // connection_established
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"event":"pusher:subscribe","data":{"channel":"news"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); !strings.Contains(got, "subscription_succeeded") {
+		t.Fatalf("got %s", got)
+	}
+	if err := goClient(addr, "go-sdk-key", "go-sdk-secret").Trigger("news", "flash", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	for got := read(); !strings.Contains(got, `"flash"`); got = read() {
+		// subscription_count comes first on this app
+	}
+	// A refused connection: unknown key.
+	bad, _, err := websocket.Dial(ctx, "ws://"+addr+"/app/nope?protocol=7", nil)
+	if err == nil {
+		_, _, _ = bad.Read(ctx)
+		bad.CloseNow()
+	}
+
+	// An admin call reads the app in a SQLite transaction.
+	req, _ := http.NewRequest("GET", "http://"+addr+"/admin/v1/apps/77", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("admin get app: %d", res.StatusCode)
+	}
+
+	fams := scrape(t, metricsURL)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"herald_connections", []string{"app_id", "77"}, 1},
+		{"herald_channels", []string{"app_id", "77"}, 1},
+		{"herald_subscriptions", []string{"app_id", "77"}, 1},
+		{"herald_presence_members", []string{"app_id", "77"}, 0},
+		{"herald_connections_opened_total", nil, 1},
+		{"herald_connections_rejected_total", []string{"code", "4001"}, 1},
+		{"herald_events_triggered_total", []string{"app_id", "77"}, 1},
+		{"herald_client_events_total", nil, 0},
+		{"herald_slow_consumers_closed_total", nil, 0},
+		{"herald_webhook_outbox_depth", nil, 0},
+		{"herald_webhook_requests_total", []string{"outcome", "failed"}, 0},
+		{"herald_http_request_duration_seconds", []string{"route", "/apps/:app_id/events", "method", "POST", "status", "200"}, 1},
+	} {
+		if got := value(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// connection_established, subscription_succeeded, the event.
+	if got := value(fams, "herald_frames_delivered_total"); got < 3 {
+		t.Errorf("herald_frames_delivered_total = %v, want at least 3", got)
+	}
+	if got := value(fams, "herald_sqlite_transaction_duration_seconds", "kind", "read"); got < 1 {
+		t.Errorf("no SQLite read transactions recorded: %v", got)
+	}
+	if _, ok := fams["herald_http_request_duration_seconds"]; ok && value(fams, "herald_http_request_duration_seconds", "route", "/app/:key") != -1 {
+		t.Error("the WebSocket route is timed")
+	}
+
+	ws.Close(websocket.StatusNormalClosure, "")
+	waitUntil(t, "the connection to close", func() bool {
+		f := scrape(t, metricsURL)
+		return value(f, "herald_connections", "app_id", "77") == 0 && value(f, "herald_connections_closed_total", "code", "0") == 1
+	})
+}
+
+func TestMetricsOwnListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	addr := startOpsNode(t, func(c *config.Config) { c.MetricsAddr = metricsAddr })
+	// Serve, which opens the metrics listener, runs in its own goroutine.
+	waitUntil(t, "the metrics listener", func() bool {
+		res, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil
+	})
+	if fams := scrape(t, "http://"+metricsAddr+"/metrics"); value(fams, "herald_connections_opened_total") != 0 {
+		t.Fatal("no herald metrics on the metrics listener")
+	}
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("/metrics on the main port: %d, want 404", res.StatusCode)
+	}
+}
+
+func TestAdminDisabledWithoutToken(t *testing.T) {
+	addr := startOpsNode(t, func(c *config.Config) { c.AdminToken = "" })
+	for _, path := range []string{"/admin/v1/apps", "/console", "/console/events?app=77"} {
+		res, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"error":"not_found"`) {
+			t.Errorf("GET %s without HERALD_ADMIN_TOKEN: %d %s, want 404 with the error body", path, res.StatusCode, body)
+		}
+	}
+}
+
+// TestConsoleStream: the console's event stream carries HTTP triggers and
+// channel events of the app it watches, and refuses requests without the token.
+func TestConsoleStream(t *testing.T) {
+	addr := startOpsNode(t, nil)
+	res, err := http.Get("http://" + addr + "/console/events?app=77")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("stream without token: %d, want 401", res.StatusCode)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/console/events?app=77&token="+testAdminToken, nil)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	lines := bufio.NewScanner(res.Body)
+	lines.Scan() // the opening comment: the watcher is registered
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/app/go-sdk-key?protocol=7", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"event":"pusher:subscribe","data":{"channel":"news"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "subscription_succeeded") {
+			break
+		}
+	}
+	if err := goClient(addr, "go-sdk-key", "go-sdk-secret").Trigger("news", "flash", map[string]string{"msg": "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for lines.Scan() {
+		line := lines.Text()
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			got = append(got, data)
+			if strings.Contains(data, `"kind":"trigger"`) {
+				break
+			}
+		}
+	}
+	all := strings.Join(got, "\n")
+	if !strings.Contains(all, `"kind":"channel_occupied","channel":"news"`) ||
+		!strings.Contains(all, `"kind":"trigger","channel":"news","event":"flash","data":"{\"msg\":\"hello\"}"`) {
+		t.Fatalf("stream carried:\n%s", all)
+	}
+}
