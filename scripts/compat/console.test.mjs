@@ -1,0 +1,116 @@
+// The debug console in a real browser: headless Chromium (Debian's chromium,
+// driven by playwright-core) opens /console on the real herald binary, logs in
+// with the admin token, and must show what a pusher-js client and the `pusher`
+// server SDK do: the connection in the live count and a triggered event in the
+// live stream. /metrics must report the same counts, and an app created with
+// the CLI must be listed.
+//
+// Run: cd scripts/compat && HERALD_BIN=$PWD/herald node --test --test-concurrency=1
+// Needs /usr/bin/chromium (.ci/run installs it); skipped when it is missing.
+
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { existsSync } from 'node:fs'
+import Pusher from 'pusher-js'
+import PusherServer from 'pusher'
+import { chromium } from 'playwright-core'
+
+import { APP, startHerald, heraldCli, freshDB } from './herald.mjs'
+
+const CHROMIUM = '/usr/bin/chromium'
+const TOKEN = 'console-test-token-0123456789'
+/** How long any single expected change may take to show. */
+const WAIT_MS = 10_000
+
+/** The value of the series of metric name with the labels, from the text format. */
+async function metric (herald, name, labels) {
+  const res = await fetch(`http://${herald.host}:${herald.port}/metrics`)
+  assert.equal(res.status, 200)
+  const text = await res.text()
+  const want = labels ? `${name}{${labels}}` : name
+  for (const line of text.split('\n')) {
+    const i = line.lastIndexOf(' ')
+    if (line.slice(0, i) === want) return Number(line.slice(i + 1))
+  }
+  return undefined
+}
+
+describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not installed` }, () => {
+  let herald, browser, page, client
+  const db = freshDB()
+
+  before(async () => {
+    // A second app, managed from the CLI on the same database file.
+    await heraldCli('apps', 'create', '--db', db, '--id', 'second', '--key', 'second-key', '--secret', 'second-secret')
+    herald = await startHerald({ db, env: { HERALD_ADMIN_TOKEN: TOKEN } })
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync']
+    })
+    page = await browser.newPage()
+  })
+
+  after(async () => {
+    client?.disconnect()
+    await browser?.close()
+    await herald?.stop()
+  })
+
+  it('refuses a wrong token', async () => {
+    await page.goto(`http://${herald.host}:${herald.port}/console`)
+    await page.fill('#token', 'wrong-token-wrong-token')
+    await page.click('#login button[type=submit]')
+    await page.locator('#login-error').filter({ hasText: 'Wrong token' }).waitFor({ timeout: WAIT_MS })
+    assert.equal(await page.locator('#main').isHidden(), true)
+  })
+
+  it('logs in and lists the apps, the one created with the CLI included', async () => {
+    await page.fill('#token', TOKEN)
+    await page.click('#login button[type=submit]')
+    await page.locator('#main').waitFor({ state: 'visible', timeout: WAIT_MS })
+    const apps = await page.locator('#app option').evaluateAll((opts) => opts.map((o) => o.value))
+    assert.deepEqual(apps.sort(), [APP.appId, 'second'].sort())
+    await page.selectOption('#app', APP.appId)
+    await page.locator('#status').filter({ hasText: 'live' }).waitFor({ timeout: WAIT_MS })
+  })
+
+  it('shows a pusher-js connection and its channel, as /metrics does', async () => {
+    client = new Pusher(APP.key, {
+      cluster: 'mt1', wsHost: herald.host, wsPort: herald.port, forceTLS: false, enabledTransports: ['ws']
+    })
+    const channel = client.subscribe('news')
+    await new Promise((resolve, reject) => {
+      channel.bind('pusher:subscription_succeeded', resolve)
+      channel.bind('pusher:subscription_error', reject)
+    })
+    await page.locator('#connections').filter({ hasText: /^1$/ }).waitFor({ timeout: WAIT_MS })
+    await page.locator('#channels tr[data-channel="news"]').waitFor({ timeout: WAIT_MS })
+    assert.equal(await page.locator('#channels tr[data-channel="news"] td').nth(1).textContent(), '1')
+
+    assert.equal(await metric(herald, 'herald_connections', `app_id="${APP.appId}"`), 1)
+    assert.equal(await metric(herald, 'herald_channels', `app_id="${APP.appId}"`), 1)
+    assert.equal(await metric(herald, 'herald_subscriptions', `app_id="${APP.appId}"`), 1)
+  })
+
+  it('streams an event triggered through the HTTP API as it happens', async () => {
+    const received = new Promise((resolve) => client.channel('news').bind('breaking', resolve))
+    const server = new PusherServer({ appId: APP.appId, key: APP.key, secret: APP.secret, host: herald.host, port: String(herald.port), useTLS: false })
+    await server.trigger('news', 'breaking', { headline: 'console sees this' })
+    assert.deepEqual(await received, { headline: 'console sees this' })
+
+    const entry = page.locator('#events li[data-kind="trigger"]').filter({ hasText: 'breaking' })
+    await entry.waitFor({ timeout: WAIT_MS })
+    const text = await entry.textContent()
+    assert.match(text, /news/)
+    assert.match(text, /console sees this/)
+    // The channel_occupied of the subscription is in the stream too.
+    await page.locator('#events li[data-kind="channel_occupied"]').filter({ hasText: 'news' }).waitFor({ timeout: WAIT_MS })
+
+    assert.equal(await metric(herald, 'herald_events_triggered_total', `app_id="${APP.appId}"`), 1)
+  })
+
+  it('lists the default Push instance', async () => {
+    await page.locator('#instances tbody tr').first().waitFor({ timeout: WAIT_MS })
+  })
+})
