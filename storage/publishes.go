@@ -279,14 +279,14 @@ func (db *DB) ReleaseDeliveryClaims(ctx context.Context) (int, error) {
 	return int(n), err
 }
 
-// ClaimDeliveries claims up to limit unclaimed deliveries due at t, in due
-// order, and returns them.
-func (db *DB) ClaimDeliveries(ctx context.Context, t time.Time, limit int) ([]Delivery, error) {
+// ClaimDeliveries claims up to limit unclaimed deliveries of the platform
+// due at t, in due order, and returns them.
+func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, limit int) ([]Delivery, error) {
 	var out []Delivery
 	err := db.write(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET claimed = 1 WHERE id IN (
-				SELECT id FROM deliveries WHERE claimed = 0 AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?)
-			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, attempts`, t.UnixMilli(), limit)
+				SELECT id FROM deliveries WHERE claimed = 0 AND platform = ? AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?)
+			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, attempts`, string(p), t.UnixMilli(), limit)
 		if err != nil {
 			return err
 		}

@@ -81,6 +81,8 @@ type Dispatcher struct {
 	queues   map[storage.Platform]chan storage.Delivery
 	results  chan outcome
 	inFlight atomic.Int64
+	// platformInFlight counts claimed, unrecorded deliveries per platform.
+	platformInFlight map[storage.Platform]*atomic.Int64
 
 	wakeResolver chan struct{}
 	wakeClaimer  chan struct{}
@@ -112,16 +114,18 @@ func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options
 	opts = opts.withDefaults()
 	d := &Dispatcher{
 		db: db, instances: instances, log: log, opts: opts,
-		queues:       map[storage.Platform]chan storage.Delivery{},
-		results:      make(chan outcome, opts.MaxInFlight),
-		wakeResolver: make(chan struct{}, 1),
-		wakeClaimer:  make(chan struct{}, 1),
-		wakeHooks:    make(chan struct{}, 1),
-		prepared:     map[string]*Prepared{},
-		gateways:     map[string]*instanceGateways{},
+		queues:           map[storage.Platform]chan storage.Delivery{},
+		platformInFlight: map[storage.Platform]*atomic.Int64{},
+		results:          make(chan outcome, opts.MaxInFlight),
+		wakeResolver:     make(chan struct{}, 1),
+		wakeClaimer:      make(chan struct{}, 1),
+		wakeHooks:        make(chan struct{}, 1),
+		prepared:         map[string]*Prepared{},
+		gateways:         map[string]*instanceGateways{},
 	}
 	for _, p := range []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb} {
 		d.queues[p] = make(chan storage.Delivery, opts.MaxInFlight)
+		d.platformInFlight[p] = new(atomic.Int64)
 	}
 	return d
 }
@@ -163,6 +167,9 @@ func (d *Dispatcher) Close() {
 	close(d.results)
 	<-d.records
 }
+
+// InFlight is how many deliveries are claimed and not yet recorded.
+func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 
 // Notify tells the dispatcher that a publish was stored.
 func (d *Dispatcher) Notify() { wake(d.wakeResolver) }
@@ -246,34 +253,47 @@ func (d *Dispatcher) resolveOne(ctx context.Context, p storage.Publish) {
 }
 
 // claim moves due deliveries from the table to the platform queues, keeping
-// at most MaxInFlight claimed.
+// at most MaxInFlight/3 claimed per platform, so every gateway is kept busy
+// at once and a slow one does not hold up the others.
 func (d *Dispatcher) claim(ctx context.Context) {
+	limit := max(d.opts.MaxInFlight/len(d.queues), 1)
+	batch := min(d.opts.ClaimBatch, limit)
+	platforms := []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb}
 	for ctx.Err() == nil {
-		room := d.opts.MaxInFlight - int(d.inFlight.Load())
-		if room < d.opts.ClaimBatch/4 {
-			sleep(ctx, d.wakeClaimer, time.Second)
-			continue
-		}
-		batch, err := d.db.ClaimDeliveries(ctx, time.Now(), min(room, d.opts.ClaimBatch))
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Error("claiming deliveries", zap.Error(err))
-				sleep(ctx, nil, time.Second)
+		claimed, full := 0, 0
+		for _, p := range platforms {
+			room := limit - int(d.platformInFlight[p].Load())
+			if room < batch/4 {
+				full++
+				continue
 			}
+			got, err := d.db.ClaimDeliveries(ctx, p, time.Now(), min(room, batch))
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Error("claiming deliveries", zap.Error(err))
+					sleep(ctx, nil, time.Second)
+				}
+				break
+			}
+			claimed += len(got)
+			d.inFlight.Add(int64(len(got)))
+			d.platformInFlight[p].Add(int64(len(got)))
+			for _, del := range got {
+				d.queues[p] <- del // sized MaxInFlight: never blocks
+			}
+		}
+		if claimed > 0 {
 			continue
 		}
-		if len(batch) == 0 {
-			wait := 5 * time.Second
+		wait := 5 * time.Second
+		if full == 0 {
 			if next, ok, err := d.db.NextDeliveryDue(ctx); err == nil && ok {
 				wait = max(min(time.Until(next), wait), 10*time.Millisecond)
 			}
-			sleep(ctx, d.wakeClaimer, wait)
-			continue
+		} else {
+			wait = time.Second // the recorder wakes us when room frees up
 		}
-		d.inFlight.Add(int64(len(batch)))
-		for _, del := range batch {
-			d.queues[del.Platform] <- del // sized MaxInFlight: never blocks
-		}
+		sleep(ctx, d.wakeClaimer, wait)
 	}
 }
 
@@ -433,6 +453,9 @@ func (d *Dispatcher) record() {
 			finished, err = d.db.CompleteDeliveries(ctx, batch, encodeWebhook)
 		}
 		d.inFlight.Add(-int64(len(batch)))
+		for _, r := range batch {
+			d.platformInFlight[r.Delivery.Platform].Add(-1)
+		}
 		wake(d.wakeClaimer)
 		for _, p := range finished {
 			d.mu.Lock()

@@ -1,18 +1,30 @@
 package push
 
 import (
+	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/ecdh"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	webpush "github.com/SherClockHolmes/webpush-go"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/heraldrt/herald/storage"
 )
@@ -21,18 +33,38 @@ import (
 // configured subject.
 const DefaultVAPIDSubject = "mailto:push@localhost"
 
-// aes128gcm overhead of a single record: salt (16), record size (4), key
-// length (1), the sender's public key (65), the padding delimiter (1) and
-// the AEAD tag (16).
-const webPushOverhead = 16 + 4 + 1 + 65 + 1 + 16
+// maxWebPushMessage is the largest plaintext that fits one 4096-byte
+// aes128gcm record with the padding delimiter and the AEAD tag.
+const maxWebPushMessage = webRecordSize - 16 - 1
+
+// webRecordSize is the aes128gcm record size announced in the header.
+const webRecordSize = 4096
+
+// vapidTokenLifetime is how long a VAPID token is valid; it is reused per
+// push service origin until vapidTokenReuse before it expires.
+const (
+	vapidTokenLifetime = 12 * time.Hour
+	vapidTokenReuse    = 11 * time.Hour
+)
 
 // WebPush sends Web Push messages (RFC 8030) encrypted with aes128gcm (RFC
-// 8291) and authorized with the instance's VAPID key (RFC 8292), through
-// github.com/SherClockHolmes/webpush-go.
+// 8291: a fresh ECDH key pair and salt per message) and authorized with the
+// instance's VAPID key (RFC 8292). The VAPID token of each push service
+// origin is signed once and reused for hours, not signed per message.
 type WebPush struct {
-	public, private string
-	subscriber      string // the VAPID subject as webpush-go wants it
-	client          *http.Client
+	key     *ecdsa.PrivateKey
+	public  string // base64url uncompressed point, the k= of the header
+	subject string
+	client  *http.Client
+	now     func() time.Time
+
+	mu     sync.Mutex
+	tokens map[string]vapidToken // by audience (scheme://host)
+}
+
+type vapidToken struct {
+	header  string
+	expires time.Time
 }
 
 // NewWebPush builds the Web Push sender for an instance's VAPID keys.
@@ -40,12 +72,22 @@ func NewWebPush(cfg storage.VAPIDConfig) (*WebPush, error) {
 	if cfg.PublicKey == "" || cfg.PrivateKey == "" {
 		return nil, errNotConfigured
 	}
+	d, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(cfg.PrivateKey, "="))
+	if err != nil {
+		return nil, fmt.Errorf("web push: VAPID private key is not base64url: %w", err)
+	}
+	key, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), d)
+	if err != nil {
+		return nil, fmt.Errorf("web push: VAPID private key: %w", err)
+	}
+	pub, err := key.PublicKey.Bytes()
+	if err != nil {
+		return nil, err
+	}
 	subject := cfg.Subject
 	if subject == "" {
 		subject = DefaultVAPIDSubject
 	}
-	// webpush-go adds "mailto:" to anything that is not an https: URI.
-	subscriber := strings.TrimPrefix(subject, "mailto:")
 	tr := &http.Transport{
 		ForceAttemptHTTP2:   true,
 		MaxIdleConns:        256,
@@ -53,24 +95,130 @@ func NewWebPush(cfg storage.VAPIDConfig) (*WebPush, error) {
 		IdleConnTimeout:     5 * time.Minute,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
-	return &WebPush{public: cfg.PublicKey, private: cfg.PrivateKey, subscriber: subscriber,
-		client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+	return &WebPush{key: key, public: base64.RawURLEncoding.EncodeToString(pub), subject: subject,
+		client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, now: time.Now, tokens: map[string]vapidToken{}}, nil
+}
+
+// Subscription is a browser's PushSubscription.
+type Subscription struct {
+	Endpoint string `json:"endpoint"`
+	Keys     struct {
+		P256dh string `json:"p256dh"`
+		Auth   string `json:"auth"`
+	} `json:"keys"`
 }
 
 // DecodeWebToken reads a web device token: the base64 of the browser's
 // PushSubscription JSON.
-func DecodeWebToken(token string) (*webpush.Subscription, error) {
+func DecodeWebToken(token string) (*Subscription, error) {
 	raw, err := base64.StdEncoding.DecodeString(token)
 	if err != nil {
 		if raw, err = base64.RawStdEncoding.DecodeString(token); err != nil {
 			return nil, errors.New("web token is not base64")
 		}
 	}
-	var sub webpush.Subscription
+	var sub Subscription
 	if err := json.Unmarshal(raw, &sub); err != nil || sub.Endpoint == "" || sub.Keys.Auth == "" || sub.Keys.P256dh == "" {
 		return nil, errors.New("web token is not a PushSubscription with endpoint and keys")
 	}
 	return &sub, nil
+}
+
+// decodeKey reads a subscription key in any base64 alphabet, padded or not.
+func decodeKey(s string) ([]byte, error) {
+	s = strings.TrimRight(s, "=")
+	if b, err := base64.RawURLEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// Encrypt encrypts plaintext for the subscription with aes128gcm (RFC 8291)
+// as one record, with a fresh sender key pair and salt.
+func Encrypt(sub *Subscription, plaintext []byte) ([]byte, error) {
+	if len(plaintext) > maxWebPushMessage {
+		return nil, fmt.Errorf("web push message of %d bytes is over the %d-byte limit", len(plaintext), maxWebPushMessage)
+	}
+	rawUA, err := decodeKey(sub.Keys.P256dh)
+	if err != nil {
+		return nil, errors.New("keys.p256dh is not base64")
+	}
+	uaPub, err := ecdh.P256().NewPublicKey(rawUA)
+	if err != nil {
+		return nil, errors.New("keys.p256dh is not a P-256 point")
+	}
+	auth, err := decodeKey(sub.Keys.Auth)
+	if err != nil || len(auth) == 0 {
+		return nil, errors.New("keys.auth is not base64")
+	}
+	asPriv, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := asPriv.ECDH(uaPub)
+	if err != nil {
+		return nil, err
+	}
+	asPub := asPriv.PublicKey().Bytes()
+	info := append(append([]byte("WebPush: info\x00"), rawUA...), asPub...)
+	ikm, err := hkdf.Key(sha256.New, secret, auth, string(info), 32)
+	if err != nil {
+		return nil, err
+	}
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, err
+	}
+	cek, err := hkdf.Key(sha256.New, ikm, salt, "Content-Encoding: aes128gcm\x00", 16)
+	if err != nil {
+		return nil, err
+	}
+	nonce, err := hkdf.Key(sha256.New, ikm, salt, "Content-Encoding: nonce\x00", 12)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(cek)
+	if err != nil {
+		return nil, err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 21+len(asPub)+len(plaintext)+1+gcm.Overhead())
+	out = append(out, salt...)
+	out = binary.BigEndian.AppendUint32(out, webRecordSize)
+	out = append(out, byte(len(asPub)))
+	out = append(out, asPub...)
+	record := append(append(make([]byte, 0, len(plaintext)+1+gcm.Overhead()), plaintext...), 2) // last-record delimiter
+	return gcm.Seal(out, nonce, record, nil), nil
+}
+
+// vapidHeader returns "vapid t=<JWT>, k=<public key>" for the endpoint's
+// origin, signing a new token only when the cached one nears expiry.
+func (w *WebPush) vapidHeader(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return "", errors.New("the subscription endpoint is not an http(s) URL")
+	}
+	aud := u.Scheme + "://" + u.Host
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t, ok := w.tokens[aud]; ok && now.Before(t.expires) {
+		return t.header, nil
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"aud": aud, "exp": now.Add(vapidTokenLifetime).Unix(), "sub": w.subject})
+	signed, err := tok.SignedString(w.key)
+	if err != nil {
+		return "", err
+	}
+	h := "vapid t=" + signed + ", k=" + w.public
+	if len(w.tokens) > 1024 {
+		clear(w.tokens)
+	}
+	w.tokens[aud] = vapidToken{header: h, expires: now.Add(vapidTokenReuse)}
+	return h, nil
 }
 
 // Send encrypts the message for the subscription and posts it to its endpoint.
@@ -82,37 +230,32 @@ func (w *WebPush) Send(ctx context.Context, d storage.Delivery, p *Prepared) Res
 	if err != nil {
 		return deadToken(err.Error())
 	}
-	if len(p.WebBody)+webPushOverhead > int(webpush.MaxRecordSize) {
-		return failed(fmt.Sprintf("web push message of %d bytes is over the 4 KiB limit", len(p.WebBody)))
-	}
-	resp, err := webpush.SendNotificationWithContext(ctx, slices.Clip(p.WebBody), sub, &webpush.Options{
-		HTTPClient:      w.client,
-		Subscriber:      w.subscriber,
-		TTL:             p.Web.TTLSeconds,
-		VAPIDPublicKey:  w.public,
-		VAPIDPrivateKey: w.private,
-		// One record just large enough: no padding beyond the delimiter.
-		RecordSize: uint32(len(p.WebBody) + webPushOverhead),
-		Urgency:    webpush.UrgencyHigh,
-	})
+	body, err := Encrypt(sub, p.WebBody)
 	if err != nil {
-		if ctx.Err() != nil || isNetError(err) {
-			return retry("web push: "+err.Error(), 0)
-		}
-		return deadToken("web push: " + err.Error()) // keys the library cannot use
+		return failed("web push: " + err.Error())
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	auth, err := w.vapidHeader(sub.Endpoint)
+	if err != nil {
+		return deadToken("web push: " + err.Error())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Endpoint, bytes.NewReader(body))
+	if err != nil {
+		return deadToken("web push: " + err.Error())
+	}
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Encoding", "aes128gcm")
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("TTL", strconv.Itoa(p.Web.TTLSeconds))
+	req.Header.Set("Urgency", "high")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return retry("web push: "+err.Error(), 0)
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	msg := fmt.Sprintf("web push: %d %s", resp.StatusCode, truncate(strings.TrimSpace(string(body)), 200))
+	msg := fmt.Sprintf("web push: %d %s", resp.StatusCode, truncate(strings.TrimSpace(string(raw)), 200))
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone {
 		return deadToken(msg)
 	}
-	return classifyStatus(resp.StatusCode, msg, retryAfter(resp.Header.Get("Retry-After"), time.Now()))
-}
-
-// isNetError reports whether err came from sending the request rather than
-// from preparing it.
-func isNetError(err error) bool {
-	var ue interface{ Timeout() bool }
-	return errors.As(err, &ue) || strings.Contains(err.Error(), "dial") || strings.Contains(err.Error(), "connection")
+	return classifyStatus(resp.StatusCode, msg, retryAfter(resp.Header.Get("Retry-After"), w.now()))
 }

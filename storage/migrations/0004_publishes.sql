@@ -53,8 +53,9 @@ CREATE TABLE deliveries (
 -- One notification per device and publish, whichever interests matched.
 CREATE UNIQUE INDEX deliveries_publish_device ON deliveries (publish_id, device_id);
 
--- The claim query: unclaimed rows in due order.
-CREATE INDEX deliveries_due ON deliveries (next_attempt_at_ms, id) WHERE claimed = 0;
+-- The claim query: a platform's unclaimed rows in due order (each gateway is
+-- fed separately, so a slow one does not hold up the others).
+CREATE INDEX deliveries_due ON deliveries (platform, next_attempt_at_ms, id) WHERE claimed = 0;
 
 -- publish_webhook_outbox holds publish webhooks (publish_started,
 -- publish_finished) until their URL accepts them, written in the same
