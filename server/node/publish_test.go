@@ -207,9 +207,18 @@ func getStatus(t testing.TB, base, id string) publishStatus {
 
 func waitDone(t testing.TB, base, id string) publishStatus {
 	t.Helper()
-	var s publishStatus
-	waitFor(t, "publish "+id+" to finish", func() bool { s = getStatus(t, base, id); return s.State == "done" })
-	return s
+	// Every 20 ms: the Publish API allows 100 requests per second.
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		s := getStatus(t, base, id)
+		if s.State == "done" {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publish %s did not finish: %+v", id, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // pusherMeta extracts data.pusher from a delivered message.

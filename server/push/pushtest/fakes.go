@@ -91,7 +91,10 @@ func (f *APNs) serve(w http.ResponseWriter, r *http.Request) {
 		apnsError(w, http.StatusBadRequest, "MissingTopic")
 		return
 	}
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the sender went away mid-request (a killed process): nothing was delivered
+	}
 	if !json.Valid(body) {
 		f.problem("apns: body is not JSON")
 		apnsError(w, http.StatusBadRequest, "PayloadEmpty")
@@ -202,7 +205,10 @@ func (f *FCM) serve(w http.ResponseWriter, r *http.Request) {
 			Data  map[string]string `json:"data"`
 		} `json:"message"`
 	}
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the sender went away mid-request (a killed process): nothing was delivered
+	}
 	if err := json.Unmarshal(body, &req); err != nil || req.Message.Token == "" {
 		f.problem("fcm: body is not a v1 message with a token (data values must be strings): %v", err)
 		fcmError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "bad message")
@@ -313,7 +319,10 @@ func (f *WebPush) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "subscription expired", http.StatusGone)
 		return
 	}
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the sender went away mid-request (a killed process): nothing was delivered
+	}
 	ttl := r.Header.Get("TTL")
 	if _, err := strconv.Atoi(ttl); err != nil {
 		f.problem("web: TTL header %q is not a number", ttl)
