@@ -49,6 +49,9 @@ type Hub struct {
 	observer Observer
 	stats    stats // counters for metrics (stats.go)
 
+	workers  []chan fanoutItem // fan-out workers (broker.go)
+	workerWG sync.WaitGroup
+
 	mu   sync.RWMutex
 	apps map[string]*appState
 }
@@ -102,10 +105,12 @@ type cachedEvent struct {
 	expires time.Time
 }
 
-// New returns an empty hub that delivers through the in-process broker.
+// New returns an empty hub that delivers through the in-process broker and
+// its fan-out workers; Close stops them.
 func New(log *zap.Logger) *Hub {
 	h := &Hub{log: log, now: time.Now, apps: make(map[string]*appState)}
 	h.broker = localBroker{h}
+	h.startWorkers()
 	return h
 }
 

@@ -1,9 +1,13 @@
 package hub
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -149,7 +153,7 @@ type session struct {
 // ServeHTTP upgrades the request and runs the connection until it ends. The
 // key is the last path segment (/app/<key>).
 func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		// Pusher has no origin policy: browsers connect from any site and the
 		// app key is public. Private data is guarded by channel authorization.
 		InsecureSkipVerify: true,
@@ -194,6 +198,46 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer s.remove(sess)
 		sess.run()
 	}()
+}
+
+// Socket buffer sizes. net/http hands a hijacked connection 4 KiB read and
+// write buffers, which the WebSocket library keeps for the connection's life;
+// most of the memory of an idle connection. Client messages are small, and
+// most frames fit the write buffer; larger ones are written straight through.
+const (
+	socketReadBuffer  = 1024
+	socketWriteBuffer = 2048
+)
+
+// smallBuffers hijacks with socket-sized buffers instead of net/http's.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("hub: the response writer cannot be hijacked")
+	}
+	// gin holds the status back until WriteHeaderNow; the WebSocket library
+	// calls it only on a writer it recognises as gin's, which this is not.
+	if g, ok := w.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
+		g.WriteHeaderNow()
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// The 101 response may still sit in net/http's buffer.
+	if err := brw.Writer.Flush(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	var r io.Reader = conn
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the client sent right after the handshake.
+		pending, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(pending)), conn)
+	}
+	return conn, bufio.NewReadWriter(bufio.NewReaderSize(r, socketReadBuffer), bufio.NewWriterSize(conn, socketWriteBuffer)), nil
 }
 
 // reject tells a client why it cannot connect, as a pusher:error and as the
