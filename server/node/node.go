@@ -144,6 +144,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
 	err = errors.Join(err, n.http.Shutdown(ctx))
 	err = errors.Join(err, n.ws.Shutdown(ctx))
+	n.hub.Close()  // no publisher is left: deliver what is queued
 	n.hook.Close() // after the sockets, whose departures are events too
 	n.push.Close()
 	n.stop()
