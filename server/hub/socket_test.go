@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -509,7 +510,7 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 	slowClient.expect("pusher_internal:subscription_succeeded", "firehose")
 
 	var wg sync.WaitGroup
-	counts := make([]int, readers)
+	counts := make([]atomic.Int64, readers)
 	errs := make(chan error, readers)
 	for i := 0; i < readers; i++ {
 		c := s.dial(t, "key1")
@@ -520,17 +521,35 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			for counts[i] < events {
+			for counts[i].Load() < events {
 				if _, _, err := ws.Read(ctx); err != nil {
-					errs <- fmt.Errorf("reader %d after %d events: %w", i, counts[i], err)
+					errs <- fmt.Errorf("reader %d after %d events: %w", i, counts[i].Load(), err)
 					return
 				}
-				counts[i]++
+				counts[i].Add(1)
 			}
 		}(i, c.ws)
 	}
+	// The publisher paces itself on the readers (at most `window` events
+	// ahead of the slowest one, a few KiB, well inside their queues), so only
+	// the client that never reads can fall behind, however loaded the machine.
+	const window = 8
+	slowest := func() int64 {
+		low := int64(events)
+		for i := range counts {
+			low = min(low, counts[i].Load())
+		}
+		return low
+	}
 	data := strings.Repeat("x", 512)
+	giveUp := time.Now().Add(60 * time.Second)
 	for i := 0; i < events; i++ {
+		for int64(i)-slowest() > window {
+			if time.Now().After(giveUp) || len(errs) > 0 {
+				t.Fatalf("readers stalled at %d of %d events (%d errors)", slowest(), i, len(errs))
+			}
+			time.Sleep(time.Millisecond)
+		}
 		s.hub.Publish(Message{AppID: "1", Channel: "firehose", Event: "tick", Data: data})
 	}
 	wg.Wait()
