@@ -23,7 +23,8 @@ test-go:
 
 test-compat: $(COMPAT_DIR)/node_modules/.installed
 	$(GO) build -o $(COMPAT_DIR)/herald ./server
-	cd $(COMPAT_DIR) && HERALD_BIN=$(CURDIR)/$(COMPAT_DIR)/herald node --test --test-concurrency=1 --test-reporter=spec
+	$(GO) build -o bin/fakegateways ./server/push/pushtest/cmd/fakegateways
+	cd $(COMPAT_DIR) && HERALD_BIN=$(CURDIR)/$(COMPAT_DIR)/herald FAKEGW_BIN=$(CURDIR)/bin/fakegateways node --test --test-concurrency=1 --test-reporter=spec
 
 $(COMPAT_DIR)/node_modules/.installed: $(COMPAT_DIR)/package.json $(COMPAT_DIR)/package-lock.json
 	cd $(COMPAT_DIR) && npm ci --no-audit --no-fund

@@ -330,7 +330,7 @@ func (api *PublishAPI) DeleteUser(ctx context.Context, req publish.DeleteUserReq
 	if err := api.deleteUser(ctx, req.UserId); err != nil {
 		return nil, err
 	}
-	return publish.DeleteUser200JSONResponse{DoneJSONResponse: publish.DoneJSONResponse{}}, nil
+	return doneResponse{}, nil
 }
 
 // DeleteUserViaUserAPI implements DELETE /user_api/v1/instances/{id}/users/{user_id}.
@@ -338,7 +338,25 @@ func (api *PublishAPI) DeleteUserViaUserAPI(ctx context.Context, req publish.Del
 	if err := api.deleteUser(ctx, req.UserId); err != nil {
 		return nil, err
 	}
-	return publish.DeleteUserViaUserAPI200JSONResponse{DoneJSONResponse: publish.DoneJSONResponse{}}, nil
+	return doneResponse{}, nil
+}
+
+// doneResponse answers 200 with the body {}. The generated
+// DeleteUser200JSONResponse embeds the Done map in a struct and so encodes
+// as {"DoneJSONResponse":{}}.
+type doneResponse struct{}
+
+func (doneResponse) VisitDeleteUserResponse(w http.ResponseWriter) error { return writeDone(w) }
+
+func (doneResponse) VisitDeleteUserViaUserAPIResponse(w http.ResponseWriter) error {
+	return writeDone(w)
+}
+
+func writeDone(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write([]byte("{}\n"))
+	return err
 }
 
 // rateLimiter counts requests per key in one-second windows.
