@@ -5,7 +5,7 @@ GO         ?= go
 TOOL       := $(GO) tool -modfile=tools/go.mod
 COMPAT_DIR := scripts/compat
 
-.PHONY: run build test test-go test-compat test-load-smoke generate check-generated lint bench bench-fanout clean
+.PHONY: run build test test-go test-compat test-load-smoke generate check-generated lint bench bench-compare bench-fanout clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
@@ -38,23 +38,29 @@ generate:
 check-generated:
 	scripts/check-generated.sh
 
-## lint: go vet and staticcheck
+## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline)
 lint:
 	$(GO) vet ./...
 	$(TOOL) staticcheck $$($(GO) list ./... | grep -v /gen/)
+	cd tools/baseline && $(GO) vet ./... && $(GO) tool -modfile=../go.mod staticcheck ./...
 
-## bench: Go benchmarks of the hot paths, then the fan-out load run
+## bench: Go benchmarks of the hot paths, then Herald against the limit baseline in every load scenario
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
-	$(MAKE) bench-fanout
+	$(MAKE) bench-compare
+
+## bench-compare: Herald and the limit baseline (tools/baseline) with tools/load and wrk, Herald ÷ baseline per scenario
+bench-compare:
+	scripts/bench-compare.sh
 
 ## bench-fanout: 10,000 idle connections (RSS each) and 10,000 subscribers at 20 events/s, with tools/load
 bench-fanout:
 	scripts/bench-fanout.sh
 
-## test-load-smoke: the load tool (tools/load, its own module) for a few seconds against a real server
+## test-load-smoke: the load tool (tools/load) for a few seconds against Herald and the baseline (tools/baseline)
 test-load-smoke:
 	cd tools/load && $(GO) test -race -count=1 ./...
+	cd tools/baseline && $(GO) test -race -count=1 ./...
 
 clean:
 	rm -f herald $(COMPAT_DIR)/herald
