@@ -23,6 +23,45 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for PublishSummaryState.
+const (
+	Accepted   PublishSummaryState = "accepted"
+	Delivering PublishSummaryState = "delivering"
+	Done       PublishSummaryState = "done"
+)
+
+// Valid indicates whether the value is a known member of the PublishSummaryState enum.
+func (e PublishSummaryState) Valid() bool {
+	switch e {
+	case Accepted:
+		return true
+	case Delivering:
+		return true
+	case Done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PublishSummaryTargetKind.
+const (
+	Interests PublishSummaryTargetKind = "interests"
+	Users     PublishSummaryTargetKind = "users"
+)
+
+// Valid indicates whether the value is a known member of the PublishSummaryTargetKind enum.
+func (e PublishSummaryTargetKind) Valid() bool {
+	switch e {
+	case Interests:
+		return true
+	case Users:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookKind.
 const (
 	CacheMiss         WebhookKind = "cache_miss"
@@ -271,6 +310,46 @@ type LiveChannel struct {
 	Users *int `json:"users,omitempty"`
 }
 
+// PublishSummary defines model for PublishSummary.
+type PublishSummary struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Delivered Devices that reported the notification delivered.
+	Delivered int `json:"delivered"`
+
+	// Failed Notifications refused by a gateway, or given up.
+	Failed int `json:"failed"`
+
+	// FinishedAt When the last notification was sent or given up; absent until then.
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+
+	// Opened Devices that reported the notification opened.
+	Opened    int    `json:"opened"`
+	PublishId string `json:"publishId"`
+
+	// Sent Notifications accepted by a gateway.
+	Sent       int                      `json:"sent"`
+	State      PublishSummaryState      `json:"state"`
+	TargetKind PublishSummaryTargetKind `json:"targetKind"`
+
+	// Targeted Devices a notification was created for.
+	Targeted int `json:"targeted"`
+
+	// Targets Interests or users the publish names.
+	Targets int `json:"targets"`
+}
+
+// PublishSummaryState defines model for PublishSummary.State.
+type PublishSummaryState string
+
+// PublishSummaryTargetKind defines model for PublishSummary.TargetKind.
+type PublishSummaryTargetKind string
+
+// PublishSummaryList defines model for PublishSummaryList.
+type PublishSummaryList struct {
+	Publishes []PublishSummary `json:"publishes"`
+}
+
 // Webhook defines model for Webhook.
 type Webhook struct {
 	// Batch Send several events per request.
@@ -319,6 +398,12 @@ type NotFound = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unauthorized = externalRef0.Error
+
+// ListInstancePublishesParams defines parameters for ListInstancePublishes.
+type ListInstancePublishesParams struct {
+	// Limit How many publishes, at most; default 20.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
 
 // CreateAppJSONRequestBody defines body for CreateApp for application/json ContentType.
 type CreateAppJSONRequestBody = AppCreate
@@ -382,6 +467,9 @@ type ServerInterface interface {
 	// EnableInstance Accept the instance's API calls again.
 	// (POST /admin/v1/instances/{instance_id}/enable)
 	EnableInstance(c *gin.Context, instanceId InstanceID)
+	// ListInstancePublishes The instance's recent publishes with their counts.
+	// (GET /admin/v1/instances/{instance_id}/publishes)
+	ListInstancePublishes(c *gin.Context, instanceId InstanceID, params ListInstancePublishesParams)
 	// RotateInstanceSecret Give the instance a new random secret key.
 	// (POST /admin/v1/instances/{instance_id}/rotate-secret)
 	RotateInstanceSecret(c *gin.Context, instanceId InstanceID)
@@ -748,6 +836,42 @@ func (siw *ServerInterfaceWrapper) EnableInstance(c *gin.Context) {
 	siw.Handler.EnableInstance(c, instanceId)
 }
 
+// ListInstancePublishes operation middleware
+func (siw *ServerInterfaceWrapper) ListInstancePublishes(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "instance_id" -------------
+	var instanceId InstanceID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListInstancePublishesParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", c.Request.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter limit: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.ListInstancePublishes(c, instanceId, params)
+}
+
 // RotateInstanceSecret operation middleware
 func (siw *ServerInterfaceWrapper) RotateInstanceSecret(c *gin.Context) {
 
@@ -817,6 +941,7 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 	router.POST(options.BaseURL+"/admin/v1/instances/:instance_id/rotate-secret", wrapper.RotateInstanceSecret)
 	router.POST(options.BaseURL+"/admin/v1/instances/:instance_id/disable", wrapper.DisableInstance)
 	router.POST(options.BaseURL+"/admin/v1/instances/:instance_id/enable", wrapper.EnableInstance)
+	router.GET(options.BaseURL+"/admin/v1/instances/:instance_id/publishes", wrapper.ListInstancePublishes)
 }
 
 type BadRequestJSONResponse externalRef0.Error
@@ -1895,6 +2020,85 @@ func (response EnableInstance500JSONResponse) VisitEnableInstanceResponse(w http
 	return err
 }
 
+type ListInstancePublishesRequestObject struct {
+	InstanceId InstanceID `json:"instance_id"`
+	Params     ListInstancePublishesParams
+}
+
+type ListInstancePublishesResponseObject interface {
+	VisitListInstancePublishesResponse(w http.ResponseWriter) error
+}
+
+type ListInstancePublishes200JSONResponse PublishSummaryList
+
+func (response ListInstancePublishes200JSONResponse) VisitListInstancePublishesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListInstancePublishes400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListInstancePublishes400JSONResponse) VisitListInstancePublishesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListInstancePublishes401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListInstancePublishes401JSONResponse) VisitListInstancePublishesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListInstancePublishes404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response ListInstancePublishes404JSONResponse) VisitListInstancePublishesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListInstancePublishes500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response ListInstancePublishes500JSONResponse) VisitListInstancePublishesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RotateInstanceSecretRequestObject struct {
 	InstanceId InstanceID `json:"instance_id"`
 }
@@ -2009,6 +2213,9 @@ type StrictServerInterface interface {
 	// EnableInstance Accept the instance's API calls again.
 	// (POST /admin/v1/instances/{instance_id}/enable)
 	EnableInstance(ctx context.Context, request EnableInstanceRequestObject) (EnableInstanceResponseObject, error)
+	// ListInstancePublishes The instance's recent publishes with their counts.
+	// (GET /admin/v1/instances/{instance_id}/publishes)
+	ListInstancePublishes(ctx context.Context, request ListInstancePublishesRequestObject) (ListInstancePublishesResponseObject, error)
 	// RotateInstanceSecret Give the instance a new random secret key.
 	// (POST /admin/v1/instances/{instance_id}/rotate-secret)
 	RotateInstanceSecret(ctx context.Context, request RotateInstanceSecretRequestObject) (RotateInstanceSecretResponseObject, error)
@@ -2551,6 +2758,33 @@ func (sh *strictHandler) EnableInstance(ctx *gin.Context, instanceId InstanceID)
 	}
 }
 
+// ListInstancePublishes operation middleware
+func (sh *strictHandler) ListInstancePublishes(ctx *gin.Context, instanceId InstanceID, params ListInstancePublishesParams) {
+	var request ListInstancePublishesRequestObject
+
+	request.InstanceId = instanceId
+	request.Params = params
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListInstancePublishes(ctx, request.(ListInstancePublishesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListInstancePublishes")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(ListInstancePublishesResponseObject); ok {
+		if err := validResponse.VisitListInstancePublishesResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // RotateInstanceSecret operation middleware
 func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId InstanceID) {
 	var request RotateInstanceSecretRequestObject
@@ -2582,68 +2816,75 @@ func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fxrc9s2l/4rZ7jvTONZ6mLHTVPlk+Kkb9XcvLG9nWmUtWDySERNAiwA2lE9+u87ByApkqJkKXGSetff",
-	"LAkEzv3y4NA3XiCTVAoURnuDGy9liiVoUNlPwzQdvaA/QtSB4qnhUngD7zRCYGkKPOx6vsfpq5SZyPM9",
-	"wRL0Bh5L03Meer6n8K+MKwy9gVEZ+p4OIkwY7ZiwT69RzEzkDZ4c+l7CRfFx36fdDCra938+DDt/sM7f",
-	"/c7P5+Nx5+N//svzPTNP6RRtFBczb7HwvZHQhokA11HL89+Bhz4wODsbvVhDerFyB/ofP6nRTx+rDPQ7",
-	"Pw87v7DO9OPN00Wn+vFwl4/7B4s23hdEpE6l0GhV9pyF7/GvDLWhT4EUBoX9k6VpzANGQun9qUkyNxV2",
-	"/qVw6g28/+gtzaHnftX0VSLF+UulpHInrgr4QoZz4BqENHDFYh7Cbyfv3vogFTD6IkO4UMguNTBQWYzw",
-	"yEQIlX1As7mG64gH0V7XW/jekRTTmAfflg0eEsVE2iVafgy7RGHpGQnSKIvd89+KqKGATOCnFAODIWhU",
-	"V6gAabUl6q00v8hMhN+MnrcSdBZE1v2lKv3KL8RGzkRyS1g8lSrB0JJ5JlhmIqn43xh+U30O82Pt/hAh",
-	"C1FZ8rjWXMyI6lCiM9uAKTW3TLAw4QKMdKpfFG5fhEQbJ5VMURnunC6IOQrz8qqIormTXkgZIxMkgUAh",
-	"MxgOLc8kGWa8gRcygx3DE1x1bN9DwS5iJ6/V/Xj1++Uzlzhv/T5hn46kEBiQHKokcmFwhipfc6xQowjw",
-	"DSYXeQrYuO5MoxqJqXw+N7hmtcZAoWklSmcXpb6OZCZMO6tZGu4qukyjItWf8gRlZt6soe0aLyIpL+2v",
-	"3GCibzO5390D9Gy+G1OKzT0XhYtU8cGzuYN0UfK/VKdft5Y2MbQxsKLDVoVt0E6F3ao5VuX7sWRLXvyJ",
-	"gSE+h2l6ZBdbZ43jd1Nv8GGzlIZp+i51RC78pqs4w11XT8CjYecPYJ2/od/5Gc6hs/cMFBOhTCDkM24o",
-	"Q6AAdqFRmK5jt1pGrFYGDYY+OpZec5cf67SxNN3eFigQ3GYHdsM1Un3Nr7CVhFG7awcREwJjvSq+d0GQ",
-	"pRxDKJb4oKWifHExByprfGAGEqkN7Pf7fVv4bMMhUXjktlzl1KcgXg0oDZpSFFBZAVKAiWyBEGJ36bOl",
-	"N65KbmR9pWbxpQzWyLQwu1YLk2lOyRSYIHvzAa9QzUGK4kcWE2mbY3sjP8exvAa3pkP7CaMr7FXC2MZw",
-	"nsft+t7H2UXMA1uJNN0Cuns+ZIL/lWHDC/YPnvrbxP/6UcsfIeYJN8+g76o54fbngidZ4g36/taJo35A",
-	"/gOkqCDNFxf2SodRnaXB1YRTlsUGHu33+3s7Hb6SjeoknPC/0XFnTWBJRmJp+0EDRd1zLqZyLUUHh1uQ",
-	"tEx5DQLs92263EqHremyfsJLa2NQXXke0FIgroCJcKOJtqbNhqHEUmPNsU3EDAjkJkIFms8EcAFCqoKK",
-	"CwQjrceVJWCheFpJKTy3Njmd3i7cL8nZCfs0co/s9/stobstpJzZ7PgQUR4iykNEeYgoXxxRCqCqxe9F",
-	"2U134VjxK2YsCqGBKQRBgQUUmkwJDH2QIp5TLWxlZCKc21UazWq4Yanzz0YQYkdSTPksUxsiyBZL1lSr",
-	"Blmy7ieZ8qD1l0zFLd83KsM6WQUN5YnF/m43v85nW9n4GZ15iFc8aAsI73HGtUGFIeRr2krdWyL3NEhW",
-	"1aVR0X7DwDrfbXrZSpBrt3TPt8lqDerw57UZaZ2hav01paSjo//KpGGbMIJXa7CLz+j/r1jqSK0L0VIS",
-	"rDtHZ47PWwW33Gb50Kq02iCBJaNVPGApvoawfOe7ziQKrpbmt0sbX8SdXXv54rndG/oWyL3s5dc38Y+f",
-	"bNnEF4S1d/LF4dsH9TIw34rtlFtvkvMOnegSQ20pHuEVzmHKY3RpYMavUFBbnyOo7dH+iB1j0pLLPxnF",
-	"4GgIAS2f8oAZ1PDo+OWbPUqoRmXawFQqoD3OVNxtcy367VUR9jejL+XiVmqGx281dNOnDme1eZ6LmatN",
-	"iaS1p5+WqWWb40+LbFNZfPDjkzWrz1zgbKH0gmmEs/evnwEmqbF3A5ExqR70eizl3TTTUZelaYzdQCYN",
-	"oz7oHz7dFeCdBslJLUD/loPjddp+OXoDeSAH5hZaEZLJFEaiW0U5DZJWbmnHDcxOg6Q7k3IWI0u53p7Z",
-	"Wo5os0sWBJgaDIHbZeQcVD3Cb7+f6sYRP+4f+LfnmZbWR0fkR9RgYWgbh5DNy8bEVfLbFuN5FrnVqmzQ",
-	"PlmmloZpQcJ4bOQApMpFDGfvR0CRkWrZ/x4ej144D9lGCJsqzu0b2YeA9BCQHgLSQ0D6SgGpeq2wUrgl",
-	"6+Ce4zq2Ajwsrzlq1xvwqAkGadss79WuPVab0sblhpsGueXSciPspZdwRdjeBZI1tWzxgmvDRWCacJLe",
-	"yNot9ymWnyb1bQVsAW6saOaCmSBqg6BECJoSBYtzKMgasnJDKO2wUE7+scIp/9RyeSTi+ZLF60hqtPdY",
-	"GrRhysA1NxFwUwSDBJnQea7Kn1oJAf22cEfUns5TXFOmX3IRamv5xUmUimzXUjuT1m19qZbL9xUXYR1A",
-	"+mnVCLO2cPh7hAoLSVMKPn53corhM+utg15v6bi93jaRsGEo61r/Kt2DGw8FhaMPhSbPZX4HubykO79i",
-	"lM/pG2e/5ywMqx8VJvKqciF+bnmykE0Q4XnCdfN23CGPFfIqt6PVYZD2GkegG5xxs0pymmvvV7LcEIbH",
-	"oy5M7IIJhV8GOpLKQMKCiAvsKGQhZcexIHXDIypL8BNL0hhhwoWdeTqnmoGZTOHEh4mQ5nwqMxFO9p7B",
-	"pEKQ3V8KHAsyJevPtFuKkrL1WKyUUDVmVp0FodzHQqf4KY0ZF+Q5zMA103CtpJg5tzERVn0zZ6G4hM9M",
-	"tGRiORqTkO83H131p3bhn1g5WqnJqd3ELvQpnWjBLvE8YBrrxKwI1LvNbt3h9RmgVlBGY5ApbuYn5JB5",
-	"iRomXJxSTms3HTe/Jqfw68v3w9cvzocv3ozenp++e/XyLZFtXdtGOGTKojj5qeSGbjKJi6lsucJggs0Q",
-	"WGGDQob4g4ajIvKxNNUWYj/OdFSW5RrkFSr49fT02C91OhaaJWhH6zQwd8swidy2tM3E7lN8U241AXIc",
-	"JiiZpnGm3VYxv0IKtQaXV1vFwN5FNqMyTsuYjIGFGrjZ647FWNh5q+MRGXdeSFJfoNEYKqMnq7KbwCNm",
-	"IEZGmfvJWAQRUywwqPTes9w5c3ODhDoBE6HIp7QmtcGuATy3kodx1u8/Dmx1Yv/ESXcsfqfHjFWj4vY2",
-	"g2vIhEZTNDh2aI0JfU1J9rB/2LUqmKEb/wOcTjEwIMVYWBfIhG0MSFtW/lxQtMBACipFtM1B9HDC8gX2",
-	"9KPXIwilldRzGfK8f/rt5N3bLry0ZLjoVExzWk55fmFEwSs3kmUMc6HCcGNdpohjdnZteDzyfO8KlXaW",
-	"tt/td/vkozJFwVLuDbzH3X73sWdHVSPrBT3rBr2r/V4xBzNzd04UiqycqcnxXnNthrSgMXh60O/f2Whf",
-	"MaGzZqqP6KvOuHA3ZXjY31+3cUlprzaKuPC9Hx3Zmx+qz37aKJIlCVPzXB65HZGb5LWJhkBhiMJwFjsf",
-	"zntsGznZTC/Hg6hTkLqlFv+FYxxqiHFqQGbGGWPl+tD261UnB4cHTwbAcqR1LH7q2MEpi8Lm6Cu1Y8xW",
-	"bdQ3+IW3+vmlc1lbiHAsWi7+pPCpOQkaF7y+rb6bNas/Fvv9g0O4mFNrn7dQ9kbUWW/dthw6PUzTfPQa",
-	"tXkuw/ld2lUOgC/q+cOoDBcrBr1/lwdvMGYKGtpIhYUdb2GSlTnvzzX9w/7Ptz9UjmHfha844ecZpcUT",
-	"Fn4jCvVu3KsEC+cdMToEq241L+z3hdV8QUhqFgsr+nInhV2ojrxPbhaT7hco4fD2h8ox77tQgmNivRL8",
-	"9rj/bzR3IOLPd5L7JGKqyctkkIOolp326F9552bNddxySc+9k7P4aDN3W0c+KQYaJr67aLMYrQ8K05gF",
-	"eUFxHVEBF1PuesRE3t7aj64t02Ph6M4322sL1w5S/qrhOkettwrX/f/r4XpHM/4O8d1Wvq5iza8UrPE9",
-	"c1+ZiArsS8SUPnPlGiu9UyLohVxTudJ8WW0nx8nLrUYacRt/1yDnQ85eeJ/C3XucZtqpnaXpD7o2zUWV",
-	"JrWFAYvjHVXtCtO717QbavvOis6r7vuk56G9EdlGz8BmjIvdtB3nL0TM2iYdV94nsC1V88WHstvmlWFB",
-	"BbZv0WPBhJ2cWxkX1b7laXmzYIGJ8kYhpS3cytY06Coj+z7H1+6Jr3CdTS0xm/tkUaelKVUxp+arIndT",
-	"MG0wPSXp4M5yzPZu4817u/0wTU+Kl8G+V+VSohMCr/P+/z6Zy7/JSExRhVkmckyj4GVzwKmNha1Ft0bl",
-	"qq+oqNr82rq3kQtC/olgVw2Trgq+MiB3N9DWEvhe4ltjkSv+7Gz0wi/xrtwO4BLnFVxrqlBH+dX1Jc71",
-	"euipnAL8Og1NYwrzG4NQyxHHzeb2/xCOus2O26NI76by3yK2gKhq1vWAU22NU5WGWaav6nR9a9hZB2Hd",
-	"lQruws/uG6K1qoYZM3jNyku+DfrYraCq/DuXGtDVBj99o5D9fYCof3zI/tZ2+OUI065h/fMBp6YVb0Kd",
-	"/klx6d6DUAUjP+h25GlnE/hcIGorC3Bo1D/LAO43ONWm/1VEamcr+EKUYCtjcFBBsfTr4wVbJ5gW5IB6",
-	"qXuJHiyz5iqE4JhaYyWV8TGr8erg2IePpFX3H7qcPdjxTS8fy9w/+Knb7/a7+4On/ad9awH5ESsjxNXx",
-	"r27tn+q59++ac+TV2bDu6n+y097i4+J/AwAA//8=",
+	"7Fx7c9u2sv8qO7xnpvFcWpYdN03tvxQnPVXz8o3t25kT5VowuRJRkwALgHbUjL/7HTz4FChLiZPU5/g/",
+	"mwKB3cU+f1jwUxDxLOcMmZLBwacgJ4JkqFCY/0Z5Pn6u/4hRRoLminIWHASnCQLJc6DxIAgDqh/lRCVB",
+	"GDCSYXAQkDw/p3EQBgL/LKjAODhQosAwkFGCGdEzZuTjK2RzlQQHT/bDIKOs/Hc31LMpFHre/3s/2v4X",
+	"2f5ruP3z+WSy/eG//xGEgVrkehWpBGXz4OYmDMZMKsIi7KOWut+BxiEQODsbP+8hvRy5Af2Pn7To1/82",
+	"GRhu/zza/oVszz58enqz3fx3f5N/d/dufLzfaCJlzplEs2XPSPwO/yxQKv1fxJlCZv4keZ7SiGih7Pwh",
+	"tWQ+Ndj5h8BZcBD8106tDjv2V6kfZZydvxCCC7visoAveLwAKoFxBVckpTH8dvL2TQhcANEPCoQLgeRS",
+	"AgFRpAiPVILQmAckWUi4TmiUbA2CmzA44myW0ujbskFjTbEm7RINP4pcIjP0jJneUZLa978VUSMGBcOP",
+	"OUYKY5AorlAA6tGGqDdc/cILFn8zet5wkEWUGPPnorKrsBSbNiYtt4ykMy4yjA2ZZ4wUKuGC/oXxN93P",
+	"kVvWzA8JkhiFIY9KSdlcUx1ztGobESEWhgkSZ5SB4nbrb0qzL12i8ZOC5ygUtUYXpRSZenFVelFnpBec",
+	"p0iYlkAkkCiMR4ZnLRmigoMgJgq3Fc1w2bDDABm5SK28luejzef1O5e48D7PyMcjzhhGWg5NEilTOEfh",
+	"xhwLlMgifI3ZhQsBK8edSRRjNuPPFgp7RkuMBCovUbK4qPbriBdM+Vkt8nhT0RUShd76U5ohL9TrHtqu",
+	"8SLh/NL8ShVm8jaV+92+oN91sxEhyCKwXrgMFe8DEzv0XlT819sZtrXFJwYfA0t76N2wFbvTYLepjk35",
+	"fqjY4hd/YKQ0n6M8PzKDjbGm6dtZcPB+tZRGef42t0TehF1TsYrbl0/Ao9H2v4Bs/wXD7Z/hHLa3DkEQ",
+	"FvMMYjqnSkcIZEAuJDI1sOw204jlzKDD0AfL0itq42ObNpLn6+uCdgS36YGZsEeqr+gVekkY+007Sghj",
+	"mMpl8b2NoiKnGEM5JATJhY4XFwvQaU0IREHGpYLd4XBoEp91ONQUHtkplzkNtRNvOpQOTTkyaIwAzkAl",
+	"JkGIcVDbbGWNy5IbG1tpaXwlgx6Zlmrn1TCeO0pmQJjWtxDwCsUCOCt/JKkmbbVv78TnNOXXYMds6/mY",
+	"kg32Gm5spTt3frs993FxkdLIZCJds4DBVggFo38W2LGC3b2n4Tr+v71U/SOkNKPqEIY2m2N2fspoVmTB",
+	"wTBcO3C0F3A/QI4Ccje41Fe9mM6zJNiccEaKVMGj3eFwa6PFl6JRm4QT+hda7owK1GRkhrYfJGive07Z",
+	"jPdStLe/Bkl1yOsQYJ779nKtPfSGy/YKL4yOQXPkeaSHguYKCItXqqg3bHYUJeUSW4atEqKAIVUJCpB0",
+	"zoAyYFyUVFwgKG4srkoBy43XI3UId9rGZ7PbhfslMTsjH8f2ld3h0OO6fS7lzETHB4/y4FEePMqDR/li",
+	"j1ICVR67Z1U1PYBjQa+IMiiEBCIQmHYsIFAVgmEcAmfpQufCRkYqwYUZJVEtuxuSW/vsOCFyxNmMzgux",
+	"woOsMaQnW1VIsr6feE4j7y+FSD3PO5lhm6yShmrFcn47W9jm05c2fkZlHuMVjXwO4R3OqVQoMAY3xpfq",
+	"3uK5Z1G2vF0ShZ5vFBnju21f1hJk75T2fZ+selCHP67VWMoChffXXAcdmfxPwRVZhRG87MEuPqP+vyK5",
+	"JbUtRENJ1LeOLCyftwqunqZ+aVlaPkigZrSJB9Ti6wgrtLZrVaLkqla/Tcr40u9sWsuX721e0Hsg96qW",
+	"7y/iHz9Zs4gvCfNX8uXi6zv1yjHfiu1UU6+S8waVaI2hepJHeIkLmNEUbRiY0ytkuqx3CKrf2x+RY8w8",
+	"sfyjEgSORhDp4TMaEYUSHh2/eL2lA6oShVQw4wL0HGciHfhMS//2snT7q9GXarCXmtHxGwmD/KnFWU2c",
+	"p2xuc1NNUu/qp1VoWWf50zLaNAbv/fikZ/SZdZweSi+IRDh79+oQMMuVORtIlMrlwc4OyekgL2QyIHme",
+	"4iDiWUep94b7TzcFeGdRdtJy0L85cLxN2y9Hr8E5ciB2oBGhVplSSaRXlLMo83KrZ1zB7CzKBnPO5ymS",
+	"nMr1mW3FCJ9ekijCXGEM1AzTxqGzR/jt91PZWeLH3b3w9jjjKX1kou1IF1gYm8IhJouqMLGZ/LrJuIsi",
+	"t2qVcdondWjpqBZkhKaKHwAXTsRw9m4M2jPqXPZ/R8fj59ZC1hHCqoxz/UL2wSE9OKQHh/TgkL6SQ2oe",
+	"Kywlblkf3HPcxlaAxtUxR+t4Ax51wSBpiuWt1rHHclHaOdyw3SC3HFquhL1kDVfE/ipQa5NniudUKsoi",
+	"1YWT5ErWbjlPMfx0qfclsE4tT4osI2LhwQ0+p1xO6RW6YrXDqy1lLOQjMLfHVipBYNxFBMoZVDP4BTkj",
+	"NPXN/qYxhwSBs0LaQzECc6LwmixM34KNYUXeMzll2kwdx+0Fftd1jKY2JVK1Sb4m0hpNY4FDV/NAwRRN",
+	"9YtMr7meFHmO7AtEaF/3s+gcVQ9eI9EHDLZlW/nKpnD9i0nl0hBk2qO9D8p3g0pT9MJhEHOGDRVt2CoR",
+	"c1QvqW17KafRSwiU5kjdWlb/u6vkSJb30em8TkX8PNlZPbY8LonSamCosl0yVuDmcFauYb31BrW4rxcu",
+	"xdpg0G1cZR1NO6y0qQkh3O4N/LV2XgaytWvtjo+5reKuF/CRWKKxS3RdEBUlPsycxSB1ZktSh12byCts",
+	"15wfx3b+9ljgjH70nHazdFH75OuES7R7C1IRoeCaqgSoKrOXDAmTLrl2by3lLENffqapPV3k2IMrXFIW",
+	"W69TrqRzZ+tymmvqcWt3ATj5GoVrId4/LUfNwpe//Z6gwFLSumY4fntyivGhSS8OdnbqTGNnZ53UraMd",
+	"fVhlk+6Gm3DyPueuaaLuKji/IroA0U9swD0ncdz8V2DGrxodPOeGJ4MxRwmeZ1R223nsUYnXEbW61/xF",
+	"GUPb6WebK/nM7d6vWnNjGB2PBzA1A6Y6XyQgEy4UZCRKKMNtgSTW6fyE6e2GR7qOwo8ky1OEKWWmSfNc",
+	"FzlEFQKnIUwZV+czXrB4unUI0wZBZn7OcMK0KpkERM+WI9flxYQt1XwtZpaNBaGax0Qt/JinhDJtOUQZ",
+	"j3stOJtbs9H+smGbjoWya6hQSc1E3cuXadvvvrpsT37hnxg5GqnxmZnEDAx1/isZucTziEhsE7Mk0OA2",
+	"vbWLt5sWvSiyxKgQVC1OtEG6mjrOKDvVSbhfdWzDLZ/Bry/ejV49Px89fz1+c3769uWLN5psY9rGwyER",
+	"BnZ2q2oztK2UlM2458yVMDJHIKUOMh7jDxKOSs9H8lyaM8HjQiYVjiCBX6GAX09Pj8NqTydMkgxNL7AE",
+	"YsPiNLHT6mmmZp7ySTXVFLThEKaz/zwtpJ1KxzUwEbA+iy87jC+Kua47JU+1MpBYAlVbgwmbMNMgejzW",
+	"yu0qX52+SFRK1/3TZdlN4RFRkKJO9nafTFiUEEEihUJuHTrjdOoGWSGVSfBcW+m01Yl6AM+M5GFSDIeP",
+	"I1NOmT9xOpiwKqu8IoKa41cqoWASVYnImC5bwuS1Tij2h/sDswVztP3KgLMZRgo4mzBjAgUzSIbeLSN/",
+	"yrS3wIgzXTtJE4P0yxlxA8zqR6/GEHMjqWc8pg7w+e3k7ZsBvDBkWO9Utp8bTqk74dbOyylJ7cOsq1BU",
+	"GZMp/Zhpth0dj4MwuEIhrabtDoaDYZn2kpwGB8HjwXDwODC99Ymxgh1jBjtXuztl497cHpJrV2TkrDPa",
+	"QGctIz2g0ym/NxzeWS9y2VLY04as6Ws25VHbFr0/3O2buKJ0p9U7fRMGP1qyV7/UblY3XqQs6Iw8nB5p",
+	"M3G5iclyY2SKktTasAMFjeckc1n3M+qKgUtPTfALxTSWkOJMAS+UVcZGv4MBGJtG7jLr6QEQdzQ0YT9t",
+	"m05Pc2zkjosucWEoskBHWFpr6LpkqtyCxRPm6VTgLATGGy0GFlgJDVzQLbLDCdsd7u3DxUKhLDEf08Jh",
+	"tbetW/Y4bZTn7q4ISvWMx4u71Ct3YnfTjh9KFHizpNC7d7nwCmXWTkMqLrDU4zVUsnEx5XNVf3/48+0v",
+	"VfdG7sJWrPBdRPFYwk3Y8UI7n+zdpxtrHSnaWretNc/N81JrvsAldZOFpf2yK8UDaN7RmX66mQ6+YBP2",
+	"b3+pupdyF5tgmejfhNDv9/+J6g5E/PlGcp9ErHPyKhi4Ux/Djt/7Ny4J9vQP1EN27CXCmw8mcvsq8mnZ",
+	"gTUNbWeAwctCEJinJHIJxXWiE7hUx65HhLny1vxryzI5YZZuN9mWz13bM7Cv6q7dMdta7nr47+6uN1Tj",
+	"7+DfTeZrM1Z3BmqU79A+UolOsC8Rc/0/FbawkhsFgp2YSp2udG/XbmQ4Lt3qhBE78Xd1ciE49uL75O7e",
+	"maMAe9cvz3+QrfZTnWnqsjAiabrhVtvE9O532nbhfueNdln3fdrnkTlaWGefgcwJZZvtdupucM19rdlL",
+	"F6BMSdW9qVVV27TR3SzA1C1ywggzrb5L/e0yNDzVR6EGmKiOQHM9hR3pDYM2MzIX0L52TXyFfTpVYzb3",
+	"SaNOK1VqYk7du213kzCtUD3B9cLb9b2Au/U378z0ozw/KW+vfq/MpUInGF67+v8+qcs/tZKoMgszTDhM",
+	"o+RltcNp9bH2olvjatRX3KhWw23f5xNKQv6OYFcLk24KvtHRezfQVg181/jWhLmNPzsbPw8rvMvpAVzi",
+	"ooFrzQTKxPXaXOJC9kNPVdvy1yloOm3j3xiEqnuyV6vbfyAcdZse+73IzqfG523WgKha2vWAU62NU1WK",
+	"WYWv5nUgr9vpg7Duagvuws7uG6K1vA2uM6k85FuxH5slVI3vT7WALh/89I1c9vcBov72Lvtb6+GXI0yb",
+	"uvXPB5y6WrwKdfo7+aV7D0KVjPwg/cjTxirwuUDUWhpg0ai/lwLcb3DKt//LiNTGWtDqzPSiVAaIIQql",
+	"gmpwqMtU/WRGhVRhE6LKBZ8LlBIelW2moe0JC8F2mW4ZmMvWRabZdOFaCZC53mTpeqqoqHKiCTsmi5ST",
+	"2F1156q66G4TwnYTj0z4tbSAS0ql8tVGzaK4umcRLAX1tix+5deQEbZoSsKhaofVFxv2htV3I/8sUCzq",
+	"D0eanoKg+YlI905wsDc0XY32Cof5UEB1oWPX0/v74StalKeht8e2Kin8mwfo07b9CYyQNayhqf4Wlv0q",
+	"OeNa9vyFqN9azt1Cf+XQr4//rZ0wepBAuMTFvUQD6yx4GRK0TPV4/UY7qNnxZiPo+w96V+0nQq0+mHbs",
+	"wLVZ7+79NBgOhoPdg6fDp0OjAW6JpTtMzXbOQeurvvYDAN2LbM1ez8Hyp3Sl1u//DwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

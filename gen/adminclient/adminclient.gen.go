@@ -18,6 +18,45 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for PublishSummaryState.
+const (
+	Accepted   PublishSummaryState = "accepted"
+	Delivering PublishSummaryState = "delivering"
+	Done       PublishSummaryState = "done"
+)
+
+// Valid indicates whether the value is a known member of the PublishSummaryState enum.
+func (e PublishSummaryState) Valid() bool {
+	switch e {
+	case Accepted:
+		return true
+	case Delivering:
+		return true
+	case Done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PublishSummaryTargetKind.
+const (
+	Interests PublishSummaryTargetKind = "interests"
+	Users     PublishSummaryTargetKind = "users"
+)
+
+// Valid indicates whether the value is a known member of the PublishSummaryTargetKind enum.
+func (e PublishSummaryTargetKind) Valid() bool {
+	switch e {
+	case Interests:
+		return true
+	case Users:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WebhookKind.
 const (
 	CacheMiss         WebhookKind = "cache_miss"
@@ -266,6 +305,46 @@ type LiveChannel struct {
 	Users *int `json:"users,omitempty"`
 }
 
+// PublishSummary defines model for PublishSummary.
+type PublishSummary struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Delivered Devices that reported the notification delivered.
+	Delivered int `json:"delivered"`
+
+	// Failed Notifications refused by a gateway, or given up.
+	Failed int `json:"failed"`
+
+	// FinishedAt When the last notification was sent or given up; absent until then.
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+
+	// Opened Devices that reported the notification opened.
+	Opened    int    `json:"opened"`
+	PublishId string `json:"publishId"`
+
+	// Sent Notifications accepted by a gateway.
+	Sent       int                      `json:"sent"`
+	State      PublishSummaryState      `json:"state"`
+	TargetKind PublishSummaryTargetKind `json:"targetKind"`
+
+	// Targeted Devices a notification was created for.
+	Targeted int `json:"targeted"`
+
+	// Targets Interests or users the publish names.
+	Targets int `json:"targets"`
+}
+
+// PublishSummaryState defines model for PublishSummary.State.
+type PublishSummaryState string
+
+// PublishSummaryTargetKind defines model for PublishSummary.TargetKind.
+type PublishSummaryTargetKind string
+
+// PublishSummaryList defines model for PublishSummaryList.
+type PublishSummaryList struct {
+	Publishes []PublishSummary `json:"publishes"`
+}
+
 // Webhook defines model for Webhook.
 type Webhook struct {
 	// Batch Send several events per request.
@@ -314,6 +393,12 @@ type NotFound = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unauthorized = externalRef0.Error
+
+// ListInstancePublishesParams defines parameters for ListInstancePublishes.
+type ListInstancePublishesParams struct {
+	// Limit How many publishes, at most; default 20.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
 
 // CreateAppJSONRequestBody defines body for CreateApp for application/json ContentType.
 type CreateAppJSONRequestBody = AppCreate
@@ -541,6 +626,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 	EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListInstancePublishes The instance's recent publishes with their counts.
+	//
+	// The latest publishes, newest first, with their progress (targeted,
+	// sent, failed) and the delivery and open reports of their devices.
+	// Payloads are not returned. The debug console shows this list.
+	//
+	// Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
+	ListInstancePublishes(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RotateInstanceSecret Give the instance a new random secret key.
 	//
@@ -879,6 +973,25 @@ func (c *Client) DisableInstance(ctx context.Context, instanceId InstanceID, req
 // Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 func (c *Client) EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewEnableInstanceRequest(c.Server, instanceId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListInstancePublishes The instance's recent publishes with their counts.
+//
+// The latest publishes, newest first, with their progress (targeted,
+// sent, failed) and the delivery and open reports of their devices.
+// Payloads are not returned. The debug console shows this list.
+//
+// Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
+func (c *Client) ListInstancePublishes(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListInstancePublishesRequest(c.Server, instanceId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1472,6 +1585,67 @@ func NewEnableInstanceRequest(server string, instanceId InstanceID) (*http.Reque
 	return req, nil
 }
 
+// NewListInstancePublishesRequest constructs an http.Request for the ListInstancePublishes method
+func NewListInstancePublishesRequest(server string, instanceId InstanceID, params *ListInstancePublishesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/instances/%s/publishes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRotateInstanceSecretRequest constructs an http.Request for the RotateInstanceSecret method
 func NewRotateInstanceSecretRequest(server string, instanceId InstanceID) (*http.Request, error) {
 	var err error
@@ -1714,6 +1888,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 	EnableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*EnableInstanceResponse, error)
+
+	// ListInstancePublishesWithResponse The instance's recent publishes with their counts.
+	//
+	// The latest publishes, newest first, with their progress (targeted,
+	// sent, failed) and the delivery and open reports of their devices.
+	// Payloads are not returned. The debug console shows this list.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
+	ListInstancePublishesWithResponse(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error)
 
 	// RotateInstanceSecretWithResponse Give the instance a new random secret key.
 	//
@@ -2736,6 +2921,75 @@ func (r EnableInstanceResponse) ContentType() string {
 	return ""
 }
 
+type ListInstancePublishesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PublishSummaryList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListInstancePublishesResponse) GetJSON200() *PublishSummaryList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListInstancePublishesResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListInstancePublishesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListInstancePublishesResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListInstancePublishesResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListInstancePublishesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListInstancePublishesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListInstancePublishesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListInstancePublishesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type RotateInstanceSecretResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3081,6 +3335,23 @@ func (c *ClientWithResponses) EnableInstanceWithResponse(ctx context.Context, in
 		return nil, err
 	}
 	return ParseEnableInstanceResponse(rsp)
+}
+
+// ListInstancePublishesWithResponse The instance's recent publishes with their counts.
+//
+// The latest publishes, newest first, with their progress (targeted,
+// sent, failed) and the delivery and open reports of their devices.
+// Payloads are not returned. The debug console shows this list.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
+func (c *ClientWithResponses) ListInstancePublishesWithResponse(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error) {
+	rsp, err := c.ListInstancePublishes(ctx, instanceId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListInstancePublishesResponse(rsp)
 }
 
 // RotateInstanceSecretWithResponse Give the instance a new random secret key.
@@ -3842,6 +4113,60 @@ func ParseEnableInstanceResponse(rsp *http.Response) (*EnableInstanceResponse, e
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListInstancePublishesResponse parses an HTTP response from a ListInstancePublishesWithResponse call
+func ParseListInstancePublishesResponse(rsp *http.Response) (*ListInstancePublishesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListInstancePublishesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PublishSummaryList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

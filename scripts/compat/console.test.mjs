@@ -3,7 +3,8 @@
 // with the admin token, and must show what a pusher-js client and the `pusher`
 // server SDK do: the connection in the live count and a triggered event in the
 // live stream. /metrics must report the same counts, and an app created with
-// the CLI must be listed.
+// the CLI must be listed. A publish made with the Beams server SDK must show in
+// the instance's recent publishes with its counts.
 //
 // Run: cd scripts/compat && HERALD_BIN=$PWD/herald node --test --test-concurrency=1
 // Needs /usr/bin/chromium (.ci/run installs it); skipped when it is missing.
@@ -14,6 +15,7 @@ import { existsSync } from 'node:fs'
 import Pusher from 'pusher-js'
 import PusherServer from 'pusher'
 import { chromium } from 'playwright-core'
+import PushNotifications from '@pusher/push-notifications-server'
 
 import { APP, startHerald, heraldCli, freshDB } from './herald.mjs'
 
@@ -112,5 +114,42 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
 
   it('lists the default Push instance', async () => {
     await page.locator('#instances tbody tr').first().waitFor({ timeout: WAIT_MS })
+  })
+
+  it('shows a publish made with the Beams server SDK, with its counts', async () => {
+    const base = `http://${herald.host}:${herald.port}`
+    const res = await fetch(`${base}/admin/v1/instances`, { headers: { Authorization: `Bearer ${TOKEN}` } })
+    assert.equal(res.status, 200)
+    const [instance] = (await res.json()).instances
+    // One FCM device on the interest; the default instance has no FCM
+    // credentials, so its notification fails.
+    const devices = `${base}/device_api/v1/instances/${instance.id}/devices/fcm`
+    const reg = await fetch(devices, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ token: 'console-fcm-token' }) })
+    assert.equal(reg.status, 200)
+    const { id: deviceId } = await reg.json()
+    const put = await fetch(`${devices}/${deviceId}/interests`, { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ interests: ['console'] }) })
+    assert.equal(put.status, 200)
+
+    const beams = new PushNotifications({ instanceId: instance.id, secretKey: instance.secretKey, endpoint: herald.host, port: herald.port })
+    const { publishId } = await beams.publishToInterests(['console'], { fcm: { notification: { title: 'Hello', body: 'console' } } })
+    assert.match(publishId, /^pubid-/)
+    // The device reports it delivered.
+    const report = await fetch(`${base}/reporting_api/v2/instances/${instance.id}/events`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ event: 'delivery', publishId, deviceId, timestampSecs: Math.floor(Date.now() / 1000) })
+    })
+    assert.equal(report.status, 200)
+
+    await page.selectOption('#instance', instance.id)
+    const row = page.locator(`#publishes tr[data-publish="${publishId}"][data-state="done"]`)
+    await row.waitFor({ timeout: WAIT_MS })
+    const cells = await row.locator('td').allTextContents()
+    // Publish, targets, state, targeted, sent, failed, delivered, opened, created.
+    assert.deepEqual(cells.slice(0, 8), [publishId, '1 interests', 'done', '1', '0', '1', '1', '0'])
+
+    assert.equal(await metric(herald, 'herald_push_publishes_total'), 1)
+    assert.equal(await metric(herald, 'herald_push_deliveries_total', 'gateway="fcm",outcome="failed"'), 1)
+    assert.equal(await metric(herald, 'herald_push_dispatch_queue_depth'), 0)
   })
 })

@@ -62,7 +62,7 @@ type PushCounters struct {
 	QueueDepth int   // deliveries waiting to be sent
 	Publishes  int64 // publishes accepted since start
 	// Deliveries counts delivery attempts by gateway (apns, fcm, web) and
-	// outcome (delivered, failed, retried, invalid_token, …).
+	// outcome (delivered, failed, retried, dead_token).
 	Deliveries []PushDeliveryCount
 }
 

@@ -83,6 +83,7 @@ type Dispatcher struct {
 	inFlight atomic.Int64
 	// platformInFlight counts claimed, unrecorded deliveries per platform.
 	platformInFlight map[storage.Platform]*atomic.Int64
+	counters         counters // metrics (counters.go)
 
 	wakeResolver chan struct{}
 	wakeClaimer  chan struct{}
@@ -172,7 +173,7 @@ func (d *Dispatcher) Close() {
 func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 
 // Notify tells the dispatcher that a publish was stored.
-func (d *Dispatcher) Notify() { wake(d.wakeResolver) }
+func (d *Dispatcher) Notify() { d.counters.published(); wake(d.wakeResolver) }
 
 func wake(c chan struct{}) {
 	select {
@@ -425,6 +426,7 @@ func (d *Dispatcher) record() {
 					r.RetryAt = time.Now().Add(d.backoff(o.d.Attempts, o.res.RetryAfter))
 				}
 			}
+			d.counters.delivery(o.d.Platform, r.Outcome)
 			if r.Outcome != storage.DeliverySent {
 				d.log.Debug("delivery not sent", zap.String("publish", o.d.PublishID), zap.String("device", o.d.DeviceID),
 					zap.Int("outcome", int(r.Outcome)), zap.String("reason", o.res.Reason))

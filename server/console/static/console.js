@@ -6,6 +6,7 @@ const tokenKey = 'herald.adminToken';
 const $ = (id) => document.getElementById(id);
 let stream = null;
 let liveTimer = null;
+let publishesTimer = null;
 
 function token() { return sessionStorage.getItem(tokenKey) || ''; }
 
@@ -55,6 +56,7 @@ function logout() {
   sessionStorage.removeItem(tokenKey);
   if (stream) stream.close();
   clearInterval(liveTimer);
+  clearInterval(publishesTimer);
   location.reload();
 }
 
@@ -141,13 +143,57 @@ async function loadInstances() {
       cell(row, gw.join(', '));
       body.appendChild(row);
     }
+    const sel = $('instance');
+    const current = sel.value || sessionStorage.getItem('herald.instance');
+    sel.textContent = '';
+    for (const inst of instances) {
+      const o = document.createElement('option');
+      o.value = inst.id;
+      o.textContent = inst.id;
+      sel.appendChild(o);
+    }
+    if (current && instances.some((i) => i.id === current)) sel.value = current;
+    selectInstance(sel.value);
   } catch (e) {
     $('status').textContent = 'instances unavailable: ' + e.message;
   }
 }
 
+async function refreshPublishes(instanceID) {
+  try {
+    const { publishes } = await api('/admin/v1/instances/' + encodeURIComponent(instanceID) + '/publishes?limit=20');
+    if (instanceID !== $('instance').value) return;
+    const body = $('publishes').tBodies[0];
+    body.textContent = '';
+    for (const p of publishes) {
+      const row = document.createElement('tr');
+      row.dataset.publish = p.publishId;
+      row.dataset.state = p.state;
+      cell(row, p.publishId);
+      cell(row, p.targets + ' ' + p.targetKind);
+      cell(row, p.state);
+      for (const n of [p.targeted, p.sent, p.failed, p.delivered, p.opened]) cell(row, n);
+      cell(row, new Date(p.createdAt).toLocaleTimeString());
+      body.appendChild(row);
+    }
+  } catch (e) {
+    $('status').textContent = 'publishes unavailable: ' + e.message;
+  }
+}
+
+// The publishes of the selected instance, refreshed every 3 s.
+function selectInstance(instanceID) {
+  clearInterval(publishesTimer);
+  $('publishes').tBodies[0].textContent = '';
+  if (!instanceID) return;
+  sessionStorage.setItem('herald.instance', instanceID);
+  refreshPublishes(instanceID);
+  publishesTimer = setInterval(() => refreshPublishes(instanceID), 3000);
+}
+
 $('login').addEventListener('submit', (e) => { e.preventDefault(); login($('token').value); });
 $('logout').addEventListener('click', logout);
 $('app').addEventListener('change', (e) => selectApp(e.target.value));
+$('instance').addEventListener('change', (e) => selectInstance(e.target.value));
 $('clear').addEventListener('click', () => { $('events').textContent = ''; });
 if (token()) login(token());

@@ -1,0 +1,110 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/gen/adminclient"
+	"github.com/heraldrt/herald/storage"
+)
+
+func TestAdminInstancePublishes(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	const id = "7a3c9b9f-4d2e-4b66-8b1f-2d3e4f5a6b7c"
+	if res, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr(id)}); err != nil || res.JSON201 == nil {
+		t.Fatalf("create instance: %v %s", err, res.Body)
+	}
+	create := func(pid string, kind storage.PublishTargetKind, targets ...string) storage.Publish {
+		t.Helper()
+		p, err := s.db.CreatePublish(ctx, storage.Publish{ID: pid, InstanceID: id, TargetKind: kind, Targets: targets,
+			Payload: json.RawMessage(`{"fcm":{"notification":{"title":"hi"}}}`)}, 0, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // distinct creation times
+		return p
+	}
+	first := create("pubid-first", storage.TargetInterests, "news", "sports")
+	// No device has the interests: resolving finishes it at once.
+	done, _, err := s.db.ResolvePublishPage(ctx, first, map[storage.Platform]bool{storage.PlatformFCM: true}, 100,
+		func(storage.Publish, storage.PublishEvent, time.Time) []byte { return []byte("{}") })
+	if err != nil || done.State != storage.PublishDone {
+		t.Fatalf("resolve: %+v %v", done, err)
+	}
+	create("pubid-second", storage.TargetUsers, "user-1")
+	for _, ev := range []storage.ReportEvent{
+		{InstanceID: id, PublishID: "pubid-second", DeviceID: "d1", Kind: storage.ReportDelivery},
+		{InstanceID: id, PublishID: "pubid-second", DeviceID: "d1", Kind: storage.ReportOpen},
+	} {
+		if _, err := s.db.RecordReportEvent(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("OKNewestFirst", func(t *testing.T) {
+		res, err := s.client.ListInstancePublishesWithResponse(ctx, id, nil)
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("list: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+		got := res.JSON200.Publishes
+		if len(got) != 2 || got[0].PublishId != "pubid-second" || got[1].PublishId != "pubid-first" {
+			t.Fatalf("publishes %s", res.Body)
+		}
+		second, first := got[0], got[1]
+		if second.TargetKind != "users" || second.Targets != 1 || second.State != "accepted" ||
+			second.Delivered != 1 || second.Opened != 1 || second.FinishedAt != nil {
+			t.Errorf("second %+v", second)
+		}
+		if first.TargetKind != "interests" || first.Targets != 2 || first.State != "done" ||
+			first.Targeted != 0 || first.FinishedAt == nil || first.Delivered != 0 {
+			t.Errorf("first %+v", first)
+		}
+	})
+	t.Run("OKLimit", func(t *testing.T) {
+		res, err := s.client.ListInstancePublishesWithResponse(ctx, id, &adminclient.ListInstancePublishesParams{Limit: ptr(1)})
+		if err != nil || res.JSON200 == nil || len(res.JSON200.Publishes) != 1 || res.JSON200.Publishes[0].PublishId != "pubid-second" {
+			t.Fatalf("list: %v %s", err, res.Body)
+		}
+	})
+	for _, tt := range []struct {
+		name   string
+		call   func() (int, []byte, error)
+		status int
+		kind   string
+	}{
+		{"ErrNoToken", func() (int, []byte, error) {
+			r, err := s.anon.ListInstancePublishesWithResponse(ctx, id, nil)
+			return r.StatusCode(), r.Body, err
+		}, 401, "unauthorized"},
+		{"ErrLimitZero", func() (int, []byte, error) {
+			r, err := s.client.ListInstancePublishesWithResponse(ctx, id, &adminclient.ListInstancePublishesParams{Limit: ptr(0)})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_limit"},
+		{"ErrLimitTooLarge", func() (int, []byte, error) {
+			r, err := s.client.ListInstancePublishesWithResponse(ctx, id, &adminclient.ListInstancePublishesParams{Limit: ptr(101)})
+			return r.StatusCode(), r.Body, err
+		}, 400, "invalid_limit"},
+		{"ErrNotFound", func() (int, []byte, error) {
+			r, err := s.client.ListInstancePublishesWithResponse(ctx, "00000000-0000-0000-0000-000000000000", nil)
+			return r.StatusCode(), r.Body, err
+		}, 404, "instance_not_found"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body, err := tt.call()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tt.status || errKind(body) != tt.kind {
+				t.Fatalf("got %d %s, want %d %s", status, body, tt.status, tt.kind)
+			}
+		})
+	}
+	for _, st := range []string{"200", "400", "401", "404"} {
+		if !s.spec.seen["listinstancepublishes "+st] {
+			t.Errorf("listInstancePublishes never answered %s: %v", st, s.spec.seen)
+		}
+	}
+}
