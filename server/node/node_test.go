@@ -1,54 +1,29 @@
 package node
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	pusher "github.com/pusher/pusher-http-go/v5"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/hub"
 )
 
 // startNode runs a node on a free loopback port with app 77 (key
-// "go-sdk-key") until the test ends, and returns it with its address.
+// "go-sdk-key") until the test ends, and returns it with its host:port.
 func startNode(t *testing.T) (*Node, string) {
 	t.Helper()
-	cfg := config.Config{
+	n, url := serveNode(t, config.Config{
 		DB:        filepath.Join(t.TempDir(), "herald.db"),
 		AppID:     "77",
 		AppKey:    "go-sdk-key",
 		AppSecret: "go-sdk-secret",
-	}
-	n, err := New(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
 	})
-	return n, ln.Addr().String()
+	return n, strings.TrimPrefix(url, "http://")
 }
 
 func goClient(addr, key, secret string) *pusher.Client {

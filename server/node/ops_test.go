@@ -15,8 +15,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/server/config"
 )
@@ -33,27 +31,8 @@ func startOpsNode(t *testing.T, mutate func(*config.Config)) string {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	n, err := New(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	_, url := serveNode(t, cfg)
+	return strings.TrimPrefix(url, "http://")
 }
 
 // scrape reads the metrics at url into families.
