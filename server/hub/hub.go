@@ -13,7 +13,13 @@
 // appState.mu guards the channel map; channel.mu guards one channel's subscribers
 // and members. Conn.Send only takes Conn.outMu and never blocks, so fan-out can
 // run under channel.mu held for reading; a full queue marks the connection for
-// closing and its own writer tears it down later, outside these locks.
+// closing and its own writer tears it down later, outside these locks. Send
+// starts a writer goroutine when none runs, without waiting for it.
+//
+// On the socket side, SocketHandler.mu (the set of sessions) is taken on its
+// own or before Conn.outMu (Shutdown closing every connection), never while a
+// registry lock is held. Publishing is asynchronous: a fan-out worker per CPU
+// takes a channel's messages in order and delivers them under the locks above.
 package hub
 
 import (

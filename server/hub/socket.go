@@ -150,8 +150,9 @@ type session struct {
 	rateCount  int
 }
 
-// ServeHTTP upgrades the request and runs the connection until it ends. The
-// key is the last path segment (/app/<key>).
+// ServeHTTP upgrades the request and starts the connection in its own
+// goroutine (Shutdown waits for it). The key is the last path segment
+// (/app/<key>).
 func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		// Pusher has no origin policy: browsers connect from any site and the
