@@ -25,12 +25,13 @@ import Echo from 'laravel-echo'
 import WebSocket from 'ws'
 
 import { APP, startHerald, heraldCli, freshDB } from './herald.mjs'
+import {
+  WAIT_MS, sleep, handled, withTimeout, once, Log, eventually, sdkAuthorizer, clientOptions,
+  connected, subscribe, roundTrip, errorCode
+} from './helpers.mjs'
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-/** How long any single expected event may take. */
-const WAIT_MS = 5000
 
 /** Encryption master key of the server SDK (for private-encrypted- channels). */
 const MASTER_KEY = randomBytes(32).toString('base64')
@@ -62,94 +63,6 @@ async function apiGet (server, path, params) {
   return res.json()
 }
 
-/**
- * Returns p, marked as handled: a wait that a failing test left behind rejects
- * later without an unhandledRejection; awaiting p still throws.
- */
-function handled (p) {
-  p.catch(() => {})
-  return p
-}
-
-/** Rejects after ms with a message naming what was awaited. */
-function withTimeout (promise, ms, label) {
-  let timer
-  const timeout = new Promise((resolve, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${label}`)), ms)
-  })
-  return handled(Promise.race([promise, timeout]).finally(() => clearTimeout(timer)))
-}
-
-/**
- * Resolves with the arguments (an array) of the next `event` on emitter that
- * passes filter: a pusher-js dispatcher (bind/unbind) or a Node EventEmitter
- * (on/off). Rejects after timeout with a message naming label.
- */
-function once (emitter, event, { timeout = WAIT_MS, filter = () => true, label = event } = {}) {
-  const pusherStyle = typeof emitter.bind === 'function' && typeof emitter.unbind === 'function'
-  return handled(new Promise((resolve, reject) => {
-    const listener = (...args) => {
-      if (!filter(...args)) return
-      cleanup()
-      resolve(args)
-    }
-    const cleanup = () => {
-      clearTimeout(timer)
-      if (pusherStyle) emitter.unbind(event, listener)
-      else emitter.off(event, listener)
-    }
-    const timer = setTimeout(() => {
-      cleanup()
-      reject(new Error(`timed out after ${timeout} ms waiting for ${label}`))
-    }, timeout)
-    if (pusherStyle) emitter.bind(event, listener)
-    else emitter.on(event, listener)
-  }))
-}
-
-/** An append-only record that can be waited on. */
-class Log {
-  constructor (label) {
-    this.label = label
-    this.items = []
-    this.waiters = new Set()
-  }
-
-  push (item) {
-    this.items.push(item)
-    for (const check of [...this.waiters]) check()
-  }
-
-  get length () { return this.items.length }
-
-  /** Resolves with the first item at index >= from that passes pred. */
-  waitFor (pred, { from = 0, timeout = WAIT_MS, label = 'a matching entry' } = {}) {
-    return handled(new Promise((resolve, reject) => {
-      let i = from
-      const done = () => {
-        clearTimeout(timer)
-        this.waiters.delete(check)
-      }
-      const check = () => {
-        for (; i < this.items.length; i++) {
-          if (pred(this.items[i])) {
-            done()
-            resolve(this.items[i])
-            return
-          }
-        }
-      }
-      const timer = setTimeout(() => {
-        done()
-        reject(new Error(`${this.label}: timed out after ${timeout} ms waiting for ${label}; ` +
-          `recorded since: ${JSON.stringify(this.items.slice(from)).slice(0, 2000)}`))
-      }, timeout)
-      this.waiters.add(check)
-      check()
-    }))
-  }
-}
-
 // Every client opened by the running test, closed by closeAll (afterEach).
 const openPushers = new Set()
 const openSockets = new Set()
@@ -159,19 +72,6 @@ function closeAll () {
   openPushers.clear()
   for (const ws of openSockets) ws.terminate()
   openSockets.clear()
-}
-
-/** The customHandler of channelAuthorization: authorizes through the server SDK; presence as user. */
-function sdkAuthorizer (server, user) {
-  return (params, callback) => {
-    const presence = params.channelName.startsWith('presence-')
-    callback(null, server.authorizeChannel(params.socketId, params.channelName, presence ? user : undefined))
-  }
-}
-
-/** The pusher-js options for a local herald. */
-function clientOptions (herald) {
-  return { cluster: 'mt1', wsHost: herald.host, wsPort: herald.port, forceTLS: false, enabledTransports: ['ws'] }
 }
 
 /**
@@ -208,43 +108,6 @@ function connect (herald, { key = APP.key, user, authorize, options = {}, server
   return c
 }
 
-/** Waits until c is connected; returns its socket_id. */
-async function connected (c) {
-  if (c.pusher.connection.state !== 'connected') {
-    await c.states.waitFor((s) => s === 'connected', {
-      label: `state connected (current: ${c.pusher.connection.state}, errors: ${JSON.stringify(c.errors.items)})`
-    })
-  }
-  return c.pusher.connection.socket_id
-}
-
-/** Subscribes c to name and waits for pusher:subscription_succeeded; returns the channel and the event's data. */
-function subscribe (c, name) {
-  const channel = c.pusher.subscribe(name)
-  return handled(new Promise((resolve, reject) => {
-    const ok = (data) => { cleanup(); resolve({ channel, data }) }
-    const fail = (err) => { cleanup(); reject(new Error(`${c.label}: subscription to ${name} failed: ${JSON.stringify(err)}`)) }
-    const cleanup = () => {
-      clearTimeout(timer)
-      channel.unbind('pusher:subscription_succeeded', ok)
-      channel.unbind('pusher:subscription_error', fail)
-    }
-    const timer = setTimeout(() => {
-      cleanup()
-      reject(new Error(`${c.label}: no pusher:subscription_succeeded on ${name} within ${WAIT_MS} ms`))
-    }, WAIT_MS)
-    channel.bind('pusher:subscription_succeeded', ok)
-    channel.bind('pusher:subscription_error', fail)
-  }))
-}
-
-/** Sends pusher:ping and waits for the pong: every earlier message of c has been handled by then. */
-async function roundTrip (c) {
-  const from = c.frames.length
-  assert.ok(c.pusher.send_event('pusher:ping', {}), `${c.label}: not connected`)
-  await c.frames.waitFor((f) => f.event === 'pusher:pong', { from, label: 'pusher:pong' })
-}
-
 let markers = 0
 
 /**
@@ -269,11 +132,6 @@ async function marker (server, channel, cs, { from = [], on = [channel] } = {}) 
   return seen
 }
 
-/** The close code a pusher-js connection error carries (several shapes, see pusher-js Protocol/ConnectionManager). */
-function errorCode (e) {
-  return e?.data?.code ?? e?.error?.data?.code
-}
-
 /**
  * Opens a raw WebSocket (the `ws` package) to /app/<key>?<query>. Frames are
  * recorded parsed, with payload holding the parsed data string of pusher:*
@@ -296,20 +154,6 @@ function rawSocket (herald, { key = APP.key, query = 'protocol=7&client=js&versi
   return { ws, frames, closed, send: (obj) => ws.send(JSON.stringify(obj)) }
 }
 
-/** Waits until fn stops throwing (every 50 ms, up to timeoutMs); rethrows its last failure. */
-async function eventually (fn, timeoutMs = WAIT_MS) {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    try {
-      return await fn()
-    } catch (err) {
-      if (Date.now() > deadline) throw err
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-  }
-}
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 // ---------------------------------------------------------------------------
 // pusher-js
