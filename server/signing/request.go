@@ -14,7 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,7 +109,7 @@ func (p Params) StringToSign(method, path string) string {
 		}
 	}
 	// Stable, so repeated keys (channels[]=a&channels[]=b) keep their order.
-	sort.SliceStable(pairs, func(i, j int) bool { return pairs[i].key < pairs[j].key })
+	slices.SortStableFunc(pairs, func(a, b pair) int { return strings.Compare(a.key, b.key) })
 	var b strings.Builder
 	b.Grow(len(method) + len(path) + 16*len(pairs) + 2)
 	b.WriteString(strings.ToUpper(method))
