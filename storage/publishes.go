@@ -163,7 +163,8 @@ type Delivery struct {
 	Platform         Platform
 	Token            string
 	BundleIdentifier string
-	Attempts         int // failed attempts so far
+	UserID           string // the target user of a publish to users; "" for interests
+	Attempts         int    // failed attempts so far
 }
 
 // ResolvePublishPage turns the next page of p's targets (up to pageSize
@@ -214,7 +215,7 @@ func (db *DB) ResolvePublishPage(ctx context.Context, p Publish, platforms map[P
 			return fmt.Errorf("publish %q was resolved concurrently", p.ID)
 		}
 		ins, err := tx.PrepareContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
-			bundle_identifier, attempts, claimed, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?)
+			bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, ?)
 			ON CONFLICT DO NOTHING`)
 		if err != nil {
 			return err
@@ -225,7 +226,11 @@ func (db *DB) ResolvePublishPage(ctx context.Context, p Publish, platforms map[P
 			if !platforms[d.Platform] {
 				continue
 			}
-			res, err := ins.ExecContext(ctx, p.ID, p.InstanceID, d.ID, string(d.Platform), d.Token, d.BundleIdentifier, ts.UnixMilli())
+			user := "" // only a publish to users names the user in its payloads
+			if p.TargetKind == TargetUsers {
+				user = d.UserID
+			}
+			res, err := ins.ExecContext(ctx, p.ID, p.InstanceID, d.ID, string(d.Platform), d.Token, d.BundleIdentifier, user, ts.UnixMilli())
 			if err != nil {
 				return err
 			}
@@ -286,7 +291,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, limi
 	err := db.write(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET claimed = 1 WHERE id IN (
 				SELECT id FROM deliveries WHERE claimed = 0 AND platform = ? AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?)
-			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, attempts`, string(p), t.UnixMilli(), limit)
+			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, user_id, attempts`, string(p), t.UnixMilli(), limit)
 		if err != nil {
 			return err
 		}
@@ -294,7 +299,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, limi
 		for rows.Next() {
 			var d Delivery
 			var platform string
-			if err := rows.Scan(&d.ID, &d.PublishID, &d.InstanceID, &d.DeviceID, &platform, &d.Token, &d.BundleIdentifier, &d.Attempts); err != nil {
+			if err := rows.Scan(&d.ID, &d.PublishID, &d.InstanceID, &d.DeviceID, &platform, &d.Token, &d.BundleIdentifier, &d.UserID, &d.Attempts); err != nil {
 				return err
 			}
 			d.Platform = Platform(platform)

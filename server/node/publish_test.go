@@ -345,6 +345,9 @@ func TestBeamsPublishGoSDK(t *testing.T) {
 		if meta.PublishID != publishID || meta.InstanceID != beamsInstance || !meta.HasDisplayableContent || !meta.HasData {
 			t.Errorf("%s data.pusher = %+v", d.platform, meta)
 		}
+		if strings.Contains(string(msgs[0].Body), "userId") {
+			t.Errorf("%s message of a publish to interests names a user: %s", d.platform, msgs[0].Body)
+		}
 	}
 	apnsMsg := gw.apns.For("aa01")[0]
 	for k, want := range map[string]string{"apns-topic": "com.example.app", "apns-push-type": "alert", "apns-priority": "10",
@@ -427,34 +430,66 @@ func TestBeamsPublishGoSDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		bobToken, err := beams.GenerateToken("bob")
+		if err != nil {
+			t.Fatal(err)
+		}
 		sub, _ := gw.web.Subscribe()
 		aliceWeb := register(t, base, "web", sub.Token())
 		aliceIOS := register(t, base, "apns", "a11ce0")
-		for _, d := range []beamsDevice{aliceWeb, aliceIOS} {
+		aliceAndroid := register(t, base, "fcm", "fcm-alice")
+		bobIOS := register(t, base, "apns", "b0b0")
+		for _, d := range []beamsDevice{aliceWeb, aliceIOS, aliceAndroid, bobIOS} {
+			bearer := token["token"].(string)
+			if d.id == bobIOS.id {
+				bearer = bobToken["token"].(string)
+			}
 			url := base + "/device_api/v1/instances/" + beamsInstance + "/devices/" + d.platform + "/" + d.id + "/user"
-			if status, out := call(t, "PUT", url, nil, "Authorization", "Bearer "+token["token"].(string)); status != 200 {
+			if status, out := call(t, "PUT", url, nil, "Authorization", "Bearer "+bearer); status != 200 {
 				t.Fatalf("set user: %d %s", status, out)
 			}
 		}
-		id, err := beams.PublishToUsers([]string{"alice", "alice", "nobody"}, map[string]any{
+		id, err := beams.PublishToUsers([]string{"alice", "alice", "nobody", "bob"}, map[string]any{
 			"apns": map[string]any{"aps": map[string]any{"content-available": 1}},
+			"fcm":  map[string]any{"data": map[string]any{"k": "v"}},
 			"web":  map[string]any{"notification": map[string]any{"title": "Hi Alice"}},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := waitDone(t, base, id); st.Targeted != 2 || st.Sent != 2 {
-			t.Fatalf("status %+v, want 2 targeted and sent", st)
+		if st := waitDone(t, base, id); st.Targeted != 4 || st.Sent != 4 {
+			t.Fatalf("status %+v, want 4 targeted and sent", st)
 		}
 		msgs := gw.apns.For("a11ce0")
 		if len(msgs) != 1 || msgs[0].Headers["apns-push-type"] != "background" || msgs[0].Headers["apns-priority"] != "5" {
 			t.Fatalf("alice's iOS device got %+v", msgs)
 		}
-		if meta := pusherMeta(t, msgs[0]); meta.HasDisplayableContent || meta.HasData || meta.PublishID != id {
+		if meta := pusherMeta(t, msgs[0]); meta.HasDisplayableContent || meta.HasData || meta.PublishID != id || meta.UserID != "alice" {
 			t.Errorf("background data.pusher = %+v", meta)
 		}
-		if got := gw.web.For(sub.ID); len(got) != 1 || pusherMeta(t, got[0]).PublishID != id {
+		got := gw.web.For(sub.ID)
+		if len(got) != 1 {
 			t.Fatalf("alice's browser got %d notifications", len(got))
+		}
+		if meta := pusherMeta(t, got[0]); meta.PublishID != id || meta.UserID != "alice" || !meta.HasDisplayableContent {
+			t.Errorf("web data.pusher = %+v", meta)
+		}
+		got = gw.fcm.For("fcm-alice")
+		if len(got) != 1 {
+			t.Fatalf("alice's Android device got %d notifications", len(got))
+		}
+		if meta := pusherMeta(t, got[0]); meta.PublishID != id || meta.UserID != "alice" || !meta.HasData {
+			t.Errorf("fcm data.pusher = %+v", meta)
+		}
+		got = gw.apns.For("b0b0")
+		if len(got) != 1 {
+			t.Fatalf("bob's iOS device got %d notifications", len(got))
+		}
+		if meta := pusherMeta(t, got[0]); meta.PublishID != id || meta.UserID != "bob" {
+			t.Errorf("bob's data.pusher = %+v", meta)
+		}
+		if err := beams.DeleteUser("bob"); err != nil {
+			t.Fatal(err)
 		}
 
 		if err := beams.DeleteUser("alice"); err != nil {

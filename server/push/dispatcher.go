@@ -90,7 +90,9 @@ type Dispatcher struct {
 	wakeHooks    chan struct{}
 
 	mu       sync.Mutex
-	prepared map[string]*Prepared         // by publish id
+	prepared map[string]*Prepared         // publishes to interests, by publish id
+	users    map[string]*usersPrepared    // publishes to users, by publish id
+	nUsers   int                          // Prepared entries held in users
 	gateways map[string]*instanceGateways // by instance id
 
 	stop    context.CancelFunc
@@ -98,6 +100,18 @@ type Dispatcher struct {
 	workers sync.WaitGroup
 	records chan struct{} // closed when the recorder is done
 }
+
+// usersPrepared is a publish to users: its parsed payload and its payloads
+// encoded per target user (each carries data.pusher.userId).
+type usersPrepared struct {
+	payload *Payload
+	byUser  map[string]*Prepared
+}
+
+// maxPrepared bounds the publishes to interests, and separately the
+// (publish, user) encodings of publishes to users, the dispatcher keeps
+// encoded; past it the cache starts over.
+const maxPrepared = 4096
 
 type outcome struct {
 	d   storage.Delivery
@@ -122,6 +136,7 @@ func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options
 		wakeClaimer:      make(chan struct{}, 1),
 		wakeHooks:        make(chan struct{}, 1),
 		prepared:         map[string]*Prepared{},
+		users:            map[string]*usersPrepared{},
 		gateways:         map[string]*instanceGateways{},
 	}
 	for _, p := range []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb} {
@@ -329,32 +344,82 @@ func (d *Dispatcher) send(ctx context.Context, del storage.Delivery) Result {
 }
 
 // preparedFor returns the encoded payloads of the delivery's publish,
-// loading them once per publish.
+// loading them once per publish. A delivery of a publish to users (it names
+// its user) gets payloads encoded for its user, once per (publish, user);
+// a publish to interests shares one encoding among all its deliveries.
 func (d *Dispatcher) preparedFor(ctx context.Context, del storage.Delivery) (*Prepared, error) {
+	if del.UserID != "" {
+		return d.preparedForUser(ctx, del)
+	}
 	d.mu.Lock()
 	p := d.prepared[del.PublishID]
 	d.mu.Unlock()
 	if p != nil {
 		return p, nil
 	}
-	pub, err := d.db.GetPublish(ctx, del.InstanceID, del.PublishID)
+	payload, err := d.loadPayload(ctx, del)
 	if err != nil {
 		return nil, err
 	}
-	payload, err := ParseStoredPayload(pub.Payload)
-	if err != nil {
-		return nil, err
-	}
-	if p, err = Prepare(pub.InstanceID, pub.ID, payload); err != nil {
+	if p, err = Prepare(del.InstanceID, del.PublishID, "", payload); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
-	if len(d.prepared) > 4096 {
+	if len(d.prepared) > maxPrepared {
 		clear(d.prepared)
 	}
 	d.prepared[del.PublishID] = p
 	d.mu.Unlock()
 	return p, nil
+}
+
+// preparedForUser is preparedFor for a delivery of a publish to users.
+func (d *Dispatcher) preparedForUser(ctx context.Context, del storage.Delivery) (*Prepared, error) {
+	d.mu.Lock()
+	var payload *Payload
+	if u := d.users[del.PublishID]; u != nil {
+		if p := u.byUser[del.UserID]; p != nil {
+			d.mu.Unlock()
+			return p, nil
+		}
+		payload = u.payload
+	}
+	d.mu.Unlock()
+	if payload == nil {
+		var err error
+		if payload, err = d.loadPayload(ctx, del); err != nil {
+			return nil, err
+		}
+	}
+	p, err := Prepare(del.InstanceID, del.PublishID, del.UserID, payload)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.nUsers >= maxPrepared || len(d.users) >= maxPrepared {
+		clear(d.users)
+		d.nUsers = 0
+	}
+	u := d.users[del.PublishID]
+	if u == nil {
+		u = &usersPrepared{payload: payload, byUser: map[string]*Prepared{}}
+		d.users[del.PublishID] = u
+	}
+	if _, ok := u.byUser[del.UserID]; !ok {
+		d.nUsers++
+	}
+	u.byUser[del.UserID] = p
+	d.mu.Unlock()
+	return p, nil
+}
+
+// loadPayload reads and parses the stored payload of the delivery's publish.
+func (d *Dispatcher) loadPayload(ctx context.Context, del storage.Delivery) (*Payload, error) {
+	pub, err := d.db.GetPublish(ctx, del.InstanceID, del.PublishID)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStoredPayload(pub.Payload)
 }
 
 // senderFor returns the instance's sender for the platform, built from its
@@ -462,6 +527,10 @@ func (d *Dispatcher) record() {
 		for _, p := range finished {
 			d.mu.Lock()
 			delete(d.prepared, p.ID)
+			if u := d.users[p.ID]; u != nil {
+				d.nUsers -= len(u.byUser)
+				delete(d.users, p.ID)
+			}
 			d.mu.Unlock()
 			if p.WebhookURL != "" {
 				wake(d.wakeHooks)

@@ -326,12 +326,15 @@ type Metadata struct {
 	PublishID             string `json:"publishId"`
 	HasDisplayableContent bool   `json:"hasDisplayableContent"`
 	HasData               bool   `json:"hasData"`
+	UserID                string `json:"userId,omitempty"` // the target user, on publishes to users
 }
 
-// Prepared is a publish's payloads encoded once for all its deliveries.
+// Prepared is a publish's payloads encoded once for all its deliveries (a
+// publish to interests) or once per target user (a publish to users).
 type Prepared struct {
 	InstanceID string
 	PublishID  string
+	UserID     string // "" for a publish to interests
 
 	APNsBody []byte       // the APNs request body, with data.pusher
 	APNs     *APNsPayload // its headers
@@ -343,11 +346,13 @@ type Prepared struct {
 	Web     *WebPayload
 }
 
-// Prepare encodes the payloads of publish publishID for sending.
-func Prepare(instanceID, publishID string, p *Payload) (*Prepared, error) {
-	out := &Prepared{InstanceID: instanceID, PublishID: publishID, APNs: p.APNs, FCM: p.FCM, Web: p.Web}
+// Prepare encodes the payloads of publish publishID for sending. userID is
+// the target user of a publish to users, carried in data.pusher.userId; ""
+// for a publish to interests.
+func Prepare(instanceID, publishID, userID string, p *Payload) (*Prepared, error) {
+	out := &Prepared{InstanceID: instanceID, PublishID: publishID, UserID: userID, APNs: p.APNs, FCM: p.FCM, Web: p.Web}
 	meta := func(displayable, hasData bool) Metadata {
-		return Metadata{InstanceID: instanceID, PublishID: publishID, HasDisplayableContent: displayable, HasData: hasData}
+		return Metadata{InstanceID: instanceID, PublishID: publishID, HasDisplayableContent: displayable, HasData: hasData, UserID: userID}
 	}
 	var err error
 	if a := p.APNs; a != nil {

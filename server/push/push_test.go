@@ -38,7 +38,7 @@ func mustPrepare(t *testing.T, apns, fcm, web string) *Prepared {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep, err := Prepare("inst-1", "pubid-1", p)
+	prep, err := Prepare("inst-1", "pubid-1", "", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +59,41 @@ func wantMeta(t *testing.T, got any, displayable, hasData bool) {
 	want := map[string]any{"instanceId": "inst-1", "publishId": "pubid-1", "hasDisplayableContent": displayable, "hasData": hasData}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("data.pusher %v, want %v", got, want)
+	}
+}
+
+// A publish to users names the user in data.pusher on every platform.
+func TestPrepareUserID(t *testing.T) {
+	p, err := ParsePayload(json.RawMessage(`{"aps":{"alert":"hi"}}`), json.RawMessage(`{"data":{"a":"b"}}`), json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep, err := Prepare("inst-1", "pubid-1", "alice", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(platform string, got any, displayable, hasData bool) {
+		t.Helper()
+		w := map[string]any{"instanceId": "inst-1", "publishId": "pubid-1", "hasDisplayableContent": displayable, "hasData": hasData, "userId": "alice"}
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s data.pusher %v, want %v", platform, got, w)
+		}
+	}
+	want("apns", decode(t, prep.APNsBody)["data"].(map[string]any)["pusher"], true, false)
+	want("web", decode(t, prep.WebBody)["data"].(map[string]any)["pusher"], false, false)
+	var fm struct {
+		Message struct{ Data map[string]string }
+	}
+	if err := json.Unmarshal(prep.FCMRequest("t"), &fm); err != nil {
+		t.Fatal(err)
+	}
+	want("fcm", decode(t, []byte(fm.Message.Data["pusher"])), false, true)
+	// A publish to interests (no user) leaves userId out.
+	for _, b := range [][]byte{mustPrepare(t, `{"aps":{"alert":"hi"}}`, `{"data":{"a":"b"}}`, `{}`).APNsBody,
+		mustPrepare(t, "", `{"data":{"a":"b"}}`, "").FCMRequest("t"), mustPrepare(t, "", "", `{}`).WebBody} {
+		if strings.Contains(string(b), "userId") {
+			t.Errorf("payload without a user names one: %s", b)
+		}
 	}
 }
 

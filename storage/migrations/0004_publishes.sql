@@ -34,9 +34,10 @@ CREATE INDEX publishes_unresolved ON publishes (created_at_ms) WHERE resolved = 
 -- refused them (the publish's counters say which). claimed is 1 while a
 -- worker holds the row; a starting node releases every claim, so after a
 -- crash the rows are sent again (at least once). The device's gateway token
--- is copied so that sending needs no join. No foreign keys: a device deleted
--- meanwhile is still attempted, and the rows go with their publish through
--- DeletePublishDeliveries only.
+-- is copied so that sending needs no join, and so is the target user of a
+-- publish to users (data.pusher.userId; '' for interests). No foreign keys:
+-- a device deleted meanwhile is still attempted, and the rows go with their
+-- publish through DeletePublishDeliveries only.
 CREATE TABLE deliveries (
     id                 INTEGER PRIMARY KEY,
     publish_id         TEXT    NOT NULL,
@@ -45,6 +46,7 @@ CREATE TABLE deliveries (
     platform           TEXT    NOT NULL CHECK (platform IN ('apns', 'fcm', 'web')),
     token              TEXT    NOT NULL,
     bundle_identifier  TEXT    NOT NULL,
+    user_id            TEXT    NOT NULL DEFAULT '',
     attempts           INTEGER NOT NULL,
     claimed            INTEGER NOT NULL,
     next_attempt_at_ms INTEGER NOT NULL
