@@ -168,8 +168,11 @@ describe('Beams Publish API with the Node server SDK', () => {
     web: { notification: { title: 'Hello', body: 'from Node', deep_link: 'https://example.com/x' }, data: { kind: 'greeting' }, time_to_live: 300 }
   }
 
-  function checkPayload (d, m, publishId) {
-    assert.deepEqual(metadataOf(m), { instanceId: INSTANCE_ID, publishId, hasDisplayableContent: true, hasData: true })
+  // userId is in the metadata of publishes to users only.
+  function checkPayload (d, m, publishId, userId) {
+    const want = { instanceId: INSTANCE_ID, publishId, hasDisplayableContent: true, hasData: true }
+    if (userId) want.userId = userId
+    assert.deepEqual(metadataOf(m), want)
     switch (d.platform) {
       case 'apns':
         assert.deepEqual(m.body.aps, request.apns.aps)
@@ -230,7 +233,7 @@ describe('Beams Publish API with the Node server SDK', () => {
     for (const d of alice) {
       const got = received.get(d)
       assert.equal(got.length, 1, `alice's ${d.platform} device got ${got.length} notifications`)
-      checkPayload(d, got[0], res.publishId)
+      checkPayload(d, got[0], res.publishId, 'alice@example.com')
     }
     for (const d of bob) assert.equal(received.get(d).length, 0, `bob's ${d.platform} device was notified`)
     assert.equal(status.targeted, 3)
