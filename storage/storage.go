@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -50,8 +51,14 @@ var migrations embed.FS
 // pending migrations. The parent directory must exist.
 func Open(ctx context.Context, path string) (*DB, error) {
 	// A file: URI, escaped, so a path containing '?', '#' or '%' still names
-	// the file instead of being read as URI syntax.
-	file := (&url.URL{Scheme: "file", Path: path}).String()
+	// the file instead of being read as URI syntax. The path is made absolute
+	// first: a relative one ("./herald.db", the default) would otherwise
+	// become file://./herald.db, with "." read as the URI authority.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	file := (&url.URL{Scheme: "file", Path: abs}).String()
 
 	// _txlock=immediate makes every transaction take the write lock at BEGIN,
 	// so a read-then-write transaction can never fail halfway with

@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -213,4 +215,23 @@ func TestConcurrentReadsWhileWriting(t *testing.T) {
 	n, err := db.CountInstances(ctx)
 	checkErr(t, "CountInstances", err, nil)
 	check(t, "instances", n, writes)
+}
+
+// The default database path is relative (./herald.db); it must open the file
+// in the working directory.
+func TestOpenRelativePath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	db, err := Open(context.Background(), "./herald.db")
+	if err != nil {
+		t.Fatalf("open ./herald.db: %v", err)
+	}
+	db.Close()
+	if _, err := os.Stat("herald.db"); err != nil {
+		t.Fatalf("no herald.db in the working directory: %v", err)
+	}
+	db, err = Open(context.Background(), "relative.db")
+	if err != nil {
+		t.Fatalf("open relative.db: %v", err)
+	}
+	db.Close()
 }
