@@ -21,6 +21,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/device"
 	"github.com/heraldrt/herald/server/beamsauth"
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -210,16 +211,7 @@ func validUUID(s string) bool {
 // ValidInterestName reports whether s is 1 to 164 characters of
 // A-Z a-z 0-9 _ - = @ , . ;
 func ValidInterestName(s string) bool {
-	if s == "" || len(s) > MaxInterestNameLength {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_-=@,.;", c) >= 0) {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= MaxInterestNameLength && hub.NameChars(s)
 }
 
 func invalidInterest(name string) *Error {

@@ -48,11 +48,15 @@ func ValidChannelName(name string) bool {
 		return false
 	}
 	rest := strings.TrimPrefix(name, ServerToUserPrefix)
-	if rest == "" {
-		return false
-	}
-	for i := 0; i < len(rest); i++ {
-		if !channelChar[rest[i]] {
+	return rest != "" && NameChars(rest)
+}
+
+// NameChars reports whether every byte of s is one of A-Z a-z 0-9 _ - = @ , . ;
+// the character set Pusher uses for channel names and Beams for interest
+// names.
+func NameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !channelChar[s[i]] {
 			return false
 		}
 	}
