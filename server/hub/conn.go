@@ -182,20 +182,13 @@ func (c *Conn) drain(buf [][]byte) (frames [][]byte, reason *CloseReason, idle b
 	return buf, nil, false
 }
 
-// Take hands the writer every queued frame (appended to buf, which it may
-// reuse) and, once the connection is closing, the reason. Frames are returned
-// only while the connection is open.
+// Take returns every queued frame (appended to buf) and, once the
+// connection is closing, the reason. It is for consumers without a socket
+// writer — tests and tools that attach connections to the registry directly;
+// socket connections are drained by their own writer.
 func (c *Conn) Take(buf [][]byte) ([][]byte, *CloseReason) {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	if c.closing != nil {
-		c.out, c.outBytes = nil, 0
-		return buf, c.closing
-	}
-	buf = append(buf, c.out...)
-	clear(c.out)
-	c.out, c.outBytes = c.out[:0], 0
-	return buf, nil
+	frames, reason, _ := c.drain(buf)
+	return frames, reason
 }
 
 // NewSocketID returns a fresh socket_id: two random integers joined by a dot,

@@ -129,9 +129,7 @@ func (p Params) StringToSign(method, path string) string {
 
 // HMACHex returns hex(HMAC-SHA256(secret, message)).
 func HMACHex(secret, message string) string {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(message))
-	return hex.EncodeToString(mac.Sum(nil))
+	return hex.EncodeToString(mac(secret, message))
 }
 
 // equalHex compares a hex digest sent by a client with the expected MAC in
