@@ -2,11 +2,9 @@ package hub
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -126,8 +124,16 @@ type session struct {
 	s     *SocketHandler
 	conn  *Conn
 	ws    *websocket.Conn
+	sock  *sockConn     // what ws reads and writes
+	br    *bufio.Reader // ws's read buffer, over sock
 	appID string
 	key   string
+
+	// readGate orders the reader's look at the read buffers (inputPending)
+	// before a close handshake, in which the library reads them from the
+	// writer's goroutine; handshaking is set, under it, once that starts.
+	readGate    sync.Mutex
+	handshaking bool
 
 	// writeStarted is when the write in progress began (unix nanoseconds),
 	// 0 between writes. Writes carry no context of their own, because a
@@ -142,6 +148,7 @@ type session struct {
 	lastActivity atomic.Int64 // unix nanoseconds of the last client message
 	pingSent     atomic.Bool
 	idle         *time.Timer
+	authTimer    *time.Timer // the app's user-authentication timeout, if any
 
 	writers sync.WaitGroup // the writer goroutine, while one runs
 
@@ -150,11 +157,11 @@ type session struct {
 	rateCount  int
 }
 
-// ServeHTTP upgrades the request and starts the connection in its own
-// goroutine (Shutdown waits for it). The key is the last path segment
-// (/app/<key>).
+// ServeHTTP upgrades the request and starts the connection (Shutdown waits
+// for it). The key is the last path segment (/app/<key>).
 func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
+	hj := &hijacker{ResponseWriter: w}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
 		// Pusher has no origin policy: browsers connect from any site and the
 		// app key is public. Private data is guarded by channel authorization.
 		InsecureSkipVerify: true,
@@ -182,7 +189,7 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reject(ws, CloseOverConnectionQuota)
 		return
 	}
-	sess := &session{s: s, conn: conn, ws: ws, appID: app.ID, key: app.Key}
+	sess := &session{s: s, conn: conn, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID, key: app.Key}
 	conn.onOverflow = sess.overflowed
 	conn.writers = &sess.writers
 	conn.startWriter = func() { go sess.writeLoop() }
@@ -192,35 +199,38 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.hub.stats.connOpened()
-	// The connection runs in a fresh goroutine and the HTTP handler returns:
-	// the hijacked socket needs nothing from net/http or gin any more, and
-	// the handler's goroutine, whose stack grew while serving HTTP, ends.
+	sess.start()
+	// The connection lives on in a fresh goroutine and the HTTP handler
+	// returns: the hijacked socket needs nothing from net/http or gin any
+	// more, and the handler's goroutine, whose stack grew while serving
+	// HTTP, ends. The new goroutine mostly waits for input, so it must stay
+	// small: see readLoop.
 	go func() {
 		defer s.remove(sess)
-		sess.run()
+		sess.readLoop()
+		sess.finish()
 	}()
 }
 
-// Socket buffer sizes. net/http hands a hijacked connection 4 KiB read and
-// write buffers, which the WebSocket library keeps for the connection's life;
-// most of the memory of an idle connection. Client messages are small, and
-// most frames fit the write buffer; larger ones are written straight through.
-const (
-	socketReadBuffer  = 1024
-	socketWriteBuffer = 2048
-)
+// hijacker hijacks the connection for the WebSocket library with sockConn
+// and tiny bufio buffers instead of net/http's 4 KiB ones, which the library
+// would keep for the connection's life: most of the memory of an idle
+// connection. It remembers what it handed out.
+type hijacker struct {
+	http.ResponseWriter
+	sock *sockConn
+	br   *bufio.Reader
+}
 
-// smallBuffers hijacks with socket-sized buffers instead of net/http's.
-type smallBuffers struct{ http.ResponseWriter }
-
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := w.ResponseWriter.(http.Hijacker)
+// Hijack implements http.Hijacker.
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
 	if !ok {
 		return nil, nil, errors.New("hub: the response writer cannot be hijacked")
 	}
 	// gin holds the status back until WriteHeaderNow; the WebSocket library
 	// calls it only on a writer it recognises as gin's, which this is not.
-	if g, ok := w.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
+	if g, ok := h.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
 		g.WriteHeaderNow()
 	}
 	conn, brw, err := hj.Hijack()
@@ -232,13 +242,12 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		conn.Close()
 		return nil, nil, err
 	}
-	var r io.Reader = conn
-	if n := brw.Reader.Buffered(); n > 0 {
-		// Bytes the client sent right after the handshake.
-		pending, _ := brw.Reader.Peek(n)
-		r = io.MultiReader(bytes.NewReader(bytes.Clone(pending)), conn)
-	}
-	return conn, bufio.NewReadWriter(bufio.NewReaderSize(r, socketReadBuffer), bufio.NewWriterSize(conn, socketWriteBuffer)), nil
+	// Bytes the client sent right after the handshake, if any.
+	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	h.sock = newSockConn(conn, pending)
+	rw := newLibBuffers(h.sock)
+	h.br = rw.Reader
+	return h.sock, rw, nil
 }
 
 // reject tells a client why it cannot connect, as a pusher:error and as the
@@ -306,34 +315,37 @@ func (s *SocketHandler) Shutdown(ctx context.Context) error {
 	}
 }
 
-// run serves the connection: the writer in its own goroutine, the reader in
-// this one. It returns when both are done.
-func (sess *session) run() {
+// start sets the connection up and greets the client.
+func (sess *session) start() {
 	sess.touch()
 	sess.idle = time.AfterFunc(sess.s.opts.ActivityTimeout, sess.onIdle)
 	s := sess.s
 	s.hub.SetSubscriptionCount(sess.appID, s.appSubscriptionCount(sess.appID))
 	if app := s.apps.ByID(sess.appID); app != nil && app.UserAuthTimeout > 0 {
-		authTimer := time.AfterFunc(app.UserAuthTimeout, func() {
+		sess.authTimer = time.AfterFunc(app.UserAuthTimeout, func() {
 			if !sess.authorized.Load() {
 				sess.conn.Close(CloseAuthTimeout)
 			}
 		})
-		defer authTimer.Stop()
 	}
 	sess.conn.Send(jsonFrame("pusher:connection_established", "", struct {
 		SocketID        string `json:"socket_id"`
 		ActivityTimeout int    `json:"activity_timeout"`
 	}{sess.conn.SocketID(), activitySeconds(sess.s.opts.ActivityTimeout)}))
+}
 
-	sess.readLoop()
-
+// finish cleans up once the socket has failed or closed: it returns when the
+// writer is done.
+func (sess *session) finish() {
 	sess.idle.Stop()
+	if sess.authTimer != nil {
+		sess.authTimer.Stop()
+	}
 	sess.s.hub.Remove(sess.conn)
 	sess.conn.Close(closeGone) // ends the writer, or starts one that ends at once
 	sess.writers.Wait()
 	_ = sess.ws.CloseNow()
-	s.hub.stats.connClosed(sess.conn.closeCode())
+	sess.s.hub.stats.connClosed(sess.conn.closeCode())
 }
 
 // overflowGrace is how long a writer stuck on a full socket gets to finish
@@ -381,14 +393,22 @@ func (sess *session) writeLoop() {
 		}
 		if reason.Code != 0 {
 			_ = sess.write(errorFrame(reason.Code, reason.Message))
-			// Close waits for the client's close frame, which the reader
-			// goroutine receives; the reader then cleans up.
-			_ = sess.ws.Close(websocket.StatusCode(reason.Code), reason.Message)
+			sess.closeHandshake(websocket.StatusCode(reason.Code), reason.Message)
 		} else {
 			_ = sess.ws.CloseNow()
 		}
 		return
 	}
+}
+
+// closeHandshake sends a close frame and waits for the client's. The library
+// reads the answer on this goroutine unless the reader is inside the library
+// already; either way the reader then sees the socket closed and cleans up.
+func (sess *session) closeHandshake(code websocket.StatusCode, reason string) {
+	sess.readGate.Lock()
+	sess.handshaking = true
+	sess.readGate.Unlock()
+	_ = sess.ws.Close(code, reason)
 }
 
 func (sess *session) write(frame []byte) error {
@@ -463,19 +483,47 @@ type clientMessage struct {
 }
 
 // readLoop handles client messages until the socket fails or closes.
+//
+// It runs on the connection's long-lived goroutine, which spends nearly all
+// its life waiting, so it must stay small: handling a message (JSON, channel
+// authorization, subscribing, encoding answers) would grow its stack to
+// several KiB, kept for the connection's life as Go shrinks a stack only when
+// three quarters of it are unused. So this goroutine only waits for input,
+// without reading it, and each burst of input is handled on a short-lived
+// goroutine that ends once nothing more is buffered.
 func (sess *session) readLoop() {
+	for {
+		if !sess.inputPending() {
+			switch err := waitReadable(sess.sock.Conn); {
+			case errors.Is(err, errNoWait):
+				sess.readMessages(false) // read (and wait) on this goroutine
+				return
+			case err != nil:
+				return
+			}
+		}
+		more := make(chan bool, 1)
+		go func() { more <- sess.readMessages(true) }()
+		if !<-more {
+			return
+		}
+	}
+}
+
+// readMessages reads and handles client messages. With untilDrained it
+// returns true once no more input is buffered (it may still wait inside the
+// library for the rest of a frame); otherwise, or on a failed or closed
+// socket, it returns false once the socket is done.
+func (sess *session) readMessages(untilDrained bool) bool {
 	for {
 		typ, r, err := sess.ws.Reader(context.Background())
 		if err != nil {
-			return
+			return false
 		}
 		sess.touch()
-		if sess.pingSent.Load() {
-			sess.pingSent.Store(false)
-		}
 		buf, tooBig, err := readMessage(r, sess.s.opts.MaxMessageBytes)
 		if err != nil {
-			return
+			return false
 		}
 		switch {
 		case typ != websocket.MessageText:
@@ -485,7 +533,19 @@ func (sess *session) readLoop() {
 		default:
 			sess.handle(buf)
 		}
+		if untilDrained && !sess.inputPending() {
+			return true
+		}
 	}
+}
+
+// inputPending reports whether bytes already read from the socket wait to be
+// handled. Once a close handshake has started, the library reads them, so
+// they are not looked at (and not reported).
+func (sess *session) inputPending() bool {
+	sess.readGate.Lock()
+	defer sess.readGate.Unlock()
+	return !sess.handshaking && (sess.br.Buffered() > 0 || sess.sock.buffered())
 }
 
 // sendError queues a non-fatal pusher:error; code 0 is sent as null, as

@@ -1,0 +1,217 @@
+package hub
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recordConn is a net.Conn that records each Write and serves Reads from
+// scripted pieces.
+type recordConn struct {
+	net.Conn // nil: only Read and Write are used
+	writes   [][]byte
+	reads    [][]byte
+}
+
+func (c *recordConn) Write(p []byte) (int, error) {
+	c.writes = append(c.writes, bytes.Clone(p))
+	return len(p), nil
+}
+
+func (c *recordConn) Read(p []byte) (int, error) {
+	if len(c.reads) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.reads[0])
+	if c.reads[0] = c.reads[0][n:]; len(c.reads[0]) == 0 {
+		c.reads = c.reads[1:]
+	}
+	return n, nil
+}
+
+// testFrame encodes a frame as the server sends it (masked for a client).
+func testFrame(payload []byte, masked bool) []byte {
+	f := []byte{0x81}
+	m := byte(0)
+	if masked {
+		m = 0x80
+	}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, m|byte(n))
+	case n <= 0xffff:
+		f = append(f, m|126)
+		f = binary.BigEndian.AppendUint16(f, uint16(n))
+	default:
+		f = append(f, m|127)
+		f = binary.BigEndian.AppendUint64(f, uint64(n))
+	}
+	if masked {
+		f = append(f, 1, 2, 3, 4)
+	}
+	return append(f, payload...)
+}
+
+func TestFrameTrackerFindsBoundariesAcrossPieces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		var stream []byte
+		var ends []int // offsets where a frame ends
+		for range 1 + rng.IntN(4) {
+			size := []int{0, 1, 125, 126, 127, 300, 65535, 65536, 70000}[rng.IntN(9)]
+			stream = append(stream, testFrame(make([]byte, size), rng.IntN(2) == 0)...)
+			ends = append(ends, len(stream))
+		}
+		var f frameTracker
+		for off := 0; off < len(stream); {
+			n := min(len(stream)-off, 1+rng.IntN(20))
+			if rng.IntN(4) == 0 {
+				n = min(len(stream)-off, 1+rng.IntN(70000))
+			}
+			f.advance(stream[off : off+n])
+			off += n
+			want := false
+			for _, e := range ends {
+				want = want || e == off
+			}
+			if f.atBoundary() != want {
+				t.Fatalf("at offset %d of %d: atBoundary %v, want %v", off, len(stream), f.atBoundary(), want)
+			}
+		}
+	}
+}
+
+func TestSockConnWritesEachFrameInOneCall(t *testing.T) {
+	for _, size := range []int{0, 5, 14, 100, 125, 126, 2000, socketChunk, 3 * socketChunk} {
+		rc := &recordConn{}
+		sc := newSockConn(rc, nil)
+		bw := newLibBuffers(sc).Writer
+		var want []byte
+		for range 3 {
+			// As the library writes a frame: the header, the payload, a flush.
+			frame := testFrame(bytes.Repeat([]byte{'x'}, size), false)
+			hdr := len(frame) - size
+			if _, err := bw.Write(frame[:hdr]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bw.Write(frame[hdr:]); err != nil {
+				t.Fatal(err)
+			}
+			if err := bw.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, frame...)
+			if sc.held != nil {
+				t.Fatalf("payload %d: bytes held after a complete frame", size)
+			}
+		}
+		if got := bytes.Join(rc.writes, nil); !bytes.Equal(got, want) {
+			t.Fatalf("payload %d: the socket got other bytes than written", size)
+		}
+		// Larger frames go out with one writev, which recordConn sees as
+		// one Write per buffer.
+		if len(want)/3 <= socketChunk && len(rc.writes) != 3 {
+			t.Errorf("payload %d: %d writes for 3 frames, want 3", size, len(rc.writes))
+		}
+	}
+}
+
+func TestSockConnReadsThroughPooledChunks(t *testing.T) {
+	msg := testFrame([]byte(`{"event":"pusher:ping","data":{}}`), true)
+	big := bytes.Repeat([]byte{'y'}, 2*socketChunk)
+	rc := &recordConn{reads: [][]byte{append(bytes.Clone(msg), msg...), big}}
+	sc := newSockConn(rc, []byte("early"))
+	br := newLibBuffers(sc).Reader
+
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "early" {
+		t.Fatalf("pending bytes: %q, %v", got, err)
+	}
+	got = make([]byte, 2*len(msg))
+	if _, err := io.ReadFull(br, got); err != nil || !bytes.Equal(got, append(bytes.Clone(msg), msg...)) {
+		t.Fatalf("messages: %q, %v", got, err)
+	}
+	if br.Buffered() != 0 || sc.buffered() {
+		t.Fatal("input still buffered after reading all of it")
+	}
+	got = make([]byte, len(big))
+	if _, err := io.ReadFull(br, got); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("large read: %v", err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the end: %v, want EOF", err)
+	}
+}
+
+func TestSockConnIdleHoldsNoBuffer(t *testing.T) {
+	rc := &recordConn{reads: [][]byte{[]byte("abc")}}
+	sc := newSockConn(rc, nil)
+	rw := newLibBuffers(sc)
+	if _, err := io.ReadFull(rw.Reader, make([]byte, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Writer.Write(testFrame([]byte("hello"), false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Writer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if sc.r != nil || sc.held != nil {
+		t.Fatal("an idle sockConn holds a pooled buffer")
+	}
+}
+
+// A client may send its first message right behind the upgrade request, in
+// the same packet; net/http has then read it already, and it must not be lost.
+func TestMessageSentWithTheHandshakeIsHandled(t *testing.T) {
+	s := newWSServer(t, SocketOptions{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "ws://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "GET /app/key1?protocol=7 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+	// Masked with a zero key, so the payload goes as is.
+	ping := testFrame([]byte(`{"event":"pusher:ping","data":{}}`), false)
+	ping[1] |= 0x80
+	ping = append(ping[:2:2], append([]byte{0, 0, 0, 0}, ping[2:]...)...)
+	if _, err := c.Write(append([]byte(req), ping...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	for _, want := range []string{"pusher:connection_established", "pusher:pong"} {
+		var hdr [2]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatalf("waiting for %s: %v", want, err)
+		}
+		n := int(hdr[1] & 0x7f)
+		if n == 126 {
+			var ext [2]byte
+			if _, err := io.ReadFull(br, ext[:]); err != nil {
+				t.Fatal(err)
+			}
+			n = int(binary.BigEndian.Uint16(ext[:]))
+		}
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(payload, []byte(`"`+want+`"`)) {
+			t.Fatalf("got %s, want %s", payload, want)
+		}
+	}
+}

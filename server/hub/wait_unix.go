@@ -1,0 +1,41 @@
+//go:build unix
+
+package hub
+
+import (
+	"errors"
+	"net"
+	"syscall"
+)
+
+// errNoWait means the connection cannot be waited on without reading it.
+var errNoWait = errors.New("hub: cannot wait for input on this connection")
+
+// waitReadable blocks until c has input (or is closed, or has failed)
+// without consuming any of it: the goroutine waiting holds only the few
+// frames of the runtime's network poller, however deep the code that later
+// reads the input. Input already in user-space buffers is the caller's to
+// check.
+func waitReadable(c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return errNoWait
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return errNoWait
+	}
+	var b [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		for {
+			// A peek consumes nothing. EAGAIN means nothing to read yet:
+			// returning false parks until the poller reports the socket
+			// readable. Data, end of stream or an error all end the wait;
+			// the reader then sees them.
+			_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK)
+			if err != syscall.EINTR {
+				return err != syscall.EAGAIN
+			}
+		}
+	})
+}
