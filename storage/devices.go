@@ -63,16 +63,33 @@ const deviceColumns = `id, instance_id, platform, token, bundle_identifier, meta
 
 // NewDeviceID returns a fresh device identifier: the platform and a random
 // UUID, so an id says where the device lives when it shows up in a log.
+// Every stored device id starts with its platform and a dash (as Beams ids
+// do): a platform's devices are then one range of an interest's index.
 func NewDeviceID(p Platform) string {
 	return string(p) + "-" + uuid.Must(uuid.NewRandomFromReader(rand.Reader)).String()
+}
+
+// checkDeviceID refuses a given device id that does not start with the
+// device's platform and a dash.
+func checkDeviceID(d Device) error {
+	if !strings.HasPrefix(d.ID, string(d.Platform)+"-") {
+		return fmt.Errorf("device id %q does not start with %q", d.ID, string(d.Platform)+"-")
+	}
+	return nil
 }
 
 // RegisterDevice stores d as a new device, or, when the instance already has
 // a device with the same platform and token, updates that device's bundle
 // identifier and metadata instead of creating a twin. It returns the stored
 // device and its current interests (none for a new device). d.ID is used for
-// a new device when set; otherwise a fresh one is made.
+// a new device when set (it must start with the platform and a dash);
+// otherwise a fresh one is made.
 func (db *DB) RegisterDevice(ctx context.Context, d Device) (Device, []string, error) {
+	if d.ID != "" {
+		if err := checkDeviceID(d); err != nil {
+			return Device{}, nil, err
+		}
+	}
 	md, err := encodeMetadata(d.Metadata)
 	if err != nil {
 		return Device{}, nil, err

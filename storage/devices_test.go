@@ -195,7 +195,7 @@ func TestSubscribedDevices(t *testing.T) {
 	var batch []DeviceImport
 	var want []string
 	for i := range 300 {
-		id := fmt.Sprintf("dev-%04d", i)
+		id := fmt.Sprintf("fcm-%04d", i)
 		interests := []string{"odd"}
 		if i%2 == 0 {
 			interests = []string{"even"}

@@ -161,40 +161,9 @@ func (db *DB) RemoveDeviceInterest(ctx context.Context, instanceID string, p Pla
 func (db *DB) SubscribedDevices(ctx context.Context, instanceID string, interests []string, after string, limit int) ([]Device, error) {
 	var out []Device
 	err := db.read(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `SELECT device_id FROM device_interests
-			WHERE instance_id = ? AND interest = ? AND device_id > ? ORDER BY device_id LIMIT ?`)
-		if err != nil {
+		ids, err := subscribedIDsTx(ctx, tx, instanceID, interests, after, limit)
+		if err != nil || len(ids) == 0 {
 			return err
-		}
-		defer stmt.Close()
-		var ids []string
-		for _, interest := range uniqueSorted(interests) {
-			rows, err := stmt.QueryContext(ctx, instanceID, interest, after, limit)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return err
-				}
-				ids = append(ids, id)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-		}
-		// Each range is sorted; the union's first `limit` distinct ids are
-		// the page.
-		slices.Sort(ids)
-		ids = slices.Compact(ids)
-		if len(ids) > limit {
-			ids = ids[:limit]
-		}
-		if len(ids) == 0 {
-			return nil
 		}
 		args := make([]any, len(ids))
 		for i, id := range ids {
@@ -211,6 +180,45 @@ func (db *DB) SubscribedDevices(ctx context.Context, instanceID string, interest
 		return nil, fmt.Errorf("devices subscribed on instance %q: %w", instanceID, err)
 	}
 	return out, nil
+}
+
+// subscribedIDsTx returns the first limit distinct ids after `after` of the
+// devices subscribed to any of the interests, in order: each interest is
+// read as its own primary-key range and the ranges are merged.
+func subscribedIDsTx(ctx context.Context, tx *sql.Tx, instanceID string, interests []string, after string, limit int) ([]string, error) {
+	stmt, err := tx.PrepareContext(ctx, `SELECT device_id FROM device_interests
+		WHERE instance_id = ? AND interest = ? AND device_id > ? ORDER BY device_id LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	var ids []string
+	for _, interest := range uniqueSorted(interests) {
+		rows, err := stmt.QueryContext(ctx, instanceID, interest, after, limit)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	// Each range is sorted; the union's first `limit` distinct ids are the
+	// page.
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if len(ids) > limit {
+		ids = ids[:limit]
+	}
+	return ids, nil
 }
 
 // CountInterestSubscribers returns how many devices of the instance are
@@ -233,8 +241,9 @@ type DeviceImport struct {
 
 // ImportDevices stores many devices and their interests in one transaction,
 // for migrations from another service and for building large test data sets.
-// Devices are inserted as given (no token deduplication); a taken id or token
-// gives ErrConflict and stores nothing.
+// Devices are inserted as given (no token deduplication; ids start with their
+// platform and a dash); a taken id or token gives ErrConflict and stores
+// nothing.
 func (db *DB) ImportDevices(ctx context.Context, devices []DeviceImport) error {
 	err := db.write(ctx, func(tx *sql.Tx) error {
 		dev, err := tx.PrepareContext(ctx, `INSERT INTO devices (`+deviceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
@@ -251,6 +260,9 @@ func (db *DB) ImportDevices(ctx context.Context, devices []DeviceImport) error {
 		ts := now().UnixMilli()
 		for _, di := range devices {
 			d := di.Device
+			if err := checkDeviceID(d); err != nil {
+				return err
+			}
 			md, err := encodeMetadata(d.Metadata)
 			if err != nil {
 				return err

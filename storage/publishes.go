@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -167,104 +169,268 @@ type Delivery struct {
 	Attempts         int    // failed attempts so far
 }
 
-// ResolvePublishPage turns the next page of p's targets (up to pageSize
-// devices of the interests, or pageSize users' devices) into deliveries for
-// the platforms in platforms, advances the cursor and counts the new
-// targets, all in one transaction, so a crash never resolves a device twice.
-// It moves an accepted publish to delivering (storing a publish_started
-// webhook when p has a webhook URL) and marks it resolved after the last
-// page; a publish without any target is done at once. It returns the
-// publish as stored and the number of deliveries created.
-func (db *DB) ResolvePublishPage(ctx context.Context, p Publish, platforms map[Platform]bool, pageSize int, encode WebhookEncoder) (Publish, int, error) {
-	var devices []Device
-	last := false
-	next := p.Cursor
+// StartPublish moves an accepted publish to delivering and, when it has a
+// webhook URL, stores its publish_started webhook in the same transaction.
+// A publish already past accepted is returned unchanged.
+func (db *DB) StartPublish(ctx context.Context, p Publish, encode WebhookEncoder) (Publish, error) {
+	if p.State != PublishAccepted {
+		return p, nil
+	}
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ? WHERE id = ? AND state = ?`,
+			string(PublishDelivering), p.ID, string(PublishAccepted))
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // started already, or deleted with its instance
+		}
+		p.State = PublishDelivering
+		return enqueuePublishWebhookTx(ctx, tx, p, PublishStarted, now(), encode)
+	})
+	if err != nil {
+		return p, fmt.Errorf("start publish %q: %w", p.ID, err)
+	}
+	return p, nil
+}
+
+// PublishTargets reads the next page of one of p's target streams, after
+// cursor. A publish to interests has a stream per platform (stream is the
+// platform): up to limit of its devices on the interests, each once, in
+// device id order. A publish to users has one stream (""): the devices of up
+// to limit/MaxUserDevices of its users, kept when on one of the platforms.
+// next is the cursor after the page and last reports that the page ends the
+// stream. Nothing is written: the caller records the page with
+// CompletePages once its deliveries are done.
+func (db *DB) PublishTargets(ctx context.Context, p Publish, stream Platform, platforms map[Platform]bool, cursor string, limit int) (page []Delivery, next string, last bool, err error) {
 	switch p.TargetKind {
 	case TargetInterests:
-		page, err := db.SubscribedDevices(ctx, p.InstanceID, p.Targets, p.Cursor, pageSize)
-		if err != nil {
-			return p, 0, err
-		}
-		devices, last = page, len(page) < pageSize
-		if len(page) > 0 {
-			next = page[len(page)-1].ID
-		}
+		page, next, last, err = db.interestTargets(ctx, p, stream, cursor, limit)
 	case TargetUsers:
 		start := 0
-		if p.Cursor != "" {
-			start, _ = strconv.Atoi(p.Cursor)
+		if cursor != "" {
+			start, _ = strconv.Atoi(cursor)
 		}
-		// A user has at most MaxUserDevices devices.
-		end := min(len(p.Targets), start+max(1, pageSize/MaxUserDevices))
-		page, err := db.UserDevices(ctx, p.InstanceID, p.Targets[start:end])
-		if err != nil {
-			return p, 0, err
-		}
-		devices, last, next = page, end == len(p.Targets), strconv.Itoa(end)
-	default:
-		return p, 0, fmt.Errorf("publish %q: unknown target kind %q", p.ID, p.TargetKind)
-	}
-	created := 0
-	err := db.write(ctx, func(tx *sql.Tx) error {
-		var cursor string
-		var resolved bool
-		if err := tx.QueryRowContext(ctx, `SELECT cursor, resolved, sent, failed FROM publishes WHERE id = ?`, p.ID).Scan(&cursor, &resolved, &p.Sent, &p.Failed); err != nil {
-			return err
-		}
-		if cursor != p.Cursor || resolved {
-			return fmt.Errorf("publish %q was resolved concurrently", p.ID)
-		}
-		ins, err := tx.PrepareContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
-			bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, ?)
-			ON CONFLICT DO NOTHING`)
-		if err != nil {
-			return err
-		}
-		defer ins.Close()
-		ts := now()
+		end := min(len(p.Targets), start+max(1, limit/MaxUserDevices))
+		var devices []Device
+		devices, err = db.UserDevices(ctx, p.InstanceID, p.Targets[min(start, end):end])
 		for _, d := range devices {
-			if !platforms[d.Platform] {
-				continue
+			if platforms[d.Platform] {
+				page = append(page, Delivery{PublishID: p.ID, InstanceID: p.InstanceID, DeviceID: d.ID, Platform: d.Platform,
+					Token: d.Token, BundleIdentifier: d.BundleIdentifier, UserID: d.UserID})
 			}
-			user := "" // only a publish to users names the user in its payloads
-			if p.TargetKind == TargetUsers {
-				user = d.UserID
-			}
-			res, err := ins.ExecContext(ctx, p.ID, p.InstanceID, d.ID, string(d.Platform), d.Token, d.BundleIdentifier, user, ts.UnixMilli())
+		}
+		next, last = strconv.Itoa(end), end == len(p.Targets)
+	default:
+		err = fmt.Errorf("unknown target kind %q", p.TargetKind)
+	}
+	if err != nil {
+		return nil, cursor, false, fmt.Errorf("targets of publish %q: %w", p.ID, err)
+	}
+	return page, next, last, nil
+}
+
+// interestTargets is PublishTargets for a publish to interests. A device id
+// starts with its platform and a dash (see NewDeviceID), so one platform's
+// subscribers of an interest are one primary-key range. Each interest's
+// range is read on its own and, for several interests, the ranges are
+// merged here (as in SubscribedDevices).
+func (db *DB) interestTargets(ctx context.Context, p Publish, platform Platform, cursor string, limit int) ([]Delivery, string, bool, error) {
+	var page []Delivery
+	lower, upper := max(cursor, string(platform)+"-"), string(platform)+"."
+	err := db.read(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `SELECT d.id, d.token, d.bundle_identifier
+			FROM device_interests AS di JOIN devices AS d ON d.id = di.device_id
+			WHERE di.instance_id = ? AND di.interest = ? AND di.device_id > ? AND di.device_id < ?
+			ORDER BY di.device_id LIMIT ?`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, interest := range uniqueSorted(p.Targets) {
+			rows, err := stmt.QueryContext(ctx, p.InstanceID, interest, lower, upper, limit)
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				created++
+			for rows.Next() {
+				d := Delivery{PublishID: p.ID, InstanceID: p.InstanceID, Platform: platform}
+				if err := rows.Scan(&d.DeviceID, &d.Token, &d.BundleIdentifier); err != nil {
+					rows.Close()
+					return err
+				}
+				page = append(page, d)
 			}
-		}
-		started := p.State == PublishAccepted
-		p.Cursor, p.Resolved, p.Targeted = next, last, p.Targeted+created
-		p.State = PublishDelivering
-		var finished any
-		done := last && !pendingDeliveriesTx(ctx, tx, p.ID)
-		if done {
-			p.State, p.FinishedAt = PublishDone, ts
-			finished = ts.UnixMilli()
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE publishes SET cursor = ?, resolved = ?, targeted = ?, state = ?, finished_at_ms = ?
-			WHERE id = ?`, p.Cursor, p.Resolved, p.Targeted, string(p.State), finished, p.ID); err != nil {
-			return err
-		}
-		if started {
-			if err := enqueuePublishWebhookTx(ctx, tx, p, PublishStarted, ts, encode); err != nil {
+			rows.Close()
+			if err := rows.Err(); err != nil {
 				return err
 			}
-		}
-		if done {
-			return enqueuePublishWebhookTx(ctx, tx, p, PublishFinished, ts, encode)
 		}
 		return nil
 	})
 	if err != nil {
-		return p, 0, fmt.Errorf("resolve publish %q: %w", p.ID, err)
+		return nil, cursor, false, err
 	}
-	return p, created, nil
+	// Each range is sorted; the union's first `limit` distinct devices are
+	// the page. One snapshot read them all, so a short page is the end.
+	slices.SortFunc(page, func(a, b Delivery) int { return strings.Compare(a.DeviceID, b.DeviceID) })
+	page = slices.CompactFunc(page, func(a, b Delivery) bool { return a.DeviceID == b.DeviceID })
+	last := len(page) < limit
+	page = page[:min(len(page), limit)]
+	next := cursor
+	if len(page) > 0 {
+		next = page[len(page)-1].DeviceID
+	}
+	return page, next, last, nil
+}
+
+// StreamCursor returns where the publish's target stream (see
+// PublishTargets) was recorded up to; "" is its start.
+func (p Publish) StreamCursor(stream Platform) string {
+	c, _ := decodeCursor(p.Cursor)
+	if c == nil {
+		return p.Cursor // one cursor for the whole publish
+	}
+	return c[stream]
+}
+
+// decodeCursor reads a publish's stored cursor: a JSON object of stream
+// cursors for a publish to interests; otherwise (a user index, or the one
+// device id cursor of earlier versions) nil.
+func decodeCursor(s string) (map[Platform]string, error) {
+	if !strings.HasPrefix(s, "{") {
+		return nil, nil
+	}
+	var c map[Platform]string
+	err := json.Unmarshal([]byte(s), &c)
+	return c, err
+}
+
+// advanceCursor returns the stored cursor with stream moved to next.
+func advanceCursor(kind PublishTargetKind, stored string, stream Platform, next string) (string, error) {
+	if kind != TargetInterests {
+		return next, nil
+	}
+	c, err := decodeCursor(stored)
+	if err != nil {
+		return "", err
+	}
+	if c == nil { // every stream starts where the single cursor was
+		c = map[Platform]string{}
+		for _, p := range []Platform{PlatformAPNs, PlatformFCM, PlatformWeb} {
+			c[p] = stored
+		}
+	}
+	c[stream] = next
+	b, err := json.Marshal(c)
+	return string(b), err
+}
+
+// PageResult is the outcome of one page of a publish's targets (see
+// PublishTargets), recorded once each of its deliveries was sent, refused,
+// or left for later.
+type PageResult struct {
+	PublishID    string
+	Stream       Platform // the target stream (see PublishTargets)
+	Cursor       string   // where the page ends: the stream's cursor once recorded
+	Resolved     bool     // the page ends the publish's last open stream
+	Targeted     int      // deliveries of the page
+	Sent, Failed int    // of those, accepted and refused by their gateway
+	// Dead are the deliveries whose token is dead (counted in Failed):
+	// their devices are deleted.
+	Dead []Delivery
+	// Later are the deliveries to try again from the deliveries table, at
+	// their time, with their Attempts so far (counted neither sent nor
+	// failed yet).
+	Later []LaterDelivery
+}
+
+// LaterDelivery is a delivery stored to be attempted at At.
+type LaterDelivery struct {
+	Delivery Delivery
+	At       time.Time
+}
+
+// CompletePages records pages in one transaction, in order: their later
+// deliveries are stored, dead devices deleted, and each publish's cursor and
+// counts advance; a publish whose last page this is becomes resolved, and
+// done when nothing of it is left in the deliveries table (storing its
+// publish_finished webhook). The publishes that became done are returned.
+// A crash before this call loses nothing: the pages are read and sent again.
+func (db *DB) CompletePages(ctx context.Context, pages []PageResult, encode WebhookEncoder) ([]Publish, error) {
+	if len(pages) == 0 {
+		return nil, nil
+	}
+	var finished []Publish
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		finished = finished[:0]
+		ts := now()
+		for _, pg := range pages {
+			for _, l := range pg.Later {
+				d := l.Delivery
+				if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
+					bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+					ON CONFLICT DO NOTHING`, d.PublishID, d.InstanceID, d.DeviceID, string(d.Platform), d.Token,
+					d.BundleIdentifier, d.UserID, d.Attempts, l.At.UnixMilli()); err != nil {
+					return err
+				}
+			}
+			for _, d := range pg.Dead {
+				if err := deleteDeadDeviceTx(ctx, tx, d); err != nil {
+					return err
+				}
+			}
+			var kind, stored string
+			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // the publish was deleted with its instance
+			}
+			if err != nil {
+				return err
+			}
+			cursor, err := advanceCursor(PublishTargetKind(kind), stored, pg.Stream, pg.Cursor)
+			if err != nil {
+				return err
+			}
+			p, err := scanPublish(tx.QueryRowContext(ctx, `UPDATE publishes SET cursor = ?, resolved = ?,
+				targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ? RETURNING `+publishColumns,
+				cursor, pg.Resolved, pg.Targeted, pg.Sent, pg.Failed, pg.PublishID))
+			if err != nil {
+				return err
+			}
+			if done, err := finishIfDoneTx(ctx, tx, &p, ts, encode); err != nil {
+				return err
+			} else if done {
+				finished = append(finished, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("complete publish pages: %w", err)
+	}
+	return finished, nil
+}
+
+// finishIfDoneTx moves a resolved publish with nothing left to send to done
+// and stores its publish_finished webhook; it reports whether it did.
+func finishIfDoneTx(ctx context.Context, tx *sql.Tx, p *Publish, ts time.Time, encode WebhookEncoder) (bool, error) {
+	if !p.Resolved || p.State == PublishDone || pendingDeliveriesTx(ctx, tx, p.ID) {
+		return false, nil
+	}
+	p.State, p.FinishedAt = PublishDone, ts
+	if _, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ?, finished_at_ms = ? WHERE id = ?`,
+		string(p.State), ts.UnixMilli(), p.ID); err != nil {
+		return false, err
+	}
+	return true, enqueuePublishWebhookTx(ctx, tx, *p, PublishFinished, ts, encode)
+}
+
+// deleteDeadDeviceTx deletes the device of a delivery whose token the
+// gateway declared dead, unless it changed token meanwhile.
+func deleteDeadDeviceTx(ctx context.Context, tx *sql.Tx, d Delivery) error {
+	_, err := tx.ExecContext(ctx, `DELETE FROM devices WHERE id = ? AND instance_id = ? AND platform = ? AND token = ?`,
+		d.DeviceID, d.InstanceID, string(d.Platform), d.Token)
+	return err
 }
 
 func pendingDeliveriesTx(ctx context.Context, tx *sql.Tx, publishID string) bool {
@@ -365,11 +531,6 @@ func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult, 
 			return err
 		}
 		defer retry.Close()
-		dead, err := tx.PrepareContext(ctx, `DELETE FROM devices WHERE id = ? AND instance_id = ? AND platform = ? AND token = ?`)
-		if err != nil {
-			return err
-		}
-		defer dead.Close()
 		type counts struct{ sent, failed int }
 		touched := map[string]*counts{}
 		var order []string
@@ -400,7 +561,7 @@ func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult, 
 				c.failed++
 			}
 			if r.Outcome == DeliveryDeadToken {
-				if _, err := dead.ExecContext(ctx, d.DeviceID, d.InstanceID, string(d.Platform), d.Token); err != nil {
+				if err := deleteDeadDeviceTx(ctx, tx, d); err != nil {
 					return err
 				}
 			}
@@ -416,18 +577,11 @@ func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult, 
 			if err != nil {
 				return err
 			}
-			if !p.Resolved || p.State == PublishDone || pendingDeliveriesTx(ctx, tx, id) {
-				continue
-			}
-			p.State, p.FinishedAt = PublishDone, ts
-			if _, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ?, finished_at_ms = ? WHERE id = ?`,
-				string(p.State), ts.UnixMilli(), id); err != nil {
+			if done, err := finishIfDoneTx(ctx, tx, &p, ts, encode); err != nil {
 				return err
+			} else if done {
+				finished = append(finished, p)
 			}
-			if err := enqueuePublishWebhookTx(ctx, tx, p, PublishFinished, ts, encode); err != nil {
-				return err
-			}
-			finished = append(finished, p)
 		}
 		return nil
 	})

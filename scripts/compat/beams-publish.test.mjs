@@ -84,7 +84,10 @@ describe('Beams Publish API with the Node server SDK', () => {
         HERALD_APNS_CA_FILE: c.apnsCaFile,
         HERALD_FCM_SERVICE_ACCOUNT_FILE: c.fcmServiceAccountFile,
         HERALD_FCM_URL: c.fcmUrl,
-        HERALD_VAPID_SUBJECT: 'mailto:compat@example.com'
+        HERALD_VAPID_SUBJECT: 'mailto:compat@example.com',
+        // FCM and Web Push trust the system's authorities; the fakes all
+        // share the certificate of the APNs CA file.
+        SSL_CERT_FILE: c.apnsCaFile
       }
     })
     root = `http://${herald.host}:${herald.port}`

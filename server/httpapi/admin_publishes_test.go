@@ -28,11 +28,14 @@ func TestAdminInstancePublishes(t *testing.T) {
 		return p
 	}
 	first := create("pubid-first", storage.TargetInterests, "news", "sports")
-	// No device has the interests: resolving finishes it at once.
-	done, _, err := s.db.ResolvePublishPage(ctx, first, map[storage.Platform]bool{storage.PlatformFCM: true}, 100,
-		func(storage.Publish, storage.PublishEvent, time.Time) []byte { return []byte("{}") })
-	if err != nil || done.State != storage.PublishDone {
-		t.Fatalf("resolve: %+v %v", done, err)
+	// No device has the interests: its one empty page finishes it.
+	encode := func(storage.Publish, storage.PublishEvent, time.Time) []byte { return []byte("{}") }
+	if _, err := s.db.StartPublish(ctx, first, encode); err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Resolved: true}}, encode)
+	if err != nil || len(done) != 1 || done[0].State != storage.PublishDone {
+		t.Fatalf("complete: %+v %v", done, err)
 	}
 	create("pubid-second", storage.TargetUsers, "user-1")
 	for _, ev := range []storage.ReportEvent{

@@ -88,6 +88,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 		"HERALD_APNS_URL=" + cfg.APNsURL, "HERALD_APNS_CA_FILE=" + cfg.APNsCAFile,
 		"HERALD_FCM_SERVICE_ACCOUNT_FILE=" + cfg.FCMServiceAccountFile, "HERALD_FCM_URL=" + cfg.FCMURL,
 		"HERALD_VAPID_SUBJECT=mailto:ops@example.com",
+		"SSL_CERT_FILE=" + cfg.APNsCAFile, // the fakes share one certificate
 	}
 	child, base := startChild(t, env)
 

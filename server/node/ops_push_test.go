@@ -22,6 +22,7 @@ func TestPushMetrics(t *testing.T) {
 	// FCM through a proxy that answers the first send with 503.
 	target, _ := url.Parse(gw.fcm.URL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = gw.fcm.Server.Client().Transport // trusts the fake's certificate
 	var sends atomic.Int64
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, ":send") && sends.Add(1) == 1 {

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,8 +80,15 @@ func pushConfig(t testing.TB, gw *gateways, db string) config.Config {
 		FCMServiceAccountFile: write("sa.json", gw.fcm.ServiceAccount),
 		FCMURL:                gw.fcm.URL,
 		VAPIDSubject:          "mailto:ops@example.com",
-		Push:                  &push.Options{BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
+		Push:                  &push.Options{BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, RootCAs: gw.roots()},
 	}
+}
+
+// roots trusts the fakes' certificate (the same for all three).
+func (gw *gateways) roots() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(gw.fcm.CAPEM))
+	return pool
 }
 
 // serveNode starts a node with cfg on a free port until the test ends.

@@ -70,16 +70,9 @@ func NewAPNs(cfg storage.APNsConfig) (*APNs, error) {
 		}
 		tlsConf.RootCAs = pool
 	}
-	tr := &http.Transport{
-		TLSClientConfig:     tlsConf,
-		ForceAttemptHTTP2:   true, // one HTTP/2 connection multiplexes every send
-		MaxIdleConnsPerHost: 64,   // for a plain http:// gateway, which speaks HTTP/1.1
-		IdleConnTimeout:     5 * time.Minute,
-		TLSHandshakeTimeout: 10 * time.Second,
-	}
 	return &APNs{
 		url: base, topic: cfg.Topic, keyID: cfg.KeyID, teamID: cfg.TeamID, key: key,
-		client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, now: time.Now,
+		client: &http.Client{Transport: gatewayTransport(tlsConf), Timeout: 30 * time.Second}, now: time.Now,
 	}, nil
 }
 

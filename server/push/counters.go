@@ -67,7 +67,8 @@ var _ metrics.PushSource = (*Dispatcher)(nil)
 // PushCounters reports the publishes accepted and delivery attempts recorded
 // since the dispatcher was created, by gateway and outcome (every pair, zeros
 // included, so rates work from the first scrape), and the queue depth: the
-// deliveries not completed yet, claimed or waiting, counted in the database.
+// deliveries not completed yet: stored ones (claimed or waiting) and those of
+// pages in flight.
 func (d *Dispatcher) PushCounters() metrics.PushCounters {
 	out := metrics.PushCounters{
 		Publishes:  d.counters.publishes.Load(),
@@ -86,8 +87,8 @@ func (d *Dispatcher) PushCounters() metrics.PushCounters {
 	if err != nil {
 		// The claimed ones are known without the database.
 		d.log.Warn("counting pending deliveries", zap.Error(err))
-		n = d.InFlight()
+		n = d.InFlight() - int(d.pageInFlight.Load())
 	}
-	out.QueueDepth = n
+	out.QueueDepth = n + int(d.pageInFlight.Load())
 	return out
 }

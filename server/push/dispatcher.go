@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -17,10 +18,12 @@ import (
 
 // Options tune the dispatcher. Zero values take the defaults.
 type Options struct {
-	Workers       int           // concurrent sends per platform; default 128
-	ClaimBatch    int           // deliveries claimed per query; default 1000
-	MaxInFlight   int           // claimed but not yet recorded; default 8192
-	PageSize      int           // devices resolved per transaction; default 2000
+	Workers     int // concurrent sends per platform; default 128
+	ClaimBatch  int // stored deliveries claimed per query; default 1000
+	MaxInFlight int // handed to senders and not yet recorded; default 3072
+	// PageSize is how many targets are read and recorded at a time; a crash
+	// sends the pages in flight again. Default 512.
+	PageSize      int
 	MaxAttempts   int           // attempts before a transient failure counts as failed; default 8
 	BaseBackoff   time.Duration // first retry delay, doubled per attempt; default 1 s
 	MaxBackoff    time.Duration // retry delay cap; default 5 min
@@ -29,6 +32,10 @@ type Options struct {
 	// Senders, when set, replaces the gateway senders built from an
 	// instance's configuration (tests count sends with it).
 	Senders func(in *storage.Instance) (map[storage.Platform]Sender, error)
+	// RootCAs, when set, are the certificate authorities the FCM and Web
+	// Push senders trust instead of the system's (tests with fake gateways;
+	// APNs has its per-instance CA).
+	RootCAs *x509.CertPool
 	// WebhookClient sends publish webhooks; default a 10 s timeout client.
 	WebhookClient *http.Client
 }
@@ -46,8 +53,8 @@ func (o Options) withDefaults() Options {
 	}
 	set(&o.Workers, 128)
 	set(&o.ClaimBatch, 1000)
-	set(&o.MaxInFlight, 8192)
-	set(&o.PageSize, 2000)
+	set(&o.MaxInFlight, 3072)
+	set(&o.PageSize, 512)
 	set(&o.MaxAttempts, 8)
 	setD(&o.BaseBackoff, time.Second)
 	setD(&o.MaxBackoff, 5*time.Minute)
@@ -64,29 +71,42 @@ type InstanceLookup interface {
 	ByID(id string) *storage.Instance
 }
 
-// Dispatcher resolves stored publishes into deliveries and sends them. Every
-// step is recorded in SQLite first, so a dispatcher started on the database
-// of a crashed one carries on where it stopped.
+// Dispatcher resolves stored publishes into deliveries and sends them. What
+// a crash may not lose is in SQLite: the publish with its targets, and per
+// publish a cursor up to which every target was handled. Targets are read a
+// page at a time and handed to the senders straight from memory; a page is
+// recorded (counts, cursor, dead devices, retries) once all its deliveries
+// are done, in order. A dispatcher started on the database of a crashed one
+// reads the unrecorded pages again: every device gets its notification, the
+// ones in flight at the crash possibly twice.
 //
-// Goroutines: one resolver (publish targets -> deliveries rows), one claimer
-// (rows -> per-platform queues), Workers senders per platform, one recorder
-// (results -> rows and counters, in batches) and one webhook sender. Close
-// stops them all.
+// Deliveries that must wait are rows of the deliveries table: retries after
+// a transient failure, and a page's deliveries for a gateway that already
+// has its share of MaxInFlight (so a slow gateway does not hold up the
+// others). A claimer feeds them to the same senders when due.
+//
+// Goroutines: one resolver (targets -> pages -> platform queues), one
+// claimer (due rows -> platform queues), Workers senders per platform, one
+// recorder (results -> pages and rows, recorded in batches) and one webhook
+// sender. Close stops them all.
 type Dispatcher struct {
 	db        *storage.DB
 	instances InstanceLookup
 	log       *zap.Logger
 	opts      Options
 
-	queues   map[storage.Platform]chan storage.Delivery
-	results  chan outcome
-	inFlight atomic.Int64
-	// platformInFlight counts claimed, unrecorded deliveries per platform.
+	queues  map[storage.Platform]chan job
+	results chan outcome
+	// inFlight counts deliveries handed to senders and not yet recorded;
+	// platformInFlight the same per platform, pageInFlight those of pages.
+	inFlight         atomic.Int64
 	platformInFlight map[storage.Platform]*atomic.Int64
+	pageInFlight     atomic.Int64
 	counters         counters // metrics (counters.go)
 
 	wakeResolver chan struct{}
 	wakeClaimer  chan struct{}
+	wakeRecorder chan struct{}
 	wakeHooks    chan struct{}
 
 	mu       sync.Mutex
@@ -94,11 +114,37 @@ type Dispatcher struct {
 	users    map[string]*usersPrepared    // publishes to users, by publish id
 	nUsers   int                          // Prepared entries held in users
 	gateways map[string]*instanceGateways // by instance id
+	reading  map[string]*reading          // publishes being resolved, by id
 
 	stop    context.CancelFunc
 	loops   sync.WaitGroup // resolver, claimer, webhooks
 	workers sync.WaitGroup
 	records chan struct{} // closed when the recorder is done
+}
+
+// reading is the resolver's progress through one publish's targets: per
+// target stream (see storage.PublishTargets), how far it was read, ahead of
+// the stored cursor by the pages in flight.
+type reading struct {
+	publish storage.Publish
+	wanted  map[storage.Platform]bool // the platforms the publish has a payload for
+	streams map[storage.Platform]*stream
+	final   bool // the last page recorded: forget this publish
+}
+
+type stream struct {
+	cursor    string // after the last page read
+	exhausted bool   // every page read
+	recorded  bool   // the last page recorded
+	open      []*page
+}
+
+// page is one page of a stream in flight. The resolver fills it and hands
+// its deliveries out; the recorder alone counts them back.
+type page struct {
+	result  storage.PageResult
+	last    bool // ends its stream
+	pending int  // deliveries not completed yet
 }
 
 // usersPrepared is a publish to users: its parsed payload and its payloads
@@ -113,8 +159,15 @@ type usersPrepared struct {
 // encoded; past it the cache starts over.
 const maxPrepared = 4096
 
+// job is a delivery for a sender: of a page in flight, or a stored row
+// (page nil).
+type job struct {
+	d    storage.Delivery
+	page *page
+}
+
 type outcome struct {
-	d   storage.Delivery
+	job
 	res Result
 }
 
@@ -124,26 +177,37 @@ type instanceGateways struct {
 	errs    map[storage.Platform]error
 }
 
+var platforms = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb}
+
 // New returns a dispatcher; Start runs it.
 func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options) *Dispatcher {
 	opts = opts.withDefaults()
 	d := &Dispatcher{
 		db: db, instances: instances, log: log, opts: opts,
-		queues:           map[storage.Platform]chan storage.Delivery{},
+		queues:           map[storage.Platform]chan job{},
 		platformInFlight: map[storage.Platform]*atomic.Int64{},
 		results:          make(chan outcome, opts.MaxInFlight),
 		wakeResolver:     make(chan struct{}, 1),
 		wakeClaimer:      make(chan struct{}, 1),
+		wakeRecorder:     make(chan struct{}, 1),
 		wakeHooks:        make(chan struct{}, 1),
 		prepared:         map[string]*Prepared{},
 		users:            map[string]*usersPrepared{},
 		gateways:         map[string]*instanceGateways{},
+		reading:          map[string]*reading{},
 	}
-	for _, p := range []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb} {
-		d.queues[p] = make(chan storage.Delivery, opts.MaxInFlight)
+	for _, p := range platforms {
+		// A platform holds at most about platformLimit() in flight.
+		d.queues[p] = make(chan job, 2*opts.MaxInFlight+opts.PageSize)
 		d.platformInFlight[p] = new(atomic.Int64)
 	}
 	return d
+}
+
+// platformLimit is the share of MaxInFlight one gateway may hold: a third,
+// so that a slow gateway leaves the others room, and at least a page.
+func (d *Dispatcher) platformLimit() int64 {
+	return int64(max(d.opts.MaxInFlight/len(platforms), d.opts.PageSize))
 }
 
 // Start releases the claims a previous process left behind and starts the
@@ -158,10 +222,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.stop = stop
 	d.records = make(chan struct{})
 	go func() { defer close(d.records); d.record() }()
-	for p, q := range d.queues {
+	for _, p := range platforms {
+		q := d.queues[p]
 		for range d.opts.Workers {
 			d.workers.Add(1)
-			go func() { defer d.workers.Done(); d.work(bg, p, q) }()
+			go func() { defer d.workers.Done(); d.work(bg, q) }()
 		}
 	}
 	d.loops.Add(3)
@@ -171,8 +236,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the dispatcher. Sends in flight are abandoned and their
-// deliveries left for the next start (they may be sent twice: at least once).
+// Close stops the dispatcher. Sends in flight are abandoned; their pages and
+// rows stay unrecorded and the next start sends them again (at least once).
 func (d *Dispatcher) Close() {
 	if d.stop == nil {
 		return
@@ -184,7 +249,7 @@ func (d *Dispatcher) Close() {
 	<-d.records
 }
 
-// InFlight is how many deliveries are claimed and not yet recorded.
+// InFlight is how many deliveries are handed to senders and not yet recorded.
 func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
 
 // Notify tells the dispatcher that a publish was stored.
@@ -220,26 +285,76 @@ func encodeWebhook(p storage.Publish, ev storage.PublishEvent, at time.Time) []b
 	return b
 }
 
-// resolve turns unresolved publishes into deliveries, page by page.
+// resolve reads the targets of unresolved publishes and hands them out a
+// page at a time, oldest publish first, whenever the page's gateway has room
+// in flight: every gateway is kept busy, and a slow one holds up only its
+// own streams.
 func (d *Dispatcher) resolve(ctx context.Context) {
-	for {
-		pubs, err := d.db.UnresolvedPublishes(ctx, 16)
-		if err != nil && ctx.Err() == nil {
-			d.log.Error("listing publishes to resolve", zap.Error(err))
+	var active []*reading
+	var listed time.Time
+	relist := true
+	for ctx.Err() == nil {
+		if relist || time.Since(listed) > time.Second {
+			active, listed = d.listPublishes(ctx), time.Now()
 		}
-		for _, p := range pubs {
-			d.resolveOne(ctx, p)
+		progressed := false
+		for _, r := range active {
+			for _, pl := range streamOrder {
+				st := r.streams[pl]
+				if st != nil && !st.exhausted && d.room(r, pl) {
+					d.readPage(ctx, r, pl, st)
+					progressed = true
+				}
+			}
 		}
-		if len(pubs) > 0 {
-			continue
-		}
-		if !sleep(ctx, d.wakeResolver, 5*time.Second) {
+		relist = !progressed
+		if !progressed && !sleep(ctx, d.wakeResolver, time.Second) {
 			return
 		}
 	}
 }
 
-func (d *Dispatcher) resolveOne(ctx context.Context, p storage.Publish) {
+// streamOrder is the order the resolver visits a publish's streams in.
+var streamOrder = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb, ""}
+
+// listPublishes returns the unresolved publishes, oldest first, with the
+// resolver's progress through each, starting the ones seen the first time.
+func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
+	// A publish whose last page was recorded before this listing is
+	// resolved in it: forgetting it now cannot read it twice.
+	d.mu.Lock()
+	for id, r := range d.reading {
+		if r.final {
+			delete(d.reading, id)
+		}
+	}
+	busy := len(d.reading)
+	d.mu.Unlock()
+	pubs, err := d.db.UnresolvedPublishes(ctx, 64+busy)
+	if err != nil && ctx.Err() == nil {
+		d.log.Error("listing publishes to resolve", zap.Error(err))
+	}
+	var out []*reading
+	for _, p := range pubs {
+		d.mu.Lock()
+		r := d.reading[p.ID]
+		d.mu.Unlock()
+		if r == nil {
+			if r = d.startReading(ctx, p); r == nil {
+				continue
+			}
+			d.mu.Lock()
+			d.reading[p.ID] = r
+			d.mu.Unlock()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// startReading moves an accepted publish to delivering and sets up its
+// streams from the stored cursor. It returns nil when that failed.
+func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *reading {
 	payload, err := ParseStoredPayload(p.Payload)
 	if err != nil {
 		// Checked when accepted; a stored payload that no longer parses
@@ -247,43 +362,91 @@ func (d *Dispatcher) resolveOne(ctx context.Context, p storage.Publish) {
 		d.log.Error("stored publish payload is invalid", zap.String("publish", p.ID), zap.Error(err))
 		payload = &Payload{}
 	}
-	platforms := payload.Platforms()
-	for !p.Resolved && ctx.Err() == nil {
-		wasAccepted := p.State == storage.PublishAccepted
-		next, n, err := d.db.ResolvePublishPage(ctx, p, platforms, d.opts.PageSize, encodeWebhook)
-		if err != nil {
+	if p.State == storage.PublishAccepted {
+		if p, err = d.db.StartPublish(ctx, p, encodeWebhook); err != nil {
 			if ctx.Err() == nil {
-				d.log.Error("resolving publish targets", zap.String("publish", p.ID), zap.Error(err))
-				sleep(ctx, nil, time.Second)
+				d.log.Error("starting publish", zap.String("publish", p.ID), zap.Error(err))
 			}
-			return
+			return nil
 		}
-		p = next
-		if n > 0 {
-			wake(d.wakeClaimer)
-		}
-		if p.WebhookURL != "" && (wasAccepted || p.State == storage.PublishDone) {
+		if p.WebhookURL != "" {
 			wake(d.wakeHooks)
 		}
 	}
+	r := &reading{publish: p, wanted: payload.Platforms(), streams: map[storage.Platform]*stream{}}
+	if p.TargetKind == storage.TargetUsers {
+		r.streams[""] = &stream{cursor: p.Cursor}
+		return r
+	}
+	for _, pl := range platforms {
+		if r.wanted[pl] {
+			r.streams[pl] = &stream{cursor: p.StreamCursor(pl)}
+		}
+	}
+	if len(r.streams) == 0 {
+		// No platform to send to: one stream that holds no device (no id
+		// starts with "-") resolves the publish with its first, empty page.
+		r.streams[""] = &stream{}
+	}
+	return r
 }
 
-// claim moves due deliveries from the table to the platform queues, keeping
-// at most MaxInFlight/3 claimed per platform, so every gateway is kept busy
-// at once and a slow one does not hold up the others.
+// room reports whether the gateways of a stream can take another page.
+func (d *Dispatcher) room(r *reading, pl storage.Platform) bool {
+	limit := d.platformLimit() - int64(d.opts.PageSize)
+	if pl != "" {
+		return d.platformInFlight[pl].Load() <= limit
+	}
+	for p, ok := range r.wanted {
+		if ok && d.platformInFlight[p].Load() > limit {
+			return false
+		}
+	}
+	return true
+}
+
+// readPage reads the stream's next page and hands its deliveries out.
+func (d *Dispatcher) readPage(ctx context.Context, r *reading, pl storage.Platform, st *stream) {
+	targets, next, last, err := d.db.PublishTargets(ctx, r.publish, pl, r.wanted, st.cursor, d.opts.PageSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("reading publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
+			sleep(ctx, nil, time.Second)
+		}
+		return
+	}
+	pg := &page{result: storage.PageResult{PublishID: r.publish.ID, Stream: pl, Cursor: next, Targeted: len(targets)},
+		last: last, pending: len(targets)}
+	// Registered before any of its deliveries can come back.
+	d.mu.Lock()
+	st.cursor, st.exhausted = next, last
+	st.open = append(st.open, pg)
+	d.mu.Unlock()
+	d.inFlight.Add(int64(len(targets)))
+	d.pageInFlight.Add(int64(len(targets)))
+	for _, t := range targets {
+		d.platformInFlight[t.Platform].Add(1)
+		d.queues[t.Platform] <- job{d: t, page: pg} // room() keeps it under the queue's size
+	}
+	if len(targets) == 0 {
+		wake(d.wakeRecorder)
+	}
+}
+
+// claim moves due rows of the deliveries table to the platform queues while
+// their gateway has less than its share in flight.
 func (d *Dispatcher) claim(ctx context.Context) {
-	limit := max(d.opts.MaxInFlight/len(d.queues), 1)
-	batch := min(d.opts.ClaimBatch, limit)
-	platforms := []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb}
+	share := d.platformLimit()
+	batch := int64(d.opts.ClaimBatch)
 	for ctx.Err() == nil {
 		claimed, full := 0, 0
 		for _, p := range platforms {
-			room := limit - int(d.platformInFlight[p].Load())
-			if room < batch/4 {
+			room := share - d.platformInFlight[p].Load()
+			if room < max(batch/4, 1) {
 				full++
 				continue
 			}
-			got, err := d.db.ClaimDeliveries(ctx, p, time.Now(), min(room, batch))
+			got, err := d.db.ClaimDeliveries(ctx, p, time.Now(), int(min(room, batch)))
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Error("claiming deliveries", zap.Error(err))
@@ -295,7 +458,7 @@ func (d *Dispatcher) claim(ctx context.Context) {
 			d.inFlight.Add(int64(len(got)))
 			d.platformInFlight[p].Add(int64(len(got)))
 			for _, del := range got {
-				d.queues[p] <- del // sized MaxInFlight: never blocks
+				d.queues[p] <- job{d: del} // at most share in the queue: never blocks
 			}
 		}
 		if claimed > 0 {
@@ -314,14 +477,13 @@ func (d *Dispatcher) claim(ctx context.Context) {
 }
 
 // work sends the deliveries of one platform's queue.
-func (d *Dispatcher) work(ctx context.Context, p storage.Platform, q chan storage.Delivery) {
+func (d *Dispatcher) work(ctx context.Context, q chan job) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case del := <-q:
-			res := d.send(ctx, del)
-			d.results <- outcome{d: del, res: res}
+		case j := <-q:
+			d.results <- outcome{job: j, res: d.send(ctx, j.d)}
 		}
 	}
 }
@@ -446,12 +608,12 @@ func (d *Dispatcher) senderFor(instanceID string, p storage.Platform) (Sender, e
 			} else {
 				g.errs[storage.PlatformAPNs] = err
 			}
-			if s, err := NewFCM(in.FCM); err == nil {
+			if s, err := NewFCM(in.FCM, d.opts.RootCAs); err == nil {
 				g.senders[storage.PlatformFCM] = s
 			} else {
 				g.errs[storage.PlatformFCM] = err
 			}
-			if s, err := NewWebPush(in.VAPID); err == nil {
+			if s, err := NewWebPush(in.VAPID, d.opts.RootCAs); err == nil {
 				g.senders[storage.PlatformWeb] = s
 			} else {
 				g.errs[storage.PlatformWeb] = err
@@ -475,72 +637,160 @@ func (d *Dispatcher) backoff(attempts int, after time.Duration) time.Duration {
 	return max(b, after)
 }
 
-// record writes results to the database in batches: whatever arrived while
-// the previous batch was written goes in the next transaction.
+// record counts results back into their pages and rows and writes them in
+// batches: whatever arrived while the previous batch was written goes in the
+// next transaction. Pages are written in the order they were read, each once
+// all its deliveries are done.
 func (d *Dispatcher) record() {
-	ctx := context.Background()
-	batch := make([]storage.DeliveryResult, 0, 1024)
-	for first := range d.results {
-		batch = batch[:0]
-		add := func(o outcome) {
-			r := storage.DeliveryResult{Delivery: o.d, Outcome: o.res.Outcome}
-			if r.Outcome == storage.DeliveryRetry {
-				if o.d.Attempts+1 >= d.opts.MaxAttempts {
-					r.Outcome = storage.DeliveryFailed
-				} else {
-					r.RetryAt = time.Now().Add(d.backoff(o.d.Attempts, o.res.RetryAfter))
-				}
+	rows := make([]storage.DeliveryResult, 0, 1024)
+	for {
+		got := 0
+		select {
+		case o, ok := <-d.results:
+			if !ok {
+				d.write(rows) // pages complete at Close are recorded too
+				return
 			}
-			d.counters.delivery(o.d.Platform, r.Outcome)
-			if r.Outcome != storage.DeliverySent {
-				d.log.Debug("delivery not sent", zap.String("publish", o.d.PublishID), zap.String("device", o.d.DeviceID),
-					zap.Int("outcome", int(r.Outcome)), zap.String("reason", o.res.Reason))
-			}
-			batch = append(batch, r)
+			rows = d.apply(rows, o)
+			got++
+		case <-d.wakeRecorder:
 		}
-		add(first)
 	drain:
-		for len(batch) < cap(batch) {
+		for got < cap(rows) {
 			select {
 			case o, ok := <-d.results:
 				if !ok {
-					break drain
+					break drain // the next round returns
 				}
-				add(o)
+				rows = d.apply(rows, o)
+				got++
 			default:
 				break drain
 			}
 		}
-		finished, err := d.db.CompleteDeliveries(ctx, batch, encodeWebhook)
-		for try := 1; err != nil && try <= 10; try++ {
-			// Retrying the write keeps the counts right; after that the rows
-			// stay claimed and the next start sends them again.
-			d.log.Error("recording delivery results", zap.Int("results", len(batch)), zap.Error(err))
-			time.Sleep(time.Second)
-			finished, err = d.db.CompleteDeliveries(ctx, batch, encodeWebhook)
+		d.write(rows)
+		rows = rows[:0]
+	}
+}
+
+// apply counts one result: into its page, or as a stored row's result.
+func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.DeliveryResult {
+	del, outcome := o.d, o.res.Outcome
+	var retryAt time.Time
+	if outcome == storage.DeliveryRetry {
+		if del.Attempts+1 >= d.opts.MaxAttempts {
+			outcome = storage.DeliveryFailed
+		} else {
+			retryAt = time.Now().Add(d.backoff(del.Attempts, o.res.RetryAfter))
 		}
-		d.inFlight.Add(-int64(len(batch)))
-		for _, r := range batch {
-			d.platformInFlight[r.Delivery.Platform].Add(-1)
-		}
-		wake(d.wakeClaimer)
-		for _, p := range finished {
-			d.mu.Lock()
-			delete(d.prepared, p.ID)
-			if u := d.users[p.ID]; u != nil {
-				d.nUsers -= len(u.byUser)
-				delete(d.users, p.ID)
+	}
+	d.counters.delivery(del.Platform, outcome)
+	if outcome != storage.DeliverySent {
+		d.log.Debug("delivery not sent", zap.String("publish", del.PublishID), zap.String("device", del.DeviceID),
+			zap.Int("outcome", int(outcome)), zap.String("reason", o.res.Reason))
+	}
+	d.inFlight.Add(-1)
+	d.platformInFlight[del.Platform].Add(-1)
+	pg := o.page
+	if pg == nil {
+		return append(rows, storage.DeliveryResult{Delivery: del, Outcome: outcome, RetryAt: retryAt})
+	}
+	d.pageInFlight.Add(-1)
+	pg.pending--
+	switch outcome {
+	case storage.DeliverySent:
+		pg.result.Sent++
+	case storage.DeliveryDeadToken:
+		pg.result.Failed++
+		pg.result.Dead = append(pg.result.Dead, del)
+	case storage.DeliveryRetry:
+		del.Attempts++
+		pg.result.Later = append(pg.result.Later, storage.LaterDelivery{Delivery: del, At: retryAt})
+	default:
+		pg.result.Failed++
+	}
+	return rows
+}
+
+// write records the rows' results and the pages done, each stream's in
+// order, a publish's resolving page last.
+func (d *Dispatcher) write(rows []storage.DeliveryResult) {
+	ctx := context.Background()
+	var pages, resolving []storage.PageResult
+	d.mu.Lock()
+	for _, r := range d.reading {
+		for _, st := range r.streams {
+			for len(st.open) > 0 && st.open[0].pending == 0 {
+				pg := st.open[0]
+				st.open = st.open[1:]
+				st.recorded = st.recorded || pg.last
+				if pg.last && r.allRecorded() {
+					pg.result.Resolved = true
+					resolving = append(resolving, pg.result)
+					continue
+				}
+				pages = append(pages, pg.result)
 			}
-			d.mu.Unlock()
-			if p.WebhookURL != "" {
-				wake(d.wakeHooks)
-			}
 		}
-		for _, r := range batch {
-			if r.Outcome == storage.DeliveryRetry {
-				wake(d.wakeClaimer)
-				break
-			}
+	}
+	d.mu.Unlock()
+	pages = append(pages, resolving...)
+	if len(rows) == 0 && len(pages) == 0 {
+		return
+	}
+	var finished []storage.Publish
+	retrying(d.log, "recording delivery results", func() error {
+		f, err := d.db.CompleteDeliveries(ctx, rows, encodeWebhook)
+		finished = append(finished, f...)
+		return err
+	})
+	retrying(d.log, "recording pages of publish targets", func() error {
+		f, err := d.db.CompletePages(ctx, pages, encodeWebhook)
+		finished = append(finished, f...)
+		return err
+	})
+	d.mu.Lock()
+	for _, pg := range resolving {
+		if r := d.reading[pg.PublishID]; r != nil {
+			r.final = true
 		}
+	}
+	for _, p := range finished {
+		delete(d.prepared, p.ID)
+		if u := d.users[p.ID]; u != nil {
+			d.nUsers -= len(u.byUser)
+			delete(d.users, p.ID)
+		}
+	}
+	d.mu.Unlock()
+	wake(d.wakeResolver)
+	wake(d.wakeClaimer)
+	for _, p := range finished {
+		if p.WebhookURL != "" {
+			wake(d.wakeHooks)
+			break
+		}
+	}
+}
+
+// allRecorded reports whether the last page of every stream was recorded.
+func (r *reading) allRecorded() bool {
+	for _, st := range r.streams {
+		if !st.recorded {
+			return false
+		}
+	}
+	return true
+}
+
+// retrying runs write until it succeeds, ten more times at most, a second
+// apart: a write that still fails leaves its deliveries unrecorded, and the
+// next start sends them again.
+func retrying(log *zap.Logger, what string, write func() error) {
+	err := write()
+	for try := 1; err != nil && try <= 10; try++ {
+		log.Error(what, zap.Error(err))
+		time.Sleep(time.Second)
+		err = write()
 	}
 }

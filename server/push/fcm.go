@@ -54,8 +54,10 @@ type FCM struct {
 	expires time.Time
 }
 
-// NewFCM builds the FCM sender for an instance's configuration.
-func NewFCM(cfg storage.FCMConfig) (*FCM, error) {
+// NewFCM builds the FCM sender for an instance's configuration. roots are
+// the certificate authorities its TLS connections trust; nil means the
+// system's (which SSL_CERT_FILE and SSL_CERT_DIR can replace).
+func NewFCM(cfg storage.FCMConfig, roots *x509.CertPool) (*FCM, error) {
 	if cfg.ServiceAccountJSON == "" {
 		return nil, errNotConfigured
 	}
@@ -88,17 +90,10 @@ func NewFCM(cfg storage.FCMConfig) (*FCM, error) {
 	if base == "" {
 		base = DefaultFCMURL
 	}
-	tr := &http.Transport{
-		ForceAttemptHTTP2:   true,
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 128, // HTTP/1.1 fallback: keep a connection per busy worker
-		IdleConnTimeout:     5 * time.Minute,
-		TLSHandshakeTimeout: 10 * time.Second,
-	}
 	return &FCM{
 		sendURL: base + "/v1/projects/" + url.PathEscape(sa.ProjectID) + "/messages:send",
 		account: sa, key: key,
-		client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, now: time.Now,
+		client: &http.Client{Transport: gatewayTransport(rootsTLS(roots)), Timeout: 30 * time.Second}, now: time.Now,
 	}, nil
 }
 

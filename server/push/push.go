@@ -7,6 +7,9 @@ package push
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
 	"time"
 
 	"github.com/heraldrt/herald/storage"
@@ -49,4 +52,39 @@ func classifyStatus(status int, reason string, after time.Duration) Result {
 	default:
 		return failed(reason)
 	}
+}
+
+// gatewayTransport is the HTTP transport of a gateway sender. Gateways
+// speak HTTP/2 over TLS: one connection multiplexes every concurrent send,
+// and only one is dialled at a time (otherwise each worker's first send
+// dials and handshakes its own, all but one thrown away). A plain http://
+// gateway (tests, development) speaks HTTP/1.1 and gets a connection per
+// busy worker.
+func gatewayTransport(tlsConf *tls.Config) http.RoundTripper {
+	h2 := &http.Transport{
+		TLSClientConfig:     tlsConf,
+		ForceAttemptHTTP2:   true,
+		MaxConnsPerHost:     1, // for HTTP/2: new connections dialled at a time
+		IdleConnTimeout:     5 * time.Minute,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	plain := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 5 * time.Minute}
+	return schemeTransport{tls: h2, plain: plain}
+}
+
+// schemeTransport sends https requests through one transport and the others
+// through another.
+type schemeTransport struct{ tls, plain http.RoundTripper }
+
+func (t schemeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme == "https" {
+		return t.tls.RoundTrip(r)
+	}
+	return t.plain.RoundTrip(r)
+}
+
+// rootsTLS is the TLS configuration of a sender trusting roots (nil: the
+// system's authorities).
+func rootsTLS(roots *x509.CertPool) *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
 }

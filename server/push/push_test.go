@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -453,7 +454,7 @@ func fcmGateway(t *testing.T, send func(n int, token string, w http.ResponseWrit
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFCM(storage.FCMConfig{ServiceAccountJSON: sa, URL: g.srv.URL})
+	f, err := NewFCM(storage.FCMConfig{ServiceAccountJSON: sa, URL: g.srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +534,7 @@ func TestFCMOutcomes(t *testing.T) {
 	// A token endpoint that fails makes the delivery retry later.
 	g := newGateway(t, false, func(_ int, _ *http.Request, w http.ResponseWriter) { http.Error(w, "down", http.StatusBadGateway) })
 	sa, _, _ := pushtest.NewServiceAccount("proj", g.srv.URL+"/token")
-	f, err := NewFCM(storage.FCMConfig{ServiceAccountJSON: sa, URL: g.srv.URL})
+	f, err := NewFCM(storage.FCMConfig{ServiceAccountJSON: sa, URL: g.srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +559,9 @@ func TestWebPushThroughFake(t *testing.T) {
 	t.Cleanup(fake.Close)
 	cfg := newVAPID(t)
 	fake.VAPIDPublicKey = cfg.PublicKey
-	w, err := NewWebPush(cfg)
+	roots := x509.NewCertPool()
+	roots.AddCert(fake.Server.Certificate())
+	w, err := NewWebPush(cfg, roots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +592,7 @@ func TestWebPushThroughFake(t *testing.T) {
 
 func TestWebPushOutcomes(t *testing.T) {
 	cfg := newVAPID(t)
-	w, err := NewWebPush(cfg)
+	w, err := NewWebPush(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -67,8 +68,10 @@ type vapidToken struct {
 	expires time.Time
 }
 
-// NewWebPush builds the Web Push sender for an instance's VAPID keys.
-func NewWebPush(cfg storage.VAPIDConfig) (*WebPush, error) {
+// NewWebPush builds the Web Push sender for an instance's VAPID keys. roots
+// are the certificate authorities its TLS connections trust; nil means the
+// system's (which SSL_CERT_FILE and SSL_CERT_DIR can replace).
+func NewWebPush(cfg storage.VAPIDConfig, roots *x509.CertPool) (*WebPush, error) {
 	if cfg.PublicKey == "" || cfg.PrivateKey == "" {
 		return nil, errNotConfigured
 	}
@@ -88,15 +91,8 @@ func NewWebPush(cfg storage.VAPIDConfig) (*WebPush, error) {
 	if subject == "" {
 		subject = DefaultVAPIDSubject
 	}
-	tr := &http.Transport{
-		ForceAttemptHTTP2:   true,
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 128,
-		IdleConnTimeout:     5 * time.Minute,
-		TLSHandshakeTimeout: 10 * time.Second,
-	}
 	return &WebPush{key: key, public: base64.RawURLEncoding.EncodeToString(pub), subject: subject,
-		client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, now: time.Now, tokens: map[string]vapidToken{}}, nil
+		client: &http.Client{Transport: gatewayTransport(rootsTLS(roots)), Timeout: 30 * time.Second}, now: time.Now, tokens: map[string]vapidToken{}}, nil
 }
 
 // Subscription is a browser's PushSubscription.

@@ -50,12 +50,19 @@ func NewAPNs() (*APNs, error) {
 		return nil, err
 	}
 	f := &APNs{Inbox: newInbox(), KeyPEM: keyPEM, KeyID: "KEYID12345", TeamID: "TEAMID6789", pub: pub}
-	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
-	f.Server.EnableHTTP2 = true
-	f.Server.StartTLS()
+	f.Server, f.CAPEM = startTLS(f.serve)
 	f.URL = f.Server.URL
-	f.CAPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Server.Certificate().Raw}))
 	return f, nil
+}
+
+// startTLS starts a loopback server speaking TLS with HTTP/2, as the real
+// gateways do, and returns it with the certificate to trust. Every fake
+// has the same certificate (httptest's), so one CA file covers them all.
+func startTLS(h http.HandlerFunc) (*httptest.Server, string) {
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	return srv, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 }
 
 // Dead makes the fake answer 410 Unregistered for the tokens.
@@ -140,11 +147,12 @@ func (f *APNs) checkToken(auth string) error {
 }
 
 // FCM is a fake Firebase gateway: the HTTP v1 send endpoint and an OAuth2
-// token endpoint, on plain HTTP.
+// token endpoint, over TLS with HTTP/2.
 type FCM struct {
 	*Inbox
 	Server         *httptest.Server
 	URL            string // the base URL (HERALD_FCM_URL)
+	CAPEM          string // the certificate to trust (SSL_CERT_FILE for a herald process)
 	Project        string
 	ServiceAccount string // the key file Herald uses; its token_uri is this fake
 	Light          bool   // skip the access token check (benchmarks)
@@ -158,7 +166,7 @@ type FCM struct {
 // NewFCM starts a fake FCM gateway with a fresh service account.
 func NewFCM() (*FCM, error) {
 	f := &FCM{Inbox: newInbox(), Project: "herald-test"}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.Server, f.CAPEM = startTLS(f.serve)
 	f.URL = f.Server.URL
 	sa, pub, err := NewServiceAccount(f.Project, f.URL+"/token")
 	if err != nil {
@@ -253,12 +261,13 @@ func (f *FCM) serveToken(w http.ResponseWriter, r *http.Request) {
 }
 
 // WebPush is a fake push service: one endpoint per subscriber at
-// <URL>/push/<id>, plain HTTP.
+// <URL>/push/<id>, over TLS with HTTP/2.
 type WebPush struct {
 	*Inbox
 	Server *httptest.Server
 	URL    string
-	Light  bool // skip VAPID checks and decryption (benchmarks)
+	CAPEM  string // the certificate to trust (SSL_CERT_FILE for a herald process)
+	Light  bool   // skip VAPID checks and decryption (benchmarks)
 
 	// VAPIDPublicKey is the instance's key the VAPID header must carry
 	// (base64url); empty skips that comparison.
@@ -273,7 +282,7 @@ type WebPush struct {
 // NewWebPush starts a fake push service.
 func NewWebPush() *WebPush {
 	f := &WebPush{Inbox: newInbox(), subs: map[string]*WebSubscriber{}}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.Server, f.CAPEM = startTLS(f.serve)
 	f.URL = f.Server.URL
 	return f
 }

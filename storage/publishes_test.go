@@ -1,0 +1,166 @@
+package storage
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// seedMixed imports 300 devices spread over the three platforms: device i is
+// subscribed to "even" or "odd", every third also to "three", and device i
+// belongs to user "user-<i%10>" when i < 30.
+func seedMixed(t *testing.T, db *DB) []Device {
+	t.Helper()
+	var batch []DeviceImport
+	var all []Device
+	for i := range 300 {
+		p := []Platform{PlatformAPNs, PlatformFCM, PlatformWeb}[i%3]
+		d := Device{ID: fmt.Sprintf("%s-%04d", p, i), InstanceID: instanceID, Platform: p, Token: fmt.Sprintf("tok-%d", i), BundleIdentifier: "com.example"}
+		if i < 30 {
+			d.UserID = fmt.Sprintf("user-%d", i%10)
+		}
+		interests := []string{"odd"}
+		if i%2 == 0 {
+			interests = []string{"even"}
+		}
+		if i%3 == 0 {
+			interests = append(interests, "three")
+		}
+		batch = append(batch, DeviceImport{Device: d, Interests: interests})
+		all = append(all, d)
+	}
+	checkErr(t, "ImportDevices", db.ImportDevices(t.Context(), batch), nil)
+	return all
+}
+
+func TestImportDevicesNeedsPlatformPrefixedIDs(t *testing.T) {
+	db := openDeviceDB(t)
+	err := db.ImportDevices(t.Context(), []DeviceImport{{Device: Device{ID: "web-1", InstanceID: instanceID, Platform: PlatformFCM, Token: "t"}}})
+	if err == nil {
+		t.Fatal("an fcm device with id web-1 was imported")
+	}
+	if _, _, err := db.RegisterDevice(t.Context(), Device{ID: "x-1", InstanceID: instanceID, Platform: PlatformFCM, Token: "t"}); err == nil {
+		t.Fatal("an fcm device with id x-1 was registered")
+	}
+}
+
+func TestPublishTargetStreams(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	all := seedMixed(t, db)
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-i", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"three", "even", "missing"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	every := map[Platform]bool{PlatformAPNs: true, PlatformFCM: true, PlatformWeb: true}
+
+	for _, platform := range []Platform{PlatformAPNs, PlatformFCM, PlatformWeb} {
+		var want, got []string
+		for i, d := range all {
+			if d.Platform == platform && (i%2 == 0 || i%3 == 0) {
+				want = append(want, d.ID)
+			}
+		}
+		cursor := ""
+		for pages := 0; ; pages++ {
+			page, next, last, err := db.PublishTargets(ctx, p, platform, every, cursor, 16)
+			checkErr(t, "PublishTargets", err, nil)
+			for _, d := range page {
+				if d.Platform != platform || d.PublishID != "pub-i" || d.Token == "" || d.BundleIdentifier != "com.example" {
+					t.Fatalf("delivery %+v", d)
+				}
+				got = append(got, d.DeviceID)
+			}
+			cursor = next
+			if last {
+				break
+			}
+			if pages > 100 {
+				t.Fatal("the stream does not end")
+			}
+		}
+		check(t, string(platform)+" stream", got, want)
+	}
+
+	u, err := db.CreatePublish(ctx, Publish{ID: "pub-u", InstanceID: instanceID, TargetKind: TargetUsers,
+		Targets: []string{"user-3", "user-1", "nobody"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	page, next, last, err := db.PublishTargets(ctx, u, "", map[Platform]bool{PlatformFCM: true}, "", 10_000)
+	checkErr(t, "PublishTargets users", err, nil)
+	var users []string
+	for _, d := range page {
+		users = append(users, d.UserID+"/"+d.DeviceID)
+	}
+	slices.Sort(users)
+	// user-1: devices 1, 11, 21 (fcm: 1); user-3: 3, 13, 23 (fcm: 13).
+	check(t, "user page", users, []string{"user-1/fcm-0001", "user-3/fcm-0013"})
+	check(t, "user cursor", []any{next, last}, []any{"3", true})
+}
+
+func TestCompletePages(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	all := seedMixed(t, db)
+	var hooks []PublishEvent
+	encode := func(p Publish, ev PublishEvent, _ time.Time) []byte {
+		hooks = append(hooks, ev)
+		return []byte(`{}`)
+	}
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-c", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"odd"}, Payload: json.RawMessage(`{"fcm":{}}`), WebhookURL: "http://hooks.test/x"}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	p, err = db.StartPublish(ctx, p, encode)
+	checkErr(t, "StartPublish", err, nil)
+	check(t, "state", p.State, PublishDelivering)
+	p, err = db.StartPublish(ctx, p, encode) // started already: nothing stored twice
+	checkErr(t, "StartPublish again", err, nil)
+
+	dead := Delivery{PublishID: p.ID, InstanceID: instanceID, DeviceID: all[1].ID, Platform: all[1].Platform, Token: all[1].Token}
+	later := Delivery{PublishID: p.ID, InstanceID: instanceID, DeviceID: all[3].ID, Platform: all[3].Platform, Token: all[3].Token, Attempts: 1}
+	finished, err := db.CompletePages(ctx, []PageResult{
+		{PublishID: p.ID, Stream: PlatformAPNs, Cursor: "apns-0099", Targeted: 10, Sent: 9, Failed: 1, Dead: []Delivery{dead}},
+		{PublishID: p.ID, Stream: PlatformFCM, Cursor: "fcm-0100", Targeted: 5, Sent: 4, Later: []LaterDelivery{{Delivery: later, At: time.Now()}}},
+		{PublishID: "deleted-meanwhile", Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 1, Sent: 1},
+	}, encode)
+	checkErr(t, "CompletePages", err, nil)
+	check(t, "finished", len(finished), 0)
+	got, err := db.GetPublish(ctx, instanceID, p.ID)
+	checkErr(t, "GetPublish", err, nil)
+	check(t, "counts", []int{got.Targeted, got.Sent, got.Failed}, []int{15, 13, 1})
+	check(t, "stream cursors", []string{got.StreamCursor(PlatformAPNs), got.StreamCursor(PlatformFCM), got.StreamCursor(PlatformWeb)},
+		[]string{"apns-0099", "fcm-0100", ""})
+	if _, err := db.GetDevice(ctx, instanceID, dead.Platform, dead.DeviceID); err == nil {
+		t.Fatal("the device with a dead token is still there")
+	}
+	pending, err := db.PendingDeliveries(ctx)
+	checkErr(t, "PendingDeliveries", err, nil)
+	check(t, "stored for later", pending, 1)
+
+	// The last page resolves the publish, but a delivery is still stored.
+	finished, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Stream: PlatformWeb, Cursor: "web-0299", Resolved: true, Targeted: 1, Sent: 1}}, encode)
+	checkErr(t, "CompletePages last", err, nil)
+	check(t, "finished with a stored delivery", len(finished), 0)
+	claimed, err := db.ClaimDeliveries(ctx, later.Platform, time.Now().Add(time.Second), 10)
+	checkErr(t, "ClaimDeliveries", err, nil)
+	check(t, "claimed", len(claimed), 1)
+	check(t, "attempts kept", claimed[0].Attempts, 1)
+	finished, err = db.CompleteDeliveries(ctx, []DeliveryResult{{Delivery: claimed[0], Outcome: DeliverySent}}, encode)
+	checkErr(t, "CompleteDeliveries", err, nil)
+	check(t, "finished", len(finished), 1)
+	check(t, "final", []any{finished[0].State, finished[0].Targeted, finished[0].Sent, finished[0].Failed}, []any{PublishDone, 16, 15, 1})
+	check(t, "webhooks", hooks, []PublishEvent{PublishStarted, PublishFinished})
+}
+
+func TestLegacySingleCursor(t *testing.T) {
+	p := Publish{TargetKind: TargetInterests, Cursor: "fcm-0100"}
+	check(t, "each stream from the single cursor", p.StreamCursor(PlatformWeb), "fcm-0100")
+	c, err := advanceCursor(TargetInterests, p.Cursor, PlatformAPNs, "apns-0200")
+	checkErr(t, "advanceCursor", err, nil)
+	p.Cursor = c
+	check(t, "advanced", []string{p.StreamCursor(PlatformAPNs), p.StreamCursor(PlatformFCM), p.StreamCursor(PlatformWeb)},
+		[]string{"apns-0200", "fcm-0100", "fcm-0100"})
+	c, err = advanceCursor(TargetUsers, "4", "", "8")
+	checkErr(t, "advanceCursor users", err, nil)
+	check(t, "users cursor", c, "8")
+}
