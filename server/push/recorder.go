@@ -1,0 +1,168 @@
+package push
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/storage"
+)
+
+// record counts results back into their pages and rows and writes them in
+// batches: whatever arrived while the previous batch was written goes in the
+// next transaction. Pages are written in the order they were read, each once
+// all its deliveries are done.
+func (d *Dispatcher) record() {
+	rows := make([]storage.DeliveryResult, 0, 1024)
+	for {
+		got := 0
+		select {
+		case o, ok := <-d.results:
+			if !ok {
+				d.write(rows) // pages complete at Close are recorded too
+				return
+			}
+			rows = d.apply(rows, o)
+			got++
+		case <-d.wakeRecorder:
+		}
+	drain:
+		for got < cap(rows) {
+			select {
+			case o, ok := <-d.results:
+				if !ok {
+					break drain // the next round returns
+				}
+				rows = d.apply(rows, o)
+				got++
+			default:
+				break drain
+			}
+		}
+		d.write(rows)
+		rows = rows[:0]
+	}
+}
+
+// apply counts one result: into its page, or as a stored row's result.
+func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.DeliveryResult {
+	del, outcome := o.d, o.res.Outcome
+	var retryAt time.Time
+	if outcome == storage.DeliveryRetry {
+		if del.Attempts+1 >= d.opts.MaxAttempts {
+			outcome = storage.DeliveryFailed
+		} else {
+			retryAt = time.Now().Add(d.backoff(del.Attempts, o.res.RetryAfter))
+		}
+	}
+	d.counters.delivery(del.Platform, outcome)
+	if outcome != storage.DeliverySent {
+		d.log.Debug("delivery not sent", zap.String("publish", del.PublishID), zap.String("device", del.DeviceID),
+			zap.Int("outcome", int(outcome)), zap.String("reason", o.res.Reason))
+	}
+	d.inFlight.Add(-1)
+	d.platformInFlight[del.Platform].Add(-1)
+	pg := o.page
+	if pg == nil {
+		return append(rows, storage.DeliveryResult{Delivery: del, Outcome: outcome, RetryAt: retryAt})
+	}
+	d.pageInFlight.Add(-1)
+	pg.pending--
+	switch outcome {
+	case storage.DeliverySent:
+		pg.result.Sent++
+	case storage.DeliveryDeadToken:
+		pg.result.Failed++
+		pg.result.Dead = append(pg.result.Dead, del)
+	case storage.DeliveryRetry:
+		del.Attempts++
+		pg.result.Later = append(pg.result.Later, storage.LaterDelivery{Delivery: del, At: retryAt})
+	default:
+		pg.result.Failed++
+	}
+	return rows
+}
+
+// write records the rows' results and the pages done, each stream's in
+// order, a publish's resolving page last.
+func (d *Dispatcher) write(rows []storage.DeliveryResult) {
+	ctx := context.Background()
+	var pages, resolving []storage.PageResult
+	d.mu.Lock()
+	for _, r := range d.reading {
+		for _, st := range r.streams {
+			for len(st.open) > 0 && st.open[0].pending == 0 {
+				pg := st.open[0]
+				st.open = st.open[1:]
+				st.recorded = st.recorded || pg.last
+				if pg.last && r.allRecorded() {
+					pg.result.Resolved = true
+					resolving = append(resolving, pg.result)
+					continue
+				}
+				pages = append(pages, pg.result)
+			}
+		}
+	}
+	d.mu.Unlock()
+	pages = append(pages, resolving...)
+	if len(rows) == 0 && len(pages) == 0 {
+		return
+	}
+	var finished []storage.Publish
+	retrying(d.log, "recording delivery results", func() error {
+		f, err := d.db.CompleteDeliveries(ctx, rows, encodeWebhook)
+		finished = append(finished, f...)
+		return err
+	})
+	retrying(d.log, "recording pages of publish targets", func() error {
+		f, err := d.db.CompletePages(ctx, pages, encodeWebhook)
+		finished = append(finished, f...)
+		return err
+	})
+	d.mu.Lock()
+	for _, pg := range resolving {
+		if r := d.reading[pg.PublishID]; r != nil {
+			r.final = true
+		}
+	}
+	for _, p := range finished {
+		delete(d.prepared, p.ID)
+		if u := d.users[p.ID]; u != nil {
+			d.nUsers -= len(u.byUser)
+			delete(d.users, p.ID)
+		}
+	}
+	d.mu.Unlock()
+	wake(d.wakeResolver)
+	wake(d.wakeClaimer)
+	for _, p := range finished {
+		if p.WebhookURL != "" {
+			wake(d.wakeHooks)
+			break
+		}
+	}
+}
+
+// allRecorded reports whether the last page of every stream was recorded.
+func (r *reading) allRecorded() bool {
+	for _, st := range r.streams {
+		if !st.recorded {
+			return false
+		}
+	}
+	return true
+}
+
+// retrying runs write until it succeeds, ten more times at most, a second
+// apart: a write that still fails leaves its deliveries unrecorded, and the
+// next start sends them again.
+func retrying(log *zap.Logger, what string, write func() error) {
+	err := write()
+	for try := 1; err != nil && try <= 10; try++ {
+		log.Error(what, zap.Error(err))
+		time.Sleep(time.Second)
+		err = write()
+	}
+}

@@ -1,0 +1,158 @@
+package push
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/storage"
+)
+
+// resolve reads the targets of unresolved publishes and hands them out a
+// page at a time, oldest publish first, whenever the page's gateway has room
+// in flight: every gateway is kept busy, and a slow one holds up only its
+// own streams.
+func (d *Dispatcher) resolve(ctx context.Context) {
+	var active []*reading
+	var listed time.Time
+	relist := true
+	for ctx.Err() == nil {
+		if relist || time.Since(listed) > time.Second {
+			active, listed = d.listPublishes(ctx), time.Now()
+		}
+		progressed := false
+		for _, r := range active {
+			for _, pl := range streamOrder {
+				st := r.streams[pl]
+				if st != nil && !st.exhausted && d.room(r, pl) {
+					d.readPage(ctx, r, pl, st)
+					progressed = true
+				}
+			}
+		}
+		relist = !progressed
+		if !progressed && !sleep(ctx, d.wakeResolver, time.Second) {
+			return
+		}
+	}
+}
+
+// streamOrder is the order the resolver visits a publish's streams in.
+var streamOrder = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb, ""}
+
+// listPublishes returns the unresolved publishes, oldest first, with the
+// resolver's progress through each, starting the ones seen the first time.
+func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
+	// A publish whose last page was recorded before this listing is
+	// resolved in it: forgetting it now cannot read it twice.
+	d.mu.Lock()
+	for id, r := range d.reading {
+		if r.final {
+			delete(d.reading, id)
+		}
+	}
+	busy := len(d.reading)
+	d.mu.Unlock()
+	pubs, err := d.db.UnresolvedPublishes(ctx, 64+busy)
+	if err != nil && ctx.Err() == nil {
+		d.log.Error("listing publishes to resolve", zap.Error(err))
+	}
+	var out []*reading
+	for _, p := range pubs {
+		d.mu.Lock()
+		r := d.reading[p.ID]
+		d.mu.Unlock()
+		if r == nil {
+			if r = d.startReading(ctx, p); r == nil {
+				continue
+			}
+			d.mu.Lock()
+			d.reading[p.ID] = r
+			d.mu.Unlock()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// startReading moves an accepted publish to delivering and sets up its
+// streams from the stored cursor. It returns nil when that failed.
+func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *reading {
+	payload, err := ParseStoredPayload(p.Payload)
+	if err != nil {
+		// Checked when accepted; a stored payload that no longer parses
+		// resolves to no device rather than blocking the queue.
+		d.log.Error("stored publish payload is invalid", zap.String("publish", p.ID), zap.Error(err))
+		payload = &Payload{}
+	}
+	if p.State == storage.PublishAccepted {
+		if p, err = d.db.StartPublish(ctx, p, encodeWebhook); err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("starting publish", zap.String("publish", p.ID), zap.Error(err))
+			}
+			return nil
+		}
+		if p.WebhookURL != "" {
+			wake(d.wakeHooks)
+		}
+	}
+	r := &reading{publish: p, wanted: payload.Platforms(), streams: map[storage.Platform]*stream{}}
+	if p.TargetKind == storage.TargetUsers {
+		r.streams[""] = &stream{cursor: p.Cursor}
+		return r
+	}
+	for _, pl := range platforms {
+		if r.wanted[pl] {
+			r.streams[pl] = &stream{cursor: p.StreamCursor(pl)}
+		}
+	}
+	if len(r.streams) == 0 {
+		// No platform to send to: one stream that holds no device (no id
+		// starts with "-") resolves the publish with its first, empty page.
+		r.streams[""] = &stream{}
+	}
+	return r
+}
+
+// room reports whether the gateways of a stream can take another page.
+func (d *Dispatcher) room(r *reading, pl storage.Platform) bool {
+	limit := d.platformLimit() - int64(d.opts.PageSize)
+	if pl != "" {
+		return d.platformInFlight[pl].Load() <= limit
+	}
+	for p, ok := range r.wanted {
+		if ok && d.platformInFlight[p].Load() > limit {
+			return false
+		}
+	}
+	return true
+}
+
+// readPage reads the stream's next page and hands its deliveries out.
+func (d *Dispatcher) readPage(ctx context.Context, r *reading, pl storage.Platform, st *stream) {
+	targets, next, last, err := d.db.PublishTargets(ctx, r.publish, pl, r.wanted, st.cursor, d.opts.PageSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("reading publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
+			sleep(ctx, nil, time.Second)
+		}
+		return
+	}
+	pg := &page{result: storage.PageResult{PublishID: r.publish.ID, Stream: pl, Cursor: next, Targeted: len(targets)},
+		last: last, pending: len(targets)}
+	// Registered before any of its deliveries can come back.
+	d.mu.Lock()
+	st.cursor, st.exhausted = next, last
+	st.open = append(st.open, pg)
+	d.mu.Unlock()
+	d.inFlight.Add(int64(len(targets)))
+	d.pageInFlight.Add(int64(len(targets)))
+	for _, t := range targets {
+		d.platformInFlight[t.Platform].Add(1)
+		d.queues[t.Platform] <- job{d: t, page: pg} // room() keeps it under the queue's size
+	}
+	if len(targets) == 0 {
+		wake(d.wakeRecorder)
+	}
+}
