@@ -103,7 +103,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw.web.VAPIDPublicKey = in.VAPID.PublicKey
-	seedDevices(t, &Node{db: sdb}, gw, devices, "crash")
+	seedDevices(t, sdb, devices, "crash", webTokens(t, gw))
 	tokens := map[string]bool{}
 	page, err := sdb.SubscribedDevices(context.Background(), beamsInstance, []string{"crash"}, "", devices+1)
 	if err != nil || len(page) != devices {

@@ -10,12 +10,19 @@
 //	GET  /messages       every accepted notification: [{platform, token, headers, body}]
 //	                     (web bodies decrypted; token is the subscription id for web)
 //	GET  /problems       what the fakes found wrong in requests: ["…"]
+//	GET  /counts         notifications accepted per gateway: {apns, fcm, web}
 //	POST /web/subscribe  a new browser subscription: {id, endpoint, token} (token:
-//	                     base64 of the PushSubscription JSON, what a web device registers)
+//	                     base64 of the PushSubscription JSON, what a web device registers);
+//	                     with ?count=N, a list of N of them
 //	POST /web/vapid      {"publicKey": "…"}: the VAPID key the web fake requires from now on
 //	POST /dead           {"platform": "apns"|"fcm"|"web", "token": "…"}: answer the token as dead
 //
-//	go run ./server/push/pushtest/cmd/fakegateways [-dir DIR]
+// The three gateways share one certificate (the CA file): a herald process
+// trusts it for FCM and Web Push through SSL_CERT_FILE. With -light the
+// fakes only count what they accept, without checks or storage
+// (benchmarks).
+//
+//	go run ./server/push/pushtest/cmd/fakegateways [-dir DIR] [-light]
 package main
 
 import (
@@ -30,6 +37,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -62,15 +70,16 @@ type fakes struct {
 
 func main() {
 	dir := flag.String("dir", "", "directory for the key, CA and service account files (default: a new temporary one, removed at exit)")
+	light := flag.Bool("light", false, "benchmark mode: count messages without checking or keeping them")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("fakegateways: ")
-	if err := run(*dir); err != nil {
+	if err := run(*dir, *light); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(dir string) error {
+func run(dir string, light bool) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "fakegateways-")
 		if err != nil {
@@ -92,6 +101,10 @@ func run(dir string) error {
 	w := pushtest.NewWebPush()
 	defer w.Close()
 	fk := &fakes{apns: a, fcm: f, web: w, subs: map[string]*pushtest.WebSubscriber{}}
+	if light {
+		a.Light, f.Light, w.Light = true, true, true
+		a.Keep, f.Keep, w.Keep = false, false, false
+	}
 
 	cfg := Config{
 		APNsURL: a.URL, APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, FCMURL: f.URL, FCMProject: f.Project, WebURL: w.URL, Dir: dir,
@@ -171,16 +184,36 @@ func (fk *fakes) routes() http.Handler {
 		}
 		writeJSON(w, p)
 	})
-	mux.HandleFunc("POST /web/subscribe", func(w http.ResponseWriter, _ *http.Request) {
-		s, err := fk.web.Subscribe()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+	mux.HandleFunc("GET /counts", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]int{"apns": fk.apns.Count(), "fcm": fk.fcm.Count(), "web": fk.web.Count()})
+	})
+	// One subscription, or ?count=N of them as a list (benchmarks).
+	mux.HandleFunc("POST /web/subscribe", func(w http.ResponseWriter, r *http.Request) {
+		n, many := 1, r.URL.Query().Has("count")
+		if many {
+			var err error
+			if n, err = strconv.Atoi(r.URL.Query().Get("count")); err != nil || n < 1 || n > 1_000_000 {
+				http.Error(w, "count must be 1 to 1000000", http.StatusBadRequest)
+				return
+			}
+		}
+		out := make([]map[string]string, 0, n)
+		for range n {
+			s, err := fk.web.Subscribe()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			fk.mu.Lock()
+			fk.subs[s.ID] = s
+			fk.mu.Unlock()
+			out = append(out, map[string]string{"id": s.ID, "endpoint": s.Endpoint, "token": s.Token()})
+		}
+		if many {
+			writeJSON(w, out)
 			return
 		}
-		fk.mu.Lock()
-		fk.subs[s.ID] = s
-		fk.mu.Unlock()
-		writeJSON(w, map[string]string{"id": s.ID, "endpoint": s.Endpoint, "token": s.Token()})
+		writeJSON(w, out[0])
 	})
 	mux.HandleFunc("POST /web/vapid", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
