@@ -65,6 +65,9 @@ type sockConn struct {
 	// when none); frame tracks where the byte stream is within a frame.
 	held  *[]byte
 	frame frameTracker
+
+	// onClose, if set, runs when the library closes the connection.
+	onClose func()
 }
 
 // newSockConn wraps c; pending holds bytes the client sent after the
@@ -83,6 +86,14 @@ func newSockConn(c net.Conn, pending []byte) *sockConn {
 // library over sc.
 func newLibBuffers(sc *sockConn) *bufio.ReadWriter {
 	return bufio.NewReadWriter(bufio.NewReaderSize(sc, libBufferSize), bufio.NewWriterSize(sc, libBufferSize))
+}
+
+// Close implements net.Conn.
+func (sc *sockConn) Close() error {
+	if sc.onClose != nil {
+		sc.onClose()
+	}
+	return sc.Conn.Close()
 }
 
 // Read implements net.Conn.

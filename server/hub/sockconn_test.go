@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // recordConn is a net.Conn that records each Write and serves Reads from
@@ -214,4 +217,60 @@ func TestMessageSentWithTheHandshakeIsHandled(t *testing.T) {
 			t.Fatalf("got %s, want %s", payload, want)
 		}
 	}
+}
+
+// Connections spend their idle time parked (with the poller, or on a small
+// waiting goroutine); each way out of that state must finish the connection.
+func TestParkedConnectionsWakeAndFinish(t *testing.T) {
+	t.Run("Poller", func(t *testing.T) { testParkedConnections(t, false) })
+	t.Run("WaitingGoroutines", func(t *testing.T) { testParkedConnections(t, true) })
+}
+
+func testParkedConnections(t *testing.T, noPoller bool) {
+	s := newWSServer(t, SocketOptions{})
+	if noPoller {
+		s.handler.poller = nil
+	}
+	var clients []*client
+	for range 20 {
+		clients = append(clients, s.dial(t, "key1"))
+	}
+	// Input after idle periods wakes the connection each time.
+	for range 3 {
+		time.Sleep(20 * time.Millisecond)
+		for _, c := range clients {
+			c.ping()
+		}
+	}
+	// A client that goes away without a close frame, one that closes
+	// properly, and one the server closes while it is parked.
+	_ = clients[0].ws.CloseNow()
+	_ = clients[1].ws.Close(websocket.StatusNormalClosure, "bye")
+	var victim *session
+	s.handler.mu.Lock()
+	for sess := range s.handler.sessions {
+		if sess.conn.SocketID() == clients[2].socketID {
+			victim = sess
+		}
+	}
+	s.handler.mu.Unlock()
+	_ = victim.ws.CloseNow()
+	waitFor(t, 5*time.Second, func() error {
+		if n := s.handler.Sessions(); n != 17 {
+			return fmt.Errorf("%d sessions, want 17", n)
+		}
+		return nil
+	})
+	for _, c := range clients[3:] {
+		c.ping()
+	}
+	for _, c := range clients[3:] {
+		_ = c.ws.CloseNow()
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if n := s.handler.Sessions(); n != 0 {
+			return fmt.Errorf("%d sessions, want 0", n)
+		}
+		return nil
+	})
 }

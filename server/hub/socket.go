@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -92,11 +93,13 @@ type SocketHandler struct {
 
 	slowClosed atomic.Int64
 	stopWatch  chan struct{}
+	poller     *inputPoller // nil: each connection waits on its own goroutine
 }
 
 // NewSocketHandler returns the WebSocket endpoint over h.
 func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOptions) *SocketHandler {
 	s := &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
+	s.poller = newInputPoller(s.stopWatch)
 	go s.watchWrites()
 	return s
 }
@@ -134,6 +137,13 @@ type session struct {
 	// writer's goroutine; handshaking is set, under it, once that starts.
 	readGate    sync.Mutex
 	handshaking bool
+
+	// With the input poller: the socket's descriptor (-1 if it has none),
+	// and the poller's state for it, guarded by the poller's lock.
+	fd         int32
+	pollTag    int32
+	pollAdded  bool
+	sockClosed bool
 
 	// writeStarted is when the write in progress began (unix nanoseconds),
 	// 0 between writes. Writes carry no context of their own, because a
@@ -189,7 +199,8 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reject(ws, CloseOverConnectionQuota)
 		return
 	}
-	sess := &session{s: s, conn: conn, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID, key: app.Key}
+	sess := &session{s: s, conn: conn, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID, key: app.Key, fd: socketFD(hj.sock.Conn)}
+	hj.sock.onClose = sess.socketClosing
 	conn.onOverflow = sess.overflowed
 	conn.writers = &sess.writers
 	conn.startWriter = func() { go sess.writeLoop() }
@@ -200,16 +211,33 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.hub.stats.connOpened()
 	sess.start()
-	// The connection lives on in a fresh goroutine and the HTTP handler
-	// returns: the hijacked socket needs nothing from net/http or gin any
-	// more, and the handler's goroutine, whose stack grew while serving
-	// HTTP, ends. The new goroutine mostly waits for input, so it must stay
-	// small: see readLoop.
-	go func() {
-		defer s.remove(sess)
-		sess.readLoop()
-		sess.finish()
-	}()
+	// The HTTP handler returns: the hijacked socket needs nothing from
+	// net/http or gin any more, and the handler's goroutine, whose stack
+	// grew while serving HTTP, ends. The connection is parked with the
+	// poller until it has input (see resume), or, without a poller, waits on
+	// a small goroutine of its own (see readLoop).
+	if s.poller != nil && sess.fd >= 0 {
+		sess.resume(false)
+		return
+	}
+	go sess.waitAlone()
+}
+
+// socketFD is c's descriptor, or -1.
+func socketFD(c net.Conn) int32 {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := int32(-1)
+	if rc.Control(func(d uintptr) { fd = int32(d) }) != nil {
+		return -1
+	}
+	return fd
 }
 
 // hijacker hijacks the connection for the WebSocket library with sockConn
@@ -335,8 +363,9 @@ func (sess *session) start() {
 }
 
 // finish cleans up once the socket has failed or closed: it returns when the
-// writer is done.
+// writer is done, and the connection is gone.
 func (sess *session) finish() {
+	defer sess.s.remove(sess)
 	sess.idle.Stop()
 	if sess.authTimer != nil {
 		sess.authTimer.Stop()
@@ -482,10 +511,54 @@ type clientMessage struct {
 	Data    json.RawMessage `json:"data"`
 }
 
+// resume handles the connection's input until none is buffered (woken: the
+// poller saw the socket readable), then parks the connection with the poller
+// and returns; the poller calls it again, on a fresh goroutine, when there is
+// input. Once the socket is done it finishes the connection.
+func (sess *session) resume(woken bool) {
+	for {
+		if !woken && !sess.inputPending() {
+			switch err := sess.s.poller.park(sess); {
+			case err == nil:
+				return
+			case errors.Is(err, errSocketClosed):
+				sess.finish()
+				return
+			default: // the poller cannot take it
+				go sess.waitAlone()
+				return
+			}
+		}
+		woken = false
+		if !sess.readMessages(true) {
+			sess.finish()
+			return
+		}
+	}
+}
+
+// errSocketClosed: the connection's socket was closed; it is to be finished.
+var errSocketClosed = errors.New("hub: socket closed")
+
+// socketClosing runs when the WebSocket library closes the socket. A parked
+// connection has no goroutine to see that, so it is finished from here.
+func (sess *session) socketClosing() {
+	if sess.s.poller != nil && sess.s.poller.closed(sess) {
+		go sess.finish()
+	}
+}
+
+// waitAlone serves the connection on a goroutine of its own, when there is
+// no poller to park it with.
+func (sess *session) waitAlone() {
+	sess.readLoop()
+	sess.finish()
+}
+
 // readLoop handles client messages until the socket fails or closes.
 //
-// It runs on the connection's long-lived goroutine, which spends nearly all
-// its life waiting, so it must stay small: handling a message (JSON, channel
+// Without the poller, it runs on the connection's long-lived goroutine, which
+// spends nearly all its life waiting, so it must stay small: handling a message (JSON, channel
 // authorization, subscribing, encoding answers) would grow its stack to
 // several KiB, kept for the connection's life as Go shrinks a stack only when
 // three quarters of it are unused. So this goroutine only waits for input,
