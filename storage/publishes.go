@@ -52,11 +52,15 @@ type Publish struct {
 	Payload    json.RawMessage // {"apns":…, "fcm":…, "web":…}, only the given ones
 	WebhookURL string          // "" when none
 	State      PublishState
-	Cursor     string // resolution progress (see the publishes table)
-	Resolved   bool   // every target turned into deliveries
-	Targeted   int    // deliveries created
-	Sent       int    // accepted by a gateway
-	Failed     int    // refused by a gateway, or given up
+	// Cursor is how far the targets were handled (see CompletePages): for
+	// interests a JSON object of per-platform stream cursors (last device
+	// id; a bare id from earlier versions counts for every stream), for
+	// users the number of users. StreamCursor reads it.
+	Cursor     string
+	Resolved   bool // every target handled: sent, failed, or stored for a retry
+	Targeted   int  // deliveries created
+	Sent       int  // accepted by a gateway
+	Failed     int  // refused by a gateway, or given up
 	CreatedAt  time.Time
 	FinishedAt time.Time // zero until done
 }
@@ -156,7 +160,10 @@ func (db *DB) UnresolvedPublishes(ctx context.Context, limit int) ([]Publish, er
 	return out, rows.Err()
 }
 
-// Delivery is one notification to send: a device of a publish.
+// Delivery is one notification to send: a device of a publish. Deliveries
+// live in memory while their page is in flight; the deliveries table holds
+// only those waiting for a retry (and, from earlier versions, rows
+// resolved the old way), which ClaimDeliveries hands out when due.
 type Delivery struct {
 	ID               int64
 	PublishID        string
@@ -334,7 +341,7 @@ type PageResult struct {
 	Cursor       string   // where the page ends: the stream's cursor once recorded
 	Resolved     bool     // the page ends the publish's last open stream
 	Targeted     int      // deliveries of the page
-	Sent, Failed int    // of those, accepted and refused by their gateway
+	Sent, Failed int      // of those, accepted and refused by their gateway
 	// Dead are the deliveries whose token is dead (counted in Failed):
 	// their devices are deleted.
 	Dead []Delivery
