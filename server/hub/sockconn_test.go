@@ -274,3 +274,25 @@ func testParkedConnections(t *testing.T, noPoller bool) {
 		return nil
 	})
 }
+
+// discardConn is a net.Conn whose writes go nowhere.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// BenchmarkFrameWrite compares writing a 200-byte frame as the WebSocket
+// library does, through sockConn and through the 2 KiB bufio writer it used
+// to get.
+func BenchmarkFrameWrite(b *testing.B) {
+	frame := testFrame(bytes.Repeat([]byte{'x'}, 200), false)
+	run := func(b *testing.B, bw *bufio.Writer) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = bw.Write(frame[:2])
+			_, _ = bw.Write(frame[2:])
+			_ = bw.Flush()
+		}
+	}
+	b.Run("sockConn", func(b *testing.B) { run(b, newLibBuffers(newSockConn(discardConn{}, nil)).Writer) })
+	b.Run("bufio2KiB", func(b *testing.B) { run(b, bufio.NewWriterSize(discardConn{}, 2048)) })
+}
