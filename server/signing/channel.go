@@ -41,5 +41,5 @@ func verifyAuth(auth, key, secret, message string) bool {
 	if !ok || gotKey != key {
 		return false
 	}
-	return equalHex(sig, mac(secret, message))
+	return equalMAC(sig, secret, message)
 }

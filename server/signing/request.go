@@ -6,9 +6,7 @@ package signing
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/md5"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -56,9 +54,9 @@ type Request struct {
 	Body     []byte
 }
 
-// Params are the parsed query parameters of a request, keys lower-cased, in the
-// order they were sent. Signature checks need the order-independent sorted
-// string, the handlers need lookups; both come from here.
+// Params are the parsed query parameters of a request, keys lower-cased and
+// sorted, repeated keys in the order they were sent. Signature checks need
+// the sorted string, the handlers need lookups; both come from here.
 type Params struct {
 	pairs []pair
 }
@@ -68,7 +66,7 @@ type pair struct{ key, value string }
 // ParseQuery parses a raw query string. Keys are lower-cased, as the signing
 // scheme demands; malformed escapes are an error.
 func ParseQuery(raw string) (Params, error) {
-	var p Params
+	p := Params{pairs: make([]pair, 0, strings.Count(raw, "&")+1)}
 	for raw != "" {
 		var part string
 		part, raw, _ = strings.Cut(raw, "&")
@@ -86,6 +84,10 @@ func ParseQuery(raw string) (Params, error) {
 		}
 		p.pairs = append(p.pairs, pair{strings.ToLower(key), value})
 	}
+	// Sorted once here for the string to sign. Stable, so repeated keys
+	// (channels[]=a&channels[]=b) keep their order and Get still finds the
+	// first one sent.
+	slices.SortStableFunc(p.pairs, func(a, b pair) int { return strings.Compare(a.key, b.key) })
 	return p, nil
 }
 
@@ -102,50 +104,29 @@ func (p Params) Get(key string) (string, bool) {
 // StringToSign is METHOD "\n" PATH "\n" QUERY, the QUERY being every parameter
 // but auth_signature, sorted by key, written key=value unescaped, joined by "&".
 func (p Params) StringToSign(method, path string) string {
-	pairs := make([]pair, 0, len(p.pairs))
+	return string(p.appendStringToSign(nil, method, path))
+}
+
+// appendStringToSign appends StringToSign(method, path) to dst.
+func (p Params) appendStringToSign(dst []byte, method, path string) []byte {
+	dst = append(dst, strings.ToUpper(method)...)
+	dst = append(dst, '\n')
+	dst = append(dst, path...)
+	dst = append(dst, '\n')
+	first := true
 	for _, kv := range p.pairs {
-		if kv.key != "auth_signature" {
-			pairs = append(pairs, kv)
+		if kv.key == "auth_signature" {
+			continue
 		}
-	}
-	// Stable, so repeated keys (channels[]=a&channels[]=b) keep their order.
-	slices.SortStableFunc(pairs, func(a, b pair) int { return strings.Compare(a.key, b.key) })
-	var b strings.Builder
-	b.Grow(len(method) + len(path) + 16*len(pairs) + 2)
-	b.WriteString(strings.ToUpper(method))
-	b.WriteByte('\n')
-	b.WriteString(path)
-	b.WriteByte('\n')
-	for i, kv := range pairs {
-		if i > 0 {
-			b.WriteByte('&')
+		if !first {
+			dst = append(dst, '&')
 		}
-		b.WriteString(kv.key)
-		b.WriteByte('=')
-		b.WriteString(kv.value)
+		first = false
+		dst = append(dst, kv.key...)
+		dst = append(dst, '=')
+		dst = append(dst, kv.value...)
 	}
-	return b.String()
-}
-
-// HMACHex returns hex(HMAC-SHA256(secret, message)).
-func HMACHex(secret, message string) string {
-	return hex.EncodeToString(mac(secret, message))
-}
-
-// equalHex compares a hex digest sent by a client with the expected MAC in
-// constant time; a digest that is not hex never matches.
-func equalHex(sent string, expected []byte) bool {
-	got, err := hex.DecodeString(sent)
-	if err != nil {
-		return false
-	}
-	return hmac.Equal(got, expected)
-}
-
-func mac(secret, message string) []byte {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(message))
-	return m.Sum(nil)
+	return dst
 }
 
 // Key returns the auth_key of the request, or a missing-parameter failure. The
@@ -192,12 +173,17 @@ func Verify(req Request, p Params, secret string, now time.Time) *Error {
 		}
 	}
 	sig, _ := p.Get("auth_signature")
-	if equalHex(sig, mac(secret, p.StringToSign(req.Method, req.Path))) {
+	m := getMacer()
+	defer m.release()
+	m.buf = p.appendStringToSign(m.buf, req.Method, req.Path)
+	if equalHex(sig, m.sum(secret)) {
 		return nil
 	}
-	if unescaped, err := url.PathUnescape(req.Path); err == nil && unescaped != req.Path &&
-		equalHex(sig, mac(secret, p.StringToSign(req.Method, unescaped))) {
-		return nil
+	if unescaped, err := url.PathUnescape(req.Path); err == nil && unescaped != req.Path {
+		m.buf = p.appendStringToSign(m.buf[:0], req.Method, unescaped)
+		if equalHex(sig, m.sum(secret)) {
+			return nil
+		}
 	}
 	return fail(KindBadSignature, "auth_signature does not match the request; sign METHOD\\nPATH\\nQUERY with the app secret.")
 }
