@@ -78,18 +78,23 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 	r := c.Request
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, MaxRequestBodyBytes))
+		rb, err := readBody(r.Body, r.ContentLength, MaxRequestBodyBytes)
 		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
+			if errors.Is(err, errBodyTooLarge) {
 				writeError(c, newError(http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than %d bytes.", MaxRequestBodyBytes))
 				return
 			}
 			writeError(c, badRequest("unreadable_body", "The request body could not be read."))
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		// The handlers run inside c.Next below; once it returns nothing
+		// holds the bytes any more.
+		defer func() {
+			r.Body = http.NoBody
+			rb.release()
+		}()
+		r.Body = rb
+		body = rb.bytes()
 	}
 	params, err := signing.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -119,15 +124,24 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 		writeError(c, newError(http.StatusForbidden, "app_disabled", "The app is disabled."))
 		return
 	}
-	if len(body) > 0 {
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
-			return
-		}
+	if len(body) > 0 && !isJSONContentType(r.Header.Get("Content-Type")) {
+		writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
+		return
 	}
 	r.URL.RawQuery = signing.WithoutAuth(r.URL.RawQuery)
 	c.Set(appContextKey, app)
 	c.Next()
+}
+
+// isJSONContentType reports whether a Content-Type header names
+// application/json, parameters allowed. The plain header, what SDKs send,
+// is recognised without mime.ParseMediaType, which allocates a map.
+func isJSONContentType(header string) bool {
+	if header == "application/json" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(header)
+	return err == nil && mt == "application/json"
 }
 
 // appFrom returns the app that authenticate put on the context.

@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -456,6 +457,19 @@ func TestEveryOperationAndStatusIsExercised(t *testing.T) {
 	for _, op := range []string{"triggerEvent", "triggerBatchEvents", "listChannels", "getChannel", "listPresenceUsers", "terminateUserConnections"} {
 		if !s.spec.seen[strings.ToLower(op)+" 200"] {
 			t.Errorf("%s was not answered with 200", op)
+		}
+	}
+}
+
+func TestIsJSONContentTypeMatchesParseMediaType(t *testing.T) {
+	for _, header := range []string{
+		"application/json", "APPLICATION/JSON", "Application/Json", "application/json; charset=utf-8",
+		"application/json ", " application/json", "application/json;", "application/jſon",
+		"application/jsonx", "text/plain", "", "application/", ";",
+	} {
+		mt, _, err := mime.ParseMediaType(header)
+		if want := err == nil && mt == "application/json"; isJSONContentType(header) != want {
+			t.Errorf("isJSONContentType(%q) = %v, want %v", header, !want, want)
 		}
 	}
 }
