@@ -80,13 +80,12 @@ func (b *requestBody) Close() error { return nil }
 // bytes returns the whole body. It stays valid until release.
 func (b *requestBody) bytes() []byte { return b.buf }
 
-// unread returns the part of the body that Read has not returned yet and
-// marks it read, for a decoder that takes the bytes directly.
-func (b *requestBody) unread() []byte {
-	rest := b.buf[b.off:]
-	b.off = len(b.buf)
-	return rest
-}
+// unread returns the part of the body that Read has not returned yet, for a
+// decoder that takes the bytes directly; it calls skipRest once it used them.
+func (b *requestBody) unread() []byte { return b.buf[b.off:] }
+
+// skipRest marks the whole body read.
+func (b *requestBody) skipRest() { b.off = len(b.buf) }
 
 // release returns b to the pool. Nothing may use b or its bytes afterwards:
 // everything decoded from it must have been copied (encoding/json and

@@ -75,8 +75,12 @@ func TestRequestBodyUnreadAndReuse(t *testing.T) {
 	if rest := string(b.unread()); rest != "456789" {
 		t.Fatalf("unread: %q", rest)
 	}
+	if n, _ := b.Read(p); n != 4 || string(p) != "4567" {
+		t.Fatalf("Read after unread: %q", p[:n])
+	}
+	b.skipRest()
 	if n, err := b.Read(p); n != 0 || err != io.EOF {
-		t.Fatalf("Read after unread: %d, %v; want EOF", n, err)
+		t.Fatalf("Read after skipRest: %d, %v; want EOF", n, err)
 	}
 	b.release()
 	// A body from the pool holds only its own request's bytes.

@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/heraldrt/herald/gen/channels"
+)
+
+// triggerBodies are bodies for the decoder tests: whether decodeTriggerEvent
+// takes them (fast) or leaves them to encoding/json.
+var triggerBodies = []struct {
+	name string
+	body string
+	fast bool
+}{
+	{"SDK", `{"name":"price","channels":["news"],"data":"{\"symbol\":\"HRLD\",\"price\":42.5}"}`, true},
+	{"AllMembers", `{"name":"e","data":"d","channel":"c","channels":["a","b"],"socket_id":"1.2","info":"user_count"}`, true},
+	{"Whitespace", " \r\n\t{ \"name\" : \"e\" ,\n\"channels\" : [ \"a\" , \"b\" ] , \"data\":\"\" }\n", true},
+	{"EmptyObject", `{}`, true},
+	{"EmptyChannels", `{"channels":[]}`, true},
+	{"ShortEscapes", `{"data":"\"\\\/\b\f\n\r\t"}`, true},
+	{"UTF8", `{"name":"é","data":"日本語 🚀"}`, true},
+	{"TrailingData", `{"name":"e"} trailing`, true},
+	{"TrailingObject", `{"name":"e"}{"name":"f"}`, true},
+	{"UnicodeEscape", `{"data":"\u00e9"}`, false},
+	{"Surrogates", `{"data":"\ud83d\ude80"}`, false},
+	{"InvalidUTF8", "{\"data\":\"\xff\"}", false},
+	{"ControlCharacter", "{\"data\":\"a\x01\"}", false},
+	{"OtherCase", `{"Name":"e"}`, false},
+	{"UnknownMember", `{"name":"e","extra":1}`, false},
+	{"EscapedKey", `{"na\u006de":"e"}`, false},
+	{"Repeated", `{"name":"e","name":"f"}`, false},
+	{"RepeatedChannels", `{"channels":["a"],"channels":["b"]}`, false},
+	{"Null", `{"name":null}`, false},
+	{"NullBody", `null`, false},
+	{"Number", `{"name":1}`, false},
+	{"ChannelsNotArray", `{"channels":"a"}`, false},
+	{"ChannelsOfNumbers", `{"channels":[1]}`, false},
+	{"Array", `[]`, false},
+	{"Empty", ``, false},
+	{"OnlyWhitespace", "  \n", false},
+	{"Unterminated", `{"name":"e"`, false},
+	{"UnterminatedString", `{"name":"e`, false},
+	{"TrailingComma", `{"name":"e",}`, false},
+	{"TrailingCommaInArray", `{"channels":["a",]}`, false},
+	{"MissingColon", `{"name" "e"}`, false},
+	{"BadEscape", `{"name":"\x"}`, false},
+	{"BackslashAtEnd", `{"name":"\`, false},
+}
+
+func TestDecodeTriggerEvent(t *testing.T) {
+	for _, tt := range triggerBodies {
+		t.Run(tt.name, func(t *testing.T) {
+			var got channels.TriggerEventRequest
+			if fast := decodeTriggerEvent([]byte(tt.body), &got); fast != tt.fast {
+				t.Fatalf("decodeTriggerEvent took it: %v, want %v", fast, tt.fast)
+			}
+			checkLikeEncodingJSON(t, []byte(tt.body))
+		})
+	}
+}
+
+// checkLikeEncodingJSON fails when decodeTriggerEvent accepts body and decodes
+// it differently from json.Decoder.Decode (what gin's binding uses), or when
+// it refuses it but still changes its destination.
+func checkLikeEncodingJSON(t *testing.T, body []byte) {
+	t.Helper()
+	var want channels.TriggerEventRequest
+	wantErr := json.NewDecoder(bytes.NewReader(body)).Decode(&want)
+	sentinel := "untouched"
+	got := channels.TriggerEventRequest{Name: &sentinel}
+	if !decodeTriggerEvent(body, &got) {
+		if got.Name != &sentinel || got.Data != nil || got.Channels != nil {
+			t.Fatalf("%q: refused but changed the destination: %+v", body, got)
+		}
+		return
+	}
+	if wantErr != nil {
+		t.Fatalf("%q: accepted, but encoding/json fails: %v", body, wantErr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		gotJSON, _ := json.Marshal(got)
+		wantJSON, _ := json.Marshal(want)
+		t.Fatalf("%q:\n got %s\nwant %s", body, gotJSON, wantJSON)
+	}
+}
+
+func FuzzDecodeTriggerEvent(f *testing.F) {
+	for _, tt := range triggerBodies {
+		f.Add([]byte(tt.body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkLikeEncodingJSON(t, body)
+	})
+}
+
+func BenchmarkDecodeTriggerEvent(b *testing.B) {
+	body := []byte(triggerBodies[0].body)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var v channels.TriggerEventRequest
+			if !decodeTriggerEvent(body, &v) {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var v channels.TriggerEventRequest
+			if err := json.NewDecoder(bytes.NewReader(body)).Decode(&v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
