@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 
@@ -117,4 +118,18 @@ func BenchmarkDecodeTriggerEvent(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestEmptyTriggerResultMatchesGenerated(t *testing.T) {
+	generated, fast := httptest.NewRecorder(), httptest.NewRecorder()
+	if err := (channels.TriggerEvent200JSONResponse{}).VisitTriggerEventResponse(generated); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeEmptyTriggerResult(fast); err != nil {
+		t.Fatal(err)
+	}
+	if fast.Code != generated.Code || !reflect.DeepEqual(fast.Header(), generated.Header()) || fast.Body.String() != generated.Body.String() {
+		t.Fatalf("got %d %v %q, the generated visitor writes %d %v %q",
+			fast.Code, fast.Header(), fast.Body, generated.Code, generated.Header(), generated.Body)
+	}
 }
