@@ -164,3 +164,13 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+func TestQueryUnescapeMatchesURL(t *testing.T) {
+	for _, s := range []string{"", "plain", "a+b", "%41", "%4", "%zz", "a%2Bb", "+", "%", "caf%C3%A9", "ünïcode", "a b", "x=y&z"} {
+		got, gotErr := queryUnescape(s)
+		want, wantErr := url.QueryUnescape(s)
+		if got != want || (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("queryUnescape(%q) = %q, %v; url.QueryUnescape gives %q, %v", s, got, gotErr, want, wantErr)
+		}
+	}
+}

@@ -74,11 +74,11 @@ func ParseQuery(raw string) (Params, error) {
 			continue
 		}
 		k, v, _ := strings.Cut(part, "=")
-		key, err := url.QueryUnescape(k)
+		key, err := queryUnescape(k)
 		if err != nil {
 			return Params{}, err
 		}
-		value, err := url.QueryUnescape(v)
+		value, err := queryUnescape(v)
 		if err != nil {
 			return Params{}, err
 		}
@@ -89,6 +89,16 @@ func ParseQuery(raw string) (Params, error) {
 	// first one sent.
 	slices.SortStableFunc(p.pairs, func(a, b pair) int { return strings.Compare(a.key, b.key) })
 	return p, nil
+}
+
+// queryUnescape is url.QueryUnescape, returning a string without escapes
+// (most signing parameters) after two fast byte searches instead of its
+// byte-by-byte scan.
+func queryUnescape(s string) (string, error) {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
+		return s, nil
+	}
+	return url.QueryUnescape(s)
 }
 
 // Get returns the first value of key (lower-case) and whether it was present.
