@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"net/http/httptest"
 	"reflect"
 	"testing"
@@ -131,5 +132,61 @@ func TestEmptyTriggerResultMatchesGenerated(t *testing.T) {
 	if fast.Code != generated.Code || !reflect.DeepEqual(fast.Header(), generated.Header()) || fast.Body.String() != generated.Body.String() {
 		t.Fatalf("got %d %v %q, the generated visitor writes %d %v %q",
 			fast.Code, fast.Header(), fast.Body, generated.Code, generated.Header(), generated.Body)
+	}
+}
+
+// TestDecodeTriggerEventRandomBodies encodes random requests as SDKs would
+// and checks that the fast path takes those it should and decodes them as
+// encoding/json does.
+func TestDecodeTriggerEventRandomBodies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	// Mostly characters the fast path handles; now and then one that
+	// encoding/json writes as a \u escape.
+	common := []rune("ab\"\\/\b\f\n\r\t é日🚀")
+	rare := []rune("\x01\x1f<>&\u2028")
+	randomString := func() string {
+		r := make([]rune, rng.IntN(12))
+		for i := range r {
+			if rng.IntN(50) == 0 {
+				r[i] = rare[rng.IntN(len(rare))]
+			} else {
+				r[i] = common[rng.IntN(len(common))]
+			}
+		}
+		return string(r)
+	}
+	maybe := func() *string { // a member or none
+		if rng.IntN(4) == 0 {
+			return nil
+		}
+		s := randomString()
+		return &s
+	}
+	taken := 0
+	for range 5000 {
+		req := channels.TriggerEventRequest{Name: maybe(), Data: maybe(), Channel: maybe(), SocketId: maybe(), Info: maybe()}
+		if rng.IntN(3) > 0 {
+			list := []string{}
+			for range rng.IntN(4) {
+				list = append(list, randomString())
+			}
+			req.Channels = &list
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(rng.IntN(2) == 0)
+		if err := enc.Encode(req); err != nil {
+			t.Fatal(err)
+		}
+		checkLikeEncodingJSON(t, buf.Bytes())
+		var v channels.TriggerEventRequest
+		if decodeTriggerEvent(buf.Bytes(), &v) {
+			taken++
+		} else if !bytes.Contains(buf.Bytes(), []byte(`\u`)) {
+			t.Fatalf("%s: refused, but it holds no \\u escape", buf.Bytes())
+		}
+	}
+	if taken < 1000 {
+		t.Fatalf("the fast path took only %d of 5000 bodies", taken)
 	}
 }
