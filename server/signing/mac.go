@@ -6,34 +6,23 @@ import (
 	"encoding/hex"
 	"hash"
 	"sync"
+	"sync/atomic"
 )
 
-// macer computes HMAC-SHA256 with a reusable SHA-256 digest and message
-// buffer. crypto/hmac.New allocates a keyed MAC per call (the MAC, two
-// digests and both pads: five objects); the key is a per-app secret, so keyed
-// MACs cannot be shared between requests of different apps, but a plain
-// SHA-256 digest can. macer therefore applies RFC 2104 itself,
-//
-//	HMAC(K, m) = H((K' ^ opad) || H((K' ^ ipad) || m))
-//
-// with K' the key, or its SHA-256 when longer than a block, zero-padded to
-// one block. TestMACMatchesCryptoHMAC checks it against crypto/hmac.
+// macer is a pooled message buffer with room for its HMAC-SHA256, so that
+// signing and verifying allocate nothing per request.
 type macer struct {
-	digest hash.Hash
-	buf    []byte // the message, built by the caller with append
-	// Scratch for sum. Fields rather than locals: slices of them go through
-	// the hash.Hash interface, which would move locals to the heap.
-	key   [sha256.BlockSize]byte
-	pad   [sha256.BlockSize]byte
-	inner [sha256.Size]byte
-	mac   [sha256.Size]byte
+	buf []byte // the message, built by the caller with append
+	// mac holds the result of sum: a field rather than a local, as a slice
+	// of it goes through the hash.Hash interface.
+	mac [sha256.Size]byte
 }
 
 // maxPooledBuf bounds the message buffer kept in the pool, so one large
 // webhook body does not pin its size in memory.
 const maxPooledBuf = 16 * 1024
 
-var macers = sync.Pool{New: func() any { return &macer{digest: sha256.New(), buf: make([]byte, 0, 256)} }}
+var macers = sync.Pool{New: func() any { return &macer{buf: make([]byte, 0, 256)} }}
 
 func getMacer() *macer { return macers.Get().(*macer) }
 
@@ -47,36 +36,41 @@ func (m *macer) release() {
 	macers.Put(m)
 }
 
+// keyedMACs holds, per secret, a pool of crypto/hmac HMAC-SHA256 instances.
+// hmac.New allocates five objects, and a keyed MAC can be reused (Reset)
+// for its own key only; secrets are few (one per app), so one pool each
+// makes a request's MAC free. Past maxSecrets (rotated secrets piling up)
+// the cache starts over.
+var (
+	keyedMACs sync.Map // secret -> *sync.Pool of hash.Hash
+	nSecrets  atomic.Int64
+)
+
+const maxSecrets = 4096
+
+func macPool(secret string) *sync.Pool {
+	if p, ok := keyedMACs.Load(secret); ok {
+		return p.(*sync.Pool)
+	}
+	if nSecrets.Add(1) > maxSecrets {
+		keyedMACs.Clear()
+		nSecrets.Store(1)
+	}
+	key := []byte(secret)
+	p, _ := keyedMACs.LoadOrStore(secret, &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }})
+	return p.(*sync.Pool)
+}
+
 // sum returns HMAC-SHA256(secret, m.buf). The result lives in m: it is
 // valid until the next sum or release.
 func (m *macer) sum(secret string) []byte {
-	d := m.digest
-	m.key = [sha256.BlockSize]byte{}
-	if len(secret) > sha256.BlockSize {
-		// A long key is hashed first. Rare (Herald's secrets are shorter),
-		// so the string conversion is allowed to allocate.
-		d.Reset()
-		d.Write([]byte(secret))
-		d.Sum(m.key[:0])
-	} else {
-		copy(m.key[:], secret)
-	}
-
-	for i, k := range m.key {
-		m.pad[i] = k ^ 0x36 // ipad
-	}
-	d.Reset()
-	d.Write(m.pad[:])
-	d.Write(m.buf)
-	d.Sum(m.inner[:0])
-
-	for i, k := range m.key {
-		m.pad[i] = k ^ 0x5c // opad
-	}
-	d.Reset()
-	d.Write(m.pad[:])
-	d.Write(m.inner[:])
-	return d.Sum(m.mac[:0])
+	pool := macPool(secret)
+	h := pool.Get().(hash.Hash)
+	h.Reset()
+	h.Write(m.buf)
+	out := h.Sum(m.mac[:0])
+	pool.Put(h)
+	return out
 }
 
 // HMACHex returns hex(HMAC-SHA256(secret, message)).

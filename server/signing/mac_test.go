@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"math/rand/v2"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +50,24 @@ func TestMACMatchesCryptoHMAC(t *testing.T) {
 	}
 }
 
-// The pooled digests and buffers are shared between goroutines: run with
+// Past maxSecrets distinct secrets the keyed MAC cache starts over, and
+// every MAC stays right across the reset.
+func TestMACCacheStartsOver(t *testing.T) {
+	for i := range maxSecrets + 10 {
+		secret := "secret-" + strconv.Itoa(i)
+		if got, want := HMACHex(secret, "m"), hmacReference(secret, "m"); got != want {
+			t.Fatalf("secret %d: wrong MAC", i)
+		}
+	}
+	if n := nSecrets.Load(); n > maxSecrets {
+		t.Fatalf("%d secrets cached, want at most %d", n, maxSecrets)
+	}
+	if got, want := HMACHex("secret-1", "m"), hmacReference("secret-1", "m"); got != want {
+		t.Fatal("a secret seen before the reset: wrong MAC")
+	}
+}
+
+// The pooled MACs and buffers are shared between goroutines: run with
 // -race, each goroutine with its own secret, interleaving HMACHex and Verify.
 func TestMACConcurrentSecrets(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
