@@ -94,12 +94,14 @@ type SocketHandler struct {
 	slowClosed atomic.Int64
 	stopWatch  chan struct{}
 	poller     *inputPoller // nil: each connection waits on its own goroutine
+	writers    *writerPool
 }
 
 // NewSocketHandler returns the WebSocket endpoint over h.
 func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOptions) *SocketHandler {
 	s := &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
 	s.poller = newInputPoller(s.stopWatch)
+	s.writers = newWriterPool(maxIdleWriters, writerLinger)
 	go s.watchWrites()
 	return s
 }
@@ -203,7 +205,8 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hj.sock.onClose = sess.socketClosing
 	conn.onOverflow = sess.overflowed
 	conn.writers = &sess.writers
-	conn.startWriter = func() { go sess.writeLoop() }
+	writeLoop := sess.writeLoop // one closure for the connection's life
+	conn.startWriter = func() { s.writers.start(writeLoop) }
 	if !s.add(sess) {
 		s.hub.Remove(conn)
 		s.reject(ws, CloseShuttingDown)

@@ -585,7 +585,8 @@ func TestConnectionsAndGoroutinesReturnToBaseline(t *testing.T) {
 	for _, c := range clients {
 		c.ws.Close(websocket.StatusNormalClosure, "bye")
 	}
-	waitFor(t, 5*time.Second, func() error {
+	// Writers wait writerLinger for more work before they end.
+	waitFor(t, 5*time.Second+writerLinger, func() error {
 		if n := s.hub.Connections("1"); n != 1 {
 			return fmt.Errorf("%d connections left", n)
 		}
