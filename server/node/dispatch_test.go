@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/storage"
 )
 
 // A gateway that stops answering holds up only its own deliveries: the
@@ -84,5 +88,40 @@ func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 	}
 	if pr := append(append(gw.apns.Problems(), gw.fcm.Problems()...), gw.web.Problems()...); len(pr) > 0 {
 		t.Fatalf("the fakes found problems: %v", pr)
+	}
+}
+
+// Publishes with nothing to send finish at once: an interest nobody has, a
+// publish to users none of whom has a device, and a stored payload that no
+// longer parses (it resolves to no device rather than blocking the queue).
+func TestPublishesWithoutTargetsFinish(t *testing.T) {
+	gw := startGateways(t)
+	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")))
+	register(t, base, "fcm", "fcm-token-1", "news")
+	var ids []string
+	for _, p := range []struct{ path, body string }{
+		{"/publishes/interests", `{"interests":["nobody-has-this"],"fcm":{"notification":{"title":"hi"}}}`},
+		{"/publishes/users", `{"users":["nobody"],"fcm":{"notification":{"title":"hi"}}}`},
+	} {
+		status, out := call(t, "POST", base+"/publish_api/v1/instances/"+beamsInstance+p.path, json.RawMessage(p.body),
+			"Authorization", "Bearer "+beamsSecret)
+		if status != 200 {
+			t.Fatalf("%s: %d %s", p.path, status, out)
+		}
+		ids = append(ids, strings.Split(strings.Split(string(out), `"publishId":"`)[1], `"`)[0])
+	}
+	broken, err := n.db.CreatePublish(t.Context(), storage.Publish{ID: "broken-payload", InstanceID: beamsInstance,
+		TargetKind: storage.TargetInterests, Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":"not an object"}`)}, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.push.Notify()
+	for _, id := range append(ids, broken.ID) {
+		if st := waitDone(t, base, id); st.Targeted != 0 || st.Sent != 0 || st.Failed != 0 {
+			t.Fatalf("%s: %+v, want done with nothing targeted", id, st)
+		}
+	}
+	if got := gw.fcm.Count(); got != 0 {
+		t.Fatalf("%d notifications sent", got)
 	}
 }
