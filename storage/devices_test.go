@@ -188,50 +188,6 @@ func TestDeviceInterests(t *testing.T) {
 	})
 }
 
-func TestSubscribedDevices(t *testing.T) {
-	db := openDeviceDB(t)
-	ctx := t.Context()
-	// Device i is subscribed to "even" or "odd", and every third to "three".
-	var batch []DeviceImport
-	var want []string
-	for i := range 300 {
-		id := fmt.Sprintf("fcm-%04d", i)
-		interests := []string{"odd"}
-		if i%2 == 0 {
-			interests = []string{"even"}
-		}
-		if i%3 == 0 {
-			interests = append(interests, "three")
-		}
-		if i%2 == 0 || i%3 == 0 {
-			want = append(want, id)
-		}
-		batch = append(batch, DeviceImport{Device: Device{ID: id, InstanceID: instanceID, Platform: PlatformFCM, Token: "t" + id}, Interests: interests})
-	}
-	checkErr(t, "ImportDevices", db.ImportDevices(ctx, batch), nil)
-
-	var got []string
-	after := ""
-	for {
-		page, err := db.SubscribedDevices(ctx, instanceID, []string{"three", "even", "missing"}, after, 64)
-		checkErr(t, "SubscribedDevices", err, nil)
-		for _, d := range page {
-			got = append(got, d.ID)
-			if d.Token != "t"+d.ID {
-				t.Fatalf("device %s has token %s", d.ID, d.Token)
-			}
-		}
-		if len(page) < 64 {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	check(t, "devices", got, want)
-
-	err := db.ImportDevices(ctx, batch[:1])
-	checkErr(t, "ImportDevices duplicate", err, ErrConflict)
-}
-
 func TestReportEvents(t *testing.T) {
 	db := openDeviceDB(t)
 	ctx := t.Context()

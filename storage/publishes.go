@@ -241,7 +241,8 @@ func (db *DB) PublishTargets(ctx context.Context, p Publish, stream Platform, pl
 // starts with its platform and a dash (see NewDeviceID), so one platform's
 // subscribers of an interest are one primary-key range. Each interest's
 // range is read on its own and, for several interests, the ranges are
-// merged here (as in SubscribedDevices).
+// merged here: one query with IN (…) and DISTINCT would sort every
+// subscriber of every interest on each page.
 func (db *DB) interestTargets(ctx context.Context, p Publish, platform Platform, cursor string, limit int) ([]Delivery, string, bool, error) {
 	var page []Delivery
 	lower, upper := max(cursor, string(platform)+"-"), string(platform)+"."

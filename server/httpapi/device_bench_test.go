@@ -141,14 +141,20 @@ func BenchmarkMillionDevices(b *testing.B) {
 	b.Run("ListInterests", func(b *testing.B) { list(b, base) })
 	b.Run("ListInterestsNextPage", func(b *testing.B) { list(b, base+"?cursor="+encodeInterestCursor("topic-098")) })
 
+	// The resolver's reads: a publish to interests has one stream per
+	// platform, and these devices are all on FCM.
+	subscribers := func(interests ...string) storage.Publish {
+		return storage.Publish{ID: "bench", InstanceID: pushInstanceID, TargetKind: storage.TargetInterests, Targets: interests}
+	}
+	fcm := map[storage.Platform]bool{storage.PlatformFCM: true}
 	b.Run("SubscribersPage", func(b *testing.B) {
-		mid, err := db.SubscribedDevices(ctx, pushInstanceID, []string{"popular"}, "fcm-8", 1)
+		mid, _, _, err := db.PublishTargets(ctx, subscribers("popular"), storage.PlatformFCM, fcm, "fcm-8", 1)
 		if err != nil || len(mid) != 1 {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			page, err := db.SubscribedDevices(ctx, pushInstanceID, []string{"popular", "bucket-7"}, mid[0].ID, 1000)
+			page, _, _, err := db.PublishTargets(ctx, subscribers("popular", "bucket-7"), storage.PlatformFCM, fcm, mid[0].DeviceID, 1000)
 			if err != nil || len(page) != 1000 {
 				b.Fatalf("%d devices, %v", len(page), err)
 			}
@@ -156,17 +162,15 @@ func BenchmarkMillionDevices(b *testing.B) {
 	})
 	b.Run("AllSubscribers", func(b *testing.B) {
 		for b.Loop() {
-			total, after := 0, ""
-			for {
-				page, err := db.SubscribedDevices(ctx, pushInstanceID, []string{"popular"}, after, 1000)
+			total, cursor := 0, ""
+			for last := false; !last; {
+				var page []storage.Delivery
+				var err error
+				page, cursor, last, err = db.PublishTargets(ctx, subscribers("popular"), storage.PlatformFCM, fcm, cursor, 1000)
 				if err != nil {
 					b.Fatal(err)
 				}
 				total += len(page)
-				if len(page) < 1000 {
-					break
-				}
-				after = page[len(page)-1].ID
 			}
 			if total != popularSubscribers+1 {
 				b.Fatalf("%d subscribers", total)

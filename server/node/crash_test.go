@@ -104,13 +104,18 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	}
 	gw.web.VAPIDPublicKey = in.VAPID.PublicKey
 	seedDevices(t, sdb, devices, "crash", webTokens(t, gw))
-	tokens := map[string]bool{}
-	page, err := sdb.SubscribedDevices(context.Background(), beamsInstance, []string{"crash"}, "", devices+1)
-	if err != nil || len(page) != devices {
-		t.Fatalf("seeded %d devices: %v", len(page), err)
+	var seeded []storage.Delivery
+	all := storage.Publish{ID: "list", InstanceID: beamsInstance, TargetKind: storage.TargetInterests, Targets: []string{"crash"}}
+	every := map[storage.Platform]bool{storage.PlatformAPNs: true, storage.PlatformFCM: true, storage.PlatformWeb: true}
+	for p := range every {
+		page, _, _, err := sdb.PublishTargets(context.Background(), all, p, every, "", devices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeded = append(seeded, page...)
 	}
-	for _, d := range page {
-		tokens[d.Token] = true
+	if len(seeded) != devices {
+		t.Fatalf("seeded %d devices", len(seeded))
 	}
 
 	status, out := call(t, "POST", base+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests", map[string]any{
@@ -145,7 +150,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	}
 	webByID := gw.web.Tokens()
 	missing, dups := 0, 0
-	for _, d := range page {
+	for _, d := range seeded {
 		n := perToken[d.Token]
 		if d.Platform == storage.PlatformWeb {
 			n = webByID[webSubID(d.Token)]
