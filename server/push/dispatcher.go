@@ -97,9 +97,8 @@ type Dispatcher struct {
 
 	queues  map[storage.Platform]chan job
 	results chan outcome
-	// inFlight counts deliveries handed to senders and not yet recorded;
-	// platformInFlight the same per platform, pageInFlight those of pages.
-	inFlight         atomic.Int64
+	// platformInFlight counts per platform the deliveries handed to senders
+	// and not yet recorded; pageInFlight those of them that belong to pages.
 	platformInFlight map[storage.Platform]*atomic.Int64
 	pageInFlight     atomic.Int64
 	counters         counters // metrics (counters.go)
@@ -250,7 +249,13 @@ func (d *Dispatcher) Close() {
 }
 
 // InFlight is how many deliveries are handed to senders and not yet recorded.
-func (d *Dispatcher) InFlight() int { return int(d.inFlight.Load()) }
+func (d *Dispatcher) InFlight() int {
+	n := int64(0)
+	for _, c := range d.platformInFlight {
+		n += c.Load()
+	}
+	return int(n)
+}
 
 // Notify tells the dispatcher that a publish was stored.
 func (d *Dispatcher) Notify() { d.counters.published(); wake(d.wakeResolver) }
@@ -307,7 +312,6 @@ func (d *Dispatcher) claim(ctx context.Context) {
 				break
 			}
 			claimed += len(got)
-			d.inFlight.Add(int64(len(got)))
 			d.platformInFlight[p].Add(int64(len(got)))
 			for _, del := range got {
 				d.queues[p] <- job{d: del} // at most share in the queue: never blocks

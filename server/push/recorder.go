@@ -61,7 +61,6 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.D
 		d.log.Debug("delivery not sent", zap.String("publish", del.PublishID), zap.String("device", del.DeviceID),
 			zap.Int("outcome", int(outcome)), zap.String("reason", o.res.Reason))
 	}
-	d.inFlight.Add(-1)
 	d.platformInFlight[del.Platform].Add(-1)
 	pg := o.page
 	if pg == nil {

@@ -146,7 +146,6 @@ func (d *Dispatcher) readPage(ctx context.Context, r *reading, pl storage.Platfo
 	st.cursor, st.exhausted = next, last
 	st.open = append(st.open, pg)
 	d.mu.Unlock()
-	d.inFlight.Add(int64(len(targets)))
 	d.pageInFlight.Add(int64(len(targets)))
 	for _, t := range targets {
 		d.platformInFlight[t.Platform].Add(1)
