@@ -329,8 +329,3 @@ func appendDevices(out []Device, rows *sql.Rows) ([]Device, error) {
 	}
 	return out, rows.Err()
 }
-
-// placeholders returns "?, ?, …" with n marks.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
