@@ -38,7 +38,7 @@ type Conn struct {
 	// it whenever there is something to write (or a close to send) and no
 	// writer runs. The writer drains the queue with drain and returns when
 	// it is empty, so an idle connection holds no writer goroutine (the
-	// socket handler runs writers on reused goroutines: writers.go).
+	// socket handler runs writers on reused goroutines: gopool.go).
 	startWriter func()
 	writers     *sync.WaitGroup // counts writer goroutines; Add happens under outMu, with the claim
 	writing     bool            // a writer goroutine is running

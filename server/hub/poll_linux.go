@@ -10,7 +10,7 @@ import (
 // of them (epoll), so that an idle connection has no goroutine at all: a
 // parked goroutine costs its stack and its g, some 2.5 KiB, more than the
 // rest of an idle connection's memory in Herald. When a parked connection
-// becomes readable, the poller hands it to a fresh goroutine (session.resume)
+// becomes readable, the poller hands it to a pooled goroutine (session.resume)
 // that handles the input and parks the connection again.
 //
 // This epoll instance is separate from the Go runtime's poller, which keeps
@@ -18,6 +18,7 @@ import (
 type inputPoller struct {
 	epfd int
 	stop chan struct{} // closed when the handler shuts down
+	pool *goPool       // runs the resumed connections
 
 	mu     sync.Mutex
 	parked map[int32]*session // by socket descriptor
@@ -31,12 +32,12 @@ const pollWaitMillis = 1000
 // newInputPoller starts a poller that runs until stop is closed and no
 // connection is parked on it. It returns nil if epoll is not available; the
 // connections then wait on a goroutine each.
-func newInputPoller(stop chan struct{}) *inputPoller {
+func newInputPoller(stop chan struct{}, pool *goPool) *inputPoller {
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil
 	}
-	p := &inputPoller{epfd: epfd, stop: stop, parked: make(map[int32]*session)}
+	p := &inputPoller{epfd: epfd, stop: stop, pool: pool, parked: make(map[int32]*session)}
 	go p.run()
 	return p
 }
@@ -59,7 +60,7 @@ func (p *inputPoller) run() {
 			}
 			p.mu.Unlock()
 			if sess != nil {
-				go sess.resume(true)
+				p.pool.Go(sess.resumeWoken)
 			}
 		}
 		select {

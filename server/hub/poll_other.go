@@ -10,7 +10,7 @@ type inputPoller struct{}
 
 var errPollerDone = errors.New("hub: no input poller")
 
-func newInputPoller(chan struct{}) *inputPoller { return nil }
+func newInputPoller(chan struct{}, *goPool) *inputPoller { return nil }
 
 func (*inputPoller) park(*session) error { return errPollerDone }
 

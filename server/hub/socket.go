@@ -94,14 +94,14 @@ type SocketHandler struct {
 	slowClosed atomic.Int64
 	stopWatch  chan struct{}
 	poller     *inputPoller // nil: each connection waits on its own goroutine
-	writers    *writerPool
+	pool       *goPool      // runs write loops and the handling of parked connections' input
 }
 
 // NewSocketHandler returns the WebSocket endpoint over h.
 func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOptions) *SocketHandler {
 	s := &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
-	s.poller = newInputPoller(s.stopWatch)
-	s.writers = newWriterPool(maxIdleWriters, writerLinger)
+	s.pool = newGoPool(maxIdleGoroutines, goroutineLinger)
+	s.poller = newInputPoller(s.stopWatch, s.pool)
 	go s.watchWrites()
 	return s
 }
@@ -171,7 +171,27 @@ type session struct {
 
 // ServeHTTP upgrades the request and starts the connection (Shutdown waits
 // for it). The key is the last path segment (/app/<key>).
+//
+// The upgrade runs on a pooled goroutine while this one waits. net/http
+// serves each connection on a new goroutine with a small stack, and the
+// upgrade goes deep (the hijack, the handshake, the first messages): it grew
+// that stack several times, copying it each time, a sixth of the CPU of
+// accepting a connection. A pooled goroutine has the stack already. The
+// handler must not return before the hijack, hence the wait; a panic is
+// raised again here, where the router's recovery sees it.
 func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	done := make(chan any, 1)
+	s.pool.Go(func() {
+		defer func() { done <- recover() }()
+		s.upgrade(w, r)
+	})
+	if p := <-done; p != nil {
+		panic(p)
+	}
+}
+
+// upgrade is ServeHTTP's work.
+func (s *SocketHandler) upgrade(w http.ResponseWriter, r *http.Request) {
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
 		// Pusher has no origin policy: browsers connect from any site and the
@@ -206,7 +226,7 @@ func (s *SocketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	conn.onOverflow = sess.overflowed
 	conn.writers = &sess.writers
 	writeLoop := sess.writeLoop // one closure for the connection's life
-	conn.startWriter = func() { s.writers.start(writeLoop) }
+	conn.startWriter = func() { s.pool.Go(writeLoop) }
 	if !s.add(sess) {
 		s.hub.Remove(conn)
 		s.reject(ws, CloseShuttingDown)
@@ -539,6 +559,9 @@ func (sess *session) resume(woken bool) {
 		}
 	}
 }
+
+// resumeWoken is resume for a connection the poller found readable.
+func (sess *session) resumeWoken() { sess.resume(true) }
 
 // errSocketClosed: the connection's socket was closed; it is to be finished.
 var errSocketClosed = errors.New("hub: socket closed")

@@ -585,8 +585,8 @@ func TestConnectionsAndGoroutinesReturnToBaseline(t *testing.T) {
 	for _, c := range clients {
 		c.ws.Close(websocket.StatusNormalClosure, "bye")
 	}
-	// Writers wait writerLinger for more work before they end.
-	waitFor(t, 5*time.Second+writerLinger, func() error {
+	// Pooled goroutines wait goroutineLinger for more work before they end.
+	waitFor(t, 5*time.Second+goroutineLinger, func() error {
 		if n := s.hub.Connections("1"); n != 1 {
 			return fmt.Errorf("%d connections left", n)
 		}
