@@ -50,9 +50,16 @@ func putChunk(b *[]byte) {
 // Writing each piece straight to the socket would cost a system call and a
 // TCP segment per piece, so Write follows the frame boundaries (RFC 6455
 // §5.2) and holds the pieces of an unfinished frame until the frame is
-// complete, then writes them in one call. Writes are serialised by the
-// library's frame write lock; when Write returns at a frame boundary nothing
-// is held, so every frame the library has finished writing is on the socket.
+// complete, then writes them in one call. When Write returns at a frame
+// boundary nothing is held, so every frame the library has finished writing
+// is on the socket — except while the connection's writer has corked it.
+//
+// Corking: a writer with several frames queued corks the socket, writes them
+// and uncorks it. Meanwhile complete frames are held too, up to a chunk, and
+// leave together, in one system call instead of one each. Under a burst of
+// events a subscriber's frames queue up, and the write call, which on
+// loopback also runs the receiver's TCP processing, is most of the cost of a
+// delivery.
 type sockConn struct {
 	net.Conn
 
@@ -61,10 +68,15 @@ type sockConn struct {
 	r    *[]byte
 	rpos int
 
-	// Write side: held holds the written pieces of an unfinished frame (nil
-	// when none); frame tracks where the byte stream is within a frame.
-	held  *[]byte
-	frame frameTracker
+	// Write side, guarded by wmu: the library serialises its own writes,
+	// but uncork writes from outside its lock. held holds written bytes not
+	// yet on the socket (nil when none): the pieces of an unfinished frame
+	// and, while corked, complete frames. frame tracks where the byte stream
+	// is within a frame.
+	wmu    sync.Mutex
+	held   *[]byte
+	frame  frameTracker
+	corked bool
 
 	// onClose, if set, runs when the library closes the connection.
 	onClose func()
@@ -127,8 +139,10 @@ func (sc *sockConn) buffered() bool { return sc.r != nil }
 
 // Write implements net.Conn.
 func (sc *sockConn) Write(p []byte) (int, error) {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
 	sc.frame.advance(p)
-	if !sc.frame.atBoundary() {
+	if sc.corked || !sc.frame.atBoundary() {
 		if sc.held == nil {
 			sc.held = getChunk()
 		}
@@ -159,6 +173,29 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// cork makes Write hold complete frames, up to a chunk, until uncork.
+func (sc *sockConn) cork() {
+	sc.wmu.Lock()
+	sc.corked = true
+	sc.wmu.Unlock()
+}
+
+// uncork ends a cork and writes the frames held. Bytes of a frame the
+// library is still writing (a pong from the reader, say) stay held; that
+// frame's last Write sends them.
+func (sc *sockConn) uncork() error {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	sc.corked = false
+	if sc.held == nil || !sc.frame.atBoundary() {
+		return nil
+	}
+	_, err := sc.Conn.Write(*sc.held)
+	putChunk(sc.held)
+	sc.held = nil
+	return err
 }
 
 // frameTracker follows a stream of WebSocket frames (RFC 6455 §5.2) to know

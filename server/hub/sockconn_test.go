@@ -127,6 +127,82 @@ func TestSockConnWritesEachFrameInOneCall(t *testing.T) {
 	}
 }
 
+func TestSockConnCorkedFramesLeaveTogether(t *testing.T) {
+	rc := &recordConn{}
+	sc := newSockConn(rc, nil)
+	bw := newLibBuffers(sc).Writer
+	writeFrame := func(frame []byte) {
+		t.Helper()
+		if _, err := bw.Write(frame[:2]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bw.Write(frame[2:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := bw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := func(b byte) []byte { return testFrame(bytes.Repeat([]byte{b}, 100), false) }
+
+	// Three small frames while corked: nothing reaches the socket until
+	// uncork, then all three in one write.
+	sc.cork()
+	var want []byte
+	for _, b := range []byte("abc") {
+		writeFrame(small(b))
+		want = append(want, small(b)...)
+	}
+	if len(rc.writes) != 0 {
+		t.Fatalf("%d socket writes while corked, want 0", len(rc.writes))
+	}
+	if err := sc.uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.writes) != 1 || !bytes.Equal(rc.writes[0], want) {
+		t.Fatalf("uncork: %d writes, want the three frames in one", len(rc.writes))
+	}
+
+	// More than a chunk while corked: what is held goes out with the frame
+	// that does not fit, in order, and nothing is lost.
+	rc.writes = nil
+	sc.cork()
+	want = want[:0]
+	for _, f := range [][]byte{small('d'), testFrame(bytes.Repeat([]byte{'e'}, socketChunk), false), small('f')} {
+		writeFrame(f)
+		want = append(want, f...)
+	}
+	if err := sc.uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.Join(rc.writes, nil); !bytes.Equal(got, want) {
+		t.Fatal("corked frames over a chunk: the socket got other bytes than written")
+	}
+	if sc.held != nil {
+		t.Fatal("bytes held after uncork")
+	}
+
+	// A frame half written when the cork ends stays held until it is whole.
+	rc.writes = nil
+	sc.cork()
+	g := small('g')
+	if _, err := sc.Write(g[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.writes) != 0 {
+		t.Fatal("uncork wrote part of a frame")
+	}
+	if _, err := sc.Write(g[10:]); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.writes) != 1 || !bytes.Equal(rc.writes[0], g) {
+		t.Fatalf("the completed frame: %d writes, want it in one", len(rc.writes))
+	}
+}
+
 func TestSockConnReadsThroughPooledChunks(t *testing.T) {
 	msg := testFrame([]byte(`{"event":"pusher:ping","data":{}}`), true)
 	big := bytes.Repeat([]byte{'y'}, 2*socketChunk)

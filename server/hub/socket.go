@@ -431,6 +431,11 @@ func (sess *session) writeLoop() {
 			return
 		}
 		sess.s.hub.stats.framesDelivered(len(frames))
+		// Several frames leave together (sockConn's cork).
+		corked := len(frames) > 1
+		if corked {
+			sess.sock.cork()
+		}
 		for i, f := range frames {
 			if err := sess.write(f); err != nil {
 				_ = sess.ws.CloseNow()
@@ -440,6 +445,12 @@ func (sess *session) writeLoop() {
 			frames[i] = nil
 		}
 		frames = frames[:0]
+		if corked {
+			if err := sess.uncork(); err != nil {
+				_ = sess.ws.CloseNow()
+				return
+			}
+		}
 		if reason == nil {
 			continue
 		}
@@ -466,6 +477,14 @@ func (sess *session) closeHandshake(code websocket.StatusCode, reason string) {
 func (sess *session) write(frame []byte) error {
 	sess.writeStarted.Store(time.Now().UnixNano())
 	err := sess.ws.Write(context.Background(), websocket.MessageText, frame)
+	sess.writeStarted.Store(0)
+	return err
+}
+
+// uncork sends the frames the socket held while corked, timed like write.
+func (sess *session) uncork() error {
+	sess.writeStarted.Store(time.Now().UnixNano())
+	err := sess.sock.uncork()
 	sess.writeStarted.Store(0)
 	return err
 }
