@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -13,49 +14,109 @@ import (
 // connect path's CPU. A goroutine that has done such work before has the
 // stack already. A goroutine whose work ends waits a while for more; at most
 // maxIdle wait, so a burst leaves no crowd behind, and none after linger.
+//
+// The waiting goroutines form a stack: work goes to the one that finished
+// last (its stack and caches are warm), and the ones at the bottom, unused
+// for linger, are let go by a timer that runs only while any wait. Each has a
+// channel of its own, so that handing over work is one send nobody else
+// contends for, and waiting is a plain receive, not a select with a timer
+// reset per piece of work (a fan-out hands over one piece per delivery).
 type goPool struct {
-	work    chan func() // unbuffered: a send succeeds only to a waiting goroutine
-	idle    atomic.Int32
-	spawned atomic.Int64 // goroutines started, for tests
-	maxIdle int32
+	maxIdle int
 	linger  time.Duration
+
+	mu    sync.Mutex
+	idle  []*poolWorker // waiting, the longest waiting first
+	sweep *time.Timer   // runs letGo while idle is not empty; nil before the first wait
+	armed bool          // sweep is set
+
+	spawned atomic.Int64 // goroutines started, for tests
+}
+
+// poolWorker is one waiting goroutine: work receives its next function, or
+// nil when it is let go.
+type poolWorker struct {
+	work  chan func()
+	since time.Time // when it began to wait
 }
 
 func newGoPool(maxIdle int, linger time.Duration) *goPool {
-	return &goPool{work: make(chan func()), maxIdle: int32(maxIdle), linger: linger}
+	return &goPool{maxIdle: maxIdle, linger: linger}
 }
 
 // Go runs f on a waiting goroutine, or on a new one.
 func (p *goPool) Go(f func()) {
-	select {
-	case p.work <- f:
-	default:
-		p.spawned.Add(1)
-		go p.serve(f)
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		w.work <- f // buffered, and w is taken off the stack: never blocks
+		return
 	}
+	p.mu.Unlock()
+	p.spawned.Add(1)
+	go p.serve(f)
 }
 
 func (p *goPool) serve(f func()) {
-	var t *time.Timer
-	for {
+	w := &poolWorker{work: make(chan func(), 1)}
+	for f != nil {
 		f()
-		if p.idle.Add(1) > p.maxIdle {
-			p.idle.Add(-1)
+		if !p.wait(w) {
 			return
 		}
-		if t == nil {
-			t = time.NewTimer(p.linger)
+		f = <-w.work
+	}
+}
+
+// wait puts w on the stack of waiting goroutines, unless maxIdle wait.
+func (p *goPool) wait(w *poolWorker) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) >= p.maxIdle {
+		return false
+	}
+	w.since = time.Now()
+	p.idle = append(p.idle, w)
+	if !p.armed {
+		p.armed = true
+		if p.sweep == nil {
+			p.sweep = time.AfterFunc(p.linger, p.letGo)
 		} else {
-			t.Reset(p.linger)
-		}
-		select {
-		case f = <-p.work:
-			p.idle.Add(-1)
-		case <-t.C:
-			p.idle.Add(-1)
-			return
+			p.sweep.Reset(p.linger)
 		}
 	}
+	return true
+}
+
+// letGo ends the goroutines that have waited linger, and sets the timer
+// again for the next one to reach it.
+func (p *goPool) letGo() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].since) >= p.linger {
+		p.idle[n].work <- nil
+		n++
+	}
+	rest := copy(p.idle, p.idle[n:])
+	clear(p.idle[rest:])
+	p.idle = p.idle[:rest]
+	if rest == 0 {
+		p.armed = false
+		return
+	}
+	p.sweep.Reset(p.linger - now.Sub(p.idle[0].since))
+}
+
+// waiting is the number of goroutines waiting for work.
+func (p *goPool) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
 }
 
 // The pool's bounds: the goroutines a busy server reuses, gone a second

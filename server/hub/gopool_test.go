@@ -17,7 +17,7 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 		wg.Add(1)
 		p.Go(func() { wg.Done() })
 		wg.Wait()
-		waitUntil(t, "a goroutine waiting", func() bool { return p.idle.Load() == 1 })
+		waitUntil(t, "a goroutine waiting", func() bool { return p.waiting() == 1 })
 	}
 	if n := p.spawned.Load(); n != 1 {
 		t.Fatalf("sequential tasks started %d goroutines, want 1 reused", n)
@@ -35,12 +35,40 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 	if n := p.spawned.Load(); n < 10 {
 		t.Fatalf("10 blocking tasks ran on %d goroutines", n)
 	}
-	waitUntil(t, "two goroutines waiting", func() bool { return p.idle.Load() == 2 })
+	waitUntil(t, "two goroutines waiting", func() bool { return p.waiting() == 2 })
 	time.Sleep(50 * time.Millisecond)
-	if n := p.idle.Load(); n != 2 {
+	if n := p.waiting(); n != 2 {
 		t.Fatalf("%d goroutines waiting, want maxIdle 2", n)
 	}
-	waitUntil(t, "the waiting goroutines gone after linger", func() bool { return p.idle.Load() == 0 })
+	waitUntil(t, "the waiting goroutines gone after linger", func() bool { return p.waiting() == 0 })
+}
+
+// Work goes to the goroutine that finished last, so under light traffic the
+// others reach linger and end while that one keeps serving.
+func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
+	p := newGoPool(4, 500*time.Millisecond)
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for range 3 {
+		wg.Add(1)
+		p.Go(func() { defer wg.Done(); <-release })
+	}
+	close(release)
+	wg.Wait()
+	waitUntil(t, "three goroutines waiting", func() bool { return p.waiting() == 3 })
+
+	// One piece of work at a time, more often than linger, for three lingers.
+	for range 60 {
+		wg.Add(1)
+		p.Go(func() { wg.Done() })
+		wg.Wait()
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitUntil(t, "one goroutine waiting", func() bool { return p.waiting() == 1 })
+	if n := p.spawned.Load(); n != 3 {
+		t.Fatalf("%d goroutines started, want the 3 of the burst", n)
+	}
+	waitUntil(t, "none waiting after linger", func() bool { return p.waiting() == 0 })
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
