@@ -566,6 +566,56 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 	}
 }
 
+// A burst queues frames faster than the writer sends them, so the writer
+// corks the socket and several frames leave in one write; meanwhile the
+// library answers the client's pings from the reader. Every event must still
+// arrive whole and in order, and every ping be answered.
+func TestBurstArrivesInOrderWithPongsBetween(t *testing.T) {
+	s := newWSServer(t, SocketOptions{})
+	c := s.dial(t, "key1")
+	c.subscribe("burst", "", "")
+	c.expect("pusher_internal:subscription_succeeded", "burst")
+
+	const events = 2000
+	pings := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for range 50 {
+			if err := c.ws.Ping(ctx); err != nil {
+				pings <- err
+				return
+			}
+		}
+		pings <- nil
+	}()
+	data := func(i int) string {
+		if i%97 == 0 { // now and then more than a pooled chunk
+			return fmt.Sprintf("%d:%s", i, strings.Repeat("y", 2*socketChunk))
+		}
+		return fmt.Sprintf("%d:%s", i, strings.Repeat("x", i%200))
+	}
+	go func() {
+		for i := range events {
+			s.hub.Publish(Message{AppID: "1", Channel: "burst", Event: "tick", Data: data(i)})
+		}
+	}()
+	for i := range events {
+		f := c.expect("tick", "burst")
+		if f.Data != data(i) {
+			t.Fatalf("event %d: got data %.20q…, want %.20q…", i, f.Data, data(i))
+		}
+	}
+	// The pings need a reader: keep reading (nothing more is sent) until
+	// they are all answered.
+	readCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _, _, _ = c.ws.Read(readCtx) }()
+	if err := <-pings; err != nil {
+		t.Fatalf("ping during the burst: %v", err)
+	}
+}
+
 func TestConnectionsAndGoroutinesReturnToBaseline(t *testing.T) {
 	s := newWSServer(t, SocketOptions{})
 	warm := s.dial(t, "key1") // the server's own goroutines exist from here on
