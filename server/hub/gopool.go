@@ -27,8 +27,7 @@ type goPool struct {
 
 	mu    sync.Mutex
 	idle  []*poolWorker // waiting, the longest waiting first
-	sweep *time.Timer   // runs letGo while idle is not empty; nil before the first wait
-	armed bool          // sweep is set
+	sweep *time.Timer   // runs letGo; set whenever idle is not empty, nil before the first wait
 
 	spawned atomic.Int64 // goroutines started, for tests
 }
@@ -80,8 +79,10 @@ func (p *goPool) wait(w *poolWorker) bool {
 	}
 	w.since = time.Now()
 	p.idle = append(p.idle, w)
-	if !p.armed {
-		p.armed = true
+	// The first to wait sets the timer; while others wait, letGo keeps it
+	// set. (A timer still set when the stack emptied only makes letGo run
+	// once for nothing.)
+	if len(p.idle) == 1 {
 		if p.sweep == nil {
 			p.sweep = time.AfterFunc(p.linger, p.letGo)
 		} else {
@@ -105,11 +106,9 @@ func (p *goPool) letGo() {
 	rest := copy(p.idle, p.idle[n:])
 	clear(p.idle[rest:])
 	p.idle = p.idle[:rest]
-	if rest == 0 {
-		p.armed = false
-		return
+	if rest > 0 {
+		p.sweep.Reset(p.linger - now.Sub(p.idle[0].since))
 	}
-	p.sweep.Reset(p.linger - now.Sub(p.idle[0].since))
 }
 
 // waiting is the number of goroutines waiting for work.

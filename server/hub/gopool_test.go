@@ -25,13 +25,7 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 
 	// A burst of work that blocks: each needs its own goroutine; afterwards
 	// only maxIdle of them wait.
-	release := make(chan struct{})
-	for range 10 {
-		wg.Add(1)
-		p.Go(func() { defer wg.Done(); <-release })
-	}
-	close(release)
-	wg.Wait()
+	runBlockingBurst(p, 10)
 	if n := p.spawned.Load(); n < 10 {
 		t.Fatalf("10 blocking tasks ran on %d goroutines", n)
 	}
@@ -47,17 +41,11 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 // others reach linger and end while that one keeps serving.
 func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
 	p := newGoPool(4, 500*time.Millisecond)
-	var wg sync.WaitGroup
-	release := make(chan struct{})
-	for range 3 {
-		wg.Add(1)
-		p.Go(func() { defer wg.Done(); <-release })
-	}
-	close(release)
-	wg.Wait()
+	runBlockingBurst(p, 3)
 	waitUntil(t, "three goroutines waiting", func() bool { return p.waiting() == 3 })
 
-	// One piece of work at a time, more often than linger, for three lingers.
+	// One piece of work at a time, more often than linger, for over a linger.
+	var wg sync.WaitGroup
 	for range 60 {
 		wg.Add(1)
 		p.Go(func() { wg.Done() })
@@ -69,6 +57,21 @@ func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
 		t.Fatalf("%d goroutines started, want the 3 of the burst", n)
 	}
 	waitUntil(t, "none waiting after linger", func() bool { return p.waiting() == 0 })
+}
+
+// runBlockingBurst runs n pieces of work that all wait until the last has
+// started, so each needs a goroutine of its own, and returns when all ended.
+func runBlockingBurst(p *goPool, n int) {
+	var started, done sync.WaitGroup
+	started.Add(n)
+	done.Add(n)
+	release := make(chan struct{})
+	for range n {
+		p.Go(func() { defer done.Done(); started.Done(); <-release })
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
