@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -446,4 +447,87 @@ func TestDeleteUserBothPaths(t *testing.T) {
 			t.Errorf("%s not answered: %v", op, s.pspec.seen)
 		}
 	}
+}
+
+// TestPublishSecretKeyComparedExactly: the bearer token must be the secret key
+// itself, not one that differs in case, has a prefix or suffix, is cut short
+// or empty, nor the key under another scheme; a refused request publishes
+// nothing.
+func TestPublishSecretKeyComparedExactly(t *testing.T) {
+	s := newPublishServer(t)
+	ctx := context.Background()
+	paths := map[string]string{
+		"Interests": publishPrefix + pushInstanceID + "/publishes/interests",
+		"Bare":      publishPrefix + pushInstanceID + "/publishes",
+		"Users":     publishPrefix + pushInstanceID + "/publishes/users",
+	}
+	bodies := map[string]string{"Interests": interestsBody("a"), "Bare": interestsBody("a"), "Users": usersBody("u")}
+	tests := []struct {
+		name          string
+		authorization string
+		want          int
+	}{
+		{"OKExactSecret", "Bearer " + pushSecret, 200},
+		{"OKSchemeOtherCase", "bearer " + pushSecret, 200},
+		{"ErrSecretUpperCase", "Bearer " + strings.ToUpper(pushSecret), 401},
+		{"ErrSecretOneLetterOtherCase", "Bearer B" + pushSecret[1:], 401},
+		{"ErrSecretWithPrefix", "Bearer x" + pushSecret, 401},
+		{"ErrSecretWithSuffix", "Bearer " + pushSecret + "x", 401},
+		{"ErrSecretTwice", "Bearer " + pushSecret + pushSecret, 401},
+		{"ErrSecretLastCharacterOff", "Bearer " + pushSecret[:len(pushSecret)-1], 401},
+		{"ErrSecretFirstCharacterOff", "Bearer " + pushSecret[1:], 401},
+		{"ErrSecretHalf", "Bearer " + pushSecret[:len(pushSecret)/2], 401},
+		{"ErrSecretOneCharacter", "Bearer " + pushSecret[:1], 401},
+		{"ErrSecretEmpty", "Bearer ", 401},
+		{"ErrSecretWithoutScheme", pushSecret, 401},
+		{"ErrBasicScheme", "Basic " + pushSecret, 401},
+		{"ErrBasicSchemeEncoded", "Basic " + base64.StdEncoding.EncodeToString([]byte(pushSecret+":")), 401},
+		{"ErrTokenScheme", "Token " + pushSecret, 401},
+	}
+	for _, tc := range tests {
+		for _, op := range []string{"Interests", "Bare", "Users"} {
+			t.Run(tc.name+"/"+op, func(t *testing.T) {
+				before, err := s.db.UnresolvedPublishes(ctx, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				notified := s.notified
+				status, body, _ := s.do(t, pushRequest{"POST", paths[op], "application/json", bodies[op], tc.authorization})
+				kind := ""
+				if tc.want == 401 {
+					kind = "incorrect_api_key"
+				}
+				checkStatus(t, status, body, tc.want, kind)
+				after, err := s.db.UnresolvedPublishes(ctx, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				published := len(after) - len(before)
+				if tc.want == 200 {
+					if id, _ := body["publishId"].(string); len(body) != 1 || !strings.HasPrefix(id, publishIDPrefix) || published != 1 || s.notified != notified+1 {
+						t.Fatalf("body %v, %d stored, %d notified; want one publish", body, published, s.notified-notified)
+					}
+					return
+				}
+				if published != 0 || s.notified != notified {
+					t.Fatalf("refused request stored %d publishes and notified %d times", published, s.notified-notified)
+				}
+			})
+		}
+	}
+	// The refused key cannot read a publish either.
+	r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, publishclient.InterestsPublishRequest{Interests: []string{"a"}, Fcm: raw(goodFCM)})
+	if err != nil || r.JSON200 == nil {
+		t.Fatalf("publish: %v %d %s", err, r.StatusCode(), r.Body)
+	}
+	get := publishPrefix + pushInstanceID + "/publishes/" + r.JSON200.PublishId
+	for _, auth := range []string{"Bearer " + pushSecret[:len(pushSecret)-1], "Bearer " + pushSecret + "x", "Bearer " + strings.ToUpper(pushSecret)} {
+		status, body, _ := s.do(t, pushRequest{"GET", get, "", "", auth})
+		checkStatus(t, status, body, 401, "incorrect_api_key")
+		if _, leaked := body["publishId"]; leaked {
+			t.Fatalf("%q read the publish: %v", auth, body)
+		}
+	}
+	status, body, _ := s.do(t, pushRequest{"GET", get, "", "", "Bearer " + pushSecret})
+	checkStatus(t, status, body, 200, "")
 }
