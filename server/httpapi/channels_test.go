@@ -480,3 +480,59 @@ func TestIsJSONContentTypeMatchesParseMediaType(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncatedSignatureRefused: an auth_signature cut short (by its last hex
+// digit, its last byte, or half) or lengthened is refused through the router
+// with 401 and the error body, and the event reaches no one.
+func TestTruncatedSignatureRefused(t *testing.T) {
+	s := newTestServer(t)
+	c := s.subscriber(t, "1", "", "news")
+	edit := func(f func(sig string) string) func(url.Values) {
+		return func(q url.Values) { q.Set("auth_signature", f(q.Get("auth_signature"))) }
+	}
+	tests := []struct {
+		name    string
+		editSig func(url.Values)
+		want    int
+	}{
+		{"OKWholeSignature", nil, 200},
+		{"ErrLastHexDigitOff", edit(func(sig string) string { return sig[:len(sig)-1] }), 401},
+		{"ErrLastByteOff", edit(func(sig string) string { return sig[:len(sig)-2] }), 401},
+		{"ErrHalf", edit(func(sig string) string { return sig[:len(sig)/2] }), 401},
+		{"ErrFirstHexDigitOff", edit(func(sig string) string { return sig[1:] }), 401},
+		{"ErrOneHexDigit", edit(func(sig string) string { return sig[:1] }), 401},
+		{"ErrExtraHexDigit", edit(func(sig string) string { return sig + "0" }), 401},
+		{"ErrExtraByte", edit(func(sig string) string { return sig + "00" }), 401},
+	}
+	for _, tt := range tests {
+		for _, op := range []struct{ name, path, body, want string }{
+			{"Trigger", "/apps/1/events", eventJSON("e", tt.name, "news"), "news:e:" + tt.name},
+			{"Batch", "/apps/1/batch_events", `{"batch":[{"name":"b","data":"` + tt.name + `","channel":"news"}]}`, "news:b:" + tt.name},
+		} {
+			t.Run(tt.name+"/"+op.name, func(t *testing.T) {
+				status, body := s.do(t, rawRequest{method: "POST", path: op.path, body: op.body, contentType: "application/json",
+					key: "key1", secret: "secret1", editQuery: tt.editSig})
+				// Drained before any check, so that a failure leaves no
+				// delivery behind for the next case.
+				got := strings.Join(s.received(t, c), " ")
+				if status != tt.want {
+					t.Fatalf("status %d, want %d (body %v, delivered %q)", status, tt.want, body, got)
+				}
+				if tt.want == 200 {
+					if got != op.want {
+						t.Fatalf("subscriber received %q, want %q", got, op.want)
+					}
+					return
+				}
+				kind, _ := body["error"].(string)
+				desc, _ := body["description"].(string)
+				if kind != "invalid_signature" || desc == "" || len(body) != 2 {
+					t.Fatalf("body %v, want error %q with a description and nothing else", body, "invalid_signature")
+				}
+				if got != "" {
+					t.Fatalf("refused request delivered %q", got)
+				}
+			})
+		}
+	}
+}
