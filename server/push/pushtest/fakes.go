@@ -39,8 +39,9 @@ type APNs struct {
 	TeamID string
 	Light  bool // skip the token check (benchmarks)
 
-	pub  *ecdsa.PublicKey
-	dead deadSet
+	pub         *ecdsa.PublicKey
+	dead        deadSet
+	unavailable failSet
 }
 
 // NewAPNs starts a fake APNs gateway with a fresh signing key.
@@ -67,6 +68,11 @@ func startTLS(h http.HandlerFunc) (*httptest.Server, string) {
 
 // Dead makes the fake answer 410 Unregistered for the tokens.
 func (f *APNs) Dead(tokens ...string) { f.dead.add(tokens...) }
+
+// Unavailable makes the fake answer the next n requests for each of the
+// tokens with 503 ServiceUnavailable, a transient failure, before whatever
+// it would answer otherwise (Dead included).
+func (f *APNs) Unavailable(n int, tokens ...string) { f.unavailable.add(n, tokens...) }
 
 // Close stops the server.
 func (f *APNs) Close() { f.Server.Close() }
@@ -105,6 +111,10 @@ func (f *APNs) serve(w http.ResponseWriter, r *http.Request) {
 	if !json.Valid(body) {
 		f.problem("apns: body is not JSON")
 		apnsError(w, http.StatusBadRequest, "PayloadEmpty")
+		return
+	}
+	if f.unavailable.take(token) {
+		apnsError(w, http.StatusServiceUnavailable, "ServiceUnavailable")
 		return
 	}
 	if f.dead.has(token) {
@@ -157,10 +167,11 @@ type FCM struct {
 	ServiceAccount string // the key file Herald uses; its token_uri is this fake
 	Light          bool   // skip the access token check (benchmarks)
 
-	pub        *rsa.PublicKey
-	tokens     sync.Map // issued access tokens
-	TokenCalls atomic.Int64
-	dead       deadSet
+	pub         *rsa.PublicKey
+	tokens      sync.Map // issued access tokens
+	TokenCalls  atomic.Int64
+	dead        deadSet
+	unavailable failSet
 }
 
 // NewFCM starts a fake FCM gateway with a fresh service account.
@@ -179,6 +190,11 @@ func NewFCM() (*FCM, error) {
 
 // Dead makes the fake answer 404 UNREGISTERED for the tokens.
 func (f *FCM) Dead(tokens ...string) { f.dead.add(tokens...) }
+
+// Unavailable makes the fake answer the next n sends to each of the tokens
+// with 503 UNAVAILABLE, a transient failure, before whatever it would answer
+// otherwise (Dead included).
+func (f *FCM) Unavailable(n int, tokens ...string) { f.unavailable.add(n, tokens...) }
 
 // Close stops the server.
 func (f *FCM) Close() { f.Server.Close() }
@@ -220,6 +236,10 @@ func (f *FCM) serve(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &req); err != nil || req.Message.Token == "" {
 		f.problem("fcm: body is not a v1 message with a token (data values must be strings): %v", err)
 		fcmError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "bad message")
+		return
+	}
+	if f.unavailable.take(req.Message.Token) {
+		fcmError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "The service is currently unavailable.")
 		return
 	}
 	if f.dead.has(req.Message.Token) {
@@ -273,10 +293,11 @@ type WebPush struct {
 	// (base64url); empty skips that comparison.
 	VAPIDPublicKey string
 
-	mu   sync.Mutex
-	subs map[string]*WebSubscriber
-	next atomic.Int64
-	dead deadSet
+	mu          sync.Mutex
+	subs        map[string]*WebSubscriber
+	next        atomic.Int64
+	dead        deadSet
+	unavailable failSet
 }
 
 // NewWebPush starts a fake push service.
@@ -315,6 +336,15 @@ func (f *WebPush) Dead(subs ...*WebSubscriber) {
 	}
 }
 
+// Unavailable makes the fake answer the next n messages to each of the
+// subscriptions with 503 Service Unavailable, a transient failure, before
+// whatever it would answer otherwise (Dead included).
+func (f *WebPush) Unavailable(n int, subs ...*WebSubscriber) {
+	for _, s := range subs {
+		f.unavailable.add(n, s.ID)
+	}
+}
+
 func (f *WebPush) serve(w http.ResponseWriter, r *http.Request) {
 	id, ok := strings.CutPrefix(r.URL.Path, "/push/")
 	f.mu.Lock()
@@ -322,6 +352,10 @@ func (f *WebPush) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	if r.Method != http.MethodPost || !ok || sub == nil {
 		http.Error(w, "no such subscription", http.StatusNotFound)
+		return
+	}
+	if f.unavailable.take(id) {
+		http.Error(w, "try again later", http.StatusServiceUnavailable)
 		return
 	}
 	if f.dead.has(id) {

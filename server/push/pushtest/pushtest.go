@@ -111,6 +111,35 @@ func (d *deadSet) has(t string) bool {
 	return d.m[t]
 }
 
+// failSet counts, per token, the requests a fake still answers with a
+// transient failure.
+type failSet struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (f *failSet) add(n int, tokens ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]int{}
+	}
+	for _, t := range tokens {
+		f.m[t] += n
+	}
+}
+
+// take reports whether the request for t is to fail, counting it.
+func (f *failSet) take(t string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m[t] <= 0 {
+		return false
+	}
+	f.m[t]--
+	return true
+}
+
 // NewAPNsKey returns a fresh .p8 signing key as PEM (PKCS #8) and its public key.
 func NewAPNsKey() (string, *ecdsa.PublicKey, error) {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
