@@ -1,0 +1,387 @@
+package push
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heraldrt/herald/server/push/pushtest"
+	"github.com/heraldrt/herald/storage"
+)
+
+const testInstance = "inst-dispatch"
+
+// instanceMap is an InstanceLookup over fixed instances.
+type instanceMap map[string]*storage.Instance
+
+func (m instanceMap) ByID(id string) *storage.Instance { return m[id] }
+
+// senderFunc is a Sender written as a function.
+type senderFunc func(ctx context.Context, d storage.Delivery, p *Prepared) Result
+
+func (f senderFunc) Send(ctx context.Context, d storage.Delivery, p *Prepared) Result {
+	return f(ctx, d, p)
+}
+
+// openTestDB opens a fresh database holding the instance.
+func openTestDB(t *testing.T, in storage.Instance) (*storage.DB, storage.Instance) {
+	t.Helper()
+	db, err := storage.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	in.ID, in.SecretKey, in.Enabled = testInstance, "secret", true
+	if in, err = db.CreateInstance(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	return db, in
+}
+
+// startDispatcher runs a dispatcher on db for the instance until the test
+// ends (it stops before the database and the gateways close).
+func startDispatcher(t *testing.T, db *storage.DB, in storage.Instance, opts Options) *Dispatcher {
+	t.Helper()
+	d := New(db, instanceMap{in.ID: &in}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts)
+	if err := d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+// publishTo stores a publish to the interest with a payload for every
+// platform and tells the dispatcher.
+func publishTo(t *testing.T, db *storage.DB, d *Dispatcher, id, interest string) {
+	t.Helper()
+	_, err := db.CreatePublish(t.Context(), storage.Publish{ID: id, InstanceID: testInstance, TargetKind: storage.TargetInterests,
+		Targets: []string{interest}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}},"fcm":{"notification":{"title":"hi"}},"web":{"notification":{"title":"hi"}}}`)},
+		0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Notify()
+}
+
+// waitUntil polls cond until it holds, failing the test after a generous limit.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitPublishDone waits until the publish is done and returns it.
+func waitPublishDone(t *testing.T, db *storage.DB, id string) storage.Publish {
+	t.Helper()
+	var p storage.Publish
+	waitUntil(t, "publish "+id+" to be done", func() bool {
+		var err error
+		if p, err = db.GetPublish(t.Context(), testInstance, id); err != nil {
+			t.Fatal(err)
+		}
+		return p.State == storage.PublishDone
+	})
+	return p
+}
+
+// deliveryCount is the dispatcher's count of attempts on the gateway with
+// the outcome (see PushCounters).
+func deliveryCount(d *Dispatcher, p storage.Platform, outcome string) int64 {
+	for _, c := range d.PushCounters().Deliveries {
+		if c.Gateway == string(p) && c.Outcome == outcome {
+			return c.Count
+		}
+	}
+	return -1
+}
+
+// A device whose token turns out dead only on a retry (the first attempt
+// met a transient 503, stored the delivery for later, and the retry from
+// the deliveries table met the dead answer) is deleted and counted exactly
+// as one found dead on the first attempt: the device is gone, the publish
+// counts it failed, and the metrics count a dead token.
+func TestDeadTokenFoundOnRetry(t *testing.T) {
+	apns, err := pushtest.NewAPNs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(apns.Close)
+	fcm, err := pushtest.NewFCM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fcm.Close)
+	web := pushtest.NewWebPush()
+	t.Cleanup(web.Close)
+	vapid := newVAPID(t)
+	web.VAPIDPublicKey = vapid.PublicKey
+	roots := x509.NewCertPool()
+	roots.AddCert(web.Server.Certificate()) // the fakes share one certificate
+	cfg := storage.Instance{
+		APNs: storage.APNsConfig{KeyPEM: apns.KeyPEM, KeyID: apns.KeyID, TeamID: apns.TeamID, Topic: "com.example.app",
+			URL: apns.URL, CAPEM: apns.CAPEM},
+		FCM:   storage.FCMConfig{ServiceAccountJSON: fcm.ServiceAccount, URL: fcm.URL},
+		VAPID: vapid,
+	}
+
+	// Per platform, token makes a fresh token, one the gateway answers as
+	// dead when dead (after one 503 when transient), and received counts
+	// the messages the gateway accepted for a token.
+	n := 0
+	type gateway struct {
+		token    func(t *testing.T, dead, transient bool) string
+		received func(t *testing.T, token string) int
+	}
+	gateways := map[storage.Platform]gateway{
+		storage.PlatformAPNs: {
+			token: func(_ *testing.T, dead, transient bool) string {
+				n++
+				tok := fmt.Sprintf("%064x", n)
+				if dead {
+					apns.Dead(tok)
+				}
+				if transient {
+					apns.Unavailable(1, tok)
+				}
+				return tok
+			},
+			received: func(_ *testing.T, tok string) int { return len(apns.For(tok)) },
+		},
+		storage.PlatformFCM: {
+			token: func(_ *testing.T, dead, transient bool) string {
+				n++
+				tok := fmt.Sprintf("fcm-%d", n)
+				if dead {
+					fcm.Dead(tok)
+				}
+				if transient {
+					fcm.Unavailable(1, tok)
+				}
+				return tok
+			},
+			received: func(_ *testing.T, tok string) int { return len(fcm.For(tok)) },
+		},
+		storage.PlatformWeb: {
+			token: func(t *testing.T, dead, transient bool) string {
+				sub, err := web.Subscribe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dead {
+					web.Dead(sub)
+				}
+				if transient {
+					web.Unavailable(1, sub)
+				}
+				return sub.Token()
+			},
+			received: func(t *testing.T, tok string) int {
+				s, err := DecodeWebToken(tok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(web.For(s.Endpoint[len(web.URL+"/push/"):]))
+			},
+		},
+	}
+
+	for _, platform := range platforms {
+		for _, retried := range []bool{false, true} {
+			name := string(platform) + "/dead on the first attempt"
+			if retried {
+				name = string(platform) + "/dead on the retry after a 503"
+			}
+			t.Run(name, func(t *testing.T) {
+				db, in := openTestDB(t, cfg)
+				ctx := t.Context()
+				gw := gateways[platform]
+				register := func(token string) storage.Device {
+					dev, _, err := db.RegisterDevice(ctx, storage.Device{InstanceID: in.ID, Platform: platform, Token: token,
+						BundleIdentifier: "com.example.app"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := db.SetDeviceInterests(ctx, in.ID, platform, dev.ID, []string{"news"}); err != nil {
+						t.Fatal(err)
+					}
+					return dev
+				}
+				dead, live := register(gw.token(t, true, retried)), register(gw.token(t, false, false))
+				d := startDispatcher(t, db, in, Options{Workers: 4, BaseBackoff: 10 * time.Millisecond,
+					MaxBackoff: 50 * time.Millisecond, RootCAs: roots})
+				publishTo(t, db, d, "pub-dead", "news")
+				p := waitPublishDone(t, db, "pub-dead")
+
+				if p.Targeted != 2 || p.Sent != 1 || p.Failed != 1 {
+					t.Errorf("publish targeted %d, sent %d, failed %d; want 2, 1, 1", p.Targeted, p.Sent, p.Failed)
+				}
+				if _, err := db.GetDevice(ctx, in.ID, platform, dead.ID); !errors.Is(err, storage.ErrNotFound) {
+					t.Errorf("the device with the dead token is still stored (%v)", err)
+				}
+				if _, err := db.GetDevice(ctx, in.ID, platform, live.ID); err != nil {
+					t.Errorf("the live device: %v", err)
+				}
+				if got := gw.received(t, live.Token); got != 1 {
+					t.Errorf("the live device got %d notifications, want 1", got)
+				}
+				if got := gw.received(t, dead.Token); got != 0 {
+					t.Errorf("the dead device got %d notifications, want 0", got)
+				}
+				if n, err := db.PendingDeliveries(ctx); err != nil || n != 0 {
+					t.Errorf("%d deliveries left in the table (%v)", n, err)
+				}
+				wantRetried := int64(0)
+				if retried {
+					wantRetried = 1
+				}
+				for outcome, want := range map[string]int64{OutcomeDelivered: 1, OutcomeDeadToken: 1, OutcomeRetried: wantRetried, OutcomeFailed: 0} {
+					if got := deliveryCount(d, platform, outcome); got != want {
+						t.Errorf("%s %s attempts: %d, want %d", platform, outcome, got, want)
+					}
+				}
+				for _, pr := range [][]string{apns.Problems(), fcm.Problems(), web.Problems()} {
+					if len(pr) > 0 {
+						t.Errorf("a fake gateway found problems: %v", pr)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Pages of a stream can finish out of order: a slow delivery of page 1
+// while pages 2 and 3 are all sent. The stored cursor says every target up
+// to it was handled, so it must wait for page 1: were it to move on, a crash
+// would lose the held delivery. Once page 1 is done too, every device has
+// its one notification and the cursor is at the end of the stream.
+func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
+	const pageSize, apnsDevices = 4, 10 // pages of 4, 4 and 2 devices
+	db, in := openTestDB(t, storage.Instance{})
+	ctx := t.Context()
+	var devices []storage.DeviceImport
+	for i := range apnsDevices {
+		devices = append(devices, storage.DeviceImport{Device: storage.Device{ID: fmt.Sprintf("apns-%02d", i), InstanceID: in.ID,
+			Platform: storage.PlatformAPNs, Token: fmt.Sprintf("tok-%d", i)}, Interests: []string{"news"}})
+	}
+	const sentinel = "fcm-00"
+	devices = append(devices, storage.DeviceImport{Device: storage.Device{ID: sentinel, InstanceID: in.ID,
+		Platform: storage.PlatformFCM, Token: "tok-fcm"}, Interests: []string{"news"}})
+	if err := db.ImportDevices(ctx, devices); err != nil {
+		t.Fatal(err)
+	}
+	const held = "apns-01" // in page 1
+
+	var mu sync.Mutex
+	sends := map[string]int{} // by device id
+	apnsSent := 0             // of apns devices other than the held one
+	count := func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		sends[id]++
+		if id != held && id != sentinel {
+			apnsSent++
+		}
+	}
+	release := make(chan struct{})
+	var d *Dispatcher
+	senders := map[storage.Platform]Sender{
+		storage.PlatformAPNs: senderFunc(func(ctx context.Context, del storage.Delivery, _ *Prepared) Result {
+			if del.DeviceID == held {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return retry("stopping", 0)
+				}
+			}
+			count(del.DeviceID)
+			return sent()
+		}),
+		// The one fcm device is the sentinel: it answers once the recorder
+		// has counted back every apns delivery but the held one (only the
+		// held one and the sentinel are in flight), so its page is recorded
+		// no earlier than pages 2 and 3 would be. Its stored cursor tells
+		// the test that the recorder had its chance to move the apns one.
+		storage.PlatformFCM: senderFunc(func(ctx context.Context, del storage.Delivery, _ *Prepared) Result {
+			for {
+				mu.Lock()
+				others := apnsSent
+				mu.Unlock()
+				if others == apnsDevices-1 && d.InFlight() == 2 {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return retry("stopping", 0)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			count(del.DeviceID)
+			return sent()
+		}),
+	}
+	d = startDispatcher(t, db, in, Options{PageSize: pageSize, Workers: 8, BaseBackoff: 10 * time.Millisecond,
+		Senders: func(*storage.Instance) (map[storage.Platform]Sender, error) { return senders, nil }})
+	_, err := db.CreatePublish(ctx, storage.Publish{ID: "pub-pages", InstanceID: in.ID, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}},"fcm":{"notification":{"title":"hi"}}}`)},
+		0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Notify()
+
+	stored := func() storage.Publish {
+		p, err := db.GetPublish(ctx, in.ID, "pub-pages")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	waitUntil(t, "the sentinel's page to be recorded", func() bool {
+		return stored().StreamCursor(storage.PlatformFCM) == sentinel
+	})
+	p := stored()
+	if c := p.StreamCursor(storage.PlatformAPNs); c >= held {
+		t.Fatalf("while %s of page 1 is unsent, the stored apns cursor is %q: a crash now would lose it", held, c)
+	}
+	if p.Resolved || p.State == storage.PublishDone {
+		t.Fatalf("publish resolved %v, state %s with a delivery in flight", p.Resolved, p.State)
+	}
+	mu.Lock()
+	if sends[held] != 0 {
+		t.Fatalf("the held delivery was sent")
+	}
+	mu.Unlock()
+
+	close(release)
+	p = waitPublishDone(t, db, "pub-pages")
+	if p.Targeted != apnsDevices+1 || p.Sent != apnsDevices+1 || p.Failed != 0 {
+		t.Errorf("publish targeted %d, sent %d, failed %d; want %d sent", p.Targeted, p.Sent, p.Failed, apnsDevices+1)
+	}
+	if c := p.StreamCursor(storage.PlatformAPNs); c != fmt.Sprintf("apns-%02d", apnsDevices-1) {
+		t.Errorf("final apns cursor %q, want the last device", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, dev := range devices {
+		if sends[dev.Device.ID] != 1 {
+			t.Errorf("%s was sent %d times, want once", dev.Device.ID, sends[dev.Device.ID])
+		}
+	}
+	if len(sends) != len(devices) {
+		t.Errorf("sent to %d devices, want %d", len(sends), len(devices))
+	}
+}
