@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"slices"
 	"time"
 )
 
@@ -45,32 +47,71 @@ func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook) error 
 	})
 }
 
-// DueWebhooks returns up to limit requests whose next attempt is due at t,
-// in the order they were written, leaving out those queued behind an older
-// request to the same URL that is not due yet.
-func (db *DB) DueWebhooks(ctx context.Context, t time.Time, limit int) ([]OutboxWebhook, error) {
-	// A request waiting for its retry holds back the later ones to the same
-	// URL, so that a receiver sees events in order even across restarts.
-	rows, err := db.reader.QueryContext(ctx, `SELECT w.id, w.app_id, w.url, w.body, w.attempts, w.next_attempt_at_ms, w.created_at_ms
-		FROM webhook_outbox w
-		WHERE w.next_attempt_at_ms <= ?1
-		  AND NOT EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.url = w.url AND o.id < w.id AND o.next_attempt_at_ms > ?1)
-		ORDER BY w.id LIMIT ?2`, t.UnixMilli(), limit)
+// ClaimWebhooks takes up to limit requests that are due at t, in the order
+// they were written, and claims them until t+lease: until then no other call
+// returns them, and they hold back later requests to the same URL, so each
+// URL is served by one sender at a time. A request queued behind an older one
+// to the same URL that is not due (waiting for its retry, or claimed) is left
+// out, so a receiver sees events in order even across restarts.
+//
+// Reading and claiming are one transaction: a request that one sender has
+// delivered and deleted cannot be handed to another from an older read. The
+// claimant deletes, reschedules (RetryWebhookAt) or releases
+// (ReleaseWebhooks) each request; one it loses track of, in a crash, is due
+// again when the claim runs out.
+func (db *DB) ClaimWebhooks(ctx context.Context, t time.Time, lease time.Duration, limit int) ([]OutboxWebhook, error) {
+	var out []OutboxWebhook
+	until := t.Add(lease)
+	err := db.write(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `UPDATE webhook_outbox SET next_attempt_at_ms = ?3
+			WHERE id IN (SELECT w.id FROM webhook_outbox w
+				WHERE w.next_attempt_at_ms <= ?1
+				  AND NOT EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.url = w.url AND o.id < w.id AND o.next_attempt_at_ms > ?1)
+				ORDER BY w.id LIMIT ?2)
+			RETURNING id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms`, t.UnixMilli(), limit, until.UnixMilli())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var w OutboxWebhook
+			var next, created int64
+			if err := rows.Scan(&w.ID, &w.AppID, &w.URL, &w.Body, &w.Attempts, &next, &created); err != nil {
+				return err
+			}
+			w.NextAttemptAt, w.CreatedAt = fromMillis(next), fromMillis(created)
+			out = append(out, w)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []OutboxWebhook
-	for rows.Next() {
-		var w OutboxWebhook
-		var next, created int64
-		if err := rows.Scan(&w.ID, &w.AppID, &w.URL, &w.Body, &w.Attempts, &next, &created); err != nil {
-			return nil, err
-		}
-		w.NextAttemptAt, w.CreatedAt = fromMillis(next), fromMillis(created)
-		out = append(out, w)
+	// RETURNING promises no order; senders need the order of writing.
+	slices.SortFunc(out, func(a, b OutboxWebhook) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// ReleaseWebhooks gives back claimed requests that were not attempted, due
+// again at t.
+func (db *DB) ReleaseWebhooks(ctx context.Context, ids []int64, t time.Time) error {
+	if len(ids) == 0 {
+		return nil
 	}
-	return out, rows.Err()
+	return db.write(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `UPDATE webhook_outbox SET next_attempt_at_ms = ? WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, id := range ids {
+			if _, err := stmt.ExecContext(ctx, t.UnixMilli(), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // NextWebhookDue returns when the earliest request in the outbox is due, and

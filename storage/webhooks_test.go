@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func TestDueWebhooksKeepsPerURLOrder(t *testing.T) {
+func TestClaimWebhooksKeepsPerURLOrder(t *testing.T) {
 	ctx := context.Background()
 	db, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"))
 	if err != nil {
@@ -26,21 +26,24 @@ func TestDueWebhooksKeepsPerURLOrder(t *testing.T) {
 	if err := db.RetryWebhookAt(ctx, items[0].ID, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	due, err := db.DueWebhooks(ctx, time.Now(), 10)
+	due, err := db.ClaimWebhooks(ctx, time.Now(), time.Hour, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(due) != 1 || string(due[0].Body) != "3" {
-		t.Fatalf("due now: %+v, want only the request to b", due)
+		t.Fatalf("claimed now: %+v, want only the request to b", due)
 	}
-	due, err = db.DueWebhooks(ctx, time.Now().Add(2*time.Minute), 10)
+	if err := db.DeleteWebhook(ctx, due[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	due, err = db.ClaimWebhooks(ctx, time.Now().Add(2*time.Minute), time.Hour, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(due) != 3 || string(due[0].Body) != "1" || string(due[1].Body) != "2" || due[0].Attempts != 1 {
-		t.Fatalf("due later: %+v, want all three in order", due)
+	if len(due) != 2 || string(due[0].Body) != "1" || string(due[1].Body) != "2" || due[0].Attempts != 1 {
+		t.Fatalf("claimed later: %+v, want both requests to a in order", due)
 	}
-	if n, _ := db.CountWebhookOutbox(ctx); n != 3 {
+	if n, _ := db.CountWebhookOutbox(ctx); n != 2 {
 		t.Fatalf("outbox holds %d", n)
 	}
 	for _, w := range due {
@@ -50,5 +53,43 @@ func TestDueWebhooksKeepsPerURLOrder(t *testing.T) {
 	}
 	if _, ok, err := db.NextWebhookDue(ctx); ok || err != nil {
 		t.Fatalf("empty outbox still has a next due (%v)", err)
+	}
+}
+
+func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	items := []OutboxWebhook{
+		{AppID: "1", URL: "http://a", Body: []byte(`1`)},
+		{AppID: "1", URL: "http://a", Body: []byte(`2`)},
+	}
+	if err := db.EnqueueWebhooks(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	first, err := db.ClaimWebhooks(ctx, now, time.Minute, 1)
+	if err != nil || len(first) != 1 || first[0].ID != items[0].ID {
+		t.Fatalf("first claim: %+v (%v), want the first request", first, err)
+	}
+	// The claimed request holds back the second: the URL is being served.
+	if again, err := db.ClaimWebhooks(ctx, now, time.Minute, 10); err != nil || len(again) != 0 {
+		t.Fatalf("claim while the first is held: %+v (%v), want none", again, err)
+	}
+	// Given back unsent, both are due again, in order.
+	if err := db.ReleaseWebhooks(ctx, []int64{first[0].ID}, now); err != nil {
+		t.Fatal(err)
+	}
+	both, err := db.ClaimWebhooks(ctx, now, time.Minute, 10)
+	if err != nil || len(both) != 2 || both[0].ID != items[0].ID || both[1].ID != items[1].ID {
+		t.Fatalf("claim after release: %+v (%v), want both in order", both, err)
+	}
+	// A claim that runs out (its holder died) makes them due again.
+	later, err := db.ClaimWebhooks(ctx, now.Add(time.Minute), time.Minute, 10)
+	if err != nil || len(later) != 2 {
+		t.Fatalf("claim after the lease: %+v (%v), want both", later, err)
 	}
 }

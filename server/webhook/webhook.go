@@ -35,6 +35,12 @@ type Options struct {
 	Buffer      int           // events buffered between the hub and the dispatcher; default 65536
 	Senders     int           // concurrent deliveries; default 8
 	Client      *http.Client  // default: 10 s timeout
+	// Lease is how long a sender holds the requests it claimed from the
+	// outbox; a request is attempted only while its claim has at least the
+	// client's timeout left. Default and minimum: six client timeouts, at
+	// least 1 min. After a crash, the requests in flight are sent again
+	// once their claim runs out.
+	Lease time.Duration
 	// OnAttempt, when set, is told the outcome of every delivery attempt
 	// (the debug console shows them). It must return at once.
 	OnAttempt func(Attempt)
@@ -77,6 +83,10 @@ func (o Options) withDefaults() Options {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}
+	d(&o.Lease, max(time.Minute, 6*o.Client.Timeout))
+	// A claim shorter than two client timeouts would leave room for less
+	// than one attempt.
+	o.Lease = max(o.Lease, 2*o.Client.Timeout)
 	return o
 }
 
@@ -336,69 +346,49 @@ func payload(ev hub.Event) channels.WebhookEvent {
 	return p
 }
 
-// send delivers due requests until ctx ends, waking when new ones arrive or
-// the next retry is due. Each endpoint gets its requests one at a time, in the
-// order they were written, so a receiver sees events in the order they
-// happened; a failed request holds back the later ones of its endpoint until
-// it is retried. Different endpoints are served in parallel.
+// send claims due requests and delivers them until ctx ends, waking when new
+// ones arrive or the next retry is due. Each endpoint gets its requests one at
+// a time, in the order they were written, so a receiver sees events in the
+// order they happened: a claimed or failed request holds back the later ones
+// of its endpoint in the outbox itself (see storage.ClaimWebhooks), so no
+// bookkeeping here can disagree with it. Different endpoints are served in
+// parallel.
 func (d *Dispatcher) send(ctx context.Context) {
 	sem := make(chan struct{}, d.opts.Senders)
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
-	var mu sync.Mutex
-	busy := map[string]bool{}         // endpoints being served right now
-	blocked := map[string]time.Time{} // endpoints waiting for a retry
 	for {
-		due, err := d.db.DueWebhooks(ctx, time.Now(), 256)
+		claimed, err := d.db.ClaimWebhooks(ctx, time.Now(), d.opts.Lease, 256)
 		if err != nil && ctx.Err() == nil {
 			d.log.Error("reading the webhook outbox", zap.Error(err))
 		}
 		groups := map[string][]storage.OutboxWebhook{}
 		var order []string
-		now := time.Now()
-		mu.Lock()
-		for _, w := range due {
-			if busy[w.URL] || now.Before(blocked[w.URL]) {
-				continue
-			}
+		for _, w := range claimed {
 			if _, ok := groups[w.URL]; !ok {
 				order = append(order, w.URL)
 			}
 			groups[w.URL] = append(groups[w.URL], w)
 		}
-		for _, url := range order {
-			busy[url] = true
-		}
-		mu.Unlock()
-		for _, url := range order {
+		for i, url := range order {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
+				for _, url := range order[i:] {
+					d.release(groups[url])
+				}
 				return
 			}
 			inflight.Add(1)
-			go func(url string, items []storage.OutboxWebhook) {
+			go func(items []storage.OutboxWebhook) {
 				defer inflight.Done()
-				var retryAt time.Time
-				for _, w := range items {
-					if retryAt = d.deliver(ctx, w); !retryAt.IsZero() || ctx.Err() != nil {
-						break
-					}
-				}
-				mu.Lock()
-				delete(busy, url)
-				if retryAt.IsZero() {
-					delete(blocked, url)
-				} else {
-					blocked[url] = retryAt
-				}
-				mu.Unlock()
+				d.serve(ctx, items)
 				<-sem
 				select {
 				case d.wake <- struct{}{}: // look again: more may be due
 				default:
 				}
-			}(url, groups[url])
+			}(groups[url])
 		}
 		wait := time.Second
 		if next, ok, err := d.db.NextWebhookDue(ctx); err == nil && ok {
@@ -413,23 +403,65 @@ func (d *Dispatcher) send(ctx context.Context) {
 	}
 }
 
-// deliver makes one attempt at a request and records the outcome. It returns
-// when to retry, or the zero time when the request is done with (delivered
-// or dropped).
-func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.Time {
+// serve delivers one endpoint's claimed requests in order. It stops at the
+// first that fails (the rest wait behind its retry), at shutdown, and when the
+// claim has less than a client timeout left, since after it runs out another
+// sender may take the same requests; what it does not attempt it gives back.
+func (d *Dispatcher) serve(ctx context.Context, items []storage.OutboxWebhook) {
+	for i, w := range items {
+		if ctx.Err() != nil || time.Until(w.NextAttemptAt) < d.opts.Client.Timeout {
+			d.release(items[i:])
+			return
+		}
+		switch d.deliver(ctx, w) {
+		case retrying:
+			d.release(items[i+1:])
+			return
+		case interrupted:
+			d.release(items[i:])
+			return
+		}
+	}
+}
+
+// release gives claimed requests back to the outbox, due at once.
+func (d *Dispatcher) release(items []storage.OutboxWebhook) {
+	if len(items) == 0 {
+		return
+	}
+	ids := make([]int64, len(items))
+	for i, w := range items {
+		ids[i] = w.ID
+	}
+	if err := d.db.ReleaseWebhooks(context.Background(), ids, time.Now()); err != nil {
+		d.log.Error("giving back claimed webhooks", zap.Int("requests", len(ids)), zap.Error(err))
+	}
+}
+
+// outcome is what became of one attempt at a request.
+type outcome int
+
+const (
+	done        outcome = iota // delivered, or dropped for good
+	retrying                   // failed; rescheduled for a later attempt
+	interrupted                // shutting down: not delivered, to be released
+)
+
+// deliver makes one attempt at a request and records the outcome.
+func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) outcome {
 	app := d.apps.ByID(w.AppID)
 	if app == nil {
 		d.log.Warn("dropping a webhook of a deleted app", zap.String("app_id", w.AppID), zap.String("url", w.URL))
 		d.abandoned.Add(1)
-		_ = d.db.DeleteWebhook(ctx, w.ID)
-		return time.Time{}
+		d.remove(w)
+		return done
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Body))
 	if err != nil {
 		d.log.Error("dropping a webhook with a bad URL", zap.String("url", w.URL), zap.Error(err))
 		d.abandoned.Add(1)
-		_ = d.db.DeleteWebhook(ctx, w.ID)
-		return time.Time{}
+		d.remove(w)
+		return done
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Pusher-Key", app.Key)
@@ -440,14 +472,12 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.
 		if res.StatusCode >= 200 && res.StatusCode < 300 {
 			d.delivered.Add(1)
 			d.report(Attempt{AppID: w.AppID, URL: w.URL, Status: res.StatusCode})
-			if err := d.db.DeleteWebhook(context.Background(), w.ID); err != nil {
-				d.log.Error("removing a delivered webhook", zap.Error(err))
-			}
-			return time.Time{}
+			d.remove(w)
+			return done
 		}
 	}
 	if ctx.Err() != nil {
-		return time.Time{} // shutting down: the request stays due for the next start
+		return interrupted // the request stays in the outbox for the next start
 	}
 	reason := "status " + http.StatusText(statusOf(res))
 	if err != nil {
@@ -459,8 +489,8 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.
 	if giveUp {
 		d.abandoned.Add(1)
 		d.log.Error("giving up on a webhook", zap.String("url", w.URL), zap.Int("attempts", w.Attempts+1), zap.String("last_error", reason))
-		_ = d.db.DeleteWebhook(context.Background(), w.ID)
-		return time.Time{}
+		d.remove(w)
+		return done
 	}
 	backoff := min(d.opts.BaseBackoff<<min(w.Attempts, 20), d.opts.MaxBackoff)
 	next := time.Now().Add(backoff)
@@ -468,7 +498,16 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) time.
 	if err := d.db.RetryWebhookAt(context.Background(), w.ID, next); err != nil {
 		d.log.Error("rescheduling a webhook", zap.Error(err))
 	}
-	return next
+	return retrying
+}
+
+// remove deletes a request that is done with from the outbox.
+func (d *Dispatcher) remove(w storage.OutboxWebhook) {
+	// Not the sender's context: a request delivered just before shutdown
+	// must still leave the outbox.
+	if err := d.db.DeleteWebhook(context.Background(), w.ID); err != nil {
+		d.log.Error("removing a webhook from the outbox", zap.Error(err))
+	}
 }
 
 func statusOf(res *http.Response) int {
