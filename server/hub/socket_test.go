@@ -70,8 +70,19 @@ func newWSServer(t *testing.T, opts SocketOptions) *wsServer {
 // buffer.
 func newWSServerSendBuffer(t *testing.T, opts SocketOptions, sendBuffer int) *wsServer {
 	t.Helper()
+	return newWSServerSetup(t, opts, sendBuffer, nil)
+}
+
+// newWSServerSetup is newWSServerSendBuffer with setup (when not nil) run on
+// the hub before the server starts: an observer or a clock installed then is
+// seen by every connection without a race.
+func newWSServerSetup(t *testing.T, opts SocketOptions, sendBuffer int, setup func(*Hub)) *wsServer {
+	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	h := New(log)
+	if setup != nil {
+		setup(h)
+	}
 	handler := NewSocketHandler(h, wsApps, log, opts)
 	srv := httptest.NewUnstartedServer(handler)
 	if sendBuffer > 0 {
