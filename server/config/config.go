@@ -13,8 +13,6 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/heraldrt/herald/server/push"
 )
 
 // Config is everything `herald serve` needs. Every field names its variable
@@ -49,10 +47,6 @@ type Config struct {
 	// WebSocket tuning.
 	ActivityTimeout time.Duration // HERALD_ACTIVITY_TIMEOUT: idle time before the server pings a client; default 120s
 	PongTimeout     time.Duration // HERALD_PONG_TIMEOUT: time a pinged client has to answer; default 30s
-
-	// Push delivery tuning; not read from the environment (tests and
-	// benchmarks set it). Nil, or zero fields, take push.Options' defaults.
-	Push *push.Options
 
 	// Operations.
 	MetricsAddr string // HERALD_METRICS_ADDR: when set, GET /metrics is served on this address only, not on Addr; default empty (served on Addr)

@@ -22,7 +22,8 @@ import (
 func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 	gw := startGateways(t)
 	cfg := pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db"))
-	cfg.Push.MaxInFlight, cfg.Push.PageSize = 30, 10 // a share of 10 per gateway
+	pushOpts := gw.pushOptions()
+	pushOpts.MaxInFlight, pushOpts.PageSize = 30, 10 // a share of 10 per gateway
 	target, _ := url.Parse(gw.apns.URL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = gw.apns.Server.Client().Transport // trusts the fake's certificate
@@ -42,7 +43,7 @@ func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 	}))
 	t.Cleanup(stuck.Close)
 	cfg.APNsURL = stuck.URL
-	n, base := serveNode(t, cfg)
+	n, base := serveNode(t, cfg, WithPush(pushOpts))
 	in, err := n.db.GetInstance(t.Context(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 // longer parses (it resolves to no device rather than blocking the queue).
 func TestPublishesWithoutTargetsFinish(t *testing.T) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")))
+	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
 	register(t, base, "fcm", "fcm-token-1", "news")
 	var ids []string
 	for _, p := range []struct{ path, body string }{

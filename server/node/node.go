@@ -49,9 +49,25 @@ type Node struct {
 	bg   sync.WaitGroup
 }
 
+// Option tunes a node beyond what the operator's configuration says; tests
+// and benchmarks use them.
+type Option func(*options)
+
+type options struct {
+	push push.Options
+}
+
+// WithPush sets the push delivery tuning; zero fields take push.Options'
+// defaults.
+func WithPush(o push.Options) Option { return func(opts *options) { opts.push = o } }
+
 // New opens the database, prepares the default app and instance, and wires the
 // APIs. It does not listen yet; see Serve.
-func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error) {
+func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option) (*Node, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	db, err := storage.Open(ctx, cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("opening database %s: %w", cfg.DB, err)
@@ -83,11 +99,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger) (*Node, error)
 	channelsAPI.Register(engine)
 	httpapi.NewDeviceAPI(db, instances, log).Register(engine)
 	httpapi.NewReportingAPI(db, instances, log).Register(engine)
-	var pushOpts push.Options
-	if cfg.Push != nil {
-		pushOpts = *cfg.Push
-	}
-	n.push = push.New(db, instances, log.Named("push"), pushOpts)
+	n.push = push.New(db, instances, log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
 		n.hook.Close()
 		db.Close()

@@ -146,9 +146,8 @@ func BenchmarkPublish100k(b *testing.B) {
 		APNsKeyFile: fk.cfg.APNsKeyFile, APNsKeyID: fk.cfg.APNsKeyID, APNsTeamID: fk.cfg.APNsTeamID,
 		APNsURL: fk.cfg.APNsURL, APNsCAFile: fk.cfg.APNsCAFile,
 		FCMServiceAccountFile: fk.cfg.FCMServiceAccountFile, FCMURL: fk.cfg.FCMURL,
-		Push: &push.Options{RootCAs: roots}, // otherwise production defaults
 	}
-	n, base := serveNode(b, cfg)
+	n, base := serveNode(b, cfg, WithPush(push.Options{RootCAs: roots})) // otherwise production defaults
 	var subs []struct {
 		Token string `json:"token"`
 	}

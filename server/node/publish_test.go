@@ -80,8 +80,12 @@ func pushConfig(t testing.TB, gw *gateways, db string) config.Config {
 		FCMServiceAccountFile: write("sa.json", gw.fcm.ServiceAccount),
 		FCMURL:                gw.fcm.URL,
 		VAPIDSubject:          "mailto:ops@example.com",
-		Push:                  &push.Options{BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, RootCAs: gw.roots()},
 	}
+}
+
+// pushOptions makes retries quick and trusts the fakes' certificate.
+func (gw *gateways) pushOptions() push.Options {
+	return push.Options{BaseBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, RootCAs: gw.roots()}
 }
 
 // roots trusts the fakes' certificate (the same for all three).
@@ -92,9 +96,9 @@ func (gw *gateways) roots() *x509.CertPool {
 }
 
 // serveNode starts a node with cfg on a free port until the test ends.
-func serveNode(t testing.TB, cfg config.Config) (*Node, string) {
+func serveNode(t testing.TB, cfg config.Config, opts ...Option) (*Node, string) {
 	t.Helper()
-	n, err := New(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	n, err := New(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +281,7 @@ func (s *webhookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // three platforms on the fake gateways, which check the wire formats.
 func TestBeamsPublishGoSDK(t *testing.T) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")))
+	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
 	in, err := n.db.GetInstance(context.Background(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)
