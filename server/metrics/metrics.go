@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 )
 
@@ -54,23 +55,7 @@ type OutboxSource interface {
 // and counters are exported as herald_push_*. A node without push delivery
 // leaves it nil and those metrics are absent.
 type PushSource interface {
-	PushCounters() PushCounters
-}
-
-// PushCounters is a snapshot of the push dispatcher's state.
-type PushCounters struct {
-	QueueDepth int   // deliveries waiting to be sent
-	Publishes  int64 // publishes accepted since start
-	// Deliveries counts delivery attempts by gateway (apns, fcm, web) and
-	// outcome (delivered, failed, retried, dead_token).
-	Deliveries []PushDeliveryCount
-}
-
-// PushDeliveryCount is one (gateway, outcome) counter.
-type PushDeliveryCount struct {
-	Gateway string
-	Outcome string
-	Count   int64
+	PushCounters() push.Counters
 }
 
 // Sources are the parts of a node read at scrape time. Nil ones are skipped.

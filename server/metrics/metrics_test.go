@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 )
 
@@ -49,8 +50,8 @@ func (o fakeOutbox) CountWebhookOutbox(context.Context) (int, error) { return 6,
 
 type fakePush struct{}
 
-func (fakePush) PushCounters() PushCounters {
-	return PushCounters{QueueDepth: 12, Publishes: 2, Deliveries: []PushDeliveryCount{
+func (fakePush) PushCounters() push.Counters {
+	return push.Counters{QueueDepth: 12, Publishes: 2, Deliveries: []push.DeliveryCount{
 		{Gateway: "apns", Outcome: "delivered", Count: 5}, {Gateway: "fcm", Outcome: "dead_token", Count: 1},
 	}}
 }

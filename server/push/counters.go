@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/heraldrt/herald/server/metrics"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -62,21 +60,35 @@ func (c *counters) delivery(p storage.Platform, o storage.DeliveryOutcome) {
 	}
 }
 
-var _ metrics.PushSource = (*Dispatcher)(nil)
+// Counters is a snapshot of the dispatcher's state, as the metrics export it.
+type Counters struct {
+	QueueDepth int   // deliveries waiting to be sent
+	Publishes  int64 // publishes accepted since start
+	// Deliveries counts delivery attempts by gateway (apns, fcm, web) and
+	// outcome (delivered, failed, retried, dead_token).
+	Deliveries []DeliveryCount
+}
+
+// DeliveryCount is one (gateway, outcome) counter.
+type DeliveryCount struct {
+	Gateway string
+	Outcome string
+	Count   int64
+}
 
 // PushCounters reports the publishes accepted and delivery attempts recorded
 // since the dispatcher was created, by gateway and outcome (every pair, zeros
 // included, so rates work from the first scrape), and the queue depth: the
 // deliveries not completed yet: stored ones (claimed or waiting) and those of
 // pages in flight.
-func (d *Dispatcher) PushCounters() metrics.PushCounters {
-	out := metrics.PushCounters{
+func (d *Dispatcher) PushCounters() Counters {
+	out := Counters{
 		Publishes:  d.counters.publishes.Load(),
-		Deliveries: make([]metrics.PushDeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
+		Deliveries: make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
 	}
 	for g, gw := range counterGateways {
 		for k, o := range counterOutcomes {
-			out.Deliveries = append(out.Deliveries, metrics.PushDeliveryCount{
+			out.Deliveries = append(out.Deliveries, DeliveryCount{
 				Gateway: string(gw), Outcome: o, Count: d.counters.deliveries[g][k].Load(),
 			})
 		}
