@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
 	"github.com/heraldrt/herald/storage"
 )
 
