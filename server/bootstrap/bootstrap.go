@@ -5,18 +5,14 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/ecdh"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -32,27 +28,13 @@ func Run(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger
 	return nil
 }
 
-// NewApp returns an enabled app with fresh credentials and the default
-// options: client events on, subscription_count on, user-authentication
-// timeout off.
-func NewApp() storage.App {
-	return storage.App{
-		ID:                randomDigits(7),
-		Key:               RandomHex(10),
-		Secret:            RandomHex(10),
-		Enabled:           true,
-		ClientEvents:      true,
-		SubscriptionCount: true,
-	}
-}
-
 func ensureApp(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {
 	if cfg.AppID == "" {
 		n, err := db.CountApps(ctx)
 		if err != nil || n > 0 {
 			return err
 		}
-		app, err := db.CreateApp(ctx, NewApp())
+		app, err := db.CreateApp(ctx, manage.NewApp())
 		if err != nil {
 			return err
 		}
@@ -66,7 +48,7 @@ func ensureApp(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.
 		return err
 	}
 	if create {
-		app = NewApp()
+		app = manage.NewApp()
 		app.ID = cfg.AppID
 	}
 	if cfg.AppKey != "" {
@@ -97,21 +79,6 @@ func hasWebhook(app storage.App, url string) bool {
 	return false
 }
 
-// NewInstance returns an enabled Push instance with a fresh id, secret key and
-// VAPID key pair.
-func NewInstance() (storage.Instance, error) {
-	pub, priv, err := NewVAPIDKeys()
-	if err != nil {
-		return storage.Instance{}, err
-	}
-	return storage.Instance{
-		ID:        NewUUID(),
-		SecretKey: hexUpper(32),
-		Enabled:   true,
-		VAPID:     storage.VAPIDConfig{PublicKey: pub, PrivateKey: priv},
-	}, nil
-}
-
 func ensureInstance(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {
 	var in storage.Instance
 	create := false
@@ -122,7 +89,7 @@ func ensureInstance(ctx context.Context, db *storage.DB, cfg config.Config, log 
 		}
 		switch len(list) {
 		case 0:
-			if in, err = NewInstance(); err != nil {
+			if in, err = manage.NewInstance(); err != nil {
 				return err
 			}
 			create = true
@@ -138,7 +105,7 @@ func ensureInstance(ctx context.Context, db *storage.DB, cfg config.Config, log 
 		var err error
 		in, err = db.GetInstance(ctx, cfg.InstanceID)
 		if create = errors.Is(err, storage.ErrNotFound); create {
-			if in, err = NewInstance(); err != nil {
+			if in, err = manage.NewInstance(); err != nil {
 				return err
 			}
 			in.ID = cfg.InstanceID
@@ -202,54 +169,4 @@ func applyGateways(in *storage.Instance, cfg config.Config) error {
 	set(cfg.FCMURL, &in.FCM.URL)
 	set(cfg.VAPIDSubject, &in.VAPID.Subject)
 	return nil
-}
-
-// NewVAPIDKeys returns a P-256 key pair for Web Push: the public key as the
-// base64url uncompressed point, the private key as the base64url scalar.
-func NewVAPIDKeys() (public, private string, err error) {
-	key, err := ecdh.P256().GenerateKey(rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	enc := base64.RawURLEncoding
-	return enc.EncodeToString(key.PublicKey().Bytes()), enc.EncodeToString(key.Bytes()), nil
-}
-
-// NewUUID returns a random (version 4) UUID.
-func NewUUID() string {
-	var b [16]byte
-	mustRead(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// RandomHex returns n random bytes as lower-case hex.
-func RandomHex(n int) string {
-	b := make([]byte, n)
-	mustRead(b)
-	return hex.EncodeToString(b)
-}
-
-func hexUpper(n int) string {
-	b := make([]byte, n)
-	mustRead(b)
-	return fmt.Sprintf("%X", b)
-}
-
-func randomDigits(n int) string {
-	limit := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil)
-	lowest := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n-1)), nil)
-	v, err := rand.Int(rand.Reader, new(big.Int).Sub(limit, lowest))
-	if err != nil {
-		panic("bootstrap: crypto/rand failed: " + err.Error())
-	}
-	return v.Add(v, lowest).String()
-}
-
-func mustRead(b []byte) {
-	if _, err := rand.Read(b); err != nil {
-		panic("bootstrap: crypto/rand failed: " + err.Error())
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -441,7 +442,7 @@ func TestRunSeveralInstances(t *testing.T) {
 	setup := func(t *testing.T) (*storage.DB, []storage.Instance) {
 		db := openDB(t)
 		for range 2 {
-			in, err := NewInstance()
+			in, err := manage.NewInstance()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -489,54 +490,4 @@ func TestRunSeveralInstances(t *testing.T) {
 			t.Fatalf("got topics %q and %q, want only the named instance's set", got[0].APNs.Topic, got[1].APNs.Topic)
 		}
 	})
-}
-
-func TestNewUUID(t *testing.T) {
-	seen := map[string]bool{}
-	for range 200 {
-		id := NewUUID()
-		if !uuidV4.MatchString(id) {
-			t.Fatalf("%q is not a version 4 UUID", id)
-		}
-		if seen[id] {
-			t.Fatalf("%q generated twice", id)
-		}
-		seen[id] = true
-	}
-}
-
-func TestNewVAPIDKeys(t *testing.T) {
-	pub, priv, err := NewVAPIDKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkVAPID(t, storage.VAPIDConfig{PublicKey: pub, PrivateKey: priv})
-	pub2, _, err := NewVAPIDKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pub == pub2 {
-		t.Fatal("two key pairs are equal")
-	}
-}
-
-func TestNewApp(t *testing.T) {
-	for range 200 {
-		app := NewApp()
-		if !appID.MatchString(app.ID) {
-			t.Fatalf("app id %q: want 7 digits without a leading zero", app.ID)
-		}
-		if !lowerHex.MatchString(app.Key) || !lowerHex.MatchString(app.Secret) {
-			t.Fatalf("key %q, secret %q: want 20 lower-case hex digits each", app.Key, app.Secret)
-		}
-	}
-}
-
-func TestRandomHex(t *testing.T) {
-	for _, n := range []int{0, 1, 10, 32} {
-		got := RandomHex(n)
-		if len(got) != 2*n || !regexp.MustCompile(`^[0-9a-f]*$`).MatchString(got) {
-			t.Fatalf("RandomHex(%d) = %q, want %d lower-case hex digits", n, got, 2*n)
-		}
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldrt/herald/gen/device"
 	"github.com/heraldrt/herald/server/beamsauth"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -129,7 +130,7 @@ func pushInstance(instances InstanceLookup) gin.HandlerFunc {
 		case id == "":
 			writeError(c, badRequest("missing_instance_id", "The instance id is missing from the path."))
 			return
-		case !validUUID(id):
+		case !manage.ValidInstanceID(id):
 			writeError(c, badRequest("invalid_instance_id", "The instance id %q is not a UUID.", truncate(id, 64)))
 			return
 		}
@@ -185,27 +186,6 @@ func jsonBody(limit int64) gin.HandlerFunc {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		c.Next()
 	}
-}
-
-// validUUID reports whether s is a UUID in its 36-character text form.
-func validUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // ValidInterestName reports whether s is 1 to 164 characters of

@@ -10,7 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/heraldrt/herald/server/bootstrap"
+	"github.com/google/uuid"
+
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -49,14 +50,12 @@ var appIDPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}$`)
 // query strings and auth strings ("key:signature"), so no ':' or spaces.
 var credentialPattern = regexp.MustCompile(`^[A-Za-z0-9_\-.]{1,128}$`)
 
-// uuidPattern is the form of a Push instance id.
-var uuidPattern = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
-
-// NewApp returns an app with fresh random credentials and the default options.
-func NewApp() storage.App { return bootstrap.NewApp() }
-
-// NewInstance returns an instance with a fresh id, secret key and VAPID keys.
-func NewInstance() (storage.Instance, error) { return bootstrap.NewInstance() }
+// ValidInstanceID reports whether id is a UUID in its 36-character text form,
+// the only form a Push instance id takes (it appears in every Beams URL).
+func ValidInstanceID(id string) bool {
+	// uuid.Validate also takes the braced, urn: and unhyphenated forms.
+	return len(id) == 36 && uuid.Validate(id) == nil
+}
 
 // ValidateApp checks an app before it is created or updated.
 func ValidateApp(a storage.App) error {
@@ -126,7 +125,7 @@ func ParseWebhook(spec string) (storage.Webhook, error) {
 // ValidateInstance checks an instance before it is created or updated.
 func ValidateInstance(in storage.Instance) error {
 	var errs []error
-	if !uuidPattern.MatchString(in.ID) {
+	if !ValidInstanceID(in.ID) {
 		errs = append(errs, invalid("the instance id must be a UUID, not %q", in.ID))
 	}
 	if in.SecretKey == "" {
@@ -160,11 +159,11 @@ func ValidateInstance(in storage.Instance) error {
 }
 
 // RotateAppSecret gives the app a new random secret.
-func RotateAppSecret(a *storage.App) { a.Secret = bootstrap.RandomHex(10) }
+func RotateAppSecret(a *storage.App) { a.Secret = randomHex(10) }
 
 // RotateInstanceSecret gives the instance a new random secret key.
 func RotateInstanceSecret(in *storage.Instance) error {
-	fresh, err := bootstrap.NewInstance()
+	fresh, err := NewInstance()
 	if err != nil {
 		return err
 	}
