@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -10,21 +11,24 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-func init() {
-	// Keep gin from printing its debug banner and route table; routes are
-	// registered by generated code and logged nowhere else.
-	gin.SetMode(gin.ReleaseMode)
-	// The generated strict handlers decode bodies with gin's binding, which
-	// then walks every struct with go-playground's validator looking for
-	// `binding` tags. Herald's types have none (the handlers validate against
-	// the spec's limits themselves), so the walk is pure cost on the signed
-	// trigger path.
-	binding.Validator = nil
-}
+// ginSettings sets gin's process-wide settings, once, before the first
+// engine is built.
+var ginSettings sync.Once
 
 // NewEngine returns a gin engine with panic recovery, an access log and the
 // error body on NoRoute and NoMethod, plus GET /healthz.
 func NewEngine(log *zap.Logger) *gin.Engine {
+	ginSettings.Do(func() {
+		// Keep gin from printing its debug banner and route table; routes
+		// are registered by generated code and logged nowhere else.
+		gin.SetMode(gin.ReleaseMode)
+		// The generated strict handlers decode bodies with gin's binding,
+		// which then walks every struct with go-playground's validator
+		// looking for `binding` tags. Herald's types have none (the handlers
+		// validate against the spec's limits themselves), so the walk is
+		// pure cost on the signed trigger path.
+		binding.Validator = nil
+	})
 	r := gin.New()
 	// Channel names in paths may hold escaped characters (#server-to-user-…);
 	// match on the raw path and unescape parameter values.
