@@ -1,0 +1,21 @@
+// Package text holds the string helpers that several packages need the same
+// way: today, cutting client-supplied text to a length before it goes into
+// an error message or a log.
+package text
+
+import "unicode/utf8"
+
+// Truncate returns s when it has at most n bytes; otherwise its first n
+// bytes, cut back to the last whole UTF-8 character, followed by "…". Error
+// messages quote what a client sent through it, so a long or hostile value
+// cannot make them long, and a cut never leaves half a character.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n = max(n, 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,34 @@
+package text
+
+import (
+	"testing"
+	"unicode/utf8"
+)
+
+func TestTruncate(t *testing.T) {
+	for _, tt := range []struct {
+		name, s string
+		n       int
+		want    string
+	}{
+		{"OKShort", "abc", 5, "abc"},
+		{"OKExactly", "abcde", 5, "abcde"},
+		{"OKCut", "abcdef", 5, "abcde…"},
+		{"OKEmpty", "", 0, ""},
+		{"OKZero", "abc", 0, "…"},
+		{"OKNegative", "abc", -1, "…"},
+		{"OKCutBeforeATwoByteCharacter", "abcdé", 5, "abcd…"},
+		{"OKCutAfterATwoByteCharacter", "abcdéf", 6, "abcdé…"},
+		{"OKCutInsideAFourByteCharacter", "ab😀", 4, "ab…"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Truncate(tt.s, tt.n)
+			if got != tt.want {
+				t.Fatalf("Truncate(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+			}
+			if !utf8.ValidString(got) {
+				t.Fatalf("Truncate(%q, %d) = %q is not valid UTF-8", tt.s, tt.n, got)
+			}
+		})
+	}
+}
