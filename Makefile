@@ -5,7 +5,7 @@ GO         ?= go
 TOOL       := $(GO) tool -modfile=tools/go.mod
 COMPAT_DIR := scripts/compat
 
-.PHONY: run build test test-go test-compat test-load-smoke generate check-generated lint bench bench-compare bench-fanout clean
+.PHONY: run build test test-go test-compat test-load-smoke generate check-generated check-tidy lint bench bench-compare bench-fanout mutate clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
@@ -38,6 +38,11 @@ generate:
 check-generated:
 	scripts/check-generated.sh
 
+## check-tidy: fail when go mod tidy would change go.mod or go.sum (here or in tools/)
+check-tidy:
+	$(GO) mod tidy -diff
+	cd tools && $(GO) mod tidy -diff
+
 ## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline)
 lint:
 	$(GO) vet ./...
@@ -61,6 +66,10 @@ bench-fanout:
 test-load-smoke:
 	cd tools/load && $(GO) test -race -count=1 ./...
 	cd tools/baseline && $(GO) test -race -count=1 ./...
+
+## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub; slow, not in test (one package: make mutate PKGS=./server/signing)
+mutate:
+	GO=$(GO) scripts/mutate.sh $(PKGS)
 
 clean:
 	rm -f herald $(COMPAT_DIR)/herald
