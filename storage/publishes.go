@@ -65,11 +65,6 @@ type Publish struct {
 	FinishedAt time.Time // zero until done
 }
 
-// WebhookEncoder builds the body of a publish webhook for p's current
-// counts. Storage calls it inside the transaction that changes the state, so
-// the webhook is stored atomically with the change it reports.
-type WebhookEncoder func(p Publish, ev PublishEvent, at time.Time) []byte
-
 const publishColumns = `id, instance_id, target_kind, targets, payload, webhook_url, state, cursor, resolved,
 	targeted, sent, failed, created_at_ms, finished_at_ms`
 
@@ -179,7 +174,7 @@ type Delivery struct {
 // StartPublish moves an accepted publish to delivering and, when it has a
 // webhook URL, stores its publish_started webhook in the same transaction.
 // A publish already past accepted is returned unchanged.
-func (db *DB) StartPublish(ctx context.Context, p Publish, encode WebhookEncoder) (Publish, error) {
+func (db *DB) StartPublish(ctx context.Context, p Publish) (Publish, error) {
 	if p.State != PublishAccepted {
 		return p, nil
 	}
@@ -193,7 +188,7 @@ func (db *DB) StartPublish(ctx context.Context, p Publish, encode WebhookEncoder
 			return nil // started already, or deleted with its instance
 		}
 		p.State = PublishDelivering
-		return enqueuePublishWebhookTx(ctx, tx, p, PublishStarted, now(), encode)
+		return enqueuePublishWebhookTx(ctx, tx, p, PublishStarted, now())
 	})
 	if err != nil {
 		return p, fmt.Errorf("start publish %q: %w", p.ID, err)
@@ -364,7 +359,7 @@ type LaterDelivery struct {
 // done when nothing of it is left in the deliveries table (storing its
 // publish_finished webhook). The publishes that became done are returned.
 // A crash before this call loses nothing: the pages are read and sent again.
-func (db *DB) CompletePages(ctx context.Context, pages []PageResult, encode WebhookEncoder) ([]Publish, error) {
+func (db *DB) CompletePages(ctx context.Context, pages []PageResult) ([]Publish, error) {
 	if len(pages) == 0 {
 		return nil, nil
 	}
@@ -405,7 +400,7 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult, encode Webh
 			if err != nil {
 				return err
 			}
-			if done, err := finishIfDoneTx(ctx, tx, &p, ts, encode); err != nil {
+			if done, err := finishIfDoneTx(ctx, tx, &p, ts); err != nil {
 				return err
 			} else if done {
 				finished = append(finished, p)
@@ -421,7 +416,7 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult, encode Webh
 
 // finishIfDoneTx moves a resolved publish with nothing left to send to done
 // and stores its publish_finished webhook; it reports whether it did.
-func finishIfDoneTx(ctx context.Context, tx *sql.Tx, p *Publish, ts time.Time, encode WebhookEncoder) (bool, error) {
+func finishIfDoneTx(ctx context.Context, tx *sql.Tx, p *Publish, ts time.Time) (bool, error) {
 	if !p.Resolved || p.State == PublishDone || pendingDeliveriesTx(ctx, tx, p.ID) {
 		return false, nil
 	}
@@ -430,7 +425,7 @@ func finishIfDoneTx(ctx context.Context, tx *sql.Tx, p *Publish, ts time.Time, e
 		string(p.State), ts.UnixMilli(), p.ID); err != nil {
 		return false, err
 	}
-	return true, enqueuePublishWebhookTx(ctx, tx, *p, PublishFinished, ts, encode)
+	return true, enqueuePublishWebhookTx(ctx, tx, *p, PublishFinished, ts)
 }
 
 // deleteDeadDeviceTx deletes the device of a delivery whose token the
@@ -523,7 +518,7 @@ type DeliveryResult struct {
 // delete their device, retries are released with their next attempt time.
 // Publishes whose last delivery completed become done (with a
 // publish_finished webhook when they have a URL); they are returned.
-func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult, encode WebhookEncoder) ([]Publish, error) {
+func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult) ([]Publish, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
@@ -585,7 +580,7 @@ func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult, 
 			if err != nil {
 				return err
 			}
-			if done, err := finishIfDoneTx(ctx, tx, &p, ts, encode); err != nil {
+			if done, err := finishIfDoneTx(ctx, tx, &p, ts); err != nil {
 				return err
 			} else if done {
 				finished = append(finished, p)
@@ -599,29 +594,41 @@ func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult, 
 	return finished, nil
 }
 
-// PublishWebhook is one publish webhook request waiting in its outbox.
+// PublishWebhook is one publish webhook waiting in its outbox: what
+// happened to the publish, as it was when it happened. The request body is
+// encoded from it when the webhook is sent (push does that), so storage
+// keeps facts, not a wire format.
 type PublishWebhook struct {
-	ID            int64
-	InstanceID    string // signs the request with this instance's secret key at send time
-	URL           string
-	Body          []byte
+	ID         int64
+	InstanceID string // signs the request with this instance's secret key at send time
+	URL        string
+
+	PublishID              string
+	Event                  PublishEvent
+	State                  PublishState // the publish's state after the event
+	Targeted, Sent, Failed int          // the publish's counts after the event
+	At                     time.Time    // when the event happened
+
 	Attempts      int
 	NextAttemptAt time.Time
 	CreatedAt     time.Time
 }
 
-func enqueuePublishWebhookTx(ctx context.Context, tx *sql.Tx, p Publish, ev PublishEvent, ts time.Time, encode WebhookEncoder) error {
-	if p.WebhookURL == "" || encode == nil {
+func enqueuePublishWebhookTx(ctx context.Context, tx *sql.Tx, p Publish, ev PublishEvent, ts time.Time) error {
+	if p.WebhookURL == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO publish_webhook_outbox (instance_id, url, body, attempts, next_attempt_at_ms, created_at_ms)
-		VALUES (?, ?, ?, 0, ?, ?)`, p.InstanceID, p.WebhookURL, encode(p, ev, ts), ts.UnixMilli(), ts.UnixMilli())
+	_, err := tx.ExecContext(ctx, `INSERT INTO publish_webhook_outbox (instance_id, url, publish_id, event, state,
+		targeted, sent, failed, at_ms, attempts, next_attempt_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+		p.InstanceID, p.WebhookURL, p.ID, string(ev), string(p.State), p.Targeted, p.Sent, p.Failed, ts.UnixMilli(),
+		ts.UnixMilli(), ts.UnixMilli())
 	return err
 }
 
 // DuePublishWebhooks returns up to limit publish webhooks due at t, oldest first.
 func (db *DB) DuePublishWebhooks(ctx context.Context, t time.Time, limit int) ([]PublishWebhook, error) {
-	rows, err := db.reader.QueryContext(ctx, `SELECT id, instance_id, url, body, attempts, next_attempt_at_ms, created_at_ms
+	rows, err := db.reader.QueryContext(ctx, `SELECT id, instance_id, url, publish_id, event, state, targeted, sent, failed,
+		at_ms, attempts, next_attempt_at_ms, created_at_ms
 		FROM publish_webhook_outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`, t.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("due publish webhooks: %w", err)
@@ -630,11 +637,14 @@ func (db *DB) DuePublishWebhooks(ctx context.Context, t time.Time, limit int) ([
 	var out []PublishWebhook
 	for rows.Next() {
 		var w PublishWebhook
-		var next, created int64
-		if err := rows.Scan(&w.ID, &w.InstanceID, &w.URL, &w.Body, &w.Attempts, &next, &created); err != nil {
-			return nil, err
+		var event, state string
+		var at, next, created int64
+		if err := rows.Scan(&w.ID, &w.InstanceID, &w.URL, &w.PublishID, &event, &state, &w.Targeted, &w.Sent, &w.Failed,
+			&at, &w.Attempts, &next, &created); err != nil {
+			return nil, fmt.Errorf("due publish webhooks: %w", err)
 		}
-		w.NextAttemptAt, w.CreatedAt = fromMillis(next), fromMillis(created)
+		w.Event, w.State = PublishEvent(event), PublishState(state)
+		w.At, w.NextAttemptAt, w.CreatedAt = fromMillis(at), fromMillis(next), fromMillis(created)
 		out = append(out, w)
 	}
 	return out, rows.Err()

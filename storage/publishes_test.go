@@ -102,18 +102,13 @@ func TestCompletePages(t *testing.T) {
 	db := openDeviceDB(t)
 	ctx := t.Context()
 	all := seedMixed(t, db)
-	var hooks []PublishEvent
-	encode := func(p Publish, ev PublishEvent, _ time.Time) []byte {
-		hooks = append(hooks, ev)
-		return []byte(`{}`)
-	}
 	p, err := db.CreatePublish(ctx, Publish{ID: "pub-c", InstanceID: instanceID, TargetKind: TargetInterests,
 		Targets: []string{"odd"}, Payload: json.RawMessage(`{"fcm":{}}`), WebhookURL: "http://hooks.test/x"}, 0, time.Time{})
 	checkErr(t, "CreatePublish", err, nil)
-	p, err = db.StartPublish(ctx, p, encode)
+	p, err = db.StartPublish(ctx, p)
 	checkErr(t, "StartPublish", err, nil)
 	check(t, "state", p.State, PublishDelivering)
-	p, err = db.StartPublish(ctx, p, encode) // started already: nothing stored twice
+	p, err = db.StartPublish(ctx, p) // started already: nothing stored twice
 	checkErr(t, "StartPublish again", err, nil)
 
 	dead := Delivery{PublishID: p.ID, InstanceID: instanceID, DeviceID: all[1].ID, Platform: all[1].Platform, Token: all[1].Token}
@@ -122,7 +117,7 @@ func TestCompletePages(t *testing.T) {
 		{PublishID: p.ID, Stream: PlatformAPNs, Cursor: "apns-0099", Targeted: 10, Sent: 9, Failed: 1, Dead: []Delivery{dead}},
 		{PublishID: p.ID, Stream: PlatformFCM, Cursor: "fcm-0100", Targeted: 5, Sent: 4, Later: []LaterDelivery{{Delivery: later, At: time.Now()}}},
 		{PublishID: "deleted-meanwhile", Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 1, Sent: 1},
-	}, encode)
+	})
 	checkErr(t, "CompletePages", err, nil)
 	check(t, "finished", len(finished), 0)
 	got, err := db.GetPublish(ctx, instanceID, p.ID)
@@ -138,18 +133,30 @@ func TestCompletePages(t *testing.T) {
 	check(t, "stored for later", pending, 1)
 
 	// The last page resolves the publish, but a delivery is still stored.
-	finished, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Stream: PlatformWeb, Cursor: "web-0299", Resolved: true, Targeted: 1, Sent: 1}}, encode)
+	finished, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Stream: PlatformWeb, Cursor: "web-0299", Resolved: true, Targeted: 1, Sent: 1}})
 	checkErr(t, "CompletePages last", err, nil)
 	check(t, "finished with a stored delivery", len(finished), 0)
 	claimed, err := db.ClaimDeliveries(ctx, later.Platform, time.Now().Add(time.Second), 10)
 	checkErr(t, "ClaimDeliveries", err, nil)
 	check(t, "claimed", len(claimed), 1)
 	check(t, "attempts kept", claimed[0].Attempts, 1)
-	finished, err = db.CompleteDeliveries(ctx, []DeliveryResult{{Delivery: claimed[0], Outcome: DeliverySent}}, encode)
+	finished, err = db.CompleteDeliveries(ctx, []DeliveryResult{{Delivery: claimed[0], Outcome: DeliverySent}})
 	checkErr(t, "CompleteDeliveries", err, nil)
 	check(t, "finished", len(finished), 1)
 	check(t, "final", []any{finished[0].State, finished[0].Targeted, finished[0].Sent, finished[0].Failed}, []any{PublishDone, 16, 15, 1})
+	stored, err := db.DuePublishWebhooks(ctx, time.Now().Add(time.Hour), 10)
+	checkErr(t, "DuePublishWebhooks", err, nil)
+	var hooks []PublishEvent
+	for _, w := range stored {
+		hooks = append(hooks, w.Event)
+	}
 	check(t, "webhooks", hooks, []PublishEvent{PublishStarted, PublishFinished})
+	// Each holds the publish as the event left it.
+	started, done := stored[0], stored[1]
+	check(t, "started", []any{started.InstanceID, started.URL, started.PublishID, started.State, started.Targeted, started.Sent, started.Failed},
+		[]any{instanceID, "http://hooks.test/x", p.ID, PublishDelivering, 0, 0, 0})
+	check(t, "finished", []any{done.PublishID, done.State, done.Targeted, done.Sent, done.Failed, done.At},
+		[]any{p.ID, PublishDone, 16, 15, 1, finished[0].FinishedAt})
 }
 
 func TestLegacySingleCursor(t *testing.T) {

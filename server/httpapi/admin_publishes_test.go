@@ -29,11 +29,10 @@ func TestAdminInstancePublishes(t *testing.T) {
 	}
 	first := create("pubid-first", storage.TargetInterests, "news", "sports")
 	// No device has the interests: its one empty page finishes it.
-	encode := func(storage.Publish, storage.PublishEvent, time.Time) []byte { return []byte("{}") }
-	if _, err := s.db.StartPublish(ctx, first, encode); err != nil {
+	if _, err := s.db.StartPublish(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	done, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Resolved: true}}, encode)
+	done, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Resolved: true}})
 	if err != nil || len(done) != 1 || done[0].State != storage.PublishDone {
 		t.Fatalf("complete: %+v %v", done, err)
 	}

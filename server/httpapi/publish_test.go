@@ -302,10 +302,10 @@ func TestPublishStatusCounts(t *testing.T) {
 	if err != nil || len(pubs) != 1 {
 		t.Fatalf("%v %d", err, len(pubs))
 	}
-	if _, err := s.db.StartPublish(ctx, pubs[0], nil); err != nil {
+	if _, err := s.db.StartPublish(ctx, pubs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: id, Cursor: d.ID, Targeted: 1}}, nil); err != nil {
+	if _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: id, Cursor: d.ID, Targeted: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.pclient.GetPublishWithResponse(ctx, pushInstanceID, id)

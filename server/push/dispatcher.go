@@ -3,7 +3,6 @@ package push
 import (
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
@@ -12,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -279,15 +277,6 @@ func sleep(ctx context.Context, c chan struct{}, d time.Duration) bool {
 	case <-t.C:
 	}
 	return true
-}
-
-// encodeWebhook builds a publish webhook body.
-func encodeWebhook(p storage.Publish, ev storage.PublishEvent, at time.Time) []byte {
-	b, _ := json.Marshal(publish.PublishWebhook{
-		Event: publish.PublishWebhookEvent(ev), InstanceId: p.InstanceID, PublishId: p.ID,
-		State: publish.PublishState(p.State), Targeted: p.Targeted, Sent: p.Sent, Failed: p.Failed, TimeMs: at.UnixMilli(),
-	})
-	return b
 }
 
 // claim moves due rows of the deliveries table to the platform queues while

@@ -111,12 +111,12 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 	}
 	var finished []storage.Publish
 	retrying(d.log, "recording delivery results", func() error {
-		f, err := d.db.CompleteDeliveries(ctx, rows, encodeWebhook)
+		f, err := d.db.CompleteDeliveries(ctx, rows)
 		finished = append(finished, f...)
 		return err
 	})
 	retrying(d.log, "recording pages of publish targets", func() error {
-		f, err := d.db.CompletePages(ctx, pages, encodeWebhook)
+		f, err := d.db.CompletePages(ctx, pages)
 		finished = append(finished, f...)
 		return err
 	})

@@ -87,7 +87,7 @@ func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *readi
 		payload = &Payload{}
 	}
 	if p.State == storage.PublishAccepted {
-		if p, err = d.db.StartPublish(ctx, p, encodeWebhook); err != nil {
+		if p, err = d.db.StartPublish(ctx, p); err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("starting publish", zap.String("publish", p.ID), zap.Error(err))
 			}

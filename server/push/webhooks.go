@@ -6,11 +6,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -62,10 +64,11 @@ func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) 
 		return
 	}
 	ok := false
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Body))
+	body := encodeWebhook(w)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(WebhookSignatureHeader, SignWebhook(in.SecretKey, w.Body))
+		req.Header.Set(WebhookSignatureHeader, SignWebhook(in.SecretKey, body))
 		resp, err := d.opts.WebhookClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -83,4 +86,14 @@ func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) 
 	if err != nil && ctx.Err() == nil {
 		d.log.Error("updating the publish webhook outbox", zap.Error(err))
 	}
+}
+
+// encodeWebhook builds the body of a queued publish webhook from the facts
+// storage kept: the publish as the event left it.
+func encodeWebhook(w storage.PublishWebhook) []byte {
+	b, _ := json.Marshal(publish.PublishWebhook{
+		Event: publish.PublishWebhookEvent(w.Event), InstanceId: w.InstanceID, PublishId: w.PublishID,
+		State: publish.PublishState(w.State), Targeted: w.Targeted, Sent: w.Sent, Failed: w.Failed, TimeMs: w.At.UnixMilli(),
+	})
+	return b
 }
