@@ -255,10 +255,10 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 	apns, fcm, web := rawOrNil(r.apns), rawOrNil(r.fcm), rawOrNil(r.web)
 	if _, err := push.ParsePayload(apns, fcm, web); err != nil {
 		var pe *push.PayloadError
-		if errors.As(err, &pe) {
-			if pe.Field == "apns, fcm, web" {
-				return "", unprocessable("missing_payload", "A publish needs at least one of apns, fcm and web.")
-			}
+		switch {
+		case errors.Is(err, push.ErrNoPayload):
+			return "", unprocessable("missing_payload", "A publish needs at least one of apns, fcm and web.")
+		case errors.As(err, &pe):
 			return "", unprocessable("invalid_payload", "%s %s.", pe.Field, pe.Reason)
 		}
 		return "", err

@@ -12,14 +12,22 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
+// ErrNoPayload means a publish holds none of the apns, fcm and web
+// payloads. ParsePayload's *PayloadError for it wraps it.
+var ErrNoPayload = errors.New("push: a publish needs at least one of apns, fcm and web")
+
 // PayloadError says how a publish's gateway payload does not match its
 // schema; the Publish API answers it with 422.
 type PayloadError struct {
 	Field  string // e.g. "fcm.notification.title"
 	Reason string // e.g. "must be a string"
+	err    error  // the sentinel it wraps (ErrNoPayload), or nil
 }
 
 func (e *PayloadError) Error() string { return e.Field + " " + e.Reason }
+
+// Unwrap returns ErrNoPayload for a publish without any payload, else nil.
+func (e *PayloadError) Unwrap() error { return e.err }
 
 // Payload is a publish's gateway payloads, checked. Nil members were not given.
 type Payload struct {
@@ -93,7 +101,7 @@ func ParsePayload(apns, fcm, web json.RawMessage) (*Payload, error) {
 		}
 	}
 	if p.APNs == nil && p.FCM == nil && p.Web == nil {
-		return nil, &PayloadError{Field: "apns, fcm, web", Reason: "must hold at least one gateway payload"}
+		return nil, &PayloadError{Field: "apns, fcm, web", Reason: "must hold at least one gateway payload", err: ErrNoPayload}
 	}
 	return &p, nil
 }

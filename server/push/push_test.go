@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -241,6 +242,10 @@ func TestParsePayloadErrors(t *testing.T) {
 		pe, ok := err.(*PayloadError)
 		if !ok || pe.Field != tc.field {
 			t.Errorf("%s %s %s: %v, want a PayloadError on %s", tc.apns, tc.fcm, tc.web, err, tc.field)
+		}
+		// Callers tell a missing payload from an invalid one by the sentinel.
+		if missing := tc.field == "apns, fcm, web"; errors.Is(err, ErrNoPayload) != missing {
+			t.Errorf("%s %s %s: errors.Is(%v, ErrNoPayload) is %v", tc.apns, tc.fcm, tc.web, err, !missing)
 		}
 	}
 }
