@@ -10,13 +10,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/signing"
+	"github.com/heraldrt/herald/server/ws/socket"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -93,15 +93,27 @@ type SocketHandler struct {
 
 	slowClosed atomic.Int64
 	stopWatch  chan struct{}
-	poller     *inputPoller // nil: each connection waits on its own goroutine
-	pool       *goPool      // runs write loops and the handling of parked connections' input
+	poller     *socket.Poller // nil: each connection waits on its own goroutine
+	pool       *socket.Pool   // runs write loops and the handling of parked connections' input
 }
+
+// The pool's bounds: the goroutines a busy server reuses, gone a second
+// after traffic stops (an idle connection holds none). The cap is above the
+// subscribers one broadcast usually reaches, because a broadcast starts a
+// writer for each of them at once: with 1,024, a 10,000-subscriber channel
+// started 9,000 goroutines per event and grew each one's stack, 13 % of the
+// server's CPU at two events a second. Waiting goroutines cost a few KiB of
+// stack each, and only for the second after such a burst.
+const (
+	maxIdleGoroutines = 16384
+	goroutineLinger   = time.Second
+)
 
 // NewSocketHandler returns the WebSocket endpoint over h.
 func NewSocketHandler(h *Hub, apps AppLookup, log *zap.Logger, opts SocketOptions) *SocketHandler {
 	s := &SocketHandler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
-	s.pool = newGoPool(maxIdleGoroutines, goroutineLinger)
-	s.poller = newInputPoller(s.stopWatch, s.pool)
+	s.pool = socket.NewPool(maxIdleGoroutines, goroutineLinger)
+	s.poller = socket.NewPoller(s.stopWatch, s.pool)
 	go s.watchWrites()
 	return s
 }
@@ -129,7 +141,7 @@ type session struct {
 	s     *SocketHandler
 	conn  *Conn
 	ws    *websocket.Conn
-	sock  *sockConn     // what ws reads and writes
+	sock  *socket.Conn  // what ws reads and writes
 	br    *bufio.Reader // ws's read buffer, over sock
 	appID string
 	key   string
@@ -140,12 +152,8 @@ type session struct {
 	readGate    sync.Mutex
 	handshaking bool
 
-	// With the input poller: the socket's descriptor (-1 if it has none),
-	// and the poller's state for it, guarded by the poller's lock.
-	fd         int32
-	pollTag    int32
-	pollAdded  bool
-	sockClosed bool
+	// The connection's registration with the input poller.
+	poll socket.Handle
 
 	// writeStarted is when the write in progress began (unix nanoseconds),
 	// 0 between writes. Writes carry no context of their own, because a
@@ -221,8 +229,9 @@ func (s *SocketHandler) upgrade(w http.ResponseWriter, r *http.Request) {
 		s.reject(ws, CloseOverConnectionQuota)
 		return
 	}
-	sess := &session{s: s, conn: conn, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID, key: app.Key, fd: socketFD(hj.sock.Conn)}
-	hj.sock.onClose = sess.socketClosing
+	sess := &session{s: s, conn: conn, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID, key: app.Key}
+	sess.poll = socket.NewHandle(socket.FD(hj.sock.Conn), sess)
+	hj.sock.OnClose(sess.socketClosing)
 	conn.onOverflow = sess.overflowed
 	conn.writers = &sess.writers
 	writeLoop := sess.writeLoop // one closure for the connection's life
@@ -237,39 +246,22 @@ func (s *SocketHandler) upgrade(w http.ResponseWriter, r *http.Request) {
 	// The HTTP handler returns: the hijacked socket needs nothing from
 	// net/http or gin any more, and the handler's goroutine, whose stack
 	// grew while serving HTTP, ends. The connection is parked with the
-	// poller until it has input (see resume), or, without a poller, waits on
+	// poller until it has input (see Resume), or, without a poller, waits on
 	// a small goroutine of its own (see readLoop).
-	if s.poller != nil && sess.fd >= 0 {
-		sess.resume(false)
+	if s.poller != nil && sess.poll.Parkable() {
+		sess.Resume(false)
 		return
 	}
 	go sess.waitAlone()
 }
 
-// socketFD is c's descriptor, or -1.
-func socketFD(c net.Conn) int32 {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return -1
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1
-	}
-	fd := int32(-1)
-	if rc.Control(func(d uintptr) { fd = int32(d) }) != nil {
-		return -1
-	}
-	return fd
-}
-
-// hijacker hijacks the connection for the WebSocket library with sockConn
-// and tiny bufio buffers instead of net/http's 4 KiB ones, which the library
+// hijacker hijacks the connection for the WebSocket library with a
+// socket.Conn and tiny bufio buffers instead of net/http's 4 KiB ones, which the library
 // would keep for the connection's life: most of the memory of an idle
 // connection. It remembers what it handed out.
 type hijacker struct {
 	http.ResponseWriter
-	sock *sockConn
+	sock *socket.Conn
 	br   *bufio.Reader
 }
 
@@ -295,8 +287,8 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	// Bytes the client sent right after the handshake, if any.
 	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
-	h.sock = newSockConn(conn, pending)
-	rw := newLibBuffers(h.sock)
+	h.sock = socket.NewConn(conn, pending)
+	rw := h.sock.LibBuffers()
 	h.br = rw.Reader
 	return h.sock, rw, nil
 }
@@ -431,10 +423,10 @@ func (sess *session) writeLoop() {
 			return
 		}
 		sess.s.hub.stats.framesDelivered(len(frames))
-		// Several frames leave together (sockConn's cork).
+		// Several frames leave together (socket.Conn's cork).
 		corked := len(frames) > 1
 		if corked {
-			sess.sock.cork()
+			sess.sock.Cork()
 		}
 		for i, f := range frames {
 			if err := sess.write(f); err != nil {
@@ -484,7 +476,7 @@ func (sess *session) write(frame []byte) error {
 // uncork sends the frames the socket held while corked, timed like write.
 func (sess *session) uncork() error {
 	sess.writeStarted.Store(time.Now().UnixNano())
-	err := sess.sock.uncork()
+	err := sess.sock.Uncork()
 	sess.writeStarted.Store(0)
 	return err
 }
@@ -553,17 +545,18 @@ type clientMessage struct {
 	Data    json.RawMessage `json:"data"`
 }
 
-// resume handles the connection's input until none is buffered (woken: the
-// poller saw the socket readable), then parks the connection with the poller
-// and returns; the poller calls it again, on a fresh goroutine, when there is
-// input. Once the socket is done it finishes the connection.
-func (sess *session) resume(woken bool) {
+// Resume handles the connection's input until none is buffered (readable:
+// the poller saw the socket readable), then parks the connection with the
+// poller and returns; the poller calls it again, on a pooled goroutine, when
+// there is input. Once the socket is done it finishes the connection.
+func (sess *session) Resume(readable bool) {
+	woken := readable
 	for {
 		if !woken && !sess.inputPending() {
-			switch err := sess.s.poller.park(sess); {
+			switch err := sess.s.poller.Park(&sess.poll); {
 			case err == nil:
 				return
-			case errors.Is(err, errSocketClosed):
+			case errors.Is(err, socket.ErrClosed):
 				sess.finish()
 				return
 			default: // the poller cannot take it
@@ -579,16 +572,10 @@ func (sess *session) resume(woken bool) {
 	}
 }
 
-// resumeWoken is resume for a connection the poller found readable.
-func (sess *session) resumeWoken() { sess.resume(true) }
-
-// errSocketClosed: the connection's socket was closed; it is to be finished.
-var errSocketClosed = errors.New("hub: socket closed")
-
 // socketClosing runs when the WebSocket library closes the socket. A parked
 // connection has no goroutine to see that, so it is finished from here.
 func (sess *session) socketClosing() {
-	if sess.s.poller != nil && sess.s.poller.closed(sess) {
+	if sess.s.poller != nil && sess.s.poller.Closed(&sess.poll) {
 		go sess.finish()
 	}
 }
@@ -612,8 +599,8 @@ func (sess *session) waitAlone() {
 func (sess *session) readLoop() {
 	for {
 		if !sess.inputPending() {
-			switch err := waitReadable(sess.sock.Conn); {
-			case errors.Is(err, errNoWait):
+			switch err := socket.WaitReadable(sess.sock.Conn); {
+			case errors.Is(err, socket.ErrNoWait):
 				sess.readMessages(false) // read (and wait) on this goroutine
 				return
 			case err != nil:
@@ -663,7 +650,7 @@ func (sess *session) readMessages(untilDrained bool) bool {
 func (sess *session) inputPending() bool {
 	sess.readGate.Lock()
 	defer sess.readGate.Unlock()
-	return !sess.handshaking && (sess.br.Buffered() > 0 || sess.sock.buffered())
+	return !sess.handshaking && (sess.br.Buffered() > 0 || sess.sock.Buffered())
 }
 
 // sendError queues a non-fatal pusher:error; code 0 is sent as null, as

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/server/signing"
+	"github.com/heraldrt/herald/server/ws/socket"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -602,7 +603,7 @@ func TestBurstArrivesInOrderWithPongsBetween(t *testing.T) {
 	}()
 	data := func(i int) string {
 		if i%97 == 0 { // now and then more than a pooled chunk
-			return fmt.Sprintf("%d:%s", i, strings.Repeat("y", 2*socketChunk))
+			return fmt.Sprintf("%d:%s", i, strings.Repeat("y", 2*socket.ChunkSize))
 		}
 		return fmt.Sprintf("%d:%s", i, strings.Repeat("x", i%200))
 	}

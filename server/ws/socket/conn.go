@@ -1,28 +1,38 @@
-package hub
+// Package socket holds the low-level mechanics beneath the WebSocket
+// transport: the hijacked connection as the WebSocket library sees it (Conn,
+// which keeps no buffer while idle and corks a writer's burst into one
+// write), the epoll poller that parks idle connections without a goroutine
+// each (Poller), the wait for input that consumes none (WaitReadable), and
+// the pool of reused goroutines that runs write loops and resumed input
+// (Pool). It knows the WebSocket frame layout (RFC 6455 §5.2) but not the
+// library, the Pusher protocol or the hub: it imports the standard library
+// only.
+package socket
 
 import (
 	"bufio"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // Socket buffering. An idle connection should cost as little memory as
 // possible, so the buffers that the WebSocket library keeps for a
-// connection's whole life are tiny, and sockConn borrows a chunk from a pool
+// connection's whole life are tiny, and Conn borrows a chunk from a pool
 // only while bytes pass through it.
 const (
 	// libBufferSize is the size of the bufio reader and writer handed to the
 	// WebSocket library (bufio's smallest reader). They only ever hold a
-	// frame header and a few bytes; sockConn does the real buffering.
+	// frame header and a few bytes; Conn does the real buffering.
 	libBufferSize = 16
-	// socketChunk is the size of the pooled buffers: one read takes up to this
+	// ChunkSize is the size of the pooled buffers: one read takes up to this
 	// much from the socket, and frame pieces up to this size are gathered
 	// before they are written.
-	socketChunk = 4096
+	ChunkSize = 4096
 )
 
 var chunkPool = sync.Pool{New: func() any {
-	b := make([]byte, 0, socketChunk)
+	b := make([]byte, 0, ChunkSize)
 	return &b
 }}
 
@@ -30,20 +40,20 @@ func getChunk() *[]byte { return chunkPool.Get().(*[]byte) }
 
 // putChunk returns b to the pool unless it is not one of the pool's buffers.
 func putChunk(b *[]byte) {
-	if cap(*b) != socketChunk {
+	if cap(*b) != ChunkSize {
 		return
 	}
 	*b = (*b)[:0]
 	chunkPool.Put(b)
 }
 
-// sockConn is the hijacked connection as the WebSocket library sees it. It
+// Conn is the hijacked connection as the WebSocket library sees it. It
 // keeps no buffer while the connection is idle.
 //
 // Reads: a small read (the library's bufio filling itself) takes a chunk from
 // the pool, reads what the socket has into it and serves from it; the chunk
 // goes back to the pool as soon as it is empty. Reads are serialised by the
-// library (its read lock) and by session.inputPending.
+// library (its read lock) and by the caller's look at Buffered.
 //
 // Writes: the library writes a frame as a header into its tiny bufio writer
 // and then the payload, so one frame reaches Write in two or more pieces.
@@ -60,7 +70,7 @@ func putChunk(b *[]byte) {
 // events a subscriber's frames queue up, and the write call, which on
 // loopback also runs the receiver's TCP processing, is most of the cost of a
 // delivery.
-type sockConn struct {
+type Conn struct {
 	net.Conn
 
 	// Read side: r[rpos:] holds bytes read from the socket but not yet
@@ -69,7 +79,7 @@ type sockConn struct {
 	rpos int
 
 	// Write side, guarded by wmu: the library serialises its own writes,
-	// but uncork writes from outside its lock. held holds written bytes not
+	// but Uncork writes from outside its lock. held holds written bytes not
 	// yet on the socket (nil when none): the pieces of an unfinished frame
 	// and, while corked, complete frames. frame tracks where the byte stream
 	// is within a frame.
@@ -82,10 +92,10 @@ type sockConn struct {
 	onClose func()
 }
 
-// newSockConn wraps c; pending holds bytes the client sent after the
-// handshake that net/http had already read.
-func newSockConn(c net.Conn, pending []byte) *sockConn {
-	sc := &sockConn{Conn: c}
+// NewConn wraps c; pending holds bytes the client sent after the handshake
+// that net/http had already read.
+func NewConn(c net.Conn, pending []byte) *Conn {
+	sc := &Conn{Conn: c}
 	if len(pending) > 0 {
 		b := getChunk()
 		*b = append(*b, pending...) // may outgrow the chunk; putChunk drops it then
@@ -94,14 +104,18 @@ func newSockConn(c net.Conn, pending []byte) *sockConn {
 	return sc
 }
 
-// newLibBuffers returns the reader and writer handed to the WebSocket
-// library over sc.
-func newLibBuffers(sc *sockConn) *bufio.ReadWriter {
+// LibBuffers returns the reader and writer to hand to the WebSocket library
+// over sc: tiny ones, as sc does the real buffering.
+func (sc *Conn) LibBuffers() *bufio.ReadWriter {
 	return bufio.NewReadWriter(bufio.NewReaderSize(sc, libBufferSize), bufio.NewWriterSize(sc, libBufferSize))
 }
 
+// OnClose sets f to run when the connection is closed (by the library),
+// before its descriptor is. Set it before the connection is in use.
+func (sc *Conn) OnClose(f func()) { sc.onClose = f }
+
 // Close implements net.Conn.
-func (sc *sockConn) Close() error {
+func (sc *Conn) Close() error {
 	if sc.onClose != nil {
 		sc.onClose()
 	}
@@ -109,9 +123,9 @@ func (sc *sockConn) Close() error {
 }
 
 // Read implements net.Conn.
-func (sc *sockConn) Read(p []byte) (int, error) {
+func (sc *Conn) Read(p []byte) (int, error) {
 	if sc.r == nil {
-		if len(p) >= socketChunk {
+		if len(p) >= ChunkSize {
 			return sc.Conn.Read(p) // large read: straight into the caller's buffer
 		}
 		b := getChunk()
@@ -134,11 +148,11 @@ func (sc *sockConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// buffered reports whether bytes read from the socket wait to be consumed.
-func (sc *sockConn) buffered() bool { return sc.r != nil }
+// Buffered reports whether bytes read from the socket wait to be consumed.
+func (sc *Conn) Buffered() bool { return sc.r != nil }
 
 // Write implements net.Conn.
-func (sc *sockConn) Write(p []byte) (int, error) {
+func (sc *Conn) Write(p []byte) (int, error) {
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
 	sc.frame.advance(p)
@@ -146,7 +160,7 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 		if sc.held == nil {
 			sc.held = getChunk()
 		}
-		if len(*sc.held)+len(p) <= socketChunk {
+		if len(*sc.held)+len(p) <= ChunkSize {
 			*sc.held = append(*sc.held, p...)
 			return len(p), nil
 		}
@@ -156,7 +170,7 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 		return sc.Conn.Write(p)
 	}
 	var err error
-	if len(*sc.held)+len(p) <= socketChunk {
+	if len(*sc.held)+len(p) <= ChunkSize {
 		*sc.held = append(*sc.held, p...)
 		_, err = sc.Conn.Write(*sc.held)
 	} else {
@@ -175,17 +189,17 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// cork makes Write hold complete frames, up to a chunk, until uncork.
-func (sc *sockConn) cork() {
+// Cork makes Write hold complete frames, up to a chunk, until Uncork.
+func (sc *Conn) Cork() {
 	sc.wmu.Lock()
 	sc.corked = true
 	sc.wmu.Unlock()
 }
 
-// uncork ends a cork and writes the frames held. Bytes of a frame the
+// Uncork ends a cork and writes the frames held. Bytes of a frame the
 // library is still writing (a pong from the reader, say) stay held; that
 // frame's last Write sends them.
-func (sc *sockConn) uncork() error {
+func (sc *Conn) Uncork() error {
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
 	sc.corked = false
@@ -259,4 +273,21 @@ func parseFrameHeader(h []byte) (size int, payload uint64, ok bool) {
 		payload = uint64(l)
 	}
 	return size, payload, true
+}
+
+// FD is c's descriptor, or -1 when it has none.
+func FD(c net.Conn) int32 {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := int32(-1)
+	if rc.Control(func(d uintptr) { fd = int32(d) }) != nil {
+		return -1
+	}
+	return fd
 }

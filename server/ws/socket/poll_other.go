@@ -1,17 +1,20 @@
 //go:build !linux
 
-package hub
+package socket
 
 import "errors"
 
-// inputPoller is epoll's on Linux; elsewhere there is none, and each
-// connection waits for input on a goroutine of its own.
-type inputPoller struct{}
+// Poller is epoll's on Linux; elsewhere there is none, and each connection
+// waits for input on a goroutine of its own.
+type Poller struct{}
 
-var errPollerDone = errors.New("hub: no input poller")
+var errPollerDone = errors.New("socket: no input poller")
 
-func newInputPoller(chan struct{}, *goPool) *inputPoller { return nil }
+// NewPoller returns nil: there is no poller here.
+func NewPoller(<-chan struct{}, *Pool) *Poller { return nil }
 
-func (*inputPoller) park(*session) error { return errPollerDone }
+// Park fails: there is no poller here.
+func (*Poller) Park(*Handle) error { return errPollerDone }
 
-func (*inputPoller) closed(*session) bool { return false }
+// Closed reports false: nothing is ever parked here.
+func (*Poller) Closed(*Handle) bool { return false }

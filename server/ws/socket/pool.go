@@ -1,4 +1,4 @@
-package hub
+package socket
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// goPool runs short-lived work (a connection's write loop until it has
+// Pool runs short-lived work (a connection's write loop until it has
 // nothing more to write, or the handling of a parked connection's input) on
 // reused goroutines. A fresh goroutine starts with a small stack and grows
 // it, copying it each time, on its way down the WebSocket read or write
@@ -21,7 +21,7 @@ import (
 // channel of its own, so that handing over work is one send nobody else
 // contends for, and waiting is a plain receive, not a select with a timer
 // reset per piece of work (a fan-out hands over one piece per delivery).
-type goPool struct {
+type Pool struct {
 	maxIdle int
 	linger  time.Duration
 
@@ -39,12 +39,14 @@ type poolWorker struct {
 	since time.Time // when it began to wait
 }
 
-func newGoPool(maxIdle int, linger time.Duration) *goPool {
-	return &goPool{maxIdle: maxIdle, linger: linger}
+// NewPool returns a pool that keeps at most maxIdle goroutines waiting for
+// work, each for at most linger.
+func NewPool(maxIdle int, linger time.Duration) *Pool {
+	return &Pool{maxIdle: maxIdle, linger: linger}
 }
 
 // Go runs f on a waiting goroutine, or on a new one.
-func (p *goPool) Go(f func()) {
+func (p *Pool) Go(f func()) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]
@@ -59,7 +61,7 @@ func (p *goPool) Go(f func()) {
 	go p.serve(f)
 }
 
-func (p *goPool) serve(f func()) {
+func (p *Pool) serve(f func()) {
 	w := &poolWorker{work: make(chan func(), 1)}
 	for f != nil {
 		f()
@@ -71,7 +73,7 @@ func (p *goPool) serve(f func()) {
 }
 
 // wait puts w on the stack of waiting goroutines, unless maxIdle wait.
-func (p *goPool) wait(w *poolWorker) bool {
+func (p *Pool) wait(w *poolWorker) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.idle) >= p.maxIdle {
@@ -94,7 +96,7 @@ func (p *goPool) wait(w *poolWorker) bool {
 
 // letGo ends the goroutines that have waited linger, and sets the timer
 // again for the next one to reach it.
-func (p *goPool) letGo() {
+func (p *Pool) letGo() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -112,20 +114,8 @@ func (p *goPool) letGo() {
 }
 
 // waiting is the number of goroutines waiting for work.
-func (p *goPool) waiting() int {
+func (p *Pool) waiting() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)
 }
-
-// The pool's bounds: the goroutines a busy server reuses, gone a second
-// after traffic stops (an idle connection holds none). The cap is above the
-// subscribers one broadcast usually reaches, because a broadcast starts a
-// writer for each of them at once: with 1,024, a 10,000-subscriber channel
-// started 9,000 goroutines per event and grew each one's stack, 13 % of the
-// server's CPU at two events a second. Waiting goroutines cost a few KiB of
-// stack each, and only for the second after such a burst.
-const (
-	maxIdleGoroutines = 16384
-	goroutineLinger   = time.Second
-)

@@ -1,4 +1,4 @@
-package hub
+package socket
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 // A goroutine whose work ended runs the next work started while it waits,
 // at most maxIdle goroutines wait, and they are gone after linger.
 func TestGoPoolReusesAndLetsGo(t *testing.T) {
-	p := newGoPool(2, 200*time.Millisecond)
+	p := NewPool(2, 200*time.Millisecond)
 	var wg sync.WaitGroup
 
 	// One piece of work at a time: the first goroutine runs them all.
@@ -40,7 +40,7 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 // Work goes to the goroutine that finished last, so under light traffic the
 // others reach linger and end while that one keeps serving.
 func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
-	p := newGoPool(4, 500*time.Millisecond)
+	p := NewPool(4, 500*time.Millisecond)
 	runBlockingBurst(p, 3)
 	waitUntil(t, "three goroutines waiting", func() bool { return p.waiting() == 3 })
 
@@ -61,7 +61,7 @@ func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
 
 // runBlockingBurst runs n pieces of work that all wait until the last has
 // started, so each needs a goroutine of its own, and returns when all ended.
-func runBlockingBurst(p *goPool, n int) {
+func runBlockingBurst(p *Pool, n int) {
 	var started, done sync.WaitGroup
 	started.Add(n)
 	done.Add(n)

@@ -1,14 +1,14 @@
 //go:build !unix
 
-package hub
+package socket
 
 import (
 	"errors"
 	"net"
 )
 
-// errNoWait means the connection cannot be waited on without reading it.
-var errNoWait = errors.New("hub: cannot wait for input on this connection")
+// ErrNoWait means the connection cannot be waited on without reading it.
+var ErrNoWait = errors.New("socket: cannot wait for input on this connection")
 
-// waitReadable is not available here: the reader blocks in its read instead.
-func waitReadable(net.Conn) error { return errNoWait }
+// WaitReadable is not available here: the reader blocks in its read instead.
+func WaitReadable(net.Conn) error { return ErrNoWait }

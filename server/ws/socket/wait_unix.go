@@ -1,6 +1,6 @@
 //go:build unix
 
-package hub
+package socket
 
 import (
 	"errors"
@@ -8,22 +8,22 @@ import (
 	"syscall"
 )
 
-// errNoWait means the connection cannot be waited on without reading it.
-var errNoWait = errors.New("hub: cannot wait for input on this connection")
+// ErrNoWait means the connection cannot be waited on without reading it.
+var ErrNoWait = errors.New("socket: cannot wait for input on this connection")
 
-// waitReadable blocks until c has input (or is closed, or has failed)
+// WaitReadable blocks until c has input (or is closed, or has failed)
 // without consuming any of it: the goroutine waiting holds only the few
 // frames of the runtime's network poller, however deep the code that later
 // reads the input. Input already in user-space buffers is the caller's to
 // check.
-func waitReadable(c net.Conn) error {
+func WaitReadable(c net.Conn) error {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return errNoWait
+		return ErrNoWait
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return errNoWait
+		return ErrNoWait
 	}
 	var b [1]byte
 	return rc.Read(func(fd uintptr) bool {
