@@ -38,10 +38,12 @@ generate:
 check-generated:
 	scripts/check-generated.sh
 
-## check-tidy: fail when go mod tidy would change go.mod or go.sum (here or in tools/)
+## check-tidy: fail when go mod tidy would change a go.mod or go.sum (the server's, tools/ and its programs')
 check-tidy:
 	$(GO) mod tidy -diff
 	cd tools && $(GO) mod tidy -diff
+	cd tools/load && $(GO) mod tidy -diff
+	cd tools/baseline && $(GO) mod tidy -diff
 
 ## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline)
 lint:
