@@ -8,6 +8,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -37,9 +38,9 @@ type Options struct {
 	Client      *http.Client  // default: 10 s timeout
 	// Lease is how long a sender holds the requests it claimed from the
 	// outbox; a request is attempted only while its claim has at least the
-	// client's timeout left. Default and minimum: six client timeouts, at
-	// least 1 min. After a crash, the requests in flight are sent again
-	// once their claim runs out.
+	// client's timeout left. Default: six client timeouts; at least 1 min
+	// and two client timeouts. After a crash, the requests in flight are
+	// sent again once their claim runs out.
 	Lease time.Duration
 	// OnAttempt, when set, is told the outcome of every delivery attempt
 	// (the debug console shows them). It must return at once.
@@ -63,30 +64,19 @@ type Stats struct {
 	Dropped   int64 // events lost because the buffer was full
 }
 
+// withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
-	d := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	d(&o.Hold, 3*time.Second)
-	d(&o.Flush, 100*time.Millisecond)
-	d(&o.MaxAge, 5*time.Minute)
-	d(&o.BaseBackoff, time.Second)
-	d(&o.MaxBackoff, time.Minute)
-	if o.Buffer <= 0 {
-		o.Buffer = 65536
-	}
-	if o.Senders <= 0 {
-		o.Senders = 8
-	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Second}
-	}
-	d(&o.Lease, max(time.Minute, 6*o.Client.Timeout))
+	o.Hold = cmp.Or(o.Hold, 3*time.Second)
+	o.Flush = cmp.Or(o.Flush, 100*time.Millisecond)
+	o.MaxAge = cmp.Or(o.MaxAge, 5*time.Minute)
+	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, time.Minute)
+	o.Buffer = cmp.Or(o.Buffer, 65536)
+	o.Senders = cmp.Or(o.Senders, 8)
+	o.Client = cmp.Or(o.Client, &http.Client{Timeout: 10 * time.Second})
 	// A claim shorter than two client timeouts would leave room for less
 	// than one attempt.
-	o.Lease = max(o.Lease, 2*o.Client.Timeout)
+	o.Lease = max(cmp.Or(o.Lease, 6*o.Client.Timeout, time.Minute), time.Minute, 2*o.Client.Timeout)
 	return o
 }
 

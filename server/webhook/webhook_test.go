@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/channels"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
@@ -89,17 +90,9 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func (r *receiver) waitFor(n int) []string {
 	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := r.events()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("received %d events, want %d: %v", len(got), n, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var got []string
+	wait.Until(r.t, itoa(n)+" events", func() bool { got = r.events(); return len(got) >= n })
+	return got
 }
 
 func openDB(t *testing.T, path string) *storage.DB {
@@ -211,17 +204,10 @@ func TestRetriesUntilTheReceiverRecovers(t *testing.T) {
 
 func waitOutboxEmpty(t *testing.T, db *storage.DB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, "an empty outbox", func() bool {
 		n, err := db.CountWebhookOutbox(context.Background())
-		if err == nil && n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox still holds %d (%v)", n, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && n == 0
+	})
 }
 
 func TestOutboxSurvivesRestart(t *testing.T) {
