@@ -46,7 +46,9 @@ const (
 
 // PublishNotifier learns about newly stored publishes (the push dispatcher).
 type PublishNotifier interface {
-	Notify()
+	// Published is told the id of each stored publish with its payload as
+	// parsed here, which the dispatcher then need not parse again.
+	Published(publishID string, payload *push.Payload)
 }
 
 // PublishAPI implements the Push Publish API over storage.
@@ -253,7 +255,8 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 		webhook = *r.webhookURL
 	}
 	apns, fcm, web := rawOrNil(r.apns), rawOrNil(r.fcm), rawOrNil(r.web)
-	if _, err := push.ParsePayload(apns, fcm, web); err != nil {
+	parsed, err := push.ParsePayload(apns, fcm, web)
+	if err != nil {
 		var pe *push.PayloadError
 		switch {
 		case errors.Is(err, push.ErrNoPayload):
@@ -286,7 +289,7 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 		return "", err
 	}
 	if api.notifier != nil {
-		api.notifier.Notify()
+		api.notifier.Published(p.ID, parsed)
 	}
 	return p.ID, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/gen/publishclient"
 	"github.com/heraldrt/herald/server/instancedir"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -31,9 +32,15 @@ type publishServer struct {
 	pclient  *publishclient.ClientWithResponses
 	pspec    *specChecker
 	notified int
+	// The last publish the dispatcher was told about.
+	lastID      string
+	lastPayload *push.Payload
 }
 
-func (s *publishServer) Notify() { s.notified++ }
+func (s *publishServer) Published(id string, p *push.Payload) {
+	s.notified++
+	s.lastID, s.lastPayload = id, p
+}
 
 // newPublishEngine wires the Publish API (and the Device API) on an engine
 // over db, with check (when not nil) in front of them.
@@ -250,6 +257,20 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 			}
 			if s.notified != before+1 {
 				t.Fatalf("the dispatcher was told %d times", s.notified-before)
+			}
+			// It was told the publish's id and its parsed payload, which it
+			// need not parse again.
+			if s.lastID != r.json.PublishId || s.lastPayload == nil {
+				t.Fatalf("the dispatcher was told %q with payload %v, want %q with one", s.lastID, s.lastPayload, r.json.PublishId)
+			}
+			var gateways []string
+			for _, pl := range []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb} {
+				if s.lastPayload.Platforms()[pl] {
+					gateways = append(gateways, string(pl))
+				}
+			}
+			if want := map[string]string{"Interests": "apns fcm web", "InterestsBare": "web", "Users": "apns"}[op.name]; strings.Join(gateways, " ") != want {
+				t.Fatalf("the payload handed over is for %v, want %s", gateways, want)
 			}
 			// Stored before the answer, in the accepted state.
 			st, err := s.pclient.GetPublishWithResponse(ctx, pushInstanceID, r.json.PublishId)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -383,5 +384,57 @@ func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
 	}
 	if len(sends) != len(devices) {
 		t.Errorf("sent to %d devices, want %d", len(sends), len(devices))
+	}
+}
+
+// A publish handed over with Published is resolved and encoded from the
+// payload handed over, not from its stored copy: the resolver does not parse
+// the payload again, and the senders' encodings do not read the publish back
+// from the database. (The two differ here only to tell which was used.)
+func TestPublishedPayloadIsNotParsedAgain(t *testing.T) {
+	db, in := openTestDB(t, storage.Instance{})
+	ctx := t.Context()
+	err := db.ImportDevices(ctx, []storage.DeviceImport{
+		{Device: storage.Device{ID: "fcm-1", InstanceID: in.ID, Platform: storage.PlatformFCM, Token: "tok-fcm"}, Interests: []string{"news"}},
+		{Device: storage.Device{ID: "web-1", InstanceID: in.ID, Platform: storage.PlatformWeb, Token: "tok-web"}, Interests: []string{"news"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	record := senderFunc(func(_ context.Context, del storage.Delivery, p *Prepared) Result {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, del.DeviceID+" "+string(p.FCMRequest(del.Token)))
+		return sent()
+	})
+	d := New(db, instanceMap{in.ID: &in}, zap.NewNop(), Options{Senders: func(*storage.Instance) (map[storage.Platform]Sender, error) {
+		return map[storage.Platform]Sender{storage.PlatformFCM: record, storage.PlatformWeb: record}, nil
+	}})
+	if _, err := db.CreatePublish(ctx, storage.Publish{ID: "pub-handed", InstanceID: in.ID, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"web":{"data":{"from":"storage"}}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	handed, err := ParsePayload(nil, json.RawMessage(`{"data":{"from":"handler"}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Published("pub-handed", handed) // before Start: the resolver cannot have listed it yet
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	p := waitPublishDone(t, db, "pub-handed")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "fcm-1 ") || !strings.Contains(got[0], `"from":"handler"`) || p.Targeted != 1 {
+		t.Fatalf("sends %q, %d targeted; want one to fcm-1 with the handed payload's data", got, p.Targeted)
+	}
+	d.mu.Lock()
+	n := len(d.accepted)
+	d.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d handed payloads kept after the publish finished", n)
 	}
 }

@@ -107,6 +107,7 @@ type Dispatcher struct {
 	wakeHooks    chan struct{}
 
 	mu       sync.Mutex
+	accepted map[string]*Payload          // payloads parsed by the Publish API, until their publish is started
 	prepared map[string]*Prepared         // publishes to interests, by publish id
 	users    map[string]*usersPrepared    // publishes to users, by publish id
 	nUsers   int                          // Prepared entries held in users
@@ -124,6 +125,7 @@ type Dispatcher struct {
 // the stored cursor by the pages in flight.
 type reading struct {
 	publish storage.Publish
+	payload *Payload                  // parsed; nil when the stored one did not parse
 	wanted  map[storage.Platform]bool // the platforms the publish has a payload for
 	streams map[storage.Platform]*stream
 	final   bool // the last page recorded: forget this publish
@@ -188,6 +190,7 @@ func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options
 		wakeClaimer:      make(chan struct{}, 1),
 		wakeRecorder:     make(chan struct{}, 1),
 		wakeHooks:        make(chan struct{}, 1),
+		accepted:         map[string]*Payload{},
 		prepared:         map[string]*Prepared{},
 		users:            map[string]*usersPrepared{},
 		gateways:         map[string]*instanceGateways{},
@@ -257,6 +260,30 @@ func (d *Dispatcher) InFlight() int {
 
 // Notify tells the dispatcher that a publish was stored.
 func (d *Dispatcher) Notify() { d.counters.published(); wake(d.wakeResolver) }
+
+// Published tells the dispatcher that the publish was stored, with its
+// payload as the Publish API parsed it: the resolver takes that instead of
+// parsing the stored copy again. A publish the resolver started before this
+// call, or one after a restart, is parsed from storage.
+func (d *Dispatcher) Published(publishID string, payload *Payload) {
+	d.mu.Lock()
+	if len(d.accepted) >= maxPrepared {
+		clear(d.accepted) // publishes deleted with their instance are never started
+	}
+	d.accepted[publishID] = payload
+	d.mu.Unlock()
+	d.Notify()
+}
+
+// takeAccepted returns the payload handed over with Published for the
+// publish, once, or nil.
+func (d *Dispatcher) takeAccepted(publishID string) *Payload {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.accepted[publishID]
+	delete(d.accepted, publishID)
+	return p
+}
 
 func wake(c chan struct{}) {
 	select {
@@ -364,7 +391,7 @@ func (d *Dispatcher) preparedFor(ctx context.Context, del storage.Delivery) (*Pr
 	if p != nil {
 		return p, nil
 	}
-	payload, err := d.loadPayload(ctx, del)
+	payload, err := d.payloadOf(ctx, del)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +421,7 @@ func (d *Dispatcher) preparedForUser(ctx context.Context, del storage.Delivery) 
 	d.mu.Unlock()
 	if payload == nil {
 		var err error
-		if payload, err = d.loadPayload(ctx, del); err != nil {
+		if payload, err = d.payloadOf(ctx, del); err != nil {
 			return nil, err
 		}
 	}
@@ -418,6 +445,20 @@ func (d *Dispatcher) preparedForUser(ctx context.Context, del storage.Delivery) 
 	u.byUser[del.UserID] = p
 	d.mu.Unlock()
 	return p, nil
+}
+
+// payloadOf returns the parsed payload of the delivery's publish: the
+// resolver's while it reads the publish's targets (always, for a delivery of
+// a page), else the stored one (a retry from the deliveries table whose
+// encodings were evicted or made before a restart).
+func (d *Dispatcher) payloadOf(ctx context.Context, del storage.Delivery) (*Payload, error) {
+	d.mu.Lock()
+	r := d.reading[del.PublishID]
+	d.mu.Unlock()
+	if r != nil && r.payload != nil {
+		return r.payload, nil
+	}
+	return d.loadPayload(ctx, del)
 }
 
 // loadPayload reads and parses the stored payload of the delivery's publish.

@@ -127,6 +127,7 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 		}
 	}
 	for _, p := range finished {
+		delete(d.accepted, p.ID) // handed over after the resolver had started it
 		delete(d.prepared, p.ID)
 		if u := d.users[p.ID]; u != nil {
 			d.nUsers -= len(u.byUser)

@@ -79,14 +79,21 @@ func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 // startReading moves an accepted publish to delivering and sets up its
 // streams from the stored cursor. It returns nil when that failed.
 func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *reading {
-	payload, err := ParseStoredPayload(p.Payload)
-	if err != nil {
-		// Checked when accepted; a stored payload that no longer parses
-		// resolves to no device rather than blocking the queue.
-		d.log.Error("stored publish payload is invalid", zap.String("publish", p.ID), zap.Error(err))
-		payload = &Payload{}
+	payload := d.takeAccepted(p.ID)
+	if payload == nil {
+		var err error
+		if payload, err = ParseStoredPayload(p.Payload); err != nil {
+			// Checked when accepted; a stored payload that no longer parses
+			// resolves to no device rather than blocking the queue.
+			d.log.Error("stored publish payload is invalid", zap.String("publish", p.ID), zap.Error(err))
+		}
+	}
+	wanted := (&Payload{}).Platforms()
+	if payload != nil {
+		wanted = payload.Platforms()
 	}
 	if p.State == storage.PublishAccepted {
+		var err error
 		if p, err = d.db.StartPublish(ctx, p); err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("starting publish", zap.String("publish", p.ID), zap.Error(err))
@@ -97,7 +104,7 @@ func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *readi
 			wake(d.wakeHooks)
 		}
 	}
-	r := &reading{publish: p, wanted: payload.Platforms(), streams: map[storage.Platform]*stream{}}
+	r := &reading{publish: p, payload: payload, wanted: wanted, streams: map[storage.Platform]*stream{}}
 	if p.TargetKind == storage.TargetUsers {
 		r.streams[""] = &stream{cursor: p.Cursor}
 		return r
