@@ -63,6 +63,8 @@ func TestVerifyFailures(t *testing.T) {
 	}{
 		{"OK", "POST", "/apps/3/events", good, body, vectorSecret, ""},
 		{"OKWithinSkew", "POST", "/apps/3/events", signed("POST", "/apps/3/events", body, now.Add(-599*time.Second)), body, vectorSecret, ""},
+		{"OKExactlyMaxSkewPast", "POST", "/apps/3/events", signed("POST", "/apps/3/events", body, now.Add(-MaxClockSkew)), body, vectorSecret, ""},
+		{"OKExactlyMaxSkewFuture", "POST", "/apps/3/events", signed("POST", "/apps/3/events", body, now.Add(MaxClockSkew)), body, vectorSecret, ""},
 		{"OKGetNoBody", "GET", "/apps/3/channels", signed("GET", "/apps/3/channels", nil, now), nil, vectorSecret, ""},
 		{"ErrMissingKey", "POST", "/apps/3/events", edit(good, func(q url.Values) { q.Del("auth_key") }), body, vectorSecret, KindMissingParam},
 		{"ErrMissingTimestamp", "POST", "/apps/3/events", edit(good, func(q url.Values) { q.Del("auth_timestamp") }), body, vectorSecret, KindMissingParam},
