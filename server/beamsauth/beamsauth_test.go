@@ -166,6 +166,9 @@ func TestVerify(t *testing.T) {
 				if !errors.As(err, &mc) || mc.Claim != tc.wantClaim {
 					t.Fatalf("error %v, want a MissingClaimError for %q", err, tc.wantClaim)
 				}
+				if got, want := mc.Error(), "missing claim: "+tc.wantClaim; got != want {
+					t.Fatalf("MissingClaimError says %q, want %q", got, want)
+				}
 			}
 		})
 	}
