@@ -134,7 +134,7 @@ func TestAdminApps(t *testing.T) {
 		}
 	})
 	t.Run("OKLive", func(t *testing.T) {
-		c, err := s.hub.Connect("42", 0, 0)
+		c, err := s.hub.Connect("42", hub.ConnectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func BenchmarkSignedTrigger(b *testing.B) {
 	api.now = func() time.Time { return at }
 	api.Register(engine)
 
-	sub, _ := h.Connect("1", 0, 0)
+	sub, _ := h.Connect("1", hub.ConnectOptions{})
 	if err := h.Subscribe(sub, "news", hub.SubscribeOptions{}); err != nil {
 		b.Fatal(err)
 	}

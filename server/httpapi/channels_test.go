@@ -65,7 +65,7 @@ func newTestServer(t *testing.T) *testServer {
 // (presence ones as user), and returns it with its opening frames drained.
 func (s *testServer) subscriber(t *testing.T, appID, user string, chans ...string) *hub.Conn {
 	t.Helper()
-	c, err := s.hub.Connect(appID, 0, 0)
+	c, err := s.hub.Connect(appID, hub.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

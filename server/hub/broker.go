@@ -41,6 +41,16 @@ func (h *Hub) Publish(m Message) {
 	h.broker.Publish(m)
 }
 
+// PublishClientEvent publishes a client event, whose sender is the
+// connection m.ExcludeSocketID names (and, on a presence channel, the user
+// m.UserID), and reports it to the observer (the client_event webhook), once,
+// on the node where the client sent it. The transport has checked that the
+// sender may send it.
+func (h *Hub) PublishClientEvent(m Message) {
+	h.Publish(m)
+	h.notify(Event{AppID: m.AppID, Kind: ClientEvent, Channel: m.Channel, Name: m.Event, Data: m.Data, SocketID: m.ExcludeSocketID, UserID: m.UserID})
+}
+
 // fanoutQueue is how many messages each fan-out worker buffers. When every
 // slot is taken the publisher waits: the server is over capacity, and waiting
 // is better than dropping events it has accepted.
@@ -132,7 +142,7 @@ func (h *Hub) Deliver(m Message) {
 	if m.Cache {
 		a.setCache(m, h.now())
 	}
-	frame := eventFrame(m.Event, m.Channel, m.Data, m.UserID)
+	frame := EventFrame(m.Event, m.Channel, m.Data, m.UserID)
 	for _, c := range ch.subs {
 		if c.socketID != m.ExcludeSocketID {
 			c.Send(frame)

@@ -23,6 +23,7 @@ var (
 	ClosePongTimeout         = CloseReason{4201, "Pong reply not received in time"}
 )
 
-// closeGone is the internal reason for a connection whose client went away:
-// there is nobody left to tell, so nothing is sent.
-var closeGone = CloseReason{0, "client went away"}
+// CloseGone is the reason of a connection whose client went away (its
+// socket failed or closed): there is nobody left to tell, so a writer sends
+// nothing and only closes. Its code, 0, is never sent.
+var CloseGone = CloseReason{0, "client went away"}

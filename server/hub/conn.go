@@ -12,6 +12,29 @@ import (
 // than slowing the publisher or the other subscribers.
 const DefaultMaxQueueBytes = 1 << 20
 
+// Writer is a connection's transport as the hub sees it: what moves the
+// connection's queued frames to its client. The transport passes one to
+// Connect (server/ws's session is one).
+//
+// The hub calls Wake when frames or a close reason wait and no writer runs.
+// Wake must start a writer without blocking, on another goroutine; that
+// writer takes the queue with Conn.Drain until Drain reports it idle, and
+// then ends, or ends earlier once it has sent the close reason or its socket
+// failed; either way it calls Conn.WriterDone as it ends. Until then the hub
+// wakes no other writer, so a connection has at most one; an idle one has
+// none.
+//
+// Overflow is called once, when the queue overflowed; the connection is
+// closing with 4100 by then, and its writer has been woken to say so.
+//
+// Both are called outside the connection's own lock but possibly under the
+// registry's (fan-out runs under a channel's lock): they must return at
+// once and never call back into the hub.
+type Writer interface {
+	Wake()
+	Overflow()
+}
+
 // Conn is one client connection as the registry sees it: an identity, the
 // channels it is subscribed to and a byte-bounded queue of encoded frames that
 // exactly one writer drains.
@@ -34,19 +57,13 @@ type Conn struct {
 	outBytes    int
 	maxOutBytes int
 	closing     *CloseReason
-	// startWriter, when set, starts a writer goroutine; the connection calls
-	// it whenever there is something to write (or a close to send) and no
-	// writer runs. The writer drains the queue with drain and returns when
-	// it is empty, so an idle connection holds no writer goroutine (the
-	// socket handler runs writers on reused goroutines: gopool.go).
-	startWriter func()
-	writers     *sync.WaitGroup // counts writer goroutines; Add happens under outMu, with the claim
-	writing     bool            // a writer goroutine is running
-	spare       [][]byte        // the writer's frame buffer, kept between writer runs
-
-	// onOverflow, when set, runs once when the queue overflows (the socket
-	// side uses it to count and to unblock a writer stuck on a full socket).
-	onOverflow func()
+	// writer is woken whenever there is something to write (or a close to
+	// send) and no writer runs (see Writer); nil for a connection whose
+	// owner takes the queue itself (Take).
+	writer  Writer
+	writers sync.WaitGroup // writers woken and not yet done; Add happens under outMu, with the claim
+	writing bool           // a writer is running
+	spare   [][]byte       // the writer's frame buffer, kept between writer runs
 }
 
 // subscription is one channel of a connection, with the presence user it
@@ -56,7 +73,7 @@ type subscription struct {
 	userID string
 }
 
-func newConn(app *appState, socketID string, maxQueueBytes int) *Conn {
+func newConn(app *appState, socketID string, maxQueueBytes int, w Writer) *Conn {
 	if maxQueueBytes <= 0 {
 		maxQueueBytes = DefaultMaxQueueBytes
 	}
@@ -65,6 +82,7 @@ func newConn(app *appState, socketID string, maxQueueBytes int) *Conn {
 		app:         app,
 		channels:    make(map[string]*subscription),
 		maxOutBytes: maxQueueBytes,
+		writer:      w,
 	}
 }
 
@@ -111,30 +129,30 @@ func (c *Conn) Send(frame []byte) bool {
 	}
 	if c.outBytes+len(frame) > c.maxOutBytes {
 		c.closing = &CloseOverCapacity
-		start := c.claimWriterLocked()
+		wake := c.claimWriterLocked()
 		c.outMu.Unlock()
-		if start {
-			c.startWriter()
+		if wake {
+			c.writer.Wake()
 		}
-		if c.onOverflow != nil {
-			c.onOverflow()
+		if c.writer != nil {
+			c.writer.Overflow()
 		}
 		return false
 	}
 	c.out = append(c.out, frame)
 	c.outBytes += len(frame)
-	start := c.claimWriterLocked()
+	wake := c.claimWriterLocked()
 	c.outMu.Unlock()
-	if start {
-		c.startWriter()
+	if wake {
+		c.writer.Wake()
 	}
 	return true
 }
 
-// claimWriterLocked reports whether the caller must start a writer, marking
+// claimWriterLocked reports whether the caller must wake the writer, marking
 // one as running. The caller holds outMu.
 func (c *Conn) claimWriterLocked() bool {
-	if c.writing || c.startWriter == nil {
+	if c.writing || c.writer == nil {
 		return false
 	}
 	c.writing = true
@@ -151,18 +169,19 @@ func (c *Conn) Close(reason CloseReason) {
 	if c.closing == nil {
 		c.closing = &reason
 	}
-	start := c.claimWriterLocked()
+	wake := c.claimWriterLocked()
 	c.outMu.Unlock()
-	if start {
-		c.startWriter()
+	if wake {
+		c.writer.Wake()
 	}
 }
 
-// drain is the writer's Take: queued frames, or the close reason, or idle
-// true when there is nothing left, in which case the writer must exit (the
-// next Send starts a new one). After a close reason no writer is started
-// again.
-func (c *Conn) drain(buf [][]byte) (frames [][]byte, reason *CloseReason, idle bool) {
+// Drain is the writer's Take: the queued frames (appended to buf, or to the
+// buffer the writer handed back last time when buf is nil), or the close
+// reason, or idle true when there is nothing left, in which case the writer
+// must end (the next Send wakes a new one). After a close reason no writer
+// is woken again.
+func (c *Conn) Drain(buf [][]byte) (frames [][]byte, reason *CloseReason, idle bool) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
 	if buf == nil {
@@ -183,13 +202,31 @@ func (c *Conn) drain(buf [][]byte) (frames [][]byte, reason *CloseReason, idle b
 	return buf, nil, false
 }
 
+// WriterDone is called by the writer Wake started, as it ends.
+func (c *Conn) WriterDone() { c.writers.Done() }
+
+// WaitWriter waits until every writer Wake started has ended. Close the
+// connection first, or a later Send may wake another.
+func (c *Conn) WaitWriter() { c.writers.Wait() }
+
 // Take returns every queued frame (appended to buf) and, once the
-// connection is closing, the reason. It is for consumers without a socket
-// writer — tests and tools that attach connections to the registry directly;
-// socket connections are drained by their own writer.
+// connection is closing, the reason. It is for consumers without a Writer —
+// tests and tools that attach connections to the registry directly;
+// transport connections are drained by their own writer.
 func (c *Conn) Take(buf [][]byte) ([][]byte, *CloseReason) {
-	frames, reason, _ := c.drain(buf)
+	frames, reason, _ := c.Drain(buf)
 	return frames, reason
+}
+
+// CloseCode is the code the connection was closed with (0 when the client
+// went away first, or while it is open).
+func (c *Conn) CloseCode() int {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.closing == nil {
+		return 0
+	}
+	return c.closing.Code
 }
 
 // NewSocketID returns a fresh socket_id: two random integers joined by a dot,

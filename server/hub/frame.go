@@ -32,20 +32,22 @@ func appendEventFrame(dst []byte, event, channel, data, userID string) []byte {
 	return append(dst, '}')
 }
 
-// eventFrame returns a new frame; see appendEventFrame.
-func eventFrame(event, channel, data, userID string) []byte {
+// EventFrame returns the frame of event on channel (omitted when empty) with
+// data, written as a JSON string, and userID (omitted when empty).
+func EventFrame(event, channel, data, userID string) []byte {
 	return appendEventFrame(make([]byte, 0, 48+len(event)+len(channel)+len(data)+len(userID)), event, channel, data, userID)
 }
 
-// jsonFrame returns the frame of a server event whose data is v encoded as JSON
-// and then as a JSON string, as pusher-js expects of pusher:* events.
-func jsonFrame(event, channel string, v any) []byte {
+// JSONFrame returns the frame of a server event whose data is v encoded as
+// JSON and then as a JSON string, as pusher-js expects of pusher:* events. v
+// must be a value that always encodes (a struct of plain fields); anything
+// else panics.
+func JSONFrame(event, channel string, v any) []byte {
 	data, err := json.Marshal(v)
 	if err != nil {
-		// Only called with types this package defines, which always encode.
 		panic("hub: encoding server event: " + err.Error())
 	}
-	return eventFrame(event, channel, string(data), "")
+	return EventFrame(event, channel, string(data), "")
 }
 
 const hexDigits = "0123456789abcdef"

@@ -1,6 +1,14 @@
 // Package hub is the Channels core: the registry of apps, channels, subscribed
-// connections, presence members, signed-in users and cached events, and the
-// fan-out that delivers each event to every subscriber.
+// connections, presence members, signed-in users and cached events, the
+// fan-out that delivers each event to every subscriber, and the Broker seam
+// through which messages reach the other nodes of a cluster.
+//
+// It knows no sockets, storage or request signing, and imports none of them
+// (not storage, server/signing or the WebSocket library), so a cluster broker
+// plugs into it alone. A transport (server/ws) registers each client with
+// Connect, handing over a Writer that moves the connection's queued frames
+// to it, and checks the app's policy and the client's authorization before
+// it calls Subscribe or SignIn.
 //
 // # Lock order
 //
@@ -14,12 +22,11 @@
 // and members. Conn.Send only takes Conn.outMu and never blocks, so fan-out can
 // run under channel.mu held for reading; a full queue marks the connection for
 // closing and its own writer tears it down later, outside these locks. Send
-// starts a writer goroutine when none runs, without waiting for it.
+// wakes the connection's Writer when no writer runs, after releasing
+// Conn.outMu, and does not wait for it.
 //
-// On the socket side, SocketHandler.mu (the set of sessions) is taken on its
-// own or before Conn.outMu (Shutdown closing every connection), never while a
-// registry lock is held. Publishing is asynchronous: a fan-out worker per CPU
-// takes a channel's messages in order and delivers them under the locks above.
+// Publishing is asynchronous: a fan-out worker per CPU takes a channel's
+// messages in order and delivers them under the locks above.
 package hub
 
 import (
@@ -53,7 +60,6 @@ type Hub struct {
 	broker   Broker
 	now      func() time.Time
 	observer Observer
-	stats    stats // counters for metrics (stats.go)
 
 	workers  []chan fanoutItem // fan-out workers (broker.go)
 	workerWG sync.WaitGroup
@@ -120,6 +126,10 @@ func New(log *zap.Logger) *Hub {
 	return h
 }
 
+// SetClock replaces the hub's clock (time.Now), which dates cached events
+// and throttles subscription counts. Tests set it before serving.
+func (h *Hub) SetClock(now func() time.Time) { h.now = now }
+
 // app returns the state of appID, creating it when create is set; otherwise
 // nil when the app has never been used on this node.
 func (h *Hub) app(appID string, create bool) *appState {
@@ -144,16 +154,27 @@ func (h *Hub) app(appID string, create bool) *appState {
 	return a
 }
 
+// ConnectOptions are the per-connection inputs the registry needs.
+type ConnectOptions struct {
+	// MaxConns is the app's connection quota; 0: unlimited.
+	MaxConns int
+	// MaxQueueBytes bounds the connection's outbound queue; 0:
+	// DefaultMaxQueueBytes.
+	MaxQueueBytes int
+	// Writer moves the queued frames to the client; nil for a consumer that
+	// takes them itself with Conn.Take.
+	Writer Writer
+}
+
 // Connect registers a new connection of appID with a fresh socket_id. With
-// maxConns > 0 it refuses with ErrOverQuota once the app has that many.
-// maxQueueBytes bounds the connection's outbound queue (0: the default).
-func (h *Hub) Connect(appID string, maxConns, maxQueueBytes int) (*Conn, error) {
+// opts.MaxConns > 0 it refuses with ErrOverQuota once the app has that many.
+func (h *Hub) Connect(appID string, opts ConnectOptions) (*Conn, error) {
 	a := h.app(appID, true)
-	if n := a.conns.Add(1); maxConns > 0 && n > int64(maxConns) {
+	if n := a.conns.Add(1); opts.MaxConns > 0 && n > int64(opts.MaxConns) {
 		a.conns.Add(-1)
 		return nil, ErrOverQuota
 	}
-	return newConn(a, NewSocketID(), maxQueueBytes), nil
+	return newConn(a, NewSocketID(), opts.MaxQueueBytes, opts.Writer), nil
 }
 
 // Connections returns the number of connections of appID on this node.
@@ -245,10 +266,10 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 // pusher:cache_miss frame when there is none.
 func (h *Hub) cacheFrame(a *appState, name string) []byte {
 	if ev, ok := a.cached(name, h.now()); ok {
-		return eventFrame(ev.event, name, ev.data, "")
+		return EventFrame(ev.event, name, ev.data, "")
 	}
 	h.notify(Event{AppID: a.id, Kind: CacheMiss, Channel: name})
-	return eventFrame("pusher:cache_miss", name, "{}", "")
+	return EventFrame("pusher:cache_miss", name, "{}", "")
 }
 
 // lockChannel returns the live channel called name, created if needed, with its
@@ -370,7 +391,7 @@ func (h *Hub) sendCountLocked(a *appState, ch *channel, now time.Time) {
 	ch.countSentAt = now
 	n := len(ch.subs)
 	if n > 0 {
-		ch.broadcastLocked(jsonFrame("pusher_internal:subscription_count", ch.name, struct {
+		ch.broadcastLocked(JSONFrame("pusher_internal:subscription_count", ch.name, struct {
 			Count int `json:"subscription_count"`
 		}{n}), nil)
 	}
@@ -388,7 +409,7 @@ func (h *Hub) flushCount(a *appState, ch *channel) {
 }
 
 // SetSubscriptionCount switches pusher_internal:subscription_count events
-// for appID; the socket side sets it from the app's settings on each connect.
+// for appID; the transport sets it from the app's settings on each connect.
 func (h *Hub) SetSubscriptionCount(appID string, on bool) {
 	h.app(appID, true).countEvents.Store(on)
 }
@@ -464,7 +485,7 @@ func watchlistFrame(online, offline []string) []byte {
 	if len(offline) > 0 {
 		events = append(events, watchlistEvent{"offline", offline})
 	}
-	return jsonFrame("pusher_internal:watchlist_events", "", struct {
+	return JSONFrame("pusher_internal:watchlist_events", "", struct {
 		Events []watchlistEvent `json:"events"`
 	}{events})
 }
@@ -676,7 +697,7 @@ type presenceSet struct {
 // channels its data lists the members. The caller holds ch.mu.
 func succeededFrame(ch *channel, name string) []byte {
 	if !ch.presence {
-		return eventFrame("pusher_internal:subscription_succeeded", name, "{}", "")
+		return EventFrame("pusher_internal:subscription_succeeded", name, "{}", "")
 	}
 	set := presenceSet{IDs: make([]string, 0, len(ch.members)), Hash: make(map[string]json.RawMessage, len(ch.members))}
 	for id, m := range ch.members {
@@ -689,21 +710,21 @@ func succeededFrame(ch *channel, name string) []byte {
 	}
 	sort.Strings(set.IDs)
 	set.Count = len(set.IDs)
-	return jsonFrame("pusher_internal:subscription_succeeded", name, presenceData{set})
+	return JSONFrame("pusher_internal:subscription_succeeded", name, presenceData{set})
 }
 
 func memberAddedFrame(channel, userID string, info json.RawMessage) []byte {
 	if len(info) == 0 {
 		info = json.RawMessage("null")
 	}
-	return jsonFrame("pusher_internal:member_added", channel, struct {
+	return JSONFrame("pusher_internal:member_added", channel, struct {
 		UserID   string          `json:"user_id"`
 		UserInfo json.RawMessage `json:"user_info"`
 	}{userID, info})
 }
 
 func memberRemovedFrame(channel, userID string) []byte {
-	return jsonFrame("pusher_internal:member_removed", channel, struct {
+	return JSONFrame("pusher_internal:member_removed", channel, struct {
 		UserID string `json:"user_id"`
 	}{userID})
 }

@@ -45,7 +45,7 @@ func events(fs []frame) string {
 
 func connect(t *testing.T, h *Hub, appID string) *Conn {
 	t.Helper()
-	c, err := h.Connect(appID, 0, 0)
+	c, err := h.Connect(appID, ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,23 +250,23 @@ func TestTerminateUser(t *testing.T) {
 
 func TestConnectionQuota(t *testing.T) {
 	h := New(zap.NewNop())
-	c1, err := h.Connect("1", 1, 0)
+	c1, err := h.Connect("1", ConnectOptions{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Connect("1", 1, 0); err != ErrOverQuota {
+	if _, err := h.Connect("1", ConnectOptions{MaxConns: 1}); err != ErrOverQuota {
 		t.Fatalf("got %v, want ErrOverQuota", err)
 	}
 	h.Remove(c1)
 	h.Remove(c1) // idempotent
-	if _, err := h.Connect("1", 1, 0); err != nil {
+	if _, err := h.Connect("1", ConnectOptions{MaxConns: 1}); err != nil {
 		t.Fatalf("after remove: %v", err)
 	}
 }
 
 func TestSlowConsumerIsClosedOthersKeepReceiving(t *testing.T) {
 	h := New(zap.NewNop())
-	slow, err := h.Connect("1", 0, 4096)
+	slow, err := h.Connect("1", ConnectOptions{MaxQueueBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestConcurrentRegistry(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < rounds; i++ {
-				c, _ := h.Connect("1", 0, 0)
+				c, _ := h.Connect("1", ConnectOptions{})
 				name := fmt.Sprintf("presence-%d", i%3)
 				_ = h.Subscribe(c, name, SubscribeOptions{Member: &Member{UserID: fmt.Sprint(w)}})
 				_ = h.Subscribe(c, "cache-news", SubscribeOptions{})
@@ -435,6 +435,51 @@ func TestObserverSeesOccupiedBeforeMembers(t *testing.T) {
 	want := "channel_occupied: member_added:alice member_added:bob member_removed:bob member_removed:alice channel_vacated:"
 	if got := strings.Join(rec.kinds, " "); got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestSubscriptionCountThrottledOnBigChannels(t *testing.T) {
+	h := New(nopLogger())
+	now := time.Unix(1000, 0)
+	h.now = func() time.Time { return now }
+	h.SetSubscriptionCount("1", true)
+	var conns []*Conn
+	for i := 0; i <= countThrottleAbove+1; i++ {
+		c, _ := h.Connect("1", ConnectOptions{})
+		if err := h.Subscribe(c, "big", SubscribeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	countFrames := func(c *Conn) int {
+		frames, _ := c.Take(nil)
+		n := 0
+		for _, f := range frames {
+			if strings.Contains(string(f), "subscription_count") {
+				n++
+			}
+		}
+		return n
+	}
+	// The first 100 joins each sent a count; the joins beyond 100
+	// subscribers, within 5 s of the last count, are held back.
+	if got := countFrames(conns[0]); got != countThrottleAbove {
+		t.Fatalf("first subscriber saw %d counts, want %d", got, countThrottleAbove)
+	}
+	a := h.app("1", false)
+	a.mu.RLock()
+	ch := a.channels["big"]
+	a.mu.RUnlock()
+	ch.mu.RLock()
+	pending := ch.countTimer != nil
+	ch.mu.RUnlock()
+	if !pending {
+		t.Fatal("no throttled count pending")
+	}
+	now = now.Add(countThrottleEvery)
+	h.flushCount(a, ch)
+	if got := countFrames(conns[0]); got != 1 {
+		t.Fatalf("after the throttle window: %d counts, want 1", got)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/ws"
 )
 
 // outboxTimeout bounds the outbox count query of one scrape.
@@ -77,7 +77,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.subscriptions, float64(a.Subscriptions), a.AppID)
 			gauge(c.members, float64(a.PresenceMembers), a.AppID)
 		}
-		n := h.Counters()
+	}
+	if s := c.src.Sockets; s != nil {
+		n := s.Counters()
 		count(c.opened, n.ConnectionsOpened)
 		count(c.clientEvents, n.ClientEvents)
 		count(c.delivered, n.FramesDelivered)
@@ -87,8 +89,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, cc := range n.Rejected {
 			count(c.rejected, cc.Count, codeLabel(cc.Code))
 		}
-	}
-	if s := c.src.Sockets; s != nil {
 		count(c.slow, s.SlowConsumersClosed())
 	}
 	if o := c.src.Outbox; o != nil {
@@ -119,7 +119,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func codeLabel(code int) string {
-	if code == hub.CloseCodeOther {
+	if code == ws.CloseCodeOther {
 		return "other"
 	}
 	return strconv.Itoa(code)

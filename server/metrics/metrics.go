@@ -1,7 +1,7 @@
 // Package metrics exposes a Herald node's Prometheus metrics. Live sizes
 // (connections, channels, outbox depth, …) are read from the node's parts at
-// scrape time by a collector; counters kept by the parts themselves (the hub,
-// the webhook dispatcher) are read the same way, so the hot paths only ever
+// scrape time by a collector; counters kept by the parts themselves (the
+// WebSocket transport, the webhook dispatcher) are read the same way, so the hot paths only ever
 // pay one atomic add. What only this package counts (HTTP requests, triggers,
 // SQLite transactions) is recorded through its methods.
 //
@@ -24,6 +24,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
+	"github.com/heraldrt/herald/server/ws"
 )
 
 // Namespace prefixes every Herald metric.
@@ -32,11 +33,11 @@ const Namespace = "herald"
 // HubSource is the Channels registry as the metrics read it.
 type HubSource interface {
 	AppStats() []hub.AppStats
-	Counters() hub.Counters
 }
 
 // SocketSource is the WebSocket endpoint as the metrics read it.
 type SocketSource interface {
+	Counters() ws.Counters
 	SlowConsumersClosed() int64
 }
 

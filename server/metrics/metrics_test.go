@@ -15,6 +15,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
+	"github.com/heraldrt/herald/server/ws"
 )
 
 type fakeHub struct{}
@@ -26,15 +27,15 @@ func (fakeHub) AppStats() []hub.AppStats {
 	}
 }
 
-func (fakeHub) Counters() hub.Counters {
-	return hub.Counters{
+type fakeSockets struct{}
+
+func (fakeSockets) Counters() ws.Counters {
+	return ws.Counters{
 		ConnectionsOpened: 7, ClientEvents: 4, FramesDelivered: 40,
-		Closed:   []hub.CodeCount{{Code: 0, Count: 3}, {Code: 4100, Count: 1}, {Code: hub.CloseCodeOther, Count: 2}},
-		Rejected: []hub.CodeCount{{Code: 4001, Count: 1}},
+		Closed:   []ws.CodeCount{{Code: 0, Count: 3}, {Code: 4100, Count: 1}, {Code: ws.CloseCodeOther, Count: 2}},
+		Rejected: []ws.CodeCount{{Code: 4001, Count: 1}},
 	}
 }
-
-type fakeSockets struct{}
 
 func (fakeSockets) SlowConsumersClosed() int64 { return 1 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldrt/herald/server/instancedir"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
+	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -40,7 +41,7 @@ type Node struct {
 	apps *appdir.Directory
 	hub  *hub.Hub
 	http *http.Server
-	ws   *hub.SocketHandler
+	ws   *ws.Handler
 	hook *webhook.Dispatcher
 	ops  *ops // metrics, admin API, console (ops.go)
 	push *push.Dispatcher
@@ -106,7 +107,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		return nil, fmt.Errorf("starting push delivery: %w", err)
 	}
 	httpapi.NewPublishAPI(db, instances, n.push, log).Register(engine)
-	n.ws = hub.NewSocketHandler(n.hub, apps, log.Named("ws"), hub.SocketOptions{
+	n.ws = ws.NewHandler(n.hub, socketApps{apps}, log.Named("ws"), ws.Options{
 		ActivityTimeout: cfg.ActivityTimeout,
 		PongTimeout:     cfg.PongTimeout,
 	})
@@ -131,7 +132,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 }
 
 // Sockets is the node's WebSocket endpoint.
-func (n *Node) Sockets() *hub.SocketHandler { return n.ws }
+func (n *Node) Sockets() *ws.Handler { return n.ws }
 
 // Hub is the node's channel registry.
 func (n *Node) Hub() *hub.Hub { return n.hub }

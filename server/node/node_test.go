@@ -34,7 +34,7 @@ func goClient(addr, key, secret string) *pusher.Client {
 // ones as user) and drains its opening frames.
 func subscriber(t *testing.T, h *hub.Hub, user string, chans ...string) *hub.Conn {
 	t.Helper()
-	c, err := h.Connect("77", 0, 0)
+	c, err := h.Connect("77", hub.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

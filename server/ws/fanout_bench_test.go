@@ -1,4 +1,4 @@
-package hub
+package ws
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
 )
 
 // BenchmarkFanout measures delivery through real sockets: each iteration
@@ -23,8 +25,8 @@ import (
 func BenchmarkFanout(b *testing.B) {
 	const subs = 1000
 	log := zap.NewNop()
-	h := New(log)
-	handler := NewSocketHandler(h, wsApps, log, SocketOptions{})
+	h := hub.New(log)
+	handler := NewHandler(h, wsApps, log, Options{})
 	srv := httptest.NewServer(handler)
 	defer srv.Close()
 	defer handler.Shutdown(context.Background())
@@ -54,7 +56,7 @@ func BenchmarkFanout(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		h.Publish(Message{AppID: "1", Channel: "bench", Event: "tick", Data: data})
+		h.Publish(hub.Message{AppID: "1", Channel: "bench", Event: "tick", Data: data})
 	}
 	want := int64(b.N) * subs
 	deadline := time.Now().Add(30 * time.Second)

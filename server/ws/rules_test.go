@@ -1,4 +1,4 @@
-package hub
+package ws
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/signing"
 )
 
@@ -18,10 +19,10 @@ import (
 // and the debug console would be told.
 type eventLog struct {
 	mu     sync.Mutex
-	events []Event
+	events []hub.Event
 }
 
-func (l *eventLog) Observe(ev Event) {
+func (l *eventLog) Observe(ev hub.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.events = append(l.events, ev)
@@ -29,7 +30,7 @@ func (l *eventLog) Observe(ev Event) {
 
 // count is how many events of kind were observed on channel (for userID, when
 // not empty).
-func (l *eventLog) count(kind EventKind, channel, userID string) int {
+func (l *eventLog) count(kind hub.EventKind, channel, userID string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -44,7 +45,7 @@ func (l *eventLog) count(kind EventKind, channel, userID string) int {
 // marker publishes an event on channel that every subscriber must see next:
 // whatever was not queued before it was not sent at all.
 func marker(s *wsServer, channel, data string) {
-	s.hub.Publish(Message{AppID: "1", Channel: channel, Event: "marker", Data: data})
+	s.hub.Publish(hub.Message{AppID: "1", Channel: channel, Event: "marker", Data: data})
 }
 
 func (c *client) expectMarker(channel, data string) {
@@ -91,7 +92,7 @@ func (c *client) joinPresence(channel, channelData string) serverFrame {
 // the same.
 func TestPresenceSecondConnectionIsObservedAsOneMember(t *testing.T) {
 	log := &eventLog{}
-	s := newWSServerSetup(t, SocketOptions{}, 0, func(h *Hub) { h.SetObserver(log) })
+	s := newWSServerSetup(t, Options{}, 0, func(h *hub.Hub) { h.SetObserver(log) })
 	for _, tt := range []struct {
 		name  string
 		leave func(c *client, channel string)
@@ -131,12 +132,12 @@ func TestPresenceSecondConnectionIsObservedAsOneMember(t *testing.T) {
 			for _, c := range []*client{bob, alice1, alice2} {
 				c.expectMarker(ch, "joined") // bob: no member_added for the second tab
 			}
-			if n := log.count(MemberAdded, ch, "alice"); n != 1 {
+			if n := log.count(hub.MemberAdded, ch, "alice"); n != 1 {
 				t.Fatalf("member_added:alice observed %d times for two joins, want 1", n)
 			}
 
 			leave(alice1)
-			if n := log.count(MemberRemoved, ch, ""); n != 0 {
+			if n := log.count(hub.MemberRemoved, ch, ""); n != 0 {
 				t.Fatalf("member_removed observed %d times while alice still has a connection", n)
 			}
 			if got := strings.Join(s.hub.PresenceUsers("1", ch), ","); got != "alice,bob" {
@@ -152,13 +153,13 @@ func TestPresenceSecondConnectionIsObservedAsOneMember(t *testing.T) {
 			}
 			marker(s, ch, "second left")
 			bob.expectMarker(ch, "second left") // one member_removed frame
-			if n := log.count(MemberRemoved, ch, "alice"); n != 1 {
+			if n := log.count(hub.MemberRemoved, ch, "alice"); n != 1 {
 				t.Fatalf("member_removed:alice observed %d times, want 1", n)
 			}
-			if n := log.count(MemberRemoved, ch, ""); n != 1 {
+			if n := log.count(hub.MemberRemoved, ch, ""); n != 1 {
 				t.Fatalf("member_removed observed %d times, want 1 (alice's)", n)
 			}
-			if n := log.count(MemberAdded, ch, "alice"); n != 1 {
+			if n := log.count(hub.MemberAdded, ch, "alice"); n != 1 {
 				t.Fatalf("member_added:alice observed %d times, want 1", n)
 			}
 		})
@@ -170,7 +171,7 @@ func TestPresenceSecondConnectionIsObservedAsOneMember(t *testing.T) {
 // nothing reaches the other subscribers or the observers.
 func TestClientEventsRefusedOnForbiddenKinds(t *testing.T) {
 	log := &eventLog{}
-	s := newWSServerSetup(t, SocketOptions{}, 0, func(h *Hub) { h.SetObserver(log) })
+	s := newWSServerSetup(t, Options{}, 0, func(h *hub.Hub) { h.SetObserver(log) })
 	const refused = "Client events are only allowed on private and presence channels (not encrypted ones)."
 	for _, tt := range []struct {
 		name, channel, user string
@@ -196,7 +197,7 @@ func TestClientEventsRefusedOnForbiddenKinds(t *testing.T) {
 			if code, message := errorData(t, *f); code != nil || message != refused {
 				t.Fatalf("pusher:error code %s message %q, want null and %q", codeString(code), message, refused)
 			}
-			if n := log.count(ClientEvent, tt.channel, ""); n != 0 {
+			if n := log.count(hub.ClientEvent, tt.channel, ""); n != 0 {
 				t.Fatalf("client_event observed %d times", n)
 			}
 			marker(s, tt.channel, "after")
@@ -210,7 +211,7 @@ func TestClientEventsRefusedOnForbiddenKinds(t *testing.T) {
 // contents, other JSON as its text), in bytes: 10,240 bytes go through, one
 // more is refused, and the refused event reaches nobody.
 func TestClientEventDataLimitBoundary(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	const limit = 10 * 1024
 	const ch = "private-limits"
 	sender, receiver := s.dial(t, "key1"), s.dial(t, "key1")
@@ -265,7 +266,7 @@ func TestClientEventDataLimitBoundary(t *testing.T) {
 	receiver.expectMarker(ch, "after") // neither refused event was relayed
 }
 
-// A cache channel's last event is sent to new subscribers for CacheTTL after
+// A cache channel's last event is sent to new subscribers for hub.CacheTTL after
 // it was published, and from then on they get pusher:cache_miss (observed,
 // for the cache_miss webhook), whether the channel was occupied when the
 // event came or not.
@@ -273,8 +274,8 @@ func TestCachedEventExpiresForNewSubscribers(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Unix(1_000_000, 0).UnixNano())
 	log := &eventLog{}
-	s := newWSServerSetup(t, SocketOptions{}, 0, func(h *Hub) {
-		h.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	s := newWSServerSetup(t, Options{}, 0, func(h *hub.Hub) {
+		h.SetClock(func() time.Time { return time.Unix(0, clock.Load()) })
 		h.SetObserver(log)
 	})
 	for _, tt := range []struct {
@@ -303,19 +304,19 @@ func TestCachedEventExpiresForNewSubscribers(t *testing.T) {
 				}
 			}
 			published := clock.Load()
-			s.hub.Publish(Message{AppID: "1", Channel: ch, Event: "price", Data: "42", Cache: true})
+			s.hub.Publish(hub.Message{AppID: "1", Channel: ch, Event: "price", Data: "42", Cache: true})
 			s.hub.Flush()
 
-			clock.Store(published + int64(CacheTTL) - 1)
+			clock.Store(published + int64(hub.CacheTTL) - 1)
 			if f := subscribe(); f.Event != "price" || f.Data != "42" {
 				t.Fatalf("just before the TTL a new subscriber got %+v, want the cached event", f)
 			}
-			misses := log.count(CacheMiss, ch, "")
-			clock.Store(published + int64(CacheTTL))
+			misses := log.count(hub.CacheMiss, ch, "")
+			clock.Store(published + int64(hub.CacheTTL))
 			if f := subscribe(); f.Event != "pusher:cache_miss" || f.Data != "{}" {
 				t.Fatalf("at the TTL a new subscriber got %+v, want pusher:cache_miss", f)
 			}
-			if n := log.count(CacheMiss, ch, "") - misses; n != 1 {
+			if n := log.count(hub.CacheMiss, ch, "") - misses; n != 1 {
 				t.Fatalf("cache_miss observed %d times for the expired subscribe, want 1", n)
 			}
 		})

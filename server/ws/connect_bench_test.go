@@ -1,4 +1,4 @@
-package hub
+package ws
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
 )
 
 // BenchmarkConnect measures accepting connections: each iteration opens a
@@ -20,8 +22,8 @@ import (
 // (two descriptors per connection), e.g. -benchtime=5000x.
 func BenchmarkConnect(b *testing.B) {
 	log := zap.NewNop()
-	h := New(log)
-	handler := NewSocketHandler(h, wsApps, log, SocketOptions{})
+	h := hub.New(log)
+	handler := NewHandler(h, wsApps, log, Options{})
 	srv := httptest.NewServer(handler)
 	defer srv.Close()
 	defer handler.Shutdown(context.Background())

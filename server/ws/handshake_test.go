@@ -1,4 +1,4 @@
-package hub
+package ws
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ func testFrame(payload []byte, masked bool) []byte {
 // A client may send its first message right behind the upgrade request, in
 // the same packet; net/http has then read it already, and it must not be lost.
 func TestMessageSentWithTheHandshakeIsHandled(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "ws://"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestParkedConnectionsWakeAndFinish(t *testing.T) {
 }
 
 func testParkedConnections(t *testing.T, noPoller bool) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	if noPoller {
 		s.handler.poller = nil
 	}

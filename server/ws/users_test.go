@@ -1,4 +1,4 @@
-package hub
+package ws
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/signing"
 )
 
@@ -42,7 +43,7 @@ func watchlist(t *testing.T, f serverFrame) string {
 }
 
 func TestSignInAndServerToUser(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	c := s.dial(t, "key1")
 	c.signin(`{"id":"alice","user_info":{"name":"Alice"}}`)
 	if f := c.expect("pusher:signin_success", ""); f.Data != `{"user_data":"{\"id\":\"alice\",\"user_info\":{\"name\":\"Alice\"}}"}` {
@@ -52,7 +53,7 @@ func TestSignInAndServerToUser(t *testing.T) {
 	c.expect("pusher:subscription_error", "#server-to-user-bob")
 	c.subscribe("#server-to-user-alice", "", "")
 	c.expect("pusher_internal:subscription_succeeded", "#server-to-user-alice")
-	s.hub.Publish(Message{AppID: "1", Channel: "#server-to-user-alice", Event: "note", Data: "hi"})
+	s.hub.Publish(hub.Message{AppID: "1", Channel: "#server-to-user-alice", Event: "note", Data: "hi"})
 	if f := c.expect("note", "#server-to-user-alice"); f.Data != "hi" {
 		t.Fatalf("got %+v", f)
 	}
@@ -71,7 +72,7 @@ func TestSignInAndServerToUser(t *testing.T) {
 }
 
 func TestSignInFailuresClose4009(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	for name, send := range map[string]func(c *client){
 		"ErrBadSignature": func(c *client) {
 			c.send(map[string]any{"event": "pusher:signin", "data": map[string]string{"auth": "key1:00", "user_data": `{"id":"x"}`}})
@@ -97,7 +98,7 @@ func TestSignInFailuresClose4009(t *testing.T) {
 }
 
 func TestWatchlist(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	bob := s.dial(t, "key1")
 	bob.signin(`{"id":"bob"}`)
 	bob.expect("pusher:signin_success", "")
@@ -145,7 +146,7 @@ func TestWatchlist(t *testing.T) {
 }
 
 func TestSubscriptionCountEvents(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	// App 1 has subscription_count off: no count events.
 	quiet := s.dial(t, "key1")
 	quiet.subscribe("news", "", "")
@@ -176,53 +177,8 @@ func TestSubscriptionCountEvents(t *testing.T) {
 	a.ping()
 }
 
-func TestSubscriptionCountThrottledOnBigChannels(t *testing.T) {
-	h := New(nopLogger())
-	now := time.Unix(1000, 0)
-	h.now = func() time.Time { return now }
-	h.SetSubscriptionCount("1", true)
-	var conns []*Conn
-	for i := 0; i <= countThrottleAbove+1; i++ {
-		c, _ := h.Connect("1", 0, 0)
-		if err := h.Subscribe(c, "big", SubscribeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	countFrames := func(c *Conn) int {
-		frames, _ := c.Take(nil)
-		n := 0
-		for _, f := range frames {
-			if strings.Contains(string(f), "subscription_count") {
-				n++
-			}
-		}
-		return n
-	}
-	// The first 100 joins each sent a count; the joins beyond 100
-	// subscribers, within 5 s of the last count, are held back.
-	if got := countFrames(conns[0]); got != countThrottleAbove {
-		t.Fatalf("first subscriber saw %d counts, want %d", got, countThrottleAbove)
-	}
-	a := h.app("1", false)
-	a.mu.RLock()
-	ch := a.channels["big"]
-	a.mu.RUnlock()
-	ch.mu.RLock()
-	pending := ch.countTimer != nil
-	ch.mu.RUnlock()
-	if !pending {
-		t.Fatal("no throttled count pending")
-	}
-	now = now.Add(countThrottleEvery)
-	h.flushCount(a, ch)
-	if got := countFrames(conns[0]); got != 1 {
-		t.Fatalf("after the throttle window: %d counts, want 1", got)
-	}
-}
-
 func TestUserAuthTimeout(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 
 	idle := s.dial(t, "strict")
 	idle.subscribe("public", "", "") // a public channel does not count

@@ -1,4 +1,4 @@
-package hub
+package ws
 
 import (
 	"context"
@@ -20,30 +20,30 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/server/ws/socket"
-	"github.com/heraldrt/herald/storage"
 )
 
 // socketApps is an AppLookup over a fixed set of apps.
-type socketApps []*storage.App
+type socketApps []App
 
-func (s socketApps) ByKey(key string) *storage.App {
+func (s socketApps) ByKey(key string) (App, bool) {
 	for _, a := range s {
 		if a.Key == key {
-			return a
+			return a, true
 		}
 	}
-	return nil
+	return App{}, false
 }
 
-func (s socketApps) ByID(id string) *storage.App {
+func (s socketApps) ByID(id string) (App, bool) {
 	for _, a := range s {
 		if a.ID == id {
-			return a
+			return a, true
 		}
 	}
-	return nil
+	return App{}, false
 }
 
 var wsApps = socketApps{
@@ -56,12 +56,12 @@ var wsApps = socketApps{
 }
 
 type wsServer struct {
-	hub     *Hub
-	handler *SocketHandler
+	hub     *hub.Hub
+	handler *Handler
 	url     string // ws://host:port
 }
 
-func newWSServer(t *testing.T, opts SocketOptions) *wsServer {
+func newWSServer(t *testing.T, opts Options) *wsServer {
 	return newWSServerSendBuffer(t, opts, 0)
 }
 
@@ -69,7 +69,7 @@ func newWSServer(t *testing.T, opts SocketOptions) *wsServer {
 // kernel send buffer (0: the system default). Slow-consumer tests shrink it so
 // the kernel cannot hide a client that stopped reading behind megabytes of
 // buffer.
-func newWSServerSendBuffer(t *testing.T, opts SocketOptions, sendBuffer int) *wsServer {
+func newWSServerSendBuffer(t *testing.T, opts Options, sendBuffer int) *wsServer {
 	t.Helper()
 	return newWSServerSetup(t, opts, sendBuffer, nil)
 }
@@ -77,14 +77,14 @@ func newWSServerSendBuffer(t *testing.T, opts SocketOptions, sendBuffer int) *ws
 // newWSServerSetup is newWSServerSendBuffer with setup (when not nil) run on
 // the hub before the server starts: an observer or a clock installed then is
 // seen by every connection without a race.
-func newWSServerSetup(t *testing.T, opts SocketOptions, sendBuffer int, setup func(*Hub)) *wsServer {
+func newWSServerSetup(t *testing.T, opts Options, sendBuffer int, setup func(*hub.Hub)) *wsServer {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	h := New(log)
+	h := hub.New(log)
 	if setup != nil {
 		setup(h)
 	}
-	handler := NewSocketHandler(h, wsApps, log, opts)
+	handler := NewHandler(h, wsApps, log, opts)
 	srv := httptest.NewUnstartedServer(handler)
 	if sendBuffer > 0 {
 		srv.Listener = sendBufferListener{srv.Listener, sendBuffer}
@@ -251,7 +251,7 @@ func errorData(t *testing.T, f serverFrame) (code *int, message string) {
 }
 
 func TestConnectRefusals(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	tests := []struct {
 		name string
 		path string
@@ -288,7 +288,7 @@ func TestConnectRefusals(t *testing.T) {
 }
 
 func TestSubscribeKinds(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	c := s.dial(t, "key1")
 
 	c.subscribe("news", "", "")
@@ -329,18 +329,18 @@ func TestSubscribeKinds(t *testing.T) {
 	c.expect("pusher_internal:subscription_succeeded", "cache-a")
 	c.expect("pusher:cache_miss", "cache-a")
 
-	s.hub.Publish(Message{AppID: "1", Channel: "news", Event: "hello", Data: `{"a":1}`})
+	s.hub.Publish(hub.Message{AppID: "1", Channel: "news", Event: "hello", Data: `{"a":1}`})
 	if f := c.expect("hello", "news"); f.Data != `{"a":1}` {
 		t.Fatalf("data %s", f.Data)
 	}
 	c.send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]string{"channel": "news"}})
 	c.ping() // the unsubscribe has been handled once the pong is back
-	s.hub.Publish(Message{AppID: "1", Channel: "news", Event: "hello", Data: "again"})
+	s.hub.Publish(hub.Message{AppID: "1", Channel: "news", Event: "hello", Data: "again"})
 	c.ping()
 }
 
 func TestBadInputKeepsConnection(t *testing.T) {
-	s := newWSServer(t, SocketOptions{MaxMessageBytes: 1024})
+	s := newWSServer(t, Options{MaxMessageBytes: 1024})
 	c := s.dial(t, "key1")
 	for _, tt := range []struct {
 		name string
@@ -375,7 +375,7 @@ func TestBadInputKeepsConnection(t *testing.T) {
 }
 
 func TestSubscribeFloodIsBounded(t *testing.T) {
-	s := newWSServer(t, SocketOptions{MaxChannelsPerConn: 5})
+	s := newWSServer(t, Options{MaxChannelsPerConn: 5})
 	c := s.dial(t, "key1")
 	for i := 0; i < 5; i++ {
 		c.subscribe(fmt.Sprintf("c%d", i), "", "")
@@ -390,7 +390,7 @@ func TestSubscribeFloodIsBounded(t *testing.T) {
 }
 
 func TestClientEvents(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	a, b := s.dial(t, "key1"), s.dial(t, "key1")
 	for _, c := range []*client{a, b} {
 		c.subscribe("private-chat", signing.ChannelAuth("key1", "secret1", c.socketID, "private-chat", ""), "")
@@ -445,7 +445,7 @@ func TestClientEvents(t *testing.T) {
 }
 
 func TestServerPingsIdleClientAndClosesOnSilence(t *testing.T) {
-	s := newWSServer(t, SocketOptions{ActivityTimeout: 200 * time.Millisecond, PongTimeout: 200 * time.Millisecond})
+	s := newWSServer(t, Options{ActivityTimeout: 200 * time.Millisecond, PongTimeout: 200 * time.Millisecond})
 	answering, silent := s.dial(t, "key1"), s.dial(t, "key1")
 
 	// The answering client replies to each ping and stays.
@@ -465,7 +465,7 @@ func TestServerPingsIdleClientAndClosesOnSilence(t *testing.T) {
 }
 
 func TestShutdownClosesWith4200(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	c := s.dial(t, "key1")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -495,7 +495,7 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 		readers = 1000
 		events  = 200
 	)
-	s := newWSServerSendBuffer(t, SocketOptions{MaxQueueBytes: 16 * 1024}, 8*1024)
+	s := newWSServerSendBuffer(t, Options{MaxQueueBytes: 16 * 1024}, 8*1024)
 
 	// The slow client's socket has a tiny receive buffer so that it backs up
 	// quickly, and it never reads.
@@ -562,7 +562,7 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		s.hub.Publish(Message{AppID: "1", Channel: "firehose", Event: "tick", Data: data})
+		s.hub.Publish(hub.Message{AppID: "1", Channel: "firehose", Event: "tick", Data: data})
 	}
 	wg.Wait()
 	close(errs)
@@ -583,7 +583,7 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 // library answers the client's pings from the reader. Every event must still
 // arrive whole and in order, and every ping be answered.
 func TestBurstArrivesInOrderWithPongsBetween(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	c := s.dial(t, "key1")
 	c.subscribe("burst", "", "")
 	c.expect("pusher_internal:subscription_succeeded", "burst")
@@ -609,7 +609,7 @@ func TestBurstArrivesInOrderWithPongsBetween(t *testing.T) {
 	}
 	go func() {
 		for i := range events {
-			s.hub.Publish(Message{AppID: "1", Channel: "burst", Event: "tick", Data: data(i)})
+			s.hub.Publish(hub.Message{AppID: "1", Channel: "burst", Event: "tick", Data: data(i)})
 		}
 	}()
 	for i := range events {
@@ -629,7 +629,7 @@ func TestBurstArrivesInOrderWithPongsBetween(t *testing.T) {
 }
 
 func TestConnectionsAndGoroutinesReturnToBaseline(t *testing.T) {
-	s := newWSServer(t, SocketOptions{})
+	s := newWSServer(t, Options{})
 	warm := s.dial(t, "key1") // the server's own goroutines exist from here on
 	warm.ping()
 	base := runtime.NumGoroutine()
@@ -695,10 +695,10 @@ func FuzzClientMessage(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	log := zap.NewNop()
-	h := New(log)
-	handler := NewSocketHandler(h, wsApps, log, SocketOptions{})
+	h := hub.New(log)
+	handler := NewHandler(h, wsApps, log, Options{})
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		conn, err := h.Connect("1", 0, 0)
+		conn, err := h.Connect("1", hub.ConnectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -706,7 +706,7 @@ func FuzzClientMessage(f *testing.F) {
 		sess.handle(msg)
 		sess.handle(msg)
 		frames, reason := conn.Take(nil)
-		if reason != nil && reason.Code != CloseAppDisabled.Code {
+		if reason != nil && reason.Code != hub.CloseAppDisabled.Code {
 			t.Fatalf("connection closed by a message: %v", reason)
 		}
 		for _, fr := range frames {

@@ -1,0 +1,40 @@
+package node
+
+import (
+	"github.com/heraldrt/herald/server/appdir"
+	"github.com/heraldrt/herald/server/ws"
+	"github.com/heraldrt/herald/storage"
+)
+
+// socketApps is the app directory as the WebSocket transport reads it: each
+// lookup copies the app's policy out of the directory's current snapshot
+// (no allocation), so an app changed with `herald apps` applies from the
+// next lookup on, as before.
+type socketApps struct{ dir *appdir.Directory }
+
+var _ ws.AppLookup = socketApps{}
+
+// ByKey implements ws.AppLookup.
+func (a socketApps) ByKey(key string) (ws.App, bool) { return socketApp(a.dir.ByKey(key)) }
+
+// ByID implements ws.AppLookup.
+func (a socketApps) ByID(id string) (ws.App, bool) { return socketApp(a.dir.ByID(id)) }
+
+// socketApp is what the transport needs of app; false when app is nil.
+func socketApp(app *storage.App) (ws.App, bool) {
+	if app == nil {
+		return ws.App{}, false
+	}
+	return ws.App{
+		ID:                       app.ID,
+		Key:                      app.Key,
+		Secret:                   app.Secret,
+		Enabled:                  app.Enabled,
+		ClientEvents:             app.ClientEvents,
+		SubscriptionCount:        app.SubscriptionCount,
+		UserAuthTimeout:          app.UserAuthTimeout,
+		MaxConnections:           app.MaxConnections,
+		MaxPresenceMembers:       app.MaxPresenceMembers,
+		MaxPresenceUserInfoBytes: app.MaxPresenceUserInfoBytes,
+	}, true
+}

@@ -1,0 +1,272 @@
+package ws
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/ws/socket"
+)
+
+// Handler serves GET /app/<key>: the Pusher WebSocket protocol 7.
+type Handler struct {
+	hub   *hub.Hub
+	apps  AppLookup
+	log   *zap.Logger
+	opts  Options
+	stats stats // counters for metrics (stats.go)
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	closing  bool
+	wg       sync.WaitGroup
+
+	slowClosed atomic.Int64
+	stopWatch  chan struct{}
+	poller     *socket.Poller // nil: each connection waits on its own goroutine
+	pool       *socket.Pool   // runs write loops and the handling of parked connections' input
+}
+
+// The pool's bounds: the goroutines a busy server reuses, gone a second
+// after traffic stops (an idle connection holds none). The cap is above the
+// subscribers one broadcast usually reaches, because a broadcast starts a
+// writer for each of them at once: with 1,024, a 10,000-subscriber channel
+// started 9,000 goroutines per event and grew each one's stack, 13 % of the
+// server's CPU at two events a second. Waiting goroutines cost a few KiB of
+// stack each, and only for the second after such a burst.
+const (
+	maxIdleGoroutines = 16384
+	goroutineLinger   = time.Second
+)
+
+// NewHandler returns the WebSocket endpoint over h.
+func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Handler {
+	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
+	s.pool = socket.NewPool(maxIdleGoroutines, goroutineLinger)
+	s.poller = socket.NewPoller(s.stopWatch, s.pool)
+	go s.watchWrites()
+	return s
+}
+
+// SlowConsumersClosed is how many connections were closed with 4100 because
+// they could not keep up.
+func (s *Handler) SlowConsumersClosed() int64 { return s.slowClosed.Load() }
+
+// Sessions is the number of open WebSocket connections.
+func (s *Handler) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// ServeHTTP upgrades the request and starts the connection (Shutdown waits
+// for it). The key is the last path segment (/app/<key>).
+//
+// The upgrade runs on a pooled goroutine while this one waits. net/http
+// serves each connection on a new goroutine with a small stack, and the
+// upgrade goes deep (the hijack, the handshake, the first messages): it grew
+// that stack several times, copying it each time, a sixth of the CPU of
+// accepting a connection. A pooled goroutine has the stack already. The
+// handler must not return before the hijack, hence the wait; a panic is
+// raised again here, where the router's recovery sees it.
+func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	done := make(chan any, 1)
+	s.pool.Go(func() {
+		defer func() { done <- recover() }()
+		s.upgrade(w, r)
+	})
+	if p := <-done; p != nil {
+		panic(p)
+	}
+}
+
+// upgrade is ServeHTTP's work.
+func (s *Handler) upgrade(w http.ResponseWriter, r *http.Request) {
+	hj := &hijacker{ResponseWriter: w}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{
+		// Pusher has no origin policy: browsers connect from any site and the
+		// app key is public. Private data is guarded by channel authorization.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return // Accept has answered the HTTP request
+	}
+	ws.SetReadLimit(hardReadLimit)
+	key := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	app, found := s.apps.ByKey(key)
+	switch {
+	case r.URL.Query().Get("protocol") != "7":
+		s.reject(ws, hub.CloseUnsupportedProtocol)
+		return
+	case !found:
+		s.reject(ws, hub.CloseUnknownApp)
+		return
+	case !app.Enabled:
+		s.reject(ws, hub.CloseAppDisabled)
+		return
+	}
+	sess := &session{s: s, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID, key: app.Key}
+	sess.writeLoopFn = sess.writeLoop // one closure for the connection's life
+	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: sess})
+	if err != nil {
+		s.reject(ws, hub.CloseOverConnectionQuota)
+		return
+	}
+	sess.conn = conn // before anything can be queued: conn is in no channel yet
+	sess.poll = socket.NewHandle(socket.FD(hj.sock.Conn), sess)
+	hj.sock.OnClose(sess.socketClosing)
+	if !s.add(sess) {
+		s.hub.Remove(conn)
+		s.reject(ws, hub.CloseShuttingDown)
+		return
+	}
+	s.stats.connOpened()
+	sess.start(app)
+	// The HTTP handler returns: the hijacked socket needs nothing from
+	// net/http or gin any more, and the handler's goroutine, whose stack
+	// grew while serving HTTP, ends. The connection is parked with the
+	// poller until it has input (see Resume), or, without a poller, waits on
+	// a small goroutine of its own (see readLoop).
+	if s.poller != nil && sess.poll.Parkable() {
+		sess.Resume(false)
+		return
+	}
+	go sess.waitAlone()
+}
+
+// hijacker hijacks the connection for the WebSocket library with a
+// socket.Conn and tiny bufio buffers instead of net/http's 4 KiB ones, which the library
+// would keep for the connection's life: most of the memory of an idle
+// connection. It remembers what it handed out.
+type hijacker struct {
+	http.ResponseWriter
+	sock *socket.Conn
+	br   *bufio.Reader
+}
+
+// Hijack implements http.Hijacker.
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("ws: the response writer cannot be hijacked")
+	}
+	// gin holds the status back until WriteHeaderNow; the WebSocket library
+	// calls it only on a writer it recognises as gin's, which this is not.
+	if g, ok := h.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
+		g.WriteHeaderNow()
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// The 101 response may still sit in net/http's buffer.
+	if err := brw.Writer.Flush(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	// Bytes the client sent right after the handshake, if any.
+	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	h.sock = socket.NewConn(conn, pending)
+	rw := h.sock.LibBuffers()
+	h.br = rw.Reader
+	return h.sock, rw, nil
+}
+
+// reject tells a client why it cannot connect, as a pusher:error and as the
+// close code, and closes.
+func (s *Handler) reject(ws *websocket.Conn, reason hub.CloseReason) {
+	s.stats.connRejected(reason.Code)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.WriteTimeout)
+	defer cancel()
+	_ = ws.Write(ctx, websocket.MessageText, errorFrame(reason.Code, reason.Message))
+	_ = ws.Close(websocket.StatusCode(reason.Code), reason.Message)
+}
+
+func (s *Handler) add(sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.sessions[sess] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Handler) remove(sess *session) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// shutdownGrace is how long connections get to take their 4200 close before
+// the ones still stuck (a client not reading) are dropped.
+const shutdownGrace = 2 * time.Second
+
+// Shutdown closes every connection with 4200 (reconnect) and waits until they
+// are gone or ctx ends; sockets that have not closed within shutdownGrace are
+// dropped. New connections are refused from now on.
+func (s *Handler) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closing {
+		close(s.stopWatch)
+	}
+	s.closing = true
+	for sess := range s.sessions {
+		sess.conn.Close(hub.CloseShuttingDown)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-grace.C:
+			s.mu.Lock()
+			for sess := range s.sessions {
+				go sess.ws.CloseNow() //nolint:errcheck // the session cleans up
+			}
+			s.mu.Unlock()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// watchWrites closes, every second, the sockets whose current write has taken
+// longer than WriteTimeout: their client stopped reading. It runs until the
+// handler shuts down.
+func (s *Handler) watchWrites() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopWatch:
+			return
+		case now := <-t.C:
+			limit := now.Add(-s.opts.WriteTimeout).UnixNano()
+			s.mu.Lock()
+			for sess := range s.sessions {
+				if started := sess.writeStarted.Load(); started != 0 && started < limit {
+					go sess.ws.CloseNow() //nolint:errcheck // the writer sees the failure
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package ws
+
+import "sync/atomic"
+
+// counter is an atomic counter alone on its cache line, so that writers on
+// different cores bumping different counters do not slow each other down.
+type counter struct {
+	atomic.Int64
+	_ [56]byte
+}
+
+// CloseCodes are the close codes the transport counts separately, in the order
+// Counters reports them. Code 0 stands for connections the client ended (or
+// that failed) without a Pusher close code; any code not listed is counted
+// under CloseCodeOther.
+var CloseCodes = [...]int{0, 4001, 4003, 4004, 4007, 4009, 4100, 4200, 4201}
+
+// CloseCodeOther is the code Counters uses for close codes not in CloseCodes.
+const CloseCodeOther = -1
+
+// closeIndex maps a close code to its slot in stats.closed and stats.rejected
+// without a map lookup.
+func closeIndex(code int) int {
+	switch code {
+	case 0:
+		return 0
+	case 4001:
+		return 1
+	case 4003:
+		return 2
+	case 4004:
+		return 3
+	case 4007:
+		return 4
+	case 4009:
+		return 5
+	case 4100:
+		return 6
+	case 4200:
+		return 7
+	case 4201:
+		return 8
+	}
+	return len(CloseCodes)
+}
+
+// stats are the transport's monotonic counters for metrics. Each update is a single
+// atomic add: no locks, no allocations, safe on the hot paths.
+type stats struct {
+	opened       counter // WebSocket connections accepted into the registry
+	clientEvents counter // client events relayed
+	delivered    counter // frames handed to connection writers
+	closed       [len(CloseCodes) + 1]counter
+	rejected     [len(CloseCodes) + 1]counter // refused before they were opened
+}
+
+func (s *stats) connOpened()           { s.opened.Add(1) }
+func (s *stats) connClosed(code int)   { s.closed[closeIndex(code)].Add(1) }
+func (s *stats) connRejected(code int) { s.rejected[closeIndex(code)].Add(1) }
+func (s *stats) clientEvent()          { s.clientEvents.Add(1) }
+func (s *stats) framesDelivered(n int) { s.delivered.Add(int64(n)) }
+
+// CodeCount is a number of connections closed (or refused) with one close code.
+type CodeCount struct {
+	Code  int // a code of CloseCodes, or CloseCodeOther
+	Count int64
+}
+
+// Counters is a snapshot of the transport's monotonic counters since start.
+type Counters struct {
+	ConnectionsOpened int64       // WebSocket connections opened
+	ClientEvents      int64       // client events relayed to their channel
+	FramesDelivered   int64       // frames written out to connections (events, replies, pings)
+	Closed            []CodeCount // opened connections that ended, by close code
+	Rejected          []CodeCount // connections refused at connect time, by close code
+}
+
+// Counters returns the current values of the transport's counters.
+func (s *Handler) Counters() Counters {
+	st := &s.stats
+	c := Counters{
+		ConnectionsOpened: st.opened.Load(),
+		ClientEvents:      st.clientEvents.Load(),
+		FramesDelivered:   st.delivered.Load(),
+		Closed:            make([]CodeCount, len(st.closed)),
+		Rejected:          make([]CodeCount, len(st.rejected)),
+	}
+	for i := range st.closed {
+		code := CloseCodeOther
+		if i < len(CloseCodes) {
+			code = CloseCodes[i]
+		}
+		c.Closed[i] = CodeCount{Code: code, Count: st.closed[i].Load()}
+		c.Rejected[i] = CodeCount{Code: code, Count: st.rejected[i].Load()}
+	}
+	return c
+}

@@ -1,0 +1,98 @@
+// Package ws is the Channels WebSocket transport: it upgrades GET
+// /app/<key>, runs a session per client (reading its messages, writing what
+// the hub queues for it, pinging it when idle, closing it with the protocol's
+// codes) and speaks Pusher protocol 7 — subscribing with the private and
+// presence authorization checks, sign-in, unsubscribing, client events and
+// errors. The registry and fan-out it serves are server/hub's; the low-level
+// socket mechanics beneath it (the input poller, the goroutine pool, the
+// corked socket) are server/ws/socket's.
+//
+// It imports the hub, server/signing, server/ws/socket and the WebSocket
+// library, never storage: what it needs of an app reaches it as an App,
+// through the AppLookup the node fills from the app directory. Each session
+// is the hub.Writer of its connection: the hub wakes it when there is
+// something to write.
+//
+// Files: handler.go (the endpoint: upgrade, refusals, shutdown), session.go
+// (one connection: read loop, writer, timeouts), protocol.go (the client
+// messages), stats.go (the transport's counters).
+//
+// # Locks
+//
+// Handler.mu (the set of sessions) is taken on its own or before a hub
+// connection's queue lock (Shutdown closing every connection), never while
+// a registry lock is held. A session's readGate is taken on its own.
+package ws
+
+import (
+	"time"
+
+	"github.com/heraldrt/herald/server/hub"
+)
+
+// Options tune the transport. Zero values take the defaults.
+type Options struct {
+	// ActivityTimeout is sent to clients as activity_timeout; a client silent
+	// this long is pinged by the server. Default 120 s.
+	ActivityTimeout time.Duration
+	// PongTimeout is how long a pinged client has to answer before it is
+	// closed with 4201. Default 30 s.
+	PongTimeout time.Duration
+	// MaxQueueBytes bounds each connection's outbound queue; a client that
+	// falls further behind is closed with 4100. Default 1 MiB.
+	MaxQueueBytes int
+	// WriteTimeout bounds one socket write; a client that does not read for
+	// this long is dropped. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxMessageBytes is the largest client message handled; larger ones are
+	// answered with pusher:error and dropped. Default 16 KiB.
+	MaxMessageBytes int
+	// MaxChannelsPerConn bounds one connection's subscriptions. Default 1000.
+	MaxChannelsPerConn int
+}
+
+func (o Options) withDefaults() Options {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.ActivityTimeout, 120*time.Second)
+	def(&o.PongTimeout, 30*time.Second)
+	def(&o.WriteTimeout, 10*time.Second)
+	defInt(&o.MaxQueueBytes, hub.DefaultMaxQueueBytes)
+	defInt(&o.MaxMessageBytes, 16*1024)
+	defInt(&o.MaxChannelsPerConn, 1000)
+	return o
+}
+
+// App is what the transport needs of a Channels app: who it is and the
+// policy its connections follow. The node fills it from the app directory
+// on every lookup, so a change made while the server runs applies to the
+// next connection or message.
+type App struct {
+	ID      string
+	Key     string // public key: the last path segment of /app/<key>
+	Secret  string // verifies channel authorizations and sign-ins
+	Enabled bool   // a disabled app refuses connections (4003) and subscriptions
+
+	ClientEvents      bool          // client-* events are relayed
+	SubscriptionCount bool          // pusher_internal:subscription_count events are sent
+	UserAuthTimeout   time.Duration // 0: off; else connections that neither sign in nor subscribe to a private or presence channel in time are closed (4009)
+	MaxConnections    int           // 0: unlimited; connections beyond are refused (4004)
+
+	MaxPresenceMembers       int // distinct users on one presence channel; 0: unlimited
+	MaxPresenceUserInfoBytes int // size limit of a presence member's user_info
+}
+
+// AppLookup finds apps for the transport; ok is false when there is no such
+// app.
+type AppLookup interface {
+	ByKey(key string) (app App, ok bool)
+	ByID(id string) (app App, ok bool)
+}
