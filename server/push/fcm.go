@@ -16,7 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+	"golang.org/x/oauth2/jwt"
 
 	"github.com/heraldrt/herald/storage"
 )
@@ -26,32 +28,32 @@ const DefaultFCMURL = "https://fcm.googleapis.com"
 
 const (
 	fcmScope          = "https://www.googleapis.com/auth/firebase.messaging"
-	defaultTokenURI   = "https://oauth2.googleapis.com/token"
 	tokenRefreshEarly = 5 * time.Minute // renew an access token this long before it expires
 )
 
-// serviceAccount is the part of a Google service account key file FCM needs.
+// serviceAccount is the part of a Google service account key file Herald
+// reads itself; golang.org/x/oauth2/google reads the rest.
 type serviceAccount struct {
-	ProjectID    string `json:"project_id"`
-	PrivateKey   string `json:"private_key"`
-	PrivateKeyID string `json:"private_key_id"`
-	ClientEmail  string `json:"client_email"`
-	TokenURI     string `json:"token_uri"`
+	ProjectID   string `json:"project_id"`
+	PrivateKey  string `json:"private_key"`
+	ClientEmail string `json:"client_email"`
 }
 
 // FCM sends through the Firebase Cloud Messaging HTTP v1 API, authorized by
-// an OAuth2 access token obtained with the service account's JWT-bearer grant
-// from its token_uri and cached until shortly before it expires.
+// an OAuth2 access token from golang.org/x/oauth2: the service account's
+// JWT-bearer grant at its token_uri (google.JWTConfigFromJSON), reused
+// until tokenRefreshEarly before it expires, and replaced at once when FCM
+// refuses it.
 type FCM struct {
 	sendURL string
-	account serviceAccount
-	key     *rsa.PrivateKey
 	client  *http.Client
 	now     func() time.Time
 
-	mu      sync.Mutex
-	token   string
-	expires time.Time
+	jwt      *jwt.Config
+	tokenCtx context.Context // carries the HTTP client of token requests
+
+	mu     sync.Mutex
+	tokens oauth2.TokenSource // reusing
 }
 
 // NewFCM builds the FCM sender for an instance's configuration. roots are
@@ -68,84 +70,57 @@ func NewFCM(cfg storage.FCMConfig, roots *x509.CertPool) (*FCM, error) {
 	if sa.ProjectID == "" || sa.ClientEmail == "" || sa.PrivateKey == "" {
 		return nil, errors.New("fcm: the service account needs project_id, client_email and private_key")
 	}
-	if sa.TokenURI == "" {
-		sa.TokenURI = defaultTokenURI
-	}
+	// Checked here so that a bad key fails the sender at once, not each
+	// token request.
 	block, _ := pem.Decode([]byte(sa.PrivateKey))
 	if block == nil {
 		return nil, errors.New("fcm: private_key is not PEM")
 	}
-	var key *rsa.PrivateKey
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		if key, err = x509.ParsePKCS1PrivateKey(block.Bytes); err != nil {
+	if k, err := x509.ParsePKCS8PrivateKey(block.Bytes); err != nil {
+		if _, err := x509.ParsePKCS1PrivateKey(block.Bytes); err != nil {
 			return nil, fmt.Errorf("fcm: parsing private_key: %w", err)
 		}
-	} else if rk, ok := k.(*rsa.PrivateKey); ok {
-		key = rk
-	} else {
+	} else if _, ok := k.(*rsa.PrivateKey); !ok {
 		return nil, errors.New("fcm: private_key is not an RSA key")
+	}
+	conf, err := google.JWTConfigFromJSON([]byte(cfg.ServiceAccountJSON), fcmScope) // token_uri, or Google's
+	if err != nil {
+		return nil, fmt.Errorf("fcm: %w", err)
 	}
 	base := strings.TrimRight(cfg.URL, "/")
 	if base == "" {
 		base = DefaultFCMURL
 	}
+	transport := gatewayTransport(rootsTLS(roots))
+	// A token request does not take the send's context (oauth2.TokenSource
+	// has none); its client's timeout bounds it instead.
+	tokenCtx := context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Transport: transport, Timeout: 10 * time.Second})
 	return &FCM{
-		sendURL: base + "/v1/projects/" + url.PathEscape(sa.ProjectID) + "/messages:send",
-		account: sa, key: key,
-		client: &http.Client{Transport: gatewayTransport(rootsTLS(roots)), Timeout: 30 * time.Second}, now: time.Now,
+		sendURL:  base + "/v1/projects/" + url.PathEscape(sa.ProjectID) + "/messages:send",
+		client:   &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		now:      time.Now,
+		jwt:      conf,
+		tokenCtx: tokenCtx,
+		tokens:   oauth2.ReuseTokenSourceWithExpiry(nil, conf.TokenSource(tokenCtx), tokenRefreshEarly),
 	}, nil
 }
 
-// accessToken returns the cached OAuth2 access token, fetching a new one
-// when it is about to expire or when stale is the cached (refused) one.
-func (f *FCM) accessToken(ctx context.Context, stale string) (string, error) {
+// accessToken returns the current OAuth2 access token, a new one when it is
+// about to expire or when stale is the current (refused) one.
+func (f *FCM) accessToken(stale string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.now()
-	if f.token != "" && now.Before(f.expires) && (stale == "" || stale != f.token) {
-		return f.token, nil
+	tok, err := f.tokens.Token()
+	if err == nil && stale != "" && tok.AccessToken == stale {
+		// A fresh source has no token: it asks the token endpoint.
+		if tok, err = f.jwt.TokenSource(f.tokenCtx).Token(); err == nil {
+			f.tokens = oauth2.ReuseTokenSourceWithExpiry(tok, f.jwt.TokenSource(f.tokenCtx), tokenRefreshEarly)
+		}
 	}
-	claims := jwt.MapClaims{
-		"iss": f.account.ClientEmail, "scope": fcmScope, "aud": f.account.TokenURI,
-		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
-	}
-	t := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
-	if f.account.PrivateKeyID != "" {
-		t.Header["kid"] = f.account.PrivateKeyID
-	}
-	assertion, err := t.SignedString(f.key)
 	if err != nil {
-		return "", fmt.Errorf("fcm: signing the assertion: %w", err)
+		return "", fmt.Errorf("fcm: access token: %w", err)
 	}
-	form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:jwt-bearer"}, "assertion": {assertion}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.account.TokenURI, strings.NewReader(form.Encode()))
-	if err != nil {
-		return "", fmt.Errorf("fcm: token request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("fcm: token request: %w", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("fcm: token endpoint answered %d: %s", resp.StatusCode, truncate(string(body), 200))
-	}
-	var tok struct {
-		AccessToken string `json:"access_token"`
-		ExpiresIn   int64  `json:"expires_in"`
-	}
-	if err := json.Unmarshal(body, &tok); err != nil || tok.AccessToken == "" {
-		return "", errors.New("fcm: the token endpoint's answer has no access_token")
-	}
-	if tok.ExpiresIn <= 0 {
-		tok.ExpiresIn = 3600
-	}
-	f.token = tok.AccessToken
-	f.expires = now.Add(time.Duration(tok.ExpiresIn)*time.Second - tokenRefreshEarly)
-	return f.token, nil
+	return tok.AccessToken, nil
 }
 
 // Send posts the v1 message for the device's token.
@@ -157,7 +132,7 @@ func (f *FCM) Send(ctx context.Context, d storage.Delivery, p *Prepared) Result 
 	stale := ""
 	var res Result
 	for range 2 { // a second time after a refused access token
-		token, err := f.accessToken(ctx, stale)
+		token, err := f.accessToken(stale)
 		if err != nil {
 			return retry(err.Error(), 0)
 		}

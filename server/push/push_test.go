@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/oauth2"
+
 	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
 )
@@ -494,10 +496,24 @@ func TestFCMUnauthorizedRefreshesToken(t *testing.T) {
 	if res := f.Send(context.Background(), storage.Delivery{Token: "t2"}, p); res.Outcome != storage.DeliverySent || tokens.Load() != 2 {
 		t.Fatalf("second send %+v, %d token requests", res, tokens.Load())
 	}
-	// An expiring token is renewed ahead of time.
-	f.now = func() time.Time { return time.Now().Add(time.Hour - tokenRefreshEarly + time.Second) }
-	if res := f.Send(context.Background(), storage.Delivery{Token: "t3"}, p); res.Outcome != storage.DeliverySent || tokens.Load() != 3 {
+	// A token is used until tokenRefreshEarly before it expires, and
+	// renewed from then on.
+	expiring := func(in time.Duration) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.tokens = oauth2.ReuseTokenSourceWithExpiry(&oauth2.Token{AccessToken: "tok-2", TokenType: "Bearer", Expiry: time.Now().Add(in)},
+			f.jwt.TokenSource(f.tokenCtx), tokenRefreshEarly)
+	}
+	expiring(tokenRefreshEarly + time.Minute)
+	if res := f.Send(context.Background(), storage.Delivery{Token: "t3"}, p); res.Outcome != storage.DeliverySent || tokens.Load() != 2 {
+		t.Fatalf("before the early refresh %+v, %d token requests", res, tokens.Load())
+	}
+	expiring(tokenRefreshEarly - time.Second)
+	if res := f.Send(context.Background(), storage.Delivery{Token: "t4"}, p); res.Outcome != storage.DeliverySent || tokens.Load() != 3 {
 		t.Fatalf("after expiry %+v, %d token requests", res, tokens.Load())
+	}
+	if fmt.Sprint(used[len(used)-2:]) != "[tok-2 tok-3]" {
+		t.Fatalf("sends with %v", used)
 	}
 }
 
