@@ -19,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/server/push"
@@ -362,28 +363,28 @@ func writeDone(w http.ResponseWriter) error {
 	return err
 }
 
-// rateLimiter counts requests per key in one-second windows.
+// rateLimiter allows each key (an instance id) limit requests a second,
+// with bursts of up to limit: a token bucket per key (golang.org/x/time/rate).
+// It holds a bucket per instance that made a request, which an instance
+// lookup admitted first.
 type rateLimiter struct {
 	limit int
 	mu    sync.Mutex
-	sec   int64
-	count map[string]int
+	keys  map[string]*rate.Limiter
 }
 
 func newRateLimiter(limit int) *rateLimiter {
-	return &rateLimiter{limit: limit, count: map[string]int{}}
+	return &rateLimiter{limit: limit, keys: map[string]*rate.Limiter{}}
 }
 
-// allow counts a request for key at t and reports whether it is within the
-// limit for t's second.
+// allow takes a token from key's bucket at t and reports whether there was one.
 func (l *rateLimiter) allow(key string, t time.Time) bool {
-	s := t.Unix()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if s != l.sec {
-		l.sec = s
-		clear(l.count)
+	lim := l.keys[key]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Limit(l.limit), l.limit)
+		l.keys[key] = lim
 	}
-	l.count[key]++
-	return l.count[key] <= l.limit
+	l.mu.Unlock()
+	return lim.AllowN(t, 1)
 }
