@@ -1,0 +1,81 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/heraldrt/herald/"
+
+// importRules says, per package, which packages it must not depend on,
+// directly or through others: the direction the README's Layout section
+// draws. A rule names packages by path under the module; a trailing "/..."
+// covers everything beneath.
+var importRules = []struct {
+	pkg    string
+	forbid []string
+	why    string
+}{
+	{"storage", []string{"server/...", "gen/..."}, "storage is the bottom floor: its own types, no API or delivery code"},
+	{"server/signing", []string{"server/...", "storage", "gen/..."}, "signing is pure functions over bytes"},
+	{"server/beamsauth", []string{"server/...", "storage", "gen/..."}, "beamsauth checks tokens and nothing else"},
+	{"server/config", []string{"server/...", "storage", "gen/..."}, "config only reads settings"},
+	{"server/hub", []string{"storage", "server/signing", "github.com/coder/websocket", "server/ws/...", "gen/..."},
+		"the registry knows no sockets, storage or signing, so a cluster broker plugs into it alone"},
+	{"server/ws", []string{"storage", "server/appdir", "server/httpapi", "server/webhook", "server/push", "gen/..."},
+		"the WebSocket transport reads apps as its own ws.App and reaches the registry through hub alone"},
+	{"server/ws/socket", []string{"server/...", "storage", "github.com/coder/websocket"},
+		"the socket mechanics (poller, pool, corked connection) know no protocol"},
+	{"server/push", []string{"server/hub", "server/ws/...", "server/metrics", "server/httpapi", "server/webhook"},
+		"push delivery reports through its own types and knows nothing of Channels"},
+	{"server/manage", []string{"server/bootstrap", "server/hub", "server/push", "server/webhook", "server/httpapi"},
+		"the management rules are shared by the CLI and the admin API, below both"},
+	{"server/cli", []string{"server/hub", "server/ws/...", "server/push", "server/webhook", "server/httpapi", "server/node", "github.com/coder/websocket"},
+		"the apps and instances commands edit the database; they link no delivery code"},
+	{"server/webhook", []string{"server/ws/...", "server/httpapi", "server/push"}, "webhooks take the hub's events, nothing more"},
+}
+
+// TestImportRules fails when a package depends on one its rule forbids.
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	known := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		known[p] = true
+	}
+	for _, r := range importRules {
+		path := module + r.pkg
+		if !known[path] {
+			t.Errorf("rule for %s: no such package (rename the rule with the package)", r.pkg)
+			continue
+		}
+		deps, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", path).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", path, err)
+		}
+		for _, dep := range strings.Fields(string(deps)) {
+			if dep == path {
+				continue
+			}
+			for _, f := range r.forbid {
+				if forbidden(dep, f) {
+					t.Errorf("%s depends on %s: %s", r.pkg, strings.TrimPrefix(dep, module), r.why)
+				}
+			}
+		}
+	}
+}
+
+// forbidden reports whether the import path dep matches rule f.
+func forbidden(dep, f string) bool {
+	if !strings.Contains(f, ".") { // a path inside this module
+		f = module + f
+	}
+	if base, ok := strings.CutSuffix(f, "/..."); ok {
+		return dep == base || strings.HasPrefix(dep, base+"/")
+	}
+	return dep == f
+}
