@@ -20,9 +20,9 @@ const DefaultMaxQueueBytes = 1 << 20
 // Wake must start a writer without blocking, on another goroutine; that
 // writer takes the queue with Conn.Drain until Drain reports it idle, and
 // then ends, or ends earlier once it has sent the close reason or its socket
-// failed; either way it calls Conn.WriterDone as it ends. Until then the hub
-// wakes no other writer, so a connection has at most one; an idle one has
-// none.
+// failed; either way it calls Conn.WriterDone as it ends. Until Drain has
+// reported idle the hub wakes no other writer, so one writer at a time takes
+// the frames; an idle connection has none.
 //
 // Overflow is called once, when the queue overflowed; the connection is
 // closing with 4100 by then, and its writer has been woken to say so.
