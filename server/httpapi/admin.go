@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/admin"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
@@ -99,7 +100,7 @@ func requestCtx(ctx context.Context) context.Context {
 func storeError(kind, id string, err error) error {
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return newError(http.StatusNotFound, kind+"_not_found", "No %s with id %q.", kind, truncate(id, 64))
+		return newError(http.StatusNotFound, kind+"_not_found", "No %s with id %q.", kind, text.Truncate(id, 64))
 	case errors.Is(err, storage.ErrConflict):
 		return newError(http.StatusConflict, kind+"_exists", "The %s id or key is already taken.", kind)
 	case manage.IsInvalid(err):

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldrt/herald/gen/device"
 	"github.com/heraldrt/herald/server/beamsauth"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
@@ -131,7 +132,7 @@ func pushInstance(instances InstanceLookup) gin.HandlerFunc {
 			writeError(c, badRequest("missing_instance_id", "The instance id is missing from the path."))
 			return
 		case !manage.ValidInstanceID(id):
-			writeError(c, badRequest("invalid_instance_id", "The instance id %q is not a UUID.", truncate(id, 64)))
+			writeError(c, badRequest("invalid_instance_id", "The instance id %q is not a UUID.", text.Truncate(id, 64)))
 			return
 		}
 		in := instances.ByID(id)
@@ -195,25 +196,14 @@ func ValidInterestName(s string) bool {
 }
 
 func invalidInterest(name string) *Error {
-	return badRequest("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", truncate(name, 200), MaxInterestNameLength)
-}
-
-// truncate shortens s for an error message, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return badRequest("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", text.Truncate(name, 200), MaxInterestNameLength)
 }
 
 // deviceRef checks a path's platform and device id.
 func deviceRef(platform device.Platform, id string) (storage.Platform, error) {
 	p := storage.Platform(platform)
 	if !p.Valid() {
-		return "", badRequest("invalid_platform", "Platform %q is not one of apns, fcm, web.", truncate(string(platform), 64))
+		return "", badRequest("invalid_platform", "Platform %q is not one of apns, fcm, web.", text.Truncate(string(platform), 64))
 	}
 	if id == "" {
 		return "", badRequest("missing_device_id", "The device id is missing from the path.")
@@ -228,7 +218,7 @@ func deviceRef(platform device.Platform, id string) (storage.Platform, error) {
 func deviceError(err error, id string) error {
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return newError(http.StatusNotFound, "device_not_found", "There is no device %s on this platform.", truncate(id, maxDeviceIDLength))
+		return newError(http.StatusNotFound, "device_not_found", "There is no device %s on this platform.", text.Truncate(id, maxDeviceIDLength))
 	case errors.Is(err, storage.ErrInterestLimit):
 		return badRequest("too_many_interests", "A device holds at most %d interests.", storage.MaxDeviceInterests)
 	case errors.Is(err, storage.ErrUserAlreadySet):

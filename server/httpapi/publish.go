@@ -22,6 +22,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/heraldrt/herald/gen/publish"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
@@ -202,7 +203,7 @@ func checkTargets(kind storage.PublishTargetKind, targets []string) error {
 		}
 		for _, s := range targets {
 			if !ValidInterestName(s) {
-				return unprocessable("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", truncate(s, 200), MaxInterestNameLength)
+				return unprocessable("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", text.Truncate(s, 200), MaxInterestNameLength)
 			}
 		}
 		return nil
@@ -222,7 +223,7 @@ func checkTargets(kind storage.PublishTargetKind, targets []string) error {
 // checkUserID validates a user id: 1 to 164 bytes of UTF-8 (400).
 func checkUserID(s string) *Error {
 	if s == "" || len(s) > MaxUserIDBytes || !utf8.ValidString(s) {
-		return badRequest("invalid_user_id", "User id %q is invalid: use 1 to %d bytes of UTF-8.", truncate(s, 200), MaxUserIDBytes)
+		return badRequest("invalid_user_id", "User id %q is invalid: use 1 to %d bytes of UTF-8.", text.Truncate(s, 200), MaxUserIDBytes)
 	}
 	return nil
 }
@@ -300,7 +301,7 @@ func (api *PublishAPI) GetPublish(ctx context.Context, req publish.GetPublishReq
 	in, ctx := requestScope(ctx)
 	p, err := api.db.GetPublish(ctx, in.ID, req.PublishId)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, newError(http.StatusNotFound, "publish_not_found", "There is no publish %s on this instance.", truncate(req.PublishId, 128))
+		return nil, newError(http.StatusNotFound, "publish_not_found", "There is no publish %s on this instance.", text.Truncate(req.PublishId, 128))
 	}
 	if err != nil {
 		return nil, err

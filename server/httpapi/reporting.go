@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/reporting"
 	"github.com/heraldrt/herald/server/beamsauth"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -57,7 +58,7 @@ func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEv
 	case b.Event == "":
 		return nil, badRequest("missing_event", "event is required: delivery or open.")
 	case kind != storage.ReportDelivery && kind != storage.ReportOpen:
-		return nil, badRequest("invalid_event", "event %q is not delivery or open.", truncate(b.Event, 64))
+		return nil, badRequest("invalid_event", "event %q is not delivery or open.", text.Truncate(b.Event, 64))
 	case b.PublishId == "":
 		return nil, badRequest("missing_publish_id", "publishId is required.")
 	case len(b.PublishId) > maxReportIDLength:

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/oauth2/google"
 	"golang.org/x/oauth2/jwt"
 
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -177,16 +178,9 @@ func classifyFCM(status int, body []byte, after time.Duration) Result {
 			code = d.ErrorCode
 		}
 	}
-	msg := fmt.Sprintf("fcm: %d %s %s", status, code, truncate(e.Error.Message, 200))
+	msg := fmt.Sprintf("fcm: %d %s %s", status, code, text.Truncate(e.Error.Message, 200))
 	if status == http.StatusNotFound || code == "UNREGISTERED" {
 		return deadToken(msg)
 	}
 	return classifyStatus(status, msg, after)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

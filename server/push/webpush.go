@@ -27,6 +27,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -268,7 +269,7 @@ func (w *WebPush) Send(ctx context.Context, d storage.Delivery, p *Prepared) Res
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	msg := fmt.Sprintf("web push: %d %s", resp.StatusCode, truncate(strings.TrimSpace(string(raw)), 200))
+	msg := fmt.Sprintf("web push: %d %s", resp.StatusCode, text.Truncate(strings.TrimSpace(string(raw)), 200))
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone {
 		return deadToken(msg)
 	}

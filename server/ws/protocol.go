@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/signing"
 )
 
@@ -59,7 +60,7 @@ func (sess *session) handle(raw []byte) {
 	case strings.HasPrefix(msg.Event, "client-"):
 		sess.clientEvent(msg)
 	default:
-		sess.sendError(0, "Unsupported event received on socket: "+truncate(msg.Event, 64))
+		sess.sendError(0, "Unsupported event received on socket: "+text.Truncate(msg.Event, 64))
 	}
 }
 
@@ -264,7 +265,7 @@ func (sess *session) clientEvent(msg clientMessage) {
 	}
 	userID, subscribed := sess.conn.Subscription(msg.Channel)
 	if !subscribed {
-		sess.sendError(0, "Client event rejected: the connection is not subscribed to "+truncate(msg.Channel, 200)+".")
+		sess.sendError(0, "Client event rejected: the connection is not subscribed to "+text.Truncate(msg.Channel, 200)+".")
 		return
 	}
 	if len(msg.Event) > hub.MaxEventNameLength {
@@ -312,13 +313,6 @@ func errorFrame(code int, message string) []byte {
 		Code    *int   `json:"code"`
 		Message string `json:"message"`
 	}{c, message})
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
