@@ -1,6 +1,7 @@
 package push
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -38,29 +39,18 @@ type Options struct {
 	WebhookClient *http.Client
 }
 
+// withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
-	set := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setD := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	set(&o.Workers, 128)
-	set(&o.ClaimBatch, 1000)
-	set(&o.MaxInFlight, 3072)
-	set(&o.PageSize, 512)
-	set(&o.MaxAttempts, 8)
-	setD(&o.BaseBackoff, time.Second)
-	setD(&o.MaxBackoff, 5*time.Minute)
-	setD(&o.WebhookMaxAge, 5*time.Minute)
-	setD(&o.SendTimeout, 30*time.Second)
-	if o.WebhookClient == nil {
-		o.WebhookClient = &http.Client{Timeout: 10 * time.Second}
-	}
+	o.Workers = cmp.Or(o.Workers, 128)
+	o.ClaimBatch = cmp.Or(o.ClaimBatch, 1000)
+	o.MaxInFlight = cmp.Or(o.MaxInFlight, 3072)
+	o.PageSize = cmp.Or(o.PageSize, 512)
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, 8)
+	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
+	o.WebhookMaxAge = cmp.Or(o.WebhookMaxAge, 5*time.Minute)
+	o.SendTimeout = cmp.Or(o.SendTimeout, 30*time.Second)
+	o.WebhookClient = cmp.Or(o.WebhookClient, &http.Client{Timeout: 10 * time.Second})
 	return o
 }
 

@@ -25,6 +25,7 @@
 package ws
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/heraldrt/herald/server/hub"
@@ -51,23 +52,14 @@ type Options struct {
 	MaxChannelsPerConn int
 }
 
+// withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defInt := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&o.ActivityTimeout, 120*time.Second)
-	def(&o.PongTimeout, 30*time.Second)
-	def(&o.WriteTimeout, 10*time.Second)
-	defInt(&o.MaxQueueBytes, hub.DefaultMaxQueueBytes)
-	defInt(&o.MaxMessageBytes, 16*1024)
-	defInt(&o.MaxChannelsPerConn, 1000)
+	o.ActivityTimeout = cmp.Or(o.ActivityTimeout, 120*time.Second)
+	o.PongTimeout = cmp.Or(o.PongTimeout, 30*time.Second)
+	o.WriteTimeout = cmp.Or(o.WriteTimeout, 10*time.Second)
+	o.MaxQueueBytes = cmp.Or(o.MaxQueueBytes, hub.DefaultMaxQueueBytes)
+	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, 16*1024)
+	o.MaxChannelsPerConn = cmp.Or(o.MaxChannelsPerConn, 1000)
 	return o
 }
 
