@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -57,18 +58,6 @@ func run(t *testing.T, d *Directory) {
 		cancel()
 		<-done
 	})
-}
-
-// eventually fails the test unless cond becomes true within a few seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // key returns the key of app id in d, or "" when d has no such app.
@@ -147,7 +136,7 @@ func TestRun(t *testing.T) {
 		ctx := context.Background()
 
 		createApp(t, cli, "2", "key-2")
-		eventually(t, "app 2 is loaded", func() bool { return d.ByKey("key-2") != nil })
+		wait.Until(t, "app 2 is loaded", func() bool { return d.ByKey("key-2") != nil })
 		if app := d.ByKey("key-2"); app.ID != "2" {
 			t.Fatalf("ByKey(key-2) = %+v, want app 2", app)
 		}
@@ -160,7 +149,7 @@ func TestRun(t *testing.T) {
 		if err := cli.UpdateApp(ctx, app); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "app 2 has its new key", func() bool { return key(d, "2") == "key-2b" })
+		wait.Until(t, "app 2 has its new key", func() bool { return key(d, "2") == "key-2b" })
 		if d.ByKey("key-2") != nil {
 			t.Fatal("the old key still finds app 2")
 		}
@@ -171,12 +160,12 @@ func TestRun(t *testing.T) {
 		if err := cli.DeleteApp(ctx, "1"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "app 1 is gone", func() bool { return d.ByID("1") == nil })
+		wait.Until(t, "app 1 is gone", func() bool { return d.ByID("1") == nil })
 		if d.ByKey("key-1") != nil {
 			t.Fatal("the deleted app's key still finds it")
 		}
 		// Each change is logged, just after the new snapshot is in place.
-		eventually(t, "three reloads are logged", func() bool {
+		wait.Until(t, "three reloads are logged", func() bool {
 			return logs.FilterMessage("apps reloaded after a database change").Len() >= 3
 		})
 	})
@@ -192,7 +181,7 @@ func TestRun(t *testing.T) {
 		run(t, d)
 
 		db.Close()
-		eventually(t, "the failure is logged", func() bool {
+		wait.Until(t, "the failure is logged", func() bool {
 			return logs.FilterMessage("reloading apps").Len() > 0
 		})
 		if key(d, "1") != "key-1" {

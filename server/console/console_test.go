@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/webhook"
 )
 
@@ -42,15 +43,6 @@ func get(t *testing.T, url string, headers ...string) *http.Response {
 		t.Fatal(err)
 	}
 	return res
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 func TestPage(t *testing.T) {
@@ -168,7 +160,7 @@ func TestStream(t *testing.T) {
 	if _, err := io.ReadAll(r); err != nil {
 		t.Fatalf("after Close: %v", err)
 	}
-	waitUntil(t, "the watcher to go", func() bool { return c.watching.Load() == 0 })
+	wait.Until(t, "the watcher to go", func() bool { return c.watching.Load() == 0 })
 }
 
 func TestSlowWatcherDrops(t *testing.T) {

@@ -8,22 +8,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
 )
 
 const id = "6f1c0a8e-3b2d-4c5e-9f7a-1b2c3d4e5f60"
-
-// waitFor polls cond every few milliseconds until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 func TestDirectoryFollowsTheDatabase(t *testing.T) {
 	ctx := context.Background()
@@ -61,9 +50,9 @@ func TestDirectoryFollowsTheDatabase(t *testing.T) {
 	if err := other.UpdateInstance(ctx, storage.Instance{ID: id, SecretKey: "two", Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new secret", func() bool { in := d.ByID(id); return in != nil && in.SecretKey == "two" })
+	wait.Until(t, "the new secret", func() bool { in := d.ByID(id); return in != nil && in.SecretKey == "two" })
 	if err := other.DeleteInstance(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the instance to go", func() bool { return d.ByID(id) == nil })
+	wait.Until(t, "the instance to go", func() bool { return d.ByID(id) == nil })
 }

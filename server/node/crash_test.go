@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
@@ -129,7 +130,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	}
 	publishID := strings.Split(strings.Split(string(out), `"publishId":"`)[1], `"`)[0]
 	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
-	waitFor(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
+	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
 	if err := child.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}

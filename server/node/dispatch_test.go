@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -61,7 +62,7 @@ func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 		t.Fatalf("publish: %d %s", status, out)
 	}
 	id := strings.Split(strings.Split(string(out), `"publishId":"`)[1], `"`)[0]
-	waitFor(t, "the fcm and web deliveries", func() bool { return gw.fcm.Count() == 100 && gw.web.Count() == 100 })
+	wait.Until(t, "the fcm and web deliveries", func() bool { return gw.fcm.Count() == 100 && gw.web.Count() == 100 })
 	if got := gw.apns.Count(); got != 0 {
 		t.Fatalf("%d apns deliveries went through a gateway that answers nothing", got)
 	}

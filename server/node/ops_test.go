@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 	dto "github.com/prometheus/client_model/go"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 const testAdminToken = "test-admin-token-0123456789"
@@ -84,16 +84,6 @@ next:
 		}
 	}
 	return -1
-}
-
-// waitUntil polls cond every 10 ms until it holds, failing after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 func TestMetrics(t *testing.T) {
@@ -179,7 +169,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	ws.Close(websocket.StatusNormalClosure, "")
-	waitUntil(t, "the connection to close", func() bool {
+	wait.Until(t, "the connection to close", func() bool {
 		f := scrape(t, metricsURL)
 		return value(f, "herald_connections", "app_id", "77") == 0 && value(f, "herald_connections_closed_total", "code", "0") == 1
 	})
@@ -194,7 +184,7 @@ func TestMetricsOwnListener(t *testing.T) {
 	ln.Close()
 	addr := startOpsNode(t, func(c *config.Config) { c.MetricsAddr = metricsAddr })
 	// Serve, which opens the metrics listener, runs in its own goroutine.
-	waitUntil(t, "the metrics listener", func() bool {
+	wait.Until(t, "the metrics listener", func() bool {
 		res, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err == nil {
 			res.Body.Close()

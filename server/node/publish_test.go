@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/push/pushtest"
 )
@@ -119,18 +120,6 @@ func serveNode(t testing.TB, cfg config.Config, opts ...Option) (*Node, string) 
 		}
 	})
 	return n, "http://" + ln.Addr().String()
-}
-
-// waitFor polls cond until it holds, failing the test after a generous limit.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // call sends a JSON request and returns the status and body.
@@ -429,7 +418,7 @@ func TestBeamsPublishGoSDK(t *testing.T) {
 	}
 
 	// Publish webhooks: started and finished, signed, with counts.
-	waitFor(t, "two publish webhooks", func() bool { hooks.mu.Lock(); defer hooks.mu.Unlock(); return len(hooks.events) >= 2 })
+	wait.Until(t, "two publish webhooks", func() bool { hooks.mu.Lock(); defer hooks.mu.Unlock(); return len(hooks.events) >= 2 })
 	hooks.mu.Lock()
 	if len(hooks.bad) > 0 || hooks.events[0]["event"] != "publish_started" || hooks.events[1]["event"] != "publish_finished" ||
 		hooks.events[1]["sent"] != float64(3) || hooks.events[1]["failed"] != float64(3) || hooks.events[1]["publishId"] != publishID {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
 )
@@ -73,23 +74,11 @@ func publishTo(t *testing.T, db *storage.DB, d *Dispatcher, id, interest string)
 	d.Notify()
 }
 
-// waitUntil polls cond until it holds, failing the test after a generous limit.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitPublishDone waits until the publish is done and returns it.
 func waitPublishDone(t *testing.T, db *storage.DB, id string) storage.Publish {
 	t.Helper()
 	var p storage.Publish
-	waitUntil(t, "publish "+id+" to be done", func() bool {
+	wait.Until(t, "publish "+id+" to be done", func() bool {
 		var err error
 		if p, err = db.GetPublish(t.Context(), testInstance, id); err != nil {
 			t.Fatal(err)
@@ -351,7 +340,7 @@ func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
 		}
 		return p
 	}
-	waitUntil(t, "the sentinel's page to be recorded", func() bool {
+	wait.Until(t, "the sentinel's page to be recorded", func() bool {
 		return stored().StreamCursor(storage.PlatformFCM) == sentinel
 	})
 	p := stored()

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/server/ws/socket"
 )
@@ -648,7 +649,7 @@ func TestConnectionsAndGoroutinesReturnToBaseline(t *testing.T) {
 		c.ws.Close(websocket.StatusNormalClosure, "bye")
 	}
 	// Pooled goroutines wait goroutineLinger for more work before they end.
-	waitFor(t, 5*time.Second+goroutineLinger, func() error {
+	wait.NoError(t, func() error {
 		if n := s.hub.Connections("1"); n != 1 {
 			return fmt.Errorf("%d connections left", n)
 		}
@@ -660,22 +661,6 @@ func TestConnectionsAndGoroutinesReturnToBaseline(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// waitFor polls check every 10 ms until it returns nil or total passes.
-func waitFor(t *testing.T, total time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // FuzzClientMessage feeds arbitrary client messages to a session: whatever

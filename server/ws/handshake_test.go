@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // testFrame encodes a frame as the server sends it (masked for a client).
@@ -121,7 +123,7 @@ func testParkedConnections(t *testing.T, noPoller bool) {
 	}
 	s.handler.mu.Unlock()
 	_ = victim.ws.CloseNow()
-	waitFor(t, 5*time.Second, func() error {
+	wait.NoError(t, func() error {
 		if n := s.handler.Sessions(); n != 17 {
 			return fmt.Errorf("%d sessions, want 17", n)
 		}
@@ -133,7 +135,7 @@ func testParkedConnections(t *testing.T, noPoller bool) {
 	for _, c := range clients[3:] {
 		_ = c.ws.CloseNow()
 	}
-	waitFor(t, 5*time.Second, func() error {
+	wait.NoError(t, func() error {
 		if n := s.handler.Sessions(); n != 0 {
 			return fmt.Errorf("%d sessions, want 0", n)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
 )
 
@@ -112,7 +113,7 @@ func TestPresenceSecondConnectionIsObservedAsOneMember(t *testing.T) {
 				t.Helper()
 				before := s.hub.Channel("1", ch).Subscriptions
 				tt.leave(c, ch)
-				waitFor(t, 5*time.Second, func() error {
+				wait.NoError(t, func() error {
 					if n := s.hub.Channel("1", ch).Subscriptions; n != before-1 {
 						return fmt.Errorf("%d subscriptions on %s, want %d", n, ch, before-1)
 					}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // A goroutine whose work ended runs the next work started while it waits,
@@ -17,7 +19,7 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 		wg.Add(1)
 		p.Go(func() { wg.Done() })
 		wg.Wait()
-		waitUntil(t, "a goroutine waiting", func() bool { return p.waiting() == 1 })
+		wait.Until(t, "a goroutine waiting", func() bool { return p.waiting() == 1 })
 	}
 	if n := p.spawned.Load(); n != 1 {
 		t.Fatalf("sequential tasks started %d goroutines, want 1 reused", n)
@@ -29,12 +31,12 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 	if n := p.spawned.Load(); n < 10 {
 		t.Fatalf("10 blocking tasks ran on %d goroutines", n)
 	}
-	waitUntil(t, "two goroutines waiting", func() bool { return p.waiting() == 2 })
+	wait.Until(t, "two goroutines waiting", func() bool { return p.waiting() == 2 })
 	time.Sleep(50 * time.Millisecond)
 	if n := p.waiting(); n != 2 {
 		t.Fatalf("%d goroutines waiting, want maxIdle 2", n)
 	}
-	waitUntil(t, "the waiting goroutines gone after linger", func() bool { return p.waiting() == 0 })
+	wait.Until(t, "the waiting goroutines gone after linger", func() bool { return p.waiting() == 0 })
 }
 
 // Work goes to the goroutine that finished last, so under light traffic the
@@ -42,7 +44,7 @@ func TestGoPoolReusesAndLetsGo(t *testing.T) {
 func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
 	p := NewPool(4, 500*time.Millisecond)
 	runBlockingBurst(p, 3)
-	waitUntil(t, "three goroutines waiting", func() bool { return p.waiting() == 3 })
+	wait.Until(t, "three goroutines waiting", func() bool { return p.waiting() == 3 })
 
 	// One piece of work at a time, more often than linger, for over a linger.
 	var wg sync.WaitGroup
@@ -52,11 +54,11 @@ func TestGoPoolLetsTheLongestWaitingGo(t *testing.T) {
 		wg.Wait()
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitUntil(t, "one goroutine waiting", func() bool { return p.waiting() == 1 })
+	wait.Until(t, "one goroutine waiting", func() bool { return p.waiting() == 1 })
 	if n := p.spawned.Load(); n != 3 {
 		t.Fatalf("%d goroutines started, want the 3 of the burst", n)
 	}
-	waitUntil(t, "none waiting after linger", func() bool { return p.waiting() == 0 })
+	wait.Until(t, "none waiting after linger", func() bool { return p.waiting() == 0 })
 }
 
 // runBlockingBurst runs n pieces of work that all wait until the last has
@@ -72,15 +74,4 @@ func runBlockingBurst(p *Pool, n int) {
 	started.Wait()
 	close(release)
 	done.Wait()
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
