@@ -570,13 +570,7 @@ func TestSlowConsumerIsCutOthersReceiveEverything(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for s.handler.SlowConsumersClosed() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("slow consumer not closed; %d closed", s.handler.SlowConsumersClosed())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Until(t, "the slow consumer to be closed", func() bool { return s.handler.SlowConsumersClosed() == 1 })
 }
 
 // A burst queues frames faster than the writer sends them, so the writer
