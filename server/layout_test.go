@@ -23,7 +23,7 @@ var importRules = []struct {
 	{"server/config", []string{"server/...", "storage", "gen/..."}, "config only reads settings"},
 	{"server/hub", []string{"storage", "server/signing", "github.com/coder/websocket", "server/ws/...", "gen/..."},
 		"the registry knows no sockets, storage or signing, so a cluster broker plugs into it alone"},
-	{"server/ws", []string{"storage", "server/appdir", "server/httpapi", "server/webhook", "server/push", "gen/..."},
+	{"server/ws", []string{"storage", "server/directory", "server/httpapi", "server/webhook", "server/push", "gen/..."},
 		"the WebSocket transport reads apps as its own ws.App and reaches the registry through hub alone"},
 	{"server/ws/socket", []string{"server/...", "storage", "github.com/coder/websocket"},
 		"the socket mechanics (poller, pool, corked connection) know no protocol"},

@@ -25,7 +25,7 @@ import (
 	"github.com/heraldrt/herald/gen/reporting"
 	"github.com/heraldrt/herald/gen/reportingclient"
 	"github.com/heraldrt/herald/server/beamsauth"
-	"github.com/heraldrt/herald/server/instancedir"
+	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -71,7 +71,7 @@ func openPushDB(t testing.TB) *storage.DB {
 // check (when not nil) in front of them.
 func newPushEngine(t testing.TB, db *storage.DB, log *zap.Logger, check gin.HandlerFunc) *gin.Engine {
 	t.Helper()
-	dir, err := instancedir.New(context.Background(), db, log)
+	dir, err := directory.NewInstances(context.Background(), db, log)
 	if err != nil {
 		t.Fatal(err)
 	}

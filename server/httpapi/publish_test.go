@@ -17,7 +17,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/gen/publishclient"
-	"github.com/heraldrt/herald/server/instancedir"
+	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
@@ -49,7 +49,7 @@ func newPublishEngine(t testing.TB, db *storage.DB, log *zap.Logger, notifier Pu
 	if _, err := db.CreateInstance(context.Background(), storage.Instance{ID: quotaInstanceID, SecretKey: pushSecret, Enabled: true, PublishQuota: 1}); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := instancedir.New(context.Background(), db, log)
+	dir, err := directory.NewInstances(context.Background(), db, log)
 	if err != nil {
 		t.Fatal(err)
 	}

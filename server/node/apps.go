@@ -1,7 +1,7 @@
 package node
 
 import (
-	"github.com/heraldrt/herald/server/appdir"
+	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
 )
@@ -10,7 +10,7 @@ import (
 // lookup copies the app's policy out of the directory's current snapshot
 // (no allocation), so an app changed with `herald apps` applies from the
 // next lookup on, as before.
-type socketApps struct{ dir *appdir.Directory }
+type socketApps struct{ dir *directory.Apps }
 
 var _ ws.AppLookup = socketApps{}
 

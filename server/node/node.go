@@ -15,12 +15,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 
-	"github.com/heraldrt/herald/server/appdir"
 	"github.com/heraldrt/herald/server/bootstrap"
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/server/instancedir"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
@@ -38,7 +37,7 @@ const (
 type Node struct {
 	log  *zap.Logger
 	db   *storage.DB
-	apps *appdir.Directory
+	apps *directory.Apps
 	hub  *hub.Hub
 	http *http.Server
 	ws   *ws.Handler
@@ -77,12 +76,12 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		db.Close()
 		return nil, err
 	}
-	apps, err := appdir.New(ctx, db, log.Named("apps"))
+	apps, err := directory.NewApps(ctx, db, log.Named("apps"))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("loading apps: %w", err)
 	}
-	instances, err := instancedir.New(ctx, db, log.Named("instances"))
+	instances, err := directory.NewInstances(ctx, db, log.Named("instances"))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("loading instances: %w", err)

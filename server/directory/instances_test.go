@@ -1,4 +1,4 @@
-package instancedir
+package directory
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
-const id = "6f1c0a8e-3b2d-4c5e-9f7a-1b2c3d4e5f60"
+const instanceID = "6f1c0a8e-3b2d-4c5e-9f7a-1b2c3d4e5f60"
 
-func TestDirectoryFollowsTheDatabase(t *testing.T) {
+func TestInstancesFollowTheDatabase(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "herald.db")
 	db, err := storage.Open(ctx, path)
@@ -22,14 +22,14 @@ func TestDirectoryFollowsTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.CreateInstance(ctx, storage.Instance{ID: id, SecretKey: "one", Enabled: true}); err != nil {
+	if _, err := db.CreateInstance(ctx, storage.Instance{ID: instanceID, SecretKey: "one", Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(ctx, db, zap.NewNop())
+	d, err := NewInstances(ctx, db, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in := d.ByID(id); in == nil || in.SecretKey != "one" {
+	if in := d.ByID(instanceID); in == nil || in.SecretKey != "one" {
 		t.Fatalf("ByID after New: %+v", in)
 	}
 	if d.ByID("other") != nil {
@@ -47,12 +47,12 @@ func TestDirectoryFollowsTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if err := other.UpdateInstance(ctx, storage.Instance{ID: id, SecretKey: "two", Enabled: true}); err != nil {
+	if err := other.UpdateInstance(ctx, storage.Instance{ID: instanceID, SecretKey: "two", Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, "the new secret", func() bool { in := d.ByID(id); return in != nil && in.SecretKey == "two" })
-	if err := other.DeleteInstance(ctx, id); err != nil {
+	wait.Until(t, "the new secret", func() bool { in := d.ByID(instanceID); return in != nil && in.SecretKey == "two" })
+	if err := other.DeleteInstance(ctx, instanceID); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, "the instance to go", func() bool { return d.ByID(id) == nil })
+	wait.Until(t, "the instance to go", func() bool { return d.ByID(instanceID) == nil })
 }

@@ -1,4 +1,4 @@
-package appdir
+package directory
 
 import (
 	"context"
@@ -36,17 +36,17 @@ func createApp(t *testing.T, db *storage.DB, id, key string) storage.App {
 	return app
 }
 
-func newDirectory(t *testing.T, db *storage.DB, log *zap.Logger) *Directory {
+func newApps(t *testing.T, db *storage.DB, log *zap.Logger) *Apps {
 	t.Helper()
-	d, err := New(context.Background(), db, log)
+	d, err := NewApps(context.Background(), db, log)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("NewApps: %v", err)
 	}
 	return d
 }
 
 // run starts d.Run until the test ends and waits for it to return.
-func run(t *testing.T, d *Directory) {
+func run(t *testing.T, d *Apps) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -61,7 +61,7 @@ func run(t *testing.T, d *Directory) {
 }
 
 // key returns the key of app id in d, or "" when d has no such app.
-func key(d *Directory, id string) string {
+func key(d *Apps, id string) string {
 	if app := d.ByID(id); app != nil {
 		return app.Key
 	}
@@ -73,7 +73,7 @@ func TestNew(t *testing.T) {
 		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
 		one := createApp(t, db, "1", "key-1")
 		createApp(t, db, "2", "key-2")
-		d := newDirectory(t, db, zap.NewNop())
+		d := newApps(t, db, zap.NewNop())
 
 		if app := d.ByKey("key-1"); app == nil || app.ID != "1" || app.Secret != one.Secret || !app.Enabled {
 			t.Fatalf("ByKey(key-1) = %+v, want app 1", app)
@@ -91,7 +91,7 @@ func TestNew(t *testing.T) {
 
 	t.Run("OKEmpty", func(t *testing.T) {
 		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
-		d := newDirectory(t, db, zap.NewNop())
+		d := newApps(t, db, zap.NewNop())
 		if d.ByKey("") != nil || d.ByID("") != nil {
 			t.Fatal("an empty directory found an app")
 		}
@@ -100,7 +100,7 @@ func TestNew(t *testing.T) {
 	t.Run("ErrClosedDatabase", func(t *testing.T) {
 		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
 		db.Close()
-		if _, err := New(context.Background(), db, zap.NewNop()); err == nil {
+		if _, err := NewApps(context.Background(), db, zap.NewNop()); err == nil {
 			t.Fatal("New on a closed database: got no error")
 		}
 	})
@@ -109,7 +109,7 @@ func TestNew(t *testing.T) {
 func TestReload(t *testing.T) {
 	db := open(t, filepath.Join(t.TempDir(), "herald.db"))
 	createApp(t, db, "1", "key-1")
-	d := newDirectory(t, db, zap.NewNop())
+	d := newApps(t, db, zap.NewNop())
 	createApp(t, db, "2", "key-2")
 	if d.ByID("2") != nil {
 		t.Fatal("the directory changed without a reload")
@@ -128,7 +128,7 @@ func TestRun(t *testing.T) {
 		server := open(t, path)
 		createApp(t, server, "1", "key-1")
 		core, logs := observer.New(zapcore.InfoLevel)
-		d := newDirectory(t, server, zap.New(core))
+		d := newApps(t, server, zap.New(core))
 		run(t, d)
 
 		// The CLI opens the same file through its own handle.
@@ -177,7 +177,7 @@ func TestRun(t *testing.T) {
 		}
 		createApp(t, db, "1", "key-1")
 		core, logs := observer.New(zapcore.WarnLevel)
-		d := newDirectory(t, db, zap.New(core))
+		d := newApps(t, db, zap.New(core))
 		run(t, d)
 
 		db.Close()
@@ -191,7 +191,7 @@ func TestRun(t *testing.T) {
 
 	t.Run("OKStopsWhenCancelled", func(t *testing.T) {
 		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
-		d := newDirectory(t, db, zap.NewNop())
+		d := newApps(t, db, zap.NewNop())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
