@@ -33,6 +33,10 @@ var importRules = []struct {
 		"the management rules are shared by the CLI and the admin API, below both"},
 	{"server/cli", []string{"server/hub", "server/ws/...", "server/push", "server/webhook", "server/httpapi", "server/node", "github.com/coder/websocket"},
 		"the apps and instances commands edit the database; they link no delivery code"},
+	{"server/httpapi", []string{"server/node"}, "handlers are parts the node assembles"},
+	{"server/console", []string{"server/node"}, "the console is a part the node assembles"},
+	{"server/metrics", []string{"server/node"}, "metrics read the parts; the node assembles them"},
+	{"server/directory", []string{"server/...", "gen/..."}, "the directories hold storage's types, nothing else"},
 	{"server/webhook", []string{"server/ws/...", "server/httpapi", "server/push"}, "webhooks take the hub's events, nothing more"},
 }
 
