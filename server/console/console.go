@@ -105,7 +105,7 @@ func (c *Console) Triggered(appID, channel, event, data string) {
 	if c.watching.Load() == 0 {
 		return
 	}
-	c.publish(Event{AppID: appID, Kind: "trigger", Channel: channel, Event: event, Data: data})
+	c.publish(Event{AppID: appID, Kind: httpapi.KindTrigger, Channel: channel, Event: event, Data: data})
 }
 
 // WebhookAttempt records the outcome of a webhook request; it has the
@@ -114,7 +114,7 @@ func (c *Console) WebhookAttempt(a webhook.Attempt) {
 	if c.watching.Load() == 0 {
 		return
 	}
-	c.publish(Event{AppID: a.AppID, Kind: "webhook", URL: a.URL, Status: a.Status, Error: a.Error})
+	c.publish(Event{AppID: a.AppID, Kind: httpapi.KindWebhook, URL: a.URL, Status: a.Status, Error: a.Error})
 }
 
 func (c *Console) publish(e Event) {
@@ -188,7 +188,7 @@ func (c *Console) Register(r gin.IRouter, auth gin.HandlerFunc) {
 func (c *Console) stream(ctx *gin.Context) {
 	appID := ctx.Query("app")
 	if appID == "" {
-		httpapi.AbortWithError(ctx, http.StatusBadRequest, "missing_app", "Name the app: /console/events?app=<id>.")
+		httpapi.AbortWithError(ctx, http.StatusBadRequest, httpapi.KindMissingApp, "Name the app: /console/events?app=<id>.")
 		return
 	}
 	w := c.watch(appID)

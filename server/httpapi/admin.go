@@ -70,7 +70,7 @@ func RequireAdminToken(token string, query ...bool) gin.HandlerFunc {
 		}
 		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			c.Header("WWW-Authenticate", `Bearer realm="herald"`)
-			writeError(c, newError(http.StatusUnauthorized, "unauthorized", "This needs the admin token: send Authorization: Bearer <HERALD_ADMIN_TOKEN>."))
+			writeError(c, newError(http.StatusUnauthorized, KindUnauthorized, "This needs the admin token: send Authorization: Bearer <HERALD_ADMIN_TOKEN>."))
 			return
 		}
 		c.Next()
@@ -96,15 +96,26 @@ func requestCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
+// resource names what an admin call works on, for its errors.
+type resource struct {
+	noun                      string // "app"
+	notFound, exists, invalid string // its error kinds
+}
+
+var (
+	appResource      = resource{"app", KindAppNotFound, KindAppExists, KindInvalidApp}
+	instanceResource = resource{"instance", KindInstanceNotFound, KindInstanceExists, KindInvalidInstance}
+)
+
 // storeError maps storage and validation errors to API errors.
-func storeError(kind, id string, err error) error {
+func storeError(r resource, id string, err error) error {
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return newError(http.StatusNotFound, kind+"_not_found", "No %s with id %q.", kind, text.Truncate(id, 64))
+		return newError(http.StatusNotFound, r.notFound, "No %s with id %q.", r.noun, text.Truncate(id, 64))
 	case errors.Is(err, storage.ErrConflict):
-		return newError(http.StatusConflict, kind+"_exists", "The %s id or key is already taken.", kind)
+		return newError(http.StatusConflict, r.exists, "The %s id or key is already taken.", r.noun)
 	case manage.IsInvalid(err):
-		return badRequest("invalid_"+kind, "%s.", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return badRequest(r.invalid, "%s.", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return err
 }
@@ -206,11 +217,11 @@ func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestOb
 	convert(req.Body, &opts)
 	applyApp(&a, opts)
 	if err := manage.ValidateApp(a); err != nil {
-		return nil, storeError("app", a.ID, err)
+		return nil, storeError(appResource, a.ID, err)
 	}
 	created, err := api.db.CreateApp(requestCtx(ctx), a)
 	if err != nil {
-		return nil, storeError("app", a.ID, err)
+		return nil, storeError(appResource, a.ID, err)
 	}
 	return admin.CreateApp201JSONResponse(appOut(created)), nil
 }
@@ -219,7 +230,7 @@ func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestOb
 func (api *AdminAPI) GetApp(ctx context.Context, req admin.GetAppRequestObject) (admin.GetAppResponseObject, error) {
 	a, err := api.db.GetApp(requestCtx(ctx), req.AppId)
 	if err != nil {
-		return nil, storeError("app", req.AppId, err)
+		return nil, storeError(appResource, req.AppId, err)
 	}
 	return admin.GetApp200JSONResponse(appOut(a)), nil
 }
@@ -229,18 +240,18 @@ func (api *AdminAPI) changeApp(ctx context.Context, id string, change func(*stor
 	ctx = requestCtx(ctx)
 	a, err := api.db.GetApp(ctx, id)
 	if err != nil {
-		return admin.App{}, storeError("app", id, err)
+		return admin.App{}, storeError(appResource, id, err)
 	}
 	change(&a)
 	if err := manage.ValidateApp(a); err != nil {
-		return admin.App{}, storeError("app", id, err)
+		return admin.App{}, storeError(appResource, id, err)
 	}
 	if err := api.db.UpdateApp(ctx, a); err != nil {
-		return admin.App{}, storeError("app", id, err)
+		return admin.App{}, storeError(appResource, id, err)
 	}
 	// Read back: defaults and webhook ids are filled in by storage.
 	if a, err = api.db.GetApp(ctx, id); err != nil {
-		return admin.App{}, storeError("app", id, err)
+		return admin.App{}, storeError(appResource, id, err)
 	}
 	return appOut(a), nil
 }
@@ -257,7 +268,7 @@ func (api *AdminAPI) UpdateApp(ctx context.Context, req admin.UpdateAppRequestOb
 // DeleteApp implements DELETE /admin/v1/apps/{app_id}.
 func (api *AdminAPI) DeleteApp(ctx context.Context, req admin.DeleteAppRequestObject) (admin.DeleteAppResponseObject, error) {
 	if err := api.db.DeleteApp(requestCtx(ctx), req.AppId); err != nil {
-		return nil, storeError("app", req.AppId, err)
+		return nil, storeError(appResource, req.AppId, err)
 	}
 	return admin.DeleteApp200JSONResponse{}, nil
 }
@@ -292,7 +303,7 @@ func (api *AdminAPI) EnableApp(ctx context.Context, req admin.EnableAppRequestOb
 // GetAppLive implements GET /admin/v1/apps/{app_id}/live.
 func (api *AdminAPI) GetAppLive(ctx context.Context, req admin.GetAppLiveRequestObject) (admin.GetAppLiveResponseObject, error) {
 	if _, err := api.db.GetApp(requestCtx(ctx), req.AppId); err != nil {
-		return nil, storeError("app", req.AppId, err)
+		return nil, storeError(appResource, req.AppId, err)
 	}
 	chans := api.hub.Channels(req.AppId, "")
 	if len(chans) > maxLiveChannels {
@@ -385,11 +396,11 @@ func (api *AdminAPI) CreateInstance(ctx context.Context, req admin.CreateInstanc
 	convert(req.Body, &opts)
 	applyInstance(&in, opts)
 	if err := manage.ValidateInstance(in); err != nil {
-		return nil, storeError("instance", in.ID, err)
+		return nil, storeError(instanceResource, in.ID, err)
 	}
 	created, err := api.db.CreateInstance(ctx, in)
 	if err != nil {
-		return nil, storeError("instance", in.ID, err)
+		return nil, storeError(instanceResource, in.ID, err)
 	}
 	out, err := api.instanceOut(ctx, created)
 	if err != nil {
@@ -403,7 +414,7 @@ func (api *AdminAPI) GetInstance(ctx context.Context, req admin.GetInstanceReque
 	ctx = requestCtx(ctx)
 	in, err := api.db.GetInstance(ctx, req.InstanceId)
 	if err != nil {
-		return nil, storeError("instance", req.InstanceId, err)
+		return nil, storeError(instanceResource, req.InstanceId, err)
 	}
 	out, err := api.instanceOut(ctx, in)
 	if err != nil {
@@ -417,19 +428,19 @@ func (api *AdminAPI) changeInstance(ctx context.Context, id string, change func(
 	ctx = requestCtx(ctx)
 	in, err := api.db.GetInstance(ctx, id)
 	if err != nil {
-		return admin.Instance{}, storeError("instance", id, err)
+		return admin.Instance{}, storeError(instanceResource, id, err)
 	}
 	if err := change(&in); err != nil {
 		return admin.Instance{}, err
 	}
 	if err := manage.ValidateInstance(in); err != nil {
-		return admin.Instance{}, storeError("instance", id, err)
+		return admin.Instance{}, storeError(instanceResource, id, err)
 	}
 	if err := api.db.UpdateInstance(ctx, in); err != nil {
-		return admin.Instance{}, storeError("instance", id, err)
+		return admin.Instance{}, storeError(instanceResource, id, err)
 	}
 	if in, err = api.db.GetInstance(ctx, id); err != nil {
-		return admin.Instance{}, storeError("instance", id, err)
+		return admin.Instance{}, storeError(instanceResource, id, err)
 	}
 	return api.instanceOut(ctx, in)
 }
@@ -446,7 +457,7 @@ func (api *AdminAPI) UpdateInstance(ctx context.Context, req admin.UpdateInstanc
 // DeleteInstance implements DELETE /admin/v1/instances/{instance_id}.
 func (api *AdminAPI) DeleteInstance(ctx context.Context, req admin.DeleteInstanceRequestObject) (admin.DeleteInstanceResponseObject, error) {
 	if err := api.db.DeleteInstance(requestCtx(ctx), req.InstanceId); err != nil {
-		return nil, storeError("instance", req.InstanceId, err)
+		return nil, storeError(instanceResource, req.InstanceId, err)
 	}
 	return admin.DeleteInstance200JSONResponse{}, nil
 }

@@ -20,10 +20,10 @@ func (api *AdminAPI) ListInstancePublishes(ctx context.Context, req admin.ListIn
 		limit = *req.Params.Limit
 	}
 	if limit < 1 || limit > maxRecentPublishes {
-		return nil, badRequest("invalid_limit", "limit must be between 1 and %d.", maxRecentPublishes)
+		return nil, badRequest(KindInvalidLimit, "limit must be between 1 and %d.", maxRecentPublishes)
 	}
 	if _, err := api.db.GetInstance(ctx, req.InstanceId); err != nil {
-		return nil, storeError("instance", req.InstanceId, err)
+		return nil, storeError(instanceResource, req.InstanceId, err)
 	}
 	list, err := api.db.RecentPublishes(ctx, req.InstanceId, limit)
 	if err != nil {

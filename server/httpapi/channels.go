@@ -148,10 +148,10 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 		rb, err := readBody(r.Body, r.ContentLength, MaxRequestBodyBytes)
 		if err != nil {
 			if errors.Is(err, errBodyTooLarge) {
-				writeError(c, newError(http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than %d bytes.", MaxRequestBodyBytes))
+				writeError(c, newError(http.StatusRequestEntityTooLarge, KindBodyTooLarge, "The request body is larger than %d bytes.", MaxRequestBodyBytes))
 				return
 			}
-			writeError(c, badRequest("unreadable_body", "The request body could not be read."))
+			writeError(c, badRequest(KindUnreadableBody, "The request body could not be read."))
 			return
 		}
 		// The handlers run inside c.Next below; once it returns nothing
@@ -165,7 +165,7 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 	}
 	params, err := signing.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		writeError(c, badRequest("invalid_query", "The query string is malformed: %s.", err.Error()))
+		writeError(c, badRequest(KindInvalidQuery, "The query string is malformed: %s.", err.Error()))
 		return
 	}
 	key, ferr := params.Key()
@@ -175,11 +175,11 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 	}
 	app := api.apps.ByKey(key)
 	if app == nil {
-		writeError(c, newError(http.StatusUnauthorized, "unknown_auth_key", "The auth_key is not the key of any app."))
+		writeError(c, newError(http.StatusUnauthorized, KindUnknownAuthKey, "The auth_key is not the key of any app."))
 		return
 	}
 	if app.ID != c.Param("app_id") {
-		writeError(c, newError(http.StatusUnauthorized, "auth_key_app_mismatch", "The auth_key belongs to another app than the app_id in the path."))
+		writeError(c, newError(http.StatusUnauthorized, KindAuthKeyAppMismatch, "The auth_key belongs to another app than the app_id in the path."))
 		return
 	}
 	req := signing.Request{Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Body: body}
@@ -188,11 +188,11 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 		return
 	}
 	if !app.Enabled {
-		writeError(c, newError(http.StatusForbidden, "app_disabled", "The app is disabled."))
+		writeError(c, newError(http.StatusForbidden, KindAppDisabled, "The app is disabled."))
 		return
 	}
 	if len(body) > 0 && !isJSONContentType(r.Header.Get("Content-Type")) {
-		writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
+		writeError(c, badRequest(KindInvalidContentType, "A request body must be sent with Content-Type: application/json."))
 		return
 	}
 	r.URL.RawQuery = signing.WithoutAuth(r.URL.RawQuery)
@@ -240,7 +240,7 @@ func parseInfo(s *string, allowed ...string) (info, error) {
 			ok = ok || a == attr
 		}
 		if !ok {
-			return in, badRequest("invalid_info", "info attribute %q is not available here; allowed: %s.", attr, strings.Join(allowed, ", "))
+			return in, badRequest(KindInvalidInfo, "info attribute %q is not available here; allowed: %s.", attr, strings.Join(allowed, ", "))
 		}
 		switch attr {
 		case "user_count":
@@ -258,7 +258,7 @@ func parseInfo(s *string, allowed ...string) (info, error) {
 // enable it, as the source document says it is unavailable then.
 func requireSubscriptionCount(app *storage.App, in info) error {
 	if in.subscriptionCount && !app.SubscriptionCount {
-		return badRequest("subscription_count_disabled", "subscription_count is not enabled for this app.")
+		return badRequest(KindSubscriptionCountDisabled, "subscription_count is not enabled for this app.")
 	}
 	return nil
 }
@@ -293,22 +293,22 @@ func validateEvent(app *storage.App, name, data *string, chans []string, socketI
 	var ev event
 	switch {
 	case name == nil || *name == "":
-		return ev, badRequest("missing_name", "The event name is required.")
+		return ev, badRequest(KindMissingName, "The event name is required.")
 	case !hub.ValidEventName(*name):
-		return ev, badRequest("invalid_event_name", "Event names are 1 to %d characters and may not start with pusher: or pusher_internal:.", hub.MaxEventNameLength)
+		return ev, badRequest(KindInvalidEventName, "Event names are 1 to %d characters and may not start with pusher: or pusher_internal:.", hub.MaxEventNameLength)
 	case data == nil:
-		return ev, badRequest("missing_data", "The event data is required.")
+		return ev, badRequest(KindMissingData, "The event data is required.")
 	case len(*data) > MaxEventDataBytes:
-		return ev, newError(http.StatusRequestEntityTooLarge, "data_too_large", "Event data is %d bytes; the limit is %d.", len(*data), MaxEventDataBytes)
+		return ev, newError(http.StatusRequestEntityTooLarge, KindDataTooLarge, "Event data is %d bytes; the limit is %d.", len(*data), MaxEventDataBytes)
 	case len(chans) == 0:
-		return ev, badRequest("missing_channels", "Give the channels to trigger on in channels or channel.")
+		return ev, badRequest(KindMissingChannels, "Give the channels to trigger on in channels or channel.")
 	case len(chans) > MaxTriggerChannels:
-		return ev, badRequest("too_many_channels", "An event may name at most %d channels; this one names %d.", MaxTriggerChannels, len(chans))
+		return ev, badRequest(KindTooManyChannels, "An event may name at most %d channels; this one names %d.", MaxTriggerChannels, len(chans))
 	}
 	seen := make(map[string]struct{}, len(chans))
 	for _, ch := range chans {
 		if !hub.ValidChannelName(ch) {
-			return ev, badRequest("invalid_channel_name", "Channel name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", ch, hub.MaxChannelNameLength)
+			return ev, badRequest(KindInvalidChannelName, "Channel name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", ch, hub.MaxChannelNameLength)
 		}
 		if _, dup := seen[ch]; !dup {
 			seen[ch] = struct{}{}
@@ -317,7 +317,7 @@ func validateEvent(app *storage.App, name, data *string, chans []string, socketI
 	}
 	if socketID != nil {
 		if !validSocketID(*socketID) {
-			return ev, badRequest("invalid_socket_id", "socket_id %q is not a socket identifier (two integers joined by a dot).", *socketID)
+			return ev, badRequest(KindInvalidSocketId, "socket_id %q is not a socket identifier (two integers joined by a dot).", *socketID)
 		}
 		ev.socketID = *socketID
 	}
@@ -370,7 +370,7 @@ func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEv
 		list, single = b.Channels, b.Channel
 	}
 	if list != nil && single != nil {
-		return nil, badRequest("ambiguous_channels", "Give either channels or channel, not both.")
+		return nil, badRequest(KindAmbiguousChannels, "Give either channels or channel, not both.")
 	}
 	chans := channelList(list, single)
 	ev, err := validateEvent(app, name, data, chans, socketID, infoAttr)
@@ -411,14 +411,14 @@ func channelList(list *[]string, single *string) []string {
 func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.TriggerBatchEventsRequestObject) (channels.TriggerBatchEventsResponseObject, error) {
 	app := appFrom(ctx)
 	if req.Body == nil || req.Body.Batch == nil {
-		return nil, badRequest("missing_batch", "The body must be {\"batch\": [events]}.")
+		return nil, badRequest(KindMissingBatch, "The body must be {\"batch\": [events]}.")
 	}
 	items := req.Body.Batch
 	switch {
 	case len(items) == 0:
-		return nil, badRequest("empty_batch", "The batch holds no events.")
+		return nil, badRequest(KindEmptyBatch, "The batch holds no events.")
 	case len(items) > MaxBatchEvents:
-		return nil, badRequest("too_many_events", "A batch holds at most %d events; this one holds %d.", MaxBatchEvents, len(items))
+		return nil, badRequest(KindTooManyEvents, "A batch holds at most %d events; this one holds %d.", MaxBatchEvents, len(items))
 	}
 	evs := make([]event, len(items))
 	withInfo := false
@@ -459,7 +459,7 @@ func (api *ChannelsAPI) ListChannels(ctx context.Context, req channels.ListChann
 		return nil, err
 	}
 	if in.userCount && !strings.HasPrefix(prefix, "presence-") {
-		return nil, badRequest("invalid_info", "user_count is only available when filter_by_prefix limits the list to presence- channels.")
+		return nil, badRequest(KindInvalidInfo, "user_count is only available when filter_by_prefix limits the list to presence- channels.")
 	}
 	list := api.hub.Channels(app.ID, prefix)
 	out := make(map[string]channels.ChannelAttributes, len(list))
@@ -479,7 +479,7 @@ func (api *ChannelsAPI) GetChannel(ctx context.Context, req channels.GetChannelR
 	app := appFrom(ctx)
 	name := req.ChannelName
 	if !hub.ValidChannelName(name) {
-		return nil, badRequest("invalid_channel_name", "Channel name %q is invalid.", name)
+		return nil, badRequest(KindInvalidChannelName, "Channel name %q is invalid.", name)
 	}
 	in, err := parseInfo(req.Params.Info, "user_count", "subscription_count", "cache")
 	if err != nil {
@@ -489,11 +489,11 @@ func (api *ChannelsAPI) GetChannel(ctx context.Context, req channels.GetChannelR
 	_, cache := hub.ChannelKind(name)
 	switch {
 	case in.userCount && !presence:
-		return nil, badRequest("invalid_info", "user_count is only available on presence channels.")
+		return nil, badRequest(KindInvalidInfo, "user_count is only available on presence channels.")
 	case in.subscriptionCount && presence:
-		return nil, badRequest("invalid_info", "subscription_count is not available on presence channels; ask for user_count.")
+		return nil, badRequest(KindInvalidInfo, "subscription_count is not available on presence channels; ask for user_count.")
 	case in.cache && !cache:
-		return nil, badRequest("invalid_info", "cache is only available on cache channels.")
+		return nil, badRequest(KindInvalidInfo, "cache is only available on cache channels.")
 	}
 	if err := requireSubscriptionCount(app, in); err != nil {
 		return nil, err
@@ -521,10 +521,10 @@ func (api *ChannelsAPI) ListPresenceUsers(ctx context.Context, req channels.List
 	app := appFrom(ctx)
 	name := req.ChannelName
 	if !hub.ValidChannelName(name) {
-		return nil, badRequest("invalid_channel_name", "Channel name %q is invalid.", name)
+		return nil, badRequest(KindInvalidChannelName, "Channel name %q is invalid.", name)
 	}
 	if !hub.IsPresence(name) {
-		return nil, badRequest("not_presence_channel", "Users can only be listed on presence- channels.")
+		return nil, badRequest(KindNotPresenceChannel, "Users can only be listed on presence- channels.")
 	}
 	ids := api.hub.PresenceUsers(app.ID, name)
 	users := make([]channels.PresenceUser, len(ids))
@@ -543,12 +543,12 @@ func (api *ChannelsAPI) TerminateUserConnections(ctx context.Context, req channe
 		if len(bytes.TrimSpace(body)) > 0 {
 			var obj map[string]json.RawMessage
 			if err := json.Unmarshal(body, &obj); err != nil {
-				return nil, badRequest("invalid_body", "terminate_connections takes no body; send none or {}.")
+				return nil, badRequest(KindInvalidBody, "terminate_connections takes no body; send none or {}.")
 			}
 		}
 	}
 	if req.UserId == "" {
-		return nil, badRequest("missing_user_id", "The user id is required.")
+		return nil, badRequest(KindMissingUserId, "The user id is required.")
 	}
 	api.hub.TerminateUser(app.ID, req.UserId)
 	return channels.TerminateUserConnections200JSONResponse{}, nil

@@ -129,15 +129,15 @@ func pushInstance(instances InstanceLookup) gin.HandlerFunc {
 		id := c.Param("instance_id")
 		switch {
 		case id == "":
-			writeError(c, badRequest("missing_instance_id", "The instance id is missing from the path."))
+			writeError(c, badRequest(KindMissingInstanceId, "The instance id is missing from the path."))
 			return
 		case !manage.ValidInstanceID(id):
-			writeError(c, badRequest("invalid_instance_id", "The instance id %q is not a UUID.", text.Truncate(id, 64)))
+			writeError(c, badRequest(KindInvalidInstanceId, "The instance id %q is not a UUID.", text.Truncate(id, 64)))
 			return
 		}
 		in := instances.ByID(id)
 		if in == nil || !in.Enabled {
-			writeError(c, newError(http.StatusNotFound, "instance_not_found", "There is no instance %s.", id))
+			writeError(c, newError(http.StatusNotFound, KindInstanceNotFound, "There is no instance %s.", id))
 			return
 		}
 		c.Set(instanceContextKey, in)
@@ -172,15 +172,15 @@ func jsonBody(limit int64) gin.HandlerFunc {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				writeError(c, newError(http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than %d bytes.", limit))
+				writeError(c, newError(http.StatusRequestEntityTooLarge, KindBodyTooLarge, "The request body is larger than %d bytes.", limit))
 				return
 			}
-			writeError(c, badRequest("unreadable_body", "The request body could not be read."))
+			writeError(c, badRequest(KindUnreadableBody, "The request body could not be read."))
 			return
 		}
 		if len(body) > 0 {
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
+				writeError(c, badRequest(KindInvalidContentType, "A request body must be sent with Content-Type: application/json."))
 				return
 			}
 		}
@@ -196,20 +196,20 @@ func ValidInterestName(s string) bool {
 }
 
 func invalidInterest(name string) *Error {
-	return badRequest("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", text.Truncate(name, 200), MaxInterestNameLength)
+	return badRequest(KindInvalidInterestName, "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", text.Truncate(name, 200), MaxInterestNameLength)
 }
 
 // deviceRef checks a path's platform and device id.
 func deviceRef(platform device.Platform, id string) (storage.Platform, error) {
 	p := storage.Platform(platform)
 	if !p.Valid() {
-		return "", badRequest("invalid_platform", "Platform %q is not one of apns, fcm, web.", text.Truncate(string(platform), 64))
+		return "", badRequest(KindInvalidPlatform, "Platform %q is not one of apns, fcm, web.", text.Truncate(string(platform), 64))
 	}
 	if id == "" {
-		return "", badRequest("missing_device_id", "The device id is missing from the path.")
+		return "", badRequest(KindMissingDeviceId, "The device id is missing from the path.")
 	}
 	if len(id) > maxDeviceIDLength {
-		return "", badRequest("invalid_device_id", "Device ids are at most %d characters.", maxDeviceIDLength)
+		return "", badRequest(KindInvalidDeviceId, "Device ids are at most %d characters.", maxDeviceIDLength)
 	}
 	return p, nil
 }
@@ -218,13 +218,13 @@ func deviceRef(platform device.Platform, id string) (storage.Platform, error) {
 func deviceError(err error, id string) error {
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return newError(http.StatusNotFound, "device_not_found", "There is no device %s on this platform.", text.Truncate(id, maxDeviceIDLength))
+		return newError(http.StatusNotFound, KindDeviceNotFound, "There is no device %s on this platform.", text.Truncate(id, maxDeviceIDLength))
 	case errors.Is(err, storage.ErrInterestLimit):
-		return badRequest("too_many_interests", "A device holds at most %d interests.", storage.MaxDeviceInterests)
+		return badRequest(KindTooManyInterests, "A device holds at most %d interests.", storage.MaxDeviceInterests)
 	case errors.Is(err, storage.ErrUserAlreadySet):
-		return badRequest("user_already_set", "A user is already associated with this device.")
+		return badRequest(KindUserAlreadySet, "A user is already associated with this device.")
 	case errors.Is(err, storage.ErrUserDeviceLimit):
-		return newError(http.StatusUnprocessableEntity, "too_many_devices", "The user already has the maximum of %d devices.", storage.MaxUserDevices)
+		return newError(http.StatusUnprocessableEntity, KindTooManyDevices, "The user already has the maximum of %d devices.", storage.MaxUserDevices)
 	}
 	return err
 }
@@ -237,7 +237,7 @@ func metadataMap(fields map[string]*string) (map[string]string, error) {
 			continue
 		}
 		if utf8.RuneCountInString(*v) > maxMetadataLength {
-			return nil, badRequest("invalid_metadata", "metadata.%s is longer than %d characters.", k, maxMetadataLength)
+			return nil, badRequest(KindInvalidMetadata, "metadata.%s is longer than %d characters.", k, maxMetadataLength)
 		}
 		md[k] = *v
 	}
@@ -266,20 +266,20 @@ func genericMetadata(m *device.Metadata) map[string]*string {
 func checkToken(p storage.Platform, token string) error {
 	switch {
 	case token == "":
-		return badRequest("missing_token", "The gateway token is required.")
+		return badRequest(KindMissingToken, "The gateway token is required.")
 	case len(token) > maxTokenLength:
-		return badRequest("invalid_token", "The gateway token is longer than %d bytes.", maxTokenLength)
+		return badRequest(KindInvalidToken, "The gateway token is longer than %d bytes.", maxTokenLength)
 	}
 	switch p {
 	case storage.PlatformAPNs:
 		// The iOS SDK sends the device token's bytes in hex.
 		if len(token)%2 != 0 || strings.TrimLeft(token, "0123456789abcdefABCDEF") != "" {
-			return newError(http.StatusUnauthorized, "invalid_gateway_token", "An APNs device token is the hex encoding of the token bytes.")
+			return newError(http.StatusUnauthorized, KindInvalidGatewayToken, "An APNs device token is the hex encoding of the token bytes.")
 		}
 	case storage.PlatformFCM:
 		for i := 0; i < len(token); i++ {
 			if token[i] <= ' ' || token[i] >= 0x7f {
-				return newError(http.StatusUnauthorized, "invalid_gateway_token", "An FCM registration token is printable ASCII without spaces.")
+				return newError(http.StatusUnauthorized, KindInvalidGatewayToken, "An FCM registration token is printable ASCII without spaces.")
 			}
 		}
 	case storage.PlatformWeb:
@@ -291,7 +291,7 @@ func checkToken(p storage.Platform, token string) error {
 // checkWebToken checks that token is the base64 of a PushSubscription JSON
 // with an http(s) endpoint and both keys, which Web Push delivery needs.
 func checkWebToken(token string) error {
-	invalid := badRequest("invalid_token", "A web token is the base64 of the browser's PushSubscription JSON, with endpoint, keys.p256dh and keys.auth.")
+	invalid := badRequest(KindInvalidToken, "A web token is the base64 of the browser's PushSubscription JSON, with endpoint, keys.p256dh and keys.auth.")
 	raw, err := base64.StdEncoding.DecodeString(token)
 	if err != nil {
 		if raw, err = base64.RawStdEncoding.DecodeString(token); err != nil {
@@ -318,7 +318,7 @@ func checkWebToken(token string) error {
 // register stores a validated registration.
 func (api *DeviceAPI) register(ctx context.Context, d storage.Device, known *[]string) (device.RegisteredJSONResponse, error) {
 	if known != nil && len(*known) > maxKnownPreviousIDs {
-		return device.RegisteredJSONResponse{}, badRequest("invalid_known_previous_client_ids", "knownPreviousClientIds holds at most %d ids.", maxKnownPreviousIDs)
+		return device.RegisteredJSONResponse{}, badRequest(KindInvalidKnownPreviousClientIds, "knownPreviousClientIds holds at most %d ids.", maxKnownPreviousIDs)
 	}
 	in, ctx := requestScope(ctx)
 	d.InstanceID = in.ID
@@ -336,10 +336,10 @@ func (api *DeviceAPI) RegisterApnsDevice(ctx context.Context, req device.Registe
 		return nil, err
 	}
 	if b.BundleIdentifier == "" {
-		return nil, badRequest("missing_bundle_identifier", "The bundleIdentifier is required for APNs devices.")
+		return nil, badRequest(KindMissingBundleIdentifier, "The bundleIdentifier is required for APNs devices.")
 	}
 	if len(b.BundleIdentifier) > maxBundleIDLength {
-		return nil, badRequest("invalid_bundle_identifier", "The bundleIdentifier is longer than %d bytes.", maxBundleIDLength)
+		return nil, badRequest(KindInvalidBundleIdentifier, "The bundleIdentifier is longer than %d bytes.", maxBundleIDLength)
 	}
 	var fields map[string]*string
 	if m := b.Metadata; m != nil {
@@ -367,7 +367,7 @@ func (api *DeviceAPI) RegisterFcmDevice(ctx context.Context, req device.Register
 		bundle = *b.BundleIdentifier
 	}
 	if len(bundle) > maxBundleIDLength {
-		return nil, badRequest("invalid_bundle_identifier", "The bundleIdentifier is longer than %d bytes.", maxBundleIDLength)
+		return nil, badRequest(KindInvalidBundleIdentifier, "The bundleIdentifier is longer than %d bytes.", maxBundleIDLength)
 	}
 	var fields map[string]*string
 	if m := b.Metadata; m != nil {
@@ -490,22 +490,22 @@ func (api *DeviceAPI) SetDeviceUser(ctx context.Context, req device.SetDeviceUse
 func tokenError(err error) *Error {
 	switch {
 	case errors.Is(err, beamsauth.ErrMissingToken):
-		return newError(http.StatusUnauthorized, "missing_token", "The request needs an Authorization: Bearer <JWT> header.")
+		return newError(http.StatusUnauthorized, KindMissingToken, "The request needs an Authorization: Bearer <JWT> header.")
 	case errors.Is(err, beamsauth.ErrMalformedToken):
-		return newError(http.StatusUnauthorized, "invalid_token", "The token is malformed or not signed with HS256 and the instance's secret key.")
+		return newError(http.StatusUnauthorized, KindInvalidToken, "The token is malformed or not signed with HS256 and the instance's secret key.")
 	case errors.Is(err, beamsauth.ErrExpired):
-		return newError(http.StatusUnauthorized, "token_expired", "The token has expired or is not valid yet.")
+		return newError(http.StatusUnauthorized, KindTokenExpired, "The token has expired or is not valid yet.")
 	case errors.Is(err, beamsauth.ErrInvalidIssuer):
-		return newError(http.StatusForbidden, "invalid_issuer", "The token's iss claim is not this instance's issuer.")
+		return newError(http.StatusForbidden, KindInvalidIssuer, "The token's iss claim is not this instance's issuer.")
 	case errors.Is(err, beamsauth.ErrInvalidSubject):
-		return badRequest("invalid_sub", "The token's sub claim (the user id) must be 1 to %d characters.", beamsauth.MaxUserIDLength)
+		return badRequest(KindInvalidSub, "The token's sub claim (the user id) must be 1 to %d characters.", beamsauth.MaxUserIDLength)
 	}
 	claim := "required"
 	var missing *beamsauth.MissingClaimError
 	if errors.As(err, &missing) {
 		claim = missing.Claim
 	}
-	return badRequest("missing_claim", "The token has no %s claim.", claim)
+	return badRequest(KindMissingClaim, "The token has no %s claim.", claim)
 }
 
 // ListDeviceInterests implements GET …/devices/{platform}/{device_id}/interests.
@@ -519,7 +519,7 @@ func (api *DeviceAPI) ListDeviceInterests(ctx context.Context, req device.ListDe
 	if req.Params.Limit != nil {
 		limit = *req.Params.Limit
 		if limit < 1 || limit > MaxInterestPage {
-			return nil, badRequest("invalid_limit", "limit must be 1 to %d.", MaxInterestPage)
+			return nil, badRequest(KindInvalidLimit, "limit must be 1 to %d.", MaxInterestPage)
 		}
 	}
 	after := ""
@@ -551,7 +551,7 @@ func decodeInterestCursor(cursor string) (string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	last, ok := strings.CutPrefix(string(raw), interestCursorPrefix)
 	if err != nil || !ok || !ValidInterestName(last) {
-		return "", badRequest("invalid_cursor", "cursor is not a nextCursor this API returned.")
+		return "", badRequest(KindInvalidCursor, "cursor is not a nextCursor this API returned.")
 	}
 	return last, nil
 }
@@ -566,9 +566,9 @@ func (api *DeviceAPI) SetDeviceInterests(ctx context.Context, req device.SetDevi
 	interests := req.Body.Interests
 	switch {
 	case interests == nil:
-		return nil, badRequest("missing_interests", "The body must be {\"interests\": [names]}.")
+		return nil, badRequest(KindMissingInterests, "The body must be {\"interests\": [names]}.")
 	case len(interests) > storage.MaxDeviceInterests:
-		return nil, badRequest("too_many_interests", "A device holds at most %d interests; the request names %d.", storage.MaxDeviceInterests, len(interests))
+		return nil, badRequest(KindTooManyInterests, "A device holds at most %d interests; the request names %d.", storage.MaxDeviceInterests, len(interests))
 	}
 	for _, name := range interests {
 		if !ValidInterestName(name) {
@@ -617,7 +617,7 @@ func (api *DeviceAPI) RemoveDeviceInterest(ctx context.Context, req device.Remov
 func (api *DeviceAPI) GetWebVapidPublicKey(ctx context.Context, _ device.GetWebVapidPublicKeyRequestObject) (device.GetWebVapidPublicKeyResponseObject, error) {
 	in, _ := requestScope(ctx)
 	if in.VAPID.PublicKey == "" {
-		return nil, newError(http.StatusNotFound, "web_push_not_configured", "The instance has no VAPID key pair.")
+		return nil, newError(http.StatusNotFound, KindWebPushNotConfigured, "The instance has no VAPID key pair.")
 	}
 	return device.GetWebVapidPublicKey200JSONResponse{VapidPublicKey: in.VAPID.PublicKey}, nil
 }

@@ -55,7 +55,7 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 	}
 }
 
-var internalError = &Error{Status: http.StatusInternalServerError, Kind: "internal_error", Description: "The server failed to handle the request; it has been logged."}
+var internalError = &Error{Status: http.StatusInternalServerError, Kind: KindInternalError, Description: "The server failed to handle the request; it has been logged."}
 
 // requestErrorHook answers bodies that cannot be decoded, naming the field
 // and the type it needs without Go's internals.
@@ -64,15 +64,15 @@ func requestErrorHook(c *gin.Context, err error) {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr) && typeErr.Field != "":
-		writeError(c, badRequest("invalid_request", "Field %q must be %s, not %s.", typeErr.Field, jsonKind(typeErr.Type.Kind()), typeErr.Value))
+		writeError(c, badRequest(KindInvalidRequest, "Field %q must be %s, not %s.", typeErr.Field, jsonKind(typeErr.Type.Kind()), typeErr.Value))
 	case errors.As(err, &typeErr):
-		writeError(c, badRequest("invalid_request", "The body must be a JSON object, not %s.", typeErr.Value))
+		writeError(c, badRequest(KindInvalidRequest, "The body must be a JSON object, not %s.", typeErr.Value))
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		writeError(c, badRequest("invalid_request", "The body is not valid JSON."))
+		writeError(c, badRequest(KindInvalidRequest, "The body is not valid JSON."))
 	case errors.Is(err, io.EOF):
-		writeError(c, badRequest("invalid_request", "The request needs a JSON body."))
+		writeError(c, badRequest(KindInvalidRequest, "The request needs a JSON body."))
 	default:
-		writeError(c, badRequest("invalid_request", "The request body could not be decoded."))
+		writeError(c, badRequest(KindInvalidRequest, "The request body could not be decoded."))
 	}
 }
 
@@ -94,5 +94,5 @@ func jsonKind(k reflect.Kind) string {
 
 // paramErrorHook answers path or query parameters of the wrong format.
 func paramErrorHook(c *gin.Context, err error, status int) {
-	writeError(c, newError(status, "invalid_parameter", "%s.", err.Error()))
+	writeError(c, newError(status, KindInvalidParameter, "%s.", err.Error()))
 }

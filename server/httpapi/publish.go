@@ -91,12 +91,12 @@ func secretKeyAuth(c *gin.Context) {
 	in := c.Value(instanceContextKey).(*storage.Instance)
 	h := c.GetHeader("Authorization")
 	if h == "" {
-		writeError(c, badRequest("missing_authorization", "The request needs an Authorization: Bearer <secret key> header."))
+		writeError(c, badRequest(KindMissingAuthorization, "The request needs an Authorization: Bearer <secret key> header."))
 		return
 	}
 	scheme, key, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(in.SecretKey)) != 1 {
-		writeError(c, newError(http.StatusUnauthorized, "incorrect_api_key", "The bearer token is not this instance's secret key."))
+		writeError(c, newError(http.StatusUnauthorized, KindIncorrectApiKey, "The bearer token is not this instance's secret key."))
 		return
 	}
 	c.Next()
@@ -105,7 +105,7 @@ func secretKeyAuth(c *gin.Context) {
 func (api *PublishAPI) rateLimit(c *gin.Context) {
 	in := c.Value(instanceContextKey).(*storage.Instance)
 	if !api.limiter.allow(in.ID, api.now()) {
-		writeError(c, newError(http.StatusTooManyRequests, "too_many_requests", "More than %d requests per second on this instance; slow down.", PublishRateLimit))
+		writeError(c, newError(http.StatusTooManyRequests, KindTooManyRequests, "More than %d requests per second on this instance; slow down.", PublishRateLimit))
 		return
 	}
 	c.Next()
@@ -127,14 +127,14 @@ func publishBody(c *gin.Context) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(c, badRequest("body_too_large", "The request body is larger than %d KiB.", limit/1024))
+			writeError(c, badRequest(KindBodyTooLarge, "The request body is larger than %d KiB.", limit/1024))
 			return
 		}
-		writeError(c, badRequest("unreadable_body", "The request body could not be read."))
+		writeError(c, badRequest(KindUnreadableBody, "The request body could not be read."))
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(c, badRequest("invalid_content_type", "A request body must be sent with Content-Type: application/json."))
+		writeError(c, badRequest(KindInvalidContentType, "A request body must be sent with Content-Type: application/json."))
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -146,7 +146,7 @@ func publishBody(c *gin.Context) {
 func publishRequestErrorHook(c *gin.Context, err error) {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		writeError(c, newError(http.StatusUnprocessableEntity, "invalid_request", "Field %q must be %s, not %s.", typeErr.Field, jsonKind(typeErr.Type.Kind()), typeErr.Value))
+		writeError(c, newError(http.StatusUnprocessableEntity, KindInvalidRequest, "Field %q must be %s, not %s.", typeErr.Field, jsonKind(typeErr.Type.Kind()), typeErr.Value))
 		return
 	}
 	requestErrorHook(c, err)
@@ -199,17 +199,17 @@ func (api *PublishAPI) PublishToUsers(ctx context.Context, req publish.PublishTo
 func checkTargets(kind storage.PublishTargetKind, targets []string) error {
 	if kind == storage.TargetInterests {
 		if len(targets) < 1 || len(targets) > MaxPublishInterests {
-			return unprocessable("invalid_interests", "interests must hold 1 to %d interest names.", MaxPublishInterests)
+			return unprocessable(KindInvalidInterests, "interests must hold 1 to %d interest names.", MaxPublishInterests)
 		}
 		for _, s := range targets {
 			if !ValidInterestName(s) {
-				return unprocessable("invalid_interest_name", "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", text.Truncate(s, 200), MaxInterestNameLength)
+				return unprocessable(KindInvalidInterestName, "Interest name %q is invalid: use 1 to %d characters of A-Z a-z 0-9 _ - = @ , . ;", text.Truncate(s, 200), MaxInterestNameLength)
 			}
 		}
 		return nil
 	}
 	if len(targets) < 1 || len(targets) > MaxPublishUsers {
-		return unprocessable("invalid_users", "users must hold 1 to %d user ids.", MaxPublishUsers)
+		return unprocessable(KindInvalidUsers, "users must hold 1 to %d user ids.", MaxPublishUsers)
 	}
 	for _, s := range targets {
 		if err := checkUserID(s); err != nil {
@@ -223,7 +223,7 @@ func checkTargets(kind storage.PublishTargetKind, targets []string) error {
 // checkUserID validates a user id: 1 to 164 bytes of UTF-8 (400).
 func checkUserID(s string) *Error {
 	if s == "" || len(s) > MaxUserIDBytes || !utf8.ValidString(s) {
-		return badRequest("invalid_user_id", "User id %q is invalid: use 1 to %d bytes of UTF-8.", text.Truncate(s, 200), MaxUserIDBytes)
+		return badRequest(KindInvalidUserId, "User id %q is invalid: use 1 to %d bytes of UTF-8.", text.Truncate(s, 200), MaxUserIDBytes)
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func checkUserID(s string) *Error {
 func checkWebhookURL(s string) error {
 	u, err := url.Parse(s)
 	if len(s) > maxWebhookURLLength || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return unprocessable("invalid_webhook_url", "webhookUrl must be an http:// or https:// URL of at most %d characters.", maxWebhookURLLength)
+		return unprocessable(KindInvalidWebhookUrl, "webhookUrl must be an http:// or https:// URL of at most %d characters.", maxWebhookURLLength)
 	}
 	return nil
 }
@@ -262,9 +262,9 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 		var pe *push.PayloadError
 		switch {
 		case errors.Is(err, push.ErrNoPayload):
-			return "", unprocessable("missing_payload", "A publish needs at least one of apns, fcm and web.")
+			return "", unprocessable(KindMissingPayload, "A publish needs at least one of apns, fcm and web.")
 		case errors.As(err, &pe):
-			return "", unprocessable("invalid_payload", "%s %s.", pe.Field, pe.Reason)
+			return "", unprocessable(KindInvalidPayload, "%s %s.", pe.Field, pe.Reason)
 		}
 		return "", err
 	}
@@ -285,7 +285,7 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 		TargetKind: r.kind, Targets: r.targets, Payload: payload, WebhookURL: webhook,
 	}, in.PublishQuota, day)
 	if errors.Is(err, storage.ErrQuotaExceeded) {
-		return "", newError(http.StatusPaymentRequired, "quota_exceeded", "The instance has used its quota of %d publishes for today (UTC).", in.PublishQuota)
+		return "", newError(http.StatusPaymentRequired, KindQuotaExceeded, "The instance has used its quota of %d publishes for today (UTC).", in.PublishQuota)
 	}
 	if err != nil {
 		return "", err
@@ -301,7 +301,7 @@ func (api *PublishAPI) GetPublish(ctx context.Context, req publish.GetPublishReq
 	in, ctx := requestScope(ctx)
 	p, err := api.db.GetPublish(ctx, in.ID, req.PublishId)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, newError(http.StatusNotFound, "publish_not_found", "There is no publish %s on this instance.", text.Truncate(req.PublishId, 128))
+		return nil, newError(http.StatusNotFound, KindPublishNotFound, "There is no publish %s on this instance.", text.Truncate(req.PublishId, 128))
 	}
 	if err != nil {
 		return nil, err

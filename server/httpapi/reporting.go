@@ -56,21 +56,21 @@ func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEv
 	kind := storage.ReportKind(strings.ToLower(b.Event))
 	switch {
 	case b.Event == "":
-		return nil, badRequest("missing_event", "event is required: delivery or open.")
+		return nil, badRequest(KindMissingEvent, "event is required: delivery or open.")
 	case kind != storage.ReportDelivery && kind != storage.ReportOpen:
-		return nil, badRequest("invalid_event", "event %q is not delivery or open.", text.Truncate(b.Event, 64))
+		return nil, badRequest(KindInvalidEvent, "event %q is not delivery or open.", text.Truncate(b.Event, 64))
 	case b.PublishId == "":
-		return nil, badRequest("missing_publish_id", "publishId is required.")
+		return nil, badRequest(KindMissingPublishId, "publishId is required.")
 	case len(b.PublishId) > maxReportIDLength:
-		return nil, badRequest("invalid_publish_id", "publishId is longer than %d bytes.", maxReportIDLength)
+		return nil, badRequest(KindInvalidPublishId, "publishId is longer than %d bytes.", maxReportIDLength)
 	case b.DeviceId == "":
-		return nil, badRequest("missing_device_id", "deviceId is required.")
+		return nil, badRequest(KindMissingDeviceId, "deviceId is required.")
 	case len(b.DeviceId) > maxReportIDLength:
-		return nil, badRequest("invalid_device_id", "deviceId is longer than %d bytes.", maxReportIDLength)
+		return nil, badRequest(KindInvalidDeviceId, "deviceId is longer than %d bytes.", maxReportIDLength)
 	case b.TimestampSecs == 0:
-		return nil, badRequest("missing_timestamp", "timestampSecs is required: seconds since the Unix epoch.")
+		return nil, badRequest(KindMissingTimestamp, "timestampSecs is required: seconds since the Unix epoch.")
 	case b.TimestampSecs < 0:
-		return nil, badRequest("invalid_timestamp", "timestampSecs must be positive seconds since the Unix epoch.")
+		return nil, badRequest(KindInvalidTimestamp, "timestampSecs must be positive seconds since the Unix epoch.")
 	}
 	ev := storage.ReportEvent{
 		InstanceID:    in.ID,
@@ -81,7 +81,7 @@ func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEv
 	}
 	if b.UserId != nil {
 		if len(*b.UserId) > beamsauth.MaxUserIDLength*4 || len([]rune(*b.UserId)) > beamsauth.MaxUserIDLength {
-			return nil, badRequest("invalid_user_id", "userId is longer than %d characters.", beamsauth.MaxUserIDLength)
+			return nil, badRequest(KindInvalidUserId, "userId is longer than %d characters.", beamsauth.MaxUserIDLength)
 		}
 		ev.UserID = *b.UserId
 	}

@@ -38,10 +38,10 @@ func NewEngine(log *zap.Logger) *gin.Engine {
 	r.HandleMethodNotAllowed = true
 	r.Use(accessLog(log), recovery(log))
 	r.NoRoute(func(c *gin.Context) {
-		writeError(c, newError(http.StatusNotFound, "not_found", "No endpoint at %s %s.", c.Request.Method, c.Request.URL.Path))
+		writeError(c, newError(http.StatusNotFound, KindNotFound, "No endpoint at %s %s.", c.Request.Method, c.Request.URL.Path))
 	})
 	r.NoMethod(func(c *gin.Context) {
-		writeError(c, newError(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s.", c.Request.Method, c.Request.URL.Path))
+		writeError(c, newError(http.StatusMethodNotAllowed, KindMethodNotAllowed, "%s is not allowed on %s.", c.Request.Method, c.Request.URL.Path))
 	})
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	return r
