@@ -583,34 +583,36 @@ func (api *DeviceAPI) SetDeviceInterests(ctx context.Context, req device.SetDevi
 
 // AddDeviceInterest implements POST …/interests/{interest_name}.
 func (api *DeviceAPI) AddDeviceInterest(ctx context.Context, req device.AddDeviceInterestRequestObject) (device.AddDeviceInterestResponseObject, error) {
-	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
-	if err != nil {
+	if err := changeInterest(ctx, req.Platform, req.DeviceId, req.InterestName, api.db.AddDeviceInterest); err != nil {
 		return nil, err
-	}
-	if !ValidInterestName(req.InterestName) {
-		return nil, invalidInterest(req.InterestName)
-	}
-	if err := api.db.AddDeviceInterest(ctx, in.ID, p, req.DeviceId, req.InterestName); err != nil {
-		return nil, deviceError(err, req.DeviceId)
 	}
 	return device.AddDeviceInterest200JSONResponse{}, nil
 }
 
 // RemoveDeviceInterest implements DELETE …/interests/{interest_name}.
 func (api *DeviceAPI) RemoveDeviceInterest(ctx context.Context, req device.RemoveDeviceInterestRequestObject) (device.RemoveDeviceInterestResponseObject, error) {
-	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
-	if err != nil {
+	if err := changeInterest(ctx, req.Platform, req.DeviceId, req.InterestName, api.db.RemoveDeviceInterest); err != nil {
 		return nil, err
 	}
-	if !ValidInterestName(req.InterestName) {
-		return nil, invalidInterest(req.InterestName)
-	}
-	if err := api.db.RemoveDeviceInterest(ctx, in.ID, p, req.DeviceId, req.InterestName); err != nil {
-		return nil, deviceError(err, req.DeviceId)
-	}
 	return device.RemoveDeviceInterest200JSONResponse{}, nil
+}
+
+// changeInterest checks a device reference and an interest name, then applies
+// change (add or remove) to them.
+func changeInterest(ctx context.Context, platform device.Platform, deviceID, interest string,
+	change func(ctx context.Context, instanceID string, p storage.Platform, deviceID, interest string) error) error {
+	in, ctx := requestScope(ctx)
+	p, err := deviceRef(platform, deviceID)
+	if err != nil {
+		return err
+	}
+	if !ValidInterestName(interest) {
+		return invalidInterest(interest)
+	}
+	if err := change(ctx, in.ID, p, deviceID, interest); err != nil {
+		return deviceError(err, deviceID)
+	}
+	return nil
 }
 
 // GetWebVapidPublicKey implements GET …/web-vapid-public-key.
