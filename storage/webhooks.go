@@ -15,7 +15,8 @@ type OutboxWebhook struct {
 	URL           string
 	Body          []byte // the exact JSON bytes to sign and send
 	Attempts      int
-	NextAttemptAt time.Time
+	NextAttemptAt time.Time // when it may be attempted (again)
+	ClaimedUntil  time.Time // set by ClaimWebhooks: the claim's end
 	CreatedAt     time.Time
 }
 
@@ -54,33 +55,33 @@ func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook) error 
 // to the same URL that is not due (waiting for its retry, or claimed) is left
 // out, so a receiver sees events in order even across restarts.
 //
-// Reading and claiming are one transaction: a request that one sender has
+// Reading and claiming are one statement: a request that one sender has
 // delivered and deleted cannot be handed to another from an older read. The
 // claimant deletes, reschedules (RetryWebhookAt) or releases
-// (ReleaseWebhooks) each request; one it loses track of, in a crash, is due
-// again when the claim runs out.
+// (ReleaseWebhooks) each request; one it loses track of is due again when
+// the claim runs out, or at once after ReleaseAllWebhookClaims.
 func (db *DB) ClaimWebhooks(ctx context.Context, t time.Time, lease time.Duration, limit int) ([]OutboxWebhook, error) {
 	var out []OutboxWebhook
-	until := t.Add(lease)
 	err := db.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, `UPDATE webhook_outbox SET next_attempt_at_ms = ?3
+		rows, err := tx.QueryContext(ctx, `UPDATE webhook_outbox SET claimed_until_ms = ?3
 			WHERE id IN (SELECT w.id FROM webhook_outbox w
-				WHERE w.next_attempt_at_ms <= ?1
-				  AND NOT EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.url = w.url AND o.id < w.id AND o.next_attempt_at_ms > ?1)
+				WHERE w.next_attempt_at_ms <= ?1 AND COALESCE(w.claimed_until_ms, 0) <= ?1
+				  AND NOT EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.url = w.url AND o.id < w.id
+				    AND (o.next_attempt_at_ms > ?1 OR COALESCE(o.claimed_until_ms, 0) > ?1))
 				ORDER BY w.id LIMIT ?2)
-			RETURNING id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms`, t.UnixMilli(), limit, until.UnixMilli())
+			RETURNING id, app_id, url, body, attempts, claimed_until_ms, created_at_ms`, t.UnixMilli(), limit, t.Add(lease).UnixMilli())
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var w OutboxWebhook
-			var next, created int64
-			if err := rows.Scan(&w.ID, &w.AppID, &w.URL, &w.Body, &w.Attempts, &next, &created); err != nil {
+			var until, created int64
+			if err := rows.Scan(&w.ID, &w.AppID, &w.URL, &w.Body, &w.Attempts, &until, &created); err != nil {
 				return err
 			}
-			w.NextAttemptAt, w.CreatedAt = fromMillis(next), fromMillis(created)
+			w.ClaimedUntil, w.CreatedAt = fromMillis(until), fromMillis(created)
 			out = append(out, w)
 		}
 		return rows.Err()
@@ -93,20 +94,19 @@ func (db *DB) ClaimWebhooks(ctx context.Context, t time.Time, lease time.Duratio
 	return out, nil
 }
 
-// ReleaseWebhooks gives back claimed requests that were not attempted, due
-// again at t.
-func (db *DB) ReleaseWebhooks(ctx context.Context, ids []int64, t time.Time) error {
+// ReleaseWebhooks gives back claimed requests that were not attempted.
+func (db *DB) ReleaseWebhooks(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	return db.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `UPDATE webhook_outbox SET next_attempt_at_ms = ? WHERE id = ?`)
+		stmt, err := tx.PrepareContext(ctx, `UPDATE webhook_outbox SET claimed_until_ms = NULL WHERE id = ?`)
 		if err != nil {
 			return err
 		}
 		defer stmt.Close()
 		for _, id := range ids {
-			if _, err := stmt.ExecContext(ctx, t.UnixMilli(), id); err != nil {
+			if _, err := stmt.ExecContext(ctx, id); err != nil {
 				return err
 			}
 		}
@@ -114,11 +114,19 @@ func (db *DB) ReleaseWebhooks(ctx context.Context, ids []int64, t time.Time) err
 	})
 }
 
+// ReleaseAllWebhookClaims gives back every claimed request. Only a node that
+// is alone on the database may call it, at start: the claims are its previous
+// run's, cut short by a crash, and their requests are due again at once.
+func (db *DB) ReleaseAllWebhookClaims(ctx context.Context) error {
+	_, err := db.writer.ExecContext(ctx, `UPDATE webhook_outbox SET claimed_until_ms = NULL WHERE claimed_until_ms IS NOT NULL`)
+	return err
+}
+
 // NextWebhookDue returns when the earliest request in the outbox is due, and
 // false when the outbox is empty.
 func (db *DB) NextWebhookDue(ctx context.Context) (time.Time, bool, error) {
 	var next sql.NullInt64
-	if err := db.reader.QueryRowContext(ctx, `SELECT MIN(next_attempt_at_ms) FROM webhook_outbox`).Scan(&next); err != nil {
+	if err := db.reader.QueryRowContext(ctx, `SELECT MIN(MAX(next_attempt_at_ms, COALESCE(claimed_until_ms, 0))) FROM webhook_outbox`).Scan(&next); err != nil {
 		return time.Time{}, false, err
 	}
 	if !next.Valid {
@@ -135,7 +143,7 @@ func (db *DB) DeleteWebhook(ctx context.Context, id int64) error {
 
 // RetryWebhookAt records a failed attempt and when to try again.
 func (db *DB) RetryWebhookAt(ctx context.Context, id int64, next time.Time) error {
-	_, err := db.writer.ExecContext(ctx, `UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at_ms = ? WHERE id = ?`, next.UnixMilli(), id)
+	_, err := db.writer.ExecContext(ctx, `UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at_ms = ?, claimed_until_ms = NULL WHERE id = ?`, next.UnixMilli(), id)
 	return err
 }
 

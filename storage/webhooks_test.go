@@ -80,7 +80,7 @@ func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 		t.Fatalf("claim while the first is held: %+v (%v), want none", again, err)
 	}
 	// Given back unsent, both are due again, in order.
-	if err := db.ReleaseWebhooks(ctx, []int64{first[0].ID}, now); err != nil {
+	if err := db.ReleaseWebhooks(ctx, []int64{first[0].ID}); err != nil {
 		t.Fatal(err)
 	}
 	both, err := db.ClaimWebhooks(ctx, now, time.Minute, 10)
@@ -91,5 +91,50 @@ func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 	later, err := db.ClaimWebhooks(ctx, now.Add(time.Minute), time.Minute, 10)
 	if err != nil || len(later) != 2 {
 		t.Fatalf("claim after the lease: %+v (%v), want both", later, err)
+	}
+	// A node starting alone takes its previous run's claims back at once,
+	// and a failed request keeps its retry time.
+	if err := db.RetryWebhookAt(ctx, later[0].ID, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ClaimWebhooks(ctx, now.Add(time.Minute), time.Minute, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ReleaseAllWebhookClaims(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.ClaimWebhooks(ctx, now.Add(2*time.Hour), time.Minute, 10); err != nil || len(got) != 2 || got[0].Attempts != 1 {
+		t.Fatalf("after the retry time: %+v (%v), want both, the first retried once", got, err)
+	}
+	if next, ok, err := db.NextWebhookDue(ctx); err != nil || !ok || !next.Equal(fromMillis(now.Add(2*time.Hour+time.Minute).UnixMilli())) {
+		t.Fatalf("next due %v %v (%v), want the end of the last claim", next, ok, err)
+	}
+}
+
+func TestReleaseAllWebhookClaimsMakesThemDueAtOnce(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	items := []OutboxWebhook{{AppID: "1", URL: "http://a", Body: []byte(`1`)}, {AppID: "1", URL: "http://b", Body: []byte(`2`)}}
+	if err := db.EnqueueWebhooks(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if got, err := db.ClaimWebhooks(ctx, now, time.Hour, 10); err != nil || len(got) != 2 {
+		t.Fatalf("claim: %+v (%v)", got, err)
+	}
+	// The claimant crashed: nothing is due until the claims run out ...
+	if got, err := db.ClaimWebhooks(ctx, now, time.Hour, 10); err != nil || len(got) != 0 {
+		t.Fatalf("claimed again: %+v (%v), want none", got, err)
+	}
+	// ... unless the restarted node takes them back.
+	if err := db.ReleaseAllWebhookClaims(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.ClaimWebhooks(ctx, now, time.Hour, 10); err != nil || len(got) != 2 {
+		t.Fatalf("after taking the claims back: %+v (%v), want both", got, err)
 	}
 }

@@ -39,8 +39,7 @@ type Options struct {
 	// Lease is how long a sender holds the requests it claimed from the
 	// outbox; a request is attempted only while its claim has at least the
 	// client's timeout left. Default: six client timeouts; at least 1 min
-	// and two client timeouts. After a crash, the requests in flight are
-	// sent again once their claim runs out.
+	// and two client timeouts.
 	Lease time.Duration
 	// OnAttempt, when set, is told the outcome of every delivery attempt
 	// (the debug console shows them). It must return at once.
@@ -137,8 +136,12 @@ func (d *Dispatcher) report(a Attempt) {
 }
 
 // Start runs the collector and the sender. Requests left in the outbox by an
-// earlier run are sent too.
+// earlier run are sent too, those it had claimed when it crashed included:
+// the node is alone on its database, so no other sender holds them.
 func (d *Dispatcher) Start() {
+	if err := d.db.ReleaseAllWebhookClaims(context.Background()); err != nil {
+		d.log.Error("taking back the webhook claims of the previous run", zap.Error(err))
+	}
 	cctx, ccancel := context.WithCancel(context.Background())
 	sctx, scancel := context.WithCancel(context.Background())
 	d.stopCollect, d.stopSend = ccancel, scancel
@@ -399,7 +402,7 @@ func (d *Dispatcher) send(ctx context.Context) {
 // sender may take the same requests; what it does not attempt it gives back.
 func (d *Dispatcher) serve(ctx context.Context, items []storage.OutboxWebhook) {
 	for i, w := range items {
-		if ctx.Err() != nil || time.Until(w.NextAttemptAt) < d.opts.Client.Timeout {
+		if ctx.Err() != nil || time.Until(w.ClaimedUntil) < d.opts.Client.Timeout {
 			d.release(items[i:])
 			return
 		}
@@ -414,7 +417,7 @@ func (d *Dispatcher) serve(ctx context.Context, items []storage.OutboxWebhook) {
 	}
 }
 
-// release gives claimed requests back to the outbox, due at once.
+// release gives claimed requests back to the outbox.
 func (d *Dispatcher) release(items []storage.OutboxWebhook) {
 	if len(items) == 0 {
 		return
@@ -423,7 +426,7 @@ func (d *Dispatcher) release(items []storage.OutboxWebhook) {
 	for i, w := range items {
 		ids[i] = w.ID
 	}
-	if err := d.db.ReleaseWebhooks(context.Background(), ids, time.Now()); err != nil {
+	if err := d.db.ReleaseWebhooks(context.Background(), ids); err != nil {
 		d.log.Error("giving back claimed webhooks", zap.Int("requests", len(ids)), zap.Error(err))
 	}
 }

@@ -237,6 +237,27 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	waitOutboxEmpty(t, db2)
 }
 
+// Requests a crashed run had claimed are sent at once by the next run, not
+// once the claim runs out.
+func TestClaimsOfACrashedRunAreSentAtOnce(t *testing.T) {
+	r := newReceiver(t, "k", "s")
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
+	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	body := []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"claimed"}]}`)
+	if err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{{AppID: "1", URL: r.srv.URL, Body: body}}); err != nil {
+		t.Fatal(err)
+	}
+	// The crashed run's claim would hold for an hour.
+	if got, err := db.ClaimWebhooks(context.Background(), time.Now(), time.Hour, 10); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %+v (%v)", got, err)
+	}
+	start(t, db, a, fast)
+	if got := strings.Join(r.waitFor(1), " "); got != "channel_occupied:claimed" {
+		t.Fatalf("got %s", got)
+	}
+	waitOutboxEmpty(t, db)
+}
+
 func TestGivesUpAfterMaxAge(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	r.failFirst.Store(1 << 30)
