@@ -681,7 +681,7 @@ func FuzzClientMessage(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess := &session{s: handler, conn: conn, appID: "1", key: "key1"}
+		sess := &session{s: handler, conn: conn, appID: "1"}
 		sess.handle(msg)
 		sess.handle(msg)
 		frames, reason := conn.Take(nil)

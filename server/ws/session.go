@@ -24,7 +24,6 @@ type session struct {
 	sock  *socket.Conn  // what ws reads and writes
 	br    *bufio.Reader // ws's read buffer, over sock
 	appID string
-	key   string
 
 	// readGate orders the reader's look at the read buffers (inputPending)
 	// before a close handshake, in which the library reads them from the
