@@ -16,6 +16,7 @@ import (
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/metrics"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
@@ -46,13 +47,8 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, push any) {
-	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db}
-	// The push dispatcher reports once it implements metrics.PushSource.
-	if p, ok := push.(metrics.PushSource); ok {
-		src.Push = p
-	}
-	o.metrics = metrics.New(src)
+func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher) {
+	o.metrics = metrics.New(metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes})
 	o.timer = o.metrics.Middleware(longLivedRoutes...)
 	o.db.ObserveTransactions(o.metrics.ObserveTransaction)
 }
