@@ -9,11 +9,7 @@ import (
 
 func TestClaimWebhooksKeepsPerURLOrder(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openOutboxDB(t)
 	items := []OutboxWebhook{
 		{AppID: "1", URL: "http://a", Body: []byte(`1`)},
 		{AppID: "1", URL: "http://a", Body: []byte(`2`)},
@@ -58,11 +54,7 @@ func TestClaimWebhooksKeepsPerURLOrder(t *testing.T) {
 
 func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openOutboxDB(t)
 	items := []OutboxWebhook{
 		{AppID: "1", URL: "http://a", Body: []byte(`1`)},
 		{AppID: "1", URL: "http://a", Body: []byte(`2`)},
@@ -113,11 +105,7 @@ func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 
 func TestReleaseAllWebhookClaimsMakesThemDueAtOnce(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openOutboxDB(t)
 	items := []OutboxWebhook{{AppID: "1", URL: "http://a", Body: []byte(`1`)}, {AppID: "1", URL: "http://b", Body: []byte(`2`)}}
 	if err := db.EnqueueWebhooks(ctx, items); err != nil {
 		t.Fatal(err)
@@ -137,4 +125,15 @@ func TestReleaseAllWebhookClaimsMakesThemDueAtOnce(t *testing.T) {
 	if got, err := db.ClaimWebhooks(ctx, now, time.Hour, 10); err != nil || len(got) != 2 {
 		t.Fatalf("after taking the claims back: %+v (%v), want both", got, err)
 	}
+}
+
+// openOutboxDB opens a fresh database, closed when the test ends.
+func openOutboxDB(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
