@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-default_pkgs="./server/signing ./server/beamsauth ./server/webhook ./server/push ./server/httpapi ./server/hub"
+default_pkgs="./server/signing ./server/beamsauth ./server/webhook ./server/push ./server/httpapi ./server/hub ./server/ws"
 pkgs=${*:-${PKGS:-$default_pkgs}}
 workers=${WORKERS:-2}
 coefficient=${TIMEOUT_COEFFICIENT:-10}
@@ -30,18 +30,20 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 # Files left out per package (regular expressions on the path inside the
-# package): test helpers, and code built only on other systems.
+# package, subpackages included): test helpers, and code built only on
+# other systems.
 excludes() {
 	case $1 in
 	server/push) echo '^pushtest/' ;;
-	server/hub) echo '_other\.go$' ;;
+	server/ws) echo '_other\.go$' ;;
 	esac
 }
 
 # gremlins mutates only code inside a block of Go's coverage profile, and the
-# profile has no block for a switch case's expression, a select case, or the
+# profile has no block for a switch case's expression, a select case, the
 # rest of a line after a function literal (`if err := f(func() {...}); err
-# != nil`), so those would all count as not covered. gremlins runs `go` from
+# != nil`) or a package-level declaration, so those would all count as not
+# covered. gremlins runs `go` from
 # PATH: this wrapper runs the real go and, after a coverage run, adds to the
 # profile each gap between two blocks of which one ran. The heuristic can
 # only err towards trying a mutant that no test reaches, which then lives
