@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -240,8 +242,14 @@ func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	db, d := dispatchTo(t, Options{MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, zap.New(core), send,
 		"apns-down", "apns-up")
+	began := time.Now()
 	publishTo(t, db, d, "pub-1", "news")
 	p := waitPublishDone(t, db, "pub-1")
+	// 3 ms of backoff; waiting for the claimer's 1 s (or 5 s) poll instead
+	// of the retry's due time would take seconds.
+	if took := time.Since(began); took > 1500*time.Millisecond {
+		t.Errorf("three attempts took %v, want each retry when it is due", took)
+	}
 	if p.Targeted != 2 || p.Sent != 1 || p.Failed != 1 {
 		t.Errorf("publish targeted %d, sent %d, failed %d; want 2, 1, 1", p.Targeted, p.Sent, p.Failed)
 	}
@@ -258,6 +266,15 @@ func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
 	if c := d.PushCounters(); c.QueueDepth != 0 || d.InFlight() != 0 {
 		t.Errorf("queue depth %d, %d in flight after the publish is done", c.QueueDepth, d.InFlight())
 	}
+	if n := logs.FilterMessage("resuming deliveries claimed by an earlier run").Len(); n != 0 {
+		t.Errorf("a fresh start logged %d resumed claims", n)
+	}
+	// The resolver forgets a publish once it is done.
+	wait.Until(t, "the resolver to forget the publish", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.reading) == 0
+	})
 	notSent := logs.FilterMessage("delivery not sent")
 	if notSent.Len() != 3 || notSent.FilterField(zap.String("device", "apns-up")).Len() != 0 {
 		t.Errorf("%d attempts logged as not sent (%v), want the 3 to the device whose gateway is down", notSent.Len(), notSent.All())
@@ -328,8 +345,8 @@ func TestRecordingRetriedAfterAFailedWrite(t *testing.T) {
 }
 
 // A publish with a webhook URL posts publish_started and publish_finished
-// there, signed with the instance's secret key; an answer outside 2xx is
-// retried after the backoff. Each is sent as soon as it is due, not at the
+// there, signed with the instance's secret key; an answer outside 2xx (300
+// here) is retried after the backoff. Each is sent as soon as it is due, not at the
 // sender's next 5 s poll.
 func TestPublishWebhooks(t *testing.T) {
 	type hook struct {
@@ -339,7 +356,7 @@ func TestPublishWebhooks(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []hook
-	answers := []int{http.StatusBadGateway} // the first request fails
+	answers := []int{http.StatusMultipleChoices} // the first request fails
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		var h hook
@@ -388,11 +405,263 @@ func TestPublishWebhooks(t *testing.T) {
 			}
 		}
 	}
-	// The first request was answered 502 and sent again.
+	// The first request was answered 300 and sent again.
 	if len(hooks) != 3 || events[publish.PublishFinished] != 1 || events[hooks[0].body.Event] != 2 {
 		t.Fatalf("webhooks %v, want publish_started and publish_finished, the first of them twice", events)
 	}
 	if logs.Len() != 0 {
 		t.Errorf("logged %v", logs.All())
+	}
+}
+
+// With nothing else due, each publish webhook is sent as soon as it is
+// queued: publish_started when the publish starts, publish_finished when its
+// last delivery is recorded, not at the webhook sender's next 5 s poll.
+func TestPublishWebhooksSentAtOnce(t *testing.T) {
+	started := make(chan struct{})
+	var once sync.Once
+	var events atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		var h publish.PublishWebhook
+		_ = json.NewDecoder(r.Body).Decode(&h)
+		events.Add(1)
+		if h.Event == publish.PublishStarted {
+			once.Do(func() { close(started) })
+		}
+	}))
+	t.Cleanup(srv.Close)
+	// The delivery waits for publish_started, so publish_finished comes after
+	// the webhook sender has gone idle.
+	send := func(ctx context.Context, _ storage.Delivery, _ *Prepared) Result {
+		select {
+		case <-started:
+			return sent()
+		case <-ctx.Done():
+			return retry("stopping", 0)
+		}
+	}
+	db, d := dispatchTo(t, Options{}, zap.NewNop(), send, "apns-1")
+	began := time.Now()
+	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: "pub-quick", InstanceID: testInstance, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`), WebhookURL: srv.URL}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Notify()
+	wait.Until(t, "both webhooks", func() bool { return events.Load() == 2 })
+	if took := time.Since(began); took > 2500*time.Millisecond {
+		t.Fatalf("the two webhooks took %v, want each sent when queued", took)
+	}
+}
+
+// A publish to users reaches the user's devices with the user named in
+// data.pusher.userId, encoded for that user.
+func TestPublishToUsers(t *testing.T) {
+	var mu sync.Mutex
+	users := map[string]string{} // device -> userId in the payload
+	send := func(_ context.Context, del storage.Delivery, p *Prepared) Result {
+		var body struct {
+			Data struct {
+				Pusher Metadata `json:"pusher"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(p.APNsBody, &body); err != nil {
+			t.Errorf("apns body %s: %v", p.APNsBody, err)
+		}
+		mu.Lock()
+		users[del.DeviceID] = body.Data.Pusher.UserID
+		mu.Unlock()
+		return sent()
+	}
+	db, d := dispatchTo(t, Options{}, zap.NewNop(), send, "apns-alice", "apns-bob", "apns-nobody")
+	for dev, user := range map[string]string{"apns-alice": "alice", "apns-bob": "bob"} {
+		if err := db.SetDeviceUser(t.Context(), testInstance, storage.PlatformAPNs, dev, user); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: "pub-users", InstanceID: testInstance, TargetKind: storage.TargetUsers,
+		Targets: []string{"alice", "bob"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Notify()
+	p := waitPublishDone(t, db, "pub-users")
+	mu.Lock()
+	defer mu.Unlock()
+	if p.Sent != 2 || len(users) != 2 || users["apns-alice"] != "alice" || users["apns-bob"] != "bob" {
+		t.Fatalf("publish sent %d; userId by device %v", p.Sent, users)
+	}
+}
+
+// A publish no device is interested in is done at once, and so is one
+// whose stored payload no longer parses (it resolves to no device).
+func TestPublishWithoutTargetsIsDone(t *testing.T) {
+	send := func(context.Context, storage.Delivery, *Prepared) Result { return sent() }
+	core, logs := observer.New(zapcore.ErrorLevel)
+	db, d := dispatchTo(t, Options{}, zap.New(core), send, "apns-1")
+	publishTo(t, db, d, "pub-nobody", "no-such-interest")
+	if p := waitPublishDone(t, db, "pub-nobody"); p.Targeted != 0 {
+		t.Fatalf("targeted %d", p.Targeted)
+	}
+	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: "pub-broken", InstanceID: testInstance, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":"not an object"}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Notify()
+	if p := waitPublishDone(t, db, "pub-broken"); p.Targeted != 0 {
+		t.Fatalf("broken payload: targeted %d", p.Targeted)
+	}
+	if logs.FilterMessage("stored publish payload is invalid").Len() != 1 {
+		t.Fatalf("logged %v", logs.All())
+	}
+}
+
+// When the database cannot be read, the claimer and the resolver log it.
+func TestUnreadableStoreLogged(t *testing.T) {
+	send := func(context.Context, storage.Delivery, *Prepared) Result { return sent() }
+	core, logs := observer.New(zapcore.ErrorLevel)
+	db, _ := dispatchTo(t, Options{}, zap.New(core), send)
+	db.Close()
+	wait.Until(t, "errors about claiming and listing", func() bool {
+		return logs.FilterMessage("claiming deliveries").Len() > 0 && logs.FilterMessage("listing publishes to resolve").Len() > 0
+	})
+}
+
+// A dispatcher that was never started closes without doing anything.
+func TestCloseWithoutStart(t *testing.T) {
+	db, in := openTestDB(t, storage.Instance{})
+	New(db, instanceMap{in.ID: &in}, zap.NewNop(), Options{}).Close()
+}
+
+func TestDispatcherDefaults(t *testing.T) {
+	o := Options{}.withDefaults()
+	if o.Workers != 128 || o.ClaimBatch != 1000 || o.MaxInFlight != 3072 || o.PageSize != 512 || o.MaxAttempts != 8 ||
+		o.BaseBackoff != time.Second || o.MaxBackoff != 5*time.Minute || o.WebhookMaxAge != 5*time.Minute ||
+		o.SendTimeout != 30*time.Second || o.WebhookClient.Timeout != 10*time.Second {
+		t.Fatalf("defaults %+v (webhook client timeout %v)", o, o.WebhookClient.Timeout)
+	}
+}
+
+// FCM's error code in the details wins over the status: UNREGISTERED there
+// means the token is dead whatever the status says.
+func TestFCMDetailErrorCodeWins(t *testing.T) {
+	f, _, _ := fcmGateway(t, func(_ int, _ string, w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"code":400,"message":"m","status":"INVALID_ARGUMENT","details":[{"errorCode":"UNREGISTERED"}]}}`)
+	})
+	res := f.Send(context.Background(), storage.Delivery{Token: "t"}, mustPrepare(t, "", `{}`, ""))
+	if res.Outcome != storage.DeliveryDeadToken || !strings.Contains(res.Reason, "UNREGISTERED") {
+		t.Fatalf("%+v, want a dead token", res)
+	}
+}
+
+// An access token that expires within tokenRefreshEarly is not reused: a
+// token valid for 4 minutes is fetched again for the next send.
+func TestFCMTokenRenewedEarly(t *testing.T) {
+	var tokens atomic.Int64
+	g := newGateway(t, false, func(_ int, r *http.Request, w http.ResponseWriter) {
+		if r.URL.Path == "/token" {
+			n := tokens.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"access_token":"tok-`+itoa(int(n))+`","expires_in":240,"token_type":"Bearer"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"name":"projects/proj/messages/1"}`)
+	})
+	sa, _, err := pushtest.NewServiceAccount("proj", g.srv.URL+"/token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFCM(storage.FCMConfig{ServiceAccountJSON: sa, URL: g.srv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPrepare(t, "", `{}`, "")
+	for range 2 {
+		if res := f.Send(context.Background(), storage.Delivery{Token: "t"}, p); res.Outcome != storage.DeliverySent {
+			t.Fatalf("send: %+v", res)
+		}
+	}
+	if tokens.Load() != 2 {
+		t.Fatalf("%d token requests for two sends with a 4-minute token, want 2", tokens.Load())
+	}
+}
+
+// Web Push encrypts messages from 0 bytes up to the most one record holds,
+// and refuses one byte more.
+func TestWebPushMessageSizes(t *testing.T) {
+	fake := pushtest.NewWebPush()
+	t.Cleanup(fake.Close)
+	sub, err := fake.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := DecodeWebToken(sub.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 14, 26, 4079} {
+		msg := []byte(strings.Repeat("m", n))
+		body, err := Encrypt(s, msg)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if got, err := pushtest.Decrypt(sub, body); err != nil || string(got) != string(msg) {
+			t.Fatalf("%d bytes: decrypted %d bytes (%v)", n, len(got), err)
+		}
+	}
+	if _, err := Encrypt(s, make([]byte, 4080)); err == nil {
+		t.Fatal("a 4080-byte message was accepted")
+	}
+}
+
+// A web token may be base64 with or without padding.
+func TestDecodeWebTokenUnpadded(t *testing.T) {
+	sub := `{"endpoint":"https://push.example/x","keys":{"p256dh":"BPk","auth":"au"}}`
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+		s, err := DecodeWebToken(enc.EncodeToString([]byte(sub)))
+		if err != nil || s.Endpoint != "https://push.example/x" {
+			t.Fatalf("%v: %+v %v", enc == base64.StdEncoding, s, err)
+		}
+	}
+}
+
+// A VAPID token names the subject (a default one when none is configured)
+// and the push service's origin, is valid 12 hours, and is reused for 11.
+func TestVAPIDToken(t *testing.T) {
+	cfg := newVAPID(t)
+	cfg.Subject = ""
+	w, err := NewWebPush(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	w.now = func() time.Time { return now }
+	h1, err := w.vapidHeader("https://push.example/send/abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimPrefix(strings.Split(h1, ",")[0], "vapid t=")
+	var claims jwt.MapClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(tok, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims["sub"] != DefaultVAPIDSubject || claims["aud"] != "https://push.example" || claims["exp"] != float64(now.Add(12*time.Hour).Unix()) {
+		t.Fatalf("claims %v", claims)
+	}
+	now = now.Add(11*time.Hour - time.Second)
+	if h2, _ := w.vapidHeader("https://push.example/send/def"); h2 != h1 {
+		t.Fatal("the token was not reused within 11 hours")
+	}
+	now = now.Add(time.Second)
+	if h3, _ := w.vapidHeader("https://push.example/send/def"); h3 == h1 {
+		t.Fatal("the token was reused after 11 hours")
+	}
+	cfg.Subject = "mailto:ops@example.com"
+	w2, _ := NewWebPush(cfg, nil)
+	h, _ := w2.vapidHeader("https://push.example/x")
+	claims = jwt.MapClaims{}
+	_, _, _ = jwt.NewParser().ParseUnverified(strings.TrimPrefix(strings.Split(h, ",")[0], "vapid t="), &claims)
+	if claims["sub"] != "mailto:ops@example.com" {
+		t.Fatalf("configured subject: claims %v", claims)
 	}
 }
