@@ -421,8 +421,10 @@ const MaxWatchlist = 100
 // terminate_connections and the watchlist. A connection signs in at most once.
 // The user's first connection makes it online for everyone watching it; c
 // then receives the online/offline state of the (at most MaxWatchlist) users
-// it watches.
-func (h *Hub) SignIn(c *Conn, userID string, watchlist []string) error {
+// it watches. The frames in first are queued to c before that state and only
+// once the user is registered: a client told it is signed in
+// (pusher:signin_success) is already online for anyone who looks.
+func (h *Hub) SignIn(c *Conn, userID string, watchlist []string, first ...[]byte) error {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	if c.removed {
@@ -449,6 +451,9 @@ func (h *Hub) SignIn(c *Conn, userID string, watchlist []string) error {
 		}
 	}
 	set[c] = struct{}{}
+	for _, f := range first {
+		c.Send(f)
+	}
 	if len(watchlist) == 0 {
 		return nil
 	}

@@ -218,6 +218,38 @@ func TestCacheChannel(t *testing.T) {
 	}
 }
 
+// SignIn queues the sign-in answer itself, after registering the user and
+// before the watchlist's state: a client that hears pusher:signin_success
+// is online already for a watcher that signs in next.
+func TestSignInQueuesTheAnswerOnceRegistered(t *testing.T) {
+	h := New(zap.NewNop())
+	bob, alice := connect(t, h, "1"), connect(t, h, "1")
+	if err := h.SignIn(bob, "bob", nil, JSONFrame("pusher:signin_success", "", struct{}{})); err != nil {
+		t.Fatal(err)
+	}
+	if got := events(takeFrames(t, bob)); got != "pusher:signin_success" {
+		t.Fatalf("bob got %s", got)
+	}
+	answer := [][]byte{JSONFrame("pusher:signin_success", "", struct{}{}), JSONFrame("pusher:error", "", struct{}{})}
+	if err := h.SignIn(alice, "alice", []string{"bob", "carol"}, answer...); err != nil {
+		t.Fatal(err)
+	}
+	got := takeFrames(t, alice)
+	if events(got) != "pusher:signin_success,pusher:error,pusher_internal:watchlist_events" {
+		t.Fatalf("alice got %s", events(got))
+	}
+	if !strings.Contains(got[2].Data, `"online","user_ids":["bob"]`) {
+		t.Fatalf("watchlist state %s: want bob online", got[2].Data)
+	}
+	// A refused sign-in queues nothing.
+	if err := h.SignIn(alice, "alice", nil, answer...); err == nil {
+		t.Fatal("second sign-in accepted")
+	}
+	if got := takeFrames(t, alice); len(got) != 0 {
+		t.Fatalf("a refused sign-in queued %s", events(got))
+	}
+}
+
 func TestTerminateUser(t *testing.T) {
 	h := New(zap.NewNop())
 	a1, a2, b := connect(t, h, "1"), connect(t, h, "1"), connect(t, h, "1")

@@ -230,13 +230,15 @@ func (sess *session) signin(msg clientMessage) {
 		sess.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid user_data: the id field is required"})
 		return
 	}
-	sess.conn.Send(hub.JSONFrame("pusher:signin_success", "", struct {
+	answer := [][]byte{hub.JSONFrame("pusher:signin_success", "", struct {
 		UserData string `json:"user_data"`
-	}{d.UserData}))
+	}{d.UserData})}
 	if len(ud.Watchlist) > hub.MaxWatchlist {
-		sess.sendError(4302, "The watchlist holds more than "+itoa(hub.MaxWatchlist)+" user ids; only the first "+itoa(hub.MaxWatchlist)+" are watched.")
+		answer = append(answer, errorFrame(4302, "The watchlist holds more than "+itoa(hub.MaxWatchlist)+" user ids; only the first "+itoa(hub.MaxWatchlist)+" are watched."))
 	}
-	if err := sess.s.hub.SignIn(sess.conn, id, ud.Watchlist); err != nil {
+	// The hub queues the answer once the user is registered, so a watcher
+	// signing in after this client heard signin_success sees it online.
+	if err := sess.s.hub.SignIn(sess.conn, id, ud.Watchlist, answer...); err != nil {
 		return // removed meanwhile
 	}
 	sess.authorized.Store(true)
