@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -240,13 +241,13 @@ func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
 		return sent()
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	db, d := dispatchTo(t, Options{MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, zap.New(core), send,
+	db, d := dispatchTo(t, Options{MaxAttempts: 3, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, zap.New(core), send,
 		"apns-down", "apns-up")
 	began := time.Now()
 	publishTo(t, db, d, "pub-1", "news")
 	p := waitPublishDone(t, db, "pub-1")
-	// 3 ms of backoff; waiting for the claimer's 1 s (or 5 s) poll instead
-	// of the retry's due time would take seconds.
+	// 100 ms of backoff; waiting for the claimer's 1 s (or 5 s) poll
+	// instead of the retry's due time would take seconds.
 	if took := time.Since(began); took > 1500*time.Millisecond {
 		t.Errorf("three attempts took %v, want each retry when it is due", took)
 	}
@@ -416,40 +417,49 @@ func TestPublishWebhooks(t *testing.T) {
 
 // With nothing else due, each publish webhook is sent as soon as it is
 // queued: publish_started when the publish starts, publish_finished when its
-// last delivery is recorded, not at the webhook sender's next 5 s poll.
+// last delivery is recorded, not at the webhook sender's next 5 s poll. Each
+// is queued while the sender is idle: a publish starts once the outbox is
+// empty, and its delivery completes once publish_started has left it.
 func TestPublishWebhooksSentAtOnce(t *testing.T) {
-	started := make(chan struct{})
-	var once sync.Once
-	var events atomic.Int64
+	var mu sync.Mutex
+	seen := map[string]int{} // "<publish> <event>" -> count
 	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		var h publish.PublishWebhook
 		_ = json.NewDecoder(r.Body).Decode(&h)
-		events.Add(1)
-		if h.Event == publish.PublishStarted {
-			once.Do(func() { close(started) })
-		}
+		mu.Lock()
+		seen[h.PublishId+" "+string(h.Event)]++
+		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
-	// The delivery waits for publish_started, so publish_finished comes after
-	// the webhook sender has gone idle.
-	send := func(ctx context.Context, _ storage.Delivery, _ *Prepared) Result {
-		select {
-		case <-started:
-			return sent()
-		case <-ctx.Done():
-			return retry("stopping", 0)
+	has := func(key string) bool { mu.Lock(); defer mu.Unlock(); return seen[key] > 0 }
+	var db *storage.DB
+	outboxEmpty := func() bool {
+		_, ok, err := db.NextPublishWebhookDue(context.Background())
+		return err == nil && !ok
+	}
+	send := func(ctx context.Context, del storage.Delivery, _ *Prepared) Result {
+		for !has(del.PublishID+" publish_started") || !outboxEmpty() {
+			select {
+			case <-ctx.Done():
+				return retry("stopping", 0)
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
+		return sent()
 	}
 	db, d := dispatchTo(t, Options{}, zap.NewNop(), send, "apns-1")
 	began := time.Now()
-	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: "pub-quick", InstanceID: testInstance, TargetKind: storage.TargetInterests,
-		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`), WebhookURL: srv.URL}, 0, time.Time{}); err != nil {
-		t.Fatal(err)
+	for i := range 3 {
+		id := "pub-quick-" + itoa(i)
+		if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: id, InstanceID: testInstance, TargetKind: storage.TargetInterests,
+			Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`), WebhookURL: srv.URL}, 0, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		d.Notify()
+		wait.Until(t, id+" publish_finished sent", func() bool { return has(id+" publish_finished") && outboxEmpty() })
 	}
-	d.Notify()
-	wait.Until(t, "both webhooks", func() bool { return events.Load() == 2 })
-	if took := time.Since(began); took > 2500*time.Millisecond {
-		t.Fatalf("the two webhooks took %v, want each sent when queued", took)
+	if took := time.Since(began); took > 4*time.Second {
+		t.Fatalf("three publishes' webhooks took %v, want each sent when queued", took)
 	}
 }
 
@@ -514,14 +524,17 @@ func TestPublishWithoutTargetsIsDone(t *testing.T) {
 	}
 }
 
-// When the database cannot be read, the claimer and the resolver log it.
+// When the database cannot be read, the claimer, the resolver and the
+// publish webhook sender log it.
 func TestUnreadableStoreLogged(t *testing.T) {
 	send := func(context.Context, storage.Delivery, *Prepared) Result { return sent() }
 	core, logs := observer.New(zapcore.ErrorLevel)
-	db, _ := dispatchTo(t, Options{}, zap.New(core), send)
+	db, d := dispatchTo(t, Options{}, zap.New(core), send)
 	db.Close()
-	wait.Until(t, "errors about claiming and listing", func() bool {
-		return logs.FilterMessage("claiming deliveries").Len() > 0 && logs.FilterMessage("listing publishes to resolve").Len() > 0
+	wake(d.wakeHooks) // rather than wait out the webhook sender's 5 s idle poll
+	wait.Until(t, "errors about claiming, listing and the webhook outbox", func() bool {
+		return logs.FilterMessage("claiming deliveries").Len() > 0 && logs.FilterMessage("listing publishes to resolve").Len() > 0 &&
+			logs.FilterMessage("reading the publish webhook outbox").Len() > 0
 	})
 }
 
@@ -663,5 +676,42 @@ func TestVAPIDToken(t *testing.T) {
 	_, _, _ = jwt.NewParser().ParseUnverified(strings.TrimPrefix(strings.Split(h, ",")[0], "vapid t="), &claims)
 	if claims["sub"] != "mailto:ops@example.com" {
 		t.Fatalf("configured subject: claims %v", claims)
+	}
+}
+
+// Publishes still being delivered do not keep a new one from starting: with
+// 64 publishes each holding a delivery at its gateway, a 65th is read and
+// delivered.
+func TestNewPublishStartsBehindBusyOnes(t *testing.T) {
+	const busy = 64
+	release := make(chan struct{})
+	var held atomic.Int64
+	send := func(ctx context.Context, del storage.Delivery, _ *Prepared) Result {
+		if del.PublishID != "pub-new" {
+			held.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return retry("stopping", 0)
+			}
+		}
+		return sent()
+	}
+	var ids []string
+	for i := range busy + 1 {
+		ids = append(ids, fmt.Sprintf("apns-%02d", i))
+	}
+	// Held sends end at SendTimeout; the new publish must not wait for that.
+	db, d := dispatchTo(t, Options{SendTimeout: 3 * time.Second}, zap.NewNop(), send, ids...)
+	t.Cleanup(func() { close(release) })
+	for i := range busy {
+		publishTo(t, db, d, fmt.Sprintf("pub-%02d", i), ids[i])
+	}
+	wait.Until(t, "64 deliveries held", func() bool { return held.Load() == busy })
+	began := time.Now()
+	publishTo(t, db, d, "pub-new", ids[busy])
+	waitPublishDone(t, db, "pub-new")
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("the new publish took %v, want it started while the others are held", took)
 	}
 }
