@@ -42,6 +42,7 @@ func TestEventFrameBytes(t *testing.T) {
 	}{
 		{"e", "c", "d", "u", `{"event":"e","channel":"c","data":"d","user_id":"u"}`},
 		{"e", "", "d", "", `{"event":"e","data":"d"}`},
+		{long, "", "", "", `{"event":"` + long + `","data":""}`},
 		{"e", long, "", "", `{"event":"e","channel":"` + long + `","data":""}`},
 		{"e", "c", long, "", `{"event":"e","channel":"c","data":"` + long + `"}`},
 		{"e", "c", "", long, `{"event":"e","channel":"c","data":"","user_id":"` + long + `"}`},
@@ -142,8 +143,17 @@ func TestWatchlist(t *testing.T) {
 			t.Errorf("%s saw %s, want %s", tc.c.UserID(), got, tc.want)
 		}
 	}
-	// The watchers are forgotten with their connections.
+	// A watcher going leaves the others watching.
 	h.Remove(alice)
+	carol3 := connect(t, h, "1")
+	if err := h.SignIn(carol3, "carol", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(watchlistEvents(t, takeFrames(t, watcher)), "|"); got != "online:carol" {
+		t.Errorf("after another watcher went, dave saw %q, want online:carol", got)
+	}
+	// The watchers are forgotten with their connections.
+	h.Remove(carol3)
 	h.Remove(watcher)
 	h.Remove(onlyOnline)
 	a := h.app("1", false)
