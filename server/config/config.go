@@ -7,7 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,12 +55,24 @@ type Config struct {
 	// Operations.
 	MetricsAddr string // HERALD_METRICS_ADDR: when set, GET /metrics is served on this address only, not on Addr; default empty (served on Addr)
 	AdminToken  string // HERALD_ADMIN_TOKEN: bearer token of the admin API (/admin/v1) and the console (/console); default empty, which disables both (404)
+
+	// Hardening: what strangers may send and reach (README, Security).
+	WebPushAllowedHosts []string      // HERALD_WEBPUSH_ALLOWED_HOSTS: host names or IPs, each optionally with :port, whose Web Push endpoints may be private or plain http; default none
+	WebhookBlockPrivate bool          // HERALD_WEBHOOK_ALLOW_PRIVATE=false sets it: webhook URLs may not reach loopback, private or link-local addresses; default false (allowed)
+	WebhookMaxQueued    int           // HERALD_WEBHOOK_MAX_QUEUED: webhook requests queued per app before the oldest are dropped; 0 means the default, 10000
+	AnonRateLimit       float64       // HERALD_ANON_RATE_LIMIT: requests per second per client IP on the anonymous Device and Reporting APIs; 0 turns the limit off; Load's default is 50
+	ConnectRateLimit    float64       // HERALD_WS_CONNECT_RATE_LIMIT: new WebSocket connections per second per client IP; default 0 (off: users behind one NAT share an address)
+	MaxSubscriptions    int           // HERALD_MAX_SUBSCRIPTIONS_PER_APP: channel subscriptions an app may hold over all its connections; default 0 (no cap)
+	TrustedProxies      []string      // HERALD_TRUSTED_PROXIES: IPs or CIDRs of proxies whose X-Forwarded-For is believed; default none
+	BodyReadTimeout     time.Duration // HERALD_HTTP_READ_TIMEOUT: time to read a request's headers and body (not the WebSocket upgrade); 0 means the default, 30s
+	WriteTimeout        time.Duration // HERALD_HTTP_WRITE_TIMEOUT: time to write a response (not WebSockets or the console's stream); 0 means the default, 30s
 }
 
 // Defaults.
 const (
-	DefaultAddr = "127.0.0.1:8080"
-	DefaultDB   = "./herald.db"
+	DefaultAddr          = "127.0.0.1:8080"
+	DefaultDB            = "./herald.db"
+	DefaultAnonRateLimit = 50 // requests/s per IP: a Beams SDK makes a few per device and minute, so many devices can share a NAT
 )
 
 // Load parses the serve flags in args over the environment given by getenv.
@@ -92,19 +108,53 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Addr, "addr", env("HERALD_ADDR", DefaultAddr), "listen address (HERALD_ADDR)")
 	fs.StringVar(&c.DB, "db", env("HERALD_DB", DefaultDB), "SQLite database file (HERALD_DB)")
-	var durErrs []error
+	var parseErrs []error
 	duration := func(name string, dst *time.Duration) {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				durErrs = append(durErrs, fmt.Errorf("%s must be a positive duration such as 30s, not %q", name, v))
+				parseErrs = append(parseErrs, fmt.Errorf("%s must be a positive duration such as 30s, not %q", name, v))
 			}
 			*dst = d
 		}
 	}
 	duration("HERALD_ACTIVITY_TIMEOUT", &c.ActivityTimeout)
 	duration("HERALD_PONG_TIMEOUT", &c.PongTimeout)
-	if err := errors.Join(durErrs...); err != nil {
+	duration("HERALD_HTTP_READ_TIMEOUT", &c.BodyReadTimeout)
+	duration("HERALD_HTTP_WRITE_TIMEOUT", &c.WriteTimeout)
+	number := func(name string, dst *float64, def float64) {
+		*dst = def
+		if v := getenv(name); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+				parseErrs = append(parseErrs, fmt.Errorf("%s must be a number of requests per second, 0 or more, not %q", name, v))
+			}
+			*dst = f
+		}
+	}
+	number("HERALD_ANON_RATE_LIMIT", &c.AnonRateLimit, DefaultAnonRateLimit)
+	number("HERALD_WS_CONNECT_RATE_LIMIT", &c.ConnectRateLimit, 0)
+	count := func(name string, dst *int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				parseErrs = append(parseErrs, fmt.Errorf("%s must be a whole number, 0 or more, not %q", name, v))
+			}
+			*dst = n
+		}
+	}
+	count("HERALD_WEBHOOK_MAX_QUEUED", &c.WebhookMaxQueued)
+	count("HERALD_MAX_SUBSCRIPTIONS_PER_APP", &c.MaxSubscriptions)
+	switch v := getenv("HERALD_WEBHOOK_ALLOW_PRIVATE"); v {
+	case "", "true", "1", "on", "yes":
+	case "false", "0", "off", "no":
+		c.WebhookBlockPrivate = true
+	default:
+		parseErrs = append(parseErrs, fmt.Errorf("HERALD_WEBHOOK_ALLOW_PRIVATE must be true or false, not %q", v))
+	}
+	c.WebPushAllowedHosts = list(getenv("HERALD_WEBPUSH_ALLOWED_HOSTS"))
+	c.TrustedProxies = list(getenv("HERALD_TRUSTED_PROXIES"))
+	if err := errors.Join(parseErrs...); err != nil {
 		return Config{}, err
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,6 +164,17 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		return Config{}, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
 	return c, c.validate()
+}
+
+// list splits a comma-separated setting, dropping blanks; nil when empty.
+func list(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func (c Config) validate() error {
@@ -136,10 +197,38 @@ func (c Config) validate() error {
 	if c.VAPIDSubject != "" && !strings.HasPrefix(c.VAPIDSubject, "mailto:") && !strings.HasPrefix(c.VAPIDSubject, "https:") {
 		errs = append(errs, fmt.Errorf("HERALD_VAPID_SUBJECT must be a mailto: or https: URI, not %q", c.VAPIDSubject))
 	}
+	for _, h := range c.WebPushAllowedHosts {
+		if err := validHostPort(h); err != nil {
+			errs = append(errs, fmt.Errorf("HERALD_WEBPUSH_ALLOWED_HOSTS: %w", err))
+		}
+	}
+	for _, p := range c.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				errs = append(errs, fmt.Errorf("HERALD_TRUSTED_PROXIES: %q is neither an IP address nor a CIDR range", p))
+			}
+		}
+	}
 	if c.AdminToken != "" && len(c.AdminToken) < MinAdminTokenLength {
 		errs = append(errs, fmt.Errorf("HERALD_ADMIN_TOKEN must be at least %d characters long", MinAdminTokenLength))
 	}
 	return errors.Join(errs...)
+}
+
+// validHostPort accepts a host name or IP address, optionally with :port
+// (IPv6 addresses with a port in brackets).
+func validHostPort(h string) error {
+	host := h
+	if hp, port, err := net.SplitHostPort(h); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q has an invalid port", h)
+		}
+		host = hp
+	}
+	if host == "" || strings.ContainsAny(host, "/?#@ ") {
+		return fmt.Errorf("%q is not a host name or IP address", h)
+	}
+	return nil
 }
 
 // MinAdminTokenLength is the shortest HERALD_ADMIN_TOKEN accepted: the token

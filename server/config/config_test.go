@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,31 +19,40 @@ func getenv(vars map[string]string) func(string) string {
 }
 
 // defaults is the Config of an empty environment and no flags.
-var defaults = Config{Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info"}
+var defaults = Config{Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info", AnonRateLimit: DefaultAnonRateLimit}
 
 func TestLoad(t *testing.T) {
 	everyVar := map[string]string{
-		"HERALD_ADDR":                     "0.0.0.0:9000",
-		"HERALD_DB":                       "/var/lib/herald/state.db",
-		"HERALD_LOG_FORMAT":               "console",
-		"HERALD_LOG_LEVEL":                "debug",
-		"HERALD_APP_ID":                   "42",
-		"HERALD_APP_KEY":                  "app-key",
-		"HERALD_APP_SECRET":               "app-secret",
-		"HERALD_APP_WEBHOOK_URL":          "https://example.com/hook",
-		"HERALD_INSTANCE_ID":              "8a0f4d2c-9b1e-4c3a-8f5d-6e7a8b9c0d1e",
-		"HERALD_INSTANCE_SECRET_KEY":      "INSTANCE-SECRET",
-		"HERALD_APNS_KEY_FILE":            "/keys/apns.p8",
-		"HERALD_APNS_KEY_ID":              "KEYID12345",
-		"HERALD_APNS_TEAM_ID":             "TEAM123456",
-		"HERALD_APNS_TOPIC":               "com.example.app",
-		"HERALD_APNS_URL":                 "http://127.0.0.1:8443",
-		"HERALD_APNS_CA_FILE":             "/keys/ca.pem",
-		"HERALD_FCM_SERVICE_ACCOUNT_FILE": "/keys/fcm.json",
-		"HERALD_FCM_URL":                  "http://127.0.0.1:8444",
-		"HERALD_VAPID_SUBJECT":            "mailto:ops@example.com",
-		"HERALD_ACTIVITY_TIMEOUT":         "45s",
-		"HERALD_PONG_TIMEOUT":             "1m",
+		"HERALD_ADDR":                      "0.0.0.0:9000",
+		"HERALD_DB":                        "/var/lib/herald/state.db",
+		"HERALD_LOG_FORMAT":                "console",
+		"HERALD_LOG_LEVEL":                 "debug",
+		"HERALD_APP_ID":                    "42",
+		"HERALD_APP_KEY":                   "app-key",
+		"HERALD_APP_SECRET":                "app-secret",
+		"HERALD_APP_WEBHOOK_URL":           "https://example.com/hook",
+		"HERALD_INSTANCE_ID":               "8a0f4d2c-9b1e-4c3a-8f5d-6e7a8b9c0d1e",
+		"HERALD_INSTANCE_SECRET_KEY":       "INSTANCE-SECRET",
+		"HERALD_APNS_KEY_FILE":             "/keys/apns.p8",
+		"HERALD_APNS_KEY_ID":               "KEYID12345",
+		"HERALD_APNS_TEAM_ID":              "TEAM123456",
+		"HERALD_APNS_TOPIC":                "com.example.app",
+		"HERALD_APNS_URL":                  "http://127.0.0.1:8443",
+		"HERALD_APNS_CA_FILE":              "/keys/ca.pem",
+		"HERALD_FCM_SERVICE_ACCOUNT_FILE":  "/keys/fcm.json",
+		"HERALD_FCM_URL":                   "http://127.0.0.1:8444",
+		"HERALD_VAPID_SUBJECT":             "mailto:ops@example.com",
+		"HERALD_ACTIVITY_TIMEOUT":          "45s",
+		"HERALD_PONG_TIMEOUT":              "1m",
+		"HERALD_WEBPUSH_ALLOWED_HOSTS":     " push.internal:8443, 10.0.0.7 ,,[::1]:9000",
+		"HERALD_WEBHOOK_ALLOW_PRIVATE":     "false",
+		"HERALD_WEBHOOK_MAX_QUEUED":        "500",
+		"HERALD_ANON_RATE_LIMIT":           "0",
+		"HERALD_WS_CONNECT_RATE_LIMIT":     "2.5",
+		"HERALD_MAX_SUBSCRIPTIONS_PER_APP": "100000",
+		"HERALD_TRUSTED_PROXIES":           "10.0.0.0/8,192.168.1.1",
+		"HERALD_HTTP_READ_TIMEOUT":         "5s",
+		"HERALD_HTTP_WRITE_TIMEOUT":        "20s",
 	}
 	fromEveryVar := Config{
 		Addr:                  "0.0.0.0:9000",
@@ -66,6 +76,15 @@ func TestLoad(t *testing.T) {
 		VAPIDSubject:          "mailto:ops@example.com",
 		ActivityTimeout:       45 * time.Second,
 		PongTimeout:           time.Minute,
+		WebPushAllowedHosts:   []string{"push.internal:8443", "10.0.0.7", "[::1]:9000"},
+		WebhookBlockPrivate:   true,
+		WebhookMaxQueued:      500,
+		AnonRateLimit:         0,
+		ConnectRateLimit:      2.5,
+		MaxSubscriptions:      100000,
+		TrustedProxies:        []string{"10.0.0.0/8", "192.168.1.1"},
+		BodyReadTimeout:       5 * time.Second,
+		WriteTimeout:          20 * time.Second,
 	}
 	with := func(c Config, change func(*Config)) Config {
 		change(&c)
@@ -116,6 +135,56 @@ func TestLoad(t *testing.T) {
 			name:    "ErrPongTimeoutNotPositive",
 			env:     map[string]string{"HERALD_PONG_TIMEOUT": "0s"},
 			wantErr: "HERALD_PONG_TIMEOUT must be a positive duration",
+		},
+		{
+			name: "OKWebhookAllowPrivateTrue",
+			env:  map[string]string{"HERALD_WEBHOOK_ALLOW_PRIVATE": "true"},
+			want: defaults,
+		},
+		{
+			name:    "ErrWebhookAllowPrivate",
+			env:     map[string]string{"HERALD_WEBHOOK_ALLOW_PRIVATE": "maybe"},
+			wantErr: `HERALD_WEBHOOK_ALLOW_PRIVATE must be true or false, not "maybe"`,
+		},
+		{
+			name:    "ErrAnonRateLimitNegative",
+			env:     map[string]string{"HERALD_ANON_RATE_LIMIT": "-1"},
+			wantErr: `HERALD_ANON_RATE_LIMIT must be a number of requests per second, 0 or more, not "-1"`,
+		},
+		{
+			name:    "ErrConnectRateLimitNotNumber",
+			env:     map[string]string{"HERALD_WS_CONNECT_RATE_LIMIT": "fast"},
+			wantErr: "HERALD_WS_CONNECT_RATE_LIMIT must be a number",
+		},
+		{
+			name:    "ErrWebhookMaxQueuedFraction",
+			env:     map[string]string{"HERALD_WEBHOOK_MAX_QUEUED": "1.5"},
+			wantErr: `HERALD_WEBHOOK_MAX_QUEUED must be a whole number, 0 or more, not "1.5"`,
+		},
+		{
+			name:    "ErrMaxSubscriptionsNegative",
+			env:     map[string]string{"HERALD_MAX_SUBSCRIPTIONS_PER_APP": "-5"},
+			wantErr: "HERALD_MAX_SUBSCRIPTIONS_PER_APP must be a whole number",
+		},
+		{
+			name:    "ErrReadTimeout",
+			env:     map[string]string{"HERALD_HTTP_READ_TIMEOUT": "-1s"},
+			wantErr: "HERALD_HTTP_READ_TIMEOUT must be a positive duration",
+		},
+		{
+			name:    "ErrWebPushAllowedHostWithPath",
+			env:     map[string]string{"HERALD_WEBPUSH_ALLOWED_HOSTS": "push.example/path"},
+			wantErr: `HERALD_WEBPUSH_ALLOWED_HOSTS: "push.example/path" is not a host name or IP address`,
+		},
+		{
+			name:    "ErrWebPushAllowedHostBadPort",
+			env:     map[string]string{"HERALD_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1:99999"},
+			wantErr: `HERALD_WEBPUSH_ALLOWED_HOSTS: "127.0.0.1:99999" has an invalid port`,
+		},
+		{
+			name:    "ErrTrustedProxyName",
+			env:     map[string]string{"HERALD_TRUSTED_PROXIES": "proxy.internal"},
+			wantErr: `HERALD_TRUSTED_PROXIES: "proxy.internal" is neither an IP address nor a CIDR range`,
 		},
 		{
 			name:    "ErrLogFormat",
@@ -191,7 +260,7 @@ func TestLoad(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("Load:\n got %+v\nwant %+v", got, tt.want)
 			}
 			if stderr.Len() != 0 {
