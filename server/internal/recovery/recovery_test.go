@@ -1,0 +1,59 @@
+package recovery
+
+import (
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestRecoverLogsAndCounts(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	log := zap.New(core)
+	var c Counter
+
+	func() {
+		defer c.Recover(log, "message", zap.String("socket", "1.2"))
+		panic("boom")
+	}()
+	func() {
+		defer c.Recover(log, "message")
+	}()
+
+	if got := c.Count(); got != 1 {
+		t.Fatalf("Count = %d, want 1 (one panic, one clean return)", got)
+	}
+	entries := logs.All()
+	if len(entries) != 1 {
+		t.Fatalf("logged %d entries, want 1", len(entries))
+	}
+	fields := entries[0].ContextMap()
+	if fields["panic"] != "boom" || fields["socket"] != "1.2" {
+		t.Fatalf("fields = %v, want panic=boom and socket=1.2", fields)
+	}
+	if stack, _ := fields["stack"].(string); !strings.Contains(stack, "TestRecoverLogsAndCounts") {
+		t.Fatalf("stack does not name the panicking function: %q", stack)
+	}
+	if !strings.Contains(entries[0].Message, "message") {
+		t.Fatalf("message %q does not say what was abandoned", entries[0].Message)
+	}
+}
+
+func TestDoReportsPanic(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	var c Counter
+	ran := false
+	if c.Do(zap.New(core), "job", func() { ran = true }) {
+		t.Fatal("Do reported a panic for a function that returned")
+	}
+	if !ran {
+		t.Fatal("Do did not run the function")
+	}
+	if !c.Do(zap.New(core), "job", func() { var m map[string]int; m["x"] = 1 }) {
+		t.Fatal("Do did not report the panic")
+	}
+	if c.Count() != 1 || logs.Len() != 1 {
+		t.Fatalf("Count = %d, logged %d, want 1 and 1", c.Count(), logs.Len())
+	}
+}
