@@ -126,6 +126,12 @@ func ensureInstance(ctx context.Context, db *storage.DB, cfg config.Config, log 
 	if err != nil {
 		return err
 	}
+	if cfg.InstanceSecretKey != "" {
+		// The operator supplied the key and has it: it stays out of the logs,
+		// which are often shipped to places that should not hold secrets.
+		log.Info("created the Push instance from HERALD_INSTANCE_ID", zap.String("instance_id", in.ID))
+		return nil
+	}
 	log.Info("created the Push instance; its secret key is logged only now (herald instances list shows it)",
 		zap.String("instance_id", in.ID), zap.String("secret_key", in.SecretKey))
 	return nil

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdh"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -371,6 +372,11 @@ func TestRunInstanceFromEnv(t *testing.T) {
 		if len(created) != 1 || fields(created[0])["instance_id"] != instanceID {
 			t.Fatalf("got log %+v, want one creation entry for %s", logs.All(), instanceID)
 		}
+		for _, e := range logs.All() {
+			if strings.Contains(fmt.Sprint(e.Message, fields(e)), "SECRET-1") {
+				t.Fatalf("the secret key the operator supplied was logged: %+v", e)
+			}
+		}
 
 		// Restart with a new secret and one gateway variable: only those
 		// change; the files already read and the VAPID keys stay.
@@ -388,11 +394,16 @@ func TestRunInstanceFromEnv(t *testing.T) {
 
 	t.Run("OKGeneratedSecretKey", func(t *testing.T) {
 		db := openDB(t)
-		log, _ := observed()
+		log, logs := observed()
 		run(t, db, config.Config{InstanceID: instanceID}, log)
 		in := onlyInstance(t, db)
 		if in.ID != instanceID || !secretKey.MatchString(in.SecretKey) {
 			t.Fatalf("got instance %s with secret key %q, want %s with a generated key", in.ID, in.SecretKey, instanceID)
+		}
+		// A generated key is logged once, as the only way to learn it at start.
+		created := logs.FilterMessageSnippet("its secret key is logged only now").All()
+		if len(created) != 1 || fields(created[0])["secret_key"] != in.SecretKey {
+			t.Fatalf("got log %+v, want the generated key logged once", logs.All())
 		}
 	})
 
