@@ -48,7 +48,9 @@ type DB struct {
 var migrations embed.FS
 
 // Open opens (creating if needed) the database file at path and applies any
-// pending migrations. The parent directory must exist.
+// pending migrations. The parent directory must exist. The file is created
+// readable by its owner only, and a file others may write is refused with
+// ErrUnsafePermissions (see preparePrivateFiles).
 func Open(ctx context.Context, path string) (*DB, error) {
 	// A file: URI, escaped, so a path containing '?', '#' or '%' still names
 	// the file instead of being read as URI syntax. The path is made absolute
@@ -56,6 +58,9 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// become file://./herald.db, with "." read as the URI authority.
 	abs, err := filepath.Abs(path)
 	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := preparePrivateFiles(abs); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	file := (&url.URL{Scheme: "file", Path: abs}).String()
