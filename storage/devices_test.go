@@ -188,32 +188,6 @@ func TestDeviceInterests(t *testing.T) {
 	})
 }
 
-func TestReportEvents(t *testing.T) {
-	db := openDeviceDB(t)
-	ctx := t.Context()
-	yes := true
-	report := func(kind ReportKind, device string) bool {
-		t.Helper()
-		ok, err := db.RecordReportEvent(ctx, ReportEvent{InstanceID: instanceID, PublishID: "pub-1", DeviceID: device,
-			Kind: kind, TimestampSecs: 1_700_000_000, HasData: &yes})
-		checkErr(t, "RecordReportEvent", err, nil)
-		return ok
-	}
-	check(t, "first delivery", report(ReportDelivery, "d1"), true)
-	check(t, "repeated delivery", report(ReportDelivery, "d1"), false)
-	report(ReportDelivery, "d2")
-	report(ReportOpen, "d1")
-	delivered, opened, err := db.PublishReportCounts(ctx, instanceID, "pub-1")
-	checkErr(t, "PublishReportCounts", err, nil)
-	check(t, "counts", [2]int{delivered, opened}, [2]int{2, 1})
-	delivered, opened, err = db.PublishReportCounts(ctx, instanceID, "unknown")
-	checkErr(t, "PublishReportCounts unknown", err, nil)
-	check(t, "counts of unknown", [2]int{delivered, opened}, [2]int{0, 0})
-	delivered, opened, err = db.DeviceReportCounts(ctx, instanceID, "d1")
-	checkErr(t, "DeviceReportCounts", err, nil)
-	check(t, "device counts", [2]int{delivered, opened}, [2]int{1, 1})
-}
-
 func TestConcurrentUserLimit(t *testing.T) {
 	// Many devices racing to join a user at the limit: exactly the limit win.
 	db := openDeviceDB(t)

@@ -24,14 +24,22 @@ func TestRecentPublishes(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond) // distinct creation times
 	}
+	// Reports count only from devices the publish targets.
+	var d [2]Device
+	for i, token := range []string{"t1", "t2"} {
+		d[i] = registerTestDevice(t, db, PlatformFCM, token)
+		if err := db.AddDeviceInterest(ctx, instanceID, PlatformFCM, d[i].ID, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	create(instanceID, "pub-1", "a")
 	create(instanceID, "pub-2", "a", "b")
 	create(other, "pub-other", "a")
 	create(instanceID, "pub-3", "a", "b", "c")
 	for _, ev := range []ReportEvent{
-		{InstanceID: instanceID, PublishID: "pub-2", DeviceID: "d1", Kind: ReportDelivery},
-		{InstanceID: instanceID, PublishID: "pub-2", DeviceID: "d2", Kind: ReportDelivery},
-		{InstanceID: instanceID, PublishID: "pub-2", DeviceID: "d1", Kind: ReportOpen},
+		{InstanceID: instanceID, PublishID: "pub-2", DeviceID: d[0].ID, Kind: ReportDelivery},
+		{InstanceID: instanceID, PublishID: "pub-2", DeviceID: d[1].ID, Kind: ReportDelivery},
+		{InstanceID: instanceID, PublishID: "pub-2", DeviceID: d[0].ID, Kind: ReportOpen},
 	} {
 		if _, err := db.RecordReportEvent(ctx, ev); err != nil {
 			t.Fatal(err)

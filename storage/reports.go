@@ -28,15 +28,41 @@ type ReportEvent struct {
 	HasData               *bool  // delivery only; nil when not sent
 }
 
-// RecordReportEvent stores the event and counts it for its publish. A second
-// report of the same kind by the same device for the same publish is ignored
-// (SDKs retry); it returns whether this one was new.
+// RecordReportEvent stores the event and counts it for its publish, when the
+// report is honest: the publish exists on the instance and the device was
+// one of its targets. It returns whether the event was counted. It is not
+// counted, without an error, when
+//   - there is no such publish on the instance;
+//   - the device is not on the instance (any more), or was registered after
+//     the publish finished, so no page of it could have reached the device;
+//   - the device has none of the publish's interests, or is not bound to one
+//     of its users, now;
+//   - the device already reported this kind for this publish (SDKs retry).
+//
+// Deliveries are recorded per page, not per device, so "was a target" is
+// judged by the device's interests and user at the time of the report. A
+// device that left the interest (or its user) after the notification reached
+// it is not counted; one that joined an interest after the publish, before
+// it finished, is. Both are rare, and neither lets a client count more than
+// once per real device and kind.
 func (db *DB) RecordReportEvent(ctx context.Context, ev ReportEvent) (bool, error) {
 	var recorded bool
 	err := db.write(ctx, func(tx *sql.Tx) error {
+		// One statement checks and inserts: the publish and device are
+		// primary-key lookups, the interests at most one index probe per
+		// interest of the publish (100 at most).
 		res, err := tx.ExecContext(ctx, `INSERT INTO report_events (instance_id, publish_id, device_id, event, user_id,
-			timestamp_secs, app_in_background, has_displayable_content, has_data, received_at_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+				timestamp_secs, app_in_background, has_displayable_content, has_data, received_at_ms)
+			SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
+			FROM publishes p JOIN devices d ON d.id = ?3 AND d.instance_id = p.instance_id
+			WHERE p.id = ?2 AND p.instance_id = ?1
+				AND d.created_at_ms <= COALESCE(p.finished_at_ms, ?10)
+				AND CASE p.target_kind
+					WHEN 'users' THEN d.user_id IN (SELECT value FROM json_each(p.targets))
+					ELSE EXISTS (SELECT 1 FROM json_each(p.targets) t JOIN device_interests di
+						ON di.instance_id = p.instance_id AND di.interest = t.value AND di.device_id = d.id)
+				END
+			ON CONFLICT DO NOTHING`,
 			ev.InstanceID, ev.PublishID, ev.DeviceID, string(ev.Kind), ev.UserID, ev.TimestampSecs,
 			nullBool(ev.AppInBackground), nullBool(ev.HasDisplayableContent), nullBool(ev.HasData), now().UnixMilli())
 		if err != nil {

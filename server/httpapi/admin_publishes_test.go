@@ -37,9 +37,17 @@ func TestAdminInstancePublishes(t *testing.T) {
 		t.Fatalf("complete: %+v %v", done, err)
 	}
 	create("pubid-second", storage.TargetUsers, "user-1")
+	// Reports count from a device of the publish's user.
+	d1, _, err := s.db.RegisterDevice(ctx, storage.Device{InstanceID: id, Platform: storage.PlatformFCM, Token: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.SetDeviceUser(ctx, id, storage.PlatformFCM, d1.ID, "user-1"); err != nil {
+		t.Fatal(err)
+	}
 	for _, ev := range []storage.ReportEvent{
-		{InstanceID: id, PublishID: "pubid-second", DeviceID: "d1", Kind: storage.ReportDelivery},
-		{InstanceID: id, PublishID: "pubid-second", DeviceID: "d1", Kind: storage.ReportOpen},
+		{InstanceID: id, PublishID: "pubid-second", DeviceID: d1.ID, Kind: storage.ReportDelivery},
+		{InstanceID: id, PublishID: "pubid-second", DeviceID: d1.ID, Kind: storage.ReportOpen},
 	} {
 		if _, err := s.db.RecordReportEvent(ctx, ev); err != nil {
 			t.Fatal(err)

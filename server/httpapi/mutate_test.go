@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -137,11 +138,23 @@ func TestReportFlagsKeptForDeliveriesOnly(t *testing.T) {
 	if _, err := db.CreateInstance(context.Background(), storage.Instance{ID: pushInstanceID, SecretKey: pushSecret, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
+	// A device the publish targets, so that its reports are stored.
+	d, _, err := db.RegisterDevice(context.Background(), storage.Device{InstanceID: pushInstanceID, Platform: storage.PlatformFCM, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AddDeviceInterest(context.Background(), pushInstanceID, storage.PlatformFCM, d.ID, "news"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreatePublish(context.Background(), storage.Publish{ID: "p", InstanceID: pushInstanceID, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(newPushEngine(t, db, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), nil))
 	t.Cleanup(srv.Close)
 	s := &pushServer{url: srv.URL}
 	for _, ev := range []string{"delivery", "open"} {
-		body := `{"event":"` + ev + `","publishId":"p","deviceId":"d","timestampSecs":1700000000,"appInBackground":true,"hasDisplayableContent":true,"hasData":false}`
+		body := `{"event":"` + ev + `","publishId":"p","deviceId":"` + d.ID + `","timestampSecs":1700000000,"appInBackground":true,"hasDisplayableContent":true,"hasData":false}`
 		status, res, _ := s.do(t, pushRequest{method: "POST", path: "/reporting_api/v2/instances/" + pushInstanceID + "/events", body: body, contentType: "application/json"})
 		checkStatus(t, status, res, 200, "")
 	}

@@ -2,34 +2,60 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldrt/herald/gen/reportingclient"
+	"github.com/heraldrt/herald/storage"
 )
 
+// A report counts only for a publish of the instance that targeted the
+// device, once per device and kind; one that does not count is answered 200
+// all the same.
 func TestReportEvents(t *testing.T) {
 	s := newPushServer(t)
 	ctx := context.Background()
 	yes, no := true, false
+	d1, d2, other := s.registerFCM(t, "t1"), s.registerFCM(t, "t2"), s.registerFCM(t, "t3")
+	for id, interest := range map[string]string{d1: "news", d2: "news", other: "sports"} {
+		if err := s.db.AddDeviceInterest(ctx, pushInstanceID, storage.PlatformFCM, id, interest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.db.CreatePublish(ctx, storage.Publish{ID: "pubid-1", InstanceID: pushInstanceID, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, ev := range []reportingclient.ReportEvent{
-		{Event: "delivery", PublishId: "pub-1", DeviceId: "d1", TimestampSecs: 1_700_000_000, AppInBackground: &yes, HasDisplayableContent: &yes, HasData: &no},
-		{Event: "Delivery", PublishId: "pub-1", DeviceId: "d2", TimestampSecs: 1_700_000_001, UserId: ptr("alice")},
-		{Event: "delivery", PublishId: "pub-1", DeviceId: "d2", TimestampSecs: 1_700_000_002}, // a retry counts once
-		{Event: "OPEN", PublishId: "pub-1", DeviceId: "d1", TimestampSecs: 1_700_000_010},
+		{Event: "delivery", PublishId: "pubid-1", DeviceId: d1, TimestampSecs: 1_700_000_000, AppInBackground: &yes, HasDisplayableContent: &yes, HasData: &no},
+		{Event: "Delivery", PublishId: "pubid-1", DeviceId: d2, TimestampSecs: 1_700_000_001, UserId: ptr("alice")},
+		{Event: "delivery", PublishId: "pubid-1", DeviceId: d2, TimestampSecs: 1_700_000_002}, // a retry counts once
+		{Event: "OPEN", PublishId: "pubid-1", DeviceId: d1, TimestampSecs: 1_700_000_010},
+		{Event: "open", PublishId: "pubid-1", DeviceId: d1, TimestampSecs: 1_700_000_011},        // so does an open
+		{Event: "delivery", PublishId: "pubid-1", DeviceId: other, TimestampSecs: 1_700_000_003}, // not a target
+		{Event: "delivery", PublishId: "pubid-1", DeviceId: "fcm-nobody", TimestampSecs: 1_700_000_003},
+		{Event: "delivery", PublishId: "pubid-made-up", DeviceId: d1, TimestampSecs: 1_700_000_004},
 	} {
 		res, err := s.reports.ReportEventWithResponse(ctx, pushInstanceID, ev)
 		if err != nil || res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
 			t.Fatalf("report %+v: %v %d %s", ev, err, res.StatusCode(), res.Body)
 		}
 	}
-	delivered, opened, err := s.db.PublishReportCounts(ctx, pushInstanceID, "pub-1")
+	delivered, opened, err := s.db.PublishReportCounts(ctx, pushInstanceID, "pubid-1")
 	if err != nil || delivered != 2 || opened != 1 {
 		t.Fatalf("counts: delivered %d opened %d (%v), want 2 and 1", delivered, opened, err)
 	}
-	delivered, opened, _ = s.db.DeviceReportCounts(ctx, pushInstanceID, "d1")
+	if delivered, opened, _ = s.db.PublishReportCounts(ctx, pushInstanceID, "pubid-made-up"); delivered != 0 || opened != 0 {
+		t.Fatalf("a made-up publish counts delivered %d opened %d", delivered, opened)
+	}
+	delivered, opened, _ = s.db.DeviceReportCounts(ctx, pushInstanceID, d1)
 	if delivered != 1 || opened != 1 {
 		t.Fatalf("device d1 counts: delivered %d opened %d, want 1 and 1", delivered, opened)
+	}
+	if delivered, _, _ = s.db.DeviceReportCounts(ctx, pushInstanceID, other); delivered != 0 {
+		t.Fatalf("a device the publish did not target counts %d deliveries", delivered)
 	}
 }
 
