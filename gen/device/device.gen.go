@@ -210,6 +210,11 @@ type Registered = RegistrationResult
 // sentence for people.
 type TooManyDevices = externalRef0.Error
 
+// TooManyRequests The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type TooManyRequests = externalRef0.Error
+
 // Unauthorized The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -865,6 +870,15 @@ type RegisteredJSONResponse RegistrationResult
 
 type TooManyDevicesJSONResponse externalRef0.Error
 
+type TooManyRequestsResponseHeaders struct {
+	RetryAfter int
+}
+type TooManyRequestsJSONResponse struct {
+	Body externalRef0.Error
+
+	Headers TooManyRequestsResponseHeaders
+}
+
 type UnauthorizedJSONResponse externalRef0.Error
 
 type RegisterApnsDeviceRequestObject struct {
@@ -942,6 +956,21 @@ func (response RegisterApnsDevice413JSONResponse) VisitRegisterApnsDeviceRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterApnsDevice429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response RegisterApnsDevice429JSONResponse) VisitRegisterApnsDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1039,6 +1068,21 @@ func (response RegisterFcmDevice413JSONResponse) VisitRegisterFcmDeviceResponse(
 	return err
 }
 
+type RegisterFcmDevice429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response RegisterFcmDevice429JSONResponse) VisitRegisterFcmDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RegisterFcmDevice500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response RegisterFcmDevice500JSONResponse) VisitRegisterFcmDeviceResponse(w http.ResponseWriter) error {
@@ -1115,6 +1159,21 @@ func (response UpdateFcmToken413JSONResponse) VisitUpdateFcmTokenResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateFcmToken429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response UpdateFcmToken429JSONResponse) VisitUpdateFcmTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1198,6 +1257,21 @@ func (response RegisterWebDevice413JSONResponse) VisitRegisterWebDeviceResponse(
 	return err
 }
 
+type RegisterWebDevice429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response RegisterWebDevice429JSONResponse) VisitRegisterWebDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RegisterWebDevice500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response RegisterWebDevice500JSONResponse) VisitRegisterWebDeviceResponse(w http.ResponseWriter) error {
@@ -1260,6 +1334,21 @@ func (response DeleteDevice404JSONResponse) VisitDeleteDeviceResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDevice429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response DeleteDevice429JSONResponse) VisitDeleteDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1330,6 +1419,21 @@ func (response GetDevice404JSONResponse) VisitGetDeviceResponse(w http.ResponseW
 	return err
 }
 
+type GetDevice429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetDevice429JSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetDevice500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response GetDevice500JSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
@@ -1393,6 +1497,21 @@ func (response ListDeviceInterests404JSONResponse) VisitListDeviceInterestsRespo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeviceInterests429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListDeviceInterests429JSONResponse) VisitListDeviceInterestsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1478,6 +1597,21 @@ func (response SetDeviceInterests413JSONResponse) VisitSetDeviceInterestsRespons
 	return err
 }
 
+type SetDeviceInterests429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response SetDeviceInterests429JSONResponse) VisitSetDeviceInterestsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetDeviceInterests500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SetDeviceInterests500JSONResponse) VisitSetDeviceInterestsResponse(w http.ResponseWriter) error {
@@ -1545,6 +1679,21 @@ func (response RemoveDeviceInterest404JSONResponse) VisitRemoveDeviceInterestRes
 	return err
 }
 
+type RemoveDeviceInterest429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response RemoveDeviceInterest429JSONResponse) VisitRemoveDeviceInterestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RemoveDeviceInterest500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response RemoveDeviceInterest500JSONResponse) VisitRemoveDeviceInterestResponse(w http.ResponseWriter) error {
@@ -1608,6 +1757,21 @@ func (response AddDeviceInterest404JSONResponse) VisitAddDeviceInterestResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddDeviceInterest429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response AddDeviceInterest429JSONResponse) VisitAddDeviceInterestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1689,6 +1853,21 @@ func (response UpdateDeviceMetadata413JSONResponse) VisitUpdateDeviceMetadataRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateDeviceMetadata429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response UpdateDeviceMetadata429JSONResponse) VisitUpdateDeviceMetadataResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1801,6 +1980,21 @@ func (response SetDeviceUser422JSONResponse) VisitSetDeviceUserResponse(w http.R
 	return err
 }
 
+type SetDeviceUser429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response SetDeviceUser429JSONResponse) VisitSetDeviceUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetDeviceUser500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SetDeviceUser500JSONResponse) VisitSetDeviceUserResponse(w http.ResponseWriter) error {
@@ -1861,6 +2055,21 @@ func (response GetWebVapidPublicKey404JSONResponse) VisitGetWebVapidPublicKeyRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebVapidPublicKey429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetWebVapidPublicKey429JSONResponse) VisitGetWebVapidPublicKeyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2450,77 +2659,82 @@ func (sh *strictHandler) GetWebVapidPublicKey(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fx7c9s4kv8qXdytinxHybLj5Gbk2qpVHs46k8Su2BlX7SgXQmRLwpoEOABoR5PSd79CA3xJlJ1knFxS",
-	"k/9ECY9Go1+/7qY+BLHMcilQGB2MPgQ5UyxDg4qenuAVj/H4if2coI4Vzw2XIhgF5wuEhH4FnqAwfMZR",
-	"gUJTKIEJTJdgFggK51wbxeykQRAG3E7NmVkEYSBYhsEocIu840kQBgp/L7jCJBgZVWAY6HiBGbObZ+z9",
-	"CxRzswhGDw/CIOOifNwLA7PM7UraKC7mwWoVBsdCGya2U35a6AVwP6hxgBAYvHlz/GQLreWMT6D2/sMW",
-	"tfYxZ8agsqv/72/D/s/j/hHrz95++GnVbz4efMrj3v7q70E3Iwwq1OYVHWCdFWMB3A8Ae0TovXn9oo86",
-	"ZjkmwAXdoWXBzlaGuNnv6Pkmlvxd4SwYBX/brcVt1/2qd1tEWqpPU2ZmUmU3id09DXNm8JotIffDtxBZ",
-	"/vzZ9FXkrCxxCnUuhUZSkEcseY2/F6iNfYqlMCjoI8vzlMck+Lv/0Zb2Dx+5WyyzTIp3T5WSyu24yQLl",
-	"9gSuIWOppQ0TkAqmCtmlBgYpz7gZwbWSYg6eLLDiEQITE9EQfTALRgsJabz0Wy2YymS59tPzs5NXIKf/",
-	"wdiEwCYi41pzMbf7cnHFUp7AjGOa2C2qb1ryFYKREjImltX3uiTIDY+I8MiuGcWF0lJFlprnF+dwzc1C",
-	"FgYifJ9HIUS6mLpxXOsotJ/YRHiTxFKFLFnCVBYiASOBCWkWqKDQqAYTEazC4EiqKU8SFF/15p5fnN/T",
-	"wLUuUJWsNQuuK2t0Tw+CUnEFS91iX4vCsYBC4PscY4MJaFRXqADtaCLqlTRHlqNfjZ5XEnQR16aarln4",
-	"L/1dSwHcEHmnbJlKlpxL+YKpOf6/aCTpDdeQWgqU1SABe/CSPyIKX5M/RLJAd0Tc64aLfY26SM02Ekt3",
-	"rb1btmQQVedSvmRi6Zy9/qpss/pYaeuCafI4GXvPsyIDOYO94dDT7dTijWCFWUjF/8DkqxI69tvS+rBA",
-	"lqAiy2c0GHmJgmyxs4ghnaL+trTQ4URYddd83giRar0HjbFCA5e4JGMH/zrbf/CQRB7f59ZtkeValW6L",
-	"bmqcC/0SDUuYYZvu8sIacNrl5Ax2IWPxyRmcPfkFFOZSGQ1sak0qNxrTmXWfuZI5KsOdGHCpf0WluWNm",
-	"I6rZGw43oo0wyFj8aRN0cvnxw1fVN84H2QXs6ZsKQBFs6wjTQiQpHlcRXndIwfL8ngY3thEOWo40qNp/",
-	"8OCW0DMMLoW8FqcKr7gs9OOUozDHib5NAn/pnmV52rjbm1ZoyYFllZW+2yY9cwHUOY11sU0ZH/3mVwg3",
-	"Ofi24yKc7dhkPyct3ZSUjzxV80TWVBwn3fdHZsS0bFzp+g8Bs9ws4XqBAoQUOOgMlJsnp+jeb9d12Kd2",
-	"wRP32BVTuw0b4VJjy3qVozj7CMUdi0RJnnyC0jI346vq4VGc3Z0a5iy+ZHOkiPEQJA1gaZcufjPa17zL",
-	"O1S+LuFrTevkonM8VnhKgDRnV9hQjzVW/rT38/6tdu3TgGQIezbq3nt4APGCKRYbVNr682jc/zew/h8w",
-	"7P8M76AP/4B/QggDOIzWqNrbxPlN4Dzu/5v1/xj2f343mfT/8c9wcPj2vzsgcE34KZt32acShtCDwUx/",
-	"GlitNmRKsWXQgIdN3W7vKfC9eUzYZpORpwq1hWpkrTKpsAZKoDBjXBxCzrQGboDpCiN127Q12Vm3ctXR",
-	"O4jukrzy5GdovgQjM/b+2M17MGyYHc/YrcR3UfrLVjPQ5vZx4gJOa1wXLIGZkhkgUylHBbmSSREbfQgs",
-	"jjG3gIiJhABboW3kHNbn7AiFysPsbZ4lDLYbfudIoTQ8I6KPYLXXn4afj6DHcqF3QogaBiiC3izOdibC",
-	"YuPaskfQu8bpzgCeMguoNDBw5NplmYFMakPhdq2wh1AIsqgT4SlgViDnQvpY9A5czzcfYm7PRY07E1Ao",
-	"isxKqL2ZIAxmcRaEwTVOG4JaU9cB3raEUB+RfR10mT8uuOEsXdPdNTWoTEw7hNLF1A6bIqVQSDnsAG2Y",
-	"MiMf5cykAgYCr8vciwM/caGUtWO19SKLxoDkybuoEoZqYHPGhZOoOzDCXeFcBx+6LAe51Td5wkyHs/iS",
-	"bv1XlvPktJimPP4Fl5t7X2383hEFC0uPQq0xgdP+/oOHkNMMCylDmDKNDw8KlVaptJwlCRfz2yPitd27",
-	"DnCB05tDwM+J+b8kx1uov5OfUqBLfrmsjpwBXqFawr9QsTSB8enxACIaEHmDupDKWJS94AL7ClnCpilO",
-	"xCUXCfRmBORZlqcIkU94vtN8LpgpFEYhREKadzOLW6KdQ4gaBNH6UuBE2OgARYykeDnKPMUuS9w6zPrZ",
-	"TgRCtQ7lePF9njIurJYyA9dM+8wxpSFMnd4iA+eOUIbshVnUh4BEostpZszEG1M3rBN2M/+M+EhckzNa",
-	"hAaGwAVowS7xXcw0tonZYOitQu02byd73nZFTRrjQnGzPLMC5/hr0eHzi3OCNsgUqiOpMmaCUWC/3Uir",
-	"UgLb3pjxYDV0yZ2+zwVVfK4S83UuKKx+nYg4ZTzT7RR4ryPU3qFQhTLjTjpIV+yxHLU1bxbG5C7nxcVM",
-	"duvB+PTYGXWKpGy0pKHHT87CEp2GcIHTHXswS0pp1svEnaOfTUSr6haC22hKyCQLYWqv236kfL3PDIqk",
-	"9kLljxNReZUBXHCFfWsUmOHTFGtO2s1QwSNkmQYfVVmNnYiJ+NvfoHTr2j6PS6c3xVSKubYUWOVf9+8h",
-	"XC94vLA4FZnSVhxzZhaaQnHr8KOJ6I3zPEUbk83iLILeEVdoLS88TmWRwEvUms25mO9Q7eIa7Q1e4JTo",
-	"PWwnDunKndUu9WCq5LVGdU/T+DPHGroryjfsDGDccOAsSbw3mC6BGz0R5UmIszw5BFYOr3PCIAWdvhrr",
-	"yxRkmaAQCaqJ8AWVkp2+COa5WSbDybbETCmOuqwpZYU21vokHsJQmsTe2kREj102t3++zHEE6wldG+6S",
-	"jGu0rsvXqemcaSqvMdk5BCLqmmuciIPhcFDRVbk8T0Xv2dPzEJ48ffH0/GkIzg26spWTrBA0GmO/pEuw",
-	"wrgDAtHG/9AkcwCPZELHU1iH0fCSP4Lewd59mOJSimRnMBFRo3ocOTZM0VfcoHcwHO5QJC4A33NNW1fG",
-	"oHcwPLCRu/U+E6GLOEYLATXsD4eHYO0+cal5ykTGRWZtfAKKAktgQl+jgujDKipvrQr86NrWi8Fcfw6K",
-	"h3FVhVtIwgyeKRbV1fFgScIbjYq2P6v57dN57BI1RK3E+8jqs0IFk2I4vB8/vzinDxiNfJGwYU8ngkws",
-	"SfrWRHttXKFpW6FHGfdl6IvgEzErrE/ZqYxuRaa1fjdb4InoRdbM6tHurqO7IQmO/kFe6IWQNo53Aq/p",
-	"G1SDWGauuElHoLLhRMRSzPi8sLpaOpVyyaYFqKufjtSYUf1hWv9S6TEpPAnhYTm6fXuNQgz0Dvb3G4JN",
-	"9/j45PWZ/UgyWouklzpNv0OucJby+cKUFkJDLzo5PT8+eXUWOY5Zy6AnIhqTjPetqimZ9sdWw/snis+5",
-	"GMF/RSFo7qIXtL6HEHzM0pQSI7GSWvclDXbuz3BDQYKP3MgR1T4hCIOrEiMGe4PhYGhjE5mjYDkPRsH9",
-	"wXBwP6D804K8/65vWmE5373a2y15r3c/NG525UfpXYKCNh6WugN9va5QUAN9OR+wGRZYFrkmmzZYs3C8",
-	"XIhMWSMLWE/2dTaLwTQUhHK0M9JunYnobdRAwioXsdPanRsN3KVENsCeazBARuFbrJAZR5PGWIqkzELS",
-	"zVSScpw0eDHOhfYlhbDVkvRbNxSoh+w2Wn9Wb13Ah9o8ksnyzuqFG1WnVTu0NKrA9UaR/eFw27LVuN1G",
-	"eXgVBgcfM6XRgEJT9m6f0qqh0qSD2ydVpX87Ye/+7RPWi/GrMHjwMQdqNz5Q+F1kGVPLhnhYLzk+faUb",
-	"+WzD5lY8fDuZDt7amZ+op7M4266mL/ilMze0cbOx7RCi9fKGw2u+cuGchQ+VJ8Kaqgom+UBo5yZlOIqz",
-	"b1cX1is/P1Th66vC0eOXd68Jux+qzszVbpWHyQvTVaxEUXVYlV05s27f46IK+5PAa+ekQnJBVdTIrVqn",
-	"aDAZVW5MIYsXSCkQCwvcsmkagpa0VmtrrieCgR3QbkAtadIU3LoVuvTOpf+O4uzcV8A/X+nCW0dXHbZf",
-	"SkGbGc2PV8472bpZJ+9oq3kiBQ7g3KJa3zRF2OSz9f37Ud08ZRTLNTS30c5KIn9XmnyN0+0+LaKtIp9r",
-	"8Ali6NllEqYSYGm+YFM0OxvpB5fM2cg/lAkSQrdW1e0hIxRJLrkwEbx5/aLEYxMRXeJSD/L9Bw+TReTg",
-	"En1jTXIEVywtUN/kFy9w+u36xfV0+DfkF78/FwdlguwGN+eLbJ+hIh/KRNeq6fOctlg/1FWktd+3EBhB",
-	"NcJEVcXLSjQh6SkXVGaB4wSzXFrhGll3l6LHRSXoIyRWhoaUBoIeE0tqBNgBlmpZ4en94TCEKcas0DgR",
-	"m51CxufcZoynmHiPCoUwPLUQmXJImHTqlzvdHajW7d6v7qz/ZE/5l/RZf1qn3N1WItftZcJg7srEbbl4",
-	"huYvKhT+2Df2VX8/MvAMzS0CcFc2dLfVFTS/ufcglhSWu9yzVAmqARCyiNa7kwZ1B1VE0X7uuqZC1zHl",
-	"+qRGwPSlaywojXOrY6rD8L3g2kv4caM36tsT9bCrSEdZ2tr5UB3OFEqU2enh8BASnLEipWRu9a7U7wWq",
-	"Zf2yFL1/EzTfjPKTfMeM780vn7jwT1VB0ZIwR5K5LjKj5t35qDL3nVqQszke2pBR5uz3An2D0jZS3U0G",
-	"W168e7B3W1PjFzUZrbbDrjdt6LCWA3VJ5LuxIFZRKhNyT7de5nLnYvZ3w7OWgWk07a3C7lTCk8IxHHX5",
-	"+iH19EAsC2FACmex2mp7ht+F1n4hoNHsaPqB778pfF8ryPVCpnUrL2g02/Ti7l2vndZ4S/dGYFMDlEEH",
-	"7M7kFbY17Vt1j7dS0Wwf/AEnPlvU34i6O6eCsdQo2uiluMEFdGalGkJY17Kb+WMLmtvdBDBHo+FgOKz7",
-	"UcG/6tMW4nGS/JDgHxJcS/DZpvzS6+K3Su+dGepmX6yPibrqEU46qubYv1CEUzcE/whvvs3wphThL5xN",
-	"KLR7cbATOTziIllroaEn/z8RDmk+vzgvcUXXC92DdhsaFQpdHyqlEcqk6WHr7yRgzq+QnE9XTqECJ280",
-	"td3+yKZ+QRX6rIr/R6hR/Vchn6Wp+/u3T1j7D4Y/oai+WZ3Eq2pT/+2tvedaia22tDxe1c9oMQL1C1ND",
-	"5Z/V6Guc9unlkb57E6V/6V5e6cwFnjea+aq4UjcLj5bSvNCLsjOO62aXcPmHJZe43Iz8nqG5wOnaazZ/",
-	"unD4hfRmjcwtiWc65/cSaJ23W3B/HZ8eP2m8ntQUNF/II2G2F+quplCpf19htLu7t/8/g+FgONgb/TT8",
-	"aUiX4Wdva68MwQIIKsr5Ylj1vyJr/0WmOzKs481kVymiuevX3fxTrK51qkKmzjHmMx43J9pzr96u/i8A",
-	"AP//",
+	"7Hx7c9u20vdX2WHPTKT3pW6Ok6eR58wc5dY6TWKP7dQzp8pjQuRKwjEJsABoRc3ouz+DBa8SbSepk+ak",
+	"+U+UcFks9vrbpd57oUxSKVAY7Y3feylTLEGDip6e4hUP8fCp/RyhDhVPDZfCG3tnS4SIfgUeoTB8zlGB",
+	"QpMpgRHM1mCWCAoXXBvF7KS+53vcTk2ZWXq+J1iC3thzi1zwyPM9hb9nXGHkjY3K0Pd0uMSE2c0T9u4l",
+	"ioVZeuOH+76XcFE8jnzPrFO7kjaKi4W32fjeodCGiespP870Eng+qHYAHxi8eXP49BpaixkfQe39hw1q",
+	"7WPKjEFlV//f34a9R5Pec9abv33/46ZXf9z/mMfR3uYfXjsjDCrU5jUdYJsVEwE8HwD2iNB5c/Kyhzpk",
+	"KUbABd2hZUH3Woa42Rf0fBNL/qFw7o29HwaVuA3cr3rQINJSfRwzM5cquUns7mlYMIMrtoY0H34NkcXP",
+	"n0xfSc7GEqdQp1JoJAV5zKIT/D1DbexTKIVBQR9ZmsY8JMEf/Edb2t9/4G6hTBIpLp4pJZXbcZcFyu0J",
+	"XEPCYksbRiAVzBSySw0MYp5wM4aVkmIBOVlgxcMHJqaiJvpglowWEtLk0m+1YCaj9dZPL06PXoOc/QdD",
+	"4wObioRrzcXC7svFFYt5BHOOcWS3KL9pyJcPRkpImFiX3+uCIDc8IMIDu2YQZkpLFVhqXpyfwYqbpcwM",
+	"BPguDXwIdDZz47jWgW8/sanITRKLFbJoDTOZiQiMBCakWaKCTKPqT4W38b3nUs14FKH4ojf34vzsngau",
+	"dYaqYK1Zcl1ao3u67xWKK1jsFvtSFE4EZALfpRgajECjukIFaEcTUa+leW45+sXoeS1BZ2FlqumaRf5l",
+	"ftdSADdE3jFbx5JFZ1K+ZGqBf4lGkt5wDbGlQFkNEjCCV/wxUXhC/hDJAt0RcSc1F3uCOovNdSQW7lrn",
+	"btmSQVSdSfmKibVz9vqLss3qY6mtS6bJ4yTsHU+yBOQcRsNhTreuk5rb3C9H6yupyjvWMFcyIUrDmKMw",
+	"9zSwKFKotbvv4OdnJ5OXTy8mr49eX5xMzp5dvDx8dXgWTAWLY7nS0CGVgkAxgxdk8TAKun04QaPWwOYG",
+	"FQT00JvYhwA0hlJE2pou31sii/IArTZo11meuknW/q0YNzDDuT2GJVzgO1P3IkQYRtBhBmJk2sCIfP4N",
+	"MQ4X9pLqAZi16Qsk/m18741gmVlKxf/A6IvK1CTfltYHxyxyUsay4hIFuU3nvHziRvVt4Uz9qbCWWfNF",
+	"LZqtTLS9D4UGLnFNfgl+Pt178JCsE75LLcPIyWwKhtFdTVKhX6FhETNs97LOra+lXY5OYQAJC49O4fTp",
+	"L6AwlcpoYDPr/bjRGM/t1aRKpqgMdxrLpf4VleaOmbUAdDQc7gSGvpew8OMm6Ojyw4dvym9cuGAXsKev",
+	"2ypKNhpHmGUiivGwDMbboz+Wpvc0uLG1yN1ypEbV3oMHt2QJvncp5EocK7ziMtNPSJMPI32bBP7SPsvy",
+	"tHa3N63QkAPLKit9t036ycW6ZzTWhaGFZv6Wr+DvcvBty0U4M7/Lfk5auispH3iq+omsVT+M2u+PLL5p",
+	"uKMiSjsATFKzhtUSBQgpsN+a09RPTolYvl3bYZ/ZBY/cY1v64zasRba1LatVnofJByjuRERK8ugjlJa5",
+	"GV9UD5+Hyd2pYcrCS7ZACu4PQNIAFrfp4lejffW7vEPlaxO+xrRWLjrHY4WnyGUX7Apr6rHFyh9Hj/Zu",
+	"tWsfl/P7MLIBwujhPoRLplhoUGkbegWT3r+B9f6AYe8RXEAP/gn/Ah/6cBBsUTXahWTqGMek92/W+2PY",
+	"e3Qxnfb++S+/f/D2/7egFRXhx2zRZp+KjJEeDCb643CFckOmFFt7tUy+rtvNPW2Y9ITS0F1GHivUNqsm",
+	"a5XYwKqkEBQmjIsDSJnWwA0wXaaz7TZtS3a2rVx59Bai2ySvOPkpms/ByIS9O3TzHgxrZidn7LXEt1H6",
+	"y7VmoMntw8jlBta4LlnkQnBkKuaoIFUyykKjD4CFIaY2d2Uiotw60zbJ8atztoRCxWFGu2fxvesNv3Ok",
+	"UBieMdFHCEiuPzU/H0CHpUJ3fQhqBiiAzjxMulNhk4HKsgfQWeGs24dnzOa+Ghg4cu2yzEAibXw+HNYU",
+	"9gAyQRZ1KnIKmBXIhZB5LHoHruerDzGvhw0nrVghCpu//ObZm/F8bx4mnu+tcFYT1Iq6ljz7mhDqA4Dy",
+	"fpv544IbzuIt3d1Sg9LENEMonc3ssBkS2lXmp9owZcZ5lDOXChgIXBUwmUt+wkwpa8cq60UWjQHJU+6i",
+	"CsRAA1swLpxE3YERbgvnWvjQZjnIrb5JI2ZanMXndOu/spRHx9ks5uEvuN7d+2rn95YoWFh6FGqNERz3",
+	"9h48hJRm2JTShxnT+HA/U3GJeqYsirhY3B4Rb+3edoBznN0cAn5KzP85Od7I+lv5KQU6nNIBcHIOeIVq",
+	"DT+jYnEEk+PDPgQ0IMgN6lIqY7PsJRfYU8giNotxKi65iKAzp0SeJWmMEOTY9IXmC8FMpjDwIRDSXMxt",
+	"3hJ0DyCoEUTrS4FTYaMDFCGS4qUo0xjbLHHjMNtnOxII5ToEx+O7NGZcWC1lBlZM5yA/wRCmQiLJwLkj",
+	"FCF7ZpbVISCS6ODnhJlwZ+qOdcJ25p8SH4lrck6L0EAfuAAt2CVehExjk5gdht4q1G7zJtjzti1q0hhm",
+	"ipv1qRU4x1+bHb44P6PUBplC9VyqhBlv7NlvdxBwqjXYGzN5suo7cKeXY0Eln8saSoUF+eWvUxHGjCe6",
+	"Wa3otITaXQpVqIjhpIN0xR7LUVvxZmlM6jAvLuayXQ8mx4c1YNJGSxo6/OjUL7JTH85x1rUHs6QUZr3A",
+	"WB39bCoaBVIf3EYzykwSH2b2uu1HKq3kIK6IKi9U/DgVpVfpwzlX2LNGgRk+i7HipN0MFTxGlmjIoyqr",
+	"sVMxFT/8AIVb1/Z5Uji9GcZSLAjctMq/7d99WC15uLR5KjKlrTimzCw1heLW4QdT0ZmkaYw2JpuHSQCd",
+	"51yhtbzwJJZZBK9Qa7bgYtGlMtMK7Q2e44zoPWgCh3TlzmoXejBTcqVR3dM0/tSxhu6K8IZuHyY1B54D",
+	"yA5s5EZPRXES4iyPDoAVwyv4HqSg05dj84oSWSbIRIRqKvLaV8HOAjt33CwwYLItIVOKoy7Kf0mmjbU+",
+	"UZ7CEExib20qgicOze2drVMcwzaga8NdknGN1nXlLQU1oLl7AETUimuciv3hsF/SVbq8nIrOT8/OfHj6",
+	"7OWzs2c+ODfoKoxOsnzQaIz9ki7BCmMXBKKN/6FOZh8ey4iOp7AKo+EVfwyd/dF9mOFaiqjbn4qgVugP",
+	"HBtmmBdHobM/HHYpEheA77imrUtj0Nkf7tvI3XqfqdBZGKJNATXsDYcHYO0+cal+ykiGWWJtfASKAktg",
+	"Qq9QQfB+E5S3xgy6qq79olB1y1AhxTqRmfZBy6pEYc+YVxYgRVUYhKJO0Tk8vno4FfaXwcP9rg9GLpAq",
+	"pKVWnhCEZQ83OT68p8c3lDWqXfNCBXQinDN7lAfDAwiGAZhMCRe0ElUg5/Ou22uWKTtVzqfCrHju5vrw",
+	"mG4DuBnD/t4jN7RZE+msljLGojTiQ610YYU+qrzRVqWlD0+OTk4hVTiP+WKZc8vqTSgzew8F08tom3Rl",
+	"u1mC60+BTmBSVqmXkhK1XBJtKl0F4QUJbzQq2v60EvIcQ2WXqCFoVDvG1ogqVDDNhsP74YvzM/qAwTgv",
+	"otec2FSQX4OCU63VjcqjQd2hQYfKHGs/bxKZinlmHXm39HQlmdbl3Oz2pqITWN+mx4OBo7umfo7+fprp",
+	"pZA2eXJWRtM3qPqhTFzxn45AZfWpCKWY80VmDWThyYsl62a36g5wpIaMij6z6pfSeJKVJc0/KEY3b69W",
+	"qITO/t5ezZrQPVqJsx/JMFR2IFd1vSWRlR53gqPjs8Oj16eB45g1x3oqggkZlp61b0rGvYk1q70jxRdc",
+	"jOH/BT5o7kJGtA6fYJOQxTGhUaGSWvckDXYxh+GGIrM8XCbvXzliz/euisTcG/WH/aENCGWKgqXcG3v3",
+	"+8P+fY9AvyWFXIO8qYulfHA1GhS814P3tZvd5KP0gPJvm4RI3ZLynpSpZy3ldY53NxazLHJNaM0M2ap0",
+	"sRD5jxr0Wk3O69A28dWQUWqpnWd060xFZ6fw5JcAULexOzcauMOhdjJs14CDjGLmUCEzjqbceObQL91M",
+	"KSmHUY0Xk1TovI7jN1r2fmvPv6ohg1pr3Oati7JRm8cyWt9ZkXan1LdpxvNGZbjdSLU3HF63bDluUGuf",
+	"2Pje/odMqTVo0ZTR7VMahWuatH/7pLI1xk4Y3b99wnazip239+j2edsdEBvfe/AhjGg2FFGulCUJU+ua",
+	"WNmQZnL8WteKD4YtrFjlbZrae2tnfqR+z8PkevV+yS+dmaKN6w2jBxBs16Jccp2XmZyTyfOaqbAmrsxp",
+	"86i1e5MSPQ+Tr1eHtst031Xov0eFnj95dfcaNHhfdkpvBiXYlmamrSKNoux4LLrk5u2+zkUxriVo5Zyi",
+	"Ty6vjFK5NQcxGozGpdtUyMIlEs5lcz+3bBxTCmLXamzN9VQwsAOaDeEFTZqCabdCm746jPd5mJzlbQ6f",
+	"rqz+raPLjvfPpdh12PrDlfpOtq43Q7T0Tj2VAvtgU8uiiZES0E+2E9++yqcxo5izpvG1tnRSlbuyACuc",
+	"Xe9DA9oqyIGovHoAHbtMxFQELE6XbIamu4NNOaRvB5wq0DOCPqyJsIcMUESp5MIE8ObkZZE3TkVwiWvd",
+	"T/cePIyWgUvr6BvrAgK4YnGG+iY/fI6zr9cPb9dKviI//PdxqVCgrje41bxy+wmq9b5ATzd1H+u0zPq9",
+	"tsq//b6RYVIqSjlfWUa1mkBIwYwLqt3BYYRJKq1Qjq17jTHP+4qkljLNIoQlbBE6TKypu6QLLNayxAv2",
+	"hkMfZhiyTONU7LafmRzInTMeY5R7cMiE4TFwAwRMYtSql+50d6CSt3vb6s2aj/bMf08f+VfpopOJUlTb",
+	"vZrvLVzPQlOefkLzNxWm/Ng3vo/x7cvOT2huEZy7stmDRmvb4uYGmlBS2uGwfKkiVH2gzCnYbrHrV22A",
+	"AWUzqWv9813bn2v2GwPTl647pnAGjba/FkP7kutcMw5rDX5fn4r4bZVmQr0rZ0fFZJMpUaD9w+EBFEWg",
+	"0XBYvpv5e4ZqXb2cSTUZr/5iST4pb/vK3wUqnm566aSVzKB+d3n0m+bthpCyBR7Y0Fam7PcM8y6760h1",
+	"N+ld86Lvg9Ftnbmf1dQ0emfb3uyjw1oOVCWmb97yWAUrTc893Xjp1PGD2d8NTxqGqdaxuvHbIZanmbso",
+	"1MVr0tTQ5gqIIIWzdE11P8X/Cm3/TIlUvZ3vO+7xTeAelWK5SnxZHtdortOnu3f1dlrtXwhuTNyqBKzf",
+	"Akck8gqbGvq1uuNbqaj33H5Pl764irwRVStcmd5TV3atcekGl9OK8tWEt+phqOP4XCy2ukhggUbD/nBY",
+	"NX9D/l5dU/gnUfRd8r9L/p+X/NNduae/37hV6u/MMdSb1/PYra2e5KSq7GD/G0ViVdf+9zDs2wrDCtH/",
+	"zChLpt1bwa2Z0WMuoq1WLXrK/6/HZeAvzs+KvKnt3xr6zXZHKhC7JnOCVwrw+qDxtz6w4FdIzq4NaymT",
+	"rzeaeuq/o9qfUfU+qUPkA9Sv+sumT/OJex+sqcV/4fwFCp6/wUJiWb678ttbKx+V8lsta3jYst/W5kD0",
+	"EgE1/P5ZS7DCWY/eKOu519N6l+6NtlZs9azWbFrGv7pecLaUppleFp2bXNdfHSj+cOoS17sR6k9oznG2",
+	"9e7dny4YfyZ92yLzmgIAnfNbDwjPmq3lv06OD5/W3nWsC2hewCUlsILgrjRTcf7y03gwGO39T3/YH/ZH",
+	"4x+HPw7pEvPZ17UN+2ATJCrG5kXQ8v+ktv6DUrcg3ZNd8LAQ7dT1oe/+GWLbOmUBW6cY8jkP6xPtuTdv",
+	"N/8XAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -191,6 +191,28 @@ func (response ReportEvent413JSONResponse) VisitReportEventResponse(w http.Respo
 	return err
 }
 
+type ReportEvent429ResponseHeaders struct {
+	RetryAfter int
+}
+
+type ReportEvent429JSONResponse struct {
+	Body    externalRef0.Error
+	Headers ReportEvent429ResponseHeaders
+}
+
+func (response ReportEvent429JSONResponse) VisitReportEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReportEvent500JSONResponse externalRef0.Error
 
 func (response ReportEvent500JSONResponse) VisitReportEventResponse(w http.ResponseWriter) error {
@@ -318,31 +340,41 @@ func (sh *strictHandler) ReportEvent(ctx *gin.Context, instanceId string) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"vFfvc9pIEv1Xuubywb4SP/zjfD7yCce+Ot+mjMtONrUFrDVIDZpE6pmdGYEpL//7Vo+EgIBrK6lUvjFI",
-	"TL9+/fp18yISXRhNSN6J3otwSYaFDB9vCuOXg8lnTDwfU3SJVcYrTaIn+gTIz+H/j4M70OGttoiEXxoU",
-	"PVF9IVaReECjrb+ZI4VbjNUGrVcYQkhjbulKJl9mVpeU7ocZUL6EqbYQp5irOdpl/BYWGfoMLfgMQRoD",
-	"C+lAUThOmru2wEy0zlESo0lxrhK8PRDpQ4ZgA1ZFM6je4zsK+fweaeYz0Ts5vYxEoag5NxGct4pmHADX",
-	"ie7evoEPR7K+HSwmqOaYggTSXk1VIvn1Y+B8tUEKL5eOU5XGYArKH0ecqqQlJNIFgEZ6j5aD/H40vE7H",
-	"wxscD9/n4+GtGg9/nVfnBzse/rYc/zkc6PHw3lRf3tH4+I04kEQm3bX08jvKsZ0HJNJaFdJLpZdg5DLX",
-	"8pXCcEjlTC6XcpLjO03+II/fBiCTHJwJbCnyaKcyQcAcCyR/GIYpJ7ly2WsCqR/DBDNF6V7A79CLVwU6",
-	"LwvziInbD/opQwLlIeP6E6ah+g4TTakDpyjBAOIjqWdAo5OMIUy1LaQXPaHIX5yLgEEVZbGNgPmYoWUI",
-	"zM9rCQfxLTK90erXOUdMf9V8tayVgwl3IHgNmvaa6OJ8j4ZVJCz+USqLqegN6x7aLsZW435N2fiA5yS6",
-	"KDQ93Vir7eG8NCEgP4aJTpegp4AsJvgfWpmn0L+/bUMcXog5Hwku09ZDIZNMEbYsypR1OqIvrIMjViQ+",
-	"y8LkCLGiucxV+uTUjKQvLcYRxKT905RZiY/fsngbQOF+TTgihyz6BIO+DWqTY3tEzMOOZ+4ks98fCM09",
-	"PpMe8NnkUpGDBZ/YKhdW0wwWymehasw8utAPdQo1R7L02SYJSDU6rjwU0id7P903wsPkPwYeA2t6Gi4J",
-	"L1a6JvkFn9a+tgGzR6j4WwWF4NFO7H2h8K8UTfU+yuugNlcPBMjQYiXzXafm0tU+xDZHafWS8qGmoWHb",
-	"I/qkLLZ4ykqvJjlumL8vHdvWFcrCwUMze/r3t3A0Pz1uj2hEXIgg0aJ0HiZYzdtwRVy7ZOvD0mCPJ2Fe",
-	"4+p8droaHkkmrUM/IiOtLNCjDXLOc73A9DhAlh4K7TxcnMMv6oplz+0XZBkqjWkIp0sPFmfSpiPyOkwf",
-	"ONq4cATx9frz8VuYKszTSi65ch7TikNpEdSMtMW0Df0RNYNwnTvT4mSBEECETmi+WpuvX9Quk+iS+GpN",
-	"CXcKU8XcSXILtA7eDR4ewVic5mqW+bVYHRzFg/sPt4O7x7giwCGlbkRxP0nQuRazanXe6jNJrYFVM0U9",
-	"+Gdc9aJXPmiyNgou4W7pRCTmaF2lo5N2t93lbmAxSKNET5y1u+2zamxnoZ87TfZP0qjO/LSjyHlJCbrO",
-	"y/rjk0pXncBJ+I3RLgxH9oVQcfbvnVWLA9QVd6I3POSBAfs6AKgUiZWNNgIJHz/eXnMTKn6ZoYpIkCyq",
-	"bmwgie2u87bEqN4fGduW559d7MxBPm5tLcNu6z/91n9lazp+uVy1to/n33I8OV0d2GZW4wokOn+l0yUj",
-	"SzbbxddNs1mB+dMbi1PRE//obHbkTr0gd7bJXu36DzMRvnBGk6tc+7Tb/WGhtxfzEHq/tlX7KHawRNuU",
-	"261xEuUgflnFbdbl+Q+EtTN1X8FVBwIuEgNhg2BHi0Kbb4lx/bCSYvWY0Y+oebD1zyMKK3NlXBHEzeLA",
-	"h/XmEIO2I4p3tofK5ZRz3LzaQj1puNUDOec/jZw7Da5MNv1YVefk7KdWp+6TRia5tLOwV0tajweG9a+f",
-	"KJo+QUn4bDBhp3do52irlaEdpr4ri0LaZeN+/GejnkNcUElhDocNRc5cs106MQ7BqgsrhyxtLnoi8970",
-	"Op2T03+zd7dPepfdy65gF6kv2N8V6nA8SzhYPc5ce+OZdczVePVXAAAA//8=",
+	"vFhtb9tG8v8qA6ZApD/0ZMf1P1FeKbUP9TW1DTu54CDpzBU5FLchd3m7K8mCz9/9MLNLirKUHloUeccl",
+	"V/P4m/nN6ClKdFlphcrZaPwU2STHUvDjZVm57c3iN0wcHVO0iZGVk1pF42iiAOk7/P3+5ho03xpEvcht",
+	"K4zGkX8RPfeiO6y0cZdrVCylMrpC4ySyClFVV+qDSL4ujV6p9FDNjSq2kGkDcYqFXKPZxu9hk6PL0YDL",
+	"EURVwUZYkIqPi0ZWy5iF1gUKRdakuJYJXh3R9ClHMGyrVEvw90hGKR4/olq6PBqfnL7tRaVUzbnRYJ2R",
+	"akkKsHZ0X/rOfOiIIB0MJijXmIIApZ3MZCLoehfIX12h4ssrS66KqsIUpOv2yFWhtpAIywZWwjk0pORf",
+	"nelFOp9e4nz6sZhPr+R8+o+1P9+Z+fSf2/l/pjd6Pr2t/MtrNe/+EB1xIhf2QjjxJ9LR9gMSYYxk91Lh",
+	"BFRiW2jxjcSQSmmrQmzFosCftHJH4/jHDMgFKacA9qVyaDKRIGCBJSp33IxqtSikzb8FkPAZFphLlR4o",
+	"/BN4cbJE60RZ3WNiD5V+yVGBdJBT/hWmnH2LiVapBStVgmzEZyUfASud5GRCpk0pXDSOpHLnZxHbIMtV",
+	"2baA4rFEQyZQfL7lMINvk+sdVl/63KPw++ILsJYWFlSB4DRodVBE52cHYXjuRQb/vZIG02g8DTXUTkar",
+	"cF+GbH6k5yS6LLV6uDRGm+N+aYWA9BkWOt2CzgAJTPAzGlGkMLm9GkDMF2LyR4DNtXFQiiSXCvsGRUo4",
+	"namvhIMOIRIfRVkVCLFUa1HI9MHKpRJuZTDuQay0e8goKnH3PYG3MYjla4UzZZFAnyDju0JdFTiYKYrD",
+	"Xs/cc+awPhAaOS4XDvCxKoRUFjZ0ola5MVotYSNdzlmjyKPlegguhBiJlct3TkCq0VLmoRQuOfjpYSM8",
+	"Hvx7jiNHTWcshC96XCvxFR/qvrYz5iCg0f9EECvv7ek+BAr9SqpMH1p5wWizgRAgR4Me5vudmlIX+hC1",
+	"OZX6S9JxTrlgBzP1RRrsE8sKJxcF7iJ/u7LUtj6gKC3cNdwzub2Czvq0O5ipmaJEMETLlXWwQM+3LCIO",
+	"XbL/aVvhmJiwCHYNf7Pak0eSC2PRzVQljCjRoWE4F4XeYNplk4WDUlsH52fwi/xAsKfyY1hypjFldXrl",
+	"wOBSmHSmnGb2gc6uC/cgvqifu+8hk1ikHi6FtA5TH0NhEORSacOBId/IWaHsBo2Fn27u7qEymBVymbsa",
+	"XRY68c3tp6ub6/vYW2xRpXam4kmSoLV9CoPRRX9CXvVvjFxKNYb/izl+r17BFwK+tJDolXKY0ttJnVl+",
+	"Z8HpjTCpBels3eNf24ZjMI0bSuZnIqG6681UTQr4KMla7ZuhVNYJqkIRiCJ0R6pA6j46Y21OmCU6O/ai",
+	"dh3U4JLiRrh6KbDDQBMWFphp4wmgtiGTStoc0+5M0a18p6x16zWNSyTbOtsjz1507No2av425CnJMflK",
+	"b2zLmbYg9jPQReCDEGOaAtZoe2A1iMZHbk4FZi4458WwNUF1i99eFp3SbqZCPgdwKZK8Dm9IqKZfVmia",
+	"wJB1DOz3ZBYKgtX9xS92pgw6s+0yNAmuQSqIpZBqAA1SXEBR+460YJ0sCgo2QRhTOB2NIH56jjmhQBoC",
+	"4P20ytd6vu7AOlEgeewtImgGZawnEJTPnTR2ABMFK/VV6Y3aoYHZ6Wx0VqP9TjiEQpbS1e2DSoxuKa22",
+	"pV75RDTFRX7zdUw5YEkhUTkQaWrQWuhc3a7PZ4q+DM/Puj1weumnraaN+WZJal7bMcQ/X95NPl48TK5v",
+	"rh/uJp8uHz5e/Xr1KSbfapVhgoFOiplYFQ5+HL2HeBSDWxnlAcYmgc6yrle0WBkurmym3KbGzwA+4JYE",
+	"STeGs9N3oS/eUUb7k8yhiaGzyXWB9czUA0adsA5OQo00HASxEQ4fQjDiwYt+ZF9CxJOzk45JKkwO1NP3",
+	"e3nUi9ZorCeWk8FoMCJ6pF4iKhmNozeD0eCNn+NzJvhhs4Y8iEoO16fDOtl2+FQ/Psj0eciA5t9U2vK0",
+	"TIMCVwkNdHu7FykIFGCj8fTYUMS274CVoqKqY7zC589XF8TKki6TqVEvUqL09NyYFLVp2JkV9sJCSba1",
+	"hsA353uDMR1ba8x01H836f9N9LP509vnfvt49keOJ6fPR9ab57k3Eq37oNMtWZbs1o2XLLrbienpB4NZ",
+	"NI5eDXdL8zBszMN2sJ/3BxKKBL+wlVbWj3Gno9Ffprq9qbPqw9wyVLgNJAlW3Dab0UJablm9ZpHShnEu",
+	"eV5sGi10LCLMopd8GtGkQpg++wtd2hvhv+FTUASU4Lo103jU2+dLmdYfPYz9Z/J8ppoPrb8xmBLDFNSD",
+	"uNlC6FCvITQQzFS8t4r4kUlaS4VPPObH1iY4Z98tONca7CrZ1fKADTh5812zE2qsgVhBkw4t6ULVsyab",
+	"dfruu5n1K/FwQ0OZ0SVDwVPea9uQHtv4bSLj8dlC5xhrdAfA9AOC6OcFFwUS8sSRo0i5Fz9FrUtHNqaw",
+	"7TsNGyFde+pT+NiMya25Hjotkhv8fk/+nX8GOIA/fsea5vEGHytMqNtYNGs0npoHvOHZVVkKs22IDUS9",
+	"fW2p3oTinYu3UbG0zT8JNpqzMi/Qk9/KFNE4yp2rxsPhyen/Ey0PTsZvR29HERFEEHC4FwZ1NDiQsjAd",
+	"2sGODoPO5/nzfwMAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

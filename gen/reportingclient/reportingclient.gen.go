@@ -279,6 +279,11 @@ type ClientWithResponsesInterface interface {
 	ReportEventWithResponse(ctx context.Context, instanceId string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportEventResponse, error)
 }
 
+// ReportEventResponse429Headers the declared response headers of an HTTP 429 response for ReportEvent
+type ReportEventResponse429Headers struct {
+	RetryAfter int
+}
+
 type ReportEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -290,8 +295,12 @@ type ReportEventResponse struct {
 	JSON404 *externalRef0.Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *externalRef0.Error
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *externalRef0.Error
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *externalRef0.Error
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReportEventResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -312,6 +321,11 @@ func (r ReportEventResponse) GetJSON404() *externalRef0.Error {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r ReportEventResponse) GetJSON413() *externalRef0.Error {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ReportEventResponse) GetJSON429() *externalRef0.Error {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -416,6 +430,13 @@ func ParseReportEventResponse(rsp *http.Response) (*ReportEventResponse, error) 
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest externalRef0.Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -423,6 +444,19 @@ func ParseReportEventResponse(rsp *http.Response) (*ReportEventResponse, error) 
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ReportEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
