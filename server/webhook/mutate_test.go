@@ -44,11 +44,11 @@ func noErrors(t *testing.T, logs *observer.ObservedLogs) {
 	}
 }
 
-// A receiver answering 300, 500, 503 and 404 before 200: each answer outside
-// 2xx is a failed attempt, reported with its status and retried after the
-// backoff (20, 40, 80, 100 ms here), not after the sender's one-second idle
-// poll; the request queued behind it for the same endpoint is given back and
-// sent after it. Nothing is logged as an error.
+// A receiver answering 300, 500, 503 and 404 before 200, one request at a
+// time: each answer outside 2xx is a failed attempt, reported with its status
+// and retried after the backoff (20, 40, 80, 100 ms here), not after the
+// sender's one-second idle poll; the request queued behind it for the same
+// endpoint waits and is sent after it. Nothing is logged as an error.
 func TestFailedAttemptsReportedAndRetriedAfterBackoff(t *testing.T) {
 	statuses := []int{http.StatusMultipleChoices, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusNotFound}
 	var mu sync.Mutex
@@ -65,15 +65,15 @@ func TestFailedAttemptsReportedAndRetriedAfterBackoff(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	// Both requests in the outbox before the start: the sender claims them
 	// together.
-	if err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{
+	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{
 		{AppID: "1", URL: srv.URL, Body: []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"a"}]}`)},
 		{AppID: "1", URL: srv.URL, Body: []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"b"}]}`)},
-	}); err != nil {
+	}, 0); err != nil {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	var seen attempts
-	opts := fast
+	opts := inOrder
 	opts.OnAttempt = seen.add
 	d := New(db, a, zap.New(core), opts)
 	began := time.Now()
@@ -133,8 +133,8 @@ func TestDeliveredWithoutWaitingForThePoll(t *testing.T) {
 }
 
 // An endpoint that does not answer: the attempt is reported with status 0
-// and the connection error; past MaxAge the request is given up, counted
-// and logged with its number of attempts.
+// and the connection error; when its retry would come past MaxAge the
+// request is given up, counted and logged with its number of attempts.
 func TestUnreachableEndpointGivenUp(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
@@ -144,7 +144,8 @@ func TestUnreachableEndpointGivenUp(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	var seen attempts
 	opts := fast
-	opts.MaxAge = time.Nanosecond
+	// One attempt, then the retry would come after MaxAge: given up at once.
+	opts.MaxAge, opts.BaseBackoff, opts.MaxBackoff = 5*time.Second, time.Minute, time.Minute
 	opts.OnAttempt = seen.add
 	d := New(db, a, zap.New(core), opts)
 	d.Start()
@@ -198,12 +199,15 @@ func TestUnreadableOutboxLogged(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	o := Options{}.withDefaults()
 	if o.Hold != 3*time.Second || o.Flush != 100*time.Millisecond || o.MaxAge != 5*time.Minute ||
-		o.BaseBackoff != time.Second || o.MaxBackoff != time.Minute || o.Buffer != 65536 || o.Senders != 8 ||
-		o.Client.Timeout != 10*time.Second || o.Lease != time.Minute {
-		t.Fatalf("defaults %+v (client timeout %v)", o, o.Client.Timeout)
+		o.BaseBackoff != time.Second || o.MaxBackoff != time.Minute || o.Buffer != 65536 || o.Senders != 64 ||
+		o.PerEndpoint != 8 || o.MaxQueued != 10000 || o.Timeout != 5*time.Second || o.Lease != time.Minute {
+		t.Fatalf("defaults %+v", o)
 	}
-	// The lease is six client timeouts by default, at least 1 min, and
-	// never under two client timeouts.
+	if c := o.client(); c.Timeout != 5*time.Second || c.Transport.(*http.Transport).MaxIdleConnsPerHost != 8 {
+		t.Fatalf("client timeout %v, idle connections per host %d", c.Timeout, c.Transport.(*http.Transport).MaxIdleConnsPerHost)
+	}
+	// The lease is six timeouts by default, at least 1 min, and never under
+	// two timeouts.
 	for _, tt := range []struct {
 		lease, timeout, want time.Duration
 	}{
@@ -213,9 +217,9 @@ func TestDefaults(t *testing.T) {
 		{time.Minute, 40 * time.Second, 80 * time.Second},
 		{5 * time.Minute, 10 * time.Second, 5 * time.Minute},
 	} {
-		o := Options{Lease: tt.lease, Client: &http.Client{Timeout: tt.timeout}}.withDefaults()
+		o := Options{Lease: tt.lease, Timeout: tt.timeout}.withDefaults()
 		if o.Lease != tt.want {
-			t.Errorf("lease %v with a %v client: %v, want %v", tt.lease, tt.timeout, o.Lease, tt.want)
+			t.Errorf("lease %v with a %v timeout: %v, want %v", tt.lease, tt.timeout, o.Lease, tt.want)
 		}
 	}
 }

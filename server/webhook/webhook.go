@@ -11,7 +11,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +26,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/channels"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/recovery"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
@@ -30,16 +35,29 @@ import (
 type Options struct {
 	Hold        time.Duration // how long vacated / member_removed wait; default 3 s
 	Flush       time.Duration // how often accepted events are written to the outbox; default 100 ms
-	MaxAge      time.Duration // how long a request is retried; default 5 min
+	MaxAge      time.Duration // how long a request is retried; older ones are dropped unsent; default 5 min
 	BaseBackoff time.Duration // first retry delay, doubled per attempt; default 1 s
 	MaxBackoff  time.Duration // retry delay cap; default 1 min
 	Buffer      int           // events buffered between the hub and the dispatcher; default 65536
-	Senders     int           // concurrent deliveries; default 8
-	Client      *http.Client  // default: 10 s timeout
+	Senders     int           // requests in flight in all; default 64
+	// PerEndpoint is how many requests to one URL are in flight at once;
+	// default 8. They are started in the order they were written; 1 sends
+	// each endpoint's requests strictly one after another, in order.
+	PerEndpoint int
+	// MaxQueued is how many requests of one app the outbox keeps; writing
+	// more drops that app's oldest requests not being sent. Default 10,000.
+	MaxQueued int
+	// Timeout bounds one request, from dialing to the end of the answer's
+	// headers; default 5 s (Pusher expects an answer within 4 s).
+	Timeout time.Duration
+	// DialContext, when set, makes every connection of the webhook client
+	// (a guard that refuses private addresses, say). Proxies named in the
+	// environment are then not used, so that it sees the endpoint's own
+	// address. Default: a net.Dialer.
+	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 	// Lease is how long a sender holds the requests it claimed from the
-	// outbox; a request is attempted only while its claim has at least the
-	// client's timeout left. Default: six client timeouts; at least 1 min
-	// and two client timeouts.
+	// outbox; a request is attempted only while its claim has at least
+	// Timeout left. Default: six timeouts; at least 1 min and two timeouts.
 	Lease time.Duration
 	// OnAttempt, when set, is told the outcome of every delivery attempt
 	// (the debug console shows them). It must return at once.
@@ -49,18 +67,24 @@ type Options struct {
 // Attempt is the outcome of one webhook request.
 type Attempt struct {
 	AppID  string
-	URL    string
+	URL    string // without user info, query string or fragment (see Redact)
 	Status int    // HTTP status; 0 when no response came
 	Error  string // why it failed; "" when delivered
 	Retry  bool   // a failure that will be retried
 }
 
-// Stats are the dispatcher's counters since start.
+// Stats are the dispatcher's counters since start. Every request or event
+// that is not delivered is counted in one of Abandoned, Dropped, OverCap,
+// Expired and Unwritten.
 type Stats struct {
 	Delivered int64 // requests answered with 2xx
 	Failed    int64 // attempts that failed (non-2xx or no response)
-	Abandoned int64 // requests given up: too old, bad URL, or app deleted
+	Abandoned int64 // requests given up after an attempt: out of retry time, bad URL, app deleted, or a panic while sending
 	Dropped   int64 // events lost because the buffer was full
+	OverCap   int64 // queued requests dropped, oldest first, because their app had MaxQueued
+	Expired   int64 // requests dropped without another attempt because they were older than MaxAge
+	Unwritten int64 // requests lost because the outbox could not be written (a database error), or events after a panic while building them
+	Panics    int64 // panics recovered while sending a request, in the sender's loop and while writing the outbox
 }
 
 // withDefaults fills in the zero fields.
@@ -71,12 +95,27 @@ func (o Options) withDefaults() Options {
 	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, time.Minute)
 	o.Buffer = cmp.Or(o.Buffer, 65536)
-	o.Senders = cmp.Or(o.Senders, 8)
-	o.Client = cmp.Or(o.Client, &http.Client{Timeout: 10 * time.Second})
-	// A claim shorter than two client timeouts would leave room for less
-	// than one attempt.
-	o.Lease = max(cmp.Or(o.Lease, 6*o.Client.Timeout, time.Minute), time.Minute, 2*o.Client.Timeout)
+	o.Senders = cmp.Or(o.Senders, 64)
+	o.PerEndpoint = cmp.Or(o.PerEndpoint, 8)
+	o.MaxQueued = cmp.Or(o.MaxQueued, 10000)
+	o.Timeout = cmp.Or(o.Timeout, 5*time.Second)
+	// A claim shorter than two timeouts would leave room for less than one
+	// attempt.
+	o.Lease = max(cmp.Or(o.Lease, 6*o.Timeout, time.Minute), time.Minute, 2*o.Timeout)
 	return o
+}
+
+// client is the HTTP client of the webhook requests.
+func (o Options) client() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if o.DialContext != nil {
+		tr.DialContext = o.DialContext
+		tr.Proxy = nil
+	}
+	// Keep a connection for each request an endpoint may have in flight,
+	// instead of the default two, so that busy endpoints reuse them.
+	tr.MaxIdleConnsPerHost = o.PerEndpoint
+	return &http.Client{Timeout: o.Timeout, Transport: tr}
 }
 
 // AppLookup finds an app, with its webhooks, by id.
@@ -86,16 +125,22 @@ type AppLookup interface {
 
 // Dispatcher turns hub events into delivered webhooks.
 type Dispatcher struct {
-	db   *storage.DB
-	apps AppLookup
-	log  *zap.Logger
-	opts Options
+	db     *storage.DB
+	apps   AppLookup
+	log    *zap.Logger
+	opts   Options
+	client *http.Client
 
 	in      chan hub.Event
-	wake    chan struct{} // the outbox got new requests
+	wake    chan struct{} // the outbox got new requests, or a sender is free
 	dropped atomic.Int64  // events lost because the buffer was full
 
 	delivered, failed, abandoned atomic.Int64 // see Stats
+	overCap, expired, unwritten  atomic.Int64 // see Stats
+	panics                       recovery.Counter
+	drops                        *dropLog
+	purgeEvery                   time.Duration               // how often requests older than MaxAge are looked for
+	beforeAttempt                func(storage.OutboxWebhook) // tests: runs before each request is sent
 
 	stopCollect context.CancelFunc
 	collected   chan struct{}
@@ -106,7 +151,15 @@ type Dispatcher struct {
 // New returns a dispatcher; call Start to run it and Close to stop it.
 func New(db *storage.DB, apps AppLookup, log *zap.Logger, opts Options) *Dispatcher {
 	opts = opts.withDefaults()
-	return &Dispatcher{db: db, apps: apps, log: log, opts: opts, in: make(chan hub.Event, opts.Buffer), wake: make(chan struct{}, 1)}
+	return &Dispatcher{
+		db: db, apps: apps, log: log, opts: opts, client: opts.client(),
+		in: make(chan hub.Event, opts.Buffer), wake: make(chan struct{}, 1),
+		drops: &dropLog{log: log, every: time.Minute, apps: map[string]*dropCount{}},
+		// Expired requests are never sent (each is checked before its
+		// attempt); the sweep only frees their room, so a thirtieth of
+		// MaxAge (10 s by default) is often enough.
+		purgeEvery: min(max(opts.MaxAge/30, 10*time.Millisecond), 10*time.Second),
+	}
 }
 
 // Observe takes an event from the hub without blocking; when the buffer is
@@ -126,12 +179,17 @@ func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher) Stats() Stats {
-	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Abandoned: d.abandoned.Load(), Dropped: d.dropped.Load()}
+	return Stats{
+		Delivered: d.delivered.Load(), Failed: d.failed.Load(), Abandoned: d.abandoned.Load(), Dropped: d.dropped.Load(),
+		OverCap: d.overCap.Load(), Expired: d.expired.Load(), Unwritten: d.unwritten.Load(), Panics: d.panics.Count(),
+	}
 }
 
+// report tells OnAttempt about an attempt. A panic of OnAttempt is its own:
+// it does not change what becomes of the request.
 func (d *Dispatcher) report(a Attempt) {
 	if d.opts.OnAttempt != nil {
-		d.opts.OnAttempt(a)
+		d.panics.Do(d.log, "webhook attempt report", func() { d.opts.OnAttempt(a) }, zap.String("url", a.URL))
 	}
 }
 
@@ -158,6 +216,7 @@ func (d *Dispatcher) Close() {
 	<-d.collected
 	d.stopSend()
 	d.wg.Wait()
+	d.drops.flush(time.Time{}, true) // what was dropped since the last line
 }
 
 // pending is a held channel_vacated or member_removed.
@@ -213,8 +272,13 @@ func (d *Dispatcher) collect(ctx context.Context) {
 		if len(ready) == 0 {
 			return
 		}
-		if err := d.enqueue(ready); err != nil {
-			d.log.Error("writing webhooks to the outbox", zap.Int("events", len(ready)), zap.Error(err))
+		var requests int
+		var err error
+		if d.panics.Do(d.log, "webhook batch", func() { requests, err = d.enqueue(ready) }, zap.Int("events", len(ready))) {
+			d.unwritten.Add(int64(len(ready)))
+		} else if err != nil {
+			d.unwritten.Add(int64(requests))
+			d.log.Error("writing webhooks to the outbox; they are lost", zap.Int("events", len(ready)), zap.Int("requests", requests), zap.Error(err))
 		}
 		ready = ready[:0]
 	}
@@ -244,13 +308,18 @@ func opposite(held, arrived hub.EventKind) bool {
 }
 
 // enqueue builds the requests for events, per app and matching endpoint, and
-// stores them.
-func (d *Dispatcher) enqueue(events []hub.Event) error {
+// stores them, keeping each app within MaxQueued. It returns how many
+// requests it built.
+func (d *Dispatcher) enqueue(events []hub.Event) (int, error) {
 	type endpoint struct {
 		appID string
 		hook  int // index in the app's webhooks
 	}
-	batches := map[endpoint][]channels.WebhookEvent{}
+	type batch struct {
+		hook   storage.Webhook // kept: the app may change or go before the loop below
+		events []channels.WebhookEvent
+	}
+	batches := map[endpoint]*batch{}
 	var order []endpoint
 	for _, ev := range events {
 		app := d.apps.ByID(ev.AppID)
@@ -262,43 +331,50 @@ func (d *Dispatcher) enqueue(events []hub.Event) error {
 				continue
 			}
 			ep := endpoint{ev.AppID, i}
-			if _, ok := batches[ep]; !ok {
+			b, ok := batches[ep]
+			if !ok {
+				b = &batch{hook: w}
+				batches[ep] = b
 				order = append(order, ep)
 			}
-			batches[ep] = append(batches[ep], payload(ev))
+			b.events = append(b.events, payload(ev))
 		}
 	}
 	now := time.Now().UnixMilli()
 	var items []storage.OutboxWebhook
 	for _, ep := range order {
-		w := d.apps.ByID(ep.appID).Webhooks[ep.hook]
-		evs := batches[ep]
-		groups := [][]channels.WebhookEvent{evs}
-		if !w.Batch {
+		b := batches[ep]
+		groups := [][]channels.WebhookEvent{b.events}
+		if !b.hook.Batch {
 			groups = groups[:0]
-			for i := range evs {
-				groups = append(groups, evs[i:i+1])
+			for i := range b.events {
+				groups = append(groups, b.events[i:i+1])
 			}
 		}
 		for _, g := range groups {
 			body, err := json.Marshal(channels.WebhookRequest{TimeMs: now, Events: g})
 			if err != nil {
-				return err
+				return len(items), err
 			}
-			items = append(items, storage.OutboxWebhook{AppID: ep.appID, URL: w.URL, Body: body})
+			items = append(items, storage.OutboxWebhook{AppID: ep.appID, URL: b.hook.URL, Body: body})
 		}
 	}
 	if len(items) == 0 {
-		return nil
+		return 0, nil
 	}
-	if err := d.db.EnqueueWebhooks(context.Background(), items); err != nil {
-		return err
+	dropped, err := d.db.EnqueueWebhooks(context.Background(), items, d.opts.MaxQueued)
+	if err != nil {
+		return len(items), err
+	}
+	for appID, n := range dropped {
+		d.overCap.Add(int64(n))
+		d.drops.add(appID, n, 0, time.Now())
 	}
 	select {
 	case d.wake <- struct{}{}:
 	default:
 	}
-	return nil
+	return len(items), nil
 }
 
 // matches reports whether endpoint w wants ev.
@@ -340,53 +416,23 @@ func payload(ev hub.Event) channels.WebhookEvent {
 }
 
 // send claims due requests and delivers them until ctx ends, waking when new
-// ones arrive or the next retry is due. Each endpoint gets its requests one at
-// a time, in the order they were written, so a receiver sees events in the
-// order they happened: a claimed or failed request holds back the later ones
-// of its endpoint in the outbox itself (see storage.ClaimWebhooks), so no
-// bookkeeping here can disagree with it. Different endpoints are served in
-// parallel.
+// ones arrive, a sender is free, or the next retry is due. Each request is
+// sent by a goroutine of its own, at most Senders in all and PerEndpoint per
+// URL: the outbox hands out only the PerEndpoint oldest requests of a URL
+// (see storage.ClaimWebhooks), so they start in the order they were written,
+// and a request waiting for its retry holds back the later ones of its
+// endpoint. No bookkeeping here can disagree with the outbox.
 func (d *Dispatcher) send(ctx context.Context) {
-	sem := make(chan struct{}, d.opts.Senders)
+	slots := make(chan struct{}, d.opts.Senders) // one per request in flight
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	var nextPurge time.Time
 	for {
-		claimed, err := d.db.ClaimWebhooks(ctx, time.Now(), d.opts.Lease, 256)
-		if err != nil && ctx.Err() == nil {
-			d.log.Error("reading the webhook outbox", zap.Error(err))
-		}
-		groups := map[string][]storage.OutboxWebhook{}
-		var order []string
-		for _, w := range claimed {
-			if _, ok := groups[w.URL]; !ok {
-				order = append(order, w.URL)
-			}
-			groups[w.URL] = append(groups[w.URL], w)
-		}
-		for i, url := range order {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				for _, url := range order[i:] {
-					d.release(groups[url])
-				}
-				return
-			}
-			inflight.Add(1)
-			go func(items []storage.OutboxWebhook) {
-				defer inflight.Done()
-				d.serve(ctx, items)
-				<-sem
-				select {
-				case d.wake <- struct{}{}: // look again: more may be due
-				default:
-				}
-			}(groups[url])
-		}
+		// A round that panics waits a second before the next, rather than
+		// repeat the panic at once; what it claimed is due again when the
+		// claims run out.
 		wait := time.Second
-		if next, ok, err := d.db.NextWebhookDue(ctx); err == nil && ok {
-			wait = min(max(time.Until(next), 10*time.Millisecond), time.Second)
-		}
+		d.panics.Do(d.log, "webhook sender round", func() { wait = d.round(ctx, slots, &inflight, &nextPurge) })
 		select {
 		case <-ctx.Done():
 			return
@@ -396,24 +442,86 @@ func (d *Dispatcher) send(ctx context.Context) {
 	}
 }
 
-// serve delivers one endpoint's claimed requests in order. It stops at the
-// first that fails (the rest wait behind its retry), at shutdown, and when the
-// claim has less than a client timeout left, since after it runs out another
-// sender may take the same requests; what it does not attempt it gives back.
-func (d *Dispatcher) serve(ctx context.Context, items []storage.OutboxWebhook) {
-	for i, w := range items {
-		if ctx.Err() != nil || time.Until(w.ClaimedUntil) < d.opts.Client.Timeout {
-			d.release(items[i:])
-			return
+// round drops the expired requests when it is time, claims as many due
+// requests as there are free slots, starts them, and returns how long to
+// wait before the next round if nothing wakes the sender.
+func (d *Dispatcher) round(ctx context.Context, slots chan struct{}, inflight *sync.WaitGroup, nextPurge *time.Time) time.Duration {
+	now := time.Now()
+	if !now.Before(*nextPurge) {
+		d.purge(ctx, now)
+		*nextPurge = now.Add(d.purgeEvery)
+	}
+	// Only this loop fills slots, so they are at least this free.
+	free := cap(slots) - len(slots)
+	if free > 0 {
+		claimed, err := d.db.ClaimWebhooks(ctx, now, d.opts.Lease, free, d.opts.PerEndpoint)
+		if err != nil && ctx.Err() == nil {
+			d.log.Error("reading the webhook outbox", zap.Error(err))
 		}
-		switch d.deliver(ctx, w) {
-		case retrying:
-			d.release(items[i+1:])
-			return
-		case interrupted:
-			d.release(items[i:])
-			return
+		for _, w := range claimed {
+			slots <- struct{}{}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				d.attempt(ctx, w)
+				<-slots
+				select {
+				case d.wake <- struct{}{}: // look again: its endpoint may have more
+				default:
+				}
+			}()
 		}
+	}
+	wait := time.Until(*nextPurge)
+	if len(slots) < cap(slots) { // else a finished request wakes the sender
+		if next, ok, err := d.db.NextWebhookDue(ctx, time.Now(), d.opts.PerEndpoint); err == nil && ok {
+			wait = min(wait, max(time.Until(next), 10*time.Millisecond))
+		}
+	}
+	return min(wait, time.Second)
+}
+
+// purge deletes the requests older than MaxAge that no sender holds, without
+// another attempt, and counts them.
+func (d *Dispatcher) purge(ctx context.Context, now time.Time) {
+	dropped, err := d.db.DropExpiredWebhooks(ctx, now.Add(-d.opts.MaxAge), now)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("dropping expired webhooks", zap.Error(err))
+		}
+		return
+	}
+	for appID, n := range dropped {
+		d.expired.Add(int64(n))
+		d.drops.add(appID, 0, n, now)
+	}
+	d.drops.flush(now, false)
+}
+
+// attempt sends one claimed request, unless it is too late for it: at
+// shutdown, or with less than a timeout left on its claim (after which
+// another sender may take it), it is given back; older than MaxAge, it is
+// dropped unsent. A panic while sending drops the request: the panic is a
+// bug that the same request would likely hit again at every retry.
+func (d *Dispatcher) attempt(ctx context.Context, w storage.OutboxWebhook) {
+	if ctx.Err() != nil || time.Until(w.ClaimedUntil) < d.opts.Timeout {
+		d.release([]storage.OutboxWebhook{w})
+		return
+	}
+	if time.Since(w.CreatedAt) >= d.opts.MaxAge {
+		d.expired.Add(1)
+		d.drops.add(w.AppID, 0, 1, time.Now())
+		d.remove(w)
+		return
+	}
+	var out outcome
+	if d.panics.Do(d.log, "webhook request", func() { out = d.deliver(ctx, w) }, zap.String("app_id", w.AppID), zap.String("url", Redact(w.URL))) {
+		d.abandoned.Add(1)
+		d.remove(w)
+		return
+	}
+	if out == interrupted {
+		d.release([]storage.OutboxWebhook{w}) // stays in the outbox for the next start
 	}
 }
 
@@ -442,16 +550,20 @@ const (
 
 // deliver makes one attempt at a request and records the outcome.
 func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) outcome {
+	if d.beforeAttempt != nil {
+		d.beforeAttempt(w)
+	}
+	shown := Redact(w.URL)
 	app := d.apps.ByID(w.AppID)
 	if app == nil {
-		d.log.Warn("dropping a webhook of a deleted app", zap.String("app_id", w.AppID), zap.String("url", w.URL))
+		d.log.Warn("dropping a webhook of a deleted app", zap.String("app_id", w.AppID), zap.String("url", shown))
 		d.abandoned.Add(1)
 		d.remove(w)
 		return done
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Body))
 	if err != nil {
-		d.log.Error("dropping a webhook with a bad URL", zap.String("url", w.URL), zap.Error(err))
+		d.log.Error("dropping a webhook with a bad URL", zap.String("app_id", w.AppID), zap.String("url", shown), zap.String("error", errorText(err)))
 		d.abandoned.Add(1)
 		d.remove(w)
 		return done
@@ -459,12 +571,12 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) outco
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Pusher-Key", app.Key)
 	req.Header.Set("X-Pusher-Signature", signing.HMACHex(app.Secret, string(w.Body)))
-	res, err := d.opts.Client.Do(req)
+	res, err := d.client.Do(req)
 	if err == nil {
 		res.Body.Close()
 		if res.StatusCode >= 200 && res.StatusCode < 300 {
 			d.delivered.Add(1)
-			d.report(Attempt{AppID: w.AppID, URL: w.URL, Status: res.StatusCode})
+			d.report(Attempt{AppID: w.AppID, URL: shown, Status: res.StatusCode})
 			d.remove(w)
 			return done
 		}
@@ -474,20 +586,21 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) outco
 	}
 	reason := "status " + http.StatusText(statusOf(res))
 	if err != nil {
-		reason = err.Error()
+		reason = errorText(err)
 	}
 	d.failed.Add(1)
-	giveUp := time.Since(w.CreatedAt) >= d.opts.MaxAge
-	d.report(Attempt{AppID: w.AppID, URL: w.URL, Status: statusOf(res), Error: reason, Retry: !giveUp})
+	backoff := min(d.opts.BaseBackoff<<min(w.Attempts, 20), d.opts.MaxBackoff)
+	next := time.Now().Add(backoff)
+	// A retry at or past MaxAge would be dropped unsent: give up now.
+	giveUp := !next.Before(w.CreatedAt.Add(d.opts.MaxAge))
+	d.report(Attempt{AppID: w.AppID, URL: shown, Status: statusOf(res), Error: reason, Retry: !giveUp})
 	if giveUp {
 		d.abandoned.Add(1)
-		d.log.Error("giving up on a webhook", zap.String("url", w.URL), zap.Int("attempts", w.Attempts+1), zap.String("last_error", reason))
+		d.log.Error("giving up on a webhook", zap.String("app_id", w.AppID), zap.String("url", shown), zap.Int("attempts", w.Attempts+1), zap.String("last_error", reason))
 		d.remove(w)
 		return done
 	}
-	backoff := min(d.opts.BaseBackoff<<min(w.Attempts, 20), d.opts.MaxBackoff)
-	next := time.Now().Add(backoff)
-	d.log.Info("webhook attempt failed; retrying", zap.String("url", w.URL), zap.Int("attempt", w.Attempts+1), zap.Duration("in", backoff), zap.String("error", reason))
+	d.log.Info("webhook attempt failed; retrying", zap.String("app_id", w.AppID), zap.String("url", shown), zap.Int("attempt", w.Attempts+1), zap.Duration("in", backoff), zap.String("error", reason))
 	if err := d.db.RetryWebhookAt(context.Background(), w.ID, next); err != nil {
 		d.log.Error("rescheduling a webhook", zap.Error(err))
 	}
@@ -508,4 +621,84 @@ func statusOf(res *http.Response) int {
 		return 0
 	}
 	return res.StatusCode
+}
+
+// Redact is a webhook URL as logs and the console show it: without user
+// info, query string and fragment, where operators put credentials
+// (https://user:password@…, ?token=…).
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)" // the parser's error would quote it whole
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery = "", false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// errorText is err for logs and attempts. The HTTP client's errors quote the
+// whole URL (`Post "https://…?token=…": …`); they are shown without it.
+func errorText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Sprintf("%s: %v", ue.Op, ue.Err)
+	}
+	return err.Error()
+}
+
+// dropLog logs the requests dropped unsent (over the cap, or expired) at most
+// once per interval per app, with the numbers dropped since the app's
+// previous line: a flood drops thousands a second.
+type dropLog struct {
+	log   *zap.Logger
+	every time.Duration
+	mu    sync.Mutex
+	apps  map[string]*dropCount
+}
+
+// dropCount is what one app dropped since its last line.
+type dropCount struct {
+	overCap, expired int
+	logged           time.Time // when its last line was written
+}
+
+// add counts drops of an app and logs them when the app's last line is at
+// least an interval old.
+func (l *dropLog) add(appID string, overCap, expired int, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.apps[appID]
+	if c == nil {
+		c = &dropCount{}
+		l.apps[appID] = c
+	}
+	c.overCap += overCap
+	c.expired += expired
+	if now.Sub(c.logged) >= l.every {
+		l.write(appID, c, now)
+	}
+}
+
+// flush logs the apps whose drops are waiting and whose last line is at least
+// an interval old, or all of them when all is set (at shutdown); it forgets
+// the apps that have dropped nothing for an interval.
+func (l *dropLog) flush(now time.Time, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for appID, c := range l.apps {
+		switch {
+		case c.overCap+c.expired > 0 && (all || now.Sub(c.logged) >= l.every):
+			l.write(appID, c, now)
+		case c.overCap+c.expired == 0 && now.Sub(c.logged) >= l.every:
+			delete(l.apps, appID)
+		}
+	}
+}
+
+func (l *dropLog) write(appID string, c *dropCount, now time.Time) {
+	// The numbers are those since the app's previous line.
+	l.log.Warn("webhook requests dropped unsent", zap.String("app_id", appID),
+		zap.Int("over_cap", c.overCap), zap.Int("expired", c.expired))
+	c.overCap, c.expired, c.logged = 0, 0, now
 }

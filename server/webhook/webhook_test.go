@@ -107,6 +107,10 @@ func openDB(t *testing.T, path string) *storage.DB {
 
 var fast = Options{Hold: 150 * time.Millisecond, Flush: 10 * time.Millisecond, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 
+// inOrder is fast with one request in flight per endpoint, for the tests of
+// the order in which an endpoint receives its events.
+var inOrder = func() Options { o := fast; o.PerEndpoint = 1; return o }()
+
 func start(t *testing.T, db *storage.DB, a apps, opts Options) *Dispatcher {
 	t.Helper()
 	d := New(db, a, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts)
@@ -118,7 +122,7 @@ func start(t *testing.T, db *storage.DB, a apps, opts Options) *Dispatcher {
 func TestScriptedSessionSequence(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, fast)
+	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
 	for _, ev := range []hub.Event{
 		{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-r"},
 		{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-r", UserID: "u1"},
@@ -139,7 +143,7 @@ func TestScriptedSessionSequence(t *testing.T) {
 func TestFlipWithinHoldIsDropped(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, fast)
+	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u"})
@@ -216,7 +220,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "h.db")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: down.srv.URL}}}}
 	db := openDB(t, path)
-	d := New(db, a, zap.NewNop(), fast)
+	d := New(db, a, zap.NewNop(), inOrder)
 	d.Start()
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "kept"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "held-at-close"})
@@ -229,7 +233,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	// The receiver recovers and the node restarts on the same file.
 	down.failFirst.Store(0)
 	db2 := openDB(t, path)
-	start(t, db2, a, fast)
+	start(t, db2, a, inOrder)
 	got := strings.Join(down.waitFor(2), " ")
 	if got != "channel_occupied:kept channel_vacated:held-at-close" {
 		t.Fatalf("after restart got %s", got)
@@ -244,11 +248,11 @@ func TestClaimsOfACrashedRunAreSentAtOnce(t *testing.T) {
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
 	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	body := []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"claimed"}]}`)
-	if err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{{AppID: "1", URL: r.srv.URL, Body: body}}); err != nil {
+	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{{AppID: "1", URL: r.srv.URL, Body: body}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	// The crashed run's claim would hold for an hour.
-	if got, err := db.ClaimWebhooks(context.Background(), time.Now(), time.Hour, 10); err != nil || len(got) != 1 {
+	if got, err := db.ClaimWebhooks(context.Background(), time.Now(), time.Hour, 10, 8); err != nil || len(got) != 1 {
 		t.Fatalf("claim: %+v (%v)", got, err)
 	}
 	start(t, db, a, fast)
