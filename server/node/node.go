@@ -88,7 +88,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
 	n.ops = newOps(cfg, db, n.hub, log)
-	n.hook = webhook.New(db, apps, log.Named("webhook"), webhook.Options{OnAttempt: n.ops.webhookAttempt})
+	n.hook = webhook.New(db, apps, log.Named("webhook"), webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued})
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
 
