@@ -1,9 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"sync"
+
+	"github.com/gin-gonic/gin/binding"
 )
 
 // requestBody is a request body read in full, ahead of the handlers, into a
@@ -96,4 +101,73 @@ func (b *requestBody) release() {
 	}
 	b.buf, b.off = b.buf[:0], 0
 	requestBodies.Put(b)
+}
+
+// bodyReadError is the answer to a request body that could not be read: 413
+// when it is longer than limit (errBodyTooLarge or http.MaxBytesReader's
+// error), otherwise 400, which is also what a client that stops sending gets
+// once the server's read timeout ends the read.
+func bodyReadError(err error, limit int64) *Error {
+	var tooLarge *http.MaxBytesError
+	if errors.Is(err, errBodyTooLarge) || errors.As(err, &tooLarge) {
+		return newError(http.StatusRequestEntityTooLarge, KindBodyTooLarge, "The request body is larger than %d bytes.", limit)
+	}
+	return badRequest(KindUnreadableBody, "The request body could not be read.")
+}
+
+// errTrailingData is decodeJSON's answer to a body that holds more than one
+// JSON value: `{"name":"e"} garbage` or `{}{}`.
+var errTrailingData = errors.New("the body holds something after its JSON value")
+
+// strictJSON is gin's JSON binding with one difference: the body must be
+// exactly one JSON value (whitespace around it allowed). gin's own binding
+// decodes the first value with json.Decoder and ignores whatever follows, so
+// `{"name":"e"} garbage` was accepted. NewEngine installs it as binding.JSON,
+// which every generated strict handler decodes its body with
+// (ShouldBindJSON), so every API refuses such bodies in one place; the
+// trigger's fast decoder (decodeTriggerEvent) follows the same rule.
+type strictJSON struct{}
+
+var _ binding.BindingBody = strictJSON{}
+
+// Name is the binding's name, as gin's JSON binding's.
+func (strictJSON) Name() string { return "json" }
+
+// Bind decodes the request's body into obj.
+func (strictJSON) Bind(req *http.Request, obj any) error {
+	if req == nil || req.Body == nil {
+		return errors.New("invalid request")
+	}
+	return decodeJSON(req.Body, obj)
+}
+
+// BindBody decodes body into obj.
+func (strictJSON) BindBody(body []byte, obj any) error {
+	return decodeJSON(bytes.NewReader(body), obj)
+}
+
+// decodeJSON decodes the one JSON value r holds into obj, as gin's binding
+// does (then its struct validator, when one is set), and fails with
+// errTrailingData when anything but whitespace follows the value. An empty
+// body is io.EOF, as before: the generated handlers of optional bodies rely
+// on it.
+func decodeJSON(r io.Reader, obj any) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(obj); err != nil {
+		return err
+	}
+	// Token skips whitespace; anything else there, even a valid second
+	// value, is not the single value the API takes. A failing read is
+	// reported as it is.
+	var syntaxErr *json.SyntaxError
+	switch _, err := dec.Token(); {
+	case err == nil, errors.As(err, &syntaxErr):
+		return errTrailingData
+	case !errors.Is(err, io.EOF):
+		return err
+	}
+	if binding.Validator != nil {
+		return binding.Validator.ValidateStruct(obj)
+	}
+	return nil
 }

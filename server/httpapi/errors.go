@@ -69,6 +69,8 @@ func requestErrorHook(c *gin.Context, err error) {
 		writeError(c, badRequest(KindInvalidRequest, "The body must be a JSON object, not %s.", typeErr.Value))
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
 		writeError(c, badRequest(KindInvalidRequest, "The body is not valid JSON."))
+	case errors.Is(err, errTrailingData):
+		writeError(c, badRequest(KindInvalidRequest, "The body must be one JSON value; something follows it."))
 	case errors.Is(err, io.EOF):
 		writeError(c, badRequest(KindInvalidRequest, "The request needs a JSON body."))
 	default:

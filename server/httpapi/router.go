@@ -16,7 +16,8 @@ import (
 var ginSettings sync.Once
 
 // NewEngine returns a gin engine with panic recovery, an access log and the
-// error body on NoRoute and NoMethod, plus GET /healthz.
+// error body on NoRoute and NoMethod, plus GET /healthz. It trusts no proxy's
+// X-Forwarded-For: call SetTrustedProxies with the operator's list.
 func NewEngine(log *zap.Logger) *gin.Engine {
 	ginSettings.Do(func() {
 		// Keep gin from printing its debug banner and route table; routes
@@ -28,8 +29,16 @@ func NewEngine(log *zap.Logger) *gin.Engine {
 		// validate against the spec's limits themselves), so the walk is
 		// pure cost on the signed trigger path.
 		binding.Validator = nil
+		// Bodies must be one JSON value, nothing after it (body.go).
+		binding.JSON = strictJSON{}
 	})
 	r := gin.New()
+	// gin believes X-Forwarded-For from any peer by default, so any client
+	// could name its own address in the access log and to the per-IP
+	// limits (c.ClientIP). Trust none: the client is the connection's peer
+	// until the node names its reverse proxies (HERALD_TRUSTED_PROXIES) with
+	// SetTrustedProxies. Cannot fail for an empty list.
+	_ = r.SetTrustedProxies(nil)
 	// Channel names in paths may hold escaped characters (#server-to-user-…);
 	// match on the raw path and unescape parameter values.
 	r.UseRawPath = true
@@ -45,6 +54,28 @@ func NewEngine(log *zap.Logger) *gin.Engine {
 	})
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	return r
+}
+
+// LongLived lifts the server's read and write deadlines for the rest of the
+// request; put it in front of a route whose connection outlives one exchange
+// (the WebSocket upgrade, the console's event stream).
+//
+// The node's http.Server has ReadTimeout and WriteTimeout, so a client that
+// sends its headers or body slowly, or reads its answer slowly, cannot hold a
+// connection: the deadlines cover every route, including 404s and whatever
+// net/http answers itself, without a route having to opt in. The few
+// long-lived routes opt out here instead, before the deadlines can hit: the
+// read deadline would end an event stream (net/http's background read of the
+// idle connection fails and cancels the request) and the write deadline its
+// writes. A hijacked WebSocket connection has its deadlines cleared by
+// net/http too, but that is not promised by its documentation; this is.
+func LongLived(c *gin.Context) {
+	rc := http.NewResponseController(c.Writer)
+	// Errors only mean that this writer has no connection deadlines (a
+	// test recorder): there is nothing to lift then.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	c.Next()
 }
 
 // recovery turns a panic in a handler into a logged 500 with the error body.

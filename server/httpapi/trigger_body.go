@@ -18,9 +18,10 @@ import (
 // other members or spellings, repeats, syntax errors) is left to
 // encoding/json, which then decides both the value and the error.
 //
-// Like json.Decoder.Decode, which gin's binding uses, it reads one value and
-// ignores what follows it. For every body it accepts, v is exactly what that
-// decoder gives: FuzzDecodeTriggerEvent checks it.
+// Like decodeJSON, the binding every other body goes through, it takes one
+// value with nothing but whitespace after it; a body with more is left to
+// decodeJSON, which refuses it. For every body it accepts, v is exactly what
+// decodeJSON gives: FuzzDecodeTriggerEvent checks it.
 func decodeTriggerEvent(body []byte, v *channels.TriggerEventRequest) bool {
 	d := jsonScanner{b: body}
 	if !d.consume('{') {
@@ -33,6 +34,9 @@ func decodeTriggerEvent(body []byte, v *channels.TriggerEventRequest) bool {
 	})
 	var out channels.TriggerEventRequest
 	if d.consume('}') {
+		if !d.atEnd() {
+			return false
+		}
 		*v = out
 		return true
 	}
@@ -79,6 +83,9 @@ func decodeTriggerEvent(body []byte, v *channels.TriggerEventRequest) bool {
 			*dst, *field = s, dst
 		}
 		if d.consume('}') {
+			if !d.atEnd() {
+				return false
+			}
 			*v = out
 			return true
 		}
@@ -108,6 +115,18 @@ func (d *jsonScanner) consume(c byte) bool {
 		return false
 	}
 	return false
+}
+
+// atEnd skips whitespace and reports whether nothing else is left.
+func (d *jsonScanner) atEnd() bool {
+	for ; d.i < len(d.b); d.i++ {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // key reads a member name, a string of ASCII without escapes, and returns

@@ -25,8 +25,11 @@ var triggerBodies = []struct {
 	{"EmptyChannels", `{"channels":[]}`, true},
 	{"ShortEscapes", `{"data":"\"\\\/\b\f\n\r\t"}`, true},
 	{"UTF8", `{"name":"é","data":"日本語 🚀"}`, true},
-	{"TrailingData", `{"name":"e"} trailing`, true},
-	{"TrailingObject", `{"name":"e"}{"name":"f"}`, true},
+	{"TrailingWhitespace", "{\"name\":\"e\"} \r\n\t", true},
+	{"TrailingData", `{"name":"e"} trailing`, false},
+	{"TrailingObject", `{"name":"e"}{"name":"f"}`, false},
+	{"EmptyObjectTrailingData", `{}x`, false},
+	{"TrailingBrace", `{"name":"e"}}`, false},
 	{"UnicodeEscape", `{"data":"\u00e9"}`, false},
 	{"Surrogates", `{"data":"\ud83d\ude80"}`, false},
 	{"InvalidUTF8", "{\"data\":\"\xff\"}", false},
@@ -66,12 +69,13 @@ func TestDecodeTriggerEvent(t *testing.T) {
 }
 
 // checkLikeEncodingJSON fails when decodeTriggerEvent accepts body and decodes
-// it differently from json.Decoder.Decode (what gin's binding uses), or when
-// it refuses it but still changes its destination.
+// it differently from decodeJSON (encoding/json, one value and nothing after
+// it: what the generated handlers bind with), or when it refuses it but still
+// changes its destination.
 func checkLikeEncodingJSON(t *testing.T, body []byte) {
 	t.Helper()
 	var want channels.TriggerEventRequest
-	wantErr := json.NewDecoder(bytes.NewReader(body)).Decode(&want)
+	wantErr := decodeJSON(bytes.NewReader(body), &want)
 	sentinel := "untouched"
 	got := channels.TriggerEventRequest{Name: &sentinel}
 	if !decodeTriggerEvent(body, &got) {
