@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/internal/recovery"
 )
 
 // CacheTTL is how long a cache channel keeps its last event.
@@ -52,6 +54,9 @@ var (
 	ErrConnRemoved = errors.New("hub: connection removed")
 	// ErrPresenceFull: the presence channel has its maximum number of members.
 	ErrPresenceFull = errors.New("hub: presence channel is full")
+	// ErrTooManySubscriptions: the app already holds its maximum number of
+	// subscriptions over all its connections.
+	ErrTooManySubscriptions = errors.New("hub: app over its subscription cap")
 )
 
 // Hub is the registry of every app's channels and connections.
@@ -64,6 +69,10 @@ type Hub struct {
 	workers  []chan fanoutItem // fan-out workers (broker.go)
 	workerWG sync.WaitGroup
 
+	// observerPanics counts the panics of the observer, recovered in notify
+	// (see there).
+	observerPanics recovery.Counter
+
 	mu   sync.RWMutex
 	apps map[string]*appState
 }
@@ -72,6 +81,10 @@ type Hub struct {
 type appState struct {
 	id    string
 	conns atomic.Int64
+	// subs is the app's number of subscriptions (a connection on a channel),
+	// changed with the channel's subscriber list, so that a cap on it holds
+	// however many connections subscribe at once.
+	subs atomic.Int64
 
 	mu       sync.RWMutex
 	channels map[string]*channel
@@ -185,6 +198,16 @@ func (h *Hub) Connections(appID string) int {
 	return 0
 }
 
+// Subscriptions returns the number of subscriptions of appID on this node
+// (a connection on a channel), the count SubscribeOptions.MaxAppSubscriptions
+// caps. It is one atomic load.
+func (h *Hub) Subscriptions(appID string) int {
+	if a := h.app(appID, false); a != nil {
+		return int(a.subs.Load())
+	}
+	return 0
+}
+
 // Member is the presence identity a connection subscribes with.
 type Member struct {
 	UserID string
@@ -195,6 +218,10 @@ type Member struct {
 type SubscribeOptions struct {
 	Member     *Member // required for presence channels, ignored otherwise
 	MaxMembers int     // presence: maximum distinct users; 0 = unlimited
+	// MaxAppSubscriptions caps the app's subscriptions over all its
+	// connections; 0 = no cap. A new subscription beyond it is refused with
+	// ErrTooManySubscriptions.
+	MaxAppSubscriptions int
 }
 
 // Subscribe adds c to the channel and queues, in order, the
@@ -202,8 +229,8 @@ type SubscribeOptions struct {
 // presence channels), then on cache channels the cached event or
 // pusher:cache_miss. On a user's first connection to a presence channel the
 // other subscribers get pusher_internal:member_added. Subscribing again to a
-// channel the connection is on answers subscription_succeeded again.
-// Authorization is the caller's job.
+// channel the connection is on answers subscription_succeeded again (and
+// counts against no cap). Authorization is the caller's job.
 func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
@@ -218,12 +245,19 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 		sub.ch.mu.Unlock()
 		return nil
 	}
+	// The slot is taken before the channel is created, so that a refused
+	// subscription leaves no trace (no channel, no webhook); it is given back
+	// if the subscription fails further on.
+	if !a.takeSubscription(opts.MaxAppSubscriptions) {
+		return ErrTooManySubscriptions
+	}
 	ch := a.lockChannel(name)
 	userID := ""
 	var m *member
 	if ch.presence {
 		if opts.Member == nil {
 			ch.mu.Unlock()
+			a.subs.Add(-1)
 			h.dropIfEmpty(a, ch)
 			return errors.New("hub: presence subscription without a member")
 		}
@@ -231,6 +265,7 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 		m = ch.members[userID]
 		if m == nil && opts.MaxMembers > 0 && len(ch.members) >= opts.MaxMembers {
 			ch.mu.Unlock()
+			a.subs.Add(-1)
 			h.dropIfEmpty(a, ch)
 			return ErrPresenceFull
 		}
@@ -270,6 +305,26 @@ func (h *Hub) cacheFrame(a *appState, name string) []byte {
 	}
 	h.notify(Event{AppID: a.id, Kind: CacheMiss, Channel: name})
 	return EventFrame("pusher:cache_miss", name, "{}", "")
+}
+
+// takeSubscription counts one more subscription of the app, unless max > 0
+// and the app has max already. A compare-and-swap rather than an add undone
+// on refusal: under a flood of refused subscribes the count would otherwise
+// stand above the real one for a moment and refuse a subscription that fits.
+func (a *appState) takeSubscription(max int) bool {
+	if max <= 0 {
+		a.subs.Add(1)
+		return true
+	}
+	for {
+		n := a.subs.Load()
+		if n >= int64(max) {
+			return false
+		}
+		if a.subs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // lockChannel returns the live channel called name, created if needed, with its
@@ -345,6 +400,7 @@ func (h *Hub) leave(a *appState, c *Conn, sub *subscription) {
 	ch.subs[last] = nil
 	ch.subs = ch.subs[:last]
 	delete(ch.index, c)
+	a.subs.Add(-1)
 	if ch.presence {
 		if m := ch.members[sub.userID]; m != nil {
 			if m.conns--; m.conns == 0 {

@@ -37,11 +37,21 @@ type Observer interface {
 // SetObserver installs the observer; call it before serving.
 func (h *Hub) SetObserver(o Observer) { h.observer = o }
 
+// notify hands ev to the observer. A panic of the observer is recovered
+// here, logged and counted (ObserverPanics), and the event is lost to it:
+// notify runs under registry locks, which a panic travelling further up
+// would leave locked, wedging the channel for every other connection.
 func (h *Hub) notify(ev Event) {
-	if h.observer != nil {
-		h.observer.Observe(ev)
+	if h.observer == nil {
+		return
 	}
+	// No fields: they would be allocated on every call, panic or not.
+	defer h.observerPanics.Recover(h.log, "channel event for the observer (webhooks, console)")
+	h.observer.Observe(ev)
 }
+
+// ObserverPanics is how many panics of the observer were recovered.
+func (h *Hub) ObserverPanics() int64 { return h.observerPanics.Count() }
 
 // Observers is an Observer that hands each event to every observer in it, in
 // order: the hub has one observer slot, which webhooks and the debug console
