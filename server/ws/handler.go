@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/recovery"
 	"github.com/heraldrt/herald/server/ws/socket"
 )
 
@@ -32,6 +33,8 @@ type Handler struct {
 	wg       sync.WaitGroup
 
 	slowClosed atomic.Int64
+	panics     recovery.Counter // panics recovered in handling a client's input
+	connects   *connectLimiter  // nil: no limit on new connections per address
 	stopWatch  chan struct{}
 	poller     *socket.Poller // nil: each connection waits on its own goroutine
 	pool       *socket.Pool   // runs write loops and the handling of parked connections' input
@@ -52,6 +55,7 @@ const (
 // NewHandler returns the WebSocket endpoint over h.
 func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Handler {
 	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
+	s.connects = newConnectLimiter(s.opts.ConnectRateLimit)
 	s.pool = socket.NewPool(maxIdleGoroutines, goroutineLinger)
 	s.poller = socket.NewPoller(s.stopWatch, s.pool)
 	go s.watchWrites()
@@ -69,8 +73,17 @@ func (s *Handler) Sessions() int {
 	return len(s.sessions)
 }
 
-// ServeHTTP upgrades the request and starts the connection (Shutdown waits
-// for it). The key is the last path segment (/app/<key>).
+// ServeHTTP serves a client whose address is the request's peer; behind a
+// router that knows the client's address better (trusted proxies), mount
+// ServeClient instead.
+func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.ServeClient(w, r, remoteIP(r))
+}
+
+// ServeClient upgrades the request of the client at clientIP and starts the
+// connection (Shutdown waits for it). The key is the last path segment
+// (/app/<key>). A client over Options.ConnectRateLimit is answered 429
+// before any upgrade.
 //
 // The upgrade runs on a pooled goroutine while this one waits. net/http
 // serves each connection on a new goroutine with a small stack, and the
@@ -79,7 +92,14 @@ func (s *Handler) Sessions() int {
 // accepting a connection. A pooled goroutine has the stack already. The
 // handler must not return before the hijack, hence the wait; a panic is
 // raised again here, where the router's recovery sees it.
-func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Handler) ServeClient(w http.ResponseWriter, r *http.Request, clientIP string) {
+	if s.connects != nil {
+		if ok, wait := s.connects.take(clientIP, time.Now()); !ok {
+			s.stats.connectRefused()
+			s.connects.refuse(w, wait)
+			return
+		}
+	}
 	done := make(chan any, 1)
 	s.pool.Go(func() {
 		defer func() { done <- recover() }()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,11 @@ var wsApps = socketApps{
 	{ID: "4", Key: "noclient", Secret: "secret4", Enabled: true, ClientEvents: false},
 	{ID: "8", Key: "strict", Secret: "s8", Enabled: true, UserAuthTimeout: 200 * time.Millisecond, MaxPresenceMembers: 100, MaxPresenceUserInfoBytes: 1024},
 	{ID: "9", Key: "counting", Secret: "s9", Enabled: true, SubscriptionCount: true, MaxPresenceMembers: 100, MaxPresenceUserInfoBytes: 1024},
+	// Apps with webhooks: every kind on every channel, and only some.
+	{ID: "10", Key: "hooked", Secret: "s10", Enabled: true, ClientEvents: true, MaxPresenceMembers: 100, MaxPresenceUserInfoBytes: 1024,
+		Webhooks: testHooks{}},
+	{ID: "11", Key: "clienthooks", Secret: "s11", Enabled: true, ClientEvents: true,
+		Webhooks: testHooks{kinds: "client_event"}},
 }
 
 type wsServer struct {
@@ -62,7 +68,7 @@ type wsServer struct {
 	url     string // ws://host:port
 }
 
-func newWSServer(t *testing.T, opts Options) *wsServer {
+func newWSServer(t testing.TB, opts Options) *wsServer {
 	return newWSServerSendBuffer(t, opts, 0)
 }
 
@@ -70,7 +76,7 @@ func newWSServer(t *testing.T, opts Options) *wsServer {
 // kernel send buffer (0: the system default). Slow-consumer tests shrink it so
 // the kernel cannot hide a client that stopped reading behind megabytes of
 // buffer.
-func newWSServerSendBuffer(t *testing.T, opts Options, sendBuffer int) *wsServer {
+func newWSServerSendBuffer(t testing.TB, opts Options, sendBuffer int) *wsServer {
 	t.Helper()
 	return newWSServerSetup(t, opts, sendBuffer, nil)
 }
@@ -78,14 +84,20 @@ func newWSServerSendBuffer(t *testing.T, opts Options, sendBuffer int) *wsServer
 // newWSServerSetup is newWSServerSendBuffer with setup (when not nil) run on
 // the hub before the server starts: an observer or a clock installed then is
 // seen by every connection without a race.
-func newWSServerSetup(t *testing.T, opts Options, sendBuffer int, setup func(*hub.Hub)) *wsServer {
+func newWSServerSetup(t testing.TB, opts Options, sendBuffer int, setup func(*hub.Hub)) *wsServer {
+	t.Helper()
+	return newWSServerApps(t, opts, sendBuffer, setup, wsApps)
+}
+
+// newWSServerApps is newWSServerSetup over the apps of lookup.
+func newWSServerApps(t testing.TB, opts Options, sendBuffer int, setup func(*hub.Hub), lookup AppLookup) *wsServer {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	h := hub.New(log)
 	if setup != nil {
 		setup(h)
 	}
-	handler := NewHandler(h, wsApps, log, opts)
+	handler := NewHandler(h, lookup, log, opts)
 	srv := httptest.NewUnstartedServer(handler)
 	if sendBuffer > 0 {
 		srv.Listener = sendBufferListener{srv.Listener, sendBuffer}
@@ -698,4 +710,15 @@ func FuzzClientMessage(f *testing.F) {
 			t.Fatalf("%d connections left", n)
 		}
 	})
+}
+
+// testHooks is a ws.Webhooks: endpoints for the kinds listed, comma-separated
+// (none: every kind), on the channels starting with prefix.
+type testHooks struct{ kinds, prefix string }
+
+func (h testHooks) Sends(kind hub.EventKind, channel string) bool {
+	if !strings.HasPrefix(channel, h.prefix) {
+		return false
+	}
+	return h.kinds == "" || slices.Contains(strings.Split(h.kinds, ","), string(kind))
 }

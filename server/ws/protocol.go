@@ -139,11 +139,14 @@ func (sess *session) subscribe(msg clientMessage) {
 		sess.conn.Close(hub.CloseAppDisabled)
 		return
 	}
-	if _, already := sess.conn.Subscription(name); !already && sess.conn.SubscriptionCount() >= sess.s.opts.MaxChannelsPerConn {
+	// Subscribing again to a channel the connection is on only answers
+	// subscription_succeeded again: no limit applies to it.
+	_, already := sess.conn.Subscription(name)
+	if !already && sess.conn.SubscriptionCount() >= sess.s.opts.MaxChannelsPerConn {
 		sess.subscriptionError(name, "LimitReached", "This connection is subscribed to the maximum of "+itoa(sess.s.opts.MaxChannelsPerConn)+" channels.", 403)
 		return
 	}
-	kind, _ := hub.ChannelKind(name)
+	kind, cache := hub.ChannelKind(name)
 	opts := hub.SubscribeOptions{MaxMembers: app.MaxPresenceMembers}
 	switch kind {
 	case hub.ServerToUser:
@@ -178,6 +181,16 @@ func (sess *session) subscribe(msg clientMessage) {
 		}
 		opts.Member = &hub.Member{UserID: userID, Info: pd.UserInfo}
 	}
+	// After the authorization checks, so that refused attempts, which make
+	// no webhook, take nothing from the bucket.
+	if !already && subscribeMakesWebhooks(app, name, kind, cache) && !sess.allowSubscribe() {
+		sess.s.stats.subscribeLimited()
+		sess.subscriptionError(name, "LimitReached", "Too many subscriptions: this connection may subscribe to "+
+			strconv.FormatFloat(sess.s.opts.SubscribeRate, 'g', -1, 64)+" channels a second after the first "+
+			itoa(sess.s.opts.SubscribeBurst)+"; try again later.", 429)
+		return
+	}
+	opts.MaxAppSubscriptions = sess.s.opts.MaxSubscriptionsPerApp
 	err := sess.s.hub.Subscribe(sess.conn, name, opts)
 	if err == nil && (kind == hub.Private || kind == hub.PrivateEncrypted || kind == hub.Presence) {
 		sess.authorized.Store(true)
@@ -185,6 +198,10 @@ func (sess *session) subscribe(msg clientMessage) {
 	switch {
 	case errors.Is(err, hub.ErrPresenceFull):
 		sess.subscriptionError(name, "LimitReached", "The presence channel has the maximum of "+itoa(app.MaxPresenceMembers)+" members.", 403)
+	case errors.Is(err, hub.ErrTooManySubscriptions):
+		sess.s.stats.appSubscriptionsFull()
+		sess.subscriptionError(name, "LimitReached", "The app has the maximum of "+itoa(sess.s.opts.MaxSubscriptionsPerApp)+
+			" subscriptions over all its connections; try again later.", 429)
 	case err != nil && !errors.Is(err, hub.ErrConnRemoved):
 		sess.s.log.Error("subscribe failed", zap.String("channel", name), zap.Error(err))
 		sess.subscriptionError(name, "ServerError", "The subscription failed.", 500)

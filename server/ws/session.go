@@ -8,8 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws/socket"
@@ -54,6 +57,10 @@ type session struct {
 	// Client event rate limiting; touched only by the reader goroutine.
 	rateWindow time.Time
 	rateCount  int
+
+	// subscribes is the bucket of subscribes to channels with webhooks
+	// (Options.SubscribeRate), made on first use; reader goroutine only.
+	subscribes *rate.Limiter
 }
 
 // start sets the connection of app up and greets the client.
@@ -286,11 +293,42 @@ func (sess *session) readLoop() {
 	}
 }
 
+// The close reasons of the WebSocket protocol itself (RFC 6455 §7.4.1),
+// sent like the Pusher ones: as a pusher:error and as the close code.
+var (
+	closeInvalidUTF8   = hub.CloseReason{Code: 1007, Message: "Invalid UTF-8 in a text message"}
+	closeInternalError = hub.CloseReason{Code: 1011, Message: "Internal server error while handling a message"}
+)
+
 // readMessages reads and handles client messages. With untilDrained it
 // returns true once no more input is buffered (it may still wait inside the
 // library for the rest of a frame); otherwise, or on a failed or closed
 // socket, it returns false once the socket is done.
-func (sess *session) readMessages(untilDrained bool) bool {
+//
+// Handling a message runs code a client's input steers (the poller's pooled
+// goroutines, or the connection's own): a panic there is recovered, logged
+// and counted, and only this connection is closed, with 1011; the false
+// returned has the caller finish it.
+func (sess *session) readMessages(untilDrained bool) (more bool) {
+	done := false
+	defer func() {
+		if !done {
+			sess.s.log.Warn("closing a connection whose message handling panicked",
+				zap.String("app_id", sess.appID), zap.String("socket_id", sess.conn.SocketID()))
+			sess.conn.Close(closeInternalError)
+			more = false
+		}
+	}()
+	// Without fields, which would be allocated on every call; the deferred
+	// function above names the connection when it comes to that.
+	defer sess.s.panics.Recover(sess.s.log, "WebSocket message")
+	more = sess.readInput(untilDrained)
+	done = true
+	return more
+}
+
+// readInput is readMessages' work.
+func (sess *session) readInput(untilDrained bool) bool {
 	for {
 		typ, r, err := sess.ws.Reader(context.Background())
 		if err != nil {
@@ -306,6 +344,11 @@ func (sess *session) readMessages(untilDrained bool) bool {
 			sess.sendError(0, "Binary frames are not supported; send JSON text.")
 		case tooBig:
 			sess.sendError(0, "Message too large: the limit is "+itoa(sess.s.opts.MaxMessageBytes)+" bytes.")
+		case !utf8.Valid(buf):
+			// RFC 6455 §8.1: a text message that is not UTF-8 fails the
+			// connection, with 1007. Nothing more of it is read.
+			sess.conn.Close(closeInvalidUTF8)
+			return false
 		default:
 			sess.handle(buf)
 		}

@@ -13,7 +13,7 @@ type counter struct {
 // Counters reports them. Code 0 stands for connections the client ended (or
 // that failed) without a Pusher close code; any code not listed is counted
 // under CloseCodeOther.
-var CloseCodes = [...]int{0, 4001, 4003, 4004, 4007, 4009, 4100, 4200, 4201}
+var CloseCodes = [...]int{0, 4001, 4003, 4004, 4007, 4009, 4100, 4200, 4201, 1007, 1011}
 
 // CloseCodeOther is the code Counters uses for close codes not in CloseCodes.
 const CloseCodeOther = -1
@@ -40,6 +40,10 @@ func closeIndex(code int) int {
 		return 7
 	case 4201:
 		return 8
+	case 1007:
+		return 9
+	case 1011:
+		return 10
 	}
 	return len(CloseCodes)
 }
@@ -52,6 +56,10 @@ type stats struct {
 	delivered    counter // frames handed to connection writers
 	closed       [len(CloseCodes) + 1]counter
 	rejected     [len(CloseCodes) + 1]counter // refused before they were opened
+
+	connectLimited counter // upgrades refused with 429: over the per-address connect rate
+	subsLimited    counter // subscribes refused: over the connection's subscribe rate
+	appSubsFull    counter // subscribes refused: over the app's subscription cap
 }
 
 func (s *stats) connOpened()           { s.opened.Add(1) }
@@ -59,6 +67,9 @@ func (s *stats) connClosed(code int)   { s.closed[closeIndex(code)].Add(1) }
 func (s *stats) connRejected(code int) { s.rejected[closeIndex(code)].Add(1) }
 func (s *stats) clientEvent()          { s.clientEvents.Add(1) }
 func (s *stats) framesDelivered(n int) { s.delivered.Add(int64(n)) }
+func (s *stats) connectRefused()       { s.connectLimited.Add(1) }
+func (s *stats) subscribeLimited()     { s.subsLimited.Add(1) }
+func (s *stats) appSubscriptionsFull() { s.appSubsFull.Add(1) }
 
 // CodeCount is a number of connections closed (or refused) with one close code.
 type CodeCount struct {
@@ -73,6 +84,16 @@ type Counters struct {
 	FramesDelivered   int64       // frames written out to connections (events, replies, pings)
 	Closed            []CodeCount // opened connections that ended, by close code
 	Rejected          []CodeCount // connections refused at connect time, by close code
+
+	ConnectRateLimited     int64 // upgrades refused with HTTP 429: over Options.ConnectRateLimit for the client's address
+	SubscribeRateLimited   int64 // subscribes refused with status 429: over the connection's subscribe rate
+	AppSubscriptionsCapped int64 // subscribes refused with status 429: the app at Options.MaxSubscriptionsPerApp
+	// Panics is how many panics in the handling of a client's input were
+	// recovered; each closed only its connection, with 1011.
+	Panics int64
+	// ConnectLimiterAddresses is how many client addresses (IPv6: /64s) the
+	// connect rate limit holds a bucket for now; 0 without the limit.
+	ConnectLimiterAddresses int
 }
 
 // Counters returns the current values of the transport's counters.
@@ -84,6 +105,14 @@ func (s *Handler) Counters() Counters {
 		FramesDelivered:   st.delivered.Load(),
 		Closed:            make([]CodeCount, len(st.closed)),
 		Rejected:          make([]CodeCount, len(st.rejected)),
+
+		ConnectRateLimited:     st.connectLimited.Load(),
+		SubscribeRateLimited:   st.subsLimited.Load(),
+		AppSubscriptionsCapped: st.appSubsFull.Load(),
+		Panics:                 s.panics.Count(),
+	}
+	if s.connects != nil {
+		c.ConnectLimiterAddresses = s.connects.tracked()
 	}
 	for i := range st.closed {
 		code := CloseCodeOther

@@ -50,6 +50,23 @@ type Options struct {
 	MaxMessageBytes int
 	// MaxChannelsPerConn bounds one connection's subscriptions. Default 1000.
 	MaxChannelsPerConn int
+	// SubscribeRate and SubscribeBurst are the token bucket of each
+	// connection's subscribes to channels that make the app send webhooks
+	// (see subscribeMakesWebhooks): a subscribe beyond it is refused with a
+	// pusher:subscription_error of status 429. Unsubscribes are never
+	// refused; each follows a subscribe. Defaults DefaultSubscribeRate a
+	// second and DefaultSubscribeBurst.
+	SubscribeRate  float64
+	SubscribeBurst int
+	// MaxSubscriptionsPerApp caps an app's subscriptions over all its
+	// connections (config.MaxSubscriptions); a subscribe beyond it is refused
+	// with a pusher:subscription_error of status 429. 0: no cap.
+	MaxSubscriptionsPerApp int
+	// ConnectRateLimit is the new connections a second allowed per client
+	// address (config.ConnectRateLimit; IPv6 per /64), with bursts of a
+	// second's worth; beyond it the upgrade is refused with HTTP 429 and
+	// Retry-After. 0: no limit.
+	ConnectRateLimit float64
 }
 
 // withDefaults fills in the zero fields.
@@ -60,6 +77,8 @@ func (o Options) withDefaults() Options {
 	o.MaxQueueBytes = cmp.Or(o.MaxQueueBytes, hub.DefaultMaxQueueBytes)
 	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, 16*1024)
 	o.MaxChannelsPerConn = cmp.Or(o.MaxChannelsPerConn, 1000)
+	o.SubscribeRate = cmp.Or(o.SubscribeRate, DefaultSubscribeRate)
+	o.SubscribeBurst = cmp.Or(o.SubscribeBurst, DefaultSubscribeBurst)
 	return o
 }
 
@@ -80,6 +99,18 @@ type App struct {
 
 	MaxPresenceMembers       int // distinct users on one presence channel; 0: unlimited
 	MaxPresenceUserInfoBytes int // size limit of a presence member's user_info
+
+	// Webhooks tells which channel events the app's webhook endpoints take;
+	// nil when it has none. Subscribes that would make webhooks are rate
+	// limited per connection (Options.SubscribeRate).
+	Webhooks Webhooks
+}
+
+// Webhooks is an app's set of webhook endpoints as the transport sees it.
+type Webhooks interface {
+	// Sends reports whether an event of kind on the channel called channel
+	// goes to at least one of the endpoints.
+	Sends(kind hub.EventKind, channel string) bool
 }
 
 // AppLookup finds apps for the transport; ok is false when there is no such

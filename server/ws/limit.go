@@ -1,0 +1,196 @@
+package ws
+
+import (
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/heraldrt/herald/server/hub"
+)
+
+// Defaults of the subscribe rate limit (Options.SubscribeRate and
+// SubscribeBurst). pusher-js subscribes to every channel of a page at once
+// when it connects (tens in a busy app, and all of them again on each
+// reconnect, which is a new connection with a full bucket), so the burst is
+// well above that; after it, 10 a second is more than a person navigating a
+// UI causes, while it bounds the webhooks one anonymous socket can queue:
+// a subscribe and unsubscribe cause at most four (occupied, vacated and two
+// subscription counts), so 40 a second instead of the 3,400 a second that
+// one socket managed without a limit.
+const (
+	DefaultSubscribeRate  = 10
+	DefaultSubscribeBurst = 100
+)
+
+// kindRateLimited is the error kind of the 429 that refuses a connection over
+// the per-address rate: the one httpapi's rate limits answer with, so a
+// client sees one shape for every 429.
+const kindRateLimited = "rate_limited"
+
+// maxTrackedClients bounds the addresses the connect limiter holds at once
+// (about 100 bytes each). Idle ones are forgotten long before this in normal
+// use; the cap only matters under a flood from very many addresses.
+const maxTrackedClients = 1 << 16
+
+// subscribeMakesWebhooks reports whether subscribing to (or leaving) the
+// channel called name can make app send a webhook: channel_occupied and
+// channel_vacated on every channel, member_added and member_removed on
+// presence channels, subscription_count where the app counts subscribers,
+// cache_miss on cache channels — each only when one of the app's endpoints
+// takes that kind on that channel.
+func subscribeMakesWebhooks(app App, name string, kind hub.Kind, cache bool) bool {
+	hooks := app.Webhooks
+	if hooks == nil {
+		return false
+	}
+	if hooks.Sends(hub.ChannelOccupied, name) || hooks.Sends(hub.ChannelVacated, name) {
+		return true
+	}
+	if kind == hub.Presence {
+		return hooks.Sends(hub.MemberAdded, name) || hooks.Sends(hub.MemberRemoved, name)
+	}
+	if cache && hooks.Sends(hub.CacheMiss, name) {
+		return true
+	}
+	return app.SubscriptionCount && hooks.Sends(hub.SubscriptionCount, name)
+}
+
+// allowSubscribe takes a token from the connection's subscribe bucket, made
+// on its first use: a connection that never subscribes to a channel with
+// webhooks carries no bucket. It runs on the connection's reader only.
+func (sess *session) allowSubscribe() bool {
+	if sess.subscribes == nil {
+		o := sess.s.opts
+		sess.subscribes = rate.NewLimiter(rate.Limit(o.SubscribeRate), o.SubscribeBurst)
+	}
+	return sess.subscribes.Allow()
+}
+
+// connectLimiter limits new connections per client address: a token bucket
+// of perSecond a second holding up to a second's worth (at least one). IPv6
+// clients are limited per /64, which one host or subscriber usually holds
+// whole: a limit per address would be no limit.
+//
+// A bucket left alone until it is full again is the same as a new one, so
+// such buckets are forgotten: memory follows the addresses seen in the last
+// burst/perSecond seconds, and never exceeds maxTrackedClients buckets.
+type connectLimiter struct {
+	perSecond float64
+	limit     rate.Limit
+	burst     int
+	refill    time.Duration // an empty bucket's time to fill up
+	maxKeys   int
+
+	mu    sync.Mutex
+	keys  map[string]*rate.Limiter
+	swept time.Time
+}
+
+// newConnectLimiter returns the limiter of Options.ConnectRateLimit, or nil
+// (no limit) for 0 or less.
+func newConnectLimiter(perSecond float64) *connectLimiter {
+	if perSecond <= 0 || math.IsNaN(perSecond) {
+		return nil
+	}
+	burst := max(1, int(math.Min(math.Ceil(perSecond), math.MaxInt32)))
+	return &connectLimiter{
+		perSecond: perSecond,
+		limit:     rate.Limit(perSecond),
+		burst:     burst,
+		refill:    time.Duration(float64(burst) / perSecond * float64(time.Second)),
+		maxKeys:   maxTrackedClients,
+		keys:      map[string]*rate.Limiter{},
+	}
+}
+
+// take takes a token from the bucket of the client at ip at t. Without one
+// it takes nothing and returns how long until there is one.
+func (l *connectLimiter) take(ip string, t time.Time) (bool, time.Duration) {
+	key := clientKey(ip)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// At most one sweep per refill time: under a flood from more addresses
+	// than the cap, sweeping per connection would cost O(addresses) each.
+	if t.Sub(l.swept) >= l.refill {
+		l.sweep(t)
+	}
+	lim := l.keys[key]
+	if lim == nil {
+		if len(l.keys) >= l.maxKeys {
+			// Every bucket is in use: drop any one. Its address starts
+			// afresh, with no more than any new address gets.
+			for k := range l.keys {
+				delete(l.keys, k)
+				break
+			}
+		}
+		lim = rate.NewLimiter(l.limit, l.burst)
+		l.keys[key] = lim
+	}
+	if tokens := lim.TokensAt(t); tokens < 1 {
+		return false, time.Duration((1 - tokens) / float64(l.limit) * float64(time.Second))
+	}
+	lim.AllowN(t, 1)
+	return true, 0
+}
+
+// sweep forgets the buckets that are full at t. l.mu is held.
+func (l *connectLimiter) sweep(t time.Time) {
+	l.swept = t
+	for k, lim := range l.keys {
+		if lim.TokensAt(t) >= float64(l.burst) {
+			delete(l.keys, k)
+		}
+	}
+}
+
+// tracked is the number of buckets held.
+func (l *connectLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
+
+// refuse answers a connection over the limit: 429 with Retry-After (whole
+// seconds, at least 1) and the error body of Herald's HTTP APIs. No upgrade
+// has happened, so a client sees an HTTP error, which pusher-js retries
+// with its backoff.
+func (l *connectLimiter) refuse(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(wait.Seconds()))), 10))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write([]byte(`{"error":"` + kindRateLimited + `","description":"More than ` +
+		strconv.FormatFloat(l.perSecond, 'g', -1, 64) +
+		` new connections per second from this address; retry after the time in Retry-After."}`))
+}
+
+// clientKey is the bucket key of a client address: the IPv4 address, or the
+// /64 of an IPv6 one. Anything unparsable is its own key.
+func clientKey(ip string) string {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	addr = addr.Unmap()
+	if addr.Is6() {
+		p, _ := addr.Prefix(64)
+		return p.String()
+	}
+	return addr.String()
+}
+
+// remoteIP is the address of the request's peer, for a handler reached
+// without a router that knows better (see ServeClient).
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
