@@ -114,6 +114,8 @@ export function startHerald ({ env = {}, db = freshDB() } = {}) {
       HERALD_APP_ID: APP.appId,
       HERALD_APP_KEY: APP.key,
       HERALD_APP_SECRET: APP.secret,
+      // The fake push gateways listen on loopback: allowed as an operator would.
+      HERALD_WEBPUSH_ALLOWED_HOSTS: '127.0.0.1,localhost',
       ...env
     }),
     stdio: ['ignore', 'pipe', 'pipe']

@@ -24,6 +24,8 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/manage"
+	"github.com/heraldrt/herald/server/netguard"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -60,6 +62,9 @@ type DeviceAPI struct {
 	instances InstanceLookup
 	log       *zap.Logger
 	verifier  func(*storage.Instance) beamsauth.Verifier
+	// webPush says where web device endpoints may lead (AllowWebPushHosts);
+	// nil: only https to hosts that are not literal internal addresses.
+	webPush *netguard.Policy
 }
 
 var _ device.StrictServerInterface = (*DeviceAPI)(nil)
@@ -384,10 +389,42 @@ func (api *DeviceAPI) RegisterFcmDevice(ctx context.Context, req device.Register
 	return device.RegisterFcmDevice200JSONResponse{RegisteredJSONResponse: res}, nil
 }
 
+// AllowWebPushHosts lets web devices register endpoints on hosts (names or
+// IP addresses, each optionally with ":port"; HERALD_WEBPUSH_ALLOWED_HOSTS)
+// that are private or plain http. Without it only https endpoints that are
+// not literal internal addresses are accepted. It returns api.
+func (api *DeviceAPI) AllowWebPushHosts(hosts []string) *DeviceAPI {
+	api.webPush = netguard.NewPolicy(hosts)
+	return api
+}
+
+// checkWebEndpoint refuses, with 400, a web token (already checked by
+// checkToken) whose endpoint the Web Push guard refuses by the URL alone:
+// plain http, a literal internal address, a localhost name. Host names are
+// not resolved here (DNS can change before a publish); delivery judges the
+// address they resolve to, and a refused one is a failed delivery.
+func (api *DeviceAPI) checkWebEndpoint(token string) error {
+	sub, err := push.DecodeWebToken(token)
+	if err != nil {
+		return badRequest(KindInvalidToken, "A web token is the base64 of the browser's PushSubscription JSON, with endpoint, keys.p256dh and keys.auth.")
+	}
+	var refused *netguard.RefusedError
+	if err := api.webPush.CheckURL(sub.Endpoint); errors.As(err, &refused) {
+		return badRequest(KindEndpointNotAllowed, "The web token's endpoint host %q is not allowed (%s): Web Push endpoints must be https URLs of a public push service.",
+			text.Truncate(refused.Target, 100), refused.Reason)
+	} else if err != nil {
+		return badRequest(KindInvalidToken, "The web token's endpoint is not an http(s) URL.")
+	}
+	return nil
+}
+
 // RegisterWebDevice implements POST …/devices/web.
 func (api *DeviceAPI) RegisterWebDevice(ctx context.Context, req device.RegisterWebDeviceRequestObject) (device.RegisterWebDeviceResponseObject, error) {
 	b := req.Body
 	if err := checkToken(storage.PlatformWeb, b.Token); err != nil {
+		return nil, err
+	}
+	if err := api.checkWebEndpoint(b.Token); err != nil {
 		return nil, err
 	}
 	md, err := metadataMap(genericMetadata(b.Metadata))

@@ -13,6 +13,7 @@ const (
 	KindDataTooLarge                  = "data_too_large"
 	KindDeviceNotFound                = "device_not_found"
 	KindEmptyBatch                    = "empty_batch"
+	KindEndpointNotAllowed            = "endpoint_not_allowed"
 	KindIncorrectApiKey               = "incorrect_api_key"
 	KindInstanceExists                = "instance_exists"
 	KindInstanceNotFound              = "instance_not_found"

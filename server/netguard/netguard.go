@@ -336,7 +336,7 @@ func (p *Policy) DialContext(ctx context.Context, network, addr string) (net.Con
 // connects to the endpoint, so the dial guard would judge the proxy's
 // address and not the endpoint's, and a stranger's URL could reach whatever
 // the proxy can.
-func (p *Policy) Transport(t *http.Transport) http.RoundTripper {
+func (p *Policy) Transport(t *http.Transport) *Guarded {
 	if t == nil {
 		t = &http.Transport{
 			ForceAttemptHTTP2:     true,
@@ -355,24 +355,29 @@ func (p *Policy) Transport(t *http.Transport) http.RoundTripper {
 	if t.TLSHandshakeTimeout == 0 {
 		t.TLSHandshakeTimeout = tlsHandshakeTimeout
 	}
-	return guarded{p: p, next: t}
+	return &Guarded{p: p, base: t}
 }
 
-// guarded refuses requests the policy refuses by their URL alone before
-// handing them to its transport.
-type guarded struct {
+// Guarded is the http.RoundTripper of Policy.Transport: it refuses requests
+// the policy refuses by their URL alone and hands the others to a transport
+// that dials through the policy.
+type Guarded struct {
 	p    *Policy
-	next http.RoundTripper
+	base *http.Transport
 }
 
-func (g guarded) RoundTrip(r *http.Request) (*http.Response, error) {
+// Base is the transport requests go through once their URL passed.
+func (g *Guarded) Base() *http.Transport { return g.base }
+
+// RoundTrip implements http.RoundTripper.
+func (g *Guarded) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := g.p.checkRequestURL(r.URL); err != nil {
 		if r.Body != nil {
 			r.Body.Close() // a RoundTripper must close the body, even on errors
 		}
 		return nil, err
 	}
-	return g.next.RoundTrip(r)
+	return g.base.RoundTrip(r)
 }
 
 // checkRequestURL is the send-time URL check: the scheme and plain http.

@@ -88,7 +88,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 		"HERALD_APNS_KEY_FILE=" + cfg.APNsKeyFile, "HERALD_APNS_KEY_ID=" + cfg.APNsKeyID, "HERALD_APNS_TEAM_ID=" + cfg.APNsTeamID,
 		"HERALD_APNS_URL=" + cfg.APNsURL, "HERALD_APNS_CA_FILE=" + cfg.APNsCAFile,
 		"HERALD_FCM_SERVICE_ACCOUNT_FILE=" + cfg.FCMServiceAccountFile, "HERALD_FCM_URL=" + cfg.FCMURL,
-		"HERALD_VAPID_SUBJECT=mailto:ops@example.com",
+		"HERALD_VAPID_SUBJECT=mailto:ops@example.com", "HERALD_WEBPUSH_ALLOWED_HOSTS=127.0.0.1,localhost",
 		"SSL_CERT_FILE=" + cfg.APNsCAFile, // the fakes share one certificate
 	}
 	child, base := startChild(t, env)

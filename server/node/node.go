@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,8 +98,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
 	channelsAPI.OnTrigger(n.ops.triggered)
 	channelsAPI.Register(engine)
-	httpapi.NewDeviceAPI(db, instances, log).Register(engine)
+	httpapi.NewDeviceAPI(db, instances, log).AllowWebPushHosts(cfg.WebPushAllowedHosts).Register(engine)
 	httpapi.NewReportingAPI(db, instances, log).Register(engine)
+	// Web Push endpoints come from anonymous clients: only the operator's
+	// hosts may be private or plain http (the options may add test hosts).
+	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
 	n.push = push.New(db, instances, log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
 		n.hook.Close()

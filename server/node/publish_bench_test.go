@@ -146,6 +146,7 @@ func BenchmarkPublish100k(b *testing.B) {
 		APNsKeyFile: fk.cfg.APNsKeyFile, APNsKeyID: fk.cfg.APNsKeyID, APNsTeamID: fk.cfg.APNsTeamID,
 		APNsURL: fk.cfg.APNsURL, APNsCAFile: fk.cfg.APNsCAFile,
 		FCMServiceAccountFile: fk.cfg.FCMServiceAccountFile, FCMURL: fk.cfg.FCMURL,
+		WebPushAllowedHosts: []string{"127.0.0.1", "localhost"}, // the fakes listen on loopback
 	}
 	n, base := serveNode(b, cfg, WithPush(push.Options{RootCAs: roots})) // otherwise production defaults
 	var subs []struct {

@@ -81,6 +81,7 @@ func pushConfig(t testing.TB, gw *gateways, db string) config.Config {
 		FCMServiceAccountFile: write("sa.json", gw.fcm.ServiceAccount),
 		FCMURL:                gw.fcm.URL,
 		VAPIDSubject:          "mailto:ops@example.com",
+		WebPushAllowedHosts:   []string{"127.0.0.1", "localhost"}, // the fakes listen on loopback
 	}
 }
 

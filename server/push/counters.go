@@ -68,6 +68,10 @@ type Counters struct {
 	// Deliveries counts delivery attempts by gateway (apns, fcm, web) and
 	// outcome (delivered, failed, retried, dead_token).
 	Deliveries []DeliveryCount
+	// Panics counts the panics recovered since start in sends (each one a
+	// failed delivery), the resolver, the recorder and the publish webhook
+	// sender; each was logged with its stack.
+	Panics int64
 }
 
 // DeliveryCount is one (gateway, outcome) counter.
@@ -85,6 +89,7 @@ type DeliveryCount struct {
 func (d *Dispatcher) PushCounters() Counters {
 	out := Counters{
 		Publishes:  d.counters.publishes.Load(),
+		Panics:     d.panics.Count(),
 		Deliveries: make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
 	}
 	for g, gw := range counterGateways {

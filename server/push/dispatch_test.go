@@ -212,7 +212,7 @@ func TestDeadTokenFoundOnRetry(t *testing.T) {
 				}
 				dead, live := register(gw.token(t, true, retried)), register(gw.token(t, false, false))
 				d := startDispatcher(t, db, in, Options{Workers: 4, BaseBackoff: 10 * time.Millisecond,
-					MaxBackoff: 50 * time.Millisecond, RootCAs: roots})
+					MaxBackoff: 50 * time.Millisecond, RootCAs: roots, WebPushAllowedHosts: []string{"127.0.0.1"}})
 				publishTo(t, db, d, "pub-dead", "news")
 				p := waitPublishDone(t, db, "pub-dead")
 

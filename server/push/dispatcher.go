@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/internal/recovery"
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -37,6 +39,11 @@ type Options struct {
 	RootCAs *x509.CertPool
 	// WebhookClient sends publish webhooks; default a 10 s timeout client.
 	WebhookClient *http.Client
+	// WebPushAllowedHosts are the hosts (names or IP addresses, each
+	// optionally with ":port") whose Web Push endpoints may be private or
+	// plain http (HERALD_WEBPUSH_ALLOWED_HOSTS); every other endpoint must
+	// be https to a public address. Default none.
+	WebPushAllowedHosts []string
 }
 
 // withDefaults fills in the zero fields.
@@ -82,6 +89,7 @@ type Dispatcher struct {
 	instances InstanceLookup
 	log       *zap.Logger
 	opts      Options
+	webGuard  *netguard.Policy // where Web Push endpoints may lead
 
 	queues  map[storage.Platform]chan job
 	results chan outcome
@@ -89,7 +97,8 @@ type Dispatcher struct {
 	// and not yet recorded; pageInFlight those of them that belong to pages.
 	platformInFlight map[storage.Platform]*atomic.Int64
 	pageInFlight     atomic.Int64
-	counters         counters // metrics (counters.go)
+	counters         counters         // metrics (counters.go)
+	panics           recovery.Counter // recovered in sends, the resolver, the recorder, publish webhooks
 
 	wakeResolver chan struct{}
 	wakeClaimer  chan struct{}
@@ -172,7 +181,7 @@ var platforms = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, st
 func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options) *Dispatcher {
 	opts = opts.withDefaults()
 	d := &Dispatcher{
-		db: db, instances: instances, log: log, opts: opts,
+		db: db, instances: instances, log: log, opts: opts, webGuard: netguard.NewPolicy(opts.WebPushAllowedHosts),
 		queues:           map[storage.Platform]chan job{},
 		platformInFlight: map[storage.Platform]*atomic.Int64{},
 		results:          make(chan outcome, opts.MaxInFlight),
@@ -345,9 +354,20 @@ func (d *Dispatcher) work(ctx context.Context, q chan job) {
 		case <-ctx.Done():
 			return
 		case j := <-q:
-			d.results <- outcome{job: j, res: d.send(ctx, j.d)}
+			d.results <- outcome{job: j, res: d.sendRecovered(ctx, j.d)}
 		}
 	}
+}
+
+// sendRecovered is send with a panic (a sender's bug, a payload nobody
+// foresaw) turned into a failed delivery: it is not retried, since it would
+// panic again; the publish counts it failed and the worker goes on.
+func (d *Dispatcher) sendRecovered(ctx context.Context, del storage.Delivery) (res Result) {
+	if d.panics.Do(d.log, "delivery", func() { res = d.send(ctx, del) },
+		zap.String("publish", del.PublishID), zap.String("device", del.DeviceID), zap.String("platform", string(del.Platform))) {
+		return failed("the sender panicked")
+	}
+	return res
 }
 
 func (d *Dispatcher) send(ctx context.Context, del storage.Delivery) Result {
@@ -489,7 +509,7 @@ func (d *Dispatcher) senderFor(instanceID string, p storage.Platform) (Sender, e
 			} else {
 				g.errs[storage.PlatformFCM] = err
 			}
-			if s, err := NewWebPush(in.VAPID, d.opts.RootCAs); err == nil {
+			if s, err := NewWebPush(in.VAPID, d.opts.RootCAs, d.webGuard); err == nil {
 				g.senders[storage.PlatformWeb] = s
 			} else {
 				g.errs[storage.PlatformWeb] = err

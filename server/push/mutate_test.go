@@ -25,6 +25,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/server/internal/wait"
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
 )
@@ -127,7 +128,12 @@ func TestGatewayTimeouts(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: transport %T", name, rt)
 		}
-		h2, plain := st.tls.(*http.Transport), st.plain.(*http.Transport)
+		var h2, plain *http.Transport
+		if name == "web" { // through the guard (TestWebPushGuard)
+			h2, plain = st.tls.(*netguard.Guarded).Base(), st.plain.(*netguard.Guarded).Base()
+		} else {
+			h2, plain = st.tls.(*http.Transport), st.plain.(*http.Transport)
+		}
 		if h2.IdleConnTimeout != 5*time.Minute || h2.TLSHandshakeTimeout != 10*time.Second || h2.MaxConnsPerHost != 1 || !h2.ForceAttemptHTTP2 {
 			t.Errorf("%s: TLS transport idle %v, handshake %v, %d connections at a time", name, h2.IdleConnTimeout, h2.TLSHandshakeTimeout, h2.MaxConnsPerHost)
 		}
@@ -163,7 +169,7 @@ func TestGatewayTimeouts(t *testing.T) {
 	if c, _ := f.tokenCtx.Value(oauth2.HTTPClient).(*http.Client); c == nil || c.Timeout != 10*time.Second {
 		t.Errorf("fcm: token request client %v, want a 10 s timeout", c)
 	}
-	w, err := NewWebPush(newVAPID(t), nil)
+	w, err := NewWebPush(newVAPID(t), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +649,7 @@ func TestDecodeWebTokenUnpadded(t *testing.T) {
 func TestVAPIDToken(t *testing.T) {
 	cfg := newVAPID(t)
 	cfg.Subject = ""
-	w, err := NewWebPush(cfg, nil)
+	w, err := NewWebPush(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +676,7 @@ func TestVAPIDToken(t *testing.T) {
 		t.Fatal("the token was reused after 11 hours")
 	}
 	cfg.Subject = "mailto:ops@example.com"
-	w2, _ := NewWebPush(cfg, nil)
+	w2, _ := NewWebPush(cfg, nil, nil)
 	h, _ := w2.vapidHeader("https://push.example/x")
 	claims = jwt.MapClaims{}
 	_, _, _ = jwt.NewParser().ParseUnverified(strings.TrimPrefix(strings.Split(h, ",")[0], "vapid t="), &claims)

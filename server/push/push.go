@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -61,15 +62,28 @@ func classifyStatus(status int, reason string, after time.Duration) Result {
 // gateway (tests, development) speaks HTTP/1.1 and gets a connection per
 // busy worker.
 func gatewayTransport(tlsConf *tls.Config) http.RoundTripper {
-	h2 := &http.Transport{
+	h2, plain := gatewayTransports(tlsConf)
+	return schemeTransport{tls: h2, plain: plain}
+}
+
+// guardedTransport is gatewayTransport for URLs strangers supplied (Web
+// Push endpoints): both transports dial through the guard.
+func guardedTransport(tlsConf *tls.Config, guard *netguard.Policy) http.RoundTripper {
+	h2, plain := gatewayTransports(tlsConf)
+	return schemeTransport{tls: guard.Transport(h2), plain: guard.Transport(plain)}
+}
+
+// gatewayTransports are the https and the plain http transport of a sender.
+func gatewayTransports(tlsConf *tls.Config) (h2, plain *http.Transport) {
+	h2 = &http.Transport{
 		TLSClientConfig:     tlsConf,
 		ForceAttemptHTTP2:   true,
 		MaxConnsPerHost:     1, // for HTTP/2: new connections dialled at a time
 		IdleConnTimeout:     5 * time.Minute,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
-	plain := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 5 * time.Minute}
-	return schemeTransport{tls: h2, plain: plain}
+	plain = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 5 * time.Minute}
+	return h2, plain
 }
 
 // schemeTransport sends https requests through one transport and the others

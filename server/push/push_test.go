@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
 )
@@ -582,7 +583,7 @@ func TestWebPushThroughFake(t *testing.T) {
 	fake.VAPIDPublicKey = cfg.PublicKey
 	roots := x509.NewCertPool()
 	roots.AddCert(fake.Server.Certificate())
-	w, err := NewWebPush(cfg, roots)
+	w, err := NewWebPush(cfg, roots, netguard.NewPolicy([]string{"127.0.0.1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,7 +614,7 @@ func TestWebPushThroughFake(t *testing.T) {
 
 func TestWebPushOutcomes(t *testing.T) {
 	cfg := newVAPID(t)
-	w, err := NewWebPush(cfg, nil)
+	w, err := NewWebPush(cfg, nil, netguard.NewPolicy([]string{"127.0.0.1"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,10 +20,10 @@ func (d *Dispatcher) record() {
 		select {
 		case o, ok := <-d.results:
 			if !ok {
-				d.write(rows) // pages complete at Close are recorded too
+				d.writeRecovered(rows) // pages complete at Close are recorded too
 				return
 			}
-			rows = d.apply(rows, o)
+			rows = d.applyRecovered(rows, o)
 			got++
 		case <-d.wakeRecorder:
 		}
@@ -34,15 +34,33 @@ func (d *Dispatcher) record() {
 				if !ok {
 					break drain // the next round returns
 				}
-				rows = d.apply(rows, o)
+				rows = d.applyRecovered(rows, o)
 				got++
 			default:
 				break drain
 			}
 		}
-		d.write(rows)
+		d.writeRecovered(rows)
 		rows = rows[:0]
 	}
+}
+
+// applyRecovered is apply with a panic of it logged and counted: only that
+// result is dropped (apply appends nothing before it returns), the batch's
+// other results are recorded and the recorder goes on. The dropped result's
+// delivery stays unrecorded, so the next start sends it again.
+func (d *Dispatcher) applyRecovered(rows []storage.DeliveryResult, o outcome) []storage.DeliveryResult {
+	d.panics.Do(d.log, "delivery result (its delivery is sent again at the next start)", func() { rows = d.apply(rows, o) },
+		zap.String("publish", o.d.PublishID), zap.String("device", o.d.DeviceID))
+	return rows
+}
+
+// writeRecovered is write with a panic of it logged and counted: the
+// batch's results are not recorded (the next start sends their deliveries
+// again, as after a crash) and the recorder goes on with the next batch.
+func (d *Dispatcher) writeRecovered(rows []storage.DeliveryResult) {
+	d.panics.Do(d.log, "batch of delivery results (its deliveries are sent again at the next start)", func() { d.write(rows) },
+		zap.Int("rows", len(rows)))
 }
 
 // apply counts one result: into its page, or as a stored row's result.

@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,21 +19,25 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 	var listed time.Time
 	relist := true
 	for ctx.Err() == nil {
-		if relist || time.Since(listed) > time.Second {
-			active, listed = d.listPublishes(ctx), time.Now()
-		}
 		progressed := false
-		for _, r := range active {
-			for _, pl := range streamOrder {
-				st := r.streams[pl]
-				if st != nil && !st.exhausted && d.room(r, pl) {
-					d.readPage(ctx, r, pl, st)
-					progressed = true
+		panicked := d.panics.Do(d.log, "round of the publish resolver", func() {
+			if relist || time.Since(listed) > time.Second {
+				active, listed = d.listPublishes(ctx), time.Now()
+			}
+			for _, r := range active {
+				for _, pl := range streamOrder {
+					st := r.streams[pl]
+					if st != nil && !st.exhausted && d.room(r, pl) {
+						d.readPage(ctx, r, pl, st)
+						progressed = true
+					}
 				}
 			}
-		}
-		relist = !progressed
-		if !progressed && !sleep(ctx, d.wakeResolver, time.Second) {
+		})
+		// After a panic the round's progress is unknown: list again, after
+		// a pause so that a panic that repeats does not spin.
+		relist = !progressed || panicked
+		if (!progressed || panicked) && !sleep(ctx, d.wakeResolver, time.Second) {
 			return
 		}
 	}
@@ -82,7 +87,11 @@ func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *readi
 	payload := d.takeAccepted(p.ID)
 	if payload == nil {
 		var err error
-		if payload, err = ParseStoredPayload(p.Payload); err != nil {
+		parse := func() { payload, err = ParseStoredPayload(p.Payload) }
+		if d.panics.Do(d.log, "stored payload", parse, zap.String("publish", p.ID)) {
+			payload, err = nil, errors.New("parsing it panicked")
+		}
+		if err != nil {
 			// Checked when accepted; a stored payload that no longer parses
 			// resolves to no device rather than blocking the queue.
 			d.log.Error("stored publish payload is invalid", zap.String("publish", p.ID), zap.Error(err))

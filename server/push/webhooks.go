@@ -41,7 +41,7 @@ func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 			continue
 		}
 		for _, w := range due {
-			d.sendWebhook(ctx, w)
+			d.sendWebhookRecovered(ctx, w)
 		}
 		if len(due) > 0 {
 			continue
@@ -51,6 +51,17 @@ func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 			wait = max(min(time.Until(next), wait), 10*time.Millisecond)
 		}
 		sleep(ctx, d.wakeHooks, wait)
+	}
+}
+
+// sendWebhookRecovered is sendWebhook with a panic logged and counted; the
+// request is retried after the backoff, like a failed one, so that a panic
+// that repeats ends with WebhookMaxAge instead of spinning.
+func (d *Dispatcher) sendWebhookRecovered(ctx context.Context, w storage.PublishWebhook) {
+	if d.panics.Do(d.log, "publish webhook", func() { d.sendWebhook(ctx, w) }, zap.String("publish", w.PublishID)) {
+		if err := d.db.RetryPublishWebhook(ctx, w.ID, time.Now().Add(d.backoff(w.Attempts, 0))); err != nil && ctx.Err() == nil {
+			d.log.Error("updating the publish webhook outbox", zap.Error(err))
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/heraldrt/herald/server/internal/text"
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -70,6 +71,7 @@ type WebPush struct {
 	key     *ecdsa.PrivateKey
 	public  string // base64url uncompressed point, the k= of the header
 	subject string
+	guard   *netguard.Policy
 	client  *http.Client
 	now     func() time.Time
 
@@ -84,8 +86,11 @@ type vapidToken struct {
 
 // NewWebPush builds the Web Push sender for an instance's VAPID keys. roots
 // are the certificate authorities its TLS connections trust; nil means the
-// system's (which SSL_CERT_FILE and SSL_CERT_DIR can replace).
-func NewWebPush(cfg storage.VAPIDConfig, roots *x509.CertPool) (*WebPush, error) {
+// system's (which SSL_CERT_FILE and SSL_CERT_DIR can replace). Endpoints
+// come from anonymous clients, so every send goes through guard: https to
+// public addresses only (checked when dialled, after DNS), except the hosts
+// it allows; no redirects. A nil guard allows no host.
+func NewWebPush(cfg storage.VAPIDConfig, roots *x509.CertPool, guard *netguard.Policy) (*WebPush, error) {
 	if cfg.PublicKey == "" || cfg.PrivateKey == "" {
 		return nil, errNotConfigured
 	}
@@ -105,8 +110,9 @@ func NewWebPush(cfg storage.VAPIDConfig, roots *x509.CertPool) (*WebPush, error)
 	if subject == "" {
 		subject = DefaultVAPIDSubject
 	}
-	return &WebPush{key: key, public: base64.RawURLEncoding.EncodeToString(pub), subject: subject,
-		client: &http.Client{Transport: gatewayTransport(rootsTLS(roots)), Timeout: 30 * time.Second}, now: time.Now, tokens: map[string]vapidToken{}}, nil
+	return &WebPush{key: key, public: base64.RawURLEncoding.EncodeToString(pub), subject: subject, guard: guard,
+		client: &http.Client{Transport: guardedTransport(rootsTLS(roots), guard), CheckRedirect: netguard.NoRedirects, Timeout: 30 * time.Second},
+		now:    time.Now, tokens: map[string]vapidToken{}}, nil
 }
 
 // Subscription is a browser's PushSubscription.
@@ -237,7 +243,11 @@ func (w *WebPush) vapidHeader(endpoint string) (string, error) {
 	return h, nil
 }
 
-// Send encrypts the message for the subscription and posts it to its endpoint.
+// Send encrypts the message for the subscription and posts it to its
+// endpoint. An endpoint the guard refuses (by its URL, by the address it
+// resolves to, or because it redirects) is a failed delivery: not retried,
+// since it will be refused again, and not a dead token, since the device
+// may be fine and the operator may allow its host.
 func (w *WebPush) Send(ctx context.Context, d storage.Delivery, p *Prepared) Result {
 	if p.Web == nil {
 		return failed("the publish has no web payload")
@@ -245,6 +255,9 @@ func (w *WebPush) Send(ctx context.Context, d storage.Delivery, p *Prepared) Res
 	sub, err := DecodeWebToken(d.Token)
 	if err != nil {
 		return deadToken(err.Error())
+	}
+	if err := w.guard.CheckURL(sub.Endpoint); errors.Is(err, netguard.ErrRefused) {
+		return failed("web push: " + err.Error())
 	}
 	body, err := Encrypt(sub, p.WebBody)
 	if err != nil {
@@ -264,6 +277,9 @@ func (w *WebPush) Send(ctx context.Context, d storage.Delivery, p *Prepared) Res
 	req.Header.Set("TTL", strconv.Itoa(p.Web.TTLSeconds))
 	req.Header.Set("Urgency", "high")
 	resp, err := w.client.Do(req)
+	if errors.Is(err, netguard.ErrRefused) {
+		return failed("web push: " + err.Error())
+	}
 	if err != nil {
 		return retry("web push: "+err.Error(), 0)
 	}
