@@ -388,6 +388,14 @@ type ClientInterface interface {
 	// PushSubscription JSON, which must hold an `endpoint` URL and the
 	// `keys.p256dh` and `keys.auth` values.
 	//
+	// The endpoint must be an `https` URL of a public push service: plain
+	// `http`, a literal loopback, private, link-local, unique-local,
+	// multicast or unspecified IP address and `localhost` names are
+	// answered 400 `endpoint_not_allowed`, unless the server's operator
+	// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+	// are not resolved at registration; a name that resolves to such an
+	// address when a notification is sent makes that delivery fail.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
@@ -398,6 +406,14 @@ type ClientInterface interface {
 	// `token` is the base64 (standard alphabet) of the browser's
 	// PushSubscription JSON, which must hold an `endpoint` URL and the
 	// `keys.p256dh` and `keys.auth` values.
+	//
+	// The endpoint must be an `https` URL of a public push service: plain
+	// `http`, a literal loopback, private, link-local, unique-local,
+	// multicast or unspecified IP address and `localhost` names are
+	// answered 400 `endpoint_not_allowed`, unless the server's operator
+	// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+	// are not resolved at registration; a name that resolves to such an
+	// address when a notification is sent makes that delivery fail.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -620,6 +636,14 @@ func (c *Client) UpdateFcmToken(ctx context.Context, instanceId InstanceID, devi
 // PushSubscription JSON, which must hold an `endpoint` URL and the
 // `keys.p256dh` and `keys.auth` values.
 //
+// The endpoint must be an `https` URL of a public push service: plain
+// `http`, a literal loopback, private, link-local, unique-local,
+// multicast or unspecified IP address and `localhost` names are
+// answered 400 `endpoint_not_allowed`, unless the server's operator
+// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+// are not resolved at registration; a name that resolves to such an
+// address when a notification is sent makes that delivery fail.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
@@ -640,6 +664,14 @@ func (c *Client) RegisterWebDeviceWithBody(ctx context.Context, instanceId Insta
 // `token` is the base64 (standard alphabet) of the browser's
 // PushSubscription JSON, which must hold an `endpoint` URL and the
 // `keys.p256dh` and `keys.auth` values.
+//
+// The endpoint must be an `https` URL of a public push service: plain
+// `http`, a literal loopback, private, link-local, unique-local,
+// multicast or unspecified IP address and `localhost` names are
+// answered 400 `endpoint_not_allowed`, unless the server's operator
+// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+// are not resolved at registration; a name that resolves to such an
+// address when a notification is sent makes that delivery fail.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1657,6 +1689,14 @@ type ClientWithResponsesInterface interface {
 	// PushSubscription JSON, which must hold an `endpoint` URL and the
 	// `keys.p256dh` and `keys.auth` values.
 	//
+	// The endpoint must be an `https` URL of a public push service: plain
+	// `http`, a literal loopback, private, link-local, unique-local,
+	// multicast or unspecified IP address and `localhost` names are
+	// answered 400 `endpoint_not_allowed`, unless the server's operator
+	// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+	// are not resolved at registration; a name that resolves to such an
+	// address when a notification is sent makes that delivery fail.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
@@ -1667,6 +1707,14 @@ type ClientWithResponsesInterface interface {
 	// `token` is the base64 (standard alphabet) of the browser's
 	// PushSubscription JSON, which must hold an `endpoint` URL and the
 	// `keys.p256dh` and `keys.auth` values.
+	//
+	// The endpoint must be an `https` URL of a public push service: plain
+	// `http`, a literal loopback, private, link-local, unique-local,
+	// multicast or unspecified IP address and `localhost` names are
+	// answered 400 `endpoint_not_allowed`, unless the server's operator
+	// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+	// are not resolved at registration; a name that resolves to such an
+	// address when a notification is sent makes that delivery fail.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2944,6 +2992,14 @@ func (c *ClientWithResponses) UpdateFcmTokenWithResponse(ctx context.Context, in
 // PushSubscription JSON, which must hold an `endpoint` URL and the
 // `keys.p256dh` and `keys.auth` values.
 //
+// The endpoint must be an `https` URL of a public push service: plain
+// `http`, a literal loopback, private, link-local, unique-local,
+// multicast or unspecified IP address and `localhost` names are
+// answered 400 `endpoint_not_allowed`, unless the server's operator
+// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+// are not resolved at registration; a name that resolves to such an
+// address when a notification is sent makes that delivery fail.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
@@ -2960,6 +3016,14 @@ func (c *ClientWithResponses) RegisterWebDeviceWithBodyWithResponse(ctx context.
 // `token` is the base64 (standard alphabet) of the browser's
 // PushSubscription JSON, which must hold an `endpoint` URL and the
 // `keys.p256dh` and `keys.auth` values.
+//
+// The endpoint must be an `https` URL of a public push service: plain
+// `http`, a literal loopback, private, link-local, unique-local,
+// multicast or unspecified IP address and `localhost` names are
+// answered 400 `endpoint_not_allowed`, unless the server's operator
+// allows the endpoint's host (`HERALD_WEBPUSH_ALLOWED_HOSTS`). Host names
+// are not resolved at registration; a name that resolves to such an
+// address when a notification is sent makes that delivery fail.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
