@@ -18,7 +18,9 @@
 //	POST /dead           {"platform": "apns"|"fcm"|"web", "token": "…"}: answer the token as dead
 //
 // The three gateways share one certificate (the CA file): a herald process
-// trusts it for FCM and Web Push through SSL_CERT_FILE. With -light the
+// trusts it for FCM and Web Push through SSL_CERT_FILE, and must allow the
+// fakes' loopback address for Web Push endpoints
+// (HERALD_WEBPUSH_ALLOWED_HOSTS=127.0.0.1). With -light the
 // fakes only count what they accept, without checks or storage
 // (benchmarks).
 //
