@@ -62,6 +62,7 @@ type DeviceAPI struct {
 	instances InstanceLookup
 	log       *zap.Logger
 	verifier  func(*storage.Instance) beamsauth.Verifier
+	anon      *AnonLimiter // requests per client address (LimitPerClient); nil: no limit
 	// webPush says where web device endpoints may lead (AllowWebPushHosts);
 	// nil: only https to hosts that are not literal internal addresses.
 	webPush *netguard.Policy
@@ -77,7 +78,8 @@ func NewDeviceAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) *De
 }
 
 // Register mounts the API on r: CORS on every route and preflight, then the
-// instance lookup and the body check before the generated binding.
+// per-client limit, the instance lookup and the body check before the
+// generated binding.
 func (api *DeviceAPI) Register(r gin.IRouter) {
 	registerPreflights(r, device.GetSpec)
 	onError := errorHooks(api.log)
@@ -86,7 +88,7 @@ func (api *DeviceAPI) Register(r gin.IRouter) {
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
-	g := r.Group("", cors, pushInstance(api.instances), jsonBody(MaxDeviceBodyBytes))
+	g := r.Group("", cors, api.anon.handler, pushInstance(api.instances), jsonBody(MaxDeviceBodyBytes))
 	device.RegisterHandlersWithOptions(g, strict, device.GinServerOptions{ErrorHandler: paramErrorHook})
 }
 

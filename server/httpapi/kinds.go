@@ -73,6 +73,7 @@ const (
 	KindNotPresenceChannel            = "not_presence_channel"
 	KindPublishNotFound               = "publish_not_found"
 	KindQuotaExceeded                 = "quota_exceeded"
+	KindRateLimited                   = "rate_limited"
 	KindSubscriptionCountDisabled     = "subscription_count_disabled"
 	KindTokenExpired                  = "token_expired"
 	KindTooManyChannels               = "too_many_channels"

@@ -12,14 +12,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/server/internal/text"
@@ -362,30 +360,4 @@ func writeDone(w http.ResponseWriter) error {
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write([]byte("{}\n"))
 	return err
-}
-
-// rateLimiter allows each key (an instance id) limit requests a second,
-// with bursts of up to limit: a token bucket per key (golang.org/x/time/rate).
-// It holds a bucket per instance that made a request, which an instance
-// lookup admitted first.
-type rateLimiter struct {
-	limit int
-	mu    sync.Mutex
-	keys  map[string]*rate.Limiter
-}
-
-func newRateLimiter(limit int) *rateLimiter {
-	return &rateLimiter{limit: limit, keys: map[string]*rate.Limiter{}}
-}
-
-// allow takes a token from key's bucket at t and reports whether there was one.
-func (l *rateLimiter) allow(key string, t time.Time) bool {
-	l.mu.Lock()
-	lim := l.keys[key]
-	if lim == nil {
-		lim = rate.NewLimiter(rate.Limit(l.limit), l.limit)
-		l.keys[key] = lim
-	}
-	l.mu.Unlock()
-	return lim.AllowN(t, 1)
 }

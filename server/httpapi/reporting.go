@@ -25,6 +25,7 @@ type ReportingAPI struct {
 	db        *storage.DB
 	instances InstanceLookup
 	log       *zap.Logger
+	anon      *AnonLimiter // requests per client address (LimitPerClient); nil: no limit
 }
 
 var _ reporting.StrictServerInterface = (*ReportingAPI)(nil)
@@ -34,7 +35,8 @@ func NewReportingAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) 
 	return &ReportingAPI{db: db, instances: instances, log: log.Named("reporting")}
 }
 
-// Register mounts the API on r with CORS, the instance lookup and the body check.
+// Register mounts the API on r with CORS, the per-client limit, the instance
+// lookup and the body check.
 func (api *ReportingAPI) Register(r gin.IRouter) {
 	registerPreflights(r, reporting.GetSpec)
 	onError := errorHooks(api.log)
@@ -43,13 +45,15 @@ func (api *ReportingAPI) Register(r gin.IRouter) {
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
-	g := r.Group("", cors, pushInstance(api.instances), jsonBody(MaxReportBodyBytes))
+	g := r.Group("", cors, api.anon.handler, pushInstance(api.instances), jsonBody(MaxReportBodyBytes))
 	reporting.RegisterHandlersWithOptions(g, strict, reporting.GinServerOptions{ErrorHandler: paramErrorHook})
 }
 
 // ReportEvent implements POST /reporting_api/v2/instances/{instance_id}/events.
-// The device is not looked up: reports arrive after delivery, by which time
-// the device may be gone, and they still count for the publish.
+// A report counts only for a publish of the instance that targeted the
+// device, once per device and kind (storage.RecordReportEvent). One that does
+// not count is still answered 200: the SDKs ignore the answer, and a stale or
+// repeated report is not the device's mistake to be told about.
 func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEventRequestObject) (reporting.ReportEventResponseObject, error) {
 	in, ctx := requestScope(ctx)
 	b := req.Body
@@ -89,8 +93,14 @@ func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEv
 	if kind == storage.ReportDelivery {
 		ev.AppInBackground, ev.HasDisplayableContent, ev.HasData = b.AppInBackground, b.HasDisplayableContent, b.HasData
 	}
-	if _, err := api.db.RecordReportEvent(ctx, ev); err != nil {
+	counted, err := api.db.RecordReportEvent(ctx, ev)
+	if err != nil {
 		return nil, err
+	}
+	if !counted {
+		api.log.Debug("report not counted: unknown publish, device not targeted, or reported already",
+			zap.String("instance", in.ID), zap.String("publish", ev.PublishID), zap.String("device", ev.DeviceID),
+			zap.String("event", string(kind)))
 	}
 	return reporting.ReportEvent200JSONResponse{}, nil
 }

@@ -98,8 +98,10 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
 	channelsAPI.OnTrigger(n.ops.triggered)
 	channelsAPI.Register(engine)
-	httpapi.NewDeviceAPI(db, instances, log).AllowWebPushHosts(cfg.WebPushAllowedHosts).Register(engine)
-	httpapi.NewReportingAPI(db, instances, log).Register(engine)
+	// One budget per client address over both anonymous Push APIs.
+	anon := httpapi.NewAnonLimiter(cfg.AnonRateLimit)
+	httpapi.NewDeviceAPI(db, instances, log).LimitPerClient(anon).AllowWebPushHosts(cfg.WebPushAllowedHosts).Register(engine)
+	httpapi.NewReportingAPI(db, instances, log).LimitPerClient(anon).Register(engine)
 	// Web Push endpoints come from anonymous clients: only the operator's
 	// hosts may be private or plain http (the options may add test hosts).
 	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
