@@ -3,6 +3,8 @@ package storage
 import (
 	"context"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -128,6 +130,163 @@ func TestReleaseAllWebhookClaimsMakesThemDueAtOnce(t *testing.T) {
 	}
 }
 
+// The cap keeps each app at its newest requests, dropping the oldest in the
+// same write and saying how many per app; requests being sent are not
+// dropped, and other apps are not touched.
+func TestEnqueueWebhooksCapsEachApp(t *testing.T) {
+	ctx := context.Background()
+	db := openOutboxDB(t)
+	req := func(app, body string) OutboxWebhook { return OutboxWebhook{AppID: app, URL: "http://" + app, Body: []byte(body)} }
+	// bodies claims every request, as seen an hour later, and lists them per
+	// app.
+	bodies := func() map[string]string {
+		t.Helper()
+		got, err := db.ClaimWebhooks(ctx, time.Now().Add(time.Hour), time.Second, 100, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, w := range got {
+			out[w.AppID] = strings.TrimSpace(out[w.AppID] + " " + string(w.Body))
+		}
+		return out
+	}
+	if dropped, err := db.EnqueueWebhooks(ctx, []OutboxWebhook{req("1", "a"), req("1", "b"), req("2", "x")}, 3); err != nil || dropped != nil {
+		t.Fatalf("under the cap: dropped %v (%v), want none", dropped, err)
+	}
+	// The first request of app 1 is being sent.
+	if got, err := db.ClaimWebhooks(ctx, time.Now(), time.Minute, 1, 1); err != nil || len(got) != 1 || string(got[0].Body) != "a" {
+		t.Fatalf("claim: %+v (%v)", got, err)
+	}
+	dropped, err := db.EnqueueWebhooks(ctx, []OutboxWebhook{req("1", "c"), req("1", "d"), req("2", "y"), req("1", "e")}, 3)
+	if err != nil || len(dropped) != 1 || dropped["1"] != 2 {
+		t.Fatalf("over the cap: dropped %v (%v), want 2 of app 1", dropped, err)
+	}
+	if got := bodies(); got["1"] != "a d e" || got["2"] != "x y" {
+		t.Fatalf("kept %q, want app 1's request being sent and its newest, and all of app 2", got)
+	}
+	// A batch larger than the cap keeps its newest requests.
+	if dropped, err := db.EnqueueWebhooks(ctx, []OutboxWebhook{req("3", "1"), req("3", "2"), req("3", "3"), req("3", "4")}, 2); err != nil || dropped["3"] != 2 {
+		t.Fatalf("large batch: dropped %v (%v)", dropped, err)
+	}
+	// No cap: nothing dropped.
+	if dropped, err := db.EnqueueWebhooks(ctx, []OutboxWebhook{req("1", "f"), req("1", "g")}, 0); err != nil || dropped != nil {
+		t.Fatalf("without a cap: dropped %v (%v)", dropped, err)
+	}
+	if n, _ := db.CountWebhookOutbox(ctx); n != 3+2+2+2 {
+		t.Fatalf("outbox holds %d, want 9", n)
+	}
+}
+
+// The cap counts the app's requests, not the span of their ids: requests of
+// other apps between them do not make it drop any.
+func TestEnqueueWebhooksCapCountsTheAppsRequests(t *testing.T) {
+	ctx := context.Background()
+	db := openOutboxDB(t)
+	for i := range 5 {
+		items := []OutboxWebhook{{AppID: "1", URL: "http://a", Body: []byte{'0' + byte(i)}}, {AppID: "2", URL: "http://b", Body: []byte("x")}}
+		if dropped, err := db.EnqueueWebhooks(ctx, items, 5); err != nil || dropped != nil {
+			t.Fatalf("batch %d: dropped %v (%v), want none", i, dropped, err)
+		}
+	}
+	if dropped, err := db.EnqueueWebhooks(ctx, []OutboxWebhook{{AppID: "1", URL: "http://a", Body: []byte("5")}}, 5); err != nil || dropped["1"] != 1 {
+		t.Fatalf("sixth request: dropped %v (%v), want 1", dropped, err)
+	}
+}
+
+// Up to perURL requests of a URL are claimed at once, oldest first, and never
+// more, however many claims are made; one waiting for its retry holds back
+// the later ones, even with room left; the limit takes the oldest of all URLs.
+func TestClaimWebhooksUpToPerURL(t *testing.T) {
+	ctx := context.Background()
+	db := openOutboxDB(t)
+	var items []OutboxWebhook
+	for i := range 20 {
+		items = append(items, OutboxWebhook{AppID: "1", URL: "http://a", Body: []byte(itoa(i))})
+	}
+	items = append(items, OutboxWebhook{AppID: "1", URL: "http://b", Body: []byte("b0")}, OutboxWebhook{AppID: "1", URL: "http://b", Body: []byte("b1")})
+	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	claim := func(limit int) string {
+		t.Helper()
+		got, err := db.ClaimWebhooks(ctx, now, time.Hour, limit, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, w := range got {
+			out = append(out, string(w.Body))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := claim(4); got != "0 1 2 b0" {
+		t.Fatalf("first claim %q, want a's three oldest and b's oldest", got)
+	}
+	if got := claim(10); got != "b1" {
+		t.Fatalf("second claim %q, want only b's other request", got)
+	}
+	if got := claim(10); got != "" {
+		t.Fatalf("third claim %q, want none", got)
+	}
+	// 0 is delivered: one more of a is due.
+	if err := db.DeleteWebhook(ctx, items[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(10); got != "3" {
+		t.Fatalf("after a delivery %q, want 3", got)
+	}
+	// 1 failed and waits; 2 and 3 go on, but nothing after 1 starts.
+	if err := db.RetryWebhookAt(ctx, items[1].ID, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteWebhook(ctx, items[2].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(10); got != "" {
+		t.Fatalf("behind a retry %q, want none", got)
+	}
+	if next, ok, err := db.NextWebhookDue(ctx, now, 3); err != nil || !ok || !next.Equal(fromMillis(now.Add(time.Minute).UnixMilli())) {
+		t.Fatalf("next due %v %v (%v), want the retry, not the requests it holds back", next, ok, err)
+	}
+	got, err := db.ClaimWebhooks(ctx, now.Add(time.Minute), time.Minute, 10, 3)
+	if err != nil || len(got) != 2 || string(got[0].Body) != "1" || string(got[1].Body) != "4" {
+		t.Fatalf("at the retry %+v (%v), want 1 and 4 (3 is still claimed)", got, err)
+	}
+}
+
+// Expired requests are dropped unless they are being sent, and counted per
+// app.
+func TestDropExpiredWebhooks(t *testing.T) {
+	ctx := context.Background()
+	db := openOutboxDB(t)
+	items := []OutboxWebhook{
+		{AppID: "1", URL: "http://a", Body: []byte("1")},
+		{AppID: "1", URL: "http://a", Body: []byte("2")},
+		{AppID: "2", URL: "http://b", Body: []byte("3")},
+	}
+	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if dropped, err := db.DropExpiredWebhooks(ctx, items[0].CreatedAt, now); err != nil || dropped != nil {
+		t.Fatalf("nothing older: dropped %v (%v)", dropped, err)
+	}
+	if got, err := db.ClaimWebhooks(ctx, now, time.Minute, 1, 1); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %+v (%v)", got, err)
+	}
+	dropped, err := db.DropExpiredWebhooks(ctx, now.Add(time.Second), now)
+	if err != nil || len(dropped) != 2 || dropped["1"] != 1 || dropped["2"] != 1 {
+		t.Fatalf("dropped %v (%v), want one of each app, not the claimed one", dropped, err)
+	}
+	if n, _ := db.CountWebhookOutbox(ctx); n != 1 {
+		t.Fatalf("outbox holds %d, want the claimed request", n)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
 // openOutboxDB opens a fresh database, closed when the test ends.
 func openOutboxDB(t *testing.T) *DB {
 	t.Helper()
@@ -139,32 +298,43 @@ func openOutboxDB(t *testing.T) *DB {
 	return db
 }
 
-// BenchmarkEnqueueWebhooks writes batches of ten requests into an outbox that
-// already holds 10,000 of the same app (the default cap).
+// BenchmarkEnqueueWebhooks writes batches of ten requests of one app into an
+// outbox that already holds 10,000 of them: without a cap, with a cap the app
+// is far under, and at the cap (10,000, the default), which then drops ten old
+// requests per batch.
 func BenchmarkEnqueueWebhooks(b *testing.B) {
-	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(b.TempDir(), "h.db"))
-	if err != nil {
-		b.Fatal(err)
+	for _, bb := range []struct {
+		name string
+		cap  int
+	}{{"uncapped", 0}, {"under_cap", 100000}, {"at_cap", 10000}} {
+		b.Run(bb.name, func(b *testing.B) {
+			ctx := context.Background()
+			db, err := Open(ctx, filepath.Join(b.TempDir(), "h.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			for range 10 {
+				if _, err := db.EnqueueWebhooks(ctx, outboxBatch(1000), 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := db.EnqueueWebhooks(ctx, outboxBatch(10), bb.cap); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
-	defer db.Close()
+}
+
+// outboxBatch is n requests of app 1 to one URL.
+func outboxBatch(n int) []OutboxWebhook {
 	body := []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"a-channel-name"}]}`)
-	batch := func(n int) []OutboxWebhook {
-		items := make([]OutboxWebhook, n)
-		for i := range items {
-			items[i] = OutboxWebhook{AppID: "1", URL: "http://a.test/hook", Body: body}
-		}
-		return items
+	items := make([]OutboxWebhook, n)
+	for i := range items {
+		items[i] = OutboxWebhook{AppID: "1", URL: "http://a.test/hook", Body: body}
 	}
-	for range 10 {
-		if _, err := db.EnqueueWebhooks(ctx, batch(1000), 0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ResetTimer()
-	for range b.N {
-		if _, err := db.EnqueueWebhooks(ctx, batch(10), 0); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return items
 }
