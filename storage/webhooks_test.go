@@ -136,7 +136,9 @@ func TestReleaseAllWebhookClaimsMakesThemDueAtOnce(t *testing.T) {
 func TestEnqueueWebhooksCapsEachApp(t *testing.T) {
 	ctx := context.Background()
 	db := openOutboxDB(t)
-	req := func(app, body string) OutboxWebhook { return OutboxWebhook{AppID: app, URL: "http://" + app, Body: []byte(body)} }
+	req := func(app, body string) OutboxWebhook {
+		return OutboxWebhook{AppID: app, URL: "http://" + app, Body: []byte(body)}
+	}
 	// bodies claims every request, as seen an hour later, and lists them per
 	// app.
 	bodies := func() map[string]string {
