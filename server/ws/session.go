@@ -138,6 +138,13 @@ func (sess *session) writeLoop() {
 		}
 		for i, f := range frames {
 			if err := sess.write(f); err != nil {
+				// The library refuses writes once it has sent a close
+				// frame itself (for a protocol error its reader found,
+				// say): that frame may be held by the cork, so it goes out
+				// before the socket is dropped.
+				if corked {
+					_ = sess.uncork()
+				}
 				_ = sess.ws.CloseNow()
 				clear(frames)
 				return
