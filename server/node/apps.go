@@ -1,7 +1,11 @@
 package node
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
 )
@@ -36,5 +40,34 @@ func socketApp(app *storage.App) (ws.App, bool) {
 		MaxConnections:           app.MaxConnections,
 		MaxPresenceMembers:       app.MaxPresenceMembers,
 		MaxPresenceUserInfoBytes: app.MaxPresenceUserInfoBytes,
+		Webhooks:                 appWebhooks(app),
 	}, true
+}
+
+// webhookFilter is an app's webhook endpoints as the transport asks about
+// them. It holds the stored app, which the directory replaces rather than
+// changes, so it allocates nothing per lookup.
+type webhookFilter struct{ app *storage.App }
+
+// appWebhooks is app's endpoints, or nil when it has none.
+func appWebhooks(app *storage.App) ws.Webhooks {
+	if len(app.Webhooks) == 0 {
+		return nil
+	}
+	return webhookFilter{app}
+}
+
+// Sends implements ws.Webhooks with the rule the webhook sender applies: an
+// endpoint takes an event when the channel has its prefix and the kind is
+// among its event types (none listed: every kind).
+func (f webhookFilter) Sends(kind hub.EventKind, channel string) bool {
+	for _, w := range f.app.Webhooks {
+		if w.ChannelPrefix != "" && !strings.HasPrefix(channel, w.ChannelPrefix) {
+			continue
+		}
+		if len(w.EventTypes) == 0 || slices.Contains(w.EventTypes, string(kind)) {
+			return true
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
 )
@@ -15,11 +16,13 @@ func TestSocketAppCopiesEveryPolicy(t *testing.T) {
 	stored := &storage.App{
 		ID: "1", Key: "key", Secret: "secret", Enabled: true, ClientEvents: true, SubscriptionCount: true,
 		UserAuthTimeout: 3 * time.Second, MaxConnections: 4, MaxPresenceMembers: 5, MaxPresenceUserInfoBytes: 6,
+		Webhooks: []storage.Webhook{{URL: "https://example.test/hook"}},
 	}
 	got, ok := socketApp(stored)
 	want := ws.App{
 		ID: "1", Key: "key", Secret: "secret", Enabled: true, ClientEvents: true, SubscriptionCount: true,
 		UserAuthTimeout: 3 * time.Second, MaxConnections: 4, MaxPresenceMembers: 5, MaxPresenceUserInfoBytes: 6,
+		Webhooks: webhookFilter{stored},
 	}
 	if !ok || got != want {
 		t.Fatalf("socketApp = %+v, %v; want %+v", got, ok, want)
@@ -32,5 +35,37 @@ func TestSocketAppCopiesEveryPolicy(t *testing.T) {
 	}
 	if _, ok := socketApp(nil); ok {
 		t.Fatal("socketApp(nil) reported an app")
+	}
+}
+
+// The transport sees an app's webhooks as the sender applies them: by
+// channel prefix and event kind; an app without endpoints has none.
+func TestSocketAppWebhooks(t *testing.T) {
+	if app, _ := socketApp(&storage.App{ID: "1"}); app.Webhooks != nil {
+		t.Fatalf("an app without endpoints has webhooks %v", app.Webhooks)
+	}
+	app, _ := socketApp(&storage.App{ID: "1", Webhooks: []storage.Webhook{
+		{URL: "https://a.test", EventTypes: []string{"member_added"}, ChannelPrefix: "presence-"},
+		{URL: "https://b.test", EventTypes: []string{"client_event", "cache_miss"}},
+	}})
+	for _, tt := range []struct {
+		kind    hub.EventKind
+		channel string
+		want    bool
+	}{
+		{hub.MemberAdded, "presence-room", true},
+		{hub.MemberAdded, "private-room", false},
+		{hub.MemberRemoved, "presence-room", false},
+		{hub.ChannelOccupied, "presence-room", false},
+		{hub.CacheMiss, "cache-x", true},
+		{hub.ClientEvent, "private-x", true},
+	} {
+		if got := app.Webhooks.Sends(tt.kind, tt.channel); got != tt.want {
+			t.Errorf("Sends(%s, %s) = %v, want %v", tt.kind, tt.channel, got, tt.want)
+		}
+	}
+	every, _ := socketApp(&storage.App{ID: "1", Webhooks: []storage.Webhook{{URL: "https://a.test"}}})
+	if !every.Webhooks.Sends(hub.SubscriptionCount, "news") {
+		t.Error("an endpoint without event types does not take subscription_count")
 	}
 }

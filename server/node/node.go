@@ -113,10 +113,14 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	httpapi.NewPublishAPI(db, instances, n.push, log).Register(engine)
 	n.ws = ws.NewHandler(n.hub, socketApps{apps}, log.Named("ws"), ws.Options{
-		ActivityTimeout: cfg.ActivityTimeout,
-		PongTimeout:     cfg.PongTimeout,
+		ActivityTimeout:        cfg.ActivityTimeout,
+		PongTimeout:            cfg.PongTimeout,
+		MaxSubscriptionsPerApp: cfg.MaxSubscriptions,
+		ConnectRateLimit:       cfg.ConnectRateLimit,
 	})
-	engine.GET("/app/:key", gin.WrapH(n.ws))
+	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
+	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
+	engine.GET("/app/:key", serveSocket)
 	n.ops.start(n.ws, n.hook, n.push)
 	n.ops.register(engine)
 	n.http = &http.Server{
