@@ -46,10 +46,10 @@ func FuzzSession(f *testing.F) {
 		fuzzScript(2, textFrame("{\"event\":\"pusher:ping\",\"data\":\"\xff\"}")),
 		fuzzScript(2, []byte{opPing, 'h', 'i'}, []byte{opPong}),
 		fuzzScript(0, []byte{opClose, 0x03, 0xe8, 'b', 'y', 'e'}),
-		fuzzScript(0, []byte{0x03, 'x'}),                     // a reserved opcode
-		fuzzScript(0, []byte{0x01 | 0x40, 'x'}),              // RSV1 without an extension
-		fuzzScript(0, []byte{opContinuation, 'x'}),           // a continuation of nothing
-		fuzzScript(0, []byte{0x80 | opPing, 'x'}),            // a fragmented control frame
+		fuzzScript(0, []byte{0x03, 'x'}),           // a reserved opcode
+		fuzzScript(0, []byte{0x01 | 0x40, 'x'}),    // RSV1 without an extension
+		fuzzScript(0, []byte{opContinuation, 'x'}), // a continuation of nothing
+		fuzzScript(0, []byte{0x80 | opPing, 'x'}),  // a fragmented control frame
 		fuzzScript(1, textFrame(`{"event":"pusher:signin","data":{"auth":"x","user_data":"{}"}}`)),
 		fuzzScript(0, textFrame(`{"event":"pusher:subscribe","data":{"channel":"#server-to-user-1"}}`)),
 		fuzzScript(0, textFrame(`not json`), textFrame(`{"event":""}`), textFrame(`[]`)),
