@@ -709,6 +709,9 @@ func FuzzClientMessage(f *testing.F) {
 		if n := h.Connections("1"); n != 0 {
 			t.Fatalf("%d connections left", n)
 		}
+		if n := h.Subscriptions("1"); n != 0 {
+			t.Fatalf("%d subscriptions counted with no connection", n)
+		}
 	})
 }
 
