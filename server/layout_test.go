@@ -38,6 +38,8 @@ var importRules = []struct {
 	{"server/metrics", []string{"server/node"}, "metrics read the parts; the node assembles them"},
 	{"server/directory", []string{"server/...", "gen/..."}, "the directories hold storage's types, nothing else"},
 	{"server/webhook", []string{"server/ws/...", "server/httpapi", "server/push"}, "webhooks take the hub's events, nothing more"},
+	{"server/netguard", []string{"server/...", "storage", "gen/..."}, "netguard judges network addresses and knows nothing of Herald"},
+	{"server/internal/recovery", []string{"server/...", "storage", "gen/..."}, "recovery logs and counts panics, nothing more"},
 }
 
 // TestImportRules fails when a package depends on one its rule forbids.
