@@ -394,6 +394,11 @@ type InternalError = externalRef0.Error
 // sentence for people.
 type NotFound = externalRef0.Error
 
+// PayloadTooLarge The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type PayloadTooLarge = externalRef0.Error
+
 // Unauthorized The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -952,6 +957,8 @@ type InternalErrorJSONResponse externalRef0.Error
 
 type NotFoundJSONResponse externalRef0.Error
 
+type PayloadTooLargeJSONResponse externalRef0.Error
+
 type UnauthorizedJSONResponse externalRef0.Error
 
 type ListAppsRequestObject struct {
@@ -1063,6 +1070,20 @@ func (response CreateApp409JSONResponse) VisitCreateAppResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApp413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response CreateApp413JSONResponse) VisitCreateAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1284,6 +1305,20 @@ func (response UpdateApp409JSONResponse) VisitUpdateAppResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateApp413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response UpdateApp413JSONResponse) VisitUpdateAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1671,6 +1706,20 @@ func (response CreateInstance409JSONResponse) VisitCreateInstanceResponse(w http
 	return err
 }
 
+type CreateInstance413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response CreateInstance413JSONResponse) VisitCreateInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateInstance500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response CreateInstance500JSONResponse) VisitCreateInstanceResponse(w http.ResponseWriter) error {
@@ -1874,6 +1923,20 @@ func (response UpdateInstance404JSONResponse) VisitUpdateInstanceResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateInstance413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response UpdateInstance413JSONResponse) VisitUpdateInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2816,75 +2879,77 @@ func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fx7c9u2sv8qO7xnpvFcWpYdN03tvxQnPVXz8o3t25kT5VowuRJRkwALgHbUjL/7HTz4FChLiZPU5/g/",
-	"mwKB3cU+f1jwUxDxLOcMmZLBwacgJ4JkqFCY/0Z5Pn6u/4hRRoLminIWHASnCQLJc6DxIAgDqh/lRCVB",
-	"GDCSYXAQkDw/p3EQBgL/LKjAODhQosAwkFGCGdEzZuTjK2RzlQQHT/bDIKOs/Hc31LMpFHre/3s/2v4X",
-	"2f5ruP3z+WSy/eG//xGEgVrkehWpBGXz4OYmDMZMKsIi7KOWut+BxiEQODsbP+8hvRy5Af2Pn7To1/82",
-	"GRhu/zza/oVszz58enqz3fx3f5N/d/dufLzfaCJlzplEs2XPSPwO/yxQKv1fxJlCZv4keZ7SiGih7Pwh",
-	"tWQ+Ndj5h8BZcBD8106tDjv2V6kfZZydvxCCC7visoAveLwAKoFxBVckpTH8dvL2TQhcANEPCoQLgeRS",
-	"AgFRpAiPVILQmAckWUi4TmiUbA2CmzA44myW0ujbskFjTbEm7RINP4pcIjP0jJneUZLa978VUSMGBcOP",
-	"OUYKY5AorlAA6tGGqDdc/cILFn8zet5wkEWUGPPnorKrsBSbNiYtt4ykMy4yjA2ZZ4wUKuGC/oXxN93P",
-	"kVvWzA8JkhiFIY9KSdlcUx1ztGobESEWhgkSZ5SB4nbrb0qzL12i8ZOC5ygUtUYXpRSZenFVelFnpBec",
-	"p0iYlkAkkCiMR4ZnLRmigoMgJgq3Fc1w2bDDABm5SK28luejzef1O5e48D7PyMcjzhhGWg5NEilTOEfh",
-	"xhwLlMgifI3ZhQsBK8edSRRjNuPPFgp7RkuMBCovUbK4qPbriBdM+Vkt8nhT0RUShd76U5ohL9TrHtqu",
-	"8SLh/NL8ShVm8jaV+92+oN91sxEhyCKwXrgMFe8DEzv0XlT819sZtrXFJwYfA0t76N2wFbvTYLepjk35",
-	"fqjY4hd/YKQ0n6M8PzKDjbGm6dtZcPB+tZRGef42t0TehF1TsYrbl0/Ao9H2v4Bs/wXD7Z/hHLa3DkEQ",
-	"FvMMYjqnSkcIZEAuJDI1sOw204jlzKDD0AfL0itq42ObNpLn6+uCdgS36YGZsEeqr+gVekkY+007Sghj",
-	"mMpl8b2NoiKnGEM5JATJhY4XFwvQaU0IREHGpYLd4XBoEp91ONQUHtkplzkNtRNvOpQOTTkyaIwAzkAl",
-	"JkGIcVDbbGWNy5IbG1tpaXwlgx6Zlmrn1TCeO0pmQJjWtxDwCsUCOCt/JKkmbbVv78TnNOXXYMds6/mY",
-	"kg32Gm5spTt3frs993FxkdLIZCJds4DBVggFo38W2LGC3b2n4Tr+v71U/SOkNKPqEIY2m2N2fspoVmTB",
-	"wTBcO3C0F3A/QI4Ccje41Fe9mM6zJNiccEaKVMGj3eFwa6PFl6JRm4QT+hda7owK1GRkhrYfJGive07Z",
-	"jPdStLe/Bkl1yOsQYJ779nKtPfSGy/YKL4yOQXPkeaSHguYKCItXqqg3bHYUJeUSW4atEqKAIVUJCpB0",
-	"zoAyYFyUVFwgKG4srkoBy43XI3UId9rGZ7PbhfslMTsjH8f2ld3h0OO6fS7lzETHB4/y4FEePMqDR/li",
-	"j1ICVR67Z1U1PYBjQa+IMiiEBCIQmHYsIFAVgmEcAmfpQufCRkYqwYUZJVEtuxuSW/vsOCFyxNmMzgux",
-	"woOsMaQnW1VIsr6feE4j7y+FSD3PO5lhm6yShmrFcn47W9jm05c2fkZlHuMVjXwO4R3OqVQoMAY3xpfq",
-	"3uK5Z1G2vF0ShZ5vFBnju21f1hJk75T2fZ+selCHP67VWMoChffXXAcdmfxPwRVZhRG87MEuPqP+vyK5",
-	"JbUtRENJ1LeOLCyftwqunqZ+aVlaPkigZrSJB9Ti6wgrtLZrVaLkqla/Tcr40u9sWsuX721e0Hsg96qW",
-	"7y/iHz9Zs4gvCfNX8uXi6zv1yjHfiu1UU6+S8waVaI2hepJHeIkLmNEUbRiY0ytkuqx3CKrf2x+RY8w8",
-	"sfyjEgSORhDp4TMaEYUSHh2/eL2lA6oShVQw4wL0HGciHfhMS//2snT7q9GXarCXmtHxGwmD/KnFWU2c",
-	"p2xuc1NNUu/qp1VoWWf50zLaNAbv/fikZ/SZdZweSi+IRDh79+oQMMuVORtIlMrlwc4OyekgL2QyIHme",
-	"4iDiWUep94b7TzcFeGdRdtJy0L85cLxN2y9Hr8E5ciB2oBGhVplSSaRXlLMo83KrZ1zB7CzKBnPO5ymS",
-	"nMr1mW3FCJ9ekijCXGEM1AzTxqGzR/jt91PZWeLH3b3w9jjjKX1kou1IF1gYm8IhJouqMLGZ/LrJuIsi",
-	"t2qVcdondWjpqBZkhKaKHwAXTsRw9m4M2jPqXPZ/R8fj59ZC1hHCqoxz/UL2wSE9OKQHh/TgkL6SQ2oe",
-	"Kywlblkf3HPcxlaAxtUxR+t4Ax51wSBpiuWt1rHHclHaOdyw3SC3HFquhL1kDVfE/ipQa5NniudUKsoi",
-	"1YWT5ErWbjlPMfx0qfclsE4tT4osI2LhwQ0+p1xO6RW6YrXDqy1lLOQjMLfHVipBYNxFBMoZVDP4BTkj",
-	"NPXN/qYxhwSBs0LaQzECc6LwmixM34KNYUXeMzll2kwdx+0Fftd1jKY2JVK1Sb4m0hpNY4FDV/NAwRRN",
-	"9YtMr7meFHmO7AtEaF/3s+gcVQ9eI9EHDLZlW/nKpnD9i0nl0hBk2qO9D8p3g0pT9MJhEHOGDRVt2CoR",
-	"c1QvqW17KafRSwiU5kjdWlb/u6vkSJb30em8TkX8PNlZPbY8LonSamCosl0yVuDmcFauYb31BrW4rxcu",
-	"xdpg0G1cZR1NO6y0qQkh3O4N/LV2XgaytWvtjo+5reKuF/CRWKKxS3RdEBUlPsycxSB1ZktSh12byCts",
-	"15wfx3b+9ljgjH70nHazdFH75OuES7R7C1IRoeCaqgSoKrOXDAmTLrl2by3lLENffqapPV3k2IMrXFIW",
-	"W69TrqRzZ+tymmvqcWt3ATj5GoVrId4/LUfNwpe//Z6gwFLSumY4fntyivGhSS8OdnbqTGNnZ53UraMd",
-	"fVhlk+6Gm3DyPueuaaLuKji/IroA0U9swD0ncdz8V2DGrxodPOeGJ4MxRwmeZ1R223nsUYnXEbW61/xF",
-	"GUPb6WebK/nM7d6vWnNjGB2PBzA1A6Y6XyQgEy4UZCRKKMNtgSTW6fyE6e2GR7qOwo8ky1OEKWWmSfNc",
-	"FzlEFQKnIUwZV+czXrB4unUI0wZBZn7OcMK0KpkERM+WI9flxYQt1XwtZpaNBaGax0Qt/JinhDJtOUQZ",
-	"j3stOJtbs9H+smGbjoWya6hQSc1E3cuXadvvvrpsT37hnxg5GqnxmZnEDAx1/isZucTziEhsE7Mk0OA2",
-	"vbWLt5sWvSiyxKgQVC1OtEG6mjrOKDvVSbhfdWzDLZ/Bry/ejV49Px89fz1+c3769uWLN5psY9rGwyER",
-	"BnZ2q2oztK2UlM2458yVMDJHIKUOMh7jDxKOSs9H8lyaM8HjQiYVjiCBX6GAX09Pj8NqTydMkgxNL7AE",
-	"YsPiNLHT6mmmZp7ySTXVFLThEKaz/zwtpJ1KxzUwEbA+iy87jC+Kua47JU+1MpBYAlVbgwmbMNMgejzW",
-	"yu0qX52+SFRK1/3TZdlN4RFRkKJO9nafTFiUEEEihUJuHTrjdOoGWSGVSfBcW+m01Yl6AM+M5GFSDIeP",
-	"I1NOmT9xOpiwKqu8IoKa41cqoWASVYnImC5bwuS1Tij2h/sDswVztP3KgLMZRgo4mzBjAgUzSIbeLSN/",
-	"yrS3wIgzXTtJE4P0yxlxA8zqR6/GEHMjqWc8pg7w+e3k7ZsBvDBkWO9Utp8bTqk74dbOyylJ7cOsq1BU",
-	"GZMp/Zhpth0dj4MwuEIhrabtDoaDYZn2kpwGB8HjwXDwODC99Ymxgh1jBjtXuztl497cHpJrV2TkrDPa",
-	"QGctIz2g0ym/NxzeWS9y2VLY04as6Ws25VHbFr0/3O2buKJ0p9U7fRMGP1qyV7/UblY3XqQs6Iw8nB5p",
-	"M3G5iclyY2SKktTasAMFjeckc1n3M+qKgUtPTfALxTSWkOJMAS+UVcZGv4MBGJtG7jLr6QEQdzQ0YT9t",
-	"m05Pc2zkjosucWEoskBHWFpr6LpkqtyCxRPm6VTgLATGGy0GFlgJDVzQLbLDCdsd7u3DxUKhLDEf08Jh",
-	"tbetW/Y4bZTn7q4ISvWMx4u71Ct3YnfTjh9KFHizpNC7d7nwCmXWTkMqLrDU4zVUsnEx5XNVf3/48+0v",
-	"VfdG7sJWrPBdRPFYwk3Y8UI7n+zdpxtrHSnaWretNc/N81JrvsAldZOFpf2yK8UDaN7RmX66mQ6+YBP2",
-	"b3+pupdyF5tgmejfhNDv9/+J6g5E/PlGcp9ErHPyKhi4Ux/Djt/7Ny4J9vQP1EN27CXCmw8mcvsq8mnZ",
-	"gTUNbWeAwctCEJinJHIJxXWiE7hUx65HhLny1vxryzI5YZZuN9mWz13bM7Cv6q7dMdta7nr47+6uN1Tj",
-	"7+DfTeZrM1Z3BmqU79A+UolOsC8Rc/0/FbawkhsFgp2YSp2udG/XbmQ4Lt3qhBE78Xd1ciE49uL75O7e",
-	"maMAe9cvz3+QrfZTnWnqsjAiabrhVtvE9O532nbhfueNdln3fdrnkTlaWGefgcwJZZvtdupucM19rdlL",
-	"F6BMSdW9qVVV27TR3SzA1C1ywggzrb5L/e0yNDzVR6EGmKiOQHM9hR3pDYM2MzIX0L52TXyFfTpVYzb3",
-	"SaNOK1VqYk7du213kzCtUD3B9cLb9b2Au/U378z0ozw/KW+vfq/MpUInGF67+v8+qcs/tZKoMgszTDhM",
-	"o+RltcNp9bH2olvjatRX3KhWw23f5xNKQv6OYFcLk24KvtHRezfQVg181/jWhLmNPzsbPw8rvMvpAVzi",
-	"ooFrzQTKxPXaXOJC9kNPVdvy1yloOm3j3xiEqnuyV6vbfyAcdZse+73IzqfG523WgKha2vWAU62NU1WK",
-	"WYWv5nUgr9vpg7Duagvuws7uG6K1vA2uM6k85FuxH5slVI3vT7WALh/89I1c9vcBov72Lvtb6+GXI0yb",
-	"uvXPB5y6WrwKdfo7+aV7D0KVjPwg/cjTxirwuUDUWhpg0ai/lwLcb3DKt//LiNTGWtDqzPSiVAaIIQql",
-	"gmpwqMtU/WRGhVRhE6LKBZ8LlBIelW2moe0JC8F2mW4ZmMvWRabZdOFaCZC53mTpeqqoqHKiCTsmi5ST",
-	"2F1156q66G4TwnYTj0z4tbSAS0ql8tVGzaK4umcRLAX1tix+5deQEbZoSsKhaofVFxv2htV3I/8sUCzq",
-	"D0eanoKg+YlI905wsDc0XY32Cof5UEB1oWPX0/v74StalKeht8e2Kin8mwfo07b9CYyQNayhqf4Wlv0q",
-	"OeNa9vyFqN9azt1Cf+XQr4//rZ0wepBAuMTFvUQD6yx4GRK0TPV4/UY7qNnxZiPo+w96V+0nQq0+mHbs",
-	"wLVZ7+79NBgOhoPdg6fDp0OjAW6JpTtMzXbOQeurvvYDAN2LbM1ez8Hyp3Sl1u//DwAA//8=",
+	"7Fx7c9u2sv8qO7xnpvZcWpYdN02VvxQnPVXz8o3t25lGuRZMrkTUJMACoB014+9+Bw8+Bb0SJ43P+D+b",
+	"AoHdxT5/WPBTEPEs5wyZksHgU5ATQTJUKMx/wzwfPdd/xCgjQXNFOQsGwVmCQPIcaNwLwoDqRzlRSRAG",
+	"jGQYDAKS5xc0DsJA4F8FFRgHAyUKDAMZJZgRPWNGPr5CNlNJMHh8FAYZZeW/B6GeTaHQ8/7f++HeH2Tv",
+	"7/7ezxfj8d6H//5XEAZqnutVpBKUzYLb2zAYMakIi3AZtdT9DjQOgcD5+ej5EtLLkVvQ/+hxi379b5OB",
+	"/t7Pw71fyN70w6cnt3vNf4+2+ffg8NbH+60mUuacSTRb9ozE7/CvAqXS/0WcKWTmT5LnKY2IFsr+n1JL",
+	"5lODnX8JnAaD4L/2a3XYt79K/Sjj7OKFEFzYFRcFfMnjOVAJjCu4JimN4bfTt29C4AKIflAgXAokVxII",
+	"iCJF2FEJQmMekGQu4SahUbLbC27D4JizaUqjb8sGjTXFmrQrNPwocoXM0DNiekdJat//VkQNGRQMP+YY",
+	"KYxBorhGAahHG6LecPULL1j8zeh5w0EWUWLMn4vKrsJSbNqYtNwykk65yDA2ZJ6QecpJfMb5KyJm+E23",
+	"VFhrqDQ01RRoYgmDwx8fw0v6zNB4zkihEi7o3xh/UwKHblkzPyRIYhRGhFRKymZasjFHa1oREWJuBE3i",
+	"jDJQ3KrnbemaSrdtfLngOQpFrWOIUopMvbguPb1zJJecp0iYlkAkkCiMh4ZnvXtEBYMgJgr3FM1w0fmE",
+	"ATJymVp5Lc5Hm8/rd65w7n2ekY/HnDGMtByaJFKmcIbCjTkRKJFF+BqzSxemVo47lyhGbMqfzRUuGS0x",
+	"Eqi8RMnistqvY14w5We1yONtRVdIFHrrz2iGvFCvl9B2g5cJ51fmV6owk+tU7nf7gn7XzUaEIPPARooy",
+	"nL0PTHzTe1HxX29n2NYWnxh8DCzsoXfDVuxOg92mOjbl+6Fii1/+iZHSfA7z/NgMNsaapm+nweD9aikN",
+	"8/xtbom8DbumYhV3Wc4DO8O9P4Ds/Q39vZ/hAvZ2n4IgLOYZxHRGlY5iyIBcSmSqZ9ltpjqL2UuHoQ+W",
+	"pVfUxvA2bSTPN9cF7QjW6YGZcIlUX9Fr9JIw8pt2lBDGMJWL4nsbRUVOMYZySAiSCx3TLuegU68QiIKM",
+	"SwUH/X7fJGebcKgpPLZTLnIaaifedCgdmnJk0BgBnIFKTBITY6+22coaFyU3MrbS0vhKBktkWqqdV8N4",
+	"7iiZAmFa30LAaxRz4Kz8kaSatNW+vZNDpCm/ATtmT8/HlGyw13BjK92589vtuU+Ky5RGJlvqmgX0dkMo",
+	"GP2rwI4VHBw+CTfx/+2l6h8hpRlVT6FvM05m56eMZkUWDPrhxoGjvYD7AXIUkLvBpb7qxXQuKMHmrVNS",
+	"pAp2Dvr93a0WX4hGbRJO6d9ouTMqUJORGdp+kKC97gVlU76UosOjDUiqQ16HAPPct5cb7aE3XLZXeGF0",
+	"DJojLyI9FDRXQFi8UkW9YbOjKCmX2DJslRAFDKlKUICkMwaUAeOipOISQXFjcVUKWG68HqlDuNM2Pp2u",
+	"F+6XxOyMfBzZVw76fY/r9rmUcxMdHzzKg0d58CgPHuWLPUoJpnnsnlUVfw9OBL0myiAlEohAYNqxgEBV",
+	"CIZxCJylc50LGxmpBOdmlES16G5Ibu2z44TIMWdTOivECg+ywZAl2apCki37iec08v5SiNTzvJMZtskq",
+	"aahWLOe3s4VtPn1p42dU5jFe08jnEN7hjEqFAmNwY3yp7hrPPY2yxe2SKPR8w8gY37p92UiQS6e07/tk",
+	"tQR1+PNGjaQsUHh/zXXQkcn/FFyRVRjByyXYxWfU/9ckt6S2hWgoiZatIwvL51rB1dPULy1KywcJ1Iw2",
+	"8YBafB1hhdZ2rUqUXNXqt00ZX/qdbWv58r3tC3rPsUBVyy8v4h893rCILwnzV/Ll4ps79coxr8V2qqlX",
+	"yXmLSrTGeT3JI7zEOUxpijYMzOg1Ml3WOwTV7+2PyQlmnlj+UQkCx0OI9PApjYhCCTsnL17v6oCqRCEV",
+	"TLkAPce5SHs+09K/vSzd/mr0pRrspWZ48kZCL39icVYT5ymb2dxUk7R09bMqtGyy/FkZbRqDD398vGT0",
+	"uXWcHkoviUQ4f/fqKWCWK4N2J0rlcrC/T3LaywuZ9Eiep9iLeNZR6sP+0ZNtAd5plJ22HPRvDhxv0/bL",
+	"8WtwjhyIHWhEqFWmVBLpFeU0yrzc6hlXMDuNst6M81mKJKdyc2ZbMcKnlySKMFcYAzXDtHHo7BF++/1M",
+	"dpb48eAwXB9nPKWPTLQd6QILY1M4xGReFSY2k980GXdRZK1WGad9WoeWjmpBRmiq+AC4cCKG83cj0J5R",
+	"57L/OzwZPbcWsokQVmWcmxeyDw7pwSE9OKQHh/SVHFLzWGEhccuWwT0nbWwFaFwdc7SON2CnCwZJUyzv",
+	"to49FovSzuGG7VhZc2i5EvaSNVwR+6tArU2eKZ5TqSiLVBdOkitZW3OeYvjpUu9LYJ1anhZZRsTcgxt8",
+	"Trmc0mt0xWqHV1vKWMhHYG6PrVSCwLiLCJQzqGbwC3JKaOqb/U1jDgkCp4W0h2IEZkThDZmb3gobw4p8",
+	"yeSUaTN1HLcX+F3XMZralEjVJvmGSGs0jQWeupoHCqZoql9kes3NpMhzZF8gQvu6n0XnqJbgNRJ9wGBb",
+	"tpWvbArXv5hULg1Bpj3a+6B8N6g0RS8cBjFn2FDRhq0SMUP1ktrWnHIavYRAaY7UrWUtf3eVHMniPjqd",
+	"16mInyc7q8eWRyVRWg0MVbaTxwrcHM7KDay33qAW9/XCpVgbDLqNq6yjaYeVNjUhhPXewF9r52Ug27jW",
+	"7viYdRV3vYCPxBKNXaDrkqgo8WHmLAapM1uSOuzaRF7Xy+THsZ2/PRE4pR89p90sndc++SbhEu3eglRE",
+	"KLihKgGqyuwlQ8KkS67dWws5S9+Xn2lqz+Y5LsEVriiLrdcpV9K5s3U5zTX1uI27AJx8jcK1EO+fFqNm",
+	"4cvffk9QYClpXTOcvD09w/ipSS8G+/t1prG/v0nq1tGOZVhlk+6Gm3DyvuCuaaLuKri4JroA0U9swL0g",
+	"cdz8V2DGrxsdPBeGJ4MxRwleZFR223nsUYnXEbW61/xFGUPbjWjb6/jU7d6vWnNjGJ6MejAxAyY6XyQg",
+	"Ey4UZCRKKMM9gSTW6fyY6e2GHV1H4UeS5SnChDLTSHqhixyiCoGTECaMq4spL1g82X0KkwZBZn7OcMy0",
+	"KpkERM+WI9flxZgt1HwtZhaNBaGax0Qt/JinhDJtOUQZj3sjOJtZs1F1n6HWDsdC2TVUqKRmou7ly7Tt",
+	"d19dtCe/8E+NHI3U+NRMYgaGOv+VjFzhRUQktolZEGiwTm/t4u2mRS+KLDEqBFXzU22QrqaOM8rOdBLu",
+	"Vx3bFMyn8OuLd8NXzy+Gz1+P3lycvX354o0m25i28XBIhIGd3araDG0rJWVT7jlzJYzMEEipg4zH+IOE",
+	"49LzkTyX5kzwpJBJhSNI4Nco4Nezs5Ow2tMxkyRD068sgdiwOEnstHqaiZmnfFJNNQFtOITp7D9PC2mn",
+	"0nENTASsz+LLLujLYqbrTslTrQwklkDVbm/Mxsw0iJ6MtHK7ylenLxKV0nX/ZFF2E9ghClLUyd7B4zGL",
+	"EiJIpFDI3afOOMuO2KyQyiR4rq100upEHcAzI3kYF/3+o8iUU+ZPnPTGrMoqr4mg5viVSiiYRFUiMqYT",
+	"mDB5oxOKo/5Rz2zBDG1PNeB0ipECzsbMmEDBDJKhd8vInzLtLTDiTNdO0sQg/XJG3ACz+vGrEcTcSOoZ",
+	"j6kDfH47fftmYHyTVTIznHE96QzIVOnSTNUVmesChp2jg0djdolzzuLdHrwwbFjvVrbYG0lRd0KuF3BK",
+	"VvtA62oUVcbkSj9omnWHJ6MgDK5RSKupB71+r1+mzSSnwSB41Ov3HgXm/kBirGjfmNH+9cF+2fg3s4fs",
+	"2pWZfdIZcaCznqEe0LkNcNjv31kvc9mSuKSNWdPXbOqjtvX7qH+wbOKK0v1W7/VtGPxoyV79Ursh33ih",
+	"siA08nB6qM3M5TYmS46RKUpS6wMcqGg8L5nJuh9SVxxcemqKXyimsYQUpwp4oawyN/olDEDZdBIuM58M",
+	"gLijpTH7ac90ippjJ3fcdIVzQ5EFSsLS2kPXZVPlJiweM0+nA2chMN5oUbDATGjghm6RHo7ZQf/wCC7n",
+	"CmWJGZkWEKu9bd2yx3HDPHf3YVCqZzye36VeuRO/23b8UaLA2wWFPrjLhVcos3Y6UnGBpR5voJKNyzef",
+	"q/pH/Z/Xv1TdjdEvHDxa/0L3AsZd2JjdNBfJPBZ0G3a81/4ney/s1lpVirbGbmvbc/O81LYvcGXdJGVh",
+	"n+1KcQ+a95cmn24nvS/YvKP1L1V3du5iEywTyzch9MeLf6O6AxF/vnHdJxHrWqAKIu60ybDjjxqNC5RL",
+	"+hbqIfv2guXtBxPxfUjApOz8moS2I8HgdCEIzFMSuUTkJtGJY6pj3g5hrqw2/9pyUI6ZpdtNtutz8/bs",
+	"7au6eXe8t5Gb7/+nu/kt1fgexQWTqdsM2Z3ZGqV9ah+pRBcEV4i5/p8Km6PLrQLIfkylTo+6N5a3MjiX",
+	"3nXCj534H3WOITj24vvkJt+Zowt7NzHPf5Ctdlmd2eoyNiJpuuVW20T47nfadg3/wxvtsvz7tM9DcxSy",
+	"yT4DmRHKttvt1N04m/layRcubJkSrnuzrEIHaKMbW4Cpk+SYEWZakxf68WVoeKqPbg2QUh3Z5noKO9Ib",
+	"Pm1GZS7Mfe0a/BqX6VSNMd0njTqrVKmJkXXv4t1NorVC9QTXC+/V9xju1t+8M9MP8/y0vG37T2U8FRrC",
+	"8MbhDfdJXf6tlUSV2ZthwmEoJS+rHU6r73YpmjaqRn3FjWo1CC/7JEVJyPcIrrUw9KbgGx3IdwOl1UB9",
+	"jaeNmdv48/PR87DC15wewBXOGzjaVKBMXG/QFc7lcqirarP+OoVQp839G4NedQ/5anV7gL82hr/W6b/f",
+	"++x/anxqaANIrKWVD7jYxrhYpdBV2Gtee/K6q2WQ2V1twV3Y531D0Ba3wXVglYeZK/Zju0Ss8S2wFrDm",
+	"g7u+kav/Z4Cv797VbwuB3V9Ea9tw8PkAV1f7V6Fc35M/u/egV8nID9KPdG2tAp8LfG2kARb9+r4U4H6D",
+	"Yb79X0TAttaCVueqFxUzwA9RKBVUg0NdFusnUyqkCpuQWC74TKCUsFO24Ya2Zy4E24W7a2A1W4eZZty5",
+	"a5VA5nq3pes5o6LKpcbMOV73KQCuqg8B2ESy3eQkE34jLcCTUql8tVizCK/uoQQLyUBbFr/yG8gImzcl",
+	"4VC8p9UXLQ771bc//ypQzOuPf5qeiaD5mU/3TjA47JuuT3vFxXxIobrwcuDpjf7wFS3K0/C8xLYqKXzf",
+	"gf1OEMSG/QmMkDWsoan+Fgb+KrnmRvb8hSjjRs7dQo3l0K+PN26caHqQR7jC+b1EH+vseRGCtEwt8fqN",
+	"dlmz481G2fcf9K7az7xafTDt6oFrQz84/KnX7/V7B4Mn/Sd9owFuiYU7Xs12117ry8z2Awndi37NXtje",
+	"4ueQpdbv/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

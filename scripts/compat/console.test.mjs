@@ -4,7 +4,9 @@
 // server SDK do: the connection in the live count and a triggered event in the
 // live stream. /metrics must report the same counts, and an app created with
 // the CLI must be listed. A publish made with the Beams server SDK must show in
-// the instance's recent publishes with its counts.
+// the instance's recent publishes with its counts. The admin token must never
+// be in a URL the page requests: the event stream opens with a single-use
+// ticket.
 //
 // Run: cd scripts/compat && HERALD_BIN=$PWD/herald node --test --test-concurrency=1
 // Needs /usr/bin/chromium (.ci/run installs it); skipped when it is missing.
@@ -40,6 +42,8 @@ async function metric (herald, name, labels) {
 describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not installed` }, () => {
   let herald, browser, page, client
   const db = freshDB()
+  /** Every URL the page requested. */
+  const urls = []
 
   before(async () => {
     // A second app, managed from the CLI on the same database file.
@@ -51,6 +55,7 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
         '--disable-background-networking', '--disable-component-update', '--disable-sync']
     })
     page = await browser.newPage()
+    page.on('request', (req) => urls.push(req.url()))
   })
 
   after(async () => {
@@ -110,6 +115,28 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     await page.locator('#events li[data-kind="channel_occupied"]').filter({ hasText: 'news' }).waitFor({ timeout: WAIT_MS })
 
     assert.equal(await metric(herald, 'herald_events_triggered_total', `app_id="${APP.appId}"`), 1)
+  })
+
+  it('opens the stream with a ticket, never with the token in a URL', async () => {
+    const streams = urls.filter((u) => new URL(u).pathname === '/console/events')
+    assert.ok(streams.length > 0, 'the page opened no event stream')
+    for (const u of streams) assert.match(new URL(u).searchParams.get('ticket') ?? '', /^[A-Za-z0-9_-]{43}$/)
+    for (const u of urls) {
+      assert.ok(!u.includes(TOKEN) && !u.includes(encodeURIComponent(TOKEN)), `the token is in ${u}`)
+    }
+
+    const base = `http://${herald.host}:${herald.port}`
+    const old = await fetch(`${base}/console/events?app=${APP.appId}&token=${TOKEN}`)
+    assert.equal(old.status, 401)
+    const res = await fetch(`${base}/console/tickets`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}` } })
+    assert.equal(res.status, 200)
+    const { ticket } = await res.json()
+    const ac = new AbortController()
+    const first = await fetch(`${base}/console/events?app=${APP.appId}&ticket=${ticket}`, { signal: ac.signal })
+    assert.equal(first.status, 200)
+    ac.abort()
+    const again = await fetch(`${base}/console/events?app=${APP.appId}&ticket=${ticket}`)
+    assert.equal(again.status, 401)
   })
 
   it('lists the default Push instance', async () => {

@@ -1,10 +1,16 @@
 // Package console is Herald's live debug console: a page at /console (plain
 // HTML, JavaScript and CSS embedded in the binary, no build step) that reads
 // the admin API with the admin token, and an event stream at
-// /console/events?app=<id> (Server-Sent Events) of what happens on an app's
-// channels as it happens: HTTP triggers, client events, channels occupied and
-// vacated, members added and removed, subscription counts, cache misses and
-// webhook attempts.
+// /console/events?app=<id>&ticket=<ticket> (Server-Sent Events) of what
+// happens on an app's channels as it happens: HTTP triggers, client events,
+// channels occupied and vacated, members added and removed, subscription
+// counts, cache misses and webhook attempts.
+//
+// EventSource cannot send an Authorization header, and the admin token must
+// not go in a URL (access logs and proxies record URLs). The page therefore
+// asks for a ticket first (POST /console/tickets with the token in the
+// header) and opens the stream with it: a ticket is random, opens one stream
+// and expires after ticketTTL unused, so a logged URL opens nothing.
 //
 // The console observes the hub through the hub's observer slot (shared with
 // webhooks through hub.Observers), so it must never block: each watcher has a
@@ -13,7 +19,10 @@
 package console
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"io/fs"
 	"net/http"
@@ -38,6 +47,16 @@ const (
 	// keepAlive is how often an idle stream gets a comment, so proxies and
 	// browsers keep it open.
 	keepAlive = 15 * time.Second
+	// defaultWriteTimeout is how long one write to a stream may take: the
+	// server's write timeout does not apply to a stream (it would end it),
+	// this does, so a page that stops reading is dropped rather than held
+	// forever.
+	defaultWriteTimeout = 30 * time.Second
+	// ticketTTL is how long a ticket opens a stream; the page asks for one
+	// right before it opens the stream.
+	ticketTTL = 30 * time.Second
+	// maxTickets bounds the tickets issued and not yet used or expired.
+	maxTickets = 1024
 )
 
 //go:embed static
@@ -68,18 +87,28 @@ type watcher struct {
 
 // Console fans events out to the open streams.
 type Console struct {
-	now      func() time.Time
-	watching atomic.Int32 // open streams; 0 makes publishing free
+	now          func() time.Time
+	writeTimeout time.Duration // for one write to a stream
+	watching     atomic.Int32  // open streams; 0 makes publishing free
 
 	mu       sync.RWMutex
 	watchers map[*watcher]struct{}
 	closed   chan struct{}
 	once     sync.Once
+
+	ticketMu sync.Mutex
+	tickets  map[[sha256.Size]byte]time.Time // SHA-256 of an unused ticket → its expiry
 }
 
 // New returns a console with no watchers.
 func New() *Console {
-	return &Console{now: time.Now, watchers: make(map[*watcher]struct{}), closed: make(chan struct{})}
+	return &Console{
+		now:          time.Now,
+		writeTimeout: defaultWriteTimeout,
+		watchers:     make(map[*watcher]struct{}),
+		closed:       make(chan struct{}),
+		tickets:      make(map[[sha256.Size]byte]time.Time),
+	}
 }
 
 var _ hub.Observer = (*Console)(nil)
@@ -161,8 +190,8 @@ func (c *Console) unwatch(w *watcher) {
 func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
 
 // Register mounts the page on r (GET /console and its assets, open to all:
-// the page holds nothing until the token is given) and the event stream
-// behind auth.
+// the page holds nothing until the token is given), POST /console/tickets
+// behind auth, and the event stream, which takes a ticket or passes auth.
 func (c *Console) Register(r gin.IRouter, auth gin.HandlerFunc) {
 	files, _ := fs.Sub(static, "static")
 	page := func(name, contentType string) gin.HandlerFunc {
@@ -179,12 +208,83 @@ func (c *Console) Register(r gin.IRouter, auth gin.HandlerFunc) {
 	r.GET("/console", page("index.html", "text/html; charset=utf-8"))
 	r.GET("/console/console.js", page("console.js", "text/javascript; charset=utf-8"))
 	r.GET("/console/console.css", page("console.css", "text/css; charset=utf-8"))
-	r.GET("/console/events", auth, c.stream)
+	r.POST("/console/tickets", auth, c.issueTicket)
+	// A client that can send headers (curl, tests) may send the token
+	// instead of a ticket.
+	streamAuth := func(ctx *gin.Context) {
+		if ctx.GetHeader("Authorization") != "" {
+			auth(ctx)
+			return
+		}
+		c.requireTicket(ctx)
+	}
+	r.GET("/console/events", streamAuth, httpapi.LongLived, c.stream)
+}
+
+// Ticket is the answer to POST /console/tickets.
+type Ticket struct {
+	Ticket    string `json:"ticket"`     // for /console/events?ticket=
+	ExpiresIn int    `json:"expires_in"` // seconds it stays valid unused
+}
+
+// issueTicket answers POST /console/tickets (behind the token check) with a
+// new ticket.
+func (c *Console) issueTicket(ctx *gin.Context) {
+	var raw [32]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
+	t := base64.RawURLEncoding.EncodeToString(raw[:])
+	now := c.now()
+	c.ticketMu.Lock()
+	if len(c.tickets) >= maxTickets {
+		for h, exp := range c.tickets {
+			if !now.Before(exp) {
+				delete(c.tickets, h)
+			}
+		}
+	}
+	full := len(c.tickets) >= maxTickets
+	if !full {
+		c.tickets[sha256.Sum256([]byte(t))] = now.Add(ticketTTL)
+	}
+	c.ticketMu.Unlock()
+	if full {
+		httpapi.AbortWithError(ctx, http.StatusTooManyRequests, httpapi.KindTooManyRequests,
+			"Too many unused tickets; open a stream with one or let them expire.")
+		return
+	}
+	ctx.Header("Cache-Control", "no-store")
+	ctx.JSON(http.StatusOK, Ticket{Ticket: t, ExpiresIn: int(ticketTTL / time.Second)})
+}
+
+// requireTicket lets the request through when its ?ticket= is one issued,
+// unused and unexpired, and uses it up; otherwise 401. Tickets are kept by
+// their hash, so the lookup says nothing through its timing.
+func (c *Console) requireTicket(ctx *gin.Context) {
+	t := ctx.Query("ticket")
+	if t == "" {
+		ctx.Header("WWW-Authenticate", `Bearer realm="herald"`)
+		httpapi.AbortWithError(ctx, http.StatusUnauthorized, httpapi.KindUnauthorized,
+			"The stream needs a ticket: POST /console/tickets with Authorization: Bearer <HERALD_ADMIN_TOKEN>, then GET /console/events?app=<id>&ticket=<ticket>.")
+		return
+	}
+	h := sha256.Sum256([]byte(t))
+	c.ticketMu.Lock()
+	exp, ok := c.tickets[h]
+	delete(c.tickets, h)
+	c.ticketMu.Unlock()
+	if !ok || !c.now().Before(exp) {
+		ctx.Header("WWW-Authenticate", `Bearer realm="herald"`)
+		httpapi.AbortWithError(ctx, http.StatusUnauthorized, httpapi.KindUnauthorized,
+			"The ticket is unknown, used or expired; POST /console/tickets for a new one.")
+		return
+	}
+	ctx.Next()
 }
 
 // stream serves GET /console/events?app=<id> as Server-Sent Events: one
 // `data:` line of JSON (an Event) per event, `event: dropped` when events
-// were lost because the page fell behind.
+// were lost because the page fell behind. Register puts httpapi.LongLived in
+// front of it; each write gets c.writeTimeout of its own instead.
 func (c *Console) stream(ctx *gin.Context) {
 	appID := ctx.Query("app")
 	if appID == "" {
@@ -198,27 +298,38 @@ func (c *Console) stream(ctx *gin.Context) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	ctx.Status(http.StatusOK)
-	_, _ = ctx.Writer.WriteString(": watching app " + appID + "\n\n")
-	ctx.Writer.Flush()
+	rc := http.NewResponseController(ctx.Writer)
+	// send writes and flushes msg within writeTimeout; false once the
+	// stream is broken (a failed flush shows in the next write).
+	send := func(msg string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+		if _, err := ctx.Writer.WriteString(msg); err != nil {
+			return false
+		}
+		ctx.Writer.Flush()
+		return true
+	}
+	if !send(": watching app " + appID + "\n\n") {
+		return
+	}
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	var reported int64
 	for {
 		select {
 		case b := <-w.queue:
+			msg := "data: " + string(b) + "\n\n"
 			if d := w.dropped.Load(); d != reported {
-				_, _ = ctx.Writer.WriteString("event: dropped\ndata: " + itoa(d-reported) + "\n\n")
+				msg = "event: dropped\ndata: " + itoa(d-reported) + "\n\n" + msg
 				reported = d
 			}
-			if _, err := ctx.Writer.WriteString("data: " + string(b) + "\n\n"); err != nil {
+			if !send(msg) {
 				return
 			}
-			ctx.Writer.Flush()
 		case <-tick.C:
-			if _, err := ctx.Writer.WriteString(": keep-alive\n\n"); err != nil {
+			if !send(": keep-alive\n\n") {
 				return
 			}
-			ctx.Writer.Flush()
 		case <-ctx.Request.Context().Done():
 			return
 		case <-c.closed:

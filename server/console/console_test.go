@@ -22,11 +22,23 @@ const token = "console-unit-token-0123456789"
 
 func serve(t *testing.T) (*Console, string) {
 	t.Helper()
+	return serveAt(t, func() time.Time { return time.UnixMilli(1700000000123) })
+}
+
+// serveAt serves a console whose clock is now.
+func serveAt(t *testing.T, now func() time.Time) (*Console, string) {
+	t.Helper()
+	return serveWith(t, func(c *Console) { c.now = now })
+}
+
+// serveWith serves a console that setup has adjusted.
+func serveWith(t *testing.T, setup func(*Console)) (*Console, string) {
+	t.Helper()
 	gin.SetMode(gin.TestMode)
 	c := New()
-	c.now = func() time.Time { return time.UnixMilli(1700000000123) }
+	setup(c)
 	engine := gin.New()
-	c.Register(engine, httpapi.RequireAdminToken(token, true))
+	c.Register(engine, httpapi.RequireAdminToken(token))
 	srv := httptest.NewServer(engine)
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return c, srv.URL
@@ -72,9 +84,12 @@ func TestStreamAuth(t *testing.T) {
 	}{
 		{"ErrNoToken", "?app=1", nil, 401, "unauthorized"},
 		{"ErrWrongQueryToken", "?app=1&token=nope-nope-nope-nope", nil, 401, "unauthorized"},
+		// The token never goes in a URL, not even the right one.
+		{"ErrQueryToken", "?app=1&token=" + token, nil, 401, "unauthorized"},
+		{"ErrUnknownTicket", "?app=1&ticket=" + token, nil, 401, "unauthorized"},
 		{"ErrWrongBearer", "?app=1", []string{"Authorization", "Bearer " + token + "x"}, 401, "unauthorized"},
 		{"ErrNotBearer", "?app=1", []string{"Authorization", "Basic " + token}, 401, "unauthorized"},
-		{"ErrMissingApp", "?token=" + token, nil, 400, "missing_app"},
+		{"ErrMissingApp", "", []string{"Authorization", "Bearer " + token}, 400, "missing_app"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := get(t, base+"/console/events"+tt.query, tt.headers...)
@@ -116,7 +131,7 @@ func readEvent(t *testing.T, r *bufio.Reader) []string {
 
 func TestStream(t *testing.T) {
 	c, base := serve(t)
-	res := get(t, base+"/console/events?app=1&token="+token)
+	res := get(t, base+"/console/events?app=1", "Authorization", "Bearer "+token)
 	defer res.Body.Close()
 	if res.StatusCode != 200 || res.Header.Get("Cache-Control") != "no-cache" || res.Header.Get("X-Accel-Buffering") != "no" {
 		t.Fatalf("got %d %v", res.StatusCode, res.Header)

@@ -196,8 +196,8 @@ func TestAdminLimitsAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if res.StatusCode != http.StatusBadRequest {
-		t.Errorf("a body over %d bytes: status %d, want 400", MaxAdminBodyBytes, res.StatusCode)
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a body over %d bytes: status %d, want 413", MaxAdminBodyBytes, res.StatusCode)
 	}
 
 	for _, tc := range []struct {

@@ -64,11 +64,12 @@ func NewEngine(log *zap.Logger) *gin.Engine {
 // sends its headers or body slowly, or reads its answer slowly, cannot hold a
 // connection: the deadlines cover every route, including 404s and whatever
 // net/http answers itself, without a route having to opt in. The few
-// long-lived routes opt out here instead, before the deadlines can hit: the
-// read deadline would end an event stream (net/http's background read of the
-// idle connection fails and cancels the request) and the write deadline its
-// writes. A hijacked WebSocket connection has its deadlines cleared by
-// net/http too, but that is not promised by its documentation; this is.
+// long-lived routes opt out here instead, before the deadlines can hit. What
+// would end them is mostly the write deadline (a stream's writes fail once it
+// passes); net/http lifts the read deadline itself once a body has been read,
+// and both on a hijack, but its documentation does not promise the latter.
+// A handler behind LongLived bounds its own writes where it needs to (the
+// console gives each write of its stream a deadline).
 func LongLived(c *gin.Context) {
 	rc := http.NewResponseController(c.Writer)
 	// Errors only mean that this writer has no connection deadlines (a

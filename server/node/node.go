@@ -34,6 +34,27 @@ const (
 	cacheSweepEvery   = time.Minute
 )
 
+// HTTP timeouts: the defaults of HERALD_HTTP_READ_TIMEOUT and
+// HERALD_HTTP_WRITE_TIMEOUT, and the most the request headers may take.
+const (
+	DefaultReadTimeout  = 30 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+	maxHeaderTimeout    = 10 * time.Second
+)
+
+// httpTimeouts returns the configured read and write timeouts, with the
+// defaults for 0.
+func httpTimeouts(cfg config.Config) (read, write time.Duration) {
+	read, write = cfg.BodyReadTimeout, cfg.WriteTimeout
+	if read <= 0 {
+		read = DefaultReadTimeout
+	}
+	if write <= 0 {
+		write = DefaultWriteTimeout
+	}
+	return read, write
+}
+
 // Node is one running Herald server.
 type Node struct {
 	log  *zap.Logger
@@ -94,6 +115,12 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.hook.Start()
 
 	engine := httpapi.NewEngine(log)
+	// X-Forwarded-For names the client only when the peer is one of these.
+	if err := engine.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		n.hook.Close()
+		db.Close()
+		return nil, fmt.Errorf("HERALD_TRUSTED_PROXIES: %w", err)
+	}
 	engine.Use(n.ops.middleware())
 	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
 	channelsAPI.OnTrigger(n.ops.triggered)
@@ -120,12 +147,19 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	})
 	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
 	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
-	engine.GET("/app/:key", serveSocket)
+	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
 	n.ops.start(n.ws, n.hook, n.push)
 	n.ops.register(engine)
+	// Every request has readTimeout for its headers and body (before the
+	// signature can be checked, so a slow sender holds nothing for long)
+	// and writeTimeout for its answer; the long-lived routes lift both
+	// (httpapi.LongLived says why this way round).
+	readTimeout, writeTimeout := httpTimeouts(cfg)
 	n.http = &http.Server{
 		Handler:           engine,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(maxHeaderTimeout, readTimeout),
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -78,7 +77,7 @@ func (o *ops) register(engine *gin.Engine) {
 		return
 	}
 	httpapi.NewAdminAPI(o.db, o.hub, o.cfg.AdminToken, o.log).Register(engine)
-	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken, true))
+	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken))
 }
 
 // listen starts the separate metrics listener when one is configured.
@@ -92,7 +91,8 @@ func (o *ops) listen() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", o.metrics.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	read, write := httpTimeouts(o.cfg)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: min(maxHeaderTimeout, read), ReadTimeout: read, WriteTimeout: write}
 	o.mu.Lock()
 	o.srv = srv
 	o.mu.Unlock()

@@ -5,13 +5,15 @@
 const tokenKey = 'herald.adminToken';
 const $ = (id) => document.getElementById(id);
 let stream = null;
+let streamApp = null; // the app the stream follows; null once stopped
+let reconnectTimer = null;
 let liveTimer = null;
 let publishesTimer = null;
 
 function token() { return sessionStorage.getItem(tokenKey) || ''; }
 
-async function api(path) {
-  const res = await fetch(path, { headers: { Authorization: 'Bearer ' + token() } });
+async function api(path, method) {
+  const res = await fetch(path, { method: method || 'GET', headers: { Authorization: 'Bearer ' + token() } });
   const body = await res.json().catch(() => ({}));
   if (!res.ok) {
     const err = new Error(body.description || res.statusText);
@@ -54,7 +56,7 @@ async function login(t) {
 
 function logout() {
   sessionStorage.removeItem(tokenKey);
-  if (stream) stream.close();
+  stopStream();
   clearInterval(liveTimer);
   clearInterval(publishesTimer);
   location.reload();
@@ -106,24 +108,60 @@ function addEvent(ev) {
   while (list.children.length > 500) list.lastChild.remove();
 }
 
-function selectApp(appID) {
-  if (!appID) return;
-  sessionStorage.setItem('herald.app', appID);
+function stopStream() {
+  streamApp = null;
+  clearTimeout(reconnectTimer);
   if (stream) stream.close();
-  clearInterval(liveTimer);
-  $('events').textContent = '';
-  refreshLive(appID);
-  liveTimer = setInterval(() => refreshLive(appID), 1000);
-  // EventSource cannot send headers; the token goes in the query instead.
-  stream = new EventSource('/console/events?app=' + encodeURIComponent(appID) + '&token=' + encodeURIComponent(token()));
-  stream.onopen = () => { $('status').textContent = 'live'; };
-  stream.onerror = () => { $('status').textContent = 'reconnecting…'; };
-  stream.onmessage = (m) => {
+  stream = null;
+}
+
+// openStream follows appID's events. EventSource cannot send headers and the
+// token must not go in a URL (access logs record URLs), so each stream opens
+// with a fresh single-use ticket from POST /console/tickets. A ticket does not
+// survive EventSource's own reconnect, so on any error the stream is closed
+// and opened again with a new ticket.
+async function openStream(appID) {
+  let ticket;
+  try {
+    ({ ticket } = await api('/console/tickets', 'POST'));
+  } catch (e) {
+    if (streamApp !== appID) return;
+    if (e.status === 401) {
+      $('status').textContent = 'stream refused: ' + e.message;
+      return;
+    }
+    $('status').textContent = 'reconnecting… (' + e.message + ')';
+    reconnectTimer = setTimeout(() => openStream(appID), 2000);
+    return;
+  }
+  if (streamApp !== appID) return; // another app was picked meanwhile
+  const es = new EventSource('/console/events?app=' + encodeURIComponent(appID) + '&ticket=' + encodeURIComponent(ticket));
+  stream = es;
+  es.onopen = () => { $('status').textContent = 'live'; };
+  es.onerror = () => {
+    es.close();
+    if (stream !== es || streamApp !== appID) return;
+    $('status').textContent = 'reconnecting…';
+    reconnectTimer = setTimeout(() => openStream(appID), 1000);
+  };
+  es.onmessage = (m) => {
     const ev = JSON.parse(m.data);
     addEvent(ev);
     if (ev.kind !== 'trigger' && ev.kind !== 'client_event' && ev.kind !== 'webhook') refreshLive(appID);
   };
-  stream.addEventListener('dropped', (m) => addEvent({ time_ms: Date.now(), kind: 'dropped', data: m.data + ' events not shown (the page fell behind)' }));
+  es.addEventListener('dropped', (m) => addEvent({ time_ms: Date.now(), kind: 'dropped', data: m.data + ' events not shown (the page fell behind)' }));
+}
+
+function selectApp(appID) {
+  if (!appID) return;
+  sessionStorage.setItem('herald.app', appID);
+  stopStream();
+  clearInterval(liveTimer);
+  $('events').textContent = '';
+  refreshLive(appID);
+  liveTimer = setInterval(() => refreshLive(appID), 1000);
+  streamApp = appID;
+  openStream(appID);
 }
 
 async function loadInstances() {
