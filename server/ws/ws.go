@@ -15,7 +15,8 @@
 //
 // Files: handler.go (the endpoint: upgrade, refusals, shutdown), session.go
 // (one connection: read loop, writer, timeouts), protocol.go (the client
-// messages), stats.go (the transport's counters).
+// messages), limit.go (the subscribe and connect rate limits), stats.go (the
+// transport's counters).
 //
 // # Locks
 //
