@@ -66,6 +66,20 @@ func TestSocketConnectRateLimit(t *testing.T) {
 			t.Fatalf("second connection: %d, want 429", code)
 		}
 	})
+	t.Run("BehindTrustedProxy", func(t *testing.T) {
+		_, base := serveNode(t, socketConfig(t, func(c *config.Config) {
+			c.ConnectRateLimit = 0.01
+			c.TrustedProxies = []string{"127.0.0.1"}
+		}))
+		for _, client := range []string{"198.51.100.7", "198.51.100.8"} {
+			if _, code := dialSocket(t, base, client); code != http.StatusSwitchingProtocols {
+				t.Fatalf("first connection of %s: %d", client, code)
+			}
+		}
+		if _, code := dialSocket(t, base, "198.51.100.7"); code != http.StatusTooManyRequests {
+			t.Fatalf("second connection of 198.51.100.7: %d, want 429", code)
+		}
+	})
 }
 
 // subscribeAll subscribes c to n public channels at once and counts the
