@@ -47,8 +47,8 @@ type Options struct {
 	// MaxQueued is how many requests of one app the outbox keeps; writing
 	// more drops that app's oldest requests not being sent. Default 10,000.
 	MaxQueued int
-	// Timeout bounds one request, from dialing to the end of the answer's
-	// headers; default 5 s (Pusher expects an answer within 4 s).
+	// Timeout bounds one request, from dialing to the answer; default 5 s
+	// (Pusher asks endpoints to answer within 4 s).
 	Timeout time.Duration
 	// DialContext, when set, makes every connection of the webhook client
 	// (a guard that refuses private addresses, say). Proxies named in the
@@ -141,6 +141,7 @@ type Dispatcher struct {
 	drops                        *dropLog
 	purgeEvery                   time.Duration               // how often requests older than MaxAge are looked for
 	beforeAttempt                func(storage.OutboxWebhook) // tests: runs before each request is sent
+	beforeRound                  func()                      // tests: runs at the start of each sender round
 
 	stopCollect context.CancelFunc
 	collected   chan struct{}
@@ -446,6 +447,9 @@ func (d *Dispatcher) send(ctx context.Context) {
 // requests as there are free slots, starts them, and returns how long to
 // wait before the next round if nothing wakes the sender.
 func (d *Dispatcher) round(ctx context.Context, slots chan struct{}, inflight *sync.WaitGroup, nextPurge *time.Time) time.Duration {
+	if d.beforeRound != nil {
+		d.beforeRound()
+	}
 	now := time.Now()
 	if !now.Before(*nextPurge) {
 		d.purge(ctx, now)
