@@ -199,25 +199,25 @@ func Verify(req Request, p Params, secret string, now time.Time) *Error {
 }
 
 // SignQuery returns the query string of a signed request: query plus auth_key,
-// auth_timestamp, auth_version, body_md5 (of body when it is non-empty; a
-// body_md5 in query is replaced, or dropped for an empty body) and
-// auth_signature. It is the client side of Verify, used by tests and tools.
+// auth_timestamp, auth_version, body_md5 (when body is non-empty) and
+// auth_signature. Signing parameters already in query, in any case, are
+// replaced. It is the client side of Verify, used by tests and tools.
 func SignQuery(method, path string, query url.Values, body []byte, key, secret string, now time.Time) string {
 	q := url.Values{}
 	for k, vs := range query {
+		// The signing parameters are the signer's: the verifier reads keys
+		// case-insensitively, so a caller's Auth_Key would shadow ours.
+		if isSigningParam(k) {
+			continue
+		}
 		q[k] = append([]string(nil), vs...)
 	}
 	q.Set("auth_key", key)
 	q.Set("auth_timestamp", strconv.FormatInt(now.Unix(), 10))
 	q.Set("auth_version", AuthVersion)
-	q.Del("auth_signature")
 	if len(body) > 0 {
 		sum := md5.Sum(body)
 		q.Set("body_md5", hex.EncodeToString(sum[:]))
-	} else {
-		// The signer owns body_md5: one the caller left from another body
-		// would make the request fail verification.
-		q.Del("body_md5")
 	}
 	p, _ := ParseQuery(q.Encode())
 	q.Set("auth_signature", HMACHex(secret, p.StringToSign(method, path)))
@@ -254,8 +254,7 @@ func WithoutAuth(raw string) string {
 		var part string
 		part, raw, _ = strings.Cut(raw, "&")
 		key, _, _ := strings.Cut(part, "=")
-		switch strings.ToLower(key) {
-		case "", "auth_key", "auth_timestamp", "auth_version", "auth_signature", "body_md5":
+		if key == "" || isSigningParam(key) {
 			continue
 		}
 		if b.Len() > 0 {
@@ -264,4 +263,14 @@ func WithoutAuth(raw string) string {
 		b.WriteString(part)
 	}
 	return b.String()
+}
+
+// isSigningParam reports whether key names one of the signing parameters,
+// in any case (the verifier lower-cases keys).
+func isSigningParam(key string) bool {
+	switch strings.ToLower(key) {
+	case "auth_key", "auth_timestamp", "auth_version", "auth_signature", "body_md5":
+		return true
+	}
+	return false
 }
