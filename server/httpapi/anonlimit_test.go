@@ -188,38 +188,3 @@ func TestAnonRetryAfter(t *testing.T) {
 		})
 	}
 }
-
-// A bucket left until it is full again is forgotten; one still refilling is
-// kept; and no more than maxKeys are held at once.
-func TestRateLimiterForgetsIdleKeys(t *testing.T) {
-	l := newTokenBuckets(10, 20) // refills in 2 s
-	start := time.Unix(1_800_000_000, 0)
-	for i := range 100 {
-		l.allow(fmt.Sprint("idle-", i), start)
-	}
-	for range 20 {
-		l.allow("busy", start.Add(1500*time.Millisecond))
-	}
-	if got := l.len(); got != 101 {
-		t.Fatalf("%d buckets, want 101", got)
-	}
-	// 2 s on, the idle buckets are full and go; busy's is not (it has 5 of 20).
-	l.allow("new", start.Add(2*time.Second))
-	if got := l.len(); got != 2 {
-		t.Fatalf("%d buckets after the refill time, want busy and new", got)
-	}
-	if tokens := l.keys["busy"].TokensAt(start.Add(2 * time.Second)); tokens != 5 {
-		t.Fatalf("busy's bucket holds %v tokens, want the 5 it refilled, not a new full one", tokens)
-	}
-
-	capped := newTokenBuckets(10, 20)
-	capped.maxKeys = 3
-	for i := range 10 {
-		if !capped.allow(fmt.Sprint("k", i), start) {
-			t.Fatalf("the first request of key %d refused", i)
-		}
-		if got := capped.len(); got > 3 {
-			t.Fatalf("%d buckets, more than the cap of 3", got)
-		}
-	}
-}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/publish"
+	"github.com/heraldrt/herald/server/internal/clientrate"
 	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
@@ -57,7 +58,7 @@ type PublishAPI struct {
 	instances InstanceLookup
 	notifier  PublishNotifier
 	log       *zap.Logger
-	limiter   *rateLimiter
+	limiter   *clientrate.Buckets // per instance: PublishRateLimit a second, bursts of as many
 	now       func() time.Time
 }
 
@@ -67,7 +68,7 @@ var _ publish.StrictServerInterface = (*PublishAPI)(nil)
 // told about every stored publish.
 func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNotifier, log *zap.Logger) *PublishAPI {
 	return &PublishAPI{db: db, instances: instances, notifier: notifier, log: log.Named("publish"),
-		limiter: newRateLimiter(PublishRateLimit), now: time.Now}
+		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), now: time.Now}
 }
 
 // Register mounts the API on r: instance lookup, secret key, rate limit and
@@ -102,7 +103,7 @@ func secretKeyAuth(c *gin.Context) {
 
 func (api *PublishAPI) rateLimit(c *gin.Context) {
 	in := c.Value(instanceContextKey).(*storage.Instance)
-	if !api.limiter.allow(in.ID, api.now()) {
+	if !api.limiter.Allow(in.ID, api.now()) {
 		writeError(c, newError(http.StatusTooManyRequests, KindTooManyRequests, "More than %d requests per second on this instance; slow down.", PublishRateLimit))
 		return
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/internal/clientrate"
 )
 
 // BenchmarkPublishToInterests measures publishes to interests through the
@@ -16,7 +18,7 @@ import (
 // payload for every gateway.
 func BenchmarkPublishToInterests(b *testing.B) {
 	engine, api := newPublishEngine(b, openPushDB(b), zap.NewNop(), nil, nil)
-	api.limiter = newRateLimiter(1 << 30)
+	api.limiter = clientrate.New(1<<30, 1<<30)
 	target := "/publish_api/v1/instances/" + pushInstanceID + "/publishes/interests"
 	body := []byte(`{"interests":["news","sports"],` +
 		`"apns":{"aps":{"alert":{"title":"Hi","body":"A benchmark"},"badge":1},"data":{"k":"v"}},` +

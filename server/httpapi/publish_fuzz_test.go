@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/internal/clientrate"
 )
 
 // FuzzPublishAPI drives the Publish API through the gin engine with random
@@ -20,7 +22,7 @@ import (
 func FuzzPublishAPI(f *testing.F) {
 	db := openPushDB(f)
 	engine, api := newPublishEngine(f, db, zap.NewNop(), nil, nil)
-	api.limiter = newRateLimiter(1 << 30) // the fuzzer sends far more than 100 requests a second
+	api.limiter = clientrate.New(1<<30, 1<<30) // the fuzzer sends far more than 100 requests a second
 	auth := "Bearer " + pushSecret
 	seeds := []struct {
 		method      uint8

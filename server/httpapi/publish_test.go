@@ -414,35 +414,6 @@ func TestPublishRateLimit(t *testing.T) {
 	}
 }
 
-// The limiter is a token bucket per instance: a burst of the limit, then
-// one request per 1/limit of a second, whatever second it falls in.
-func TestRateLimiterRefills(t *testing.T) {
-	l := newRateLimiter(PublishRateLimit)
-	start := time.Unix(1_800_000_000, 900_000_000) // late in a second
-	for i := range PublishRateLimit {
-		if !l.allow("a", start) {
-			t.Fatalf("request %d of the burst refused", i+1)
-		}
-	}
-	if l.allow("a", start) {
-		t.Fatal("a request past the burst allowed")
-	}
-	// The next second begins 100 ms later; 105 ms later there are 10.5
-	// tokens, not a new budget of 100.
-	later := start.Add(105 * time.Millisecond)
-	for i := range 10 {
-		if !l.allow("a", later) {
-			t.Fatalf("request %d after 105 ms refused", i+1)
-		}
-	}
-	if l.allow("a", later) {
-		t.Fatal("the 11th request after 105 ms allowed")
-	}
-	if !l.allow("b", start) {
-		t.Fatal("another instance shares the bucket")
-	}
-}
-
 func TestDeleteUserBothPaths(t *testing.T) {
 	s := newPublishServer(t)
 	ctx := context.Background()

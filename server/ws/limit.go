@@ -4,14 +4,13 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/clientrate"
 )
 
 // Defaults of the subscribe rate limit (Options.SubscribeRate and
@@ -32,11 +31,6 @@ const (
 // the per-address rate: the one httpapi's rate limits answer with, so a
 // client sees one shape for every 429.
 const kindRateLimited = "rate_limited"
-
-// maxTrackedClients bounds the addresses the connect limiter holds at once
-// (about 100 bytes each). Idle ones are forgotten long before this in normal
-// use; the cap only matters under a flood from very many addresses.
-const maxTrackedClients = 1 << 16
 
 // subscribeMakesWebhooks reports whether subscribing to (or leaving) the
 // channel called name can make app send a webhook: channel_occupied and
@@ -73,23 +67,12 @@ func (sess *session) allowSubscribe() bool {
 }
 
 // connectLimiter limits new connections per client address: a token bucket
-// of perSecond a second holding up to a second's worth (at least one). IPv6
-// clients are limited per /64, which one host or subscriber usually holds
-// whole: a limit per address would be no limit.
-//
-// A bucket left alone until it is full again is the same as a new one, so
-// such buckets are forgotten: memory follows the addresses seen in the last
-// burst/perSecond seconds, and never exceeds maxTrackedClients buckets.
+// of perSecond a second holding up to a second's worth (at least one), kept
+// by clientrate (IPv6 clients limited per /64, idle buckets forgotten, at
+// most clientrate.MaxKeys of them).
 type connectLimiter struct {
 	perSecond float64
-	limit     rate.Limit
-	burst     int
-	refill    time.Duration // an empty bucket's time to fill up
-	maxKeys   int
-
-	mu    sync.Mutex
-	keys  map[string]*rate.Limiter
-	swept time.Time
+	buckets   *clientrate.Buckets
 }
 
 // newConnectLimiter returns the limiter of Options.ConnectRateLimit, or nil
@@ -99,62 +82,13 @@ func newConnectLimiter(perSecond float64) *connectLimiter {
 		return nil
 	}
 	burst := max(1, int(math.Min(math.Ceil(perSecond), math.MaxInt32)))
-	return &connectLimiter{
-		perSecond: perSecond,
-		limit:     rate.Limit(perSecond),
-		burst:     burst,
-		refill:    time.Duration(float64(burst) / perSecond * float64(time.Second)),
-		maxKeys:   maxTrackedClients,
-		keys:      map[string]*rate.Limiter{},
-	}
+	return &connectLimiter{perSecond: perSecond, buckets: clientrate.New(perSecond, burst)}
 }
 
 // take takes a token from the bucket of the client at ip at t. Without one
 // it takes nothing and returns how long until there is one.
 func (l *connectLimiter) take(ip string, t time.Time) (bool, time.Duration) {
-	key := clientKey(ip)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	// At most one sweep per refill time: under a flood from more addresses
-	// than the cap, sweeping per connection would cost O(addresses) each.
-	if t.Sub(l.swept) >= l.refill {
-		l.sweep(t)
-	}
-	lim := l.keys[key]
-	if lim == nil {
-		if len(l.keys) >= l.maxKeys {
-			// Every bucket is in use: drop any one. Its address starts
-			// afresh, with no more than any new address gets.
-			for k := range l.keys {
-				delete(l.keys, k)
-				break
-			}
-		}
-		lim = rate.NewLimiter(l.limit, l.burst)
-		l.keys[key] = lim
-	}
-	if tokens := lim.TokensAt(t); tokens < 1 {
-		return false, time.Duration((1 - tokens) / float64(l.limit) * float64(time.Second))
-	}
-	lim.AllowN(t, 1)
-	return true, 0
-}
-
-// sweep forgets the buckets that are full at t. l.mu is held.
-func (l *connectLimiter) sweep(t time.Time) {
-	l.swept = t
-	for k, lim := range l.keys {
-		if lim.TokensAt(t) >= float64(l.burst) {
-			delete(l.keys, k)
-		}
-	}
-}
-
-// tracked is the number of buckets held.
-func (l *connectLimiter) tracked() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.keys)
+	return l.buckets.Take(clientrate.Key(ip), t)
 }
 
 // refuse answers a connection over the limit: 429 with Retry-After (whole
@@ -162,27 +96,12 @@ func (l *connectLimiter) tracked() int {
 // has happened, so a client sees an HTTP error, which pusher-js retries
 // with its backoff.
 func (l *connectLimiter) refuse(w http.ResponseWriter, wait time.Duration) {
-	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(wait.Seconds()))), 10))
+	w.Header().Set("Retry-After", clientrate.RetryAfter(wait))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write([]byte(`{"error":"` + kindRateLimited + `","description":"More than ` +
 		strconv.FormatFloat(l.perSecond, 'g', -1, 64) +
 		` new connections per second from this address; retry after the time in Retry-After."}`))
-}
-
-// clientKey is the bucket key of a client address: the IPv4 address, or the
-// /64 of an IPv6 one. Anything unparsable is its own key.
-func clientKey(ip string) string {
-	addr, err := netip.ParseAddr(ip)
-	if err != nil {
-		return ip
-	}
-	addr = addr.Unmap()
-	if addr.Is6() {
-		p, _ := addr.Prefix(64)
-		return p.String()
-	}
-	return addr.String()
 }
 
 // remoteIP is the address of the request's peer, for a handler reached

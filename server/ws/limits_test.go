@@ -258,46 +258,30 @@ func TestConnectRateLimitPerAddress(t *testing.T) {
 	}
 }
 
-// The limiter forgets addresses whose bucket has filled up again, and holds
-// at most maxKeys at once.
-func TestConnectLimiterMemoryIsBounded(t *testing.T) {
-	l := newConnectLimiter(2) // burst 2, full again 1 s after emptied
-	if l.burst != 2 || l.refill != time.Second {
-		t.Fatalf("burst %d, refill %v; want 2 and 1s", l.burst, l.refill)
-	}
+// The connect limiter's bucket holds a second's worth (at least one) and
+// refills at the rate; the buckets themselves are clientrate's (tested there).
+func TestConnectLimiterBucket(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	for i := range 100 {
-		l.take(fmt.Sprintf("192.0.2.%d", i), t0)
+	l := newConnectLimiter(2) // burst 2
+	for i := range 2 {
+		if ok, _ := l.take("192.0.2.200", t0); !ok {
+			t.Fatalf("take %d of the burst refused", i+1)
+		}
 	}
-	if got := l.tracked(); got != 100 {
-		t.Fatalf("tracked %d, want 100", got)
-	}
-	// 0.9 s later the buckets are not full yet: kept.
-	l.take("198.51.100.1", t0.Add(900*time.Millisecond))
-	if got := l.tracked(); got != 101 {
-		t.Fatalf("tracked %d after 0.9 s, want 101", got)
-	}
-	// The next sweep, a refill time after the first, finds the first 100 full.
-	if ok, _ := l.take("198.51.100.2", t0.Add(1100*time.Millisecond)); !ok {
-		t.Fatal("a new address refused")
-	}
-	if got := l.tracked(); got != 2 {
-		t.Fatalf("tracked %d after the sweep, want 2", got)
-	}
-
-	l.maxKeys = 10
-	for i := range 50 {
-		l.take(fmt.Sprintf("203.0.113.%d", i), t0.Add(1200*time.Millisecond))
-	}
-	if got := l.tracked(); got > 10 {
-		t.Fatalf("tracked %d, want at most 10", got)
-	}
-	// Retry-After comes from the bucket's refill.
-	l.take("192.0.2.200", t0.Add(1300*time.Millisecond))
-	l.take("192.0.2.200", t0.Add(1300*time.Millisecond))
-	ok, wait := l.take("192.0.2.200", t0.Add(1300*time.Millisecond))
+	ok, wait := l.take("192.0.2.200", t0)
 	if ok || wait != 500*time.Millisecond {
 		t.Fatalf("third take: %v, wait %v; want refused, 500ms", ok, wait)
+	}
+	if got := l.buckets.Len(); got != 1 {
+		t.Fatalf("%d buckets, want 1", got)
+	}
+	// A rate below one a second still lets one connection through.
+	slow := newConnectLimiter(0.5)
+	if ok, _ := slow.take("192.0.2.1", t0); !ok {
+		t.Fatal("the first connection at 0.5 a second refused")
+	}
+	if ok, wait := slow.take("192.0.2.1", t0); ok || wait != 2*time.Second {
+		t.Fatalf("second connection at 0.5 a second: %v, wait %v; want refused, 2s", ok, wait)
 	}
 	if newConnectLimiter(0) != nil || newConnectLimiter(-1) != nil {
 		t.Fatal("a limiter for a rate of 0 or less")

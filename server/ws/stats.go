@@ -112,7 +112,7 @@ func (s *Handler) Counters() Counters {
 		Panics:                 s.panics.Count(),
 	}
 	if s.connects != nil {
-		c.ConnectLimiterAddresses = s.connects.tracked()
+		c.ConnectLimiterAddresses = s.connects.buckets.Len()
 	}
 	for i := range st.closed {
 		code := CloseCodeOther
