@@ -23,6 +23,7 @@ type collector struct {
 	outbox, webhookRequests, webhookAbandoned     *prometheus.Desc
 	webhookDropped                                *prometheus.Desc
 	pushQueue, pushPublishes, pushDeliveries      *prometheus.Desc
+	panics, rateLimited                           *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -48,6 +49,8 @@ func newCollector(src Sources) *collector {
 		pushQueue:        d("push_dispatch_queue_depth", "Push deliveries waiting to be sent."),
 		pushPublishes:    d("push_publishes_total", "Push publishes accepted."),
 		pushDeliveries:   d("push_deliveries_total", "Push delivery attempts, by gateway and outcome.", "gateway", "outcome"),
+		panics:           d("panics_total", "Panics recovered, by the part that recovered them; each lost only its connection or piece of work.", "part"),
+		rateLimited:      d("rate_limited_total", "Requests, connections or subscribes refused by a rate limit or cap, by limit.", "limit"),
 	}
 }
 
@@ -56,7 +59,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.connections, c.channels, c.subscriptions, c.members, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
-		c.webhookDropped, c.pushQueue, c.pushPublishes, c.pushDeliveries,
+		c.webhookDropped, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.panics, c.rateLimited,
 	} {
 		ch <- d
 	}
@@ -77,6 +80,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.subscriptions, float64(a.Subscriptions), a.AppID)
 			gauge(c.members, float64(a.PresenceMembers), a.AppID)
 		}
+		count(c.panics, h.ObserverPanics(), "hub_observer")
 	}
 	if s := c.src.Sockets; s != nil {
 		n := s.Counters()
@@ -90,6 +94,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			count(c.rejected, cc.Count, codeLabel(cc.Code))
 		}
 		count(c.slow, s.SlowConsumersClosed())
+		count(c.panics, n.Panics, "ws")
+		count(c.rateLimited, n.ConnectRateLimited, "ws_connect")
+		count(c.rateLimited, n.SubscribeRateLimited, "ws_subscribe")
+		count(c.rateLimited, n.AppSubscriptionsCapped, "app_subscriptions")
 	}
 	if o := c.src.Outbox; o != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), outboxTimeout)
@@ -115,6 +123,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, d := range pc.Deliveries {
 			count(c.pushDeliveries, d.Count, d.Gateway, d.Outcome)
 		}
+		count(c.panics, pc.Panics, "push")
+	}
+	if a := c.src.Anon; a != nil {
+		count(c.rateLimited, int64(a.Stats().Refused), "anon_push_api")
 	}
 }
 

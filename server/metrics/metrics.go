@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
@@ -33,6 +34,14 @@ const Namespace = "herald"
 // HubSource is the Channels registry as the metrics read it.
 type HubSource interface {
 	AppStats() []hub.AppStats
+	// ObserverPanics counts the panics of the hub's observers (webhooks,
+	// console) it recovered.
+	ObserverPanics() int64
+}
+
+// AnonLimitSource is the per-address limit of the anonymous Push APIs.
+type AnonLimitSource interface {
+	Stats() httpapi.AnonLimiterStats
 }
 
 // SocketSource is the WebSocket endpoint as the metrics read it.
@@ -66,6 +75,7 @@ type Sources struct {
 	Webhooks WebhookSource
 	Outbox   OutboxSource
 	Push     PushSource
+	Anon     AnonLimitSource
 }
 
 // Metrics is one node's metrics registry.

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
@@ -27,6 +28,8 @@ func (fakeHub) AppStats() []hub.AppStats {
 	}
 }
 
+func (fakeHub) ObserverPanics() int64 { return 1 }
+
 type fakeSockets struct{}
 
 func (fakeSockets) Counters() ws.Counters {
@@ -34,6 +37,8 @@ func (fakeSockets) Counters() ws.Counters {
 		ConnectionsOpened: 7, ClientEvents: 4, FramesDelivered: 40,
 		Closed:   []ws.CodeCount{{Code: 0, Count: 3}, {Code: 4100, Count: 1}, {Code: ws.CloseCodeOther, Count: 2}},
 		Rejected: []ws.CodeCount{{Code: 4001, Count: 1}},
+
+		ConnectRateLimited: 8, SubscribeRateLimited: 9, AppSubscriptionsCapped: 10, Panics: 2,
 	}
 }
 
@@ -54,8 +59,12 @@ type fakePush struct{}
 func (fakePush) PushCounters() push.Counters {
 	return push.Counters{QueueDepth: 12, Publishes: 2, Deliveries: []push.DeliveryCount{
 		{Gateway: "apns", Outcome: "delivered", Count: 5}, {Gateway: "fcm", Outcome: "dead_token", Count: 1},
-	}}
+	}, Panics: 3}
 }
+
+type fakeAnon struct{}
+
+func (fakeAnon) Stats() httpapi.AnonLimiterStats { return httpapi.AnonLimiterStats{Refused: 11, Tracked: 4} }
 
 // gather returns the families by name.
 func gather(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
@@ -104,7 +113,7 @@ next:
 }
 
 func TestCollector(t *testing.T) {
-	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}})
+	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}})
 	fams := gather(t, m)
 	for _, tt := range []struct {
 		name   string
@@ -133,6 +142,13 @@ func TestCollector(t *testing.T) {
 		{"herald_push_publishes_total", nil, 2},
 		{"herald_push_deliveries_total", []string{"gateway", "apns", "outcome", "delivered"}, 5},
 		{"herald_push_deliveries_total", []string{"gateway", "fcm", "outcome", "dead_token"}, 1},
+		{"herald_panics_total", []string{"part", "hub_observer"}, 1},
+		{"herald_panics_total", []string{"part", "ws"}, 2},
+		{"herald_panics_total", []string{"part", "push"}, 3},
+		{"herald_rate_limited_total", []string{"limit", "ws_connect"}, 8},
+		{"herald_rate_limited_total", []string{"limit", "ws_subscribe"}, 9},
+		{"herald_rate_limited_total", []string{"limit", "app_subscriptions"}, 10},
+		{"herald_rate_limited_total", []string{"limit", "anon_push_api"}, 11},
 	} {
 		if got := get(fams, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)

@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
 	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
-	n.ops.start(n.ws, n.hook, n.push)
+	n.ops.start(n.ws, n.hook, n.push, anon)
 	n.ops.register(engine)
 	// Every request has readTimeout for its headers and body (before the
 	// signature can be checked, so a slow sender holds nothing for long)

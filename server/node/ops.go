@@ -46,8 +46,12 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher) {
-	o.metrics = metrics.New(metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes})
+func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher, anon *httpapi.AnonLimiter) {
+	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes}
+	if anon != nil { // nil: no limit, and no series for it
+		src.Anon = anon
+	}
+	o.metrics = metrics.New(src)
 	o.timer = o.metrics.Middleware(longLivedRoutes...)
 	o.db.ObserveTransactions(o.metrics.ObserveTransaction)
 }

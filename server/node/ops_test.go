@@ -151,6 +151,10 @@ func TestMetrics(t *testing.T) {
 		{"herald_webhook_outbox_depth", nil, 0},
 		{"herald_webhook_requests_total", []string{"outcome", "failed"}, 0},
 		{"herald_http_request_duration_seconds", []string{"route", "/apps/:app_id/events", "method", "POST", "status", "200"}, 1},
+		{"herald_panics_total", []string{"part", "ws"}, 0},
+		{"herald_panics_total", []string{"part", "push"}, 0},
+		{"herald_panics_total", []string{"part", "hub_observer"}, 0},
+		{"herald_rate_limited_total", []string{"limit", "ws_subscribe"}, 0},
 	} {
 		if got := value(fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
