@@ -13,14 +13,15 @@ func TestClaimWebhooksKeepsPerURLOrder(t *testing.T) {
 	ctx := context.Background()
 	db := openOutboxDB(t)
 	items := []OutboxWebhook{
-		{AppID: "1", URL: "http://a", Body: []byte(`1`)},
-		{AppID: "1", URL: "http://a", Body: []byte(`2`)},
+		{AppID: "1", URL: "http://a", Key: "x", Body: []byte(`1`)},
+		{AppID: "1", URL: "http://a", Key: "y", Body: []byte(`2`)},
 		{AppID: "1", URL: "http://b", Body: []byte(`3`)},
 	}
 	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
 		t.Fatal(err)
 	}
-	// The first request to a failed and waits; the second must wait behind it.
+	// The first request to a failed and waits; the second must wait behind it,
+	// although its key is another.
 	if err := db.RetryWebhookAt(ctx, items[0].ID, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +59,8 @@ func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 	ctx := context.Background()
 	db := openOutboxDB(t)
 	items := []OutboxWebhook{
-		{AppID: "1", URL: "http://a", Body: []byte(`1`)},
-		{AppID: "1", URL: "http://a", Body: []byte(`2`)},
+		{AppID: "1", URL: "http://a", Key: "x", Body: []byte(`1`)},
+		{AppID: "1", URL: "http://a", Key: "y", Body: []byte(`2`)},
 	}
 	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestEnqueueWebhooksCapsEachApp(t *testing.T) {
 	ctx := context.Background()
 	db := openOutboxDB(t)
 	req := func(app, body string) OutboxWebhook {
-		return OutboxWebhook{AppID: app, URL: "http://" + app, Body: []byte(body)}
+		return OutboxWebhook{AppID: app, URL: "http://" + app, Key: body, Body: []byte(body)}
 	}
 	// bodies claims every request, as seen an hour later, and lists them per
 	// app.
@@ -196,17 +197,18 @@ func TestEnqueueWebhooksCapCountsTheAppsRequests(t *testing.T) {
 	}
 }
 
-// Up to perURL requests of a URL are claimed at once, oldest first, and never
-// more, however many claims are made; one waiting for its retry holds back
-// the later ones, even with room left; the limit takes the oldest of all URLs.
+// Up to perURL requests of a URL, each with its own key, are claimed at once,
+// oldest first, and never more, however many claims are made; one waiting
+// for its retry holds back the later ones, even with room left; the limit
+// takes the oldest of all URLs.
 func TestClaimWebhooksUpToPerURL(t *testing.T) {
 	ctx := context.Background()
 	db := openOutboxDB(t)
 	var items []OutboxWebhook
 	for i := range 20 {
-		items = append(items, OutboxWebhook{AppID: "1", URL: "http://a", Body: []byte(itoa(i))})
+		items = append(items, OutboxWebhook{AppID: "1", URL: "http://a", Key: itoa(i), Body: []byte(itoa(i))})
 	}
-	items = append(items, OutboxWebhook{AppID: "1", URL: "http://b", Body: []byte("b0")}, OutboxWebhook{AppID: "1", URL: "http://b", Body: []byte("b1")})
+	items = append(items, OutboxWebhook{AppID: "1", URL: "http://b", Key: "0", Body: []byte("b0")}, OutboxWebhook{AppID: "1", URL: "http://b", Key: "1", Body: []byte("b1")})
 	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +257,70 @@ func TestClaimWebhooksUpToPerURL(t *testing.T) {
 	got, err := db.ClaimWebhooks(ctx, now.Add(time.Minute), time.Minute, 10, 3)
 	if err != nil || len(got) != 2 || string(got[0].Body) != "1" || string(got[1].Body) != "4" {
 		t.Fatalf("at the retry %+v (%v), want 1 and 4 (3 is still claimed)", got, err)
+	}
+}
+
+// The requests of a URL with the same key go one at a time, in order, while
+// other keys go past them; only the 2×perURL oldest requests of a URL are
+// looked at.
+func TestClaimWebhooksOneAtATimePerKey(t *testing.T) {
+	ctx := context.Background()
+	db := openOutboxDB(t)
+	var items []OutboxWebhook
+	for _, k := range strings.Fields("a a b a c b") {
+		items = append(items, OutboxWebhook{AppID: "1", URL: "http://u", Key: k, Body: []byte(k + itoa(len(items)))})
+	}
+	for i := range 4 { // a run that fills the window of 2×2
+		items = append(items, OutboxWebhook{AppID: "1", URL: "http://u", Key: "d", Body: []byte("d" + itoa(i))})
+	}
+	items = append(items, OutboxWebhook{AppID: "1", URL: "http://u", Key: "e", Body: []byte("e")})
+	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	claim := func() string {
+		t.Helper()
+		got, err := db.ClaimWebhooks(ctx, now, time.Hour, 10, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, w := range got {
+			out = append(out, string(w.Body))
+		}
+		return strings.Join(out, " ")
+	}
+	if next, ok, err := db.NextWebhookDue(ctx, now, 2); err != nil || !ok || !next.Equal(fromMillis(now.UnixMilli())) {
+		t.Fatalf("next due %v %v (%v), want now", next, ok, err)
+	}
+	if got := claim(); got != "a0 b2" {
+		t.Fatalf("first claim %q, want the oldest of a and of b", got)
+	}
+	if got := claim(); got != "" {
+		t.Fatalf("second claim %q, want none: two in flight", got)
+	}
+	// Only a claim running out (or a request finishing) frees the next.
+	if next, ok, err := db.NextWebhookDue(ctx, now, 2); err != nil || !ok || !next.Equal(fromMillis(now.Add(time.Hour).UnixMilli())) {
+		t.Fatalf("next due %v %v (%v), want the end of the claims", next, ok, err)
+	}
+	for _, step := range []struct {
+		done int // index of the request delivered
+		want string
+	}{
+		{0, "a1"}, // a's next
+		{2, "c4"}, // b5 is free too, but c4 is older
+		{1, "a3"},
+		{4, "b5"},
+		{3, "d0"},
+		{5, ""},     // e is past the 4 oldest, all of d, which has d0 in flight
+		{6, "d1 e"}, // now it is among them
+	} {
+		if err := db.DeleteWebhook(ctx, items[step.done].ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(); got != step.want {
+			t.Fatalf("after %s was delivered: claimed %q, want %q", items[step.done].Body, got, step.want)
+		}
 	}
 }
 
@@ -339,4 +405,35 @@ func outboxBatch(n int) []OutboxWebhook {
 		items[i] = OutboxWebhook{AppID: "1", URL: "http://a.test/hook", Body: body}
 	}
 	return items
+}
+
+// BenchmarkClaimWebhooks claims and gives back the requests of 30 URLs with
+// 10,000 requests queued, 8 per URL, at most 64 at once.
+func BenchmarkClaimWebhooks(b *testing.B) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(b.TempDir(), "h.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	items := outboxBatch(10000)
+	for i := range items {
+		items[i].URL, items[i].Key = "http://a.test/"+itoa(i%30), itoa(i)
+	}
+	if _, err := db.EnqueueWebhooks(ctx, items, 0); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		got, err := db.ClaimWebhooks(ctx, time.Now(), time.Minute, 64, 8)
+		if err != nil || len(got) != 64 {
+			b.Fatalf("claimed %d (%v)", len(got), err)
+		}
+		ids := make([]int64, len(got))
+		for i, w := range got {
+			ids[i] = w.ID
+		}
+		if err := db.ReleaseWebhooks(ctx, ids); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -177,9 +177,9 @@ func TestEightRequestsInFlightPerEndpoint(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	var items []storage.OutboxWebhook
 	for i := range 20 {
-		items = append(items, storage.OutboxWebhook{AppID: "1", URL: slow.srv.URL, Body: occupied("c-" + itoa(i))})
+		items = append(items, storage.OutboxWebhook{AppID: "1", URL: slow.srv.URL, Key: "c-" + itoa(i), Body: occupied("c-" + itoa(i))})
 	}
-	items = append(items, storage.OutboxWebhook{AppID: "2", URL: other.srv.URL, Body: occupied("other")})
+	items = append(items, storage.OutboxWebhook{AppID: "2", URL: other.srv.URL, Key: "other", Body: occupied("other")})
 	if _, err := db.EnqueueWebhooks(context.Background(), items, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +198,57 @@ func TestEightRequestsInFlightPerEndpoint(t *testing.T) {
 	}
 	if s := d.Stats(); s.Delivered != 21 || s.Failed != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// With several requests in flight, each channel's events still arrive in
+// the order they happened, at an endpoint that answers at its own pace.
+func TestOneChannelsEventsArriveInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var open, most int
+	r := newReceiver(t, "k", "s")
+	paced := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		open++
+		most = max(most, open)
+		n := open
+		mu.Unlock()
+		time.Sleep(time.Duration(n) * time.Millisecond) // the more at once, the slower: answers overtake each other
+		r.srv.Config.Handler.ServeHTTP(w, req)
+		mu.Lock()
+		open--
+		mu.Unlock()
+	}))
+	t.Cleanup(paced.Close)
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: paced.URL}}}}
+	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	d := start(t, db, a, fast)
+	const perChannel = 20
+	channels := []string{"private-a", "private-b", "private-c", "private-d"}
+	for n := range perChannel {
+		for _, c := range channels {
+			d.Observe(hub.Event{AppID: "1", Kind: hub.ClientEvent, Channel: c, Name: "client-n", Data: itoa(n), SocketID: "1.1"})
+		}
+	}
+	got := r.waitFor(perChannel * len(channels))
+	seen := map[string][]string{}
+	for _, e := range got {
+		c := strings.Split(e, ":")[1]
+		seen[c] = append(seen[c], e)
+	}
+	for _, c := range channels {
+		var want []string
+		for n := range perChannel {
+			want = append(want, "client_event:"+c+":client-n="+itoa(n)+"@1.1")
+		}
+		if !slices.Equal(seen[c], want) {
+			t.Errorf("%s arrived as\n%v\nwant\n%v", c, seen[c], want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Errorf("at most %d request in flight, want several", most)
 	}
 }
 
@@ -363,8 +414,8 @@ func TestPanicsOutsideARequestAreRecovered(t *testing.T) {
 		d.Start()
 		t.Cleanup(d.Close)
 		d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
-		r.waitFor(1)
-		if s := d.Stats(); s.Panics != 1 || s.Delivered != 1 {
+		wait.Until(t, "the request delivered", func() bool { return d.Stats().Delivered == 1 })
+		if s := d.Stats(); s.Panics != 1 {
 			t.Fatalf("stats %+v", s)
 		}
 	})
@@ -398,7 +449,8 @@ func TestPanicsOutsideARequestAreRecovered(t *testing.T) {
 		if got := strings.Join(r.waitFor(1), " "); got != "channel_occupied:a" {
 			t.Fatalf("received %s", got)
 		}
-		if s := d.Stats(); s.Unwritten != 1 || s.Delivered != 1 {
+		wait.Until(t, "the request delivered", func() bool { return d.Stats().Delivered == 1 })
+		if s := d.Stats(); s.Unwritten != 1 {
 			t.Fatalf("stats %+v, want the lost event counted as unwritten", s)
 		}
 	})

@@ -41,8 +41,10 @@ type Options struct {
 	Buffer      int           // events buffered between the hub and the dispatcher; default 65536
 	Senders     int           // requests in flight in all; default 64
 	// PerEndpoint is how many requests to one URL are in flight at once;
-	// default 8. They are started in the order they were written; 1 sends
-	// each endpoint's requests strictly one after another, in order.
+	// default 8. The requests about one channel go one at a time, in the
+	// order they were written (a batching endpoint's, which mix channels, go
+	// one at a time); 1 sends all of an endpoint's requests one at a time,
+	// in order.
 	PerEndpoint int
 	// MaxQueued is how many requests of one app the outbox keeps; writing
 	// more drops that app's oldest requests not being sent. Default 10,000.
@@ -357,7 +359,13 @@ func (d *Dispatcher) enqueue(events []hub.Event) (int, error) {
 			if err != nil {
 				return len(items), err
 			}
-			items = append(items, storage.OutboxWebhook{AppID: ep.appID, URL: b.hook.URL, Body: body})
+			// A channel's requests go one at a time, in order; a batch
+			// holds several channels, so batches go one at a time.
+			key := ""
+			if !b.hook.Batch {
+				key = g[0].Channel
+			}
+			items = append(items, storage.OutboxWebhook{AppID: ep.appID, URL: b.hook.URL, Key: key, Body: body})
 		}
 	}
 	if len(items) == 0 {
@@ -419,10 +427,10 @@ func payload(ev hub.Event) channels.WebhookEvent {
 // send claims due requests and delivers them until ctx ends, waking when new
 // ones arrive, a sender is free, or the next retry is due. Each request is
 // sent by a goroutine of its own, at most Senders in all and PerEndpoint per
-// URL: the outbox hands out only the PerEndpoint oldest requests of a URL
-// (see storage.ClaimWebhooks), so they start in the order they were written,
-// and a request waiting for its retry holds back the later ones of its
-// endpoint. No bookkeeping here can disagree with the outbox.
+// URL. What may go is the outbox's decision (see storage.ClaimWebhooks): the
+// requests about one channel one at a time, in order, and none after one
+// waiting for its retry, so a failing endpoint is not flooded. No
+// bookkeeping here can disagree with it.
 func (d *Dispatcher) send(ctx context.Context) {
 	slots := make(chan struct{}, d.opts.Senders) // one per request in flight
 	var inflight sync.WaitGroup
@@ -433,7 +441,21 @@ func (d *Dispatcher) send(ctx context.Context) {
 		// repeat the panic at once; what it claimed is due again when the
 		// claims run out.
 		wait := time.Second
+		began := time.Now()
 		d.panics.Do(d.log, "webhook sender round", func() { wait = d.round(ctx, slots, &inflight, &nextPurge) })
+		// A round takes the database's one writer for a millisecond or so
+		// when many endpoints have a backlog; when requests finish faster
+		// than that, rounds would follow each other without a pause. Resting
+		// as long as the round took leaves the writer at least half the time
+		// for everything else, and lets one round claim for all the requests
+		// finished meanwhile.
+		rest := time.NewTimer(time.Since(began))
+		select {
+		case <-ctx.Done():
+			rest.Stop()
+			return
+		case <-rest.C:
+		}
 		select {
 		case <-ctx.Done():
 			return
