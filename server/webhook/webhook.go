@@ -488,12 +488,20 @@ func (d *Dispatcher) round(ctx context.Context, slots chan struct{}, inflight *s
 			slots <- struct{}{}
 			inflight.Add(1)
 			go func() {
-				defer inflight.Done()
-				d.attempt(ctx, w)
-				<-slots
-				select {
-				case d.wake <- struct{}{}: // look again: its endpoint may have more
-				default:
+				defer func() {
+					<-slots
+					inflight.Done()
+					select {
+					case d.wake <- struct{}{}: // look again: its endpoint may have more
+					default:
+					}
+				}()
+				// A panic is a bug that the same request would likely hit
+				// again at every retry: the request is dropped, and counted
+				// as abandoned besides the panic.
+				if d.panics.Do(d.log, "webhook request", func() { d.attempt(ctx, w) }, zap.String("app_id", w.AppID), zap.String("url", Redact(w.URL))) {
+					d.abandoned.Add(1)
+					d.remove(w)
 				}
 			}()
 		}
@@ -527,8 +535,7 @@ func (d *Dispatcher) purge(ctx context.Context, now time.Time) {
 // attempt sends one claimed request, unless it is too late for it: at
 // shutdown, or with less than a timeout left on its claim (after which
 // another sender may take it), it is given back; older than MaxAge, it is
-// dropped unsent. A panic while sending drops the request: the panic is a
-// bug that the same request would likely hit again at every retry.
+// dropped unsent.
 func (d *Dispatcher) attempt(ctx context.Context, w storage.OutboxWebhook) {
 	if ctx.Err() != nil || time.Until(w.ClaimedUntil) < d.opts.Timeout {
 		d.release([]storage.OutboxWebhook{w})
@@ -540,13 +547,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w storage.OutboxWebhook) {
 		d.remove(w)
 		return
 	}
-	var out outcome
-	if d.panics.Do(d.log, "webhook request", func() { out = d.deliver(ctx, w) }, zap.String("app_id", w.AppID), zap.String("url", Redact(w.URL))) {
-		d.abandoned.Add(1)
-		d.remove(w)
-		return
-	}
-	if out == interrupted {
+	if d.deliver(ctx, w) == interrupted {
 		d.release([]storage.OutboxWebhook{w}) // stays in the outbox for the next start
 	}
 }
