@@ -21,7 +21,7 @@ type collector struct {
 	opened, closed, rejected                      *prometheus.Desc
 	clientEvents, delivered, slow                 *prometheus.Desc
 	outbox, webhookRequests, webhookAbandoned     *prometheus.Desc
-	webhookDropped                                *prometheus.Desc
+	webhookDropped, webhookUnsent                 *prometheus.Desc
 	pushQueue, pushPublishes, pushDeliveries      *prometheus.Desc
 	panics, rateLimited                           *prometheus.Desc
 }
@@ -44,8 +44,9 @@ func newCollector(src Sources) *collector {
 		slow:             d("slow_consumers_closed_total", "Connections closed with 4100 because their outbound queue overflowed."),
 		outbox:           d("webhook_outbox_depth", "Webhook requests waiting in the durable outbox (new or to be retried)."),
 		webhookRequests:  d("webhook_requests_total", "Webhook delivery attempts, by outcome (delivered, failed).", "outcome"),
-		webhookAbandoned: d("webhooks_abandoned_total", "Webhook requests given up: retried for too long, bad URL, or app deleted."),
+		webhookAbandoned: d("webhooks_abandoned_total", "Webhook requests given up after an attempt: retry time over, bad URL, app deleted, or a panic while sending."),
 		webhookDropped:   d("webhook_events_dropped_total", "Channel events lost before the webhook outbox because its buffer was full."),
+		webhookUnsent:    d("webhook_requests_dropped_total", "Webhook requests dropped unsent, by reason: over_cap (the app's oldest, past HERALD_WEBHOOK_MAX_QUEUED), expired (older than the 5-minute retry window), unwritten (the outbox could not be written).", "reason"),
 		pushQueue:        d("push_dispatch_queue_depth", "Push deliveries waiting to be sent."),
 		pushPublishes:    d("push_publishes_total", "Push publishes accepted."),
 		pushDeliveries:   d("push_deliveries_total", "Push delivery attempts, by gateway and outcome.", "gateway", "outcome"),
@@ -59,7 +60,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.connections, c.channels, c.subscriptions, c.members, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
-		c.webhookDropped, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.panics, c.rateLimited,
+		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.panics, c.rateLimited,
 	} {
 		ch <- d
 	}
@@ -115,6 +116,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		count(c.webhookRequests, st.Failed, "failed")
 		count(c.webhookAbandoned, st.Abandoned)
 		count(c.webhookDropped, st.Dropped)
+		count(c.webhookUnsent, st.OverCap, "over_cap")
+		count(c.webhookUnsent, st.Expired, "expired")
+		count(c.webhookUnsent, st.Unwritten, "unwritten")
+		count(c.panics, st.Panics, "webhook")
 	}
 	if p := c.src.Push; p != nil {
 		pc := p.PushCounters()

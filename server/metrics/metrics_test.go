@@ -47,7 +47,7 @@ func (fakeSockets) SlowConsumersClosed() int64 { return 1 }
 type fakeWebhooks struct{}
 
 func (fakeWebhooks) Stats() webhook.Stats {
-	return webhook.Stats{Delivered: 10, Failed: 2, Abandoned: 1, Dropped: 3}
+	return webhook.Stats{Delivered: 10, Failed: 2, Abandoned: 1, Dropped: 3, OverCap: 13, Expired: 14, Unwritten: 15, Panics: 16}
 }
 
 type fakeOutbox struct{ err error }
@@ -64,7 +64,9 @@ func (fakePush) PushCounters() push.Counters {
 
 type fakeAnon struct{}
 
-func (fakeAnon) Stats() httpapi.AnonLimiterStats { return httpapi.AnonLimiterStats{Refused: 11, Tracked: 4} }
+func (fakeAnon) Stats() httpapi.AnonLimiterStats {
+	return httpapi.AnonLimiterStats{Refused: 11, Tracked: 4}
+}
 
 // gather returns the families by name.
 func gather(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
@@ -145,6 +147,10 @@ func TestCollector(t *testing.T) {
 		{"herald_panics_total", []string{"part", "hub_observer"}, 1},
 		{"herald_panics_total", []string{"part", "ws"}, 2},
 		{"herald_panics_total", []string{"part", "push"}, 3},
+		{"herald_panics_total", []string{"part", "webhook"}, 16},
+		{"herald_webhook_requests_dropped_total", []string{"reason", "over_cap"}, 13},
+		{"herald_webhook_requests_dropped_total", []string{"reason", "expired"}, 14},
+		{"herald_webhook_requests_dropped_total", []string{"reason", "unwritten"}, 15},
 		{"herald_rate_limited_total", []string{"limit", "ws_connect"}, 8},
 		{"herald_rate_limited_total", []string{"limit", "ws_subscribe"}, 9},
 		{"herald_rate_limited_total", []string{"limit", "app_subscriptions"}, 10},

@@ -21,6 +21,7 @@ import (
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
@@ -110,7 +111,16 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
 	n.ops = newOps(cfg, db, n.hub, log)
-	n.hook = webhook.New(db, apps, log.Named("webhook"), webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued})
+	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
+	if cfg.WebhookBlockPrivate {
+		// Webhook URLs are the operator's, so private ones are allowed by
+		// default; when refused, they get the Web Push endpoints' guard
+		// with no host exempt, and so do publish webhooks.
+		guard := (*netguard.Policy)(nil)
+		hookOpts.DialContext = guard.DialContext
+		o.push.WebhookDialContext = guard.DialContext
+	}
+	n.hook = webhook.New(db, apps, log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,14 @@ type Options struct {
 	// Push senders trust instead of the system's (tests with fake gateways;
 	// APNs has its per-instance CA).
 	RootCAs *x509.CertPool
-	// WebhookClient sends publish webhooks; default a 10 s timeout client.
+	// WebhookClient sends publish webhooks; default a client with a 10 s
+	// timeout that follows no redirects and dials through
+	// WebhookDialContext.
 	WebhookClient *http.Client
+	// WebhookDialContext, when set, makes the connections of the default
+	// WebhookClient: the node plugs in its address guard when private
+	// webhook addresses are refused (HERALD_WEBHOOK_ALLOW_PRIVATE=false).
+	WebhookDialContext func(ctx context.Context, network, address string) (net.Conn, error)
 	// WebPushAllowedHosts are the hosts (names or IP addresses, each
 	// optionally with ":port") whose Web Push endpoints may be private or
 	// plain http (HERALD_WEBPUSH_ALLOWED_HOSTS); every other endpoint must
@@ -57,8 +64,26 @@ func (o Options) withDefaults() Options {
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
 	o.WebhookMaxAge = cmp.Or(o.WebhookMaxAge, 5*time.Minute)
 	o.SendTimeout = cmp.Or(o.SendTimeout, 30*time.Second)
-	o.WebhookClient = cmp.Or(o.WebhookClient, &http.Client{Timeout: 10 * time.Second})
+	if o.WebhookClient == nil {
+		o.WebhookClient = webhookClient(o.WebhookDialContext)
+	}
 	return o
+}
+
+// webhookClient is the default client of publish webhooks. A redirect is not
+// followed: it would turn the POST into a GET whose 2xx counted as sent, and
+// could lead past the address guard's intent; the 3xx is a failure, retried.
+func webhookClient(dial func(ctx context.Context, network, address string) (net.Conn, error)) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if dial != nil {
+		tr.DialContext = dial
+		tr.Proxy = nil // through a proxy the guard would judge the proxy's address
+	}
+	return &http.Client{
+		Timeout:       10 * time.Second,
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // InstanceLookup finds Push instances by id.

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/publish"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -68,7 +69,7 @@ func (d *Dispatcher) sendWebhookRecovered(ctx context.Context, w storage.Publish
 func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) {
 	in := d.instances.ByID(w.InstanceID)
 	if in == nil || time.Since(w.CreatedAt) > d.opts.WebhookMaxAge {
-		d.log.Warn("publish webhook abandoned", zap.String("url", w.URL), zap.Int("attempts", w.Attempts))
+		d.log.Warn("publish webhook abandoned", zap.String("url", text.RedactURL(w.URL)), zap.Int("attempts", w.Attempts))
 		if err := d.db.DeletePublishWebhook(ctx, w.ID); err != nil && ctx.Err() == nil {
 			d.log.Error("deleting a publish webhook", zap.Error(err))
 		}

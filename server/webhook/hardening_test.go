@@ -349,20 +349,6 @@ func TestWebhookURLsLoggedWithoutSecrets(t *testing.T) {
 	}
 }
 
-func TestRedact(t *testing.T) {
-	for _, tt := range []struct{ in, want string }{
-		{"https://user:pass@example.test:8443/a/b?token=x&y=z#frag", "https://example.test:8443/a/b"},
-		{"https://user@example.test/hook", "https://example.test/hook"},
-		{"http://example.test/hook?", "http://example.test/hook"},
-		{"http://example.test", "http://example.test"},
-		{"http://user:pass@example.test/%zz?token=x", "(unparsable URL)"},
-	} {
-		if got := Redact(tt.in); got != tt.want {
-			t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // A panic while sending one request drops that request alone (counted as a
 // panic and as abandoned, logged with its endpoint); the dispatcher goes on
 // delivering the others.
@@ -538,5 +524,29 @@ func TestDropLogOncePerIntervalPerApp(t *testing.T) {
 	}
 	if len(l.apps) != 1 {
 		t.Fatalf("remembers %d apps, want only the one that dropped since", len(l.apps))
+	}
+}
+
+// A redirect is not followed: the endpoint's 3xx is a failed attempt, and
+// the place it points to hears nothing (following it would turn the POST
+// into a GET whose 2xx counted as delivered).
+func TestRedirectIsAFailedAttempt(t *testing.T) {
+	var elsewhere atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	t.Cleanup(target.Close)
+	redirect := httptest.NewServer(http.RedirectHandler(target.URL, http.StatusFound))
+	t.Cleanup(redirect.Close)
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: redirect.URL}}}}
+	var seen attempts
+	opts := fast
+	opts.OnAttempt = seen.add
+	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, opts)
+	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
+	wait.Until(t, "an attempt", func() bool { return len(seen.get()) > 0 })
+	if at := seen.get()[0]; at.Status != http.StatusFound || at.Error == "" {
+		t.Fatalf("attempt %+v, want a failed one with status 302", at)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect's target received %d requests, want none", n)
 	}
 }

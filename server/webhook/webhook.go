@@ -27,6 +27,7 @@ import (
 	"github.com/heraldrt/herald/gen/channels"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/recovery"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
@@ -69,7 +70,7 @@ type Options struct {
 // Attempt is the outcome of one webhook request.
 type Attempt struct {
 	AppID  string
-	URL    string // without user info, query string or fragment (see Redact)
+	URL    string // without user info, query string or fragment (see text.RedactURL)
 	Status int    // HTTP status; 0 when no response came
 	Error  string // why it failed; "" when delivered
 	Retry  bool   // a failure that will be retried
@@ -117,7 +118,11 @@ func (o Options) client() *http.Client {
 	// Keep a connection for each request an endpoint may have in flight,
 	// instead of the default two, so that busy endpoints reuse them.
 	tr.MaxIdleConnsPerHost = o.PerEndpoint
-	return &http.Client{Timeout: o.Timeout, Transport: tr}
+	// A redirect is not followed: it would turn the POST into a GET, whose
+	// 2xx would count as delivered, and with private addresses refused it
+	// could lead anywhere. The 3xx is the answer, a failure retried later.
+	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &http.Client{Timeout: o.Timeout, Transport: tr, CheckRedirect: noRedirects}
 }
 
 // AppLookup finds an app, with its webhooks, by id.
@@ -499,7 +504,7 @@ func (d *Dispatcher) round(ctx context.Context, slots chan struct{}, inflight *s
 				// A panic is a bug that the same request would likely hit
 				// again at every retry: the request is dropped, and counted
 				// as abandoned besides the panic.
-				if d.panics.Do(d.log, "webhook request", func() { d.attempt(ctx, w) }, zap.String("app_id", w.AppID), zap.String("url", Redact(w.URL))) {
+				if d.panics.Do(d.log, "webhook request", func() { d.attempt(ctx, w) }, zap.String("app_id", w.AppID), zap.String("url", text.RedactURL(w.URL))) {
 					d.abandoned.Add(1)
 					d.remove(w)
 				}
@@ -580,7 +585,7 @@ func (d *Dispatcher) deliver(ctx context.Context, w storage.OutboxWebhook) outco
 	if d.beforeAttempt != nil {
 		d.beforeAttempt(w)
 	}
-	shown := Redact(w.URL)
+	shown := text.RedactURL(w.URL)
 	app := d.apps.ByID(w.AppID)
 	if app == nil {
 		d.log.Warn("dropping a webhook of a deleted app", zap.String("app_id", w.AppID), zap.String("url", shown))
@@ -648,20 +653,6 @@ func statusOf(res *http.Response) int {
 		return 0
 	}
 	return res.StatusCode
-}
-
-// Redact is a webhook URL as logs and the console show it: without user
-// info, query string and fragment, where operators put credentials
-// (https://user:password@…, ?token=…).
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)" // the parser's error would quote it whole
-	}
-	u.User = nil
-	u.RawQuery, u.ForceQuery = "", false
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
 }
 
 // errorText is err for logs and attempts. The HTTP client's errors quote the

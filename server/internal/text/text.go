@@ -1,9 +1,12 @@
 // Package text holds the string helpers that several packages need the same
-// way: today, cutting client-supplied text to a length before it goes into
-// an error message or a log.
+// way: cutting client-supplied text to a length before it goes into an error
+// message or a log, and showing a URL without its credentials.
 package text
 
-import "unicode/utf8"
+import (
+	"net/url"
+	"unicode/utf8"
+)
 
 // Truncate returns s when it has at most n bytes; otherwise its first n
 // bytes, cut back to the last whole UTF-8 character, followed by "…". Error
@@ -18,4 +21,18 @@ func Truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// RedactURL is a URL as logs and the console show it: without user info,
+// query string and fragment, where operators put credentials
+// (https://user:password@…, ?token=…).
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)" // the parser's error would quote it whole
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery = "", false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
 }

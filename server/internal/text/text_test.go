@@ -32,3 +32,17 @@ func TestTruncate(t *testing.T) {
 		})
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"https://user:pass@example.test:8443/a/b?token=x&y=z#frag", "https://example.test:8443/a/b"},
+		{"https://user@example.test/hook", "https://example.test/hook"},
+		{"http://example.test/hook?", "http://example.test/hook"},
+		{"http://example.test", "http://example.test"},
+		{"http://user:pass@example.test/%zz?token=x", "(unparsable URL)"},
+	} {
+		if got := RedactURL(tt.in); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
