@@ -13,7 +13,8 @@
 // user-authentication timeout). Absence is checked with a marker sent after
 // the thing that must not arrive, on a path whose order the server keeps:
 // one connection's frames are queued in order, and one webhook endpoint gets
-// its requests one at a time in the order they were written to the outbox.
+// one channel's requests one at a time in the order they were written to the
+// outbox (so a webhook marker goes on the channel under test).
 
 import { describe, it, before, after, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
