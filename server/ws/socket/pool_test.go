@@ -3,6 +3,7 @@ package socket
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -11,32 +12,45 @@ import (
 // A goroutine whose work ended runs the next work started while it waits,
 // at most maxIdle goroutines wait, and they are gone after linger.
 func TestGoPoolReusesAndLetsGo(t *testing.T) {
-	p := NewPool(2, 200*time.Millisecond)
-	var wg sync.WaitGroup
+	// Fake time (testing/synctest): a loaded machine cannot stretch the gap
+	// between two pieces of work past linger.
+	synctest.Test(t, func(t *testing.T) {
+		const linger = 200 * time.Millisecond
+		p := NewPool(2, linger)
+		var wg sync.WaitGroup
 
-	// One piece of work at a time: the first goroutine runs them all.
-	for range 5 {
-		wg.Add(1)
-		p.Go(func() { wg.Done() })
-		wg.Wait()
-		wait.Until(t, "a goroutine waiting", func() bool { return p.waiting() == 1 })
-	}
-	if n := p.spawned.Load(); n != 1 {
-		t.Fatalf("sequential tasks started %d goroutines, want 1 reused", n)
-	}
+		// One piece of work at a time: the first goroutine runs them all.
+		for range 5 {
+			wg.Add(1)
+			p.Go(func() { wg.Done() })
+			wg.Wait()
+			synctest.Wait()
+			if n := p.waiting(); n != 1 {
+				t.Fatalf("%d goroutines waiting after a piece of work, want 1", n)
+			}
+		}
+		if n := p.spawned.Load(); n != 1 {
+			t.Fatalf("sequential tasks started %d goroutines, want 1 reused", n)
+		}
 
-	// A burst of work that blocks: each needs its own goroutine; afterwards
-	// only maxIdle of them wait.
-	runBlockingBurst(p, 10)
-	if n := p.spawned.Load(); n < 10 {
-		t.Fatalf("10 blocking tasks ran on %d goroutines", n)
-	}
-	wait.Until(t, "two goroutines waiting", func() bool { return p.waiting() == 2 })
-	time.Sleep(50 * time.Millisecond)
-	if n := p.waiting(); n != 2 {
-		t.Fatalf("%d goroutines waiting, want maxIdle 2", n)
-	}
-	wait.Until(t, "the waiting goroutines gone after linger", func() bool { return p.waiting() == 0 })
+		// A burst of work that blocks: each needs its own goroutine;
+		// afterwards only maxIdle of them wait, until linger.
+		runBlockingBurst(p, 10)
+		if n := p.spawned.Load(); n < 10 {
+			t.Fatalf("10 blocking tasks ran on %d goroutines", n)
+		}
+		synctest.Wait()
+		time.Sleep(linger - time.Millisecond)
+		synctest.Wait()
+		if n := p.waiting(); n != 2 {
+			t.Fatalf("%d goroutines waiting just before linger, want maxIdle 2", n)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := p.waiting(); n != 0 {
+			t.Fatalf("%d goroutines waiting after linger, want 0", n)
+		}
+	})
 }
 
 // Work goes to the goroutine that finished last, so under light traffic the
