@@ -458,7 +458,9 @@ func TestClientEvents(t *testing.T) {
 }
 
 func TestServerPingsIdleClientAndClosesOnSilence(t *testing.T) {
-	s := newWSServer(t, Options{ActivityTimeout: 200 * time.Millisecond, PongTimeout: 200 * time.Millisecond})
+	// The answering client has a whole second to answer each ping: enough
+	// on a loaded machine, while the silent one is closed a second after.
+	s := newWSServer(t, Options{ActivityTimeout: 200 * time.Millisecond, PongTimeout: time.Second})
 	answering, silent := s.dial(t, "key1"), s.dial(t, "key1")
 
 	// The answering client replies to each ping and stays.
