@@ -20,6 +20,8 @@ var importRules = []struct {
 	{"storage", []string{"server/...", "gen/..."}, "storage is the bottom floor: its own types, no API or delivery code"},
 	{"server/signing", []string{"server/...", "storage", "gen/..."}, "signing is pure functions over bytes"},
 	{"server/beamsauth", []string{"server/...", "storage", "gen/..."}, "beamsauth checks tokens and nothing else"},
+	{"server/clientauth", []string{"server/...", "storage", "gen/..."},
+		"clientauth is what callers of the generated clients import: nothing of the server, and editors that fit every client without importing one"},
 	{"server/config", []string{"server/...", "storage", "gen/..."}, "config only reads settings"},
 	{"server/hub", []string{"storage", "server/signing", "github.com/coder/websocket", "server/ws/...", "gen/..."},
 		"the registry knows no sockets, storage or signing, so a cluster broker plugs into it alone"},

@@ -12,8 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/clientauth"
 	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/server/signing"
 )
 
 // BenchmarkSignedTrigger measures the signed trigger path in process: body
@@ -34,7 +34,7 @@ func BenchmarkSignedTrigger(b *testing.B) {
 		b.Fatal(err)
 	}
 	body := []byte(`{"name":"price","channels":["news"],"data":"{\"symbol\":\"HRLD\",\"price\":42.5}"}`)
-	target := "/apps/1/events?" + signing.SignQuery("POST", "/apps/1/events", url.Values{}, body, "key1", "secret1", at)
+	target := "/apps/1/events?" + clientauth.SignQuery("POST", "/apps/1/events", url.Values{}, body, "key1", "secret1", at)
 	reader := bytes.NewReader(body)
 	req := httptest.NewRequest("POST", target, nil)
 	rawQuery := req.URL.RawQuery

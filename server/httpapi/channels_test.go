@@ -20,8 +20,8 @@ import (
 
 	"github.com/heraldrt/herald/gen/channels"
 	"github.com/heraldrt/herald/gen/channelsclient"
+	"github.com/heraldrt/herald/server/clientauth"
 	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -54,7 +54,7 @@ func newTestServer(t *testing.T) *testServer {
 	NewChannelsAPI(h, testApps, log).Register(engine)
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
-	client, err := channelsclient.NewClientWithResponses(srv.URL, channelsclient.WithRequestEditorFn(signing.RequestSigner("key1", "secret1")))
+	client, err := channelsclient.NewClientWithResponses(srv.URL, channelsclient.WithRequestEditorFn(clientauth.ChannelsSigner("key1", "secret1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func (s *testServer) do(t *testing.T, r rawRequest) (int, map[string]any) {
 	}
 	raw := r.query.Encode()
 	if r.key != "" {
-		raw = signing.SignQuery(r.method, r.path, r.query, []byte(r.body), r.key, r.secret, r.at)
+		raw = clientauth.SignQuery(r.method, r.path, r.query, []byte(r.body), r.key, r.secret, r.at)
 	}
 	if r.editQuery != nil {
 		q, _ := url.ParseQuery(raw)

@@ -13,10 +13,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heraldrt/herald/server/clientauth"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
-	"github.com/heraldrt/herald/server/signing"
 )
 
 type noNotifier struct{}
@@ -71,7 +71,7 @@ func TestTrailingDataRefused(t *testing.T) {
 				req.Header.Set("Authorization", tt.auth)
 			}
 			if tt.sign {
-				if err := signing.RequestSigner("key1", "secret1")(context.Background(), req); err != nil {
+				if err := clientauth.ChannelsSigner("key1", "secret1")(context.Background(), req); err != nil {
 					t.Fatal(err)
 				}
 			}

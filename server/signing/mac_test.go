@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/server/clientauth"
 )
 
 // hmacReference is HMAC-SHA256 as crypto/hmac computes it.
@@ -84,7 +86,7 @@ func TestMACConcurrentSecrets(t *testing.T) {
 					return
 				}
 				body := []byte(message)
-				raw := SignQuery("POST", "/apps/1/events", url.Values{}, body, "key", secret, now)
+				raw := clientauth.SignQuery("POST", "/apps/1/events", url.Values{}, body, "key", secret, now)
 				p, _ := ParseQuery(raw)
 				if err := Verify(Request{Method: "POST", Path: "/apps/1/events", RawQuery: raw, Body: body}, p, secret, now); err != nil {
 					t.Errorf("goroutine %d: own signature refused: %v", g, err)

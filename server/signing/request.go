@@ -1,16 +1,16 @@
-// Package signing implements the Pusher Channels signatures: the signed HTTP API
-// requests (auth_key, auth_timestamp, auth_version, body_md5, auth_signature) and
-// the socket authorization strings of private, presence and user sign-in.
+// Package signing implements the server side of the Pusher Channels
+// signatures: verifying the signed HTTP API requests (auth_key,
+// auth_timestamp, auth_version, body_md5, auth_signature), and the socket
+// authorization strings of private, presence and user sign-in. The client
+// side of the HTTP API signature, for the generated clients, tests and tools,
+// is server/clientauth (SignQuery, ChannelsSigner), which imports nothing of
+// the server.
 package signing
 
 import (
-	"bytes"
-	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -196,52 +196,6 @@ func Verify(req Request, p Params, secret string, now time.Time) *Error {
 		}
 	}
 	return fail(KindBadSignature, "auth_signature does not match the request; sign METHOD\\nPATH\\nQUERY with the app secret.")
-}
-
-// SignQuery returns the query string of a signed request: query plus auth_key,
-// auth_timestamp, auth_version, body_md5 (when body is non-empty) and
-// auth_signature. Signing parameters already in query, in any case, are
-// replaced. It is the client side of Verify, used by tests and tools.
-func SignQuery(method, path string, query url.Values, body []byte, key, secret string, now time.Time) string {
-	q := url.Values{}
-	for k, vs := range query {
-		// The signing parameters are the signer's: the verifier reads keys
-		// case-insensitively, so a caller's Auth_Key would shadow ours.
-		if isSigningParam(k) {
-			continue
-		}
-		q[k] = append([]string(nil), vs...)
-	}
-	q.Set("auth_key", key)
-	q.Set("auth_timestamp", strconv.FormatInt(now.Unix(), 10))
-	q.Set("auth_version", AuthVersion)
-	if len(body) > 0 {
-		sum := md5.Sum(body)
-		q.Set("body_md5", hex.EncodeToString(sum[:]))
-	}
-	p, _ := ParseQuery(q.Encode())
-	q.Set("auth_signature", HMACHex(secret, p.StringToSign(method, path)))
-	return q.Encode()
-}
-
-// RequestSigner returns a function that signs an outgoing *http.Request in place
-// with key and secret. Its shape fits the RequestEditorFn of the generated
-// clients: client.WithRequestEditorFn(signing.RequestSigner(key, secret)).
-func RequestSigner(key, secret string) func(ctx context.Context, req *http.Request) error {
-	return func(_ context.Context, req *http.Request) error {
-		var body []byte
-		if req.Body != nil {
-			var err error
-			if body, err = io.ReadAll(req.Body); err != nil {
-				return err
-			}
-			req.Body.Close()
-			req.Body = io.NopCloser(bytes.NewReader(body))
-			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		}
-		req.URL.RawQuery = SignQuery(req.Method, req.URL.EscapedPath(), req.URL.Query(), body, key, secret, time.Now())
-		return nil
-	}
 }
 
 // WithoutAuth returns raw (a query string) without the signing parameters

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/server/clientauth"
 )
 
 // The test vector published with the Pusher HTTP API documentation.
@@ -44,7 +46,7 @@ func TestVerifyFailures(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	body := []byte(`{"name":"e","channel":"c","data":"x"}`)
 	signed := func(method, path string, body []byte, at time.Time) string {
-		return SignQuery(method, path, url.Values{}, body, vectorKey, vectorSecret, at)
+		return clientauth.SignQuery(method, path, url.Values{}, body, vectorKey, vectorSecret, at)
 	}
 	edit := func(raw string, f func(url.Values)) string {
 		q, _ := url.ParseQuery(raw)
@@ -104,7 +106,7 @@ func TestVerifyFailures(t *testing.T) {
 func TestVerifyUnescapedPath(t *testing.T) {
 	now := time.Now()
 	// Signed over the unescaped path, sent escaped: both forms are accepted.
-	query := SignQuery("GET", "/apps/3/channels/#server-to-user-1", url.Values{}, nil, vectorKey, vectorSecret, now)
+	query := clientauth.SignQuery("GET", "/apps/3/channels/#server-to-user-1", url.Values{}, nil, vectorKey, vectorSecret, now)
 	p, _ := ParseQuery(query)
 	if err := Verify(Request{Method: "GET", Path: "/apps/3/channels/%23server-to-user-1"}, p, vectorSecret, now); err != nil {
 		t.Fatalf("refused: %v", err)
@@ -171,7 +173,7 @@ func FuzzVerify(f *testing.F) {
 		if err != nil {
 			return
 		}
-		signed := SignQuery(method, path, values, body, vectorKey, vectorSecret, now)
+		signed := clientauth.SignQuery(method, path, values, body, vectorKey, vectorSecret, now)
 		sp, err := ParseQuery(signed)
 		if err != nil {
 			t.Fatalf("own signed query does not parse: %v", err)

@@ -7,4 +7,6 @@ require (
 	github.com/heraldrt/herald v0.0.0
 )
 
+require github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
+
 replace github.com/heraldrt/herald => ../..

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/heraldrt/herald/server/signing"
+	"github.com/heraldrt/herald/server/clientauth"
 )
 
 // maxMessage is the largest server message a subscriber accepts.
@@ -574,7 +574,7 @@ func (r *runner) publish(ctx context.Context, res *result) {
 }
 
 func (r *runner) send(ctx context.Context, client *http.Client, path string, body []byte) error {
-	q := signing.SignQuery(http.MethodPost, path, nil, body, r.cfg.key, r.cfg.secret, time.Now())
+	q := clientauth.SignQuery(http.MethodPost, path, nil, body, r.cfg.key, r.cfg.secret, time.Now())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.httpURL+path+"?"+q, bytes.NewReader(body))
 	if err != nil {
 		return err
