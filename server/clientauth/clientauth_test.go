@@ -170,11 +170,6 @@ func TestBearerToken(t *testing.T) {
 	}
 }
 
-const (
-	instanceID = "5d2c1b0a-9e8f-4a7b-8c6d-5e4f3a2b1c0d"
-	secretKey  = "PUBLISH-SECRET-0123456789ABCDEF"
-)
-
 // The tokens carry what the Beams SDKs' generateToken puts in, and Herald's
 // verifier (server/beamsauth) takes them.
 func TestBeamsUserTokens(t *testing.T) {
