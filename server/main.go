@@ -19,6 +19,12 @@ import (
 	"syscall"
 	"time"
 
+	// A FROM scratch image has no CA bundle: when the system has none,
+	// crypto/x509 falls back to this copy of Mozilla's roots, so TLS to
+	// APNs, FCM and Web Push endpoints works there too. A system bundle
+	// (or SSL_CERT_FILE / SSL_CERT_DIR) still wins.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"github.com/heraldrt/herald/server/cli"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/node"

@@ -1,5 +1,7 @@
-// Package config reads Herald's settings from flags and HERALD_* environment
-// variables (a flag wins over its variable) and builds the logger.
+// Package config reads Herald's settings from flags, HERALD_* environment
+// variables and an optional TOML file (a flag wins over its variable, a
+// variable over the file), lists them for --help (Vars), and builds the
+// logger.
 package config
 
 import (
@@ -19,13 +21,18 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Config is everything `herald serve` needs. Every field names its variable
-// and default.
+// Config is everything `herald serve` needs. Every field names its variable;
+// the defaults and help are in Vars.
 type Config struct {
-	Addr      string // HERALD_ADDR, --addr: listen address; default 127.0.0.1:8080 (port 0 picks a free port)
-	DB        string // HERALD_DB, --db: SQLite file; default ./herald.db
-	LogFormat string // HERALD_LOG_FORMAT: json (default) or console
-	LogLevel  string // HERALD_LOG_LEVEL: debug, info (default), warn, error
+	Addr      string // HERALD_ADDR, --addr: listen address (port 0 picks a free port)
+	DB        string // HERALD_DB, --db: SQLite file
+	LogFormat string // HERALD_LOG_FORMAT: json or console
+	LogLevel  string // HERALD_LOG_LEVEL: debug, info, warn, error
+
+	// Built-in TLS: both or neither. With them, HERALD_ADDR serves https and
+	// wss, and the pair is reloaded on SIGHUP and when the files change.
+	TLSCertFile string // HERALD_TLS_CERT_FILE: PEM certificate chain
+	TLSKeyFile  string // HERALD_TLS_KEY_FILE: PEM private key
 
 	// The default Channels app, created or updated at start when AppID is set.
 	AppID         string // HERALD_APP_ID
@@ -42,15 +49,15 @@ type Config struct {
 	APNsKeyID             string // HERALD_APNS_KEY_ID
 	APNsTeamID            string // HERALD_APNS_TEAM_ID
 	APNsTopic             string // HERALD_APNS_TOPIC
-	APNsURL               string // HERALD_APNS_URL: default https://api.push.apple.com
+	APNsURL               string // HERALD_APNS_URL: empty means https://api.push.apple.com
 	APNsCAFile            string // HERALD_APNS_CA_FILE: extra CA to trust
 	FCMServiceAccountFile string // HERALD_FCM_SERVICE_ACCOUNT_FILE
-	FCMURL                string // HERALD_FCM_URL: default https://fcm.googleapis.com
+	FCMURL                string // HERALD_FCM_URL: empty means https://fcm.googleapis.com
 	VAPIDSubject          string // HERALD_VAPID_SUBJECT: mailto: or https: URI
 
 	// WebSocket tuning.
-	ActivityTimeout time.Duration // HERALD_ACTIVITY_TIMEOUT: idle time before the server pings a client; default 120s
-	PongTimeout     time.Duration // HERALD_PONG_TIMEOUT: time a pinged client has to answer; default 30s
+	ActivityTimeout time.Duration // HERALD_ACTIVITY_TIMEOUT: idle time before the server pings a client; 0 means 120s
+	PongTimeout     time.Duration // HERALD_PONG_TIMEOUT: time a pinged client has to answer; 0 means 30s
 
 	// Operations.
 	MetricsAddr string // HERALD_METRICS_ADDR: when set, GET /metrics is served on this address only, not on Addr; default empty (served on Addr)
@@ -59,13 +66,13 @@ type Config struct {
 	// Hardening: what strangers may send and reach (README, Security).
 	WebPushAllowedHosts []string      // HERALD_WEBPUSH_ALLOWED_HOSTS: host names or IPs, each optionally with :port, whose Web Push endpoints may be private or plain http; default none
 	WebhookBlockPrivate bool          // HERALD_WEBHOOK_ALLOW_PRIVATE=false sets it: webhook URLs may not reach loopback, private or link-local addresses; default false (allowed)
-	WebhookMaxQueued    int           // HERALD_WEBHOOK_MAX_QUEUED: webhook requests queued per app before the oldest are dropped; 0 means the default, 10000
-	AnonRateLimit       float64       // HERALD_ANON_RATE_LIMIT: requests per second per client IP on the anonymous Device and Reporting APIs; 0 turns the limit off; Load's default is 50
-	ConnectRateLimit    float64       // HERALD_WS_CONNECT_RATE_LIMIT: new WebSocket connections per second per client IP; default 0 (off: users behind one NAT share an address)
-	MaxSubscriptions    int           // HERALD_MAX_SUBSCRIPTIONS_PER_APP: channel subscriptions an app may hold over all its connections; default 0 (no cap)
+	WebhookMaxQueued    int           // HERALD_WEBHOOK_MAX_QUEUED: webhook requests queued per app before the oldest are dropped; 0 means 10000
+	AnonRateLimit       float64       // HERALD_ANON_RATE_LIMIT: requests per second per client IP on the anonymous Device and Reporting APIs; 0 turns the limit off
+	ConnectRateLimit    float64       // HERALD_WS_CONNECT_RATE_LIMIT: new WebSocket connections per second per client IP; 0 is off (users behind one NAT share an address)
+	MaxSubscriptions    int           // HERALD_MAX_SUBSCRIPTIONS_PER_APP: channel subscriptions an app may hold over all its connections; 0 is no cap
 	TrustedProxies      []string      // HERALD_TRUSTED_PROXIES: IPs or CIDRs of proxies whose X-Forwarded-For is believed; default none
-	BodyReadTimeout     time.Duration // HERALD_HTTP_READ_TIMEOUT: time to read a request's headers and body (not the WebSocket upgrade); 0 means the default, 30s
-	WriteTimeout        time.Duration // HERALD_HTTP_WRITE_TIMEOUT: time to write a response (not WebSockets or the console's stream); 0 means the default, 30s
+	BodyReadTimeout     time.Duration // HERALD_HTTP_READ_TIMEOUT: time to read a request's headers and body (not the WebSocket upgrade); 0 means 30s
+	WriteTimeout        time.Duration // HERALD_HTTP_WRITE_TIMEOUT: time to write a response (not WebSockets or the console's stream); 0 means 30s
 }
 
 // Defaults.
@@ -75,42 +82,91 @@ const (
 	DefaultAnonRateLimit = 50 // requests/s per IP: a Beams SDK makes a few per device and minute, so many devices can share a NAT
 )
 
-// Load parses the serve flags in args over the environment given by getenv.
+// Load parses the flags of `herald serve` in args over the environment given
+// by getenv, over the configuration file (--config, else HERALD_CONFIG),
+// over the defaults of Vars. --help writes the flags and every setting to
+// stderr and returns flag.ErrHelp.
 func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	env := func(name, def string) string {
+	return LoadCommand("serve", args, getenv, stderr)
+}
+
+// LoadCommand is Load for another command that takes serve's flags and
+// settings (herald healthcheck); cmd names it in the usage.
+func LoadCommand(cmd string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	// The flags come first: --help must work whatever the environment holds,
+	// and --config names the file the settings are read from.
+	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flagAddr := fs.String("addr", "", "listen address (HERALD_ADDR, default "+DefaultAddr+")")
+	flagDB := fs.String("db", "", "SQLite database file (HERALD_DB, default "+DefaultDB+")")
+	flagConfig := fs.String("config", "", "TOML configuration file (HERALD_CONFIG)")
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "usage: herald %s [--addr ADDR] [--db FILE] [--config FILE]\n\nFlags:\n", cmd)
+		fs.PrintDefaults()
+		fmt.Fprintln(out)
+		WriteEnvHelp(out)
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%s takes no arguments, got %q", cmd, fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	path := getenv("HERALD_CONFIG")
+	if set["config"] {
+		path = *flagConfig
+	}
+	getenv, err := WithFile(getenv, path)
+	if err != nil {
+		return Config{}, err
+	}
+	// env is a setting's value: the environment's, the file's, or the
+	// default of Vars.
+	env := func(name string) string {
 		if v := getenv(name); v != "" {
 			return v
 		}
-		return def
+		v, _ := lookupVar(name)
+		return v.Default
 	}
 	c := Config{
-		LogFormat:             env("HERALD_LOG_FORMAT", "json"),
-		LogLevel:              env("HERALD_LOG_LEVEL", "info"),
-		AppID:                 getenv("HERALD_APP_ID"),
-		AppKey:                getenv("HERALD_APP_KEY"),
-		AppSecret:             getenv("HERALD_APP_SECRET"),
-		AppWebhookURL:         getenv("HERALD_APP_WEBHOOK_URL"),
-		InstanceID:            getenv("HERALD_INSTANCE_ID"),
-		InstanceSecretKey:     getenv("HERALD_INSTANCE_SECRET_KEY"),
-		APNsKeyFile:           getenv("HERALD_APNS_KEY_FILE"),
-		APNsKeyID:             getenv("HERALD_APNS_KEY_ID"),
-		APNsTeamID:            getenv("HERALD_APNS_TEAM_ID"),
-		APNsTopic:             getenv("HERALD_APNS_TOPIC"),
-		APNsURL:               getenv("HERALD_APNS_URL"),
-		APNsCAFile:            getenv("HERALD_APNS_CA_FILE"),
-		FCMServiceAccountFile: getenv("HERALD_FCM_SERVICE_ACCOUNT_FILE"),
-		FCMURL:                getenv("HERALD_FCM_URL"),
-		VAPIDSubject:          getenv("HERALD_VAPID_SUBJECT"),
-		MetricsAddr:           getenv("HERALD_METRICS_ADDR"),
-		AdminToken:            getenv("HERALD_ADMIN_TOKEN"),
+		Addr:                  env("HERALD_ADDR"),
+		DB:                    env("HERALD_DB"),
+		LogFormat:             env("HERALD_LOG_FORMAT"),
+		LogLevel:              env("HERALD_LOG_LEVEL"),
+		TLSCertFile:           env("HERALD_TLS_CERT_FILE"),
+		TLSKeyFile:            env("HERALD_TLS_KEY_FILE"),
+		AppID:                 env("HERALD_APP_ID"),
+		AppKey:                env("HERALD_APP_KEY"),
+		AppSecret:             env("HERALD_APP_SECRET"),
+		AppWebhookURL:         env("HERALD_APP_WEBHOOK_URL"),
+		InstanceID:            env("HERALD_INSTANCE_ID"),
+		InstanceSecretKey:     env("HERALD_INSTANCE_SECRET_KEY"),
+		APNsKeyFile:           env("HERALD_APNS_KEY_FILE"),
+		APNsKeyID:             env("HERALD_APNS_KEY_ID"),
+		APNsTeamID:            env("HERALD_APNS_TEAM_ID"),
+		APNsTopic:             env("HERALD_APNS_TOPIC"),
+		APNsURL:               env("HERALD_APNS_URL"),
+		APNsCAFile:            env("HERALD_APNS_CA_FILE"),
+		FCMServiceAccountFile: env("HERALD_FCM_SERVICE_ACCOUNT_FILE"),
+		FCMURL:                env("HERALD_FCM_URL"),
+		VAPIDSubject:          env("HERALD_VAPID_SUBJECT"),
+		MetricsAddr:           env("HERALD_METRICS_ADDR"),
+		AdminToken:            env("HERALD_ADMIN_TOKEN"),
 	}
-	fs := flag.NewFlagSet("herald serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.Addr, "addr", env("HERALD_ADDR", DefaultAddr), "listen address (HERALD_ADDR)")
-	fs.StringVar(&c.DB, "db", env("HERALD_DB", DefaultDB), "SQLite database file (HERALD_DB)")
+	if set["addr"] {
+		c.Addr = *flagAddr
+	}
+	if set["db"] {
+		c.DB = *flagDB
+	}
 	var parseErrs []error
 	duration := func(name string, dst *time.Duration) {
-		if v := getenv(name); v != "" {
+		if v := env(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
 				parseErrs = append(parseErrs, fmt.Errorf("%s must be a positive duration such as 30s, not %q", name, v))
@@ -122,9 +178,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	duration("HERALD_PONG_TIMEOUT", &c.PongTimeout)
 	duration("HERALD_HTTP_READ_TIMEOUT", &c.BodyReadTimeout)
 	duration("HERALD_HTTP_WRITE_TIMEOUT", &c.WriteTimeout)
-	number := func(name string, dst *float64, def float64) {
-		*dst = def
-		if v := getenv(name); v != "" {
+	number := func(name string, dst *float64) {
+		if v := env(name); v != "" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
 				parseErrs = append(parseErrs, fmt.Errorf("%s must be a number of requests per second, 0 or more, not %q", name, v))
@@ -132,10 +187,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 			*dst = f
 		}
 	}
-	number("HERALD_ANON_RATE_LIMIT", &c.AnonRateLimit, DefaultAnonRateLimit)
-	number("HERALD_WS_CONNECT_RATE_LIMIT", &c.ConnectRateLimit, 0)
+	number("HERALD_ANON_RATE_LIMIT", &c.AnonRateLimit)
+	number("HERALD_WS_CONNECT_RATE_LIMIT", &c.ConnectRateLimit)
 	count := func(name string, dst *int) {
-		if v := getenv(name); v != "" {
+		if v := env(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				parseErrs = append(parseErrs, fmt.Errorf("%s must be a whole number, 0 or more, not %q", name, v))
@@ -145,23 +200,17 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	}
 	count("HERALD_WEBHOOK_MAX_QUEUED", &c.WebhookMaxQueued)
 	count("HERALD_MAX_SUBSCRIPTIONS_PER_APP", &c.MaxSubscriptions)
-	switch v := getenv("HERALD_WEBHOOK_ALLOW_PRIVATE"); v {
-	case "", "true", "1", "on", "yes":
+	switch v := env("HERALD_WEBHOOK_ALLOW_PRIVATE"); v {
+	case "true", "1", "on", "yes":
 	case "false", "0", "off", "no":
 		c.WebhookBlockPrivate = true
 	default:
 		parseErrs = append(parseErrs, fmt.Errorf("HERALD_WEBHOOK_ALLOW_PRIVATE must be true or false, not %q", v))
 	}
-	c.WebPushAllowedHosts = list(getenv("HERALD_WEBPUSH_ALLOWED_HOSTS"))
-	c.TrustedProxies = list(getenv("HERALD_TRUSTED_PROXIES"))
+	c.WebPushAllowedHosts = list(env("HERALD_WEBPUSH_ALLOWED_HOSTS"))
+	c.TrustedProxies = list(env("HERALD_TRUSTED_PROXIES"))
 	if err := errors.Join(parseErrs...); err != nil {
 		return Config{}, err
-	}
-	if err := fs.Parse(args); err != nil {
-		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
 	return c, c.validate()
 }
@@ -190,6 +239,9 @@ func (c Config) validate() error {
 	}
 	if c.AppWebhookURL != "" && !strings.HasPrefix(c.AppWebhookURL, "http://") && !strings.HasPrefix(c.AppWebhookURL, "https://") {
 		errs = append(errs, fmt.Errorf("HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL, not %q", c.AppWebhookURL))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("HERALD_TLS_CERT_FILE and HERALD_TLS_KEY_FILE go together: set both or neither"))
 	}
 	if c.InstanceID == "" && c.InstanceSecretKey != "" {
 		errs = append(errs, errors.New("HERALD_INSTANCE_SECRET_KEY needs HERALD_INSTANCE_ID"))

@@ -19,7 +19,11 @@ func getenv(vars map[string]string) func(string) string {
 }
 
 // defaults is the Config of an empty environment and no flags.
-var defaults = Config{Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info", AnonRateLimit: DefaultAnonRateLimit}
+var defaults = Config{
+	Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info", AnonRateLimit: DefaultAnonRateLimit,
+	ActivityTimeout: 120 * time.Second, PongTimeout: 30 * time.Second, WebhookMaxQueued: 10000,
+	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+}
 
 func TestLoad(t *testing.T) {
 	everyVar := map[string]string{
@@ -27,6 +31,8 @@ func TestLoad(t *testing.T) {
 		"HERALD_DB":                        "/var/lib/herald/state.db",
 		"HERALD_LOG_FORMAT":                "console",
 		"HERALD_LOG_LEVEL":                 "debug",
+		"HERALD_TLS_CERT_FILE":             "/etc/herald/cert.pem",
+		"HERALD_TLS_KEY_FILE":              "/etc/herald/key.pem",
 		"HERALD_APP_ID":                    "42",
 		"HERALD_APP_KEY":                   "app-key",
 		"HERALD_APP_SECRET":                "app-secret",
@@ -59,6 +65,8 @@ func TestLoad(t *testing.T) {
 		DB:                    "/var/lib/herald/state.db",
 		LogFormat:             "console",
 		LogLevel:              "debug",
+		TLSCertFile:           "/etc/herald/cert.pem",
+		TLSKeyFile:            "/etc/herald/key.pem",
 		AppID:                 "42",
 		AppKey:                "app-key",
 		AppSecret:             "app-secret",
@@ -230,6 +238,21 @@ func TestLoad(t *testing.T) {
 			name:    "ErrInstanceSecretWithoutInstanceID",
 			env:     map[string]string{"HERALD_INSTANCE_SECRET_KEY": "s"},
 			wantErr: "HERALD_INSTANCE_SECRET_KEY needs HERALD_INSTANCE_ID",
+		},
+		{
+			name:    "ErrTLSCertWithoutKey",
+			env:     map[string]string{"HERALD_TLS_CERT_FILE": "cert.pem"},
+			wantErr: "HERALD_TLS_CERT_FILE and HERALD_TLS_KEY_FILE go together",
+		},
+		{
+			name:    "ErrTLSKeyWithoutCert",
+			env:     map[string]string{"HERALD_TLS_KEY_FILE": "key.pem"},
+			wantErr: "HERALD_TLS_CERT_FILE and HERALD_TLS_KEY_FILE go together",
+		},
+		{
+			name:    "ErrConfigFileMissing",
+			env:     map[string]string{"HERALD_CONFIG": "/nonexistent/herald.toml"},
+			wantErr: "configuration file: stat /nonexistent/herald.toml: no such file or directory",
 		},
 		{
 			name:    "ErrPositionalArgument",
