@@ -66,7 +66,12 @@ type BatchEvent struct {
 	// `private-cache-`, `private-encrypted-cache-`, `presence-cache-`.
 	Channel ChannelName `json:"channel"`
 
-	// Data Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
+	// Data Event data, usually a JSON document encoded as a string, delivered to
+	// subscribers exactly as given. At most 10 KB: 10,240 bytes of UTF-8 (413
+	// beyond). `maxLength` counts characters; the byte limit cannot be
+	// expressed in the schema.
+	//
+	// Example: {"some":"data"}
 	Data EventData `json:"data"`
 
 	// Info Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
@@ -74,7 +79,11 @@ type BatchEvent struct {
 	// Example: user_count,subscription_count
 	Info *InfoAttributes `json:"info,omitempty"`
 
-	// Name Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
+	// Name Event name, 1 to 200 bytes of UTF-8, not starting with `pusher:` or
+	// `pusher_internal:`. `maxLength` counts characters; the 200-byte limit
+	// cannot be expressed in the schema.
+	//
+	// Example: foo
 	Name EventName `json:"name"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
@@ -124,10 +133,19 @@ type ChannelName = string
 // EmptyObject An empty JSON object.
 type EmptyObject = map[string]interface{}
 
-// EventData Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
+// EventData Event data, usually a JSON document encoded as a string, delivered to
+// subscribers exactly as given. At most 10 KB: 10,240 bytes of UTF-8 (413
+// beyond). `maxLength` counts characters; the byte limit cannot be
+// expressed in the schema.
+//
+// Example: {"some":"data"}
 type EventData = string
 
-// EventName Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
+// EventName Event name, 1 to 200 bytes of UTF-8, not starting with `pusher:` or
+// `pusher_internal:`. `maxLength` counts characters; the 200-byte limit
+// cannot be expressed in the schema.
+//
+// Example: foo
 type EventName = string
 
 // InfoAttributes Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
@@ -159,9 +177,9 @@ type TriggerBatchResult struct {
 	Batch *[]ChannelAttributes `json:"batch,omitempty"`
 }
 
-// TriggerEventRequest `name`, `data` and one of `channels` or `channel` are required, in the body
-// or, for a field left out of the body, in the query string.
-type TriggerEventRequest struct {
+// TriggerEventFields The fields of an event to trigger, each optional on its own;
+// `TriggerEventRequest` says which are required together.
+type TriggerEventFields struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
 	// `#server-to-user-<user id>`. Prefixes pick the kind: `private-`,
 	// `private-encrypted-`, `presence-`, and the cache kinds `cache-`,
@@ -171,7 +189,12 @@ type TriggerEventRequest struct {
 	// Channels One to 100 channels. Give this or `channel`.
 	Channels *[]ChannelName `json:"channels,omitempty"`
 
-	// Data Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
+	// Data Event data, usually a JSON document encoded as a string, delivered to
+	// subscribers exactly as given. At most 10 KB: 10,240 bytes of UTF-8 (413
+	// beyond). `maxLength` counts characters; the byte limit cannot be
+	// expressed in the schema.
+	//
+	// Example: {"some":"data"}
 	Data *EventData `json:"data,omitempty"`
 
 	// Info Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
@@ -179,12 +202,26 @@ type TriggerEventRequest struct {
 	// Example: user_count,subscription_count
 	Info *InfoAttributes `json:"info,omitempty"`
 
-	// Name Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
+	// Name Event name, 1 to 200 bytes of UTF-8, not starting with `pusher:` or
+	// `pusher_internal:`. `maxLength` counts characters; the 200-byte limit
+	// cannot be expressed in the schema.
+	//
+	// Example: foo
 	Name *EventName `json:"name,omitempty"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
 }
+
+// TriggerEventRequest An event to trigger: `name`, `data`, and exactly one of `channels` and
+// `channel` (both give 400 `ambiguous_channels`).
+//
+// Herald also accepts a body that leaves fields to the query string (see
+// the operation's parameters); this schema describes the whole event in the
+// body, which is what clients should send. The generated Go type is the
+// struct of `TriggerEventFields`, every field optional, so that such a body
+// still decodes.
+type TriggerEventRequest = TriggerEventFields
 
 // TriggerEventResult Empty unless `info` was given.
 type TriggerEventResult struct {
@@ -1432,78 +1469,110 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fv/d9s2kv9X5rH7Xu23lCw7aW4rv75bN8k2uaatt3audxv6TIgcWahJgAVAy2qe/vd7A4DfREpWGqd3",
-	"19ufbEogMBjMfOYzg9H7IJF5IQUKo4Pp+6BgiuVoUNmns6J4/YL+SVEniheGSxFMg8sFAiuKjCeMPgGe",
-	"ojB8zlGNgzDgNKRgZhGEgWA5BtOAFcU1T4MwUPhLyRWmwdSoEsNAJwvMGa2Qs/s3KG7MIpieTCZhkHNR",
-	"PR+HgVkVNI82ioubYL0Og+cLJgRm37Mcz0nmvpRnkLgxQFLAwdsf34xQJ6zAFLgAs0AgKQ+3yOxfvraP",
-	"uyT/k8J5MA0+O2o0eeS+1UctKYM1ia1QF1JotOr9mqU/4i8lakNPiRQGhf23pdyjnzXt5v2eCyYyz6W4",
-	"fqmUVG7F/tEptyZwDTnL5lLlmIJUMFPIbjUwyHjOzThYh8HfpJrxNEXxuwrYsS0NKddslmFqJXotDCrB",
-	"MjfB7yXVmYBS4H2BicEUNKo7VIA02gp1zlaZZOmllG+YusHfTayXdygMpMwwkCTR8QS+/Tqks2T1Kc9k",
-	"unLfnnzxDL7lX1uJ3wpWmoVU/Fcy6f8B45sznmEKJAWBh1vvFGKr1Ni6rLY+miwwuQWzYNU7Y+v/fk3n",
-	"RiZZWFVYBFOyQGW4czHvxR/kp2FAGn3oFbvgCxq4JvyYy4deeC3m8swYxWelQU1vOaTZY5lKLi2TWzQE",
-	"pQ+8dWEHvn4ROMypoOtd4NHMbjCstXNVI6yc/YyJobWes2SBr/2++ueY0NcpoLVAOQfmPqkw1xqhKLMM",
-	"lgt0YOu+5xowL8yKUJe+J8+uMLV7dNUhdNd+YY19bmfMmDZeAqP4zQ0qAjK/mpODltkIHmFgTNaf+AIT",
-	"KVINGc4NzHAuFTZiVxvF+4Ir1DRrzgXPyzyYTuoVuDB4g6qndK9tWnZQ007Ulm0Matx7DjlNPdJr3k1w",
-	"6jTrNC6kQFiiar1HUndVrMtZvcp1IkvnQd2ln0shMKEHDX78DFM4EFKMCoUaRVJrWx8+pJkwKDWqbWu9",
-	"4NpwkRigQd3lPnyp9XZVV2a9gRV00g8iRe0W6zCQSVIW3CFodyc/LdAsUAEzkCGZKR1HUquS3KDZXctI",
-	"Z1JmyIR19sHD+RDlfoCJ1jvZYaBvuN6OsPZ/lqacxGXZeWfMHtDbRcYNETaErZfcIez3Hlt3ccIplAUY",
-	"CSeTCX2uWELEl3wqPhv9A9joV5iMvoRrGMFX8FcIYQynMSFbJOLPHAkYGTkipY+icjJ5ktC/wFP7gPEY",
-	"zhXO+T1qKLgNYgi3XKRTiAvF75jBURxGon5AkahVYTAdxSENcRZPD0ykLQylOTTE9qE7Q/URDMzZ/s7P",
-	"7D8aR4J8aScDL5gh4hVMg/862Nz74b++Oxv9g41+nYy+vI6i0Vd/DcenV3/+0xD2viSI+sGdVv94hIew",
-	"f7v44XtwZ9pyjuaQm+Dbm6PhRCGUumRZtgLmJkxlUuYWxkUiUwJSYrtOtjGcGcilNo5EwcHxJDx5OoHZ",
-	"yqDHmkY/x5OTp5OhzdXBeotYZHUhHPeNLgQhDWjDlOHiBpbcLCAuSr1ANY0plvqHa+757zQeP3hmPfk2",
-	"KMgA1uc5G2mkLLATaDwfO4gbgCFD6kMUfWqtKrY6w3uWFxTgW8gUDgBbfyc92c+90b7VqPoo5ChRP01s",
-	"wwYfRrf2xLo/c1l9zA3mD6JZR8oGyJhSbNUTyE09JFPN34YQrI4in2twjLCVgYdglhI8zGv4WXKBKczI",
-	"B1JpNmzm2dOOY7+bjL68+nMUjd0/g/576YiW5dyt5LWrsxl9u7fOWvx9bcV77d46dgZdPT2gTLfmkDK7",
-	"IusyG0AeC0tQigy1BiaABIcbdocQE7eP+9yp3uPG+XS4WYuJ0iOyZGGnDoGLOhWSKvWVk320tSteNprZ",
-	"pgSr5ta5dYWPyc3JhQk+Yxt1iLdQQKxirgMj/xQD8wSTTiGsyiqUckZCqhDmNhWdc8xSR6xlaSq90Kj6",
-	"lV9KVKsKim04eow8rs1Nujv9QSCB8LEDYTtoDN/wO+L8XHf2+KEnUy3eNuTdlvxHSzgfML49PNA5HSyZ",
-	"hht+h2K8zSAel3b2bQSFUSsoUEEp+C9l481NwmnkAEUZ0sJPOFtIeVtXKvqrLd0Il2yO4W/kN5rA27PG",
-	"qiZZsXUbbf1ndyyhmG3poI3A1znXOp62DBniHPMZqmuWpu5l/6wwl3eYtgfTNDZm85ReTDKOwlxbwTrD",
-	"IHafVaBBrKAyGkdcWxNRct5L5MaDPGJDlIERjwcTw5UGW+Ww23bn8bm2rHKwooDDZzowBbng4BSVb6Kg",
-	"jK1Ocuqzbso11VFTLG+dZ/Poj5PeaB0bPdZ2EQzml1cDcv0GCPiI3HUfHudrWLuKV97Vtga6Sx9/XP2k",
-	"crvzHy4ux3BBx+UI+HNXFR1drgqcwmZh1Brmf4zOLTEffYurGA7MRvn6FleHNo42Ay/4jWCmVBjDwQLv",
-	"I/Hqu7Pno4tXZydfPPOxUSPgPUuMyz5CmgVTJ9PmAhoTheZwyBnsqe9PXTvwtH4gYBme43U+EFi/41nG",
-	"ta+laU6OTiK/FfwesJDJoikIVmonlE8UMl+imkuVM+Ns49nT4MHSRSVKWG14yCA6pelBcyCiY4vPtWHg",
-	"HXGSV6hYlsLZ+etxXZ3mNm9cSGUgZ8mCCxwpZCmbZRgJwmo4IObjsx+KZncs4+m1ro8+hFhIcz2XpUjj",
-	"w1OIWwLZ+aXASGgk+0vQ8qgCZZHh0EF3NjMUV+p5bBkd74uMcaFhSU+k/aWSVdJpmkpjN4GzFzOlWTSb",
-	"gFSitnlrTlx489U+SA4r/8Lq0WrNM0M70FJDLdgtXidMY1eYnkKD8AHQcIt3Q/zVUNjWmJSKm9UFuYXT",
-	"L237W1w9fBF6i6v6NtEy2tYVKKnuFleNoKzgNOk6tN/VqNBf5RXeQx8jgPaOqefMcKDRedrZ+WtovX84",
-	"hrPqVCJhj5iBkGLkCi3W1lmmJSRMKY4aYvroOk+/iEM73wLv4bsXX3RYeyS40DzFthx2v846t+5/4Li6",
-	"WrjkOWrD8mJ7fX4IU04hL7WBGVob5gKeTSZQgVClLluz+lxDksnkducxmVqKLWL+Oyo96Gxn2ZKtNMTH",
-	"40m8c4k7P0NvgXWL3PeNzRferO5fXV6e29OW8wqkPK/RISy5whGBPDN8lmHj2y4IRaIaWk8zrSitoyo6",
-	"rJ9tpkthyCVpFW+zYa1ic5GwxQxfqUSVc8EMArOVfFJ6c4swjkQkPvsMfHC29sPFDX360iJulRdXFtnk",
-	"h013AsSVQxGUdk/NxuW2lmM4sCdyGLas2wbftmX7iEsO4cOuFJm7TYlEZfoEzbX3+MjeNe14DJfeKxxK",
-	"cl35USfU7xHVQ5BzUgsAwHcvL1/98AKiIIpEFMD52eWr+uHvb1/++J80cLlAhe7RXrRZdW6oDvA+wcL0",
-	"xLbyaMjkEtWIEDcNI6GlMq58dIurEJaKG4MC4ltcfXXHspI4jP3r4kCrxcLppik/xVE5mZw8I9Z+3pwi",
-	"F8As7fJApNDVQS2knLoDaI6fawKz+pwhlwrpaFjX4dmSrWCuZD7g9yGwtg3YeNgNY81Z09hbdBxRSHed",
-	"05wRmTqU4lbIpXDDFFFJG0mbw2ckocJ5qaujfjo5tqphok03BMtt3XfBk4W/8va33XBWN0BEom0jN2g0",
-	"PJ08qfzpDc+50d6NqrYAYirb69qn8PT4CcxwJUV6eAqsdnlX7vVvRqJdJqFhFhFgISk7bU3vgOO0c8ei",
-	"7aFWg04mk0jsfdUCB1LBXjcth6eRwLrC7tYcqLJbxeds1RTb+5X2SAyU2muwmsmUICljitRkTc+3VfhS",
-	"WPukj+uz8dzano7HarJ6DXE3U4mrBYx0xcJEijm/KRXN6eny2x/f1KARiQWy1OLhJ0lEWqC4VxbioM8l",
-	"FJEgjZQiRQVxP98gUN7YfFirw1pw7LMaw40lfRtBro5cQRhU4XQaHI8n44m9my1QsIIH0+DJeDJ+EthK",
-	"98LyuSNWFProvetKWx9Za75usqVCDqWML+k4nOHb4jDBel0DyvgtBTvNxU2Go8r+fRnnJ2tirqIlBTCx",
-	"ioQrAls1Cr20+BTbyWPnViG5DBcp3gP347YVliPhn61YzWtwwKrrNEdvq8yLhtih+hZTm1oIKdArm/IK",
-	"e6avU+IcrdL5S6egsNMj+G44p2yGHLkewvWVo+OozdcyXT1ay9HQdcS6y/2NKnGz8+5kMvlEItji5pbe",
-	"J2diDhATCsIE75ctZhG/X8c7LyHWYfDUiT4kUb3Fo1ZnoX3l+OFXOh1h9qUnD7/U9AfSG8d7vLHZKrcO",
-	"gy/22VG3788mamWeM7VqrNTf5teBiNgFZfXtnJTdaJsN+koBzbOBBu3C8g1a2+j6xBuuTYVBv9Ubwn6W",
-	"nrWY9XIhtbtzdVFKV6jLNTHuOb/fllzMeWZQXc9W125csKvHtpcx77jMKlDVPVVgpW3fBVuecce4becK",
-	"/cVRTZ7jTanizrZanQ6nYHnWkmuEp5PJ9nTSpkj7duFuXoQ4MPpEcNBultmCA1VJtz7w0AX7zQJMt9XL",
-	"kqH36/jwfzkMfLQ7k+r6Omq7b9MAtMOBj963W7jXW/35G6zc+SO8+YGBvW71nb5mJCg0pRLTrpP1m+Cs",
-	"lx1uuSCBA5cAutSlbsy0LACFzShs9Pdk7tBf1rj2DTjo9HP6lcZwJuoJZT6jLN/mIvwO9f9xj3VNfcMe",
-	"WzE6bZjBP7r/fYPGZc60WSKbtnex1U/7EV54VLfTeF8cINk2tWNFgYwyRJFgCAu5JFuGnIlVu5ZEcq5g",
-	"we6Q8uShltSWafbYLQFNt/vndwSAT2nR3U3ttunPteu2/X8RVcise73FRgLrXUvvbegP5Y0XKFJXAfSd",
-	"6tLX5WoJVHPZRD6SNlDtS3U20W81D7tRs1X7qn0MLzDjd65MBkyvRLJQUshSuxTDLW47cXQk9EKWWQoz",
-	"dzXk+iBtiyRlIqfOq3K2Ai60QWYH2j6MoXadSBwYf6XnKngFU2bjksKOP3TEsOoHajULwZILbX+k4qpv",
-	"mphvZ5S7XWin0u3s2ZeiOtQpEt2M2TKsXU0c29Pfl/76/HGofrsTtL4LdcfD9XY1b2P8/jZ8P2BoNfds",
-	"E8x1zj6CYP5XDx8gmGtuGkqOcIO+fJxkSU33fsuv+HriNbcuFCjrTrl3V1+5UiWt6uuU7TTqg7eC90Um",
-	"0/rXMjt2pt9ddTb3CO1rmw0A2qxsUW4u1RCbbX41YgHvPsnK9HHsvelH2ff42r1p+7DuRxHzEejuJ6uW",
-	"dZpA1/3fpX6C6li79W9XdcwGrwdrY/32wH8WxnYVxpiofqjnKmJS2buzwdx6R2nMMqej975Ra31U3/Ne",
-	"tyj5jgq6ZSctHuPJARdEQCpqRmedZLK+RUlkamtBXzpzoCGRIG6i0E81hkt2a6/wWhfE9prKdRjPLckJ",
-	"6x4BXxN31ZTBsF/ti/hz6/dvj0YBLuu91n37HmGYu/wccbHlZ+lVl9zj/Zb+UyYi7V/7bEtDWtkcsccZ",
-	"cnHjLaCPAH/0LOU57dsnAy1PqZ2jcRkp2l7rf0qybncwWQute5feXfUajaqPWl031Ud1h8u7KzIQdwXr",
-	"bL5UWTANFsYU06Oj45N/GU/Gk/Hx9C+Tv0xsVutF6tl8p7uEkKiNPt66Pfj0Pebv7daTqgzToz1DZbXE",
-	"ot5gI0rXq3Swvlr/dwAAAP//",
+	"7Dz9c9u4lf8KhtuZ2FNKlvyZyJNpvUm6STe7SdfO7V1DnwmRTxJqEtACpG1tRv/7zXsASVCiZGWT7nV6",
+	"95MtCgQe3venPgWJyudKgixMMPoUzLnmORSg6dPFfP7mJf6Tgkm0mBdCyWAUXM2A8fk8EwnHJ0ykIAsx",
+	"EaD7QRjAA8/nGQSj4CgIA4EvzHkxC8JA8hwf8/n8RqRBGGj4pRQa0mBU6BLCwCQzyDmel/OHtyCnxSwY",
+	"HQ4GYZALWX0ehkGxmOM+ptBCToPlMgxezLiUkP3Ic3iPN1iH+YIldg1DKNjeh5/e9sAkfA4pE5IVM2AI",
+	"5X77BnMNBmQCPa1U3n0bt+0Nfdx2pz9omASj4JuDBuMH9ltz4MEfLPFCGsxcSQNEhm95+hP8UoIp8FOi",
+	"ZAGS/vWIcPAPg/f8VAFPL+bCGCGnbnd6dMezEtbR8524A0KCu45hhWKFFtMpaIYkls03Slf/E7K0VjoY",
+	"VWfdVMuILlIV7x0Ktxz+wYA2LOGSKZkt2BhYJkwBKR5cU6A+3z9UquKmWlGdbBG4G94TledK3ryi7ei9",
+	"dU7XFvVMGJbzbKJ0jpBpNtbAbw3jLBO5KPrBMgz+ovRYpCnI3em0UbrwvFQYPs4g9a+M0lM9D77qRVsi",
+	"7R++DIM3sgAteWY3+MLbGdB3oNmEiwxSZLQZl2lm+c9h+5yJgs24YWMAyTI1nbaxIBw8N/bBV8PDhWSl",
+	"hIc5JMh/DlA6g9Dwni8yxdMrpd5yPYUvQcSrO5AFS3nBEdnDweHxkI0XBZhzwgMxVfXNwL86vnJTKHWT",
+	"EQhf7eoeQApvPRyw778NkdN5LQNjlS7st4cnp+x78S1h5YPkZTFTWvyKeu+zNJQRU8mLUm9TD7j5Tb2Q",
+	"pQoMk6pgOS+SWZtpcBX74dXV63cvo0i+v7h6HUXybx9e/fRf7F4UdjHKloFEQ9FmqDueibQ5h/RXIXIw",
+	"Bc/nj4FXLyQ1oTQyM5fsdDDAs5RMDeP3fMEmWuUEhWWtJ4bhm2xveHRyNHj69Ozs2f45S2aQ3FptnAmQ",
+	"xRPDkkwlt13wtk//Z+k+J6p4GJp6S9BzFhM0MZlU48yHBZ1X7/SDBiJnzIpkRrxG/oZWc9CFsNxQafDP",
+	"sZYhCcRjr9CBL3HhEq34RD32whs5URdFocW4LMDgW9be73BMBZdRyS0U6Oo88tYlLXzzMrCWv3IgPgbO",
+	"p6ALhjV2rmsPSI3/AUmBZ73gyQzeuHut0zHBr1MGJOJqwrh9UtlUknJZZhm7n4F1huz3wjDI58UCOQ+/",
+	"R4NQeTZt0lVEaJ/9krTJxGo0bgoHgXMsrIX3vA48ZsW5C4OiyNY3vnRClcGkYGOYWIlbuSg8zIUGchhy",
+	"IUVe5sFoUJ+AJmQKeg3pDtt4bCemLageb3Ri3EkOCk290mHebnBuMWsxLpUEdg/aew+hbqPYlOP6lJtE",
+	"lVaC2ke/UFJCgh8Mc+vHkLI9qWSvcpRqT2r/McyEQWlAbzrrpTCFkEnBSvLf/OM+/6jlZlRXbL2iK5DS",
+	"j2qKWiyWYaCSpJwLa6LaN/l5BsUMNOMFywDZFMmR1KhEMWhu5zHpWKkMuCRh7yTO5yD3M1i0vskWBn0r",
+	"zGYNS//zNBUILs/et9bsoHrbmnEFhBVg6yO3APuj063bYrYRK+foLB4OBvhc8wTDVJSp+KL3d8Z7v7JB",
+	"7xm7YT32nP2ZhazPzmPUbJGMv7HmtleoHiK9F5WDwVGC/zKR0geI++y9hol4AMPmwtnfWyHTEYvnWtzx",
+	"AnpxGMn6A8hEL+YFpL04xCUuTolDxmXq6VDcw7CYPrR3qB6xjj3979zO7lE/kihLWyPkOS/QPw5GwX/v",
+	"rd59/08fL3p/571fB71nN1HUe/7nsH9+/cc/dOneV6ii3llqrZNHOhX218t3PzJLU084GiI3xneLFxyy",
+	"0pQ8yxaM2w1TlZQ5qXGZqBQVKQZbFraQpZCJOzIhhYpkLZ3aMHjgSYHbGDYVdyD77KJguTKF9WhHbDgI",
+	"D48H1tlG9vlw9ZfeU7Z3PDyK5BgWSqb7fRbXCI4ZiajxmM666LiB89MTLtEjHUOEwYMGY5q0ghWddl7h",
+	"UxQYlUMUjCKyN1GwbNOUvP4ugtQOxgZUoqSEbFgJSvuSIfnNpuC6EHJqXeJ4XpoZ6FFsJcV+uqniq1G8",
+	"EyoOB4Neg45I1vhgO6FjotSjLL2GihUPrcMU5jnvGZhzzVt22Lmre3Gjf1HO1jU4PiWhi1fSQs2LYYfe",
+	"X7/JGuxVUuSDAb2upK3HuJ7l8rWq6Fb+/sZmfeeyeiwKyB9V9i0oGz3PteaLNYDs1l0w1e5tl4KvjewT",
+	"w6zD7KUTQ1bcK+asoGH/UEJCysaoIlJFusbD9OlxS+99HPSeXf8xivr2n071dmX9UApJvAxbG2dj/HZn",
+	"nHnhzZLAe2PfGlqGrj49gkx7Zhcy2yCbMutQzKS1WSkzMIZxyRBwNuV3wGIMfeJ117K+4wp9Wq6r56jj",
+	"R+DJjLYOUbSrSFHp1KaBd8LWNneiwcwmJBCa/yIgSzc44RP6jtxuWYUedVoztDdQc+sDUZazMEzdy/NI",
+	"xv4RjjViZvjCsPuZSGaMO19dWBM0JQfSmuavEdP6flr7Xu8k4CWG1guyGVHm0reCkrOxex5/Lhmqw32u",
+	"3c62/27B91ZO8zQEz7J3k2D0cfvWHWy6vO7IOK5y5ojFeF80P4he51FWfg3GJuj0VtSP8dtI1lRne2NV",
+	"zMj3YceDAYt5PhbTUpWmzs3H+/1IRvI1aJ6ljGdGMZ4kMC/Qw6IcH2VwMuB3YCopQvhmwH4pQS+cG8b2",
+	"DEAk8TGyPHd6vCki7Z9brrQYYfbmY5crup+pDNzlrXMQSTw8dCImUNZ44ZJghpmZKrOUGZBpn6F4T0GC",
+	"te3fKYakw1doG1PoMqFMR7xOhDjEQ/XCXqxWACEzyt7blCjghAjcSmQZSwF9UGMFXElw1N8Y54gi84pD",
+	"yMKdizvWEotsSgJdh8FDb6p6jk+7GGyVZ3cwEdYqsPvaY96kxL5u2Liu10AWesHmoFkpxS9lY26ahFGh",
+	"OkKMLsn9GcYzpW7rTOP6afd2heXAPrMIRO/CRX1VZa+KtskddM/ueIKMR+EcuYg3uTAmHnnKl8U55GPQ",
+	"NzxN7cvus4Zc3UHqL8ZtyKkUKb5oOf6GAGstY7F91miGuFZ0Vk14G/nlM89WdDm6K6B0rPh6pq07U3hV",
+	"Z7stPZ4Yigo7M4LQTdOOLVB2Oreo7AnIMvfksaZ1k26tSI3OpkfP5qMjJ77hkQ0/1nwRdOaHrjvg+g1m",
+	"6wtyT7sEGk79bEs+O1Hz7OM6YWzlaMJ4LXbv311e9dklkssGoi9s2ah3tZjDiK1Wjogx/7P3nuLT3vew",
+	"iNlesVK1vIXFPtnKZuFlVc+J2d4MHiL5+oeLF73L1xeHJ6fOqTVgbasNlkPcBdJWvag+wNaN9ruEgai+",
+	"e2zVUk/LR5ysQuRwk3c4gz+ILBNVgckIFHQE+YMUDwzmKpk1Cf0K7ajlEw3cpZgnSue8sLxxehw8mnqs",
+	"QAmrC3cxRKu01MkO6MRQ8ahmDGuSnUty8f5Nv64uCcr7zJQuWM6TmZDQ08BTPs4gkqir2d5EaebCc7Rm",
+	"K6U8VJNSFTcTVco03j9nsQcQ7a8kOg2A/JcAw93moOYZdBG6dZkuu1LvQ84EPMwzLqTzZRD791pVyRev",
+	"eNnOMFA9fte6Z7eS7Eb+JeGRsOZCOlpIMZyR/BZuEm6gDcx6bTR8RGnYw9sm/rrLbBtISi2KxSWKhcUv",
+	"Xvt7WDzednQLVJeinhzySr0WI0TdLSwaQPlc4KbLkL679MvO7VNewwNb1xFUWYbU93vp8cX7N8x7f7/P",
+	"LiqqRJJIzJlUsmcTpcTr5G4nXGsBhsX46CZPT+KQ9pvBA/vh5Ul1KrnDkRTSiBR8OOi+ljs33r+DXG0s",
+	"XPnV7e76WpdOOWd5aSi5hxcU7Sp3ha6qvF0XrjeC2RSvN4D5H6BNp7BdZPcYkMfD/iDeesSd22HtgKUX",
+	"kG7qU+kR7l9fXb0naqtJpaSqtqqQ3QsNPVTyvBDjDBrZtkYoktXSeptR3Vxl1WhYf6ZUDJohG2jVXVdo",
+	"1ipvLpKUbXOVBtC5kLwAxqkSh0hvqoAU6H3zDXPGmfhHyCk+fUUat0rcVBzZxHhNGMfiSqBQlbapRnbZ",
+	"x3LM9ogi+6HH3WR8fc52FhcFwpld6v1Cc2UDSvpKmEZ6nGVvs3ZsI8FGS9oIkK2a+h2sesjUBNHCGHMt",
+	"JCwKokhGAXt/cfW6/kDtJLjwfgYa7EcqlBM6V1DH4AHj6jWwCR7DMnUPuocaNw0jaZQubH7zFjAK1qIo",
+	"QLL4FhbPqfkkZnv019oBr4XR4qbJj8ZRORgcnqLX/r6hopCMk9vlFJEGWw8glXJuCdCQXxhUZk1jS640",
+	"xfq7tbWQ3IeM+zxA9rBtxhpa49pbsD6iVLYc29AIWZ2V8laqe2mXaXQlyZI2xOcIoYZJaSpSHw+GhBou",
+	"fXdD8pzqH5RmsC0rrluFXdR9b5H0eWQKhWHHgyOSp1fWNLacVBYfxfZMBC8+PHuaHh+ejNPJ8HSQnB09",
+	"ezo4okyN47ZIxmc8PTo7OxoeH/LT02eH48OT8dO40gOm1v+RjD9FpM6oXDRRKgrCqA7Jo2D0MUIXBW1q",
+	"7ygKrsOqpjSKgk9R5EpNEX6O3FdRFCyjYBlHcg9lMobk6PSEn52d8OMkHZw8ezbhMD47Ojo5PhwMx6eT",
+	"eJ/xwpoA6ldy7UrDs2dO/sgsRrJQtgVLmEqSkN3sfwd8PjcHRwdW4dlnlVp53oUuy8NtbfO8Odn72mme",
+	"58P+wD6teO75YxdDMKtybdPo6QO/Avef/vdBbjapOf95yo9Pjp8eHifPzsZ8+HTIjw6TJBme8bPD08OT",
+	"MR8cnp0NJyeD8ckAhnB2fDSA4zM+nBxNjk/O4DRxVuKtyEVhnHHw2hO5X0Fle34F9ZwdD4+Yq5ueM14b",
+	"Mltlc29G0k9Y4zKyc2ymsrS1vcXyeavyb0hVVYsOB4NI7twAwPaUZjvV//fPIwl1DdWeuVJHRU7J+aKp",
+	"ou5aQv2p6Z9EG0udm9q2CLpGSldQ8FXX0Cqbb+u6qhkRnxJRKCOM0Paon91+b8uza0Vfq+f+evnux0he",
+	"2kysK9C66iwJsdAuTWvIF7CmwODmsszHqI6NXwoO0QCS/lwtCdtEKjw47ORlVghbHfaopoGjm+N8qScm",
+	"kraS7vVyWWieWOhIFfaM+NVrjcUboE2Ti6qq7NjYBdfGS3KjKBsWt1MVcUWQQtliUKLkRExLjTRw8fKH",
+	"n97WXkMkZ8BTcoj+KZkIzyvaKQ1hda8lWiSRg0qZgmbxesIBvbKVy4c1OkjYY5fWqPLRK15u7boGYVD5",
+	"06Ng2B/0B9RcNQfJ5yIYBUf9Qf8ooFrsjAI6q0A/2bGP5QEJ/k2TLpmrrpzRKySH1RFUvkS/rk4CZ+IW",
+	"vV0j5DSDXqUqXB73ZxJJm9JWxB2RtGVKQqM09+SgxLR5bDVQiNpFyBQemHDrNpU+I+k+E1jNa2yPV/0w",
+	"Nr6tUi+4hJaaW0gptyCVBIfsumzyJm3y+U0N2RAem5GcDQWnZsmBHdmpaghgim9VuvjMpuwqIjJlnnO9",
+	"qKMhdPjquxi6irCSj4h5Yij8YFUTRN0u7YrLH72EceOvVJWNTT0xLoybKEU1FH+H9mhOswuqHtplBlmm",
+	"7Db2Sn7HXb11DsbwKQbJXvI1GB4eHfdPTs+eBstrqi/cq1c1y3qIuVfOZFEr672qbdzvgQG7w3FrB3Kd",
+	"u7cYc0232blFvKs/YtnO9RS6hNV5pcPB4DM5zlYfbWtmg9wf1arkEBkbxPrh+1Zmda+3yL9OHUSv35N5",
+	"+AXIorLbhq56xzDk1LiLNzYONV38aRlv7d9YhsGxRXIXRDUxDrzJMXpl+PgrrWEOeuno8ZeawSd8Y7jD",
+	"G6uTNMswONnlRu1BJKJOQ3jnedo+0dqZRB9ByXa2lE8N5SldDhv3WTFTfslzCh0W6icoSi2ruN9rjFm1",
+	"1mQCZty02ou9nsXUy9eEdTmaKv0UkCtDtXJjG9es42msY8AjOaemVWv2VFlUls+6Mw6onM/Jx1mxUOe0",
+	"SSTpledeN1xHAzcBs2+3tU5742+qSSTTVjN4l3F7K0zxolGOv8mshev59szLkW3AErUgODx1j3duSB5O",
+	"RFaAvhkvbuzbwbYZ1bWM+JZuqjk0M5SM7uA3I1LEdccFjVvYJJ+XHItXoYpbl/U6kc8ZGYN7YagTxBKl",
+	"q4txw/Wdtt1N/a327FgX5MusQpa1NXvF4ytmoNWe0PYLRp+WoWdq0WQs6UkzlNpsv4rY583wKdJgRUp2",
+	"BWDFpCw/w6T4rfwbbElVsK6FwLW1rZaX2oMoFBR/Wsb7/+Km5ItNAqJuHUe+CWjadrYYgYNP/pj3cqNN",
+	"uLQNgnaaxO+XFKaBgss0dLJKujpk2pkSCjG7CNZnL2yUjT4DIqEsqKM6hTnIFCT1hU3YWCueJhw18XRE",
+	"qdUFkwApRcrwS8kzxxKJmNueKqrIU9NPFT55QxfK+SMtW1WoKvSucqojZsPxGL1Pd8koGLEJzwws4y5b",
+	"8B1UpuALLMEjC9d+E2CrRi6Uo8KorYo3WcINbTJsz7oDNoFdj9dRKAiS8srkiTofYb/q3aMuc7bXmspz",
+	"J/XZhaw3VPlYSJeRFndguvR6Z0v6v6J+r0e4Gnm9aA8mWjEhxWsX+zq3eruJfeZaJBg+HR8u3QTfaHh2",
+	"PGjNflHAsgwDcoRe7AAB+RTtccgOMGSZZf4xlvlXps78U+blOBNJx0U7yVcf175Id+/P0WYTd7HWEead",
+	"3G3bVk9cNWefaczsNF63MatAMgUv4N/dNH0HhU1z4mVREdPQoTcI+wUG6qAe9NgaulAaqynar81xYsiw",
+	"xjChNVNCikLwrAHfn+NllL6jdBCfz4Fr1GUJhGym7lFBspzScl6dmpGxmvE7QBPUNa7qKTx2xW+pihhJ",
+	"r0g9BiNSV8GuKyNPNsYi7VGZ39EMfZHi9KZ4PtpJoWBIYNC/PBMJBMvrnYWyjYTtYukSfOb/hM+4uzzs",
+	"LKuPpbwvQaaWe+uBAOtMNNONTaMcinnaiKRrMyDJ9AaX7arxwm8T7rOXdnaSUk3cLGQy00qq0hVa7OG2",
+	"6T+Srul+bNva7AwmjWeib3hupTbnCyakKYDTQutOunE/f1wgknuFa0e03QdzrouVBitav2+DXu469N1W",
+	"5I3eC2noF0hs5wDVp1qrbGeUXwXwE/8ud9EKjCLZTvZT/LStAX1z5v6Va/39OskNf6Kz7uN08xJmM5q7",
+	"Ziu73D/X2bubovCGazYBaqd4fzOg3dnvLsDdLzR8BuB2+KgrfQQrTvpvgdxP5XfBm9Shzm/5NbA1oJu+",
+	"M/QY6jmgj9fPbVmbWkVsTdtPNP32C35s3bApO1zjmnmm0vo3Qbbc3ny8biHgKwymrbZJm2LhWF53RXvN",
+	"b2OQan1IsjL9EslqSkTdF2/KSbsS3p9F2yVW/QLgf88g8evVIS/R+PHMS3ZxcyvktIqphWb+xVxvQnem",
+	"7mNQiOQWdA9KTWVv+lAaGqzeFFO6OmIn9hzC6IVeOU95YX9EqjsSQ9Wz7lpnwO/wPqp0wQHIdKWls+M2",
+	"v2s5FAWNbPX2QY/KpuNtqtZ8x5UrTdN99qYwkfzh5Um4QydayKYKqKbTdBZai9zGrR+trALyxBCYm/ii",
+	"0XbXn1Gb/exKYWuodFupsM9sq65tJGGXL78nvlifopyBBq8DHR0zah4nz4wGQkXRpRps/4oXSvGxuoN9",
+	"164oU4q0rMPnz4zmoKfQOTKKqOqaG6XJTPr9jsqhe1LPl94LiTRCWv4zC8pyopqK8KO15J93TMv4BQBP",
+	"rWz41aajZUvfbFg13Far+Lkja0PtLmtK5XeoU3RMnG7jZ4o7Hi18r0+l/n/Ve1vVu/6JA2XL3UrbHyLs",
+	"KnpsqXtT0Hvwyc0HLg/q8YIbL1uzpW/LVsMbV8vFdUJi7FhF1UjrJFN1r2OiUipRunZiXBJJDCs1uK2a",
+	"nI+np86d7gmZmFB8GtajKa7ObctcnRFbda8PBrT3s2lfLXq7qu9a/56Jc8647bnvCdn2yWz2pvNXhqtx",
+	"za/3o8lfmoXaWTn4vyG1KcHk5QG5BjYGNEqWQdYVxL97/ukF3rtqK/FiloqfGolS0hdq9ws8S3+ujhi4",
+	"nqj7eL02/lY98mbBqkf13NXHa+QW20JtRaLU6HPOimI+OjgYHp71B/1Bfzh6Ong6oPymA2lNJFozT6io",
+	"fOXkWN3ppnWB+ps/EFXVCNbCzK4yX+JMY8d4VFvETLC8Xv5PAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

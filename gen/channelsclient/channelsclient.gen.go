@@ -59,7 +59,12 @@ type BatchEvent struct {
 	// `private-cache-`, `private-encrypted-cache-`, `presence-cache-`.
 	Channel ChannelName `json:"channel"`
 
-	// Data Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
+	// Data Event data, usually a JSON document encoded as a string, delivered to
+	// subscribers exactly as given. At most 10 KB: 10,240 bytes of UTF-8 (413
+	// beyond). `maxLength` counts characters; the byte limit cannot be
+	// expressed in the schema.
+	//
+	// Example: {"some":"data"}
 	Data EventData `json:"data"`
 
 	// Info Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
@@ -67,7 +72,11 @@ type BatchEvent struct {
 	// Example: user_count,subscription_count
 	Info *InfoAttributes `json:"info,omitempty"`
 
-	// Name Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
+	// Name Event name, 1 to 200 bytes of UTF-8, not starting with `pusher:` or
+	// `pusher_internal:`. `maxLength` counts characters; the 200-byte limit
+	// cannot be expressed in the schema.
+	//
+	// Example: foo
 	Name EventName `json:"name"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
@@ -117,10 +126,19 @@ type ChannelName = string
 // EmptyObject An empty JSON object.
 type EmptyObject = map[string]interface{}
 
-// EventData Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
+// EventData Event data, usually a JSON document encoded as a string, delivered to
+// subscribers exactly as given. At most 10 KB: 10,240 bytes of UTF-8 (413
+// beyond). `maxLength` counts characters; the byte limit cannot be
+// expressed in the schema.
+//
+// Example: {"some":"data"}
 type EventData = string
 
-// EventName Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
+// EventName Event name, 1 to 200 bytes of UTF-8, not starting with `pusher:` or
+// `pusher_internal:`. `maxLength` counts characters; the 200-byte limit
+// cannot be expressed in the schema.
+//
+// Example: foo
 type EventName = string
 
 // InfoAttributes Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
@@ -152,9 +170,9 @@ type TriggerBatchResult struct {
 	Batch *[]ChannelAttributes `json:"batch,omitempty"`
 }
 
-// TriggerEventRequest `name`, `data` and one of `channels` or `channel` are required, in the body
-// or, for a field left out of the body, in the query string.
-type TriggerEventRequest struct {
+// TriggerEventFields The fields of an event to trigger, each optional on its own;
+// `TriggerEventRequest` says which are required together.
+type TriggerEventFields struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
 	// `#server-to-user-<user id>`. Prefixes pick the kind: `private-`,
 	// `private-encrypted-`, `presence-`, and the cache kinds `cache-`,
@@ -164,7 +182,12 @@ type TriggerEventRequest struct {
 	// Channels One to 100 channels. Give this or `channel`.
 	Channels *[]ChannelName `json:"channels,omitempty"`
 
-	// Data Event data, usually a JSON document encoded as a string. At most 10 KB (10,240 bytes).
+	// Data Event data, usually a JSON document encoded as a string, delivered to
+	// subscribers exactly as given. At most 10 KB: 10,240 bytes of UTF-8 (413
+	// beyond). `maxLength` counts characters; the byte limit cannot be
+	// expressed in the schema.
+	//
+	// Example: {"some":"data"}
 	Data *EventData `json:"data,omitempty"`
 
 	// Info Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
@@ -172,12 +195,26 @@ type TriggerEventRequest struct {
 	// Example: user_count,subscription_count
 	Info *InfoAttributes `json:"info,omitempty"`
 
-	// Name Event name, 1 to 200 characters, not starting with `pusher:` or `pusher_internal:`.
+	// Name Event name, 1 to 200 bytes of UTF-8, not starting with `pusher:` or
+	// `pusher_internal:`. `maxLength` counts characters; the 200-byte limit
+	// cannot be expressed in the schema.
+	//
+	// Example: foo
 	Name *EventName `json:"name,omitempty"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
 }
+
+// TriggerEventRequest An event to trigger: `name`, `data`, and exactly one of `channels` and
+// `channel` (both give 400 `ambiguous_channels`).
+//
+// Herald also accepts a body that leaves fields to the query string (see
+// the operation's parameters); this schema describes the whole event in the
+// body, which is what clients should send. The generated Go type is the
+// struct of `TriggerEventFields`, every field optional, so that such a body
+// still decodes.
+type TriggerEventRequest = TriggerEventFields
 
 // TriggerEventResult Empty unless `info` was given.
 type TriggerEventResult struct {
@@ -400,17 +437,31 @@ type ClientInterface interface {
 
 	// ListChannels List occupied channels.
 	//
+	// Returns every channel of the application that has at least one
+	// subscribed connection, optionally only those whose name starts with a
+	// prefix. Without `info` each channel maps to an empty object; with
+	// `info=user_count` (presence channels only) each holds its count of
+	// distinct users.
+	//
 	// Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
 	ListChannels(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetChannel Get the state of one channel.
+	//
+	// Says whether the channel is occupied and, with `info`, returns the
+	// requested attributes. Counts are computed independently of broadcasting:
+	// they need not equal the recipients of a given event. A channel nobody is
+	// subscribed to is not an error: it is `{"occupied": false}`.
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
 	GetChannel(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListPresenceUsers List the users subscribed to a presence channel.
 	//
-	// Each user appears once, however many connections they have. A non-presence channel gives 400.
+	// Returns the ids of the users subscribed to a presence channel, the
+	// initial state of the channel. Each user appears once, however many
+	// connections they have. A non-presence channel gives 400. Takes no
+	// parameters besides the signature's.
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/users (the `ListPresenceUsers` operationId).
 	ListPresenceUsers(ctx context.Context, appId AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -496,6 +547,12 @@ func (c *Client) TriggerBatchEvents(ctx context.Context, appId AppID, body Trigg
 
 // ListChannels List occupied channels.
 //
+// Returns every channel of the application that has at least one
+// subscribed connection, optionally only those whose name starts with a
+// prefix. Without `info` each channel maps to an empty object; with
+// `info=user_count` (presence channels only) each holds its count of
+// distinct users.
+//
 // Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
 func (c *Client) ListChannels(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListChannelsRequest(c.Server, appId, params)
@@ -510,6 +567,11 @@ func (c *Client) ListChannels(ctx context.Context, appId AppID, params *ListChan
 }
 
 // GetChannel Get the state of one channel.
+//
+// Says whether the channel is occupied and, with `info`, returns the
+// requested attributes. Counts are computed independently of broadcasting:
+// they need not equal the recipients of a given event. A channel nobody is
+// subscribed to is not an error: it is `{"occupied": false}`.
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
 func (c *Client) GetChannel(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -526,7 +588,10 @@ func (c *Client) GetChannel(ctx context.Context, appId AppID, channelName Channe
 
 // ListPresenceUsers List the users subscribed to a presence channel.
 //
-// Each user appears once, however many connections they have. A non-presence channel gives 400.
+// Returns the ids of the users subscribed to a presence channel, the
+// initial state of the channel. Each user appears once, however many
+// connections they have. A non-presence channel gives 400. Takes no
+// parameters besides the signature's.
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name}/users (the `ListPresenceUsers` operationId).
 func (c *Client) ListPresenceUsers(ctx context.Context, appId AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1079,12 +1144,23 @@ type ClientWithResponsesInterface interface {
 
 	// ListChannelsWithResponse List occupied channels.
 	//
+	// Returns every channel of the application that has at least one
+	// subscribed connection, optionally only those whose name starts with a
+	// prefix. Without `info` each channel maps to an empty object; with
+	// `info=user_count` (presence channels only) each holds its count of
+	// distinct users.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
 	ListChannelsWithResponse(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*ListChannelsResponse, error)
 
 	// GetChannelWithResponse Get the state of one channel.
+	//
+	// Says whether the channel is occupied and, with `info`, returns the
+	// requested attributes. Counts are computed independently of broadcasting:
+	// they need not equal the recipients of a given event. A channel nobody is
+	// subscribed to is not an error: it is `{"occupied": false}`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1093,7 +1169,10 @@ type ClientWithResponsesInterface interface {
 
 	// ListPresenceUsersWithResponse List the users subscribed to a presence channel.
 	//
-	// Each user appears once, however many connections they have. A non-presence channel gives 400.
+	// Returns the ids of the users subscribed to a presence channel, the
+	// initial state of the channel. Each user appears once, however many
+	// connections they have. A non-presence channel gives 400. Takes no
+	// parameters besides the signature's.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1603,6 +1682,12 @@ func (c *ClientWithResponses) TriggerBatchEventsWithResponse(ctx context.Context
 
 // ListChannelsWithResponse List occupied channels.
 //
+// Returns every channel of the application that has at least one
+// subscribed connection, optionally only those whose name starts with a
+// prefix. Without `info` each channel maps to an empty object; with
+// `info=user_count` (presence channels only) each holds its count of
+// distinct users.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
@@ -1615,6 +1700,11 @@ func (c *ClientWithResponses) ListChannelsWithResponse(ctx context.Context, appI
 }
 
 // GetChannelWithResponse Get the state of one channel.
+//
+// Says whether the channel is occupied and, with `info`, returns the
+// requested attributes. Counts are computed independently of broadcasting:
+// they need not equal the recipients of a given event. A channel nobody is
+// subscribed to is not an error: it is `{"occupied": false}`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -1629,7 +1719,10 @@ func (c *ClientWithResponses) GetChannelWithResponse(ctx context.Context, appId 
 
 // ListPresenceUsersWithResponse List the users subscribed to a presence channel.
 //
-// Each user appears once, however many connections they have. A non-presence channel gives 400.
+// Returns the ids of the users subscribed to a presence channel, the
+// initial state of the channel. Each user appears once, however many
+// connections they have. A non-presence channel gives 400. Takes no
+// parameters besides the signature's.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -65,10 +65,16 @@ func (e PublishWebhookEvent) Valid() bool {
 // ApnsPayload The APNs notification payload, sent as the request body to APNs: `aps`
 // and any custom keys (Herald adds `data.pusher`). The optional `headers`
 // object is not sent in the body; it sets the APNs request headers
-// `apns-push-type` (default `alert`, or `background` when `aps` holds only
-// `content-available`), `apns-priority` (default 10, or 5 for background),
-// `apns-expiration` and `apns-collapse-id`. `apns-topic` is the device's
-// bundle identifier, or the instance's configured topic.
+// `apns-push-type` (default `alert`, or `background` when `aps` holds
+// `content-available` without `alert`, `sound` or `badge`),
+// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+// the instance's configured topic.
+//
+// Open for extra keys: every key but `headers` reaches APNs as given, and
+// `aps` is not checked beyond being an object. The generated Go type is
+// `json.RawMessage`, so clients and server pass the object through
+// unchanged.
 type ApnsPayload = json.RawMessage
 
 // FcmPayload A Firebase payload in the legacy FCM shape, translated to an HTTP v1
@@ -77,20 +83,30 @@ type ApnsPayload = json.RawMessage
 // `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
 // `priority` (`normal` / `high`) `android.priority`, `collapse_key`
 // `android.collapse_key`.
+//
+// Open for extra keys: keys not listed here are accepted and not sent.
+// The generated Go type is `json.RawMessage`, so clients and server pass
+// the object through unchanged.
 type FcmPayload = json.RawMessage
 
 // InterestName An interest name, 1 to 164 characters of `A-Z a-z 0-9 _ - = @ , . ;`.
 type InterestName = string
 
-// InterestsPublishRequest A publish to interests; at least one of `apns`, `fcm` and `web`.
-type InterestsPublishRequest struct {
+// InterestsPublishFields The fields of a publish to interests; `InterestsPublishRequest` adds that one of the payloads is required.
+type InterestsPublishFields struct {
 	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
 	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
 	// object is not sent in the body; it sets the APNs request headers
-	// `apns-push-type` (default `alert`, or `background` when `aps` holds only
-	// `content-available`), `apns-priority` (default 10, or 5 for background),
-	// `apns-expiration` and `apns-collapse-id`. `apns-topic` is the device's
-	// bundle identifier, or the instance's configured topic.
+	// `apns-push-type` (default `alert`, or `background` when `aps` holds
+	// `content-available` without `alert`, `sound` or `badge`),
+	// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+	// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+	// the instance's configured topic.
+	//
+	// Open for extra keys: every key but `headers` reaches APNs as given, and
+	// `aps` is not checked beyond being an object. The generated Go type is
+	// `json.RawMessage`, so clients and server pass the object through
+	// unchanged.
 	Apns *ApnsPayload `json:"apns,omitempty"`
 
 	// Fcm A Firebase payload in the legacy FCM shape, translated to an HTTP v1
@@ -99,19 +115,35 @@ type InterestsPublishRequest struct {
 	// `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
 	// `priority` (`normal` / `high`) `android.priority`, `collapse_key`
 	// `android.collapse_key`.
+	//
+	// Open for extra keys: keys not listed here are accepted and not sent.
+	// The generated Go type is `json.RawMessage`, so clients and server pass
+	// the object through unchanged.
 	Fcm       *FcmPayload    `json:"fcm,omitempty"`
 	Interests []InterestName `json:"interests"`
 
-	// Web A Web Push payload: `notification` (title, body, icon, deep_link,
-	// hide_notification_if_site_has_focus), `data`, and `time_to_live`
+	// Web A Web Push payload: `notification`, `data`, and `time_to_live`
 	// (seconds, sent as the `TTL` header; default 4 weeks). The browser
 	// receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
 	// with aes128gcm and authorized with the instance's VAPID key.
+	//
+	// Open for extra keys: `notification` reaches the browser exactly as
+	// given, its unknown keys included; other top-level keys are accepted and
+	// not sent. The generated Go type is `json.RawMessage`, so clients and
+	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An http(s) URL that receives a `PublishWebhook` when the publish starts and when it finishes.
-	WebhookUrl *string `json:"webhookUrl,omitempty"`
+	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// `PublishWebhook` when the publish starts and when it finishes (422
+	// `invalid_webhook_url` otherwise). An empty string means none.
+	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
 }
+
+// InterestsPublishRequest A publish to interests: 1 to 100 interests and at least one of `apns`,
+// `fcm` and `web` (422 `missing_payload` otherwise). At most 10 KiB of
+// JSON, a limit the schema cannot express. The generated Go type is the
+// struct of `InterestsPublishFields`.
+type InterestsPublishRequest = InterestsPublishFields
 
 // PublishResult defines model for PublishResult.
 type PublishResult struct {
@@ -172,18 +204,25 @@ type PublishWebhook struct {
 // PublishWebhookEvent defines model for PublishWebhook.Event.
 type PublishWebhookEvent string
 
-// UserID A user id, 1 to 164 bytes of UTF-8.
+// UserID A user id, 1 to 164 bytes of UTF-8. `maxLength` counts characters; the
+// byte limit cannot be expressed in the schema.
 type UserID = string
 
-// UsersPublishRequest A publish to users; at least one of `apns`, `fcm` and `web`.
-type UsersPublishRequest struct {
+// UsersPublishFields The fields of a publish to users; `UsersPublishRequest` adds that one of the payloads is required.
+type UsersPublishFields struct {
 	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
 	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
 	// object is not sent in the body; it sets the APNs request headers
-	// `apns-push-type` (default `alert`, or `background` when `aps` holds only
-	// `content-available`), `apns-priority` (default 10, or 5 for background),
-	// `apns-expiration` and `apns-collapse-id`. `apns-topic` is the device's
-	// bundle identifier, or the instance's configured topic.
+	// `apns-push-type` (default `alert`, or `background` when `aps` holds
+	// `content-available` without `alert`, `sound` or `badge`),
+	// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+	// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+	// the instance's configured topic.
+	//
+	// Open for extra keys: every key but `headers` reaches APNs as given, and
+	// `aps` is not checked beyond being an object. The generated Go type is
+	// `json.RawMessage`, so clients and server pass the object through
+	// unchanged.
 	Apns *ApnsPayload `json:"apns,omitempty"`
 
 	// Fcm A Firebase payload in the legacy FCM shape, translated to an HTTP v1
@@ -192,26 +231,51 @@ type UsersPublishRequest struct {
 	// `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
 	// `priority` (`normal` / `high`) `android.priority`, `collapse_key`
 	// `android.collapse_key`.
+	//
+	// Open for extra keys: keys not listed here are accepted and not sent.
+	// The generated Go type is `json.RawMessage`, so clients and server pass
+	// the object through unchanged.
 	Fcm   *FcmPayload `json:"fcm,omitempty"`
 	Users []UserID    `json:"users"`
 
-	// Web A Web Push payload: `notification` (title, body, icon, deep_link,
-	// hide_notification_if_site_has_focus), `data`, and `time_to_live`
+	// Web A Web Push payload: `notification`, `data`, and `time_to_live`
 	// (seconds, sent as the `TTL` header; default 4 weeks). The browser
 	// receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
 	// with aes128gcm and authorized with the instance's VAPID key.
+	//
+	// Open for extra keys: `notification` reaches the browser exactly as
+	// given, its unknown keys included; other top-level keys are accepted and
+	// not sent. The generated Go type is `json.RawMessage`, so clients and
+	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An http(s) URL that receives a `PublishWebhook` when the publish starts and when it finishes.
-	WebhookUrl *string `json:"webhookUrl,omitempty"`
+	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// `PublishWebhook` when the publish starts and when it finishes (422
+	// `invalid_webhook_url` otherwise). An empty string means none.
+	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
 }
 
-// WebPayload A Web Push payload: `notification` (title, body, icon, deep_link,
-// hide_notification_if_site_has_focus), `data`, and `time_to_live`
+// UsersPublishRequest A publish to users: 1 to 1000 user ids and at least one of `apns`,
+// `fcm` and `web` (422 `missing_payload` otherwise). At most 200 KiB of
+// JSON, a limit the schema cannot express. The generated Go type is the
+// struct of `UsersPublishFields`.
+type UsersPublishRequest = UsersPublishFields
+
+// WebPayload A Web Push payload: `notification`, `data`, and `time_to_live`
 // (seconds, sent as the `TTL` header; default 4 weeks). The browser
 // receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
 // with aes128gcm and authorized with the instance's VAPID key.
+//
+// Open for extra keys: `notification` reaches the browser exactly as
+// given, its unknown keys included; other top-level keys are accepted and
+// not sent. The generated Go type is `json.RawMessage`, so clients and
+// server pass the object through unchanged.
 type WebPayload = json.RawMessage
+
+// WebhookURL An `http://` or `https://` URL with a host that receives a
+// `PublishWebhook` when the publish starts and when it finishes (422
+// `invalid_webhook_url` otherwise). An empty string means none.
+type WebhookURL = string
 
 // InstanceID defines model for InstanceID.
 type InstanceID = string
@@ -1466,73 +1530,114 @@ func (sh *strictHandler) DeleteUserViaUserAPI(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Fv9bttIkn+VAmeBtXGULGk0uUTBAOtMkhnfJBlfbG+ADXNiiyyJvaa6Od0t2xpDwD7EPcM92D7JofqD",
-	"oiTacrK53GA3f9kk+6O6vrp+VaXbKJPzSgoURkej26hiis3RoLJPJ0IbJjI8eU5POepM8cpwKaJRdF4g",
-	"nC50AdwPAp6jMHzKUcXA4OLi5Hk3iiNOgytmiiiOBJtjNIrCjDHPozhS+OuCK8yjkVELjCOdFThntOGc",
-	"3bxCMTNFNPr2URzNuWg+VswYVLT6f73vdZ4cd16yzvTD7eNVp/k4/JjH/mD1hyiOzLIiMrVRXMyi1SqO",
-	"LjSqu5iw0KiA53Bw8fZVB3XGKswPY+iDkdB/NITJ0qAGOYWL85edx3ewhBbZx44/KJxGo+ibo7XIjtxX",
-	"feQJXBGxCnUlhUYrwmcsf4u/LlAbesqkMCjsv6yqSp4xOsjRXzWd5vaBe2VyPpdi/EIpqdyOu0w5XphC",
-	"Kv6bXR8KZDkxScOca83FLAZTIHhqgPhNH4U08B9nv7yxXxPRUKzw1amVmz2R+ZLeGymhZGqGcNDvwc/8",
-	"GUylAi4MKtRGx4kY9NbvidH6EKTy69F+ICd/xczE9JYBCQZqO6AduLhiJc+7iYhWcfRcCvwoXm5y51gA",
-	"ziuzbO7cXSude9HGVtq3C+eNk6e3q7RLJJ3QYQUrnUi+lJyPBSwE3lSYGcxBo7pCBUijLVFvpHkpFyL/",
-	"YvS8kaAX2dohxU7K7mW1mJRcFyAFcGPpO3Vv8PMR6Fd8i3pRmrssIxDCNWgjFebARA7XvCxhgpBjya9Q",
-	"YW5J/M+FNOzFTYaYY/5F7be2vYJpspkcuNGQM14u6xP8StRZOs+lfM3E0jsa/cUofS0VgimYgH6vB8pv",
-	"DxUq0JhJkZO4TWFN2J3HknshmHdPX5irE2QKFRh5iSK4NNPg9h810a3QwCUuPamVkhlqzSYlfllavZOx",
-	"bmqyMJBLdBTPmckKS7dbr2uvSL82bX1cCX3KlqVklr0szzktzMpTJStUhtPV5G63lpvj9I3dhk/92aBy",
-	"S8Wg6bJg2m7the3INNJOG0HKKp0mgiyKiSVkC23knJip4eAnVKzMgeW5hjRnhnWrhS5QpYfOq8rKEQmp",
-	"u65oIeeNg6js/lzUt89T4PTSOIos4YEsv0QiUlYJ3aGdOuThUzjIccoWpYGUlahMar1UOmHZ5UyRu0zh",
-	"ukDhTgKFLHMNUpTLRKRe9B12xXhJ+pAexuDXV1wqbpaN5fs9u/J39tZbL38YB5rwpuLKcji1Lsi9zWRZ",
-	"skpjh+dp178zsuJZau/aglzUFSdVTcRkIfJyM+6TaluhMymmfLYgR2fXoVs0jqqGJpAm632KsnU9xhFJ",
-	"8KMnebHYSHeLgs2zb4Wfj4Y7UWEcbXGRprSPCdK5Z0TQj5Yhq93YYPtNHN10ZtIvEJEv6L5l16/JbcyQ",
-	"NnmZzT/JII/hJVc4YRqDFQb9L3HGsiW8/OE16IJVGINRTOiSGStoYAJ+Oj8/hat+IuaOkJEzuxSuWLlA",
-	"DRPM5BzBnVPDgZCiEx7I63RQZDLH/JDUMxEzxgWk3mbhgIiYo2G0ZBwCOTf98CmkTQ+S+q2sOYpcSZ53",
-	"N74/hdTwOY6NHNP1m8KBuz70YZgJ9URjypRsqGFyqZBqzsoUjiAt+KxID9fD62ExpEG/xpe4TBu0bLxv",
-	"s4/mgFYl+iRjaLJg3+RNesj5tdKRFUwILMfOgHY/lzy7HLPsTnPJZOkC2J0vPLtjCp+Tjrd90SH63Pli",
-	"2Kz9PTflw0yQOLI2ahSLeTR6Hzk9iOKItCD6ELftsFYz72P4nCYPhv0ng17Polz3pldPJywzQ/Uphn/i",
-	"YdAbCzNbsEjASUBAtIFas4IplhlUFrqmx52/AOv8Br3OExhDB76HP0EMXXiaEnZpeMo+ucoGUu9vAvXj",
-	"zl9Y57de58k4STrf/ynuPv3wby2Qe024roPqGsRuu6gQjxq5Rn1PgRkokWkDUqA9AjlassJpNvcX3jVO",
-	"LPm7V8G+AKoZ4aziaJrN981oeGBS2kAnTeMG53t33BDkyrL8xM3re60JjzUzmVJsSWOvcbJv+Xc4aZB3",
-	"jZNCyssLVbbqTGFMdaAP4eLtK4q+DSjMkF+hBgapl9c7t4SPZkwD+GjDlNEO9dA3bmDKBSExvaVLg97w",
-	"cVs2Zp0ied/g5IcWI91EZDu3vifpJG/P7KwDG1Kgxhm60T6y1ivfQ9aZYabFKlOWZVgZzNORh4gxGKZm",
-	"FGhSGKpQy/IKc1iieQqph4xczNJRGJcIpghucDFbDyeOO5+POc2TAtMR4BWqpZ8H10zXQ0AqunSvEBaV",
-	"u5SCmwv0RRQuhM3pQQps9XqN8y5agq9MIYUNx1ZCU/KhJhrRnYYd8pdt7qHGybvse27jUx00s5LKhiQF",
-	"bqKKBtLedbRxNGW8bFv9TWMN0vcZM3jNlqBwamGyDYCZAc84YFODChQaxZ1+t2zltP+jzi8rFP/A4d30",
-	"dnI2jGL3UvXg82FcCZrSvpMO+v+ApIqzFXt3k6bef/a1s6mV30jQEqZMwQGyrPAoBqTI8LCNujvtOZDd",
-	"oMRzpVaapnrWoooban6PT/B+s90hWbArp8Dq83lPHXDn7m2GV15gwXj9zLF1w5au8CboYasJr+1hV44B",
-	"7d2hMg9TqP8D9dhdkszptd5l7rtwSVl2QcEqK7SY0M6F4Dcw52XJPSggJtdWyoV5NNyvP04MG6yKP1ap",
-	"PPFtynNXfeI4VCfurUfcH77tSIw2+7iwzCbdf+chmaXxweFYqLdsBWL/ypGYY2CbdjaO9JHZh3c4cUVG",
-	"n30YbQP7AwvZYusZYyCQGEOOWI1LLi7jRBQ8x3FzyphPx5obHBdMj6cyW+jD2OclYqeCG5mARIRUwGb6",
-	"MT0/f5X6LN9TCDm3IVwjXmqfUJwoea1RJaIWSnqbbKDuJBrB3//2PzEkFsHT461/dnmO8Ga1WqUxoMjU",
-	"kq7TRFxzUwBD3R88nmVzS/g6pw3261Ye7s/HpyfPbV65JcHwe8kf1KJr/foAYTbmTaQskYl7kwcfA/i/",
-	"NHTfSNK3hgPkRm29rQ4MXDDvM93HpyddSO0Am7xloAupDMxZVnCBHYUsZ5MSE3HJRQ4HU6kAb9i8KhFS",
-	"X/Mcaz4TzCwUkp8W0oynNkl9aIFHTZBdXwpMBBkJigxt2rlCWZXYqnDNw2yf7ReBUK9j3RreVCXjQsM1",
-	"PRFKuVZSzNaK3oh//BE8j8gq1odoK2I0pu7oB7Yz/8zy0XLNA0M70IYLWrBLHGdM4yYxOwzdiyHd5ptO",
-	"8UNbMlhjtlDcLM/oCnH8dWWkn1268O7y3lbByVdxrPXYUtWaRrppXKmIi6lsX/X49AQaRSlfErb1Qxt/",
-	"o8iB/NoGFtH0aV1X0InQiwmtPHFRew3wwer5QuR1RBHTf1NZlvJ6HRI7L25kInIs0SAwO/iPOmzQhXdc",
-	"YYeuXmb4pMS1Fp1apwvPkM01+OuTTuUqSsY3e3TswnRAFHkluTA6qIGb6UvhZ89/1t1EJOKbb2w/BAoT",
-	"/L5IxAtrqmQTjlmGXdINsdE4MaIFFSpIFr3et9laVPYZ05rydbPEhkRHwELHRaMHY9jrxcC8BV3iEoa9",
-	"fqAzlHDpMTBgInNOEYVCl2S3m6Y/+GrU+bLCEWzXIlM4YDaHqNEkYqObgpG8bIsMMzCX2oBv27AxiJci",
-	"UbwhfFsCCI0cLSOtQsDBsNeDCS6lyGMo+SVJ31UIyW/UTSR0jFDcO+zC8eaY/RVP+Pvf/hsYTDmWwQMk",
-	"wvGTzCUGIW0iQEqYM7Hc1GGvukyEvpLNHKxNu9RRu7g/VLaEkEgHgy60V8MTsVkOpwXr6j7JNGQurFiH",
-	"gydPHWl+hAs0XOU/ERulfz9TB0nYkg6xngJJt1pvAAtheOkyEHhj4OL8B8gZBSFniyxDrYl8vGGZKZcw",
-	"6PWCIj53CHpJj79YUpudE0zoa4LXbhtSC27WHRUju11ImbkzujSAM+Q6wxVquXV11DkPOpmNjYNZe4NW",
-	"qBdzpEsIFZmcof2qCnM4aECbjMxhM93CBUxLPisMqTyDTDFdwJwtYeIuukSwGePCqqJPTGw6QU0XOysD",
-	"Pevmpg2n6DxdIkiNcjDXPMMYLA9I6E2KuvDCJUF8mqKu7mVMKe5yKIkI5TXXrFVyin/JqfnEkmP+wUYt",
-	"fUSRQ4C4rk4WQC5pb8H0c66rki0p8PAuJHxoxOB0jhNfCq+1rmnpllV1lslqA2i2tENI9qHDIkeWw4Et",
-	"zQ/7vURIBRdC4YxrY899BM9Y7hJH5zQnthXNizdvX/x4cnb+4u2L58ThYW8Yr7HIsDe0Rjrs9w7BXTLN",
-	"ynjQYI+7rCt9Z13mGsylcQjSTn85O29Fa84L+e4G65ou3r5KxF0gbp2IbcVzMVDc0YAGifAXQup37JyF",
-	"wGQEumCD7x59726dAm/gp9fHP3TOfjoefPeojnjIZj3uusRlDUru7Gfxd1YXXtqExnbqKhiqUdyTmQgy",
-	"TDmd2liSwRSvYc7FwqB2IaWP3qPAShJO49aO4ojCDxef9Lu9bi9kTlnFo1H0bbfX/Tay9anCBk1Hrl8E",
-	"1ZhV/OiqfxTOoY9uGz2rqyOrgke3vmlz5aIh0oO2pCTFCiQVl4qhg0m6W3yyUpMXRJdUqoOBkzzMxAtt",
-	"o7BmX+779gTCeshRo293Fe8dHXIZH7ZaRwe93l3Jinrcke2GXMXR8CGDG82odkp//5SNXi07abh/Ut16",
-	"SBMGT/ZP2G5gW8XRdw850GbjpY3FF/M5U8tafkHu9l4p7UXIVS1928VgG07X0eOPkpwszdIuM81mupFf",
-	"oU2OQsp2j57WF7Otuci2PB3F7dqGHXUkyjQEr30u6zpsuquhpzuDnjGLaz5dWz84CITaPPM5gs/S8HZX",
-	"NXm1ibmMWuDqU6xg3Uv6RU1hsH/SZgvppxnQ4CG0NfsU/z/N7rSlG+Cj7GxtNJ9ma0cbxf1gdfss56vV",
-	"fLWa34fVNHIxWyiEoOw2AvmsllPXYPZYja1A/R4tpq009tVa/pmtxWXcQzfBtE4Sfl7DuA0zPNqYYYt5",
-	"/IjGE/aPAoY7f7VykjfyMArNQvk2kpaftK1JfuiP/PqDx3uKz3dhlM/58x3fpXT/z3e6XzFPm2FYNGEY",
-	"wR6RQyYXPje+VpoDFjIfeGNQEDq/N/qyGPvzwfE74E5eY+30PiD+Z87oj8stfIXk/zKQ/I3McQ8ob5Th",
-	"rDo0CnDvP5AcfTHMflyo0pfURkdH/cG/d3vdXrc/etx73LMy96vvlB2xTl7XrXYiDxUwU+C8u+N+Ubd4",
-	"9EY1CvP1ddX4LbKOVh9W/xsAAP//",
+	"7F39chu5kX8V3CRVK9UNKZKmHJmqVEVer3eV3bV1lpSt2qVOA840SURDYAKAorkuVeUh7hnyYHmSq24A",
+	"80EO9WE7l1zFf1nDmQEajUb3r7/GH6JULQolQVoTjT5EBdd8ARY0XZ1KY7lM4fQVXmVgUi0KK5SMRtHF",
+	"HNjZ0syZ8A8xkYG0YipAx4yzy8vTV90ojuA9XxQ5RKPoaPqCP4fBoDMYHj3rDF9w3jk6PBx0+oPDaZ8P",
+	"08PfHfWjOBI4esHtPIojyRf4ZpjiWmRRHGn4y1JoyKKR1UuII5POYcGRwgV//wPImZ1Ho2fP42ghZP2y",
+	"4NaCxtH/+5de58VJ5zXvTK8+HN116pfDp1z2B3e/jeLIrgsk01gt5Cy6u4ujSwN6F9eWBjQTGdu7fPdD",
+	"B0zKC8j2Y9ZnVrH+8yGbrC0Ypqbs8uJ156jJQ3y30+vt4BPefYhHv9UwjUbRbw6qjT9wd82Bp/oOV6DB",
+	"FEoaIEF4ybN38JclGItXqZIWJP3JiyIXKcfVHfzZ4BI/VNS2LV67YZgEyAzjkp0s7Vxp8SuNMWIvgWvQ",
+	"bLzs9Z6lBlINlt3Amq6BzYFnoIklWisdjaKFMEbI2TWvDxPdPXbFqVoslLz+hkajdW+T3KDQk8CEYX7q",
+	"mNk5MM8ThqKAN6Wy7I/nb9/Q3bGsHZJw1x0R9/ZEZWv83SrFcq5nwPb6Pfa9eMmmSjMhLWgw1sRjOehV",
+	"v+N2m32mtB8P52Nq8mdIbYy/cobiwcozjTMIectzkXXHxKRXSsKTdrTB2CarTiSDRWHXdTK61eFwP7Tx",
+	"GInososaG5IPd0kX6TvFlUueu/35RNEzoG9BsykXOWR42OZcZjnQBnixPGbCsjk3bAIgWa5mM8jq0iY8",
+	"Pdfuh88mZieSLSW8LyC1kAVCaQ5iwxtlX6ulzD6RA9pLZqWyH6OSm+v3ilgqez0lkj4bD94oZpZpZU9i",
+	"J9jux2I5yYWZMyWZsMSTM/cLPJEpfqDTDJXnciKyzrNn02fT50fQmfTSw87w2dG0MznsTTtTDi+eTZ+n",
+	"w6Ns+vhVerLegVnmdpdGCasRhhmrNGSMy4ytRJ6zCbAMcnELGiXvLo7+a6ks/+Z9CpDBpwpAtfEo40sD",
+	"GRPWsL/gFGhw+r1eLxAHhnSMVRlfs73Li6/364JAr1xDIOuz6tt2IjMu8nXJOZqf+HOh1I9crr15Mp/C",
+	"oR+VRm3AJTIiqATDCtDMQKpkhuJn56RFHYnHzORqxTK1knXuWKWuF1yur8MYn49BT6eRuHQpg4H8dCGa",
+	"OBNt1Q3IYMwaM35lWGW5m+ojVVpDaq95Ia5vYP15BaedMNhFF7Gl0CoFY/gkh0/hy0kpmR7YWJYDN5Yp",
+	"CXiyeCFNzKbpwp10mLRhmIKvc8U/82kKNpWs8mRpWabAsWbBbTonBrnxuoRc/dg49UkhzZmnCRmSZQIH",
+	"5vmZVgVoKxAcOnzZgprO3tA0YuqZyPzyYmYQKHFTN7yOTKvotRFLeGGSsURecblm6dJYtcBdM2zvO9A8",
+	"zxjPMsOSjFveLZZmDjrZdyBCFY5IljiohgM58BFkguYXskReZPUNWEcRER7I8kOMZYI72MGZOghoEraX",
+	"wZQvc8sSnoO2CZmrZMLTm5lGw5iw1RykWwmbqzzDQbx4dfgtFznKXMJWws7VsjZMYtzrbrhsBsl+XM6v",
+	"hdLCrmvT93s08yFp62r6/Zi5V+B9ITRtQIKyF0ZKVZ7zwkBHZEnXP2pVIdKEcOgczdCtoDMzWRJMqrt3",
+	"So/lxslKlZyK2VITtCpE2h3LsXxbgCTC4L3VnDZwxOAW9Br/JnEsd4lp4CmaHdoAbthM3IKMS6JNEvYv",
+	"nUN6AxmbwBoV3gSEnKEr4TEnScEMJGiOaOpbFUD5WCZ4kLvv+OpHPPMzSGJmFEtzgceKjqbHXgU3jgte",
+	"cuxcq+VsPpZLmc65RFg4llEcFbWTgCrDPO2gnBRFjsxzy8tESq/pdUwEOJTaYIdbHB2ECaDp4RrG0g9z",
+	"zPzZ0MAzw5TM11tiFQeh8nzdlsgYJy1EeuOlwIkZSj7xsXXdOEe7saBbzMJ775KEXSK5Z4kVlqZMzHJS",
+	"/o1nkuhjgT+5SnkePDBcPapPJeHtNBr98mHT/47v34Im7TgZ/rs5RhQoar25687dlr9zdRdHxPF2/sjl",
+	"YgLaGW1gvCiYSJU8ZmjbF+oWDOFdimWIxXIRjXrlDOiMzIC8kJRbmCndvpCtLd6mpE+HlNf0B1sWGbdA",
+	"ZkrivL/0r9pmXiwtDtmpGc7NoXPUrLxpC/CYiRRQL4A0+Is7VnVf+sG5TfCJNm0x3WBTkQOTfAEbkodL",
+	"TbWwIuW5k89PEqeW/bZzPIEdkT1KQuIIrdjTFMfXziLiiw6mO+HpsoZ19IaR7eHtBVhOz+PF+avv0cgV",
+	"SruTuB/jVc5TUqXVm6ilSfEwdB9b3Pk48vr7iYqvxcgetxrnLntr56CdzuPows6k0s4t39S+Tbu2LRlv",
+	"aiJonAYi+MMXFJhxHACGdogpmtWfS2cLu+zEjuVCGcvKMN1eUgYdE5aqJdqRdM41Ty0tiZaxtsBysRCW",
+	"pVxKZcdygqJfaCAl71frkBe5WbVA5vNhvH2kNyz79kovpXjvHQLD+NSCZqu5SOfOmhirCsOsXgs5O2ZJ",
+	"LyEZUuhzodEg1jaDpVf/2RLn9HQEULJNRdLvJWxPLBaQCW4hXyMqOUzYXqFWoDuG3wo5owBW0k/YXq5W",
+	"YOx+7dxH/V4UR4dRHPWjq53zB1DWogq8/SitF9urDGINq8UsuVWiSGL297/+bb9CqM7mtkZ4N8Nam7/E",
+	"0fvOTHm6og3cgbS/ThcfBa5P2GuhYcINBEQdBCiHGU/X7PXXPzIz5wXEzGouTU4wyCpUgd9dXJyx2/5Y",
+	"LhwhIwehE3bL8yUgqEjVAphbp2F7UslOuEAPogMyVRlk+w4+zLiQO9RMHAKS7vX9Y5bULUDipyJoLTOt",
+	"RNZt3D9GcLCAa6uuc3GLgNuL8354k5UvWpsniJFr8DiRSi94nrADlszFbJ7sV4+Xj8UsCfoCvdGkRkvj",
+	"991YlrQSqq1cGOQyBdlQS/E0hcL6yE7Qa92x3IVN2ZOgqUPfTWzK7oWm9fW0ooRPskHHHtSTFJVAPiAa",
+	"jubfzdStpEWgAaA1ZaUJC8LTamjq4vF0f7R2OOoDNb3R8ni0yyRqD/f7NbJaQn4tsqSSx9qP+92x/P6p",
+	"wrFt0rZma0eRfnEIdpiaNgjptuntnaAXb1znKr3mekYUCAsL0w6B3Q9ca75uvLpLwpqL2L6di/Tmmqdh",
+	"e1twbO6SAFt3EDK331jwWTuAL7Hj9rr4bAfkT29AP8kb8Hc+kqHVu+0cbUOSdVscbKjThFEcoR5sNaN1",
+	"RbstYOceRuDRuQEojD+qpKac4yCZmk5zIQNSYnvcMgJKQ7YCuDEB1TgfZjDsvxj0evd7NU+3qKc+T/aG",
+	"sqEt+amQSPNeQZlxrQAbnZ6Tzs+Md35lvc4Lds067PfsDyxmXXacbGCzPoKzWpa538RNJ52feefXXufF",
+	"9Xjc+f0f4u7xDhgVCDc+e/BaQJ6Z9qM+pXsUUyxjjlZVOcJjlmwO52PjifMK7JyXYUncSA8ijFPILm3c",
+	"Dq4fCkfW44V3cTRNFw+9UcNAeFoD3Y1zct/7jR2/o705de/1vXiFy+3jtYLJQ8P/BJMaeSuYzJW6udT5",
+	"I96jJ9/9ELlUekjG/1Jb41XL8d2xcy7Gknv39DEM2ZCku6s44nLtB6jTQ/t6Vaowd40ub/0h3MnaM3i5",
+	"+Qhys/YIXuKku6LkdYkd+YPY61W/kWXcDKJTlJKA3jRduABRsoJJwvaGgwFLNsLoiXPhVsLAPnpuTh/5",
+	"tLqajqVLz3PvmVUemHfSgoO2O57oUvvG6mVqib527ifOsteV165tKtOaPn84+rBxDGvpy9b8XhmjLU+3",
+	"e6Hdh6lvYDVym2B6ss4tty2qNQmAJhn5hGbMLNczsA7/aDAqR5y3BnvMEp/gFHKWjMJzY4nAyIVyy8c9",
+	"PMIFZfiekpCE+LF7j624KR+hsPSM3wJbFo7nwQQG+iKUyDA5XigJrRaxtt6l2d6GVAPKwgnt0BTtq41G",
+	"CKGhg7a0TceXWd1t9r0im+k1swvKoMM2h2bMrJYXbouGubqGh4IenM24hRVfMw1TSq4S9OaWecb5aIEG",
+	"qwWYHVMJSan3p6xfFSA/YfHu9XZyGodiG+m1hiV3cSVISvtMJsj/I0oA3FkhQImSev/aq5qAUvitQgdw",
+	"yjXbo4CUR1ZKprDfRt3O8xzIrlHiuVIKTV08y62Ka2J+j07wxm5Hrlhl6yZW8VY0BP+2kQbc+g0Lh9e/",
+	"eW0s14748EuQw9YjXJ2H7X0MeasdIvM4gfoHiMf2kHicfmyBgj/NwQV9iF1szgvatJgJySj4txB5LnzI",
+	"BJlcnlIh7fPhw/LjtqHBqvipQuWJbxOeXQWSJ6E8cndBJHs45DqWWzFXtjvk+jCq35IBJP8T0DpV7h2z",
+	"pD7M/xeUTrQ/GqGHktINbP6vCc7d0naJ60eD8hZh+VcE5LT6Coz3wkn8x4HxUMz6j0Hj22xvQeJtexNH",
+	"Ndl6Ymz+J5i4sni/8NFG2Dv2AffYcawR4h7LEONuRiWTi4sfEp8lOy4z8mVkxZXOarUyoMdSQwriFgxL",
+	"PowbIdNxNGJ//+vfYjamWC9efvDXLiQbfrm7u0tiBjLVa0RCY0mJMg6mPzia+QqmqpqsSqPVikH+dHJ2",
+	"+oqqrHZGzjeyAfWYsV8Lg/c8tfmacTOWvhhEWMOW8kaqlasDYEKm+TJD98Al7KwqOjncQl4lDOvR1rEs",
+	"w63s40PxY3l/mcj9ofjPk+0t+Aza070fn8r9+Aj7T2iukKyXwBeGTsH5q++ZmauVOXbCbFVjc+vZtUdW",
+	"ZGQAxXUuZAvWvHz3g3cRXNnVlv8gDKMAcwPZV0PPRUZFzeUL12J6bYSF6zk311OVLlsM/PlcrXCWOXKa",
+	"puXM8kkw2fg61bDS67VpJ0rlwGU9ct2ymunWIr4yVBzSuoDHF6Q8NtzrnBIzL2s1Hoz9hq39pwR/a2a9",
+	"LfSbzK0tRgcHrq4OLwxdIaudfmNzJNm7oV6H8rFMmm5OUslXMJ3klzgjSfeEZd4xMWQMxzLxXRfXHqVc",
+	"L3W+YRFD84TbN7YALg2TSsIGOB30hkdxW26kVgnaikTRbFPBaemTuTiK1yAnZ6ddltADlJrjeHa1ZQue",
+	"zoWEjgae8UkOY3kjZMb2nDqnalhWLs+ImeR2qamKq2wRSPYp5lMSROMricYapAWZOkEqQBV5a3lZYzGb",
+	"a3srgZXj0O7B+yLnQhq2wqsVN2ylFZ7QYKhqrmfVWUXFaks7rxbRVilbe3VrD6Cd+efER+KaP9P0IHlq",
+	"RvIbuE65gSYxWwx9MHznJm+q5au2KgUD6VILuz5HdOX464qiv4f1/U0DW2XdBNBIoVHhdUUjHi9Xjyzk",
+	"VLWPenJ2ymol1j67TQX/FPoAmTn1IxuRGm9FXDDEjKVZTnDkiQuYVPFjkvOlzEpgS2WNU5VT0WQ4uw6F",
+	"WTWWGeRggXF6+CsTJuiyn4SGDoJ6bsUkh0qKzsiueoPnlQSuypUtW9/o16GBcYEgs0IJRBBeDNybHkmc",
+	"v/reEFj6zW+o4QykDbhNjuU3dFTxTDhmWX6DCO8pvXNJSXnVjdbY0RHjoaWt1uQ27PUQlbsThBBi2OsH",
+	"OkPPBV4GBkxUJsDhLqr+cGWeX/sSxIt1ASO2WVmfsD1OHrwBO5aNdjWO+0XtkbwZwCdN63cRKW5sPkG0",
+	"4Fy0PEkCwfaGvZ6vIY5ZLm5w910ZOuqNsksPlxEqyFFTN595uKye/f2v/8O4iwT4rR9Lx088LjGTimKw",
+	"SrEFl+umDHvR5TI07jVzmBTxLgMmsumasU3PDAnBLR0Muqy9j2Qsm40kOGDZjoN7GoLGtK3DwYtjR5p/",
+	"whtSatUZy0avjn/T1NqLfPm28LXAw96ALaUVucM98N6yy4uvWcbRiThfpikYin4Er2DQ65EgviwjPabG",
+	"dbPhN46qPksjfkUJnahbcOc/+LljqaaVnG0Fnuq1fiO8nzTDSD4WNZZVMIocB+QQ7fximVvRochULeMc",
+	"PB9niL8ybi1jaZSSoL1758PThs35LdAKwpKdRAnN0CXao/K+Icl9gd5gs9Tl9dc/+ptqylyRVumv8ola",
+	"Wn/XpQC8ByiU3B8hEgrVZgr1lZ3DwhWpG68NSwVIPJ1ykVMbjA8sr4PSeOWvyTEksaq3w3FpVqCDgOER",
+	"FrZqk3ObGDJLTh5dtNwp3TIRFOpHywo/t9EohYTWSojulK8Gs1wAAgbQqB4tVUgWkBGUDWGPFFXXhlch",
+	"2TQXs7nFlXKWam7mbMHXbOJAyVjyGReS1IaP3zcNlkEQxvNAT9Xp2zBgziqNJR75jNmVSCFmxAM8oHWK",
+	"uuwblyvw0fyyRDDlWgvwQZJGKbDza7cqgtleo7lmhCgvRIJdsV2IBaOmmXPzSpgi52sEiV7dhxu1eAeu",
+	"49T3xpQaoq6ViVVlMoakgRm+pkdw70NvVwY8C+Le742l0uxSapgJY2ndB+wlz1x+5QLfccJ/+ebdN9+e",
+	"nl988+6bV8jhYW9YOwLD3pAU6rDf22cOENRbYYIEe0+AzN5PZN6q4GMSB0B99vb8AmH0lv/gLIZvdyIz",
+	"cvnuh7Hc5VZU+cpWDyNmiBFrYZix9MY78TN2zgOIHDEz54PD5793CGEO79l3P5583Tn/7mRw+LxEp6hf",
+	"icAYDX4ZANrZSefxRZe9dp3VGxmecFCtFp7MscSDqaZT33UwhRVbCLm0YBz8D0HLwErcnJqCieIIoaLv",
+	"L+j2ur2QYOSFiEbRs26v+8zVMM8J4B64BjLQ17wQB7f9g7AOc/Ch9m2JuwMSwYMP/jsKdw65ohy05e6c",
+	"fDgvyh/u8sQG+BeX+yLqffxoFnDrXR0n2R+fLGcLNMxNzOusIi8nEeSeK6eDScF0x5LocSEfGi/0lXkg",
+	"ywxaUMg8h0soSY3Qbi2XhjB8/RMgOwLb1SMHtU+E3MUPPh2yAVcb35cY9Hq7wvblcwf0sYK7OBo+5uHa",
+	"Fyvolf7DrzR6ZOml4cMvla35+MLgxcMvbPYr38XR4WMW1PwUAnlyy8WC63W5f2HnydLluRe6sP97Lmjo",
+	"D7LzPb5VFKVDXOZSynxmankQnOQg5FofODklrKNiCWV2tINRq0Xlx3CKWtKbF6osikkI7bfSW0ZeKboI",
+	"eBAqQNnwAaxqk/SzrclecvKuP17qr5wjDsa+9IHLxzUR+865/FsP7cgTL7f0razQQLwJOyj4QnqnyLmd",
+	"Kr1AlcjzJdSTgKEbMTTnubhq9B3kuYrZSuk8+4+Gss1z5bx2nxPcDAc/coBGId8v0Zx+vipzeo8ctRbs",
+	"jUK4brVaeTzSTdWijfYqE9hk58VK1dXviaurpm6XOLgt4cUaKz0jQsTezFURjaLhoC1Y7tfxWoOZs0zJ",
+	"pY8JFsEfFi5y60l+AyvEz1Rl06zcdXW6m2HaZ897vU3WullQenGQq2YWtOSalzdk2cEEz1EnrPTu7tGt",
+	"5rsqE++agSirl3D3Mcq9+pzH/6mGHzz8UvMDHB9nFwaPoa3+KYJ/pjU5a6nRfJL5qGzBx5mQg0YhcLsx",
+	"OUeHsFk55b4WgB6D7+1D91hkx/WAYdP9Qq9xHXBvWxEqxUhA3uNYdtnJWD7JtdvhuLnWoPC1ho1oFy6N",
+	"viGwKw1fxXrGkoI9xxVenIUvG5QO/JRYo1aytB/OPQtMUlPy9/29EkrycgRkjLkR6CI/zsp+sbBfLOwX",
+	"C/vFwn6xsBsWdqdtYjXTVIrkZ7WyZSHfp1vY9iAI5Xg3rGsvJF+8SiCP9Y8/XcTMgPv6gwvasZOz031f",
+	"1SVDHLs9suva9WW68RFBvlFkRrbxkUbUJUy6IVhdxVENBVLXLm7jWxBc+kA2PkbU9YHOe60j1Z798yyj",
+	"XXkKtvS4zzqJt+fhc1Wfz/qVX0Pp31XFpL/UP2zq/xw83aI9qorHf7Vjy67dPeUrqV+U9L+Tkm6oN6/Q",
+	"SHI/qz7+EN7wkecZtPetsKKWwXKe2MnZ6cgXN5haQm2q1YJVzVnVV6zqLVi4QNdaFVdK3ZfVuwaUbtmy",
+	"hYOQenS1dslY0oN1K/aVTyKVpRrv6FLIGdUYtejDb8F6Xn9q9HnnlzZPsxpXNNil9s1EVcnNEz4G2vrt",
+	"5WrzHvuJ6v7g6IE+g11x8ico+Vq7W0PNv6ROu3rXT6nfa81t0aA3GHZ6h53e4KLfG/UPR896Pze6hUaH",
+	"/UHVa/Os6vMa9uKP/dhqaLF5jmP4nppm317VM9Mf9Hr04UP/JeNaUBx/+ehl9amBOKzrsNnz1vL+8Oeq",
+	"cWp09LtPXnu//+Kwtni3ls1lP/WrtL6d8f6v0na/5FjazAFlL3A7SAF6/djo69njIfdbftXs3rAYZRk/",
+	"X0JyR3olK3N7O9Mqb1QWSiHGMkT07s8T/klw/MclY79kDP9tMoYkKvfnDGs1piQOterSX65wH32lJ91c",
+	"lnGU0cFBf/C7bq/b6/ZHR72jHu25H327Rr2s9ilbeGUWyjvtHBbdLcsMpgUj1EotIaswXe3/UzDR3dXd",
+	"/wYAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

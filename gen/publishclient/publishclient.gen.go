@@ -42,10 +42,16 @@ func (e PublishState) Valid() bool {
 // ApnsPayload The APNs notification payload, sent as the request body to APNs: `aps`
 // and any custom keys (Herald adds `data.pusher`). The optional `headers`
 // object is not sent in the body; it sets the APNs request headers
-// `apns-push-type` (default `alert`, or `background` when `aps` holds only
-// `content-available`), `apns-priority` (default 10, or 5 for background),
-// `apns-expiration` and `apns-collapse-id`. `apns-topic` is the device's
-// bundle identifier, or the instance's configured topic.
+// `apns-push-type` (default `alert`, or `background` when `aps` holds
+// `content-available` without `alert`, `sound` or `badge`),
+// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+// the instance's configured topic.
+//
+// Open for extra keys: every key but `headers` reaches APNs as given, and
+// `aps` is not checked beyond being an object. The generated Go type is
+// `json.RawMessage`, so clients and server pass the object through
+// unchanged.
 type ApnsPayload = json.RawMessage
 
 // FcmPayload A Firebase payload in the legacy FCM shape, translated to an HTTP v1
@@ -54,20 +60,30 @@ type ApnsPayload = json.RawMessage
 // `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
 // `priority` (`normal` / `high`) `android.priority`, `collapse_key`
 // `android.collapse_key`.
+//
+// Open for extra keys: keys not listed here are accepted and not sent.
+// The generated Go type is `json.RawMessage`, so clients and server pass
+// the object through unchanged.
 type FcmPayload = json.RawMessage
 
 // InterestName An interest name, 1 to 164 characters of `A-Z a-z 0-9 _ - = @ , . ;`.
 type InterestName = string
 
-// InterestsPublishRequest A publish to interests; at least one of `apns`, `fcm` and `web`.
-type InterestsPublishRequest struct {
+// InterestsPublishFields The fields of a publish to interests; `InterestsPublishRequest` adds that one of the payloads is required.
+type InterestsPublishFields struct {
 	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
 	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
 	// object is not sent in the body; it sets the APNs request headers
-	// `apns-push-type` (default `alert`, or `background` when `aps` holds only
-	// `content-available`), `apns-priority` (default 10, or 5 for background),
-	// `apns-expiration` and `apns-collapse-id`. `apns-topic` is the device's
-	// bundle identifier, or the instance's configured topic.
+	// `apns-push-type` (default `alert`, or `background` when `aps` holds
+	// `content-available` without `alert`, `sound` or `badge`),
+	// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+	// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+	// the instance's configured topic.
+	//
+	// Open for extra keys: every key but `headers` reaches APNs as given, and
+	// `aps` is not checked beyond being an object. The generated Go type is
+	// `json.RawMessage`, so clients and server pass the object through
+	// unchanged.
 	Apns *ApnsPayload `json:"apns,omitempty"`
 
 	// Fcm A Firebase payload in the legacy FCM shape, translated to an HTTP v1
@@ -76,19 +92,35 @@ type InterestsPublishRequest struct {
 	// `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
 	// `priority` (`normal` / `high`) `android.priority`, `collapse_key`
 	// `android.collapse_key`.
+	//
+	// Open for extra keys: keys not listed here are accepted and not sent.
+	// The generated Go type is `json.RawMessage`, so clients and server pass
+	// the object through unchanged.
 	Fcm       *FcmPayload    `json:"fcm,omitempty"`
 	Interests []InterestName `json:"interests"`
 
-	// Web A Web Push payload: `notification` (title, body, icon, deep_link,
-	// hide_notification_if_site_has_focus), `data`, and `time_to_live`
+	// Web A Web Push payload: `notification`, `data`, and `time_to_live`
 	// (seconds, sent as the `TTL` header; default 4 weeks). The browser
 	// receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
 	// with aes128gcm and authorized with the instance's VAPID key.
+	//
+	// Open for extra keys: `notification` reaches the browser exactly as
+	// given, its unknown keys included; other top-level keys are accepted and
+	// not sent. The generated Go type is `json.RawMessage`, so clients and
+	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An http(s) URL that receives a `PublishWebhook` when the publish starts and when it finishes.
-	WebhookUrl *string `json:"webhookUrl,omitempty"`
+	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// `PublishWebhook` when the publish starts and when it finishes (422
+	// `invalid_webhook_url` otherwise). An empty string means none.
+	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
 }
+
+// InterestsPublishRequest A publish to interests: 1 to 100 interests and at least one of `apns`,
+// `fcm` and `web` (422 `missing_payload` otherwise). At most 10 KiB of
+// JSON, a limit the schema cannot express. The generated Go type is the
+// struct of `InterestsPublishFields`.
+type InterestsPublishRequest = InterestsPublishFields
 
 // PublishResult defines model for PublishResult.
 type PublishResult struct {
@@ -128,18 +160,25 @@ type PublishStatus struct {
 	Targeted int `json:"targeted"`
 }
 
-// UserID A user id, 1 to 164 bytes of UTF-8.
+// UserID A user id, 1 to 164 bytes of UTF-8. `maxLength` counts characters; the
+// byte limit cannot be expressed in the schema.
 type UserID = string
 
-// UsersPublishRequest A publish to users; at least one of `apns`, `fcm` and `web`.
-type UsersPublishRequest struct {
+// UsersPublishFields The fields of a publish to users; `UsersPublishRequest` adds that one of the payloads is required.
+type UsersPublishFields struct {
 	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
 	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
 	// object is not sent in the body; it sets the APNs request headers
-	// `apns-push-type` (default `alert`, or `background` when `aps` holds only
-	// `content-available`), `apns-priority` (default 10, or 5 for background),
-	// `apns-expiration` and `apns-collapse-id`. `apns-topic` is the device's
-	// bundle identifier, or the instance's configured topic.
+	// `apns-push-type` (default `alert`, or `background` when `aps` holds
+	// `content-available` without `alert`, `sound` or `badge`),
+	// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+	// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+	// the instance's configured topic.
+	//
+	// Open for extra keys: every key but `headers` reaches APNs as given, and
+	// `aps` is not checked beyond being an object. The generated Go type is
+	// `json.RawMessage`, so clients and server pass the object through
+	// unchanged.
 	Apns *ApnsPayload `json:"apns,omitempty"`
 
 	// Fcm A Firebase payload in the legacy FCM shape, translated to an HTTP v1
@@ -148,26 +187,51 @@ type UsersPublishRequest struct {
 	// `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
 	// `priority` (`normal` / `high`) `android.priority`, `collapse_key`
 	// `android.collapse_key`.
+	//
+	// Open for extra keys: keys not listed here are accepted and not sent.
+	// The generated Go type is `json.RawMessage`, so clients and server pass
+	// the object through unchanged.
 	Fcm   *FcmPayload `json:"fcm,omitempty"`
 	Users []UserID    `json:"users"`
 
-	// Web A Web Push payload: `notification` (title, body, icon, deep_link,
-	// hide_notification_if_site_has_focus), `data`, and `time_to_live`
+	// Web A Web Push payload: `notification`, `data`, and `time_to_live`
 	// (seconds, sent as the `TTL` header; default 4 weeks). The browser
 	// receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
 	// with aes128gcm and authorized with the instance's VAPID key.
+	//
+	// Open for extra keys: `notification` reaches the browser exactly as
+	// given, its unknown keys included; other top-level keys are accepted and
+	// not sent. The generated Go type is `json.RawMessage`, so clients and
+	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An http(s) URL that receives a `PublishWebhook` when the publish starts and when it finishes.
-	WebhookUrl *string `json:"webhookUrl,omitempty"`
+	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// `PublishWebhook` when the publish starts and when it finishes (422
+	// `invalid_webhook_url` otherwise). An empty string means none.
+	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
 }
 
-// WebPayload A Web Push payload: `notification` (title, body, icon, deep_link,
-// hide_notification_if_site_has_focus), `data`, and `time_to_live`
+// UsersPublishRequest A publish to users: 1 to 1000 user ids and at least one of `apns`,
+// `fcm` and `web` (422 `missing_payload` otherwise). At most 200 KiB of
+// JSON, a limit the schema cannot express. The generated Go type is the
+// struct of `UsersPublishFields`.
+type UsersPublishRequest = UsersPublishFields
+
+// WebPayload A Web Push payload: `notification`, `data`, and `time_to_live`
 // (seconds, sent as the `TTL` header; default 4 weeks). The browser
 // receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
 // with aes128gcm and authorized with the instance's VAPID key.
+//
+// Open for extra keys: `notification` reaches the browser exactly as
+// given, its unknown keys included; other top-level keys are accepted and
+// not sent. The generated Go type is `json.RawMessage`, so clients and
+// server pass the object through unchanged.
 type WebPayload = json.RawMessage
+
+// WebhookURL An `http://` or `https://` URL with a host that receives a
+// `PublishWebhook` when the publish starts and when it finishes (422
+// `invalid_webhook_url` otherwise). An empty string means none.
+type WebhookURL = string
 
 // InstanceID defines model for InstanceID.
 type InstanceID = string
@@ -298,6 +362,8 @@ type ClientInterface interface {
 
 	// DeleteUser Delete a user and all their devices (the path the Beams Go SDK uses).
 	//
+	// Deletes every device bound to the user, with their interests, so that
+	// the user gets no more notifications until a device binds to them again.
 	// Deleting a user without devices succeeds.
 	//
 	// Corresponds with DELETE /customer_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUser` operationId).
@@ -305,7 +371,8 @@ type ClientInterface interface {
 
 	// PublishToInterestsBareWithBody Publish to interests (the path the Beams Go SDK uses).
 	//
-	// The same operation as `publishToInterests`.
+	// The same operation as `publishToInterests`, at the path the Beams Go
+	// server SDK sends publishes to interests to.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -314,7 +381,8 @@ type ClientInterface interface {
 
 	// PublishToInterestsBare Publish to interests (the path the Beams Go SDK uses).
 	//
-	// The same operation as `publishToInterests`.
+	// The same operation as `publishToInterests`, at the path the Beams Go
+	// server SDK sends publishes to interests to.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -323,12 +391,26 @@ type ClientInterface interface {
 
 	// PublishToInterestsWithBody Publish to the devices subscribed to any of the interests.
 	//
+	// Stores the publish and answers with its id; the devices subscribed to
+	// any of the 1 to 100 interests are then notified in the background. A
+	// device subscribed to several of the interests gets one notification.
+	// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+	// `web`; a device gets the payload of its own platform, and devices of a
+	// platform without a payload are skipped.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
 	PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterests Publish to the devices subscribed to any of the interests.
+	//
+	// Stores the publish and answers with its id; the devices subscribed to
+	// any of the 1 to 100 interests are then notified in the background. A
+	// device subscribed to several of the interests gets one notification.
+	// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+	// `web`; a device gets the payload of its own platform, and devices of a
+	// platform without a payload are skipped.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -337,12 +419,24 @@ type ClientInterface interface {
 
 	// PublishToUsersWithBody Publish to every device of the users.
 	//
+	// Stores the publish and answers with its id; every device bound to one
+	// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+	// notified in the background, each once. The body is at most 200 KiB and
+	// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+	// the target user in `data.pusher.userId`.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
 	PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToUsers Publish to every device of the users.
+	//
+	// Stores the publish and answers with its id; every device bound to one
+	// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+	// notified in the background, each once. The body is at most 200 KiB and
+	// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+	// the target user in `data.pusher.userId`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -351,12 +445,17 @@ type ClientInterface interface {
 
 	// GetPublish The state and counts of a publish (a Herald extension).
 	//
+	// Not part of the Beams API: follows a publish from `accepted` through
+	// `delivering` to `done`, with its counts so far. `delivered` and `opened`
+	// count the devices' reports to the Reporting API.
+	//
 	// Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
 	GetPublish(ctx context.Context, instanceId InstanceID, publishId string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteUserViaUserAPI Delete a user and all their devices (the path the Beams Node SDK uses).
 	//
-	// The same operation as `deleteUser`.
+	// The same operation as `deleteUser`, at the path the Beams Node server
+	// SDK uses.
 	//
 	// Corresponds with DELETE /user_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUserViaUserAPI` operationId).
 	DeleteUserViaUserAPI(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -364,6 +463,8 @@ type ClientInterface interface {
 
 // DeleteUser Delete a user and all their devices (the path the Beams Go SDK uses).
 //
+// Deletes every device bound to the user, with their interests, so that
+// the user gets no more notifications until a device binds to them again.
 // Deleting a user without devices succeeds.
 //
 // Corresponds with DELETE /customer_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUser` operationId).
@@ -381,7 +482,8 @@ func (c *Client) DeleteUser(ctx context.Context, instanceId InstanceID, userId U
 
 // PublishToInterestsBareWithBody Publish to interests (the path the Beams Go SDK uses).
 //
-// The same operation as `publishToInterests`.
+// The same operation as `publishToInterests`, at the path the Beams Go
+// server SDK sends publishes to interests to.
 //
 // Takes any type of body and a specified content type.
 //
@@ -400,7 +502,8 @@ func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceId 
 
 // PublishToInterestsBare Publish to interests (the path the Beams Go SDK uses).
 //
-// The same operation as `publishToInterests`.
+// The same operation as `publishToInterests`, at the path the Beams Go
+// server SDK sends publishes to interests to.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -419,6 +522,13 @@ func (c *Client) PublishToInterestsBare(ctx context.Context, instanceId Instance
 
 // PublishToInterestsWithBody Publish to the devices subscribed to any of the interests.
 //
+// Stores the publish and answers with its id; the devices subscribed to
+// any of the 1 to 100 interests are then notified in the background. A
+// device subscribed to several of the interests gets one notification.
+// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+// `web`; a device gets the payload of its own platform, and devices of a
+// platform without a payload are skipped.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
@@ -435,6 +545,13 @@ func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceId Inst
 }
 
 // PublishToInterests Publish to the devices subscribed to any of the interests.
+//
+// Stores the publish and answers with its id; the devices subscribed to
+// any of the 1 to 100 interests are then notified in the background. A
+// device subscribed to several of the interests gets one notification.
+// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+// `web`; a device gets the payload of its own platform, and devices of a
+// platform without a payload are skipped.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -453,6 +570,12 @@ func (c *Client) PublishToInterests(ctx context.Context, instanceId InstanceID, 
 
 // PublishToUsersWithBody Publish to every device of the users.
 //
+// Stores the publish and answers with its id; every device bound to one
+// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+// notified in the background, each once. The body is at most 200 KiB and
+// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+// the target user in `data.pusher.userId`.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
@@ -469,6 +592,12 @@ func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceId Instance
 }
 
 // PublishToUsers Publish to every device of the users.
+//
+// Stores the publish and answers with its id; every device bound to one
+// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+// notified in the background, each once. The body is at most 200 KiB and
+// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+// the target user in `data.pusher.userId`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -487,6 +616,10 @@ func (c *Client) PublishToUsers(ctx context.Context, instanceId InstanceID, body
 
 // GetPublish The state and counts of a publish (a Herald extension).
 //
+// Not part of the Beams API: follows a publish from `accepted` through
+// `delivering` to `done`, with its counts so far. `delivered` and `opened`
+// count the devices' reports to the Reporting API.
+//
 // Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
 func (c *Client) GetPublish(ctx context.Context, instanceId InstanceID, publishId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetPublishRequest(c.Server, instanceId, publishId)
@@ -502,7 +635,8 @@ func (c *Client) GetPublish(ctx context.Context, instanceId InstanceID, publishI
 
 // DeleteUserViaUserAPI Delete a user and all their devices (the path the Beams Node SDK uses).
 //
-// The same operation as `deleteUser`.
+// The same operation as `deleteUser`, at the path the Beams Node server
+// SDK uses.
 //
 // Corresponds with DELETE /user_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUserViaUserAPI` operationId).
 func (c *Client) DeleteUserViaUserAPI(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -827,6 +961,8 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteUserWithResponse Delete a user and all their devices (the path the Beams Go SDK uses).
 	//
+	// Deletes every device bound to the user, with their interests, so that
+	// the user gets no more notifications until a device binds to them again.
 	// Deleting a user without devices succeeds.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -836,7 +972,8 @@ type ClientWithResponsesInterface interface {
 
 	// PublishToInterestsBareWithBodyWithResponse Publish to interests (the path the Beams Go SDK uses).
 	//
-	// The same operation as `publishToInterests`.
+	// The same operation as `publishToInterests`, at the path the Beams Go
+	// server SDK sends publishes to interests to.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -845,7 +982,8 @@ type ClientWithResponsesInterface interface {
 
 	// PublishToInterestsBareWithResponse Publish to interests (the path the Beams Go SDK uses).
 	//
-	// The same operation as `publishToInterests`.
+	// The same operation as `publishToInterests`, at the path the Beams Go
+	// server SDK sends publishes to interests to.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -854,12 +992,26 @@ type ClientWithResponsesInterface interface {
 
 	// PublishToInterestsWithBodyWithResponse Publish to the devices subscribed to any of the interests.
 	//
+	// Stores the publish and answers with its id; the devices subscribed to
+	// any of the 1 to 100 interests are then notified in the background. A
+	// device subscribed to several of the interests gets one notification.
+	// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+	// `web`; a device gets the payload of its own platform, and devices of a
+	// platform without a payload are skipped.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
 	PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
 
 	// PublishToInterestsWithResponse Publish to the devices subscribed to any of the interests.
+	//
+	// Stores the publish and answers with its id; the devices subscribed to
+	// any of the 1 to 100 interests are then notified in the background. A
+	// device subscribed to several of the interests gets one notification.
+	// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+	// `web`; a device gets the payload of its own platform, and devices of a
+	// platform without a payload are skipped.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -868,12 +1020,24 @@ type ClientWithResponsesInterface interface {
 
 	// PublishToUsersWithBodyWithResponse Publish to every device of the users.
 	//
+	// Stores the publish and answers with its id; every device bound to one
+	// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+	// notified in the background, each once. The body is at most 200 KiB and
+	// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+	// the target user in `data.pusher.userId`.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
 	PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
 
 	// PublishToUsersWithResponse Publish to every device of the users.
+	//
+	// Stores the publish and answers with its id; every device bound to one
+	// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+	// notified in the background, each once. The body is at most 200 KiB and
+	// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+	// the target user in `data.pusher.userId`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -882,6 +1046,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetPublishWithResponse The state and counts of a publish (a Herald extension).
 	//
+	// Not part of the Beams API: follows a publish from `accepted` through
+	// `delivering` to `done`, with its counts so far. `delivered` and `opened`
+	// count the devices' reports to the Reporting API.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
@@ -889,7 +1057,8 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteUserViaUserAPIWithResponse Delete a user and all their devices (the path the Beams Node SDK uses).
 	//
-	// The same operation as `deleteUser`.
+	// The same operation as `deleteUser`, at the path the Beams Node server
+	// SDK uses.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1397,6 +1566,8 @@ func (r DeleteUserViaUserAPIResponse) ContentType() string {
 
 // DeleteUserWithResponse Delete a user and all their devices (the path the Beams Go SDK uses).
 //
+// Deletes every device bound to the user, with their interests, so that
+// the user gets no more notifications until a device binds to them again.
 // Deleting a user without devices succeeds.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -1412,7 +1583,8 @@ func (c *ClientWithResponses) DeleteUserWithResponse(ctx context.Context, instan
 
 // PublishToInterestsBareWithBodyWithResponse Publish to interests (the path the Beams Go SDK uses).
 //
-// The same operation as `publishToInterests`.
+// The same operation as `publishToInterests`, at the path the Beams Go
+// server SDK sends publishes to interests to.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -1427,7 +1599,8 @@ func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx con
 
 // PublishToInterestsBareWithResponse Publish to interests (the path the Beams Go SDK uses).
 //
-// The same operation as `publishToInterests`.
+// The same operation as `publishToInterests`, at the path the Beams Go
+// server SDK sends publishes to interests to.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -1442,6 +1615,13 @@ func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Con
 
 // PublishToInterestsWithBodyWithResponse Publish to the devices subscribed to any of the interests.
 //
+// Stores the publish and answers with its id; the devices subscribed to
+// any of the 1 to 100 interests are then notified in the background. A
+// device subscribed to several of the interests gets one notification.
+// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+// `web`; a device gets the payload of its own platform, and devices of a
+// platform without a payload are skipped.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
@@ -1454,6 +1634,13 @@ func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context
 }
 
 // PublishToInterestsWithResponse Publish to the devices subscribed to any of the interests.
+//
+// Stores the publish and answers with its id; the devices subscribed to
+// any of the 1 to 100 interests are then notified in the background. A
+// device subscribed to several of the interests gets one notification.
+// The body is at most 10 KiB and holds at least one of `apns`, `fcm` and
+// `web`; a device gets the payload of its own platform, and devices of a
+// platform without a payload are skipped.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -1468,6 +1655,12 @@ func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context
 
 // PublishToUsersWithBodyWithResponse Publish to every device of the users.
 //
+// Stores the publish and answers with its id; every device bound to one
+// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+// notified in the background, each once. The body is at most 200 KiB and
+// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+// the target user in `data.pusher.userId`.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
@@ -1480,6 +1673,12 @@ func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Con
 }
 
 // PublishToUsersWithResponse Publish to every device of the users.
+//
+// Stores the publish and answers with its id; every device bound to one
+// of the 1 to 1000 users (with a user JWT, see the Device API) is then
+// notified in the background, each once. The body is at most 200 KiB and
+// holds at least one of `apns`, `fcm` and `web`. Delivered payloads carry
+// the target user in `data.pusher.userId`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -1494,6 +1693,10 @@ func (c *ClientWithResponses) PublishToUsersWithResponse(ctx context.Context, in
 
 // GetPublishWithResponse The state and counts of a publish (a Herald extension).
 //
+// Not part of the Beams API: follows a publish from `accepted` through
+// `delivering` to `done`, with its counts so far. `delivered` and `opened`
+// count the devices' reports to the Reporting API.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
@@ -1507,7 +1710,8 @@ func (c *ClientWithResponses) GetPublishWithResponse(ctx context.Context, instan
 
 // DeleteUserViaUserAPIWithResponse Delete a user and all their devices (the path the Beams Node SDK uses).
 //
-// The same operation as `deleteUser`.
+// The same operation as `deleteUser`, at the path the Beams Node server
+// SDK uses.
 //
 // Returns a wrapper object for the known response body format(s).
 //
