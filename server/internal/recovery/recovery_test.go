@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestDoReportsPanic(t *testing.T) {
 	if !ran {
 		t.Fatal("Do did not run the function")
 	}
-	if !c.Do(zap.New(core), "job", func() { var m map[string]int; m["x"] = 1 }) {
+	if !c.Do(zap.New(core), "job", func() { panic(errors.New("job failed")) }) {
 		t.Fatal("Do did not report the panic")
 	}
 	if c.Count() != 1 || logs.Len() != 1 {
