@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +56,66 @@ func NewEngine(log *zap.Logger) *gin.Engine {
 	})
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	return r
+}
+
+// ReadyCheck is one thing GET /readyz checks before it calls the node ready:
+// the database, and in cluster mode the broker. Check returns nil when the
+// dependency answers.
+type ReadyCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// ReadyTimeout bounds each readiness check: a dependency that hangs (a
+// database stuck behind a lock, an unreachable broker) makes the node
+// unready instead of holding the probe until the prober gives up.
+const ReadyTimeout = 2 * time.Second
+
+// KindNotReady is the error kind of a failed readiness check.
+const KindNotReady = "not_ready"
+
+// readyBody is the answer of GET /readyz: "status" and "checks" (each
+// check's name and "ok" or its error) when ready; the error body plus
+// "checks" otherwise.
+type readyBody struct {
+	Status      string            `json:"status,omitempty"`
+	Error       string            `json:"error,omitempty"`
+	Description string            `json:"description,omitempty"`
+	Checks      map[string]string `json:"checks"`
+}
+
+// Ready returns the handler of GET /readyz, beside /healthz (the process is
+// up): 200 when every check passes within ReadyTimeout, else 503 with the
+// error body naming the failed checks. The checks run concurrently, so the
+// probe takes as long as the slowest, at most ReadyTimeout.
+func Ready(checks ...ReadyCheck) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), ReadyTimeout)
+		defer cancel()
+		results := make([]error, len(checks))
+		var wg sync.WaitGroup
+		for i, check := range checks {
+			wg.Go(func() { results[i] = check.Check(ctx) })
+		}
+		wg.Wait()
+		body := readyBody{Checks: make(map[string]string, len(checks))}
+		var failed []string
+		for i, check := range checks {
+			if err := results[i]; err != nil {
+				body.Checks[check.Name] = err.Error()
+				failed = append(failed, check.Name+": "+err.Error())
+				continue
+			}
+			body.Checks[check.Name] = "ok"
+		}
+		if len(failed) > 0 {
+			body.Error, body.Description = KindNotReady, "Not ready: "+strings.Join(failed, "; ")+"."
+			c.AbortWithStatusJSON(http.StatusServiceUnavailable, body)
+			return
+		}
+		body.Status = "ok"
+		c.JSON(http.StatusOK, body)
+	}
 }
 
 // LongLived lifts the server's read and write deadlines for the rest of the

@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,6 +68,11 @@ type Node struct {
 	hook *webhook.Dispatcher
 	ops  *ops // metrics, admin API, console (ops.go)
 	push *push.Dispatcher
+	cert *certReloader // nil: plain HTTP (tls.go)
+
+	// ready is what GET /readyz checks; cluster mode adds its broker here,
+	// before the route is registered.
+	ready []httpapi.ReadyCheck
 
 	stop context.CancelFunc // stops the background loops
 	bg   sync.WaitGroup
@@ -77,8 +83,13 @@ type Node struct {
 type Option func(*options)
 
 type options struct {
-	push push.Options
+	push     push.Options
+	certPoll time.Duration
 }
+
+// WithCertPoll sets how often the TLS certificate files are checked for a
+// change (default certPollInterval); tests of SIGHUP make it long.
+func WithCertPoll(d time.Duration) Option { return func(opts *options) { opts.certPoll = d } }
 
 // WithPush sets the push delivery tuning; zero fields take push.Options'
 // defaults.
@@ -87,9 +98,18 @@ func WithPush(o push.Options) Option { return func(opts *options) { opts.push = 
 // New opens the database, prepares the default app and instance, and wires the
 // APIs. It does not listen yet; see Serve.
 func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option) (*Node, error) {
-	var o options
+	o := options{certPoll: certPollInterval}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	// The certificate first: a bad pair should stop the start before the
+	// database is touched.
+	var cert *certReloader
+	if cfg.TLSCertFile != "" {
+		var err error
+		if cert, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log.Named("tls")); err != nil {
+			return nil, err
+		}
 	}
 	db, err := storage.Open(ctx, cfg.DB)
 	if err != nil {
@@ -109,7 +129,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		db.Close()
 		return nil, fmt.Errorf("loading instances: %w", err)
 	}
-	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub"))}
+	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub")), cert: cert}
+	n.ready = []httpapi.ReadyCheck{{Name: "database", Check: func(ctx context.Context) error {
+		_, err := db.DataVersion(ctx) // one row from a reader: the file answers
+		return err
+	}}}
 	n.ops = newOps(cfg, db, n.hub, log)
 	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
 	if cfg.WebhookBlockPrivate {
@@ -158,6 +182,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
 	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
+	engine.GET("/readyz", httpapi.Ready(n.ready...))
 	n.ops.start(n.ws, n.hook, n.push, anon)
 	n.ops.register(engine)
 	// Every request has readTimeout for its headers and body (before the
@@ -173,6 +198,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
+	if cert != nil {
+		// ServeTLS adds h2 to these; WebSockets stay on HTTP/1.1, since
+		// net/http does not offer extended CONNECT (RFC 8441) by default.
+		n.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert.getCertificate}
+	}
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	n.stop = stop
@@ -181,6 +211,10 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); instances.Run(bgCtx, appReloadInterval) }()
+	if cert != nil {
+		n.bg.Add(1)
+		go func() { defer n.bg.Done(); cert.watch(bgCtx, o.certPoll) }()
+	}
 	return n, nil
 }
 
@@ -190,17 +224,34 @@ func (n *Node) Sockets() *ws.Handler { return n.ws }
 // Hub is the node's channel registry.
 func (n *Node) Hub() *hub.Hub { return n.hub }
 
-// Serve answers requests on ln until Shutdown. It returns nil after a
-// graceful shutdown.
+// Serve answers requests on ln until Shutdown: https and wss when the
+// configuration names a certificate, plain HTTP otherwise. It returns nil
+// after a graceful shutdown.
 func (n *Node) Serve(ln net.Listener) error {
-	n.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	n.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", n.cert != nil))
 	if err := n.ops.listen(); err != nil {
 		return err
 	}
-	if err := n.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	var err error
+	if n.cert != nil {
+		err = n.http.ServeTLS(ln, "", "") // the certificate comes from TLSConfig.GetCertificate
+	} else {
+		err = n.http.Serve(ln)
+	}
+	if !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// ReloadTLS loads the TLS certificate and key files again (on SIGHUP). When
+// they fail to load, the previous pair stays in service and the error is
+// logged and returned.
+func (n *Node) ReloadTLS() error {
+	if n.cert == nil {
+		return errNoTLS
+	}
+	return n.cert.Reload("SIGHUP")
 }
 
 // Shutdown stops accepting requests, waits for those in flight (until ctx
