@@ -493,6 +493,8 @@ type ClientInterface interface {
 
 	// ListApps List every app with its credentials and options.
 	//
+	// Every Channels app with its credentials, options and webhooks, as `herald apps list` shows them.
+	//
 	// Corresponds with GET /admin/v1/apps (the `ListApps` operationId).
 	ListApps(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -522,10 +524,14 @@ type ClientInterface interface {
 
 	// DeleteApp Delete an app.
 	//
+	// Deletes the app and its webhooks, like `herald apps delete`. From then on new connections with its key are closed with 4001 and HTTP API calls signed with its key get 401.
+	//
 	// Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
 	DeleteApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetApp One app with every option.
+	//
+	// The app with its credentials, options and webhooks, as `herald apps show` prints it.
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id} (the `GetApp` operationId).
 	GetApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -552,10 +558,14 @@ type ClientInterface interface {
 
 	// DisableApp Refuse the app's connections and API calls.
 	//
+	// Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
+	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
 	DisableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// EnableApp Accept the app's connections and API calls again.
+	//
+	// Undoes `disableApp`, like `herald apps enable`.
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
 	EnableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -570,10 +580,14 @@ type ClientInterface interface {
 
 	// RotateAppSecret Give the app a new random secret.
 	//
+	// Replaces the secret with a new random one, like `herald apps rotate-secret`; the key stays. Requests and channel authorizations signed with the old secret are refused from then on.
+	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
 	RotateAppSecret(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListInstances List every Push instance.
+	//
+	// Every Push instance with its secret key, gateway settings and device count, as `herald instances list` shows them. Private keys are never returned, only whether they are set.
 	//
 	// Corresponds with GET /admin/v1/instances (the `ListInstances` operationId).
 	ListInstances(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -600,15 +614,21 @@ type ClientInterface interface {
 
 	// DeleteInstance Delete an instance with its devices.
 	//
+	// Deletes the instance with its devices, like `herald instances delete`.
+	//
 	// Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
 	DeleteInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetInstance One instance with its gateway settings.
 	//
+	// The instance with its gateway settings and device count. Private keys are never returned, only whether they are set.
+	//
 	// Corresponds with GET /admin/v1/instances/{instance_id} (the `GetInstance` operationId).
 	GetInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateInstanceWithBody Change the options given; the others keep their values.
+	//
+	// Fields left out keep their values, like `herald instances update`. Key files are given by content.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -617,6 +637,8 @@ type ClientInterface interface {
 
 	// UpdateInstance Change the options given; the others keep their values.
 	//
+	// Fields left out keep their values, like `herald instances update`. Key files are given by content.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
@@ -624,10 +646,14 @@ type ClientInterface interface {
 
 	// DisableInstance Refuse the instance's API calls.
 	//
+	// Like `herald instances disable`: its Device, Publish and Reporting API calls answer 404 `instance_not_found`, as for an unknown instance, until it is enabled again.
+	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
 	DisableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// EnableInstance Accept the instance's API calls again.
+	//
+	// Undoes `disableInstance`, like `herald instances enable`.
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 	EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -643,11 +669,15 @@ type ClientInterface interface {
 
 	// RotateInstanceSecret Give the instance a new random secret key.
 	//
+	// Replaces the secret key with a new random one, like `herald instances rotate-secret`. Publish API calls and user JWTs signed with the old key are refused from then on.
+	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/rotate-secret (the `RotateInstanceSecret` operationId).
 	RotateInstanceSecret(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListApps List every app with its credentials and options.
+//
+// Every Channels app with its credentials, options and webhooks, as `herald apps list` shows them.
 //
 // Corresponds with GET /admin/v1/apps (the `ListApps` operationId).
 func (c *Client) ListApps(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -708,6 +738,8 @@ func (c *Client) CreateApp(ctx context.Context, body CreateAppJSONRequestBody, r
 
 // DeleteApp Delete an app.
 //
+// Deletes the app and its webhooks, like `herald apps delete`. From then on new connections with its key are closed with 4001 and HTTP API calls signed with its key get 401.
+//
 // Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
 func (c *Client) DeleteApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteAppRequest(c.Server, appId)
@@ -722,6 +754,8 @@ func (c *Client) DeleteApp(ctx context.Context, appId AppID, reqEditors ...Reque
 }
 
 // GetApp One app with every option.
+//
+// The app with its credentials, options and webhooks, as `herald apps show` prints it.
 //
 // Corresponds with GET /admin/v1/apps/{app_id} (the `GetApp` operationId).
 func (c *Client) GetApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -778,6 +812,8 @@ func (c *Client) UpdateApp(ctx context.Context, appId AppID, body UpdateAppJSONR
 
 // DisableApp Refuse the app's connections and API calls.
 //
+// Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
+//
 // Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
 func (c *Client) DisableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDisableAppRequest(c.Server, appId)
@@ -792,6 +828,8 @@ func (c *Client) DisableApp(ctx context.Context, appId AppID, reqEditors ...Requ
 }
 
 // EnableApp Accept the app's connections and API calls again.
+//
+// Undoes `disableApp`, like `herald apps enable`.
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
 func (c *Client) EnableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -826,6 +864,8 @@ func (c *Client) GetAppLive(ctx context.Context, appId AppID, reqEditors ...Requ
 
 // RotateAppSecret Give the app a new random secret.
 //
+// Replaces the secret with a new random one, like `herald apps rotate-secret`; the key stays. Requests and channel authorizations signed with the old secret are refused from then on.
+//
 // Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
 func (c *Client) RotateAppSecret(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRotateAppSecretRequest(c.Server, appId)
@@ -840,6 +880,8 @@ func (c *Client) RotateAppSecret(ctx context.Context, appId AppID, reqEditors ..
 }
 
 // ListInstances List every Push instance.
+//
+// Every Push instance with its secret key, gateway settings and device count, as `herald instances list` shows them. Private keys are never returned, only whether they are set.
 //
 // Corresponds with GET /admin/v1/instances (the `ListInstances` operationId).
 func (c *Client) ListInstances(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -896,6 +938,8 @@ func (c *Client) CreateInstance(ctx context.Context, body CreateInstanceJSONRequ
 
 // DeleteInstance Delete an instance with its devices.
 //
+// Deletes the instance with its devices, like `herald instances delete`.
+//
 // Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
 func (c *Client) DeleteInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteInstanceRequest(c.Server, instanceId)
@@ -911,6 +955,8 @@ func (c *Client) DeleteInstance(ctx context.Context, instanceId InstanceID, reqE
 
 // GetInstance One instance with its gateway settings.
 //
+// The instance with its gateway settings and device count. Private keys are never returned, only whether they are set.
+//
 // Corresponds with GET /admin/v1/instances/{instance_id} (the `GetInstance` operationId).
 func (c *Client) GetInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetInstanceRequest(c.Server, instanceId)
@@ -925,6 +971,8 @@ func (c *Client) GetInstance(ctx context.Context, instanceId InstanceID, reqEdit
 }
 
 // UpdateInstanceWithBody Change the options given; the others keep their values.
+//
+// Fields left out keep their values, like `herald instances update`. Key files are given by content.
 //
 // Takes any type of body and a specified content type.
 //
@@ -943,6 +991,8 @@ func (c *Client) UpdateInstanceWithBody(ctx context.Context, instanceId Instance
 
 // UpdateInstance Change the options given; the others keep their values.
 //
+// Fields left out keep their values, like `herald instances update`. Key files are given by content.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
@@ -960,6 +1010,8 @@ func (c *Client) UpdateInstance(ctx context.Context, instanceId InstanceID, body
 
 // DisableInstance Refuse the instance's API calls.
 //
+// Like `herald instances disable`: its Device, Publish and Reporting API calls answer 404 `instance_not_found`, as for an unknown instance, until it is enabled again.
+//
 // Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
 func (c *Client) DisableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDisableInstanceRequest(c.Server, instanceId)
@@ -974,6 +1026,8 @@ func (c *Client) DisableInstance(ctx context.Context, instanceId InstanceID, req
 }
 
 // EnableInstance Accept the instance's API calls again.
+//
+// Undoes `disableInstance`, like `herald instances enable`.
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 func (c *Client) EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1008,6 +1062,8 @@ func (c *Client) ListInstancePublishes(ctx context.Context, instanceId InstanceI
 }
 
 // RotateInstanceSecret Give the instance a new random secret key.
+//
+// Replaces the secret key with a new random one, like `herald instances rotate-secret`. Publish API calls and user JWTs signed with the old key are refused from then on.
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/rotate-secret (the `RotateInstanceSecret` operationId).
 func (c *Client) RotateInstanceSecret(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1731,6 +1787,8 @@ type ClientWithResponsesInterface interface {
 
 	// ListAppsWithResponse List every app with its credentials and options.
 	//
+	// Every Channels app with its credentials, options and webhooks, as `herald apps list` shows them.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/apps (the `ListApps` operationId).
@@ -1762,12 +1820,16 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteAppWithResponse Delete an app.
 	//
+	// Deletes the app and its webhooks, like `herald apps delete`. From then on new connections with its key are closed with 4001 and HTTP API calls signed with its key get 401.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
 	DeleteAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*DeleteAppResponse, error)
 
 	// GetAppWithResponse One app with every option.
+	//
+	// The app with its credentials, options and webhooks, as `herald apps show` prints it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1796,12 +1858,16 @@ type ClientWithResponsesInterface interface {
 
 	// DisableAppWithResponse Refuse the app's connections and API calls.
 	//
+	// Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
 	DisableAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*DisableAppResponse, error)
 
 	// EnableAppWithResponse Accept the app's connections and API calls again.
+	//
+	// Undoes `disableApp`, like `herald apps enable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1820,12 +1886,16 @@ type ClientWithResponsesInterface interface {
 
 	// RotateAppSecretWithResponse Give the app a new random secret.
 	//
+	// Replaces the secret with a new random one, like `herald apps rotate-secret`; the key stays. Requests and channel authorizations signed with the old secret are refused from then on.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
 	RotateAppSecretWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*RotateAppSecretResponse, error)
 
 	// ListInstancesWithResponse List every Push instance.
+	//
+	// Every Push instance with its secret key, gateway settings and device count, as `herald instances list` shows them. Private keys are never returned, only whether they are set.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1854,12 +1924,16 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteInstanceWithResponse Delete an instance with its devices.
 	//
+	// Deletes the instance with its devices, like `herald instances delete`.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
 	DeleteInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*DeleteInstanceResponse, error)
 
 	// GetInstanceWithResponse One instance with its gateway settings.
+	//
+	// The instance with its gateway settings and device count. Private keys are never returned, only whether they are set.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1868,12 +1942,16 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateInstanceWithBodyWithResponse Change the options given; the others keep their values.
 	//
+	// Fields left out keep their values, like `herald instances update`. Key files are given by content.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
 	UpdateInstanceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error)
 
 	// UpdateInstanceWithResponse Change the options given; the others keep their values.
+	//
+	// Fields left out keep their values, like `herald instances update`. Key files are given by content.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1882,12 +1960,16 @@ type ClientWithResponsesInterface interface {
 
 	// DisableInstanceWithResponse Refuse the instance's API calls.
 	//
+	// Like `herald instances disable`: its Device, Publish and Reporting API calls answer 404 `instance_not_found`, as for an unknown instance, until it is enabled again.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
 	DisableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*DisableInstanceResponse, error)
 
 	// EnableInstanceWithResponse Accept the instance's API calls again.
+	//
+	// Undoes `disableInstance`, like `herald instances enable`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1906,6 +1988,8 @@ type ClientWithResponsesInterface interface {
 	ListInstancePublishesWithResponse(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error)
 
 	// RotateInstanceSecretWithResponse Give the instance a new random secret key.
+	//
+	// Replaces the secret key with a new random one, like `herald instances rotate-secret`. Publish API calls and user JWTs signed with the old key are refused from then on.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3087,6 +3171,8 @@ func (r RotateInstanceSecretResponse) ContentType() string {
 
 // ListAppsWithResponse List every app with its credentials and options.
 //
+// Every Channels app with its credentials, options and webhooks, as `herald apps list` shows them.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/apps (the `ListApps` operationId).
@@ -3136,6 +3222,8 @@ func (c *ClientWithResponses) CreateAppWithResponse(ctx context.Context, body Cr
 
 // DeleteAppWithResponse Delete an app.
 //
+// Deletes the app and its webhooks, like `herald apps delete`. From then on new connections with its key are closed with 4001 and HTTP API calls signed with its key get 401.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
@@ -3148,6 +3236,8 @@ func (c *ClientWithResponses) DeleteAppWithResponse(ctx context.Context, appId A
 }
 
 // GetAppWithResponse One app with every option.
+//
+// The app with its credentials, options and webhooks, as `herald apps show` prints it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3194,6 +3284,8 @@ func (c *ClientWithResponses) UpdateAppWithResponse(ctx context.Context, appId A
 
 // DisableAppWithResponse Refuse the app's connections and API calls.
 //
+// Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
@@ -3206,6 +3298,8 @@ func (c *ClientWithResponses) DisableAppWithResponse(ctx context.Context, appId 
 }
 
 // EnableAppWithResponse Accept the app's connections and API calls again.
+//
+// Undoes `disableApp`, like `herald apps enable`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3236,6 +3330,8 @@ func (c *ClientWithResponses) GetAppLiveWithResponse(ctx context.Context, appId 
 
 // RotateAppSecretWithResponse Give the app a new random secret.
 //
+// Replaces the secret with a new random one, like `herald apps rotate-secret`; the key stays. Requests and channel authorizations signed with the old secret are refused from then on.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
@@ -3248,6 +3344,8 @@ func (c *ClientWithResponses) RotateAppSecretWithResponse(ctx context.Context, a
 }
 
 // ListInstancesWithResponse List every Push instance.
+//
+// Every Push instance with its secret key, gateway settings and device count, as `herald instances list` shows them. Private keys are never returned, only whether they are set.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3294,6 +3392,8 @@ func (c *ClientWithResponses) CreateInstanceWithResponse(ctx context.Context, bo
 
 // DeleteInstanceWithResponse Delete an instance with its devices.
 //
+// Deletes the instance with its devices, like `herald instances delete`.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
@@ -3306,6 +3406,8 @@ func (c *ClientWithResponses) DeleteInstanceWithResponse(ctx context.Context, in
 }
 
 // GetInstanceWithResponse One instance with its gateway settings.
+//
+// The instance with its gateway settings and device count. Private keys are never returned, only whether they are set.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3320,6 +3422,8 @@ func (c *ClientWithResponses) GetInstanceWithResponse(ctx context.Context, insta
 
 // UpdateInstanceWithBodyWithResponse Change the options given; the others keep their values.
 //
+// Fields left out keep their values, like `herald instances update`. Key files are given by content.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
@@ -3332,6 +3436,8 @@ func (c *ClientWithResponses) UpdateInstanceWithBodyWithResponse(ctx context.Con
 }
 
 // UpdateInstanceWithResponse Change the options given; the others keep their values.
+//
+// Fields left out keep their values, like `herald instances update`. Key files are given by content.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3346,6 +3452,8 @@ func (c *ClientWithResponses) UpdateInstanceWithResponse(ctx context.Context, in
 
 // DisableInstanceWithResponse Refuse the instance's API calls.
 //
+// Like `herald instances disable`: its Device, Publish and Reporting API calls answer 404 `instance_not_found`, as for an unknown instance, until it is enabled again.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
@@ -3358,6 +3466,8 @@ func (c *ClientWithResponses) DisableInstanceWithResponse(ctx context.Context, i
 }
 
 // EnableInstanceWithResponse Accept the instance's API calls again.
+//
+// Undoes `disableInstance`, like `herald instances enable`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3388,6 +3498,8 @@ func (c *ClientWithResponses) ListInstancePublishesWithResponse(ctx context.Cont
 }
 
 // RotateInstanceSecretWithResponse Give the instance a new random secret key.
+//
+// Replaces the secret key with a new random one, like `herald instances rotate-secret`. Publish API calls and user JWTs signed with the old key are refused from then on.
 //
 // Returns a wrapper object for the known response body format(s).
 //

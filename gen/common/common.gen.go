@@ -21,7 +21,7 @@ import (
 type Error struct {
 	// Description One sentence that explains what was wrong with the request.
 	//
-	// Example: The auth_signature does not match the request.
+	// Example: auth_signature does not match the request; sign METHOD\nPATH\nQUERY with the app secret.
 	Description string `json:"description"`
 
 	// Error Short kind of the error, in snake_case.
@@ -35,13 +35,14 @@ type Error struct {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"bJJPb9NAEMW/ymhPIBmrqLdw6qESPVEJbgTVG+9zvNSZWWYmSaMq3x3ZMS1tctu15897b3/PoZVNEQa7",
-	"hcVzsLbHJk7HW1XR8ZBgrebiWTgswo8eJAzC+JtWkg4kHWEHPdBXaBwS3dzf1dRMBQ1lo0jWizptYttn",
-	"xidFTHE1YMmPmRN96EQJT3FTBlCTeReHnB4srzn6VtFU1LD4QydbTs3HL9T8J2iaL4wlG9jBLWicViBl",
-	"QL3kUIWiUqCeYWdm3nv7xqCXOd5HJzyVIWY22o+3fTTaq/Ca9tl78h6k+LOFeR2qMFuYM4pb719NUBIY",
-	"sYwheHvW6ocy9plr5nU4VgGXw/8+5TilJt00ZCqsKDMZx0c8tNHwVsxZoOf7jlUYxWRFCouf8/Lqze5f",
-	"L02y+o3Ww3HsytzJBZUniMj6qEi0OlzA43b6coJIYUXY8ArSzf1dRcJLPl3No2+tojaqZthk/B2DCV1m",
-	"JOqh87t79sn/vHUW8w/wKuygdtL7ub6qr8bUpYBjyWERruur+nqEJ3o/cnM8/g0AAP//",
+	"bFNNT9tMEP4rozm9r+SaUA5F5oTUSHCooC09VBjhjXfCbnFmtzMTQoTy36t1UiiQ264983z58RP2aZET",
+	"E5ti84TaB1q48TgVSVIOnrSXmC0mxgavAkFiAiqvYZb8GtIc6IFkDWckbvBwenleQzcOdBAVHGhIYrBw",
+	"fYhMH4Scd7OBWr6P7OG/eRKgR7fIA0EX+cEN0d9qvGNnS6Gugo6T3c7Tkn33/wl0/wga8RNTy0psxD1B",
+	"QcuU8kB1y1hhlpRJLJK+M/PW2wUTPONYcAb0mAcXWWFVbiunsJLEd7CKFsACgdDvJanVWOHOAjbolhZe",
+	"DIBPpMCpBGD9q7UTKFPwZXp1dvG5bfny9Oqsbfnrj+m3ny8cLmdQ6oVGGlvnwqEmke9wUyHt/1Dfx8zH",
+	"hNN8xBkHK4gMyu6ebnun9Fr4u/Df820qLOKjkMfmekdeveK+eV5Ks1/UG27KVuR52qNyWzjQ4IQ8zNZ7",
+	"qjQdn2wLJ6Q5sdJL6U4vzytI3PL2quZsqRX0TiSSjsbf9NXTPDJ5CCS7jli00f+OdSfm789Q4QOJbvUe",
+	"1pN6UlJPmdjliA0e1ZP6qBTNWSgd21SoJGUFm+snXMqADQaz3BwcHH78VADqw+Z4cjzBzc3mTwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

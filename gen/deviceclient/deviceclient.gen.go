@@ -431,6 +431,10 @@ type ClientInterface interface {
 
 	// GetDevice Get a device.
 	//
+	// Returns the device's id, the user it is bound to (empty when none) and
+	// its metadata. A device is found only under the platform it registered
+	// on.
+	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
 	GetDevice(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -444,7 +448,8 @@ type ClientInterface interface {
 
 	// SetDeviceInterestsWithBody Replace a device's whole interest set.
 	//
-	// Duplicates in the array count once.
+	// The device then holds exactly the given interests (at most 5000; an
+	// empty array removes them all). Duplicates in the array count once.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -453,7 +458,8 @@ type ClientInterface interface {
 
 	// SetDeviceInterests Replace a device's whole interest set.
 	//
-	// Duplicates in the array count once.
+	// The device then holds exactly the given interests (at most 5000; an
+	// empty array removes them all). Duplicates in the array count once.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -462,19 +468,26 @@ type ClientInterface interface {
 
 	// RemoveDeviceInterest Unsubscribe a device from an interest.
 	//
-	// Idempotent.
+	// Removes the interest from the device's set. Idempotent: removing an
+	// interest the device does not hold succeeds.
 	//
 	// Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `RemoveDeviceInterest` operationId).
 	RemoveDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AddDeviceInterest Subscribe a device to an interest.
 	//
-	// Idempotent. A device already holding 5000 interests gets 400 for a new one.
+	// Adds the interest to the device's set. Idempotent: adding an interest
+	// the device holds succeeds. A device already holding 5000 interests gets
+	// 400 for a new one. No body and no Content-Type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `AddDeviceInterest` operationId).
 	AddDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateDeviceMetadataWithBody Replace a device's metadata.
+	//
+	// The SDKs send their version and the operating system's when they
+	// start. The given object replaces the stored metadata; each field is a
+	// string of at most 100 characters.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -482,6 +495,10 @@ type ClientInterface interface {
 	UpdateDeviceMetadataWithBody(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateDeviceMetadata Replace a device's metadata.
+	//
+	// The SDKs send their version and the operating system's when they
+	// start. The given object replaces the stored metadata; each field is a
+	// string of at most 100 characters.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -492,13 +509,21 @@ type ClientInterface interface {
 	//
 	// Binds the device to the `sub` of the JWT in the Authorization header.
 	// Setting the same user again succeeds; another user gives 400.
+	// No body and no Content-Type.
+	//
+	// Example: for instance `8f9a6e22-2483-49aa-8552-125f1a4c5781`, the
+	// claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
+	// signed with HS256 and the instance's secret key give the header
+	//
+	//     Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
 	SetDeviceUser(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetWebVapidPublicKey The instance's VAPID public key.
 	//
-	// The Web SDK subscribes the browser to push with this application server key.
+	// The Web SDK subscribes the browser to push with this application server
+	// key. An instance without a key pair gives 404 `web_push_not_configured`.
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/web-vapid-public-key (the `GetWebVapidPublicKey` operationId).
 	GetWebVapidPublicKey(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -709,6 +734,10 @@ func (c *Client) DeleteDevice(ctx context.Context, instanceId InstanceID, platfo
 
 // GetDevice Get a device.
 //
+// Returns the device's id, the user it is bound to (empty when none) and
+// its metadata. A device is found only under the platform it registered
+// on.
+//
 // Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
 func (c *Client) GetDevice(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetDeviceRequest(c.Server, instanceId, platform, deviceId)
@@ -742,7 +771,8 @@ func (c *Client) ListDeviceInterests(ctx context.Context, instanceId InstanceID,
 
 // SetDeviceInterestsWithBody Replace a device's whole interest set.
 //
-// Duplicates in the array count once.
+// The device then holds exactly the given interests (at most 5000; an
+// empty array removes them all). Duplicates in the array count once.
 //
 // Takes any type of body and a specified content type.
 //
@@ -761,7 +791,8 @@ func (c *Client) SetDeviceInterestsWithBody(ctx context.Context, instanceId Inst
 
 // SetDeviceInterests Replace a device's whole interest set.
 //
-// Duplicates in the array count once.
+// The device then holds exactly the given interests (at most 5000; an
+// empty array removes them all). Duplicates in the array count once.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -780,7 +811,8 @@ func (c *Client) SetDeviceInterests(ctx context.Context, instanceId InstanceID, 
 
 // RemoveDeviceInterest Unsubscribe a device from an interest.
 //
-// Idempotent.
+// Removes the interest from the device's set. Idempotent: removing an
+// interest the device does not hold succeeds.
 //
 // Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `RemoveDeviceInterest` operationId).
 func (c *Client) RemoveDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -797,7 +829,9 @@ func (c *Client) RemoveDeviceInterest(ctx context.Context, instanceId InstanceID
 
 // AddDeviceInterest Subscribe a device to an interest.
 //
-// Idempotent. A device already holding 5000 interests gets 400 for a new one.
+// Adds the interest to the device's set. Idempotent: adding an interest
+// the device holds succeeds. A device already holding 5000 interests gets
+// 400 for a new one. No body and no Content-Type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `AddDeviceInterest` operationId).
 func (c *Client) AddDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -813,6 +847,10 @@ func (c *Client) AddDeviceInterest(ctx context.Context, instanceId InstanceID, p
 }
 
 // UpdateDeviceMetadataWithBody Replace a device's metadata.
+//
+// The SDKs send their version and the operating system's when they
+// start. The given object replaces the stored metadata; each field is a
+// string of at most 100 characters.
 //
 // Takes any type of body and a specified content type.
 //
@@ -830,6 +868,10 @@ func (c *Client) UpdateDeviceMetadataWithBody(ctx context.Context, instanceId In
 }
 
 // UpdateDeviceMetadata Replace a device's metadata.
+//
+// The SDKs send their version and the operating system's when they
+// start. The given object replaces the stored metadata; each field is a
+// string of at most 100 characters.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -850,6 +892,13 @@ func (c *Client) UpdateDeviceMetadata(ctx context.Context, instanceId InstanceID
 //
 // Binds the device to the `sub` of the JWT in the Authorization header.
 // Setting the same user again succeeds; another user gives 400.
+// No body and no Content-Type.
+//
+// Example: for instance `8f9a6e22-2483-49aa-8552-125f1a4c5781`, the
+// claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
+// signed with HS256 and the instance's secret key give the header
+//
+//	Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
 func (c *Client) SetDeviceUser(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -866,7 +915,8 @@ func (c *Client) SetDeviceUser(ctx context.Context, instanceId InstanceID, platf
 
 // GetWebVapidPublicKey The instance's VAPID public key.
 //
-// The Web SDK subscribes the browser to push with this application server key.
+// The Web SDK subscribes the browser to push with this application server
+// key. An instance without a key pair gives 404 `web_push_not_configured`.
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/web-vapid-public-key (the `GetWebVapidPublicKey` operationId).
 func (c *Client) GetWebVapidPublicKey(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1734,6 +1784,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetDeviceWithResponse Get a device.
 	//
+	// Returns the device's id, the user it is bound to (empty when none) and
+	// its metadata. A device is found only under the platform it registered
+	// on.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
@@ -1751,7 +1805,8 @@ type ClientWithResponsesInterface interface {
 
 	// SetDeviceInterestsWithBodyWithResponse Replace a device's whole interest set.
 	//
-	// Duplicates in the array count once.
+	// The device then holds exactly the given interests (at most 5000; an
+	// empty array removes them all). Duplicates in the array count once.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1760,7 +1815,8 @@ type ClientWithResponsesInterface interface {
 
 	// SetDeviceInterestsWithResponse Replace a device's whole interest set.
 	//
-	// Duplicates in the array count once.
+	// The device then holds exactly the given interests (at most 5000; an
+	// empty array removes them all). Duplicates in the array count once.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1769,7 +1825,8 @@ type ClientWithResponsesInterface interface {
 
 	// RemoveDeviceInterestWithResponse Unsubscribe a device from an interest.
 	//
-	// Idempotent.
+	// Removes the interest from the device's set. Idempotent: removing an
+	// interest the device does not hold succeeds.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1778,7 +1835,9 @@ type ClientWithResponsesInterface interface {
 
 	// AddDeviceInterestWithResponse Subscribe a device to an interest.
 	//
-	// Idempotent. A device already holding 5000 interests gets 400 for a new one.
+	// Adds the interest to the device's set. Idempotent: adding an interest
+	// the device holds succeeds. A device already holding 5000 interests gets
+	// 400 for a new one. No body and no Content-Type.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1787,12 +1846,20 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateDeviceMetadataWithBodyWithResponse Replace a device's metadata.
 	//
+	// The SDKs send their version and the operating system's when they
+	// start. The given object replaces the stored metadata; each field is a
+	// string of at most 100 characters.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
 	UpdateDeviceMetadataWithBodyWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error)
 
 	// UpdateDeviceMetadataWithResponse Replace a device's metadata.
+	//
+	// The SDKs send their version and the operating system's when they
+	// start. The given object replaces the stored metadata; each field is a
+	// string of at most 100 characters.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1803,6 +1870,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Binds the device to the `sub` of the JWT in the Authorization header.
 	// Setting the same user again succeeds; another user gives 400.
+	// No body and no Content-Type.
+	//
+	// Example: for instance `8f9a6e22-2483-49aa-8552-125f1a4c5781`, the
+	// claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
+	// signed with HS256 and the instance's secret key give the header
+	//
+	//     Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1811,7 +1885,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetWebVapidPublicKeyWithResponse The instance's VAPID public key.
 	//
-	// The Web SDK subscribes the browser to push with this application server key.
+	// The Web SDK subscribes the browser to push with this application server
+	// key. An instance without a key pair gives 404 `web_push_not_configured`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3055,6 +3130,10 @@ func (c *ClientWithResponses) DeleteDeviceWithResponse(ctx context.Context, inst
 
 // GetDeviceWithResponse Get a device.
 //
+// Returns the device's id, the user it is bound to (empty when none) and
+// its metadata. A device is found only under the platform it registered
+// on.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
@@ -3084,7 +3163,8 @@ func (c *ClientWithResponses) ListDeviceInterestsWithResponse(ctx context.Contex
 
 // SetDeviceInterestsWithBodyWithResponse Replace a device's whole interest set.
 //
-// Duplicates in the array count once.
+// The device then holds exactly the given interests (at most 5000; an
+// empty array removes them all). Duplicates in the array count once.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3099,7 +3179,8 @@ func (c *ClientWithResponses) SetDeviceInterestsWithBodyWithResponse(ctx context
 
 // SetDeviceInterestsWithResponse Replace a device's whole interest set.
 //
-// Duplicates in the array count once.
+// The device then holds exactly the given interests (at most 5000; an
+// empty array removes them all). Duplicates in the array count once.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3114,7 +3195,8 @@ func (c *ClientWithResponses) SetDeviceInterestsWithResponse(ctx context.Context
 
 // RemoveDeviceInterestWithResponse Unsubscribe a device from an interest.
 //
-// Idempotent.
+// Removes the interest from the device's set. Idempotent: removing an
+// interest the device does not hold succeeds.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3129,7 +3211,9 @@ func (c *ClientWithResponses) RemoveDeviceInterestWithResponse(ctx context.Conte
 
 // AddDeviceInterestWithResponse Subscribe a device to an interest.
 //
-// Idempotent. A device already holding 5000 interests gets 400 for a new one.
+// Adds the interest to the device's set. Idempotent: adding an interest
+// the device holds succeeds. A device already holding 5000 interests gets
+// 400 for a new one. No body and no Content-Type.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3144,6 +3228,10 @@ func (c *ClientWithResponses) AddDeviceInterestWithResponse(ctx context.Context,
 
 // UpdateDeviceMetadataWithBodyWithResponse Replace a device's metadata.
 //
+// The SDKs send their version and the operating system's when they
+// start. The given object replaces the stored metadata; each field is a
+// string of at most 100 characters.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
@@ -3156,6 +3244,10 @@ func (c *ClientWithResponses) UpdateDeviceMetadataWithBodyWithResponse(ctx conte
 }
 
 // UpdateDeviceMetadataWithResponse Replace a device's metadata.
+//
+// The SDKs send their version and the operating system's when they
+// start. The given object replaces the stored metadata; each field is a
+// string of at most 100 characters.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3172,6 +3264,13 @@ func (c *ClientWithResponses) UpdateDeviceMetadataWithResponse(ctx context.Conte
 //
 // Binds the device to the `sub` of the JWT in the Authorization header.
 // Setting the same user again succeeds; another user gives 400.
+// No body and no Content-Type.
+//
+// Example: for instance `8f9a6e22-2483-49aa-8552-125f1a4c5781`, the
+// claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
+// signed with HS256 and the instance's secret key give the header
+//
+//	Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3186,7 +3285,8 @@ func (c *ClientWithResponses) SetDeviceUserWithResponse(ctx context.Context, ins
 
 // GetWebVapidPublicKeyWithResponse The instance's VAPID public key.
 //
-// The Web SDK subscribes the browser to push with this application server key.
+// The Web SDK subscribes the browser to push with this application server
+// key. An instance without a key pair gives 404 `web_push_not_configured`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -126,12 +126,24 @@ type ClientInterface interface {
 
 	// ReportEventWithBody Report a delivery or an open.
 	//
+	// The client SDKs send one report when a notification arrives
+	// (`delivery`) and one when the user opens it (`open`), with the
+	// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+	// the content type is required. See "What is counted" for which reports
+	// change the publish's counts.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
 	ReportEventWithBody(ctx context.Context, instanceId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReportEvent Report a delivery or an open.
+	//
+	// The client SDKs send one report when a notification arrives
+	// (`delivery`) and one when the user opens it (`open`), with the
+	// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+	// the content type is required. See "What is counted" for which reports
+	// change the publish's counts.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -140,6 +152,12 @@ type ClientInterface interface {
 }
 
 // ReportEventWithBody Report a delivery or an open.
+//
+// The client SDKs send one report when a notification arrives
+// (`delivery`) and one when the user opens it (`open`), with the
+// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+// the content type is required. See "What is counted" for which reports
+// change the publish's counts.
 //
 // Takes any type of body and a specified content type.
 //
@@ -157,6 +175,12 @@ func (c *Client) ReportEventWithBody(ctx context.Context, instanceId string, con
 }
 
 // ReportEvent Report a delivery or an open.
+//
+// The client SDKs send one report when a notification arrives
+// (`delivery`) and one when the user opens it (`open`), with the
+// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+// the content type is required. See "What is counted" for which reports
+// change the publish's counts.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -266,12 +290,24 @@ type ClientWithResponsesInterface interface {
 
 	// ReportEventWithBodyWithResponse Report a delivery or an open.
 	//
+	// The client SDKs send one report when a notification arrives
+	// (`delivery`) and one when the user opens it (`open`), with the
+	// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+	// the content type is required. See "What is counted" for which reports
+	// change the publish's counts.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
 	ReportEventWithBodyWithResponse(ctx context.Context, instanceId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportEventResponse, error)
 
 	// ReportEventWithResponse Report a delivery or an open.
+	//
+	// The client SDKs send one report when a notification arrives
+	// (`delivery`) and one when the user opens it (`open`), with the
+	// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+	// the content type is required. See "What is counted" for which reports
+	// change the publish's counts.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -364,6 +400,12 @@ func (r ReportEventResponse) ContentType() string {
 
 // ReportEventWithBodyWithResponse Report a delivery or an open.
 //
+// The client SDKs send one report when a notification arrives
+// (`delivery`) and one when the user opens it (`open`), with the
+// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+// the content type is required. See "What is counted" for which reports
+// change the publish's counts.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
@@ -376,6 +418,12 @@ func (c *ClientWithResponses) ReportEventWithBodyWithResponse(ctx context.Contex
 }
 
 // ReportEventWithResponse Report a delivery or an open.
+//
+// The client SDKs send one report when a notification arrives
+// (`delivery`) and one when the user opens it (`open`), with the
+// `publishId` they find in the payload's `data.pusher`. Anonymous: only
+// the content type is required. See "What is counted" for which reports
+// change the publish's counts.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
