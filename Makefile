@@ -4,16 +4,23 @@
 GO         ?= go
 TOOL       := $(GO) tool -modfile=tools/go.mod
 COMPAT_DIR := scripts/compat
+SPEC_DIR   := scripts/spec
 
-.PHONY: run build test test-go test-compat test-load-smoke generate check-generated check-tidy lint bench bench-compare bench-fanout mutate clean
+# Stamped into the binary (herald version) by build; the Dockerfile takes the same values as build args.
+VERSION    ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo devel)
+COMMIT     ?= $(shell git describe --always --dirty=+modified --abbrev=40 --exclude='*' 2>/dev/null)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+
+.PHONY: run build test test-go test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout mutate clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
 	HERALD_LOG_FORMAT=$${HERALD_LOG_FORMAT:-console} $(GO) run ./server
 
-## build: the one binary, ./herald
+## build: the one binary, ./herald: static (no cgo), with its version stamped in
 build:
-	$(GO) build -o herald ./server
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o herald ./server
 
 ## test: every test — Go (with the race detector), the real-SDK compatibility suites, a load-tool smoke run
 test: test-go test-compat test-load-smoke
@@ -45,11 +52,28 @@ check-tidy:
 	cd tools/load && $(GO) mod tidy -diff
 	cd tools/baseline && $(GO) mod tidy -diff
 
-## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline)
-lint:
+## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline), and lint-spec
+lint: lint-spec
 	$(GO) vet ./...
 	$(TOOL) staticcheck $$($(GO) list ./... | grep -v /gen/)
 	cd tools/baseline && $(GO) vet ./... && $(GO) tool -modfile=../go.mod staticcheck ./...
+
+## lint-spec: Redocly CLI's lint of spec/ (OpenAPI and AsyncAPI, rules in scripts/spec/redocly.yaml), and the AsyncAPI parser on the WebSocket document
+lint-spec: $(SPEC_DIR)/node_modules/.installed
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(SPEC_DIR)/node_modules/.bin/redocly lint --config $(SPEC_DIR)/redocly.yaml --format=stylish spec/*.yaml
+	node $(SPEC_DIR)/validate-asyncapi.mjs spec/*.asyncapi.yaml
+
+## docs: rebuild the HTML reference of spec/ that the server embeds and serves at /docs (server/docs/site)
+docs: $(SPEC_DIR)/node_modules/.installed
+	$(SPEC_DIR)/build-docs.sh
+
+## check-docs: fail when server/docs/site is stale
+check-docs: $(SPEC_DIR)/node_modules/.installed
+	$(SPEC_DIR)/check-docs.sh
+
+$(SPEC_DIR)/node_modules/.installed: $(SPEC_DIR)/package.json $(SPEC_DIR)/package-lock.json
+	cd $(SPEC_DIR) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
 
 ## bench: Go benchmarks of the hot paths, then Herald against the limit baseline in every load scenario
 bench:

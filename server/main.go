@@ -1,10 +1,12 @@
 // Command herald is one server for Pusher-compatible realtime channels and
 // Beams-compatible push notifications, kept in one SQLite file.
 //
-//	herald [serve] [--addr ADDR] [--db FILE]   serve (the default)
-//	herald apps <command> ...                  manage Channels apps
-//	herald instances <command> ...             manage Push instances
-//	herald backup [--db FILE] <target>         consistent copy of the database, online
+//	herald [serve] [--addr ADDR] [--db FILE] [--config FILE]   serve (the default)
+//	herald apps <command> ...                                   manage Channels apps
+//	herald instances <command> ...                              manage Push instances
+//	herald backup [--db FILE] <target>                          consistent copy of the database, online
+//	herald healthcheck [--addr ADDR] [--config FILE]            exit 0 when the server is ready
+//	herald version                                              version, commit, build date, Go version
 package main
 
 import (
@@ -25,6 +27,8 @@ import (
 	// (or SSL_CERT_FILE / SSL_CERT_DIR) still wins.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
+	"go.uber.org/zap"
+
 	"github.com/heraldrt/herald/server/cli"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/node"
@@ -32,6 +36,22 @@ import (
 
 // shutdownGrace is how long in-flight requests get after SIGINT or SIGTERM.
 const shutdownGrace = 10 * time.Second
+
+// nodeOptions are passed to every node serve starts; tests set them.
+var nodeOptions []node.Option
+
+const usage = `usage: herald [serve] [--addr ADDR] [--db FILE] [--config FILE]
+       herald <command> [arguments]
+
+Commands:
+  serve        serve every API on one port (the default)
+  apps         manage Channels apps in the database (herald apps help)
+  instances    manage Push instances in the database (herald instances help)
+  backup       a consistent copy of the database, online: herald backup [--db FILE] <file>
+  healthcheck  ask the server of these settings for GET /readyz: exit 0 when ready, 1 otherwise
+  version      the version, commit, build date and Go version (also --version)
+
+`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -42,22 +62,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "apps" || args[0] == "instances" || args[0] == "backup" || args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve", "apps", "instances", "backup", "healthcheck", "version", "help":
+			cmd, args = args[0], args[1:]
+		case "-h", "--help", "-help":
+			cmd, args = "help", args[1:]
+		case "--version", "-version":
+			cmd, args = "version", args[1:]
+		}
 	}
-	env := cli.Env{Ctx: ctx, Stdout: stdout, Stderr: stderr, Getenv: config.Getenv}
 	var err error
 	switch cmd {
 	case "serve":
 		err = serve(ctx, args, stderr)
-	case "apps":
-		err = cli.Apps(env, args)
-	case "instances":
-		err = cli.Instances(env, args)
-	case "backup":
-		err = cli.Backup(env, args)
+	case "apps", "instances", "backup":
+		err = manage(ctx, cmd, args, stdout, stderr)
+	case "healthcheck":
+		err = healthcheck(ctx, args, stdout, stderr)
+	case "version":
+		writeVersion(stdout)
 	default:
-		fmt.Fprintln(stdout, "usage: herald [serve] [--addr ADDR] [--db FILE] | herald apps ... | herald instances ... | herald backup <file>")
+		fmt.Fprint(stdout, usage)
+		config.WriteEnvHelp(stdout)
 		return 0
 	}
 	switch {
@@ -71,6 +98,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// manage runs a management command. They read HERALD_DB from the environment,
+// or from the HERALD_CONFIG file as serve does.
+func manage(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	getenv, err := config.WithFile(config.Getenv, config.Getenv("HERALD_CONFIG"))
+	if err != nil {
+		return err
+	}
+	env := cli.Env{Ctx: ctx, Stdout: stdout, Stderr: stderr, Getenv: getenv}
+	switch cmd {
+	case "apps":
+		return cli.Apps(env, args)
+	case "instances":
+		return cli.Instances(env, args)
+	default:
+		return cli.Backup(env, args)
+	}
+}
+
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg, err := config.Load(args, config.Getenv, stderr)
 	if err != nil {
@@ -81,8 +126,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // stderr may not support sync
+	v := buildVersion()
+	log.Info("starting", zap.String("version", v.Version), zap.String("commit", v.Commit), zap.String("go", v.Go))
 
-	n, err := node.New(ctx, cfg, log)
+	n, err := node.New(ctx, cfg, log, nodeOptions...)
 	if err != nil {
 		return err
 	}
@@ -91,13 +138,30 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		n.Shutdown(context.Background())
 		return err
 	}
+	// SIGHUP reloads the TLS certificate (systemctl reload); without TLS
+	// it is only logged, never the default action, which would end the
+	// process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	served := make(chan error, 1)
 	go func() { served <- n.Serve(ln) }()
 
-	select {
-	case err = <-served:
-	case <-ctx.Done():
-		log.Info("shutting down")
+	for loop := true; loop; {
+		select {
+		case err = <-served:
+			loop = false
+		case <-ctx.Done():
+			log.Info("shutting down")
+			loop = false
+		case <-hup:
+			// A failed reload is logged by the node, which keeps the
+			// previous certificate.
+			if err := n.ReloadTLS(); errors.Is(err, node.ErrNoTLS) {
+				log.Info("SIGHUP: nothing to reload without TLS")
+			}
+		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()

@@ -2,17 +2,32 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/wait"
+	"github.com/heraldrt/herald/server/node"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -43,7 +58,80 @@ func TestRunHelp(t *testing.T) {
 			if !strings.HasPrefix(stdout, "usage: herald [serve]") || stderr != "" {
 				t.Fatalf("got stdout %q, stderr %q, want the usage on stdout", stdout, stderr)
 			}
+			for _, want := range []string{"healthcheck", "version", "backup"} {
+				if !strings.Contains(stdout, "\n  "+want+" ") {
+					t.Fatalf("the usage does not list the %s command:\n%s", want, stdout)
+				}
+			}
 		})
+	}
+}
+
+// `herald --help` and `herald serve --help` list every setting with its
+// default (config.Vars, which Load takes its defaults from).
+func TestRunHelpListsEverySetting(t *testing.T) {
+	useEnv(t, nil)
+	_, topHelp, _ := herald("--help")
+	_, _, serveHelp := herald("serve", "--help")
+	for name, help := range map[string]string{"herald --help": topHelp, "herald serve --help": serveHelp} {
+		for _, v := range config.Vars {
+			line := regexp.MustCompile(`(?m)^  ` + v.Name + ` +(\S+) `).FindStringSubmatch(help)
+			if line == nil || line[1] != cmp.Or(v.Default, "-") {
+				t.Errorf("%s: %s is not listed with its default %q:\n%s", name, v.Name, v.Default, help)
+			}
+		}
+	}
+}
+
+func TestRunVersion(t *testing.T) {
+	useEnv(t, nil)
+	orig := [3]string{version, commit, date}
+	t.Cleanup(func() { version, commit, date = orig[0], orig[1], orig[2] })
+	goLine := "go:     " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
+	tests := []struct {
+		name                  string
+		args                  []string
+		version, commit, date string // the -X values
+		want                  string
+	}{
+		{
+			name: "OKStamped", args: []string{"--version"}, version: "v1.4.0", commit: "0123abcd", date: "2026-01-02T03:04:05Z",
+			want: "herald v1.4.0\ncommit: 0123abcd\nbuilt:  2026-01-02T03:04:05Z\n" + goLine,
+		},
+		{name: "OKUnstamped", args: []string{"version"}, want: "herald devel\ncommit: unknown\nbuilt:  unknown\n" + goLine},
+		{name: "OKSingleDash", args: []string{"-version"}, version: "v2.0.0", want: "herald v2.0.0\ncommit: unknown\nbuilt:  unknown\n" + goLine},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			version, commit, date = tt.version, tt.commit, tt.date
+			code, stdout, stderr := herald(tt.args...)
+			if code != 0 || stdout != tt.want || stderr != "" {
+				t.Fatalf("got %d, stdout %q, stderr %q, want 0 and %q", code, stdout, stderr, tt.want)
+			}
+		})
+	}
+}
+
+// The management commands find the database through the HERALD_CONFIG file
+// too.
+func TestRunManagementReadsTheConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "from-file.db")
+	file := filepath.Join(dir, "herald.toml")
+	if err := os.WriteFile(file, []byte("HERALD_DB = \""+path+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	useEnv(t, map[string]string{"HERALD_CONFIG": file})
+	if code, _, stderr := herald("apps", "create", "--id", "9", "--key", "k9", "--secret", "s9"); code != 0 {
+		t.Fatalf("create: exit code %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the file's HERALD_DB %s was not used: %v", path, err)
+	}
+
+	useEnv(t, map[string]string{"HERALD_CONFIG": filepath.Join(dir, "none.toml")})
+	if code, _, stderr := herald("apps", "list"); code != 1 || !strings.Contains(stderr, "herald: configuration file: stat") {
+		t.Fatalf("apps list with a missing file: %d %q, want 1 and the error", code, stderr)
 	}
 }
 
@@ -207,6 +295,11 @@ func TestRunServeUntilSIGTERM(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
+	// SIGHUP without TLS is logged, not the default action (which would
+	// end this test's process).
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +312,181 @@ func TestRunServeUntilSIGTERM(t *testing.T) {
 		t.Fatal("run did not return after SIGTERM")
 	}
 	checkBootstrapped(t, path)
+}
+
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// serveInBackground runs `herald serve` with the environment set by the
+// caller's useEnv until the test stops it with stop, which sends SIGTERM and
+// checks a clean exit. It returns once check passes (the server answers).
+func serveInBackground(t *testing.T, check func() error) (stop func()) {
+	t.Helper()
+	type result struct {
+		code   int
+		stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, stderr := herald("serve")
+		done <- result{code, stderr}
+	}()
+	wait.NoError(t, func() error {
+		select {
+		case r := <-done:
+			t.Fatalf("run returned %d before serving: %s", r.code, r.stderr)
+		default:
+		}
+		return check()
+	})
+	return func() {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.code != 0 || r.stderr != "" {
+			t.Fatalf("serve: exit code %d, stderr %q, want 0 and nothing", r.code, r.stderr)
+		}
+	}
+}
+
+func TestRunHealthcheck(t *testing.T) {
+	addr := freeAddr(t)
+	useEnv(t, map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(t.TempDir(), "herald.db")})
+	stop := serveInBackground(t, func() error {
+		if code, _, stderr := herald("healthcheck"); code != 0 {
+			return errors.New(stderr)
+		}
+		return nil
+	})
+	code, stdout, stderr := herald("healthcheck")
+	if code != 0 || !strings.Contains(stdout, `"database":"ok"`) || stderr != "" {
+		t.Fatalf("healthcheck of a ready server: %d, stdout %q, stderr %q, want 0 and the checks", code, stdout, stderr)
+	}
+	stop()
+
+	tests := []struct {
+		name       string
+		args       []string
+		wantStderr string
+	}{
+		{"ErrNothingListens", nil, "herald: healthcheck: Get \"http://" + addr + "/readyz\""},
+		{"ErrPortZero", []string{"--addr", "127.0.0.1:0"}, "herald: HERALD_ADDR \"127.0.0.1:0\" has port 0"},
+		{"ErrAddrWithoutPort", []string{"--addr", "localhost"}, "herald: HERALD_ADDR \"localhost\": address localhost: missing port in address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := herald(append([]string{"healthcheck"}, tt.args...)...)
+			if code != 1 || !strings.Contains(stderr, tt.wantStderr) {
+				t.Fatalf("got %d, stderr %q, want 1 and %q", code, stderr, tt.wantStderr)
+			}
+		})
+	}
+}
+
+func TestReadyURL(t *testing.T) {
+	tests := []struct {
+		addr, cert, want string
+	}{
+		{"0.0.0.0:8080", "", "http://127.0.0.1:8080/readyz"},
+		{":8080", "", "http://127.0.0.1:8080/readyz"},
+		{"[::]:8080", "cert.pem", "https://[::1]:8080/readyz"},
+		{"10.1.2.3:443", "cert.pem", "https://10.1.2.3:443/readyz"},
+	}
+	for _, tt := range tests {
+		got, err := readyURL(config.Config{Addr: tt.addr, TLSCertFile: tt.cert})
+		if err != nil || got != tt.want {
+			t.Errorf("readyURL(%s, tls %v): got %q (%v), want %q", tt.addr, tt.cert != "", got, err, tt.want)
+		}
+	}
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 with the given
+// serial and its key to certFile and keyFile, and returns a pool trusting it.
+func selfSigned(t *testing.T, serial int64, certFile, keyFile string) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial),
+		Subject:               pkix.Name{CommonName: "herald.test"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true, // its own root
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, block := range map[string]*pem.Block{keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}, certFile: {Type: "CERTIFICATE", Bytes: der}} {
+		if err := os.WriteFile(path+".new", pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
+}
+
+// SIGHUP reloads the TLS certificate (the file watch is made slow here, so
+// only the signal can be what reloads it); healthcheck probes over https.
+func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
+	orig := nodeOptions
+	nodeOptions = []node.Option{node.WithCertPoll(time.Hour)}
+	t.Cleanup(func() { nodeOptions = orig })
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	pool1 := selfSigned(t, 1, certFile, keyFile)
+	addr := freeAddr(t)
+	useEnv(t, map[string]string{
+		"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(dir, "herald.db"),
+		"HERALD_TLS_CERT_FILE": certFile, "HERALD_TLS_KEY_FILE": keyFile,
+	})
+	serial := func(pool *x509.CertPool) (int64, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool})
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
+	}
+	stop := serveInBackground(t, func() error { _, err := serial(pool1); return err })
+	defer stop()
+	if code, _, stderr := herald("healthcheck"); code != 0 {
+		t.Fatalf("healthcheck over https: %d %s", code, stderr)
+	}
+
+	pool2 := selfSigned(t, 2, certFile, keyFile)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	wait.NoError(t, func() error {
+		s, err := serial(pool2)
+		if err == nil && s != 2 {
+			err = fmt.Errorf("serving serial %d, want 2", s)
+		}
+		return err
+	})
 }

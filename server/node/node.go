@@ -20,6 +20,7 @@ import (
 	"github.com/heraldrt/herald/server/bootstrap"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/docs"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/netguard"
@@ -183,6 +184,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
 	engine.GET("/readyz", httpapi.Ready(n.ready...))
+	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
 	n.ops.start(n.ws, n.hook, n.push, anon)
 	n.ops.register(engine)
 	// Every request has readTimeout for its headers and body (before the
@@ -249,7 +251,7 @@ func (n *Node) Serve(ln net.Listener) error {
 // logged and returned.
 func (n *Node) ReloadTLS() error {
 	if n.cert == nil {
-		return errNoTLS
+		return ErrNoTLS
 	}
 	return n.cert.Reload("SIGHUP")
 }

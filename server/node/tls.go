@@ -129,5 +129,5 @@ func (r *certReloader) watch(ctx context.Context, every time.Duration) {
 	}
 }
 
-// errNoTLS is ReloadTLS's answer when the node serves plain HTTP.
-var errNoTLS = errors.New("no TLS certificate to reload: HERALD_TLS_CERT_FILE is not set")
+// ErrNoTLS is ReloadTLS's answer when the node serves plain HTTP.
+var ErrNoTLS = errors.New("no TLS certificate to reload: HERALD_TLS_CERT_FILE is not set")

@@ -298,7 +298,7 @@ func TestTLSStartErrors(t *testing.T) {
 
 func TestReloadTLSWithoutTLS(t *testing.T) {
 	n, _ := startNode(t)
-	if err := n.ReloadTLS(); !errors.Is(err, errNoTLS) {
-		t.Fatalf("ReloadTLS: got %v, want errNoTLS", err)
+	if err := n.ReloadTLS(); !errors.Is(err, ErrNoTLS) {
+		t.Fatalf("ReloadTLS: got %v, want ErrNoTLS", err)
 	}
 }
