@@ -515,7 +515,9 @@ type ClientInterface interface {
 	// claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
 	// signed with HS256 and the instance's secret key give the header
 	//
-	//     Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+	// ```
+	// Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+	// ```
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
 	SetDeviceUser(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -898,7 +900,9 @@ func (c *Client) UpdateDeviceMetadata(ctx context.Context, instanceId InstanceID
 // claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
 // signed with HS256 and the instance's secret key give the header
 //
-//	Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+// ```
+// Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+// ```
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
 func (c *Client) SetDeviceUser(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1876,7 +1880,9 @@ type ClientWithResponsesInterface interface {
 	// claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
 	// signed with HS256 and the instance's secret key give the header
 	//
-	//     Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+	// ```
+	// Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+	// ```
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3270,7 +3276,9 @@ func (c *ClientWithResponses) UpdateDeviceMetadataWithResponse(ctx context.Conte
 // claims `{"sub":"user-001","exp":4102444800,"iss":"https://8f9a6e22-2483-49aa-8552-125f1a4c5781.pushnotifications.pusher.com"}`
 // signed with HS256 and the instance's secret key give the header
 //
-//	Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+// ```
+// Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTAwMSIsImV4cCI6NDEwMjQ0NDgwMCwiaXNzIjoiaHR0cHM6Ly84ZjlhNmUyMi0yNDgzLTQ5YWEtODU1Mi0xMjVmMWE0YzU3ODEucHVzaG5vdGlmaWNhdGlvbnMucHVzaGVyLmNvbSJ9._UHMrz7xC4hJpUU5JNJcgmf3d8fscvzht4HSpRReAWQ
+// ```
 //
 // Returns a wrapper object for the known response body format(s).
 //
