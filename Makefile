@@ -29,7 +29,8 @@ test-go:
 	$(GO) test -race -count=1 ./...
 
 test-compat: $(COMPAT_DIR)/node_modules/.installed
-	$(GO) build -o $(COMPAT_DIR)/herald ./server
+	@# Built as make build and the Dockerfile build it (TestImageContract too, which shares the build cache).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(COMPAT_DIR)/herald ./server
 	$(GO) build -o bin/fakegateways ./server/push/pushtest/cmd/fakegateways
 	cd $(COMPAT_DIR) && HERALD_BIN=$(CURDIR)/$(COMPAT_DIR)/herald FAKEGW_BIN=$(CURDIR)/bin/fakegateways node --test --test-concurrency=1 --test-reporter=spec
 
