@@ -43,6 +43,7 @@ var importRules = []struct {
 	{"server/netguard", []string{"server/...", "storage", "gen/..."}, "netguard judges network addresses and knows nothing of Herald"},
 	{"server/internal/recovery", []string{"server/...", "storage", "gen/..."}, "recovery logs and counts panics, nothing more"},
 	{"server/internal/clientrate", []string{"server/...", "storage", "gen/..."}, "clientrate keeps token buckets per client and knows nothing of Herald"},
+	{"server/docs", []string{"server/...", "storage", "gen/..."}, "docs serves the embedded API reference and knows nothing of the APIs themselves"},
 }
 
 // TestImportRules fails when a package depends on one its rule forbids.
