@@ -101,7 +101,7 @@ export function heraldCli (...args) {
  * @param {object} [options]
  * @param {Record<string,string>} [options.env] extra environment (wins over the defaults)
  * @param {string} [options.db] database file; default a fresh one in a temporary directory
- * @returns {Promise<{host: string, port: number, db: string, appId: string, key: string,
+ * @returns {Promise<{host: string, port: number, tls: boolean, db: string, appId: string, key: string,
  *   secret: string, logs: () => string, stop: () => Promise<void>,
  *   kill: (signal?: string) => Promise<{code: number|null, signal: string|null}>}>}
  */
@@ -159,11 +159,11 @@ export function startHerald ({ env = {}, db = freshDB() } = {}) {
       try { entry = JSON.parse(line) } catch { return }
       if (entry.msg !== 'listening' || typeof entry.addr !== 'string') return
       const i = entry.addr.lastIndexOf(':')
-      settle(resolve, { host: entry.addr.slice(0, i), port: Number(entry.addr.slice(i + 1)) })
+      settle(resolve, { host: entry.addr.slice(0, i), port: Number(entry.addr.slice(i + 1)), tls: entry.tls === true })
     })
   })
 
-  return listening.then(({ host, port }) => {
+  return listening.then(({ host, port, tls }) => {
     let stopping
     const stop = () => {
       stopping ??= (async () => {
@@ -189,6 +189,6 @@ export function startHerald ({ env = {}, db = freshDB() } = {}) {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal)
       return exited
     }
-    return { host, port, db, ...APP, logs, stop, kill }
+    return { host, port, tls, db, ...APP, logs, stop, kill }
   })
 }
