@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,7 +187,7 @@ func readImageContract(t *testing.T) imageContract {
 func buildStatic(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "herald")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath",
+	cmd := exec.Command("go", "build", "-trimpath",
 		"-ldflags", "-s -w -X main.version=contract-test", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
