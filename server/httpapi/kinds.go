@@ -71,6 +71,7 @@ const (
 	KindMissingUserId                 = "missing_user_id"
 	KindNotFound                      = "not_found"
 	KindNotPresenceChannel            = "not_presence_channel"
+	KindNotReady                      = "not_ready" // a readiness check failed (GET /readyz)
 	KindPublishNotFound               = "publish_not_found"
 	KindQuotaExceeded                 = "quota_exceeded"
 	KindRateLimited                   = "rate_limited"

@@ -71,9 +71,6 @@ type ReadyCheck struct {
 // unready instead of holding the probe until the prober gives up.
 const ReadyTimeout = 2 * time.Second
 
-// KindNotReady is the error kind of a failed readiness check.
-const KindNotReady = "not_ready"
-
 // readyBody is the answer of GET /readyz: "status" and "checks" (each
 // check's name and "ok" or its error) when ready; the error body plus
 // "checks" otherwise.
