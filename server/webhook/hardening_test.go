@@ -110,7 +110,10 @@ func TestOutboxFloodAgainstABlackHole(t *testing.T) {
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: blackHole(t)}}}}
 	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	opts := fast
-	opts.Timeout, opts.MaxAge, opts.MaxQueued = 100*time.Millisecond, time.Second, maxQueued
+	// MaxAge well above the flood's own duration (3,000 capped inserts take
+	// the database writer a second or two on a loaded machine), so that
+	// requests live long enough to be attempted and fail.
+	opts.Timeout, opts.MaxAge, opts.MaxQueued = 100*time.Millisecond, 5*time.Second, maxQueued
 	core, logs := observer.New(zapcore.InfoLevel)
 	d := New(db, a, zap.New(core), opts)
 	d.Start()
