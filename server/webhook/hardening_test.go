@@ -268,7 +268,9 @@ func TestExpiredRequestsDroppedWithoutAttempt(t *testing.T) {
 			a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: h.srv.URL}}}}
 			db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 			opts := inOrder
-			opts.MaxAge, opts.Timeout = 300*time.Millisecond, wait.Limit
+			// A second: the first request is sent well within it even on
+			// a loaded machine, and the two behind it expire meanwhile.
+			opts.MaxAge, opts.Timeout = time.Second, wait.Limit
 			d := New(db, a, zap.NewNop(), opts)
 			if !tt.sweep {
 				d.purgeEvery = time.Hour
@@ -324,12 +326,14 @@ func TestWebhookURLsLoggedWithoutSecrets(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	var seen attempts
 	opts := fast
-	opts.MaxAge, opts.OnAttempt = 300*time.Millisecond, seen.add
+	// Long enough for each request to be attempted on a loaded machine; one
+	// that is not is dropped as expired instead, also without its secrets.
+	opts.MaxAge, opts.OnAttempt = 2*time.Second, seen.add
 	d := New(db, a, zap.New(core), opts)
 	d.Start()
 	t.Cleanup(d.Close)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
-	wait.Until(t, "all four requests given up", func() bool { return d.Stats().Abandoned == 4 })
+	wait.Until(t, "all four requests given up", func() bool { s := d.Stats(); return s.Abandoned+s.Expired == 4 })
 
 	var all []string
 	named := false
