@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -13,25 +12,18 @@ import (
 	"testing"
 
 	"github.com/heraldrt/herald/server/push"
+	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
 )
 
-// tokenTo is a web device token of a fresh subscription of the fake push
-// service (real keys), pointed at endpoint.
-func tokenTo(t *testing.T, gw *gateways, endpoint string) string {
+// webSubscriber is a fresh subscription of the fake push service.
+func webSubscriber(t *testing.T, gw *gateways) *pushtest.WebSubscriber {
 	t.Helper()
 	sub, err := gw.web.Subscribe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s map[string]any
-	raw, _ := base64.StdEncoding.DecodeString(sub.Token())
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	s["endpoint"] = endpoint
-	b, _ := json.Marshal(s)
-	return base64.StdEncoding.EncodeToString(b)
+	return sub
 }
 
 func hostPort(t *testing.T, raw string) string {
@@ -83,7 +75,7 @@ func TestWebPushNeverReachesInternalListener(t *testing.T) {
 		"http://127.0.0.1:" + innerPort + "/push/x",
 		"https://localhost:" + innerPort + "/push/x",
 	} {
-		status, out := call(t, "POST", base+"/device_api/v1/instances/"+beamsInstance+"/devices/web", map[string]any{"token": tokenTo(t, gw, endpoint)})
+		status, out := call(t, "POST", base+"/device_api/v1/instances/"+beamsInstance+"/devices/web", map[string]any{"token": webSubscriber(t, gw).TokenAt(endpoint)})
 		if status != http.StatusBadRequest || !strings.Contains(string(out), `"endpoint_not_allowed"`) {
 			t.Fatalf("register %s: %d %s, want 400 endpoint_not_allowed", endpoint, status, out)
 		}
@@ -94,13 +86,13 @@ func TestWebPushNeverReachesInternalListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := register(t, base, "web", sub.Token(), "news")
-	redirected := register(t, base, "web", tokenTo(t, gw, redirecting.URL+"/push/x"), "news")
+	redirected := register(t, base, "web", webSubscriber(t, gw).TokenAt(redirecting.URL+"/push/x"), "news")
 	stored := []storage.DeviceImport{}
 	for _, endpoint := range []string{
 		"https://127.0.0.1:" + innerPort + "/push/x",
 		"https://localhost:" + innerPort + "/push/x",
 	} {
-		d := storage.Device{ID: storage.NewDeviceID(storage.PlatformWeb), InstanceID: beamsInstance, Platform: storage.PlatformWeb, Token: tokenTo(t, gw, endpoint)}
+		d := storage.Device{ID: storage.NewDeviceID(storage.PlatformWeb), InstanceID: beamsInstance, Platform: storage.PlatformWeb, Token: webSubscriber(t, gw).TokenAt(endpoint)}
 		stored = append(stored, storage.DeviceImport{Device: d, Interests: []string{"news"}})
 	}
 	if err := n.db.ImportDevices(t.Context(), stored); err != nil {

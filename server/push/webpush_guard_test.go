@@ -2,8 +2,6 @@ package push
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,22 +39,14 @@ func internalListener(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// webTokenTo is a valid web device token (real keys) whose endpoint is
-// endpoint.
-func webTokenTo(t *testing.T, fake *pushtest.WebPush, endpoint string) string {
+// subscriber is a fresh subscription of the fake push service.
+func subscriber(t *testing.T, fake *pushtest.WebPush) *pushtest.WebSubscriber {
 	t.Helper()
 	sub, err := fake.Subscribe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s map[string]any
-	raw, _ := base64.StdEncoding.DecodeString(sub.Token())
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	s["endpoint"] = endpoint
-	b, _ := json.Marshal(s)
-	return base64.StdEncoding.EncodeToString(b)
+	return sub
 }
 
 func portOf(t *testing.T, raw string) string {
@@ -116,7 +106,7 @@ func TestWebPushGuard(t *testing.T) {
 		{"LinkLocal", "https://169.254.169.254/latest/meta-data/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := w.Send(context.Background(), storage.Delivery{Token: webTokenTo(t, fake, tc.endpoint)}, p)
+			res := w.Send(context.Background(), storage.Delivery{Token: subscriber(t, fake).TokenAt(tc.endpoint)}, p)
 			if res.Outcome != storage.DeliveryFailed || !strings.Contains(res.Reason, "refused") {
 				t.Fatalf("%+v, want a failed delivery saying it was refused", res)
 			}

@@ -182,10 +182,15 @@ type WebSubscriber struct {
 }
 
 // Token is the web device token: base64 of the PushSubscription JSON.
-func (s *WebSubscriber) Token() string {
+func (s *WebSubscriber) Token() string { return s.TokenAt(s.Endpoint) }
+
+// TokenAt is a web device token with the subscriber's keys and another
+// endpoint: a device whose notifications go somewhere else (the tests of the
+// address guard point it at internal listeners).
+func (s *WebSubscriber) TokenAt(endpoint string) string {
 	enc := base64.RawURLEncoding
 	b, _ := json.Marshal(map[string]any{
-		"endpoint": s.Endpoint,
+		"endpoint": endpoint,
 		"keys":     map[string]string{"p256dh": enc.EncodeToString(s.priv.PublicKey().Bytes()), "auth": enc.EncodeToString(s.auth)},
 	})
 	return base64.StdEncoding.EncodeToString(b)
