@@ -257,25 +257,8 @@ func TestTrustedProxiesWired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			core, logs := observer.New(zapcore.DebugLevel)
 			cfg := config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TrustedProxies: tt.trusted}
-			n, err := New(context.Background(), cfg, zap.New(core))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- n.Serve(ln) }()
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := n.Shutdown(ctx); err != nil {
-					t.Errorf("shutdown: %v", err)
-				}
-				<-done
-			}()
-			req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/healthz", nil)
+			_, addr := serveNodeLog(t, cfg, zap.New(core))
+			req, _ := http.NewRequest("GET", "http://"+addr+"/healthz", nil)
 			req.Header.Set("X-Forwarded-For", "203.0.113.7")
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -100,7 +100,15 @@ func (gw *gateways) roots() *x509.CertPool {
 // serveNode starts a node with cfg on a free port until the test ends.
 func serveNode(t testing.TB, cfg config.Config, opts ...Option) (*Node, string) {
 	t.Helper()
-	n, err := New(context.Background(), cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts...)
+	n, addr := serveNodeLog(t, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts...)
+	return n, "http://" + addr
+}
+
+// serveNodeLog starts a node with cfg logging to log on a free port until
+// the test ends, and returns it with its host:port.
+func serveNodeLog(t testing.TB, cfg config.Config, log *zap.Logger, opts ...Option) (*Node, string) {
+	t.Helper()
+	n, err := New(context.Background(), cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +128,7 @@ func serveNode(t testing.TB, cfg config.Config, opts ...Option) (*Node, string) 
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return n, "http://" + ln.Addr().String()
+	return n, ln.Addr().String()
 }
 
 // call sends a JSON request and returns the status and body.

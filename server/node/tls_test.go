@@ -127,7 +127,7 @@ func tlsNode(t *testing.T, ca *testCA, log *zap.Logger, opts ...Option) (n *Node
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca.issue(t, 1, certFile, keyFile)
-	n, err := New(context.Background(), config.Config{
+	n, addr = serveNodeLog(t, config.Config{
 		DB:          filepath.Join(dir, "herald.db"),
 		AppID:       "77",
 		AppKey:      "go-sdk-key",
@@ -135,26 +135,7 @@ func tlsNode(t *testing.T, ca *testCA, log *zap.Logger, opts ...Option) (n *Node
 		TLSCertFile: certFile,
 		TLSKeyFile:  keyFile,
 	}, log, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return n, ln.Addr().String(), certFile, keyFile
+	return n, addr, certFile, keyFile
 }
 
 // Built-in TLS: the HTTP APIs answer over https, pusher clients connect over
