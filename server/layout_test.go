@@ -42,6 +42,7 @@ var importRules = []struct {
 	{"server/webhook", []string{"server/ws/...", "server/httpapi", "server/push"}, "webhooks take the hub's events, nothing more"},
 	{"server/netguard", []string{"server/...", "storage", "gen/..."}, "netguard judges network addresses and knows nothing of Herald"},
 	{"server/internal/recovery", []string{"server/...", "storage", "gen/..."}, "recovery logs and counts panics, nothing more"},
+	{"server/internal/testcert", []string{"server/...", "storage", "gen/..."}, "testcert makes certificates for tests, nothing more"},
 	{"server/internal/clientrate", []string{"server/...", "storage", "gen/..."}, "clientrate keeps token buckets per client and knows nothing of Herald"},
 	{"server/docs", []string{"server/...", "storage", "gen/..."}, "docs serves the embedded API reference and knows nothing of the APIs themselves"},
 }

@@ -4,16 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +19,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/testcert"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/node"
 	"github.com/heraldrt/herald/storage"
@@ -409,47 +403,6 @@ func TestReadyURL(t *testing.T) {
 	}
 }
 
-// selfSigned writes a self-signed certificate for 127.0.0.1 with the given
-// serial and its key to certFile and keyFile, and returns a pool trusting it.
-func selfSigned(t *testing.T, serial int64, certFile, keyFile string) *x509.CertPool {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: "herald.test"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true, // its own root
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for path, block := range map[string]*pem.Block{keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}, certFile: {Type: "CERTIFICATE", Bytes: der}} {
-		if err := os.WriteFile(path+".new", pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".new", path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return pool
-}
-
 // SIGHUP reloads the TLS certificate (the file watch is made slow here, so
 // only the signal can be what reloads it); healthcheck probes over https.
 func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
@@ -458,32 +411,33 @@ func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
 	t.Cleanup(func() { nodeOptions = orig })
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	pool1 := selfSigned(t, 1, certFile, keyFile)
+	ca := testcert.NewCA(t)
+	ca.Issue(t, 1, certFile, keyFile)
 	addr := freeAddr(t)
 	useEnv(t, map[string]string{
 		"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(dir, "herald.db"),
 		"HERALD_TLS_CERT_FILE": certFile, "HERALD_TLS_KEY_FILE": keyFile,
 	})
-	serial := func(pool *x509.CertPool) (int64, error) {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool})
+	serial := func() (int64, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool})
 		if err != nil {
 			return 0, err
 		}
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 	}
-	stop := serveInBackground(t, func() error { _, err := serial(pool1); return err })
+	stop := serveInBackground(t, func() error { _, err := serial(); return err })
 	defer stop()
 	if code, _, stderr := herald("healthcheck"); code != 0 {
 		t.Fatalf("healthcheck over https: %d %s", code, stderr)
 	}
 
-	pool2 := selfSigned(t, 2, certFile, keyFile)
+	ca.Issue(t, 2, certFile, keyFile)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	wait.NoError(t, func() error {
-		s, err := serial(pool2)
+		s, err := serial()
 		if err == nil && s != 2 {
 			err = fmt.Errorf("serving serial %d, want 2", s)
 		}

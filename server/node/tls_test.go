@@ -2,20 +2,11 @@ package node
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,91 +19,14 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/testcert"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
 
-// testCA is a certificate authority of the test's own.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "Herald test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue writes a certificate for 127.0.0.1 with the given serial number,
-// signed by ca, and its key to certFile and keyFile, each replaced by a
-// rename as a renewal tool would.
-func (ca *testCA) issue(t *testing.T, serial int64, certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: "herald.test"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	replaceFile(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
-	replaceFile(t, certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
-// replaceFile writes data to a new file beside path and renames it over path.
-func replaceFile(t *testing.T, path string, data []byte) {
-	t.Helper()
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // servedSerial connects to addr trusting ca only and returns the serial
 // number of the certificate the server presents.
-func servedSerial(addr string, ca *testCA) (int64, error) {
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1"})
+func servedSerial(addr string, ca *testcert.CA) (int64, error) {
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
 	if err != nil {
 		return 0, err
 	}
@@ -122,11 +36,11 @@ func servedSerial(addr string, ca *testCA) (int64, error) {
 
 // tlsNode serves a node with TLS from a certificate of ca (serial 1) and
 // returns it, its host:port and the certificate files.
-func tlsNode(t *testing.T, ca *testCA, log *zap.Logger, opts ...Option) (n *Node, addr, certFile, keyFile string) {
+func tlsNode(t *testing.T, ca *testcert.CA, log *zap.Logger, opts ...Option) (n *Node, addr, certFile, keyFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	ca.issue(t, 1, certFile, keyFile)
+	ca.Issue(t, 1, certFile, keyFile)
 	n, addr = serveNodeLog(t, config.Config{
 		DB:          filepath.Join(dir, "herald.db"),
 		AppID:       "77",
@@ -142,12 +56,12 @@ func tlsNode(t *testing.T, ca *testCA, log *zap.Logger, opts ...Option) (n *Node
 // wss, and an event triggered by the real Go server SDK over https reaches
 // the wss client; plain HTTP on the same port is refused.
 func TestTLSServesHTTPSAndWSS(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testcert.NewCA(t)
 	_, addr, _, _ := tlsNode(t, ca, zap.NewNop())
 	// HTTP/2 for the APIs, as ServeTLS offers it; the WebSocket client
 	// speaks HTTP/1.1, as browsers and pusher-js do for WebSockets.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool}, ForceAttemptHTTP2: true}}
-	wsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool}}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}, ForceAttemptHTTP2: true}}
+	wsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		res, err := client.Get("https://" + addr + path)
@@ -211,12 +125,12 @@ func TestTLSServesHTTPSAndWSS(t *testing.T) {
 
 // A renewed certificate is served once its files change, without a signal.
 func TestTLSReloadsWhenTheFilesChange(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testcert.NewCA(t)
 	_, addr, certFile, keyFile := tlsNode(t, ca, zap.NewNop(), WithCertPoll(10*time.Millisecond))
 	if serial, err := servedSerial(addr, ca); err != nil || serial != 1 {
 		t.Fatalf("served serial %d (%v), want 1", serial, err)
 	}
-	ca.issue(t, 2, certFile, keyFile)
+	ca.Issue(t, 2, certFile, keyFile)
 	wait.NoError(t, func() error {
 		serial, err := servedSerial(addr, ca)
 		if err == nil && serial != 2 {
@@ -229,12 +143,12 @@ func TestTLSReloadsWhenTheFilesChange(t *testing.T) {
 // ReloadTLS (SIGHUP) loads the files on demand; a pair that does not load
 // leaves the previous certificate in service, logged.
 func TestTLSReloadKeepsTheOldCertificateOnFailure(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testcert.NewCA(t)
 	core, logs := observer.New(zapcore.InfoLevel)
 	// The files are checked only on demand here.
 	n, addr, certFile, keyFile := tlsNode(t, ca, zap.New(core), WithCertPoll(time.Hour))
 
-	replaceFile(t, certFile, []byte("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n"))
+	testcert.ReplaceFile(t, certFile, []byte("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n"))
 	err := n.ReloadTLS()
 	if err == nil || !strings.Contains(err.Error(), certFile) {
 		t.Fatalf("ReloadTLS of a broken file: got %v, want an error naming %s", err, certFile)
@@ -246,7 +160,7 @@ func TestTLSReloadKeepsTheOldCertificateOnFailure(t *testing.T) {
 		t.Fatalf("got %d failed-reload log lines, want 1: %v", got, logs.All())
 	}
 
-	ca.issue(t, 3, certFile, keyFile)
+	ca.Issue(t, 3, certFile, keyFile)
 	if err := n.ReloadTLS(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,9 +172,9 @@ func TestTLSReloadKeepsTheOldCertificateOnFailure(t *testing.T) {
 func TestTLSStartErrors(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	newTestCA(t).issue(t, 1, cert, key)
+	testcert.NewCA(t).Issue(t, 1, cert, key)
 	other := filepath.Join(dir, "other")
-	newTestCA(t).issue(t, 1, other+"-cert.pem", other+"-key.pem")
+	testcert.NewCA(t).Issue(t, 1, other+"-cert.pem", other+"-key.pem")
 	tests := []struct {
 		name, cert, key, wantErr string
 	}{
