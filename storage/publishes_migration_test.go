@@ -18,23 +18,7 @@ import (
 func TestPublishWebhookOutboxMigration(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "herald.db")
-	old, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
-	checkErr(t, "open", err, nil)
-	old.SetMaxOpenConns(1)
-	_, err = old.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version       INTEGER PRIMARY KEY,
-		applied_at_ms INTEGER NOT NULL
-	) STRICT`)
-	checkErr(t, "schema_migrations", err, nil)
-	files, err := fs.ReadDir(migrations, "migrations")
-	checkErr(t, "ReadDir", err, nil)
-	for _, f := range files {
-		v, err := migrationVersion(f.Name())
-		checkErr(t, "migrationVersion", err, nil)
-		if v <= 4 {
-			checkErr(t, "apply "+f.Name(), applyMigration(ctx, old, v, f.Name()), nil)
-		}
-	}
+	old := openAtVersion(t, path, 4)
 	const (
 		started  = `{"event":"publish_started","failed":0,"instanceId":"inst-1","publishId":"pubid-a","sent":0,"state":"delivering","targeted":0,"timeMs":1767225600123}`
 		finished = `{"event":"publish_finished","failed":1,"instanceId":"inst-1","publishId":"pubid-a","sent":15,"state":"done","targeted":16,"timeMs":1767225660456}`
@@ -70,4 +54,30 @@ func TestPublishWebhookOutboxMigration(t *testing.T) {
 	next, ok, err := db.NextPublishWebhookDue(ctx)
 	checkErr(t, "NextPublishWebhookDue", err, nil)
 	check(t, "next due", []any{next, ok}, []any{fromMillis(1767225660456), true})
+}
+
+// openAtVersion creates a database at path as a binary that knew migrations
+// up to version would have left it, and returns its one connection; the
+// test writes old rows through it, closes it and opens the file with Open.
+func openAtVersion(t *testing.T, path string, version int) *sql.DB {
+	t.Helper()
+	ctx := t.Context()
+	old, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
+	checkErr(t, "open", err, nil)
+	old.SetMaxOpenConns(1)
+	_, err = old.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version       INTEGER PRIMARY KEY,
+		applied_at_ms INTEGER NOT NULL
+	) STRICT`)
+	checkErr(t, "schema_migrations", err, nil)
+	files, err := fs.ReadDir(migrations, "migrations")
+	checkErr(t, "ReadDir", err, nil)
+	for _, f := range files {
+		v, err := migrationVersion(f.Name())
+		checkErr(t, "migrationVersion", err, nil)
+		if v <= version {
+			checkErr(t, "apply "+f.Name(), applyMigration(ctx, old, v, f.Name()), nil)
+		}
+	}
+	return old
 }

@@ -1,10 +1,7 @@
 package storage
 
 import (
-	"database/sql"
 	"encoding/json"
-	"io/fs"
-	"net/url"
 	"path/filepath"
 	"testing"
 	"time"
@@ -121,23 +118,7 @@ func TestReportEvents(t *testing.T) {
 func TestReportPublishesMigration(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "herald.db")
-	old, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
-	checkErr(t, "open", err, nil)
-	old.SetMaxOpenConns(1)
-	_, err = old.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version       INTEGER PRIMARY KEY,
-		applied_at_ms INTEGER NOT NULL
-	) STRICT`)
-	checkErr(t, "schema_migrations", err, nil)
-	files, err := fs.ReadDir(migrations, "migrations")
-	checkErr(t, "ReadDir", err, nil)
-	for _, f := range files {
-		v, err := migrationVersion(f.Name())
-		checkErr(t, "migrationVersion", err, nil)
-		if v <= 6 {
-			checkErr(t, "apply "+f.Name(), applyMigration(ctx, old, v, f.Name()), nil)
-		}
-	}
+	old := openAtVersion(t, path, 6)
 	for _, stmt := range []string{
 		`INSERT INTO instances VALUES ('` + instanceID + `', 's', '', 1, '', '', '', '', '', '', '', '', '', '', '', 0, 1, 1)`,
 		`INSERT INTO publishes (id, instance_id, target_kind, targets, payload, webhook_url, state, cursor, resolved,

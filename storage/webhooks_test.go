@@ -213,18 +213,7 @@ func TestClaimWebhooksUpToPerURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	claim := func(limit int) string {
-		t.Helper()
-		got, err := db.ClaimWebhooks(ctx, now, time.Hour, limit, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, w := range got {
-			out = append(out, string(w.Body))
-		}
-		return strings.Join(out, " ")
-	}
+	claim := func(limit int) string { t.Helper(); return claimBodies(t, db, now, limit, 3) }
 	if got := claim(4); got != "0 1 2 b0" {
 		t.Fatalf("first claim %q, want a's three oldest and b's oldest", got)
 	}
@@ -278,18 +267,7 @@ func TestClaimWebhooksOneAtATimePerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	claim := func() string {
-		t.Helper()
-		got, err := db.ClaimWebhooks(ctx, now, time.Hour, 10, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, w := range got {
-			out = append(out, string(w.Body))
-		}
-		return strings.Join(out, " ")
-	}
+	claim := func() string { t.Helper(); return claimBodies(t, db, now, 10, 2) }
 	if next, ok, err := db.NextWebhookDue(ctx, now, 2); err != nil || !ok || !next.Equal(fromMillis(now.UnixMilli())) {
 		t.Fatalf("next due %v %v (%v), want now", next, ok, err)
 	}
@@ -436,4 +414,19 @@ func BenchmarkClaimWebhooks(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// claimBodies claims up to limit requests at now (an hour's lease, perURL at
+// most per URL) and returns their bodies, space-separated, in claim order.
+func claimBodies(t *testing.T, db *DB, now time.Time, limit, perURL int) string {
+	t.Helper()
+	got, err := db.ClaimWebhooks(t.Context(), now, time.Hour, limit, perURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, w := range got {
+		out = append(out, string(w.Body))
+	}
+	return strings.Join(out, " ")
 }
