@@ -46,6 +46,11 @@ func (c *Counter) Do(log *zap.Logger, what string, f func(), fields ...zap.Field
 
 func (c *Counter) record(log *zap.Logger, what string, v any, fields []zap.Field) {
 	c.n.Add(1)
-	log.Error("recovered from a panic; only this "+what+" is abandoned",
-		append(fields, zap.String("panic", fmt.Sprint(v)), zap.ByteString("stack", debug.Stack()))...)
+	// A copy: appending to fields would make the callers' variadic slice
+	// escape, a heap allocation on every Do of a hot path (one per push
+	// delivery) for the sake of a rare panic.
+	all := make([]zap.Field, 0, len(fields)+2)
+	all = append(all, fields...)
+	all = append(all, zap.String("panic", fmt.Sprint(v)), zap.ByteString("stack", debug.Stack()))
+	log.Error("recovered from a panic; only this "+what+" is abandoned", all...)
 }

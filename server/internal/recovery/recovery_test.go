@@ -58,3 +58,19 @@ func TestDoReportsPanic(t *testing.T) {
 		t.Fatalf("Count = %d, logged %d, want 1 and 1", c.Count(), logs.Len())
 	}
 }
+
+// Do sits on hot paths (each push delivery): without a panic it allocates
+// nothing, fields included.
+func TestDoWithoutPanicAllocatesNothing(t *testing.T) {
+	var c Counter
+	log := zap.NewNop()
+	publish, device := "pub-1", "dev-1"
+	ran := 0
+	f := func() { ran++ }
+	allocs := testing.AllocsPerRun(100, func() {
+		c.Do(log, "delivery", f, zap.String("publish", publish), zap.String("device", device))
+	})
+	if allocs != 0 || ran == 0 {
+		t.Fatalf("Do allocated %v times per call (ran %d), want 0", allocs, ran)
+	}
+}
