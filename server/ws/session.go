@@ -317,20 +317,12 @@ var (
 // and counted, and only this connection is closed, with 1011; the false
 // returned has the caller finish it.
 func (sess *session) readMessages(untilDrained bool) (more bool) {
-	done := false
-	defer func() {
-		if !done {
-			sess.s.log.Warn("closing a connection whose message handling panicked",
-				zap.String("app_id", sess.appID), zap.String("socket_id", sess.conn.SocketID()))
-			sess.conn.Close(closeInternalError)
-			more = false
-		}
-	}()
-	// Without fields, which would be allocated on every call; the deferred
-	// function above names the connection when it comes to that.
-	defer sess.s.panics.Recover(sess.s.log, "WebSocket message")
-	more = sess.readInput(untilDrained)
-	done = true
+	if sess.s.panics.Do(sess.s.log, "WebSocket message", func() { more = sess.readInput(untilDrained) }) {
+		sess.s.log.Warn("closing a connection whose message handling panicked",
+			zap.String("app_id", sess.appID), zap.String("socket_id", sess.conn.SocketID()))
+		sess.conn.Close(closeInternalError)
+		return false
+	}
 	return more
 }
 
