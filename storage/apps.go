@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -46,6 +47,17 @@ type Webhook struct {
 	EventTypes    []string // empty = every kind (channel_occupied, channel_vacated, member_added, member_removed, client_event, cache_miss, subscription_count)
 	ChannelPrefix string   // empty = every channel
 	Batch         bool     // send several events per POST
+}
+
+// Takes reports whether the endpoint wants events of kind (one of the
+// EventTypes names) on channel: the channel has its prefix, and the kind is
+// among its event types or it lists none. The webhook sender and the
+// WebSocket transport's subscribe limit both ask it.
+func (w Webhook) Takes(kind, channel string) bool {
+	if w.ChannelPrefix != "" && !strings.HasPrefix(channel, w.ChannelPrefix) {
+		return false
+	}
+	return len(w.EventTypes) == 0 || slices.Contains(w.EventTypes, kind)
 }
 
 // appColumns lists the apps columns in the order scanApp reads them.

@@ -252,3 +252,24 @@ func TestCountApps(t *testing.T) {
 	checkErr(t, "CountApps", err, nil)
 	check(t, "apps", n, 3)
 }
+
+func TestWebhookTakes(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		w             Webhook
+		kind, channel string
+		want          bool
+	}{
+		{"OKEveryKindEveryChannel", Webhook{}, "client_event", "any", true},
+		{"OKListedKind", Webhook{EventTypes: []string{"member_added", "member_removed"}}, "member_removed", "presence-a", true},
+		{"OKPrefix", Webhook{ChannelPrefix: "presence-"}, "channel_occupied", "presence-a", true},
+		{"OKKindAndPrefix", Webhook{EventTypes: []string{"cache_miss"}, ChannelPrefix: "cache-"}, "cache_miss", "cache-x", true},
+		{"NoUnlistedKind", Webhook{EventTypes: []string{"member_added"}}, "channel_occupied", "presence-a", false},
+		{"NoOtherPrefix", Webhook{ChannelPrefix: "presence-"}, "channel_occupied", "private-a", false},
+		{"NoKindRightPrefixWrong", Webhook{EventTypes: []string{"cache_miss"}, ChannelPrefix: "cache-"}, "cache_miss", "private-cache-x", false},
+	} {
+		if got := tt.w.Takes(tt.kind, tt.channel); got != tt.want {
+			t.Errorf("%s: Takes(%q, %q) = %v, want %v", tt.name, tt.kind, tt.channel, got, tt.want)
+		}
+	}
+}

@@ -1,9 +1,6 @@
 package node
 
 import (
-	"slices"
-	"strings"
-
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws"
@@ -57,15 +54,11 @@ func appWebhooks(app *storage.App) ws.Webhooks {
 	return webhookFilter{app}
 }
 
-// Sends implements ws.Webhooks with the rule the webhook sender applies: an
-// endpoint takes an event when the channel has its prefix and the kind is
-// among its event types (none listed: every kind).
+// Sends implements ws.Webhooks with the rule the webhook sender applies
+// (storage.Webhook.Takes).
 func (f webhookFilter) Sends(kind hub.EventKind, channel string) bool {
 	for _, w := range f.app.Webhooks {
-		if w.ChannelPrefix != "" && !strings.HasPrefix(channel, w.ChannelPrefix) {
-			continue
-		}
-		if len(w.EventTypes) == 0 || slices.Contains(w.EventTypes, string(kind)) {
+		if w.Takes(string(kind), channel) {
 			return true
 		}
 	}

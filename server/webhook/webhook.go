@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -335,7 +334,7 @@ func (d *Dispatcher) enqueue(events []hub.Event) (int, error) {
 			continue
 		}
 		for i, w := range app.Webhooks {
-			if !matches(w, ev) {
+			if !w.Takes(string(ev.Kind), ev.Channel) {
 				continue
 			}
 			ep := endpoint{ev.AppID, i}
@@ -389,22 +388,6 @@ func (d *Dispatcher) enqueue(events []hub.Event) (int, error) {
 	default:
 	}
 	return len(items), nil
-}
-
-// matches reports whether endpoint w wants ev.
-func matches(w storage.Webhook, ev hub.Event) bool {
-	if w.ChannelPrefix != "" && !strings.HasPrefix(ev.Channel, w.ChannelPrefix) {
-		return false
-	}
-	if len(w.EventTypes) == 0 {
-		return true
-	}
-	for _, k := range w.EventTypes {
-		if k == string(ev.Kind) {
-			return true
-		}
-	}
-	return false
 }
 
 // payload is the webhook form of an event, with the fields Pusher sends for
