@@ -410,3 +410,28 @@ func NoRedirects(req *http.Request, _ []*http.Request) error {
 func (p *Policy) Client(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: p.Transport(nil), CheckRedirect: NoRedirects, Timeout: timeout}
 }
+
+// WebhookClient returns a client for the webhook URLs an operator configured
+// (Channels and publish webhooks), which are not judged by a Policy unless
+// the operator asks: with dial set (a Policy's DialContext) every connection
+// is made by it, and proxies from the environment are not used, as in
+// Transport. A redirect is not followed either way: it would turn the POST
+// into a GET whose 2xx would count as delivered, and could lead past the
+// guard's intent; the 3xx is the answer, a failure the caller retries.
+// idlePerHost is how many idle connections are kept per host (0: net/http's
+// default).
+func WebhookClient(timeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error), idlePerHost int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if dial != nil {
+		tr.DialContext = dial
+		tr.Proxy = nil
+	}
+	if idlePerHost > 0 {
+		tr.MaxIdleConnsPerHost = idlePerHost
+	}
+	return &http.Client{
+		Timeout:       timeout,
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}

@@ -65,25 +65,9 @@ func (o Options) withDefaults() Options {
 	o.WebhookMaxAge = cmp.Or(o.WebhookMaxAge, 5*time.Minute)
 	o.SendTimeout = cmp.Or(o.SendTimeout, 30*time.Second)
 	if o.WebhookClient == nil {
-		o.WebhookClient = webhookClient(o.WebhookDialContext)
+		o.WebhookClient = netguard.WebhookClient(10*time.Second, o.WebhookDialContext, 0)
 	}
 	return o
-}
-
-// webhookClient is the default client of publish webhooks. A redirect is not
-// followed: it would turn the POST into a GET whose 2xx counted as sent, and
-// could lead past the address guard's intent; the 3xx is a failure, retried.
-func webhookClient(dial func(ctx context.Context, network, address string) (net.Conn, error)) *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if dial != nil {
-		tr.DialContext = dial
-		tr.Proxy = nil // through a proxy the guard would judge the proxy's address
-	}
-	return &http.Client{
-		Timeout:       10 * time.Second,
-		Transport:     tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 }
 
 // InstanceLookup finds Push instances by id.

@@ -27,6 +27,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/recovery"
 	"github.com/heraldrt/herald/server/internal/text"
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
@@ -107,21 +108,11 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// client is the HTTP client of the webhook requests.
+// client is the HTTP client of the webhook requests. It keeps a connection
+// for each request an endpoint may have in flight, instead of the default
+// two, so that busy endpoints reuse them.
 func (o Options) client() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if o.DialContext != nil {
-		tr.DialContext = o.DialContext
-		tr.Proxy = nil
-	}
-	// Keep a connection for each request an endpoint may have in flight,
-	// instead of the default two, so that busy endpoints reuse them.
-	tr.MaxIdleConnsPerHost = o.PerEndpoint
-	// A redirect is not followed: it would turn the POST into a GET, whose
-	// 2xx would count as delivered, and with private addresses refused it
-	// could lead anywhere. The 3xx is the answer, a failure retried later.
-	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &http.Client{Timeout: o.Timeout, Transport: tr, CheckRedirect: noRedirects}
+	return netguard.WebhookClient(o.Timeout, o.DialContext, o.PerEndpoint)
 }
 
 // AppLookup finds an app, with its webhooks, by id.
