@@ -27,7 +27,7 @@ import WebSocket from 'ws'
 import { APP, startHerald, heraldCli, freshDB } from './herald.mjs'
 import {
   WAIT_MS, sleep, handled, withTimeout, once, Log, eventually, sdkAuthorizer, clientOptions,
-  connected, subscribe, roundTrip, errorCode
+  connected, subscribe, roundTrip, errorCode, startReceiver
 } from './helpers.mjs'
 
 // ---------------------------------------------------------------------------
@@ -629,6 +629,73 @@ describe('pusher-js close codes of refused apps', () => {
     await roundTrip(first)
     assert.equal(first.pusher.connection.state, 'connected')
     assert.equal(first.pusher.connection.socket_id, socketId)
+  })
+})
+
+/** Subscribes c to the channels prefix-0 … prefix-(n-1) at once; resolves with how many succeeded and the subscription_errors of the others. */
+async function subscribeMany (c, prefix, n) {
+  const answer = (channel) => new Promise((resolve) => {
+    channel.bind('pusher:subscription_succeeded', () => resolve({ ok: true }))
+    channel.bind('pusher:subscription_error', (err) => resolve({ ok: false, err }))
+  })
+  const names = Array.from({ length: n }, (_, i) => `${prefix}-${i}`)
+  const outcomes = await withTimeout(Promise.all(names.map((name) => answer(c.pusher.subscribe(name)))), WAIT_MS,
+    `an answer to each of ${n} subscribes`)
+  return { ok: outcomes.filter((o) => o.ok).length, errors: outcomes.filter((o) => !o.ok).map((o) => o.err) }
+}
+
+describe('subscribe limit of an app with webhooks', () => {
+  let herald, receiver
+  before(async () => {
+    receiver = await startReceiver()
+    herald = await startHerald({ env: { HERALD_APP_WEBHOOK_URL: receiver.url } })
+  })
+  after(async () => {
+    closeAll()
+    await herald?.stop()
+    await receiver?.close()
+  })
+
+  it('one connection subscribes 100 channels at once; the rest get subscription_error 429 LimitReached and it stays connected', async () => {
+    const c = connect(herald)
+    await connected(c)
+    const { ok, errors } = await subscribeMany(c, 'burst', 130)
+    // The burst is 100 and tokens come back at 10 a second: a few more may pass while the 130 arrive.
+    assert.ok(ok >= 100 && ok < 130, `${ok} subscribed`)
+    assert.equal(errors.length, 130 - ok)
+    for (const err of errors) {
+      assert.equal(err.type, 'LimitReached')
+      assert.equal(err.status, 429)
+      assert.match(err.error, /this connection/)
+    }
+    await roundTrip(c)
+    assert.equal(c.pusher.connection.state, 'connected')
+  })
+})
+
+describe('HERALD_MAX_SUBSCRIPTIONS_PER_APP=150', () => {
+  let herald
+  before(async () => {
+    herald = await startHerald({ env: { HERALD_MAX_SUBSCRIPTIONS_PER_APP: '150' } })
+  })
+  after(async () => {
+    closeAll()
+    await herald?.stop()
+  })
+
+  it('past the app\'s cap, another connection gets subscription_error 429 naming the app', async () => {
+    const first = connect(herald)
+    await connected(first)
+    assert.equal((await subscribeMany(first, 'a', 90)).ok, 90)
+    const second = connect(herald)
+    await connected(second)
+    const { ok, errors } = await subscribeMany(second, 'b', 90)
+    assert.equal(ok, 60, 'the app holds 150 subscriptions at most')
+    for (const err of errors) {
+      assert.equal(err.type, 'LimitReached')
+      assert.equal(err.status, 429)
+      assert.match(err.error, /The app/)
+    }
   })
 })
 
