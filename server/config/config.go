@@ -73,6 +73,10 @@ type Config struct {
 	TrustedProxies      []string      // HERALD_TRUSTED_PROXIES: IPs or CIDRs of proxies whose X-Forwarded-For is believed; default none
 	BodyReadTimeout     time.Duration // HERALD_HTTP_READ_TIMEOUT: time to read a request's headers and body (not the WebSocket upgrade); 0 means 30s
 	WriteTimeout        time.Duration // HERALD_HTTP_WRITE_TIMEOUT: time to write a response (not WebSockets or the console's stream); 0 means 30s
+
+	// Cluster (README, Running a cluster).
+	RedisURL string // HERALD_REDIS_URL: redis:// or rediss:// URL; set, the node joins the cluster of nodes sharing that Redis
+	NodeID   string // HERALD_NODE_ID: the node's id in the cluster, unique among its nodes; default random at each start
 }
 
 // Defaults.
@@ -157,6 +161,8 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 		VAPIDSubject:          env("HERALD_VAPID_SUBJECT"),
 		MetricsAddr:           env("HERALD_METRICS_ADDR"),
 		AdminToken:            env("HERALD_ADMIN_TOKEN"),
+		RedisURL:              env("HERALD_REDIS_URL"),
+		NodeID:                env("HERALD_NODE_ID"),
 	}
 	if set["addr"] {
 		c.Addr = *flagAddr
@@ -261,10 +267,30 @@ func (c Config) validate() error {
 			}
 		}
 	}
+	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		errs = append(errs, errors.New("HERALD_REDIS_URL must be a redis:// or rediss:// URL"))
+	}
+	if c.NodeID != "" && !validNodeID(c.NodeID) {
+		errs = append(errs, fmt.Errorf("HERALD_NODE_ID must be 1 to 64 letters, digits, '-', '_' or '.', not %q", c.NodeID))
+	}
 	if c.AdminToken != "" && len(c.AdminToken) < MinAdminTokenLength {
 		errs = append(errs, fmt.Errorf("HERALD_ADMIN_TOKEN must be at least %d characters long", MinAdminTokenLength))
 	}
 	return errors.Join(errs...)
+}
+
+// validNodeID accepts 1 to 64 letters, digits, '-', '_' and '.': a node id
+// is part of Redis keys and log lines.
+func validNodeID(id string) bool {
+	if len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return id != ""
 }
 
 // validHostPort accepts a host name or IP address, optionally with :port

@@ -317,16 +317,27 @@ func (api *AdminAPI) GetAppLive(ctx context.Context, req admin.GetAppLiveRequest
 	if _, err := api.db.GetApp(requestCtx(ctx), req.AppId); err != nil {
 		return nil, storeError(appResource, req.AppId, err)
 	}
-	chans := api.hub.Channels(req.AppId, "")
+	state := api.hub.State()
+	chans, err := state.Channels(req.AppId, "")
+	if err != nil {
+		return nil, stateError(err)
+	}
 	if len(chans) > maxLiveChannels {
 		chans = chans[:maxLiveChannels]
 	}
-	out := admin.GetAppLive200JSONResponse{AppId: req.AppId, Connections: api.hub.Connections(req.AppId), Channels: make([]admin.LiveChannel, 0, len(chans))}
+	conns, err := state.Connections(req.AppId)
+	if err != nil {
+		return nil, stateError(err)
+	}
+	out := admin.GetAppLive200JSONResponse{AppId: req.AppId, Connections: conns, Channels: make([]admin.LiveChannel, 0, len(chans))}
 	for _, ch := range chans {
 		lc := admin.LiveChannel{Name: ch.Name, Subscriptions: ch.Subscriptions}
 		if hub.IsPresence(ch.Name) {
 			users := ch.Users
-			members := api.hub.PresenceUsers(req.AppId, ch.Name)
+			members, err := state.PresenceUsers(req.AppId, ch.Name)
+			if err != nil {
+				return nil, stateError(err)
+			}
 			if len(members) > maxLiveMembers {
 				members = members[:maxLiveMembers]
 			}

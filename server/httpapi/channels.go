@@ -265,12 +265,15 @@ func requireSubscriptionCount(app *storage.App, in info) error {
 
 // attributes returns the requested counts of a channel that apply to its kind:
 // user_count on presence channels, subscription_count on the others.
-func (api *ChannelsAPI) attributes(appID, name string, in info) channels.ChannelAttributes {
+func (api *ChannelsAPI) attributes(appID, name string, in info) (channels.ChannelAttributes, error) {
 	var attrs channels.ChannelAttributes
 	if !in.userCount && !in.subscriptionCount {
-		return attrs
+		return attrs, nil
 	}
-	st := api.hub.Channel(appID, name)
+	st, err := api.hub.State().Channel(appID, name)
+	if err != nil {
+		return attrs, stateError(err)
+	}
 	presence := hub.IsPresence(name)
 	if in.userCount && presence {
 		attrs.UserCount = &st.Users
@@ -278,8 +281,20 @@ func (api *ChannelsAPI) attributes(appID, name string, in info) channels.Channel
 	if in.subscriptionCount && !presence {
 		attrs.SubscriptionCount = &st.Subscriptions
 	}
-	return attrs
+	return attrs, nil
 }
+
+// stateError is the answer when the hub cannot do or tell what was asked:
+// in cluster mode, Redis does not answer.
+func stateError(err error) error {
+	if errors.Is(err, hub.ErrUnavailable) {
+		return clusterUnavailable
+	}
+	return err
+}
+
+var clusterUnavailable = &Error{Status: http.StatusServiceUnavailable, Kind: KindClusterUnavailable,
+	Description: "The cluster's Redis does not answer, so this node cannot reach the others; nothing was sent. Retry later."}
 
 // event is one validated event to trigger.
 type event struct {
@@ -346,13 +361,24 @@ func validSocketID(s string) bool {
 	return true
 }
 
-// publish hands the event to the hub, once per channel.
-func (api *ChannelsAPI) publish(appID string, ev event) {
-	for _, ch := range ev.channels {
-		_, cache := hub.ChannelKind(ch)
-		api.hub.Publish(hub.Message{AppID: appID, Channel: ch, Event: ev.name, Data: ev.data, ExcludeSocketID: ev.socketID, Cache: cache})
-		api.onTrigger(appID, ch, ev.name, ev.data)
+// publish hands the events to the hub, each once per channel, in order. It
+// is all or nothing: when the cluster cannot take them, none is sent and
+// the answer is 503.
+func (api *ChannelsAPI) publish(appID string, evs ...event) error {
+	var ms []hub.Message
+	for _, ev := range evs {
+		for _, ch := range ev.channels {
+			_, cache := hub.ChannelKind(ch)
+			ms = append(ms, hub.Message{AppID: appID, Channel: ch, Event: ev.name, Data: ev.data, ExcludeSocketID: ev.socketID, Cache: cache})
+		}
 	}
+	if err := api.hub.Publish(ms...); err != nil {
+		return stateError(err)
+	}
+	for _, m := range ms {
+		api.onTrigger(appID, m.Channel, m.Event, m.Data)
+	}
+	return nil
 }
 
 // TriggerEvent implements POST /apps/{app_id}/events.
@@ -377,13 +403,17 @@ func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEv
 	if err != nil {
 		return nil, err
 	}
-	api.publish(app.ID, ev)
+	if err := api.publish(app.ID, ev); err != nil {
+		return nil, err
+	}
 	if !ev.info.any() {
 		return channels.TriggerEvent200JSONResponse{}, nil
 	}
 	out := make(map[string]channels.ChannelAttributes, len(ev.channels))
 	for _, ch := range ev.channels {
-		out[ch] = api.attributes(app.ID, ch, ev.info)
+		if out[ch], err = api.attributes(app.ID, ch, ev.info); err != nil {
+			return nil, err
+		}
 	}
 	return channels.TriggerEvent200JSONResponse{Channels: &out}, nil
 }
@@ -434,15 +464,18 @@ func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.Tri
 		evs[i] = ev
 		withInfo = withInfo || ev.info.any()
 	}
-	for _, ev := range evs {
-		api.publish(app.ID, ev)
+	if err := api.publish(app.ID, evs...); err != nil {
+		return nil, err
 	}
 	if !withInfo {
 		return channels.TriggerBatchEvents200JSONResponse{}, nil
 	}
 	out := make([]channels.ChannelAttributes, len(evs))
 	for i, ev := range evs {
-		out[i] = api.attributes(app.ID, ev.channels[0], ev.info)
+		var err error
+		if out[i], err = api.attributes(app.ID, ev.channels[0], ev.info); err != nil {
+			return nil, err
+		}
 	}
 	return channels.TriggerBatchEvents200JSONResponse{Batch: &out}, nil
 }
@@ -461,7 +494,10 @@ func (api *ChannelsAPI) ListChannels(ctx context.Context, req channels.ListChann
 	if in.userCount && !strings.HasPrefix(prefix, "presence-") {
 		return nil, badRequest(KindInvalidInfo, "user_count is only available when filter_by_prefix limits the list to presence- channels.")
 	}
-	list := api.hub.Channels(app.ID, prefix)
+	list, err := api.hub.State().Channels(app.ID, prefix)
+	if err != nil {
+		return nil, stateError(err)
+	}
 	out := make(map[string]channels.ChannelAttributes, len(list))
 	for _, st := range list {
 		var attrs channels.ChannelAttributes
@@ -498,7 +534,10 @@ func (api *ChannelsAPI) GetChannel(ctx context.Context, req channels.GetChannelR
 	if err := requireSubscriptionCount(app, in); err != nil {
 		return nil, err
 	}
-	st := api.hub.Channel(app.ID, name)
+	st, err := api.hub.State().Channel(app.ID, name)
+	if err != nil {
+		return nil, stateError(err)
+	}
 	out := channels.GetChannel200JSONResponse{Occupied: st.Occupied}
 	if in.userCount {
 		out.UserCount = &st.Users
@@ -507,7 +546,11 @@ func (api *ChannelsAPI) GetChannel(ctx context.Context, req channels.GetChannelR
 		out.SubscriptionCount = &st.Subscriptions
 	}
 	if in.cache {
-		if data, ttl, ok := api.hub.CachedEvent(app.ID, name); ok {
+		data, ttl, ok, err := api.hub.State().CachedEvent(app.ID, name)
+		if err != nil {
+			return nil, stateError(err)
+		}
+		if ok {
 			out.Cache = nullable.NewNullableWithValue(channels.CacheInfo{Data: data, Ttl: int(ttl.Seconds())})
 		} else {
 			out.Cache = nullable.NewNullNullable[channels.CacheInfo]()
@@ -526,7 +569,10 @@ func (api *ChannelsAPI) ListPresenceUsers(ctx context.Context, req channels.List
 	if !hub.IsPresence(name) {
 		return nil, badRequest(KindNotPresenceChannel, "Users can only be listed on presence- channels.")
 	}
-	ids := api.hub.PresenceUsers(app.ID, name)
+	ids, err := api.hub.State().PresenceUsers(app.ID, name)
+	if err != nil {
+		return nil, stateError(err)
+	}
 	users := make([]channels.PresenceUser, len(ids))
 	for i, id := range ids {
 		users[i] = channels.PresenceUser{Id: id}
@@ -550,6 +596,8 @@ func (api *ChannelsAPI) TerminateUserConnections(ctx context.Context, req channe
 	if req.UserId == "" {
 		return nil, badRequest(KindMissingUserId, "The user id is required.")
 	}
-	api.hub.TerminateUser(app.ID, req.UserId)
+	if err := api.hub.Terminate(app.ID, req.UserId); err != nil {
+		return nil, stateError(err)
+	}
 	return channels.TerminateUserConnections200JSONResponse{}, nil
 }

@@ -17,6 +17,7 @@ const (
 	KindIncorrectApiKey               = "incorrect_api_key"
 	KindInstanceExists                = "instance_exists"
 	KindInstanceNotFound              = "instance_not_found"
+	KindClusterUnavailable            = "cluster_unavailable"
 	KindInternalError                 = "internal_error"
 	KindInvalid                       = "invalid_"
 	KindInvalidApp                    = "invalid_app"

@@ -21,24 +21,32 @@ type Message struct {
 }
 
 // Broker carries messages to every node's hub. The in-process broker delivers
-// straight to this hub; a cluster broker (Redis, NATS) will publish to the
-// others too, each message carrying what receivers need to deliver it exactly
-// once.
+// straight to this hub; a cluster (server/cluster) publishes to every node,
+// each message carrying what receivers need to deliver it exactly once.
 type Broker interface {
-	Publish(Message)
+	// Publish hands the messages on in order; an error means they were not
+	// accepted (the cluster is unreachable) and none will be delivered.
+	Publish(ms ...Message) error
 }
 
 // localBroker delivers on this node through the fan-out workers.
 type localBroker struct{ h *Hub }
 
-func (b localBroker) Publish(m Message) { b.h.enqueue(m) }
+func (b localBroker) Publish(ms ...Message) error {
+	for _, m := range ms {
+		b.h.enqueue(m)
+	}
+	return nil
+}
 
-// Publish hands m to the broker for delivery on every node. It returns once
-// the message is queued: delivery is asynchronous, so a publisher (an HTTP
-// trigger, a client event) never waits for a large fan-out. Messages of one
-// channel are delivered in the order they were published.
-func (h *Hub) Publish(m Message) {
-	h.broker.Publish(m)
+// Publish hands the messages to the broker for delivery on every node. It
+// returns once they are queued (in a cluster: once the cluster has them):
+// delivery is asynchronous, so a publisher (an HTTP trigger, a client event)
+// never waits for a large fan-out. Messages of one channel are delivered in
+// the order they were published. An error (ErrUnavailable in a cluster
+// that cannot be reached) means none was accepted.
+func (h *Hub) Publish(ms ...Message) error {
+	return h.broker.Publish(ms...)
 }
 
 // PublishClientEvent publishes a client event, whose sender is the
@@ -46,9 +54,12 @@ func (h *Hub) Publish(m Message) {
 // m.UserID), and reports it to the observer (the client_event webhook), once,
 // on the node where the client sent it. The transport has checked that the
 // sender may send it.
-func (h *Hub) PublishClientEvent(m Message) {
-	h.Publish(m)
+func (h *Hub) PublishClientEvent(m Message) error {
+	if err := h.Publish(m); err != nil {
+		return err
+	}
 	h.notify(Event{AppID: m.AppID, Kind: ClientEvent, Channel: m.Channel, Name: m.Event, Data: m.Data, SocketID: m.ExcludeSocketID, UserID: m.UserID})
+	return nil
 }
 
 // fanoutQueue is how many messages each fan-out worker buffers. When every
@@ -56,10 +67,11 @@ func (h *Hub) PublishClientEvent(m Message) {
 // is better than dropping events it has accepted.
 const fanoutQueue = 4096
 
-// fanoutItem is a message to deliver, or (with done set) a marker that Flush
-// waits on.
+// fanoutItem is a message to deliver, a cluster's answer to a subscription
+// (snap), or (with done set) a marker that Flush waits on.
 type fanoutItem struct {
 	msg  Message
+	snap *Snapshot
 	done chan struct{}
 }
 
@@ -75,22 +87,30 @@ func (h *Hub) startWorkers() {
 		go func() {
 			defer h.workerWG.Done()
 			for it := range q {
-				if it.done != nil {
+				switch {
+				case it.done != nil:
 					close(it.done)
-					continue
+				case it.snap != nil:
+					h.completeSubscribe(it.snap)
+				default:
+					h.Deliver(it.msg)
 				}
-				h.Deliver(it.msg)
 			}
 		}()
 	}
 }
 
 func (h *Hub) enqueue(m Message) {
+	h.workers[workerOf(m.AppID, m.Channel, len(h.workers))] <- fanoutItem{msg: m}
+}
+
+// workerOf is the fan-out worker of a channel, out of n.
+func workerOf(appID, channel string, n int) int {
 	f := fnv.New32a()
-	f.Write([]byte(m.AppID))
+	f.Write([]byte(appID))
 	f.Write([]byte{0})
-	f.Write([]byte(m.Channel))
-	h.workers[f.Sum32()%uint32(len(h.workers))] <- fanoutItem{msg: m}
+	f.Write([]byte(channel))
+	return int(f.Sum32() % uint32(n))
 }
 
 // Flush waits until every message published before it has been queued to
@@ -120,7 +140,8 @@ func (h *Hub) Close() {
 // frame is encoded once and the same bytes are queued for every subscriber.
 // It never blocks: a subscriber whose queue is full is closed instead.
 func (h *Hub) Deliver(m Message) {
-	a := h.app(m.AppID, m.Cache)
+	cache := m.Cache && h.cluster == nil // a cluster keeps the cache itself
+	a := h.app(m.AppID, cache)
 	if a == nil {
 		return
 	}
@@ -131,7 +152,7 @@ func (h *Hub) Deliver(m Message) {
 	a.mu.RLock()
 	ch := a.channels[m.Channel]
 	if ch == nil {
-		if m.Cache {
+		if cache {
 			a.setCache(m, h.now())
 		}
 		a.mu.RUnlock()
@@ -139,7 +160,7 @@ func (h *Hub) Deliver(m Message) {
 	}
 	ch.mu.RLock()
 	a.mu.RUnlock()
-	if m.Cache {
+	if cache {
 		a.setCache(m, h.now())
 	}
 	frame := EventFrame(m.Event, m.Channel, m.Data, m.UserID)

@@ -3,6 +3,7 @@ package hub
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"strconv"
 	"sync"
 )
@@ -50,6 +51,10 @@ type Conn struct {
 	userID    string   // set by SignIn
 	watchlist []string // user ids watched, set by SignIn
 	removed   bool
+	// signInPending: in cluster mode, SignIn's answer waits for the
+	// cluster (CompleteSignIn), with signInFirst the frames to queue first.
+	signInPending bool
+	signInFirst   [][]byte
 
 	// outMu guards the outbound queue and the close state.
 	outMu       sync.Mutex
@@ -71,6 +76,14 @@ type Conn struct {
 type subscription struct {
 	ch     *channel
 	userID string
+	// In cluster mode: info is the presence user_info; pending, that the
+	// cluster has not answered the Join yet (ch is nil until it does);
+	// resend, that a repeated subscribe waits for its answer; refusal, the
+	// frame to queue if the presence channel turns out full.
+	info    json.RawMessage
+	pending bool
+	resend  bool
+	refusal []byte
 }
 
 func newConn(app *appState, socketID string, maxQueueBytes int, w Writer) *Conn {
@@ -98,7 +111,7 @@ func (c *Conn) Subscription(name string) (userID string, ok bool) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	sub := c.channels[name]
-	if sub == nil {
+	if sub == nil || sub.pending {
 		return "", false
 	}
 	return sub.userID, true

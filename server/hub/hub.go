@@ -63,6 +63,7 @@ var (
 type Hub struct {
 	log      *zap.Logger
 	broker   Broker
+	cluster  Cluster // nil on a single node (cluster.go)
 	now      func() time.Time
 	observer Observer
 
@@ -99,6 +100,11 @@ type appState struct {
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedEvent // by channel name; kept while unoccupied too
+
+	// sockets indexes the connections by socket_id, in cluster mode only,
+	// where the cluster's answers name the connection they are for.
+	socketsMu sync.RWMutex
+	sockets   map[string]*Conn
 }
 
 // channel is an occupied (or just emptied) channel.
@@ -161,6 +167,7 @@ func (h *Hub) app(appID string, create bool) *appState {
 			users:    make(map[string]map[*Conn]struct{}),
 			watchers: make(map[string]map[*Conn]struct{}),
 			cache:    make(map[string]cachedEvent),
+			sockets:  make(map[string]*Conn),
 		}
 		h.apps[appID] = a
 	}
@@ -183,11 +190,21 @@ type ConnectOptions struct {
 // opts.MaxConns > 0 it refuses with ErrOverQuota once the app has that many.
 func (h *Hub) Connect(appID string, opts ConnectOptions) (*Conn, error) {
 	a := h.app(appID, true)
-	if n := a.conns.Add(1); opts.MaxConns > 0 && n > int64(opts.MaxConns) {
+	n := a.conns.Add(1)
+	if opts.MaxConns > 0 && h.cluster != nil {
+		n += int64(h.cluster.ConnectionsElsewhere(appID))
+	}
+	if opts.MaxConns > 0 && n > int64(opts.MaxConns) {
 		a.conns.Add(-1)
 		return nil, ErrOverQuota
 	}
-	return newConn(a, NewSocketID(), opts.MaxQueueBytes, opts.Writer), nil
+	c := newConn(a, NewSocketID(), opts.MaxQueueBytes, opts.Writer)
+	if h.cluster != nil {
+		a.socketsMu.Lock()
+		a.sockets[c.socketID] = c
+		a.socketsMu.Unlock()
+	}
+	return c, nil
 }
 
 // Connections returns the number of connections of appID on this node.
@@ -222,6 +239,10 @@ type SubscribeOptions struct {
 	// connections; 0 = no cap. A new subscription beyond it is refused with
 	// ErrTooManySubscriptions.
 	MaxAppSubscriptions int
+	// FullRefusal is the frame queued instead of subscription_succeeded when,
+	// in cluster mode, the presence channel turns out to be full (on a
+	// single node Subscribe returns ErrPresenceFull instead).
+	FullRefusal []byte
 }
 
 // Subscribe adds c to the channel and queues, in order, the
@@ -236,6 +257,9 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	defer c.subMu.Unlock()
 	if c.removed {
 		return ErrConnRemoved
+	}
+	if h.cluster != nil {
+		return h.subscribeClustered(c, name, opts)
 	}
 	a := c.app
 	if sub := c.channels[name]; sub != nil {
@@ -362,7 +386,7 @@ func (h *Hub) dropIfEmpty(a *appState, ch *channel) {
 	if len(ch.subs) == 0 && !ch.dead {
 		ch.dead = true
 		delete(a.channels, ch.name)
-		if ch.occupied {
+		if ch.occupied && h.cluster == nil {
 			h.notify(Event{AppID: a.id, Kind: ChannelVacated, Channel: ch.name})
 		}
 	}
@@ -381,6 +405,10 @@ func (h *Hub) Unsubscribe(c *Conn, name string) bool {
 		return false
 	}
 	delete(c.channels, name)
+	if h.cluster != nil {
+		h.leaveClustered(c.app, c, name, sub)
+		return true
+	}
 	h.leave(c.app, c, sub)
 	return true
 }
@@ -494,6 +522,10 @@ func (h *Hub) SignIn(c *Conn, userID string, watchlist []string, first ...[]byte
 	}
 	c.userID = userID
 	c.watchlist = watchlist
+	if h.cluster != nil {
+		h.signInClustered(c, first)
+		return nil
+	}
 	a := c.app
 	a.usersMu.Lock()
 	defer a.usersMu.Unlock()
@@ -561,6 +593,10 @@ func (h *Hub) Remove(c *Conn) {
 	}
 	c.removed = true
 	a := c.app
+	if h.cluster != nil {
+		h.removeClustered(a, c)
+		return
+	}
 	for name, sub := range c.channels {
 		h.leave(a, c, sub)
 		delete(c.channels, name)

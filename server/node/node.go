@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/bootstrap"
+	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/docs"
@@ -70,6 +71,9 @@ type Node struct {
 	ops  *ops // metrics, admin API, console (ops.go)
 	push *push.Dispatcher
 	cert *certReloader // nil: plain HTTP (tls.go)
+	// cluster is the node's membership of a cluster over Redis; nil on a
+	// single node.
+	cluster *cluster.Cluster
 
 	// ready is what GET /readyz checks; cluster mode adds its broker here,
 	// before the route is registered.
@@ -86,6 +90,21 @@ type Option func(*options)
 type options struct {
 	push     push.Options
 	certPoll time.Duration
+
+	clusterPrefix                    string
+	clusterHeartbeat, clusterNodeTTL time.Duration
+}
+
+// WithClusterKeys sets the prefix of the node's Redis keys and channels in
+// cluster mode, so that tests can run several clusters on one Redis.
+func WithClusterKeys(prefix string) Option {
+	return func(opts *options) { opts.clusterPrefix = prefix }
+}
+
+// WithClusterHeartbeat sets how often a node renews its heartbeat and how
+// long one lasts before the node counts as dead (cluster.Options).
+func WithClusterHeartbeat(every, ttl time.Duration) Option {
+	return func(opts *options) { opts.clusterHeartbeat, opts.clusterNodeTTL = every, ttl }
 }
 
 // WithCertPoll sets how often the TLS certificate files are checked for a
@@ -148,6 +167,26 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.hook = webhook.New(db, apps, log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
+	if cfg.RedisURL != "" {
+		n.cluster, err = cluster.New(log.Named("cluster"), n.hub, cluster.Options{
+			URL: cfg.RedisURL, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
+			Heartbeat: o.clusterHeartbeat, NodeTTL: o.clusterNodeTTL,
+			Settings: func(appID string) cluster.AppSettings {
+				app := apps.ByID(appID)
+				if app == nil {
+					return cluster.AppSettings{}
+				}
+				return cluster.AppSettings{SubscriptionCount: app.SubscriptionCount, MaxPresenceMembers: app.MaxPresenceMembers}
+			},
+		})
+		if err != nil {
+			n.hook.Close()
+			db.Close()
+			return nil, err
+		}
+		n.cluster.Start()
+		n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: n.cluster.Ready})
+	}
 
 	engine := httpapi.NewEngine(log)
 	// X-Forwarded-For names the client only when the peer is one of these.
@@ -263,6 +302,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
 	err = errors.Join(err, n.http.Shutdown(ctx))
 	err = errors.Join(err, n.ws.Shutdown(ctx))
+	if n.cluster != nil {
+		// After the sockets: the node's share leaves the cluster now,
+		// rather than when its heartbeat expires.
+		err = errors.Join(err, n.cluster.Close())
+	}
 	n.hub.Close()  // no publisher is left: deliver what is queued
 	n.hook.Close() // after the sockets, whose departures are events too
 	n.push.Close()

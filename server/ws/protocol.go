@@ -116,11 +116,16 @@ func userIDString(raw json.RawMessage) (string, bool) {
 }
 
 func (sess *session) subscriptionError(channel, typ, message string, status int) {
-	sess.conn.Send(hub.JSONFrame("pusher:subscription_error", channel, struct {
+	sess.conn.Send(subscriptionErrorFrame(channel, typ, message, status))
+}
+
+// subscriptionErrorFrame is pusher:subscription_error.
+func subscriptionErrorFrame(channel, typ, message string, status int) []byte {
+	return hub.JSONFrame("pusher:subscription_error", channel, struct {
 		Type   string `json:"type"`
 		Error  string `json:"error"`
 		Status int    `json:"status"`
-	}{typ, message, status}))
+	}{typ, message, status})
 }
 
 func (sess *session) subscribe(msg clientMessage) {
@@ -180,6 +185,11 @@ func (sess *session) subscribe(msg clientMessage) {
 			return
 		}
 		opts.Member = &hub.Member{UserID: userID, Info: pd.UserInfo}
+		if sess.s.hub.Clustered() {
+			// In a cluster the hub learns the channel is full only from
+			// the cluster's answer; it queues this then.
+			opts.FullRefusal = subscriptionErrorFrame(name, "LimitReached", presenceFullMessage(app.MaxPresenceMembers), 403)
+		}
 	}
 	// After the authorization checks, so that refused attempts, which make
 	// no webhook, take nothing from the bucket.
@@ -197,7 +207,7 @@ func (sess *session) subscribe(msg clientMessage) {
 	}
 	switch {
 	case errors.Is(err, hub.ErrPresenceFull):
-		sess.subscriptionError(name, "LimitReached", "The presence channel has the maximum of "+itoa(app.MaxPresenceMembers)+" members.", 403)
+		sess.subscriptionError(name, "LimitReached", presenceFullMessage(app.MaxPresenceMembers), 403)
 	case errors.Is(err, hub.ErrTooManySubscriptions):
 		sess.s.stats.appSubscriptionsFull()
 		sess.subscriptionError(name, "LimitReached", "The app has the maximum of "+itoa(sess.s.opts.MaxSubscriptionsPerApp)+
@@ -305,7 +315,10 @@ func (sess *session) clientEvent(msg clientMessage) {
 		return
 	}
 	sess.rateCount++
-	sess.s.hub.PublishClientEvent(hub.Message{AppID: sess.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: sess.conn.SocketID()})
+	if err := sess.s.hub.PublishClientEvent(hub.Message{AppID: sess.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: sess.conn.SocketID()}); err != nil {
+		sess.sendError(0, "Client event not relayed: this server cannot reach the rest of the cluster; try again later.")
+		return
+	}
 	sess.s.stats.clientEvent()
 }
 
@@ -335,3 +348,9 @@ func errorFrame(code int, message string) []byte {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// presenceFullMessage is the error of a subscription to a full presence
+// channel.
+func presenceFullMessage(max int) string {
+	return "The presence channel has the maximum of " + itoa(max) + " members."
+}

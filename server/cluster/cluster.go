@@ -1,0 +1,383 @@
+// Package cluster lets several Herald nodes serve one set of Channels apps
+// over Redis: it implements hub.Cluster.
+//
+// Every message (a trigger, a client event, a member joining) is published
+// to one Redis pub/sub channel that every node reads, the publisher's node
+// included, so each node delivers each message once, to its own sockets, in
+// the order Redis saw them. What a channel is across the cluster —
+// subscriptions, presence members, the cached event, signed-in users — is
+// kept in Redis, changed only by atomic scripts (scripts.go), and recorded
+// per node, so that the share of a node that dies can be taken out by a
+// surviving one, which then sends the events its clients' leaving causes.
+//
+// A node's own record in Redis follows its hub: changes are applied in
+// order by one writer (state.go). When the node loses touch with Redis it
+// stops writing and, once Redis answers again, rebuilds its record from the
+// hub (resync), so that nothing that happened meanwhile is lost from the
+// cluster's answers.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix    = "herald:"
+	DefaultHeartbeat = time.Second
+	DefaultNodeTTL   = 5 * time.Second
+)
+
+// AppSettings are what the cluster needs to know of an app.
+type AppSettings struct {
+	SubscriptionCount  bool // pusher_internal:subscription_count events are on
+	MaxPresenceMembers int  // 0: no cap
+}
+
+// Options configure a Cluster.
+type Options struct {
+	// URL is the Redis URL: redis:// or rediss://, with an optional
+	// password and database number.
+	URL string
+	// NodeID names this node; a random one when empty.
+	NodeID string
+	// Prefix starts every Redis key and channel; DefaultPrefix when empty.
+	// Clusters sharing one Redis need different prefixes.
+	Prefix string
+	// Heartbeat is how often the node renews its heartbeat and looks for
+	// dead nodes; NodeTTL is how long a heartbeat lasts, after which the
+	// node counts as dead and its share is taken out.
+	Heartbeat, NodeTTL time.Duration
+	// Settings returns an app's settings (the zero value for an unknown app).
+	Settings func(appID string) AppSettings
+}
+
+// Cluster is one node's membership of a cluster.
+type Cluster struct {
+	log   *zap.Logger
+	rdb   *redis.Client
+	opts  Options
+	id    string
+	epoch string // this process's value of its heartbeat key
+	hub   *hub.Hub
+	p     string // key prefix
+
+	pub chan *pubReq
+	ops opQueue
+
+	// healthy: the last heartbeat reached Redis; while false, publishes are
+	// refused at once. needResync: the node's record in Redis must be
+	// rebuilt from its hub before further changes are written.
+	healthy    atomic.Bool
+	needResync atomic.Bool
+	gen        string // the state's generation last seen (writer goroutine)
+
+	elsewhereMu sync.RWMutex
+	elsewhere   map[string]int // connections per app on the other nodes
+	nodes       atomic.Int64   // live nodes, this one included
+
+	reaping sync.Map // node id → struct{}: reaps in progress here
+
+	countMu      sync.Mutex
+	countPending map[string]bool // app \x1f channel: a held-back count is scheduled
+
+	stats counters
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New connects to Redis and returns the node's cluster membership; Start
+// joins the cluster. Redis need not answer yet: the node starts outside the
+// cluster and joins when it does.
+func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
+	ropts, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("HERALD_REDIS_URL: %w", err)
+	}
+	// Short timeouts: a trigger waits on Redis, and an unreachable Redis
+	// must turn into a 503 quickly rather than a hung request.
+	ropts.DialTimeout = 2 * time.Second
+	ropts.ReadTimeout = 2 * time.Second
+	ropts.WriteTimeout = 2 * time.Second
+	ropts.MaxRetries = 1
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.NodeTTL <= 0 {
+		opts.NodeTTL = DefaultNodeTTL
+	}
+	if opts.Settings == nil {
+		opts.Settings = func(string) AppSettings { return AppSettings{} }
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = randomID()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{
+		log:          log.With(zap.String("node", opts.NodeID)),
+		rdb:          redis.NewClient(ropts),
+		opts:         opts,
+		id:           opts.NodeID,
+		epoch:        randomID(),
+		hub:          h,
+		p:            opts.Prefix,
+		pub:          make(chan *pubReq, 1024),
+		elsewhere:    make(map[string]int),
+		countPending: make(map[string]bool),
+		ctx:          ctx,
+		cancel:       cancel,
+	}
+	c.ops.init()
+	c.needResync.Store(true)
+	return c, nil
+}
+
+// ID is the node's id.
+func (c *Cluster) ID() string { return c.id }
+
+// Start joins the cluster: it puts the hub in cluster mode and starts the
+// goroutines that publish, receive, write the node's record and keep its
+// heartbeat. The first heartbeat is tried before Start returns, so a
+// reachable Redis is in use at once.
+func (c *Cluster) Start() {
+	c.hub.SetCluster(c)
+	c.log.Info("cluster mode", zap.String("redis", redactURL(c.opts.URL)), zap.String("prefix", c.p))
+	c.heartbeat()
+	c.run(c.publishLoop)
+	c.run(c.receiveLoop)
+	c.run(c.writeLoop)
+	c.run(c.heartbeatLoop)
+}
+
+func (c *Cluster) run(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// Close leaves the cluster: it writes what is queued, takes the node's
+// share out of Redis (as a dead node's would be, so its clients' leaving is
+// announced now rather than after the heartbeat expires) and disconnects.
+// The hub's connections must be closed first.
+func (c *Cluster) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c.healthy.Load() {
+		c.rdb.Del(ctx, c.key("node:", c.id))
+		if err := c.reap(ctx, c.id, true); err != nil {
+			c.log.Warn("leaving the cluster: the node's share stays until another node takes it out", zap.Error(err))
+		}
+	}
+	return c.rdb.Close()
+}
+
+// Ready reports whether Redis answers, for /readyz.
+func (c *Cluster) Ready(ctx context.Context) error {
+	return c.rdb.Ping(ctx).Err()
+}
+
+func (c *Cluster) key(parts ...string) string {
+	n := len(c.p)
+	for _, s := range parts {
+		n += len(s)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, c.p...)
+	for _, s := range parts {
+		b = append(b, s...)
+	}
+	return string(b)
+}
+
+// setHealthy records whether Redis answers, logging each change.
+func (c *Cluster) setHealthy(ok bool, err error) {
+	if c.healthy.Swap(ok) == ok {
+		return
+	}
+	if ok {
+		c.log.Info("Redis answers: in the cluster")
+		return
+	}
+	c.stats.outages.Add(1)
+	c.needResync.Store(true)
+	c.log.Error("Redis does not answer: triggers that must reach other nodes are refused until it does", zap.Error(err))
+}
+
+func randomID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("cluster: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// redactURL drops the password of a Redis URL for the log.
+func redactURL(u string) string {
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return "(invalid)"
+	}
+	scheme := "redis"
+	if o.TLSConfig != nil {
+		scheme = "rediss"
+	}
+	return fmt.Sprintf("%s://%s/%d", scheme, o.Addr, o.DB)
+}
+
+// pubReq is a batch of messages to publish, answered on done.
+type pubReq struct {
+	calls []*call
+	done  chan error
+}
+
+// Publish sends the messages to every node, in order, and returns once
+// Redis has them. It returns hub.ErrUnavailable at once while Redis does
+// not answer.
+func (c *Cluster) Publish(ms ...hub.Message) error {
+	calls := make([]*call, len(ms))
+	for i, m := range ms {
+		msg := encodeEvent(m)
+		if m.Cache {
+			calls[i] = &call{script: cachePublishScript, args: []any{c.p, m.AppID, m.Channel, msg, cacheValue(m.Event, m.Data), hub.CacheTTL.Milliseconds()}}
+		} else {
+			calls[i] = &call{args: []any{"publish", c.key("msgs"), msg}}
+		}
+	}
+	return c.publish(calls)
+}
+
+// Terminate publishes the request to close userID's connections on every
+// node.
+func (c *Cluster) Terminate(appID, userID string) error {
+	return c.publish([]*call{{args: []any{"publish", c.key("msgs"), encodeFields(kindTerminate, appID, userID)}}})
+}
+
+func (c *Cluster) publish(calls []*call) error {
+	if !c.healthy.Load() {
+		return hub.ErrUnavailable
+	}
+	req := &pubReq{calls: calls, done: make(chan error, 1)}
+	select {
+	case c.pub <- req:
+	case <-c.ctx.Done():
+		return hub.ErrUnavailable
+	}
+	return <-req.done
+}
+
+// publishLoop sends the publishes of many callers in one pipeline: under
+// load, a round trip to Redis carries every message that waited for it.
+func (c *Cluster) publishLoop() {
+	const maxBatch = 256
+	batch := make([]*pubReq, 0, maxBatch)
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case req := <-c.pub:
+			batch = append(batch[:0], req)
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case req := <-c.pub:
+				batch = append(batch, req)
+			default:
+				break fill
+			}
+		}
+		var calls []*call
+		for _, r := range batch {
+			calls = append(calls, r.calls...)
+		}
+		c.exec(c.ctx, calls)
+		for _, r := range batch {
+			var err error
+			for _, cl := range r.calls {
+				if cl.err != nil {
+					err = cl.err
+					break
+				}
+			}
+			if err != nil {
+				c.stats.publishErrors.Add(1)
+				c.log.Warn("publish to the cluster failed", zap.Error(err))
+				err = hub.ErrUnavailable
+			} else {
+				c.stats.published.Add(int64(len(r.calls)))
+			}
+			r.done <- err
+		}
+	}
+}
+
+// call is one command of a pipeline: a script with its ARGV, or a plain
+// command. exec fills in its result.
+type call struct {
+	script *redis.Script
+	args   []any
+	val    any
+	err    error
+}
+
+// exec runs the calls in one pipeline, in order. A script Redis does not
+// have (it restarted) is not run, so it is sent again in full.
+func (c *Cluster) exec(ctx context.Context, calls []*call) {
+	if len(calls) == 0 {
+		return
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.rdb.Pipeline()
+	for i, cl := range calls {
+		if cl.script != nil {
+			cmds[i] = cl.script.EvalSha(ctx, pipe, nil, cl.args...)
+		} else {
+			cmds[i] = pipe.Do(ctx, cl.args...)
+		}
+	}
+	pipe.Exec(ctx) // errors are per command
+	var retry []int
+	for i, cmd := range cmds {
+		calls[i].val, calls[i].err = cmd.Val(), cmd.Err()
+		if calls[i].err != nil && redis.HasErrorPrefix(calls[i].err, "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) == 0 {
+		return
+	}
+	pipe = c.rdb.Pipeline()
+	for _, i := range retry {
+		cmds[i] = calls[i].script.Eval(ctx, pipe, nil, calls[i].args...)
+	}
+	pipe.Exec(ctx)
+	for _, i := range retry {
+		calls[i].val, calls[i].err = cmds[i].Val(), cmds[i].Err()
+	}
+}
+
+// errRedisNil is a missing key or field.
+var errRedisNil = redis.Nil
+
+func isNil(err error) bool { return errors.Is(err, errRedisNil) }

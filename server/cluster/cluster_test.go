@@ -1,0 +1,599 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+)
+
+// node is one member of a test cluster: a hub, its cluster membership and
+// the channel events its observer saw.
+type node struct {
+	t   *testing.T
+	hub *hub.Hub
+	c   *Cluster
+	obs *recorder
+}
+
+// recorder keeps the channel events an observer saw.
+type recorder struct {
+	mu  sync.Mutex
+	evs []hub.Event
+}
+
+func (r *recorder) Observe(ev hub.Event) {
+	r.mu.Lock()
+	r.evs = append(r.evs, ev)
+	r.mu.Unlock()
+}
+
+// kinds returns the events seen of the given kinds on channel, as
+// "kind:user" strings.
+func (r *recorder) kinds(channel string, kinds ...hub.EventKind) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, ev := range r.evs {
+		if ev.Channel == channel && slices.Contains(kinds, ev.Kind) {
+			out = append(out, string(ev.Kind)+":"+ev.UserID)
+		}
+	}
+	return out
+}
+
+var testSettings = func(appID string) AppSettings {
+	return AppSettings{SubscriptionCount: appID == "counted", MaxPresenceMembers: 3}
+}
+
+// startNode starts a node of the cluster named by prefix on rs.
+func startNode(t *testing.T, rs *testredis.Server, prefix, id string) *node {
+	t.Helper()
+	h := hub.New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id))
+	obs := &recorder{}
+	h.SetObserver(obs)
+	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id), h, Options{
+		URL: rs.URL(), NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second, Settings: testSettings,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	n := &node{t: t, hub: h, c: c, obs: obs}
+	t.Cleanup(func() {
+		if n.c != nil {
+			n.c.Close()
+		}
+		h.Close()
+	})
+	return n
+}
+
+// crash stops the node as SIGKILL would: no goodbye, its record stays in
+// Redis until another node finds its heartbeat expired.
+func (n *node) crash() {
+	n.c.cancel()
+	n.c.wg.Wait()
+	n.c.rdb.Close()
+	n.c = nil
+}
+
+// client is a connection on a node, with every frame it received.
+type client struct {
+	n      *node
+	conn   *hub.Conn
+	mu     sync.Mutex
+	frames []frame
+}
+
+type frame struct {
+	Event   string `json:"event"`
+	Channel string `json:"channel"`
+	Data    string `json:"data"`
+	UserID  string `json:"user_id"`
+}
+
+func (n *node) connect(appID string) *client {
+	n.t.Helper()
+	c, err := n.hub.Connect(appID, hub.ConnectOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return &client{n: n, conn: c}
+}
+
+// take moves the frames queued for the connection to cl.frames.
+func (cl *client) take() {
+	raw, _ := cl.conn.Take(nil)
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for _, b := range raw {
+		var f frame
+		if err := json.Unmarshal(b, &f); err != nil {
+			cl.n.t.Fatalf("frame %q: %v", b, err)
+		}
+		cl.frames = append(cl.frames, f)
+	}
+}
+
+// events returns the names of the events received on channel (all
+// channels when empty), in order.
+func (cl *client) events(channel string) []string {
+	cl.take()
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	var out []string
+	for _, f := range cl.frames {
+		if channel == "" || f.Channel == channel {
+			out = append(out, f.Event)
+		}
+	}
+	return out
+}
+
+// frame returns the first frame of event on channel, waiting for it.
+func (cl *client) wait(channel, event string) frame {
+	cl.n.t.Helper()
+	var got frame
+	eventually(cl.n.t, cl.conn.SocketID()+" gets "+event+" on "+channel, func() bool {
+		cl.take()
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		for _, f := range cl.frames {
+			if f.Channel == channel && f.Event == event {
+				got = f
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func (cl *client) count(channel, event string) int {
+	n := 0
+	for _, e := range cl.events(channel) {
+		if e == event {
+			n++
+		}
+	}
+	return n
+}
+
+func (cl *client) subscribe(channel string, m *hub.Member) {
+	cl.n.t.Helper()
+	if err := cl.n.hub.Subscribe(cl.conn, channel, hub.SubscribeOptions{Member: m, MaxMembers: 3, FullRefusal: []byte(`{"event":"pusher:subscription_error","channel":"` + channel + `","data":"full"}`)}); err != nil {
+		cl.n.t.Fatal(err)
+	}
+}
+
+// eventually waits up to 10 s for cond.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// cluster starts n nodes of a fresh cluster on one Redis.
+func cluster(t *testing.T, rs *testredis.Server, n int) []*node {
+	t.Helper()
+	prefix := fmt.Sprintf("t%d:", time.Now().UnixNano())
+	nodes := make([]*node, n)
+	for i := range nodes {
+		nodes[i] = startNode(t, rs, prefix, fmt.Sprintf("n%d", i+1))
+	}
+	return nodes
+}
+
+func TestEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 3)
+	var clients []*client
+	for _, n := range ns {
+		cl := n.connect("app")
+		cl.subscribe("news", nil)
+		cl.wait("news", "pusher_internal:subscription_succeeded")
+		clients = append(clients, cl)
+	}
+	// From every node, in order, one excluding a socket on another node.
+	for i := range 5 {
+		m := hub.Message{AppID: "app", Channel: "news", Event: fmt.Sprintf("e%d", i), Data: "{}"}
+		if i == 4 {
+			m.ExcludeSocketID = clients[2].conn.SocketID()
+		}
+		if err := ns[i%3].hub.Publish(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cl := range clients {
+		last := "e4"
+		if i == 2 {
+			last = "e3"
+		}
+		cl.wait("news", last)
+	}
+	for _, n := range ns {
+		n.hub.Flush()
+	}
+	for i, cl := range clients {
+		want := []string{"pusher_internal:subscription_succeeded", "e0", "e1", "e2", "e3", "e4"}
+		if i == 2 {
+			want = want[:5]
+		}
+		if got := cl.events("news"); !slices.Equal(got, want) {
+			t.Errorf("client on node %d got %v, want %v", i+1, got, want)
+		}
+	}
+}
+
+func TestPresenceIsExactAcrossNodes(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	watcher := ns[0].connect("app")
+	watcher.subscribe("presence-room", &hub.Member{UserID: "w", Info: json.RawMessage(`{"n":"W"}`)})
+	watcher.wait("presence-room", "pusher_internal:subscription_succeeded")
+
+	// One user on two nodes is one member.
+	u1 := ns[0].connect("app")
+	u1.subscribe("presence-room", &hub.Member{UserID: "u", Info: json.RawMessage(`{"n":"U"}`)})
+	u2 := ns[1].connect("app")
+	u2.subscribe("presence-room", &hub.Member{UserID: "u", Info: json.RawMessage(`{"n":"U"}`)})
+	ok := u2.wait("presence-room", "pusher_internal:subscription_succeeded")
+	var set struct {
+		Presence struct {
+			IDs   []string                   `json:"ids"`
+			Hash  map[string]json.RawMessage `json:"hash"`
+			Count int                        `json:"count"`
+		} `json:"presence"`
+	}
+	if err := json.Unmarshal([]byte(ok.Data), &set); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(set.Presence.IDs, []string{"u", "w"}) || set.Presence.Count != 2 || string(set.Presence.Hash["w"]) != `{"n":"W"}` {
+		t.Fatalf("the second node's member list is %s", ok.Data)
+	}
+	watcher.wait("presence-room", "pusher_internal:member_added")
+	for _, n := range ns {
+		users, err := n.hub.State().PresenceUsers("app", "presence-room")
+		if err != nil || !slices.Equal(users, []string{"u", "w"}) {
+			t.Fatalf("users from %s: %v %v", n.c.ID(), users, err)
+		}
+	}
+	// The first connection leaving is no member_removed; the last is.
+	ns[0].hub.Remove(u1.conn)
+	marker := ns[1].connect("app")
+	marker.subscribe("presence-room", &hub.Member{UserID: "m"})
+	watcher.wait("presence-room", "pusher_internal:member_added") // m, after u1's leave was applied
+	eventually(t, "m is a member", func() bool { return watcher.count("presence-room", "pusher_internal:member_added") == 2 })
+	ns[1].hub.Remove(u2.conn)
+	watcher.wait("presence-room", "pusher_internal:member_removed")
+	ns[1].hub.Flush()
+	if n := watcher.count("presence-room", "pusher_internal:member_removed"); n != 1 {
+		t.Fatalf("watcher got %d member_removed, want 1", n)
+	}
+	// Each webhook event once over both nodes.
+	var all []string
+	for _, n := range ns {
+		all = append(all, n.obs.kinds("presence-room", hub.MemberAdded, hub.MemberRemoved, hub.ChannelOccupied)...)
+	}
+	slices.Sort(all)
+	want := []string{"channel_occupied:", "member_added:m", "member_added:u", "member_added:w", "member_removed:u"}
+	if !slices.Equal(all, want) {
+		t.Fatalf("webhook events %v, want %v", all, want)
+	}
+}
+
+func TestPresenceLimitHoldsOverTheCluster(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	for i := range 3 {
+		cl := ns[i%2].connect("app")
+		cl.subscribe("presence-full", &hub.Member{UserID: fmt.Sprint("u", i)})
+		cl.wait("presence-full", "pusher_internal:subscription_succeeded")
+	}
+	late := ns[1].connect("app")
+	late.subscribe("presence-full", &hub.Member{UserID: "u9"})
+	late.wait("presence-full", "pusher:subscription_error")
+	if _, ok := late.conn.Subscription("presence-full"); ok || late.conn.SubscriptionCount() != 0 {
+		t.Fatal("a refused subscription is still recorded")
+	}
+	// A user already in counts once more connection, not one more member.
+	again := ns[1].connect("app")
+	again.subscribe("presence-full", &hub.Member{UserID: "u0"})
+	again.wait("presence-full", "pusher_internal:subscription_succeeded")
+}
+
+func TestOccupiedAndVacatedOncePerCluster(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 3)
+	var clients []*client
+	for _, n := range ns {
+		cl := n.connect("app")
+		cl.subscribe("busy", nil)
+		cl.wait("busy", "pusher_internal:subscription_succeeded")
+		clients = append(clients, cl)
+	}
+	st, err := ns[1].hub.State().Channel("app", "busy")
+	if err != nil || st.Subscriptions != 3 || !st.Occupied {
+		t.Fatalf("channel state %+v %v", st, err)
+	}
+	for i, cl := range clients {
+		ns[i].hub.Remove(cl.conn)
+	}
+	eventually(t, "the channel is vacated", func() bool {
+		n := 0
+		for _, nd := range ns {
+			n += len(nd.obs.kinds("busy", hub.ChannelVacated))
+		}
+		return n == 1
+	})
+	var occupied, vacated int
+	for _, nd := range ns {
+		occupied += len(nd.obs.kinds("busy", hub.ChannelOccupied))
+		vacated += len(nd.obs.kinds("busy", hub.ChannelVacated))
+	}
+	if occupied != 1 || vacated != 1 {
+		t.Fatalf("occupied %d times, vacated %d times; want once each", occupied, vacated)
+	}
+	list, err := ns[0].hub.State().Channels("app", "")
+	if err != nil || len(list) != 0 {
+		t.Fatalf("channels after everyone left: %+v %v", list, err)
+	}
+}
+
+func TestSubscriptionCountOverTheCluster(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	a := ns[0].connect("counted")
+	a.subscribe("room", nil)
+	a.wait("room", "pusher_internal:subscription_succeeded")
+	b := ns[1].connect("counted")
+	b.subscribe("room", nil)
+	eventually(t, "a hears the count of 2", func() bool {
+		a.take()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, f := range a.frames {
+			if f.Event == "pusher_internal:subscription_count" && f.Data == `{"subscription_count":2}` {
+				return true
+			}
+		}
+		return false
+	})
+	var counts int
+	for _, nd := range ns {
+		counts += len(nd.obs.kinds("room", hub.SubscriptionCount))
+	}
+	if counts != 2 {
+		t.Fatalf("%d subscription_count webhook events, want 2 (one per change)", counts)
+	}
+}
+
+func TestCacheChannelOverTheCluster(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	miss := ns[1].connect("app")
+	miss.subscribe("cache-prices", nil)
+	miss.wait("cache-prices", "pusher:cache_miss")
+	if got := ns[1].obs.kinds("cache-prices", hub.CacheMiss); len(got) != 1 {
+		t.Fatalf("cache_miss webhook events %v", got)
+	}
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "cache-prices", Event: "price", Data: "42", Cache: true}); err != nil {
+		t.Fatal(err)
+	}
+	miss.wait("cache-prices", "price")
+	late := ns[1].connect("app")
+	late.subscribe("cache-prices", nil)
+	if f := late.wait("cache-prices", "price"); f.Data != "42" {
+		t.Fatalf("cached event data %q", f.Data)
+	}
+	data, ttl, ok, err := ns[0].hub.State().CachedEvent("app", "cache-prices")
+	if err != nil || !ok || data != "42" || ttl <= 0 || ttl > hub.CacheTTL {
+		t.Fatalf("CachedEvent = %q %v %v %v", data, ttl, ok, err)
+	}
+}
+
+func TestUsersAcrossNodes(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	watcher := ns[0].connect("app")
+	if err := ns[0].hub.SignIn(watcher.conn, "w", []string{"u", "v"}, hub.EventFrame("pusher:signin_success", "", "{}", "")); err != nil {
+		t.Fatal(err)
+	}
+	watcher.wait("", "pusher:signin_success")
+	f := watcher.wait("", "pusher_internal:watchlist_events")
+	if !strings.Contains(f.Data, `"offline","user_ids":["u","v"]`) {
+		t.Fatalf("initial watchlist state %s", f.Data)
+	}
+	// u signs in twice on the other node: online once.
+	u1, u2 := ns[1].connect("app"), ns[1].connect("app")
+	ns[1].hub.SignIn(u1.conn, "u", nil)
+	ns[1].hub.SignIn(u2.conn, "u", nil)
+	eventually(t, "u is online for the watcher", func() bool {
+		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"online","user_ids":["u"]`)
+	})
+	// Terminate from the watcher's node closes both of u's connections.
+	if err := ns[0].hub.Terminate("app", "u"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "u's connections are closed with 4009", func() bool {
+		return u1.conn.CloseCode() == hub.CloseTerminated.Code && u2.conn.CloseCode() == hub.CloseTerminated.Code
+	})
+	ns[1].hub.Remove(u1.conn)
+	ns[1].hub.Remove(u2.conn)
+	eventually(t, "u is offline for the watcher", func() bool {
+		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"offline","user_ids":["u"]`)
+	})
+	if n := len(watcher.datas("pusher_internal:watchlist_events")); n != 3 {
+		t.Fatalf("watcher got %d watchlist events, want 3 (initial, online, offline)", n)
+	}
+}
+
+func (cl *client) datas(event string) []string {
+	cl.take()
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	var out []string
+	for _, f := range cl.frames {
+		if f.Event == event {
+			out = append(out, f.Data)
+		}
+	}
+	return out
+}
+
+func TestConnectionQuotaOverTheCluster(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	for range 2 {
+		if _, err := ns[0].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the other node counts them", func() bool { return ns[1].c.ConnectionsElsewhere("app") == 2 })
+	if _, err := ns[1].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns[1].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); !errors.Is(err, hub.ErrOverQuota) {
+		t.Fatalf("the 4th connection of the cluster: %v, want ErrOverQuota", err)
+	}
+	if n, err := ns[1].hub.State().Connections("app"); err != nil || n != 3 {
+		t.Fatalf("Connections = %d %v", n, err)
+	}
+}
+
+func TestDeadNodeConverges(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	watcher := ns[0].connect("app")
+	watcher.subscribe("presence-room", &hub.Member{UserID: "w"})
+	watcher.wait("presence-room", "pusher_internal:subscription_succeeded")
+	if err := ns[0].hub.SignIn(watcher.conn, "w", []string{"gone"}); err != nil {
+		t.Fatal(err)
+	}
+	doomed := ns[1].connect("app")
+	doomed.subscribe("presence-room", &hub.Member{UserID: "gone"})
+	doomed.subscribe("lonely", nil)
+	ns[1].hub.SignIn(doomed.conn, "gone", nil)
+	watcher.wait("presence-room", "pusher_internal:member_added")
+	eventually(t, "gone is online", func() bool {
+		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"online","user_ids":["gone"]`)
+	})
+	doomed.wait("lonely", "pusher_internal:subscription_succeeded")
+
+	ns[1].crash()
+	watcher.wait("presence-room", "pusher_internal:member_removed")
+	eventually(t, "gone is offline", func() bool {
+		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"offline","user_ids":["gone"]`)
+	})
+	eventually(t, "lonely is vacated", func() bool { return len(ns[0].obs.kinds("lonely", hub.ChannelVacated)) == 1 })
+	if got := ns[0].obs.kinds("presence-room", hub.MemberRemoved); !slices.Equal(got, []string{"member_removed:gone"}) {
+		t.Fatalf("member_removed webhook events %v", got)
+	}
+	users, err := ns[0].hub.State().PresenceUsers("app", "presence-room")
+	if err != nil || !slices.Equal(users, []string{"w"}) {
+		t.Fatalf("users after the crash: %v %v", users, err)
+	}
+	if ns[0].c.Stats().Reaped != 1 {
+		t.Fatalf("stats %+v", ns[0].c.Stats())
+	}
+
+	// The node comes back with the same id: nothing of the old one returns.
+	back := startNode(t, rs, ns[0].c.p, "n2")
+	eventually(t, "the new n2 is live", func() bool { return back.c.Stats().Resyncs >= 1 })
+	if st, err := ns[0].hub.State().Channel("app", "lonely"); err != nil || st.Occupied {
+		t.Fatalf("lonely after n2 restarted: %+v %v", st, err)
+	}
+}
+
+func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	a := ns[0].connect("app")
+	a.subscribe("presence-room", &hub.Member{UserID: "a"})
+	b := ns[1].connect("app")
+	b.subscribe("news", nil)
+	a.wait("presence-room", "pusher_internal:subscription_succeeded")
+	b.wait("news", "pusher_internal:subscription_succeeded")
+
+	rs.Stop()
+	eventually(t, "both nodes see Redis down", func() bool { return !ns[0].c.Stats().Up && !ns[1].c.Stats().Up })
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "lost", Data: "{}"}); !errors.Is(err, hub.ErrUnavailable) {
+		t.Fatalf("publish while Redis is down: %v, want ErrUnavailable", err)
+	}
+	if _, err := ns[0].hub.State().Channels("app", ""); !errors.Is(err, hub.ErrUnavailable) {
+		t.Fatalf("query while Redis is down: %v, want ErrUnavailable", err)
+	}
+	// A subscription made during the outage completes once Redis is back.
+	late := ns[0].connect("app")
+	late.subscribe("news", nil)
+
+	rs.Restart()
+	late.wait("news", "pusher_internal:subscription_succeeded")
+	eventually(t, "the state is rebuilt", func() bool {
+		st, err := ns[0].hub.State().Channel("app", "news")
+		users, _ := ns[1].hub.State().PresenceUsers("app", "presence-room")
+		return err == nil && st.Subscriptions == 2 && slices.Equal(users, []string{"a"})
+	})
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "after", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait("news", "after")
+	late.wait("news", "after")
+	if n := b.count("news", "lost"); n != 0 {
+		t.Fatal("a refused publish was delivered")
+	}
+	// Rebuilding after Redis lost its data sends no events: nothing
+	// changed for the clients.
+	if got := ns[0].obs.kinds("presence-room", hub.MemberAdded); len(got) != 1 {
+		t.Fatalf("member_added webhook events %v, want the one before the restart", got)
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	m := hub.Message{AppID: "a:1", Channel: "private-x", Event: "e", Data: "12:ab\x00ü", UserID: "u", ExcludeSocketID: "1.2", Cache: true}
+	enc := encodeEvent(m)
+	f, err := fields(enc[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeEvent(f)
+	if err != nil || got != m {
+		t.Fatalf("round trip %+v %v", got, err)
+	}
+	for _, bad := range []string{"5:ab", "x:ab", ":", "-1:", "99999999999999:a"} {
+		if _, err := fields(bad); err == nil {
+			t.Errorf("fields(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzFields(f *testing.F) {
+	f.Add(encodeEvent(hub.Message{AppID: "a", Channel: "c", Event: "e", Data: "d"})[1:])
+	f.Add("3:abc0:")
+	f.Fuzz(func(t *testing.T, s string) {
+		out, err := fields(s)
+		if err != nil {
+			return
+		}
+		re := encodeFields('E', out...)
+		if re[1:] != s {
+			t.Fatalf("re-encoding %q gives %q", s, re[1:])
+		}
+	})
+}

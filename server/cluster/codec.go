@@ -1,0 +1,126 @@
+package cluster
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/heraldrt/herald/server/hub"
+)
+
+// Messages between nodes travel over Redis pub/sub as a kind byte followed
+// by fields, each written as its length in decimal, a colon and its bytes
+// (a netstring without the trailing comma). The Lua scripts write the same
+// format, so the nodes and Redis need no shared encoder.
+//
+//	E app channel event data user_id exclude_socket cache   an event to deliver
+//	T app user_id                                           terminate the user's connections
+//	W app user_id online("1"|"0")                           a user came online or went offline
+//	S app channel socket status cached cache_value [user_id info]...
+//	                                                        answer to a Join (to one node)
+//	U app socket [user_id]...                               answer to a SignIn (to one node): watched users online
+//
+// A cache_value is itself two fields: the event name and its data.
+const (
+	kindEvent     = 'E'
+	kindTerminate = 'T'
+	kindWatch     = 'W'
+	kindSnapshot  = 'S'
+	kindSignIn    = 'U'
+)
+
+var errMalformed = errors.New("cluster: malformed message")
+
+// appendField appends one field.
+func appendField(dst []byte, s string) []byte {
+	dst = strconv.AppendInt(dst, int64(len(s)), 10)
+	dst = append(dst, ':')
+	return append(dst, s...)
+}
+
+// encodeEvent encodes m as an E message.
+func encodeEvent(m hub.Message) string {
+	b := make([]byte, 0, 32+len(m.AppID)+len(m.Channel)+len(m.Event)+len(m.Data)+len(m.UserID)+len(m.ExcludeSocketID))
+	b = append(b, kindEvent)
+	b = appendField(b, m.AppID)
+	b = appendField(b, m.Channel)
+	b = appendField(b, m.Event)
+	b = appendField(b, m.Data)
+	b = appendField(b, m.UserID)
+	b = appendField(b, m.ExcludeSocketID)
+	cache := ""
+	if m.Cache {
+		cache = "1"
+	}
+	b = appendField(b, cache)
+	return string(b)
+}
+
+// encodeFields encodes a message of kind with the given fields.
+func encodeFields(kind byte, fields ...string) string {
+	n := 1
+	for _, f := range fields {
+		n += len(f) + 8
+	}
+	b := make([]byte, 0, n)
+	b = append(b, kind)
+	for _, f := range fields {
+		b = appendField(b, f)
+	}
+	return string(b)
+}
+
+// cacheValue is how a cache channel's last event is kept in Redis.
+func cacheValue(event, data string) string {
+	return string(appendField(appendField(nil, event), data))
+}
+
+// fields splits the body of a message (after its kind byte) into its fields.
+func fields(s string) ([]string, error) {
+	var out []string
+	for len(s) > 0 {
+		colon := -1
+		for i := 0; i < len(s) && i < 12; i++ {
+			if s[i] == ':' {
+				colon = i
+				break
+			}
+		}
+		if colon <= 0 {
+			return nil, errMalformed
+		}
+		n, err := strconv.Atoi(s[:colon])
+		if err != nil || n < 0 || n > len(s)-colon-1 {
+			return nil, errMalformed
+		}
+		out = append(out, s[colon+1:colon+1+n])
+		s = s[colon+1+n:]
+	}
+	return out, nil
+}
+
+// decodeEvent decodes the fields of an E message.
+func decodeEvent(f []string) (hub.Message, error) {
+	if len(f) != 7 {
+		return hub.Message{}, errMalformed
+	}
+	return hub.Message{AppID: f[0], Channel: f[1], Event: f[2], Data: f[3], UserID: f[4], ExcludeSocketID: f[5], Cache: f[6] == "1"}, nil
+}
+
+// decodeSnapshot decodes the fields of an S message.
+func decodeSnapshot(f []string) (hub.Snapshot, error) {
+	if len(f) < 6 || len(f)%2 != 0 {
+		return hub.Snapshot{}, errMalformed
+	}
+	s := hub.Snapshot{AppID: f[0], Channel: f[1], SocketID: f[2], Full: f[3] == "full"}
+	if f[4] == "1" {
+		cv, err := fields(f[5])
+		if err != nil || len(cv) != 2 {
+			return hub.Snapshot{}, errMalformed
+		}
+		s.Cached, s.CacheEvent, s.CacheData = true, cv[0], cv[1]
+	}
+	for i := 6; i+1 < len(f); i += 2 {
+		s.Members = append(s.Members, hub.MemberInfo{UserID: f[i], Info: []byte(f[i+1])})
+	}
+	return s, nil
+}

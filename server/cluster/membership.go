@@ -1,0 +1,239 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// heartbeatLoop renews the node's heartbeat, publishes its connection
+// counts, reads the other nodes' and takes out the record of any node whose
+// heartbeat expired.
+func (c *Cluster) heartbeatLoop() {
+	t := time.NewTicker(c.opts.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.heartbeat()
+		}
+	}
+}
+
+// heartbeat is one round of heartbeatLoop.
+func (c *Cluster) heartbeat() {
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.NodeTTL)
+	defer cancel()
+	if err := c.beat(ctx); err != nil {
+		c.setHealthy(false, err)
+		return
+	}
+	c.setHealthy(true, nil)
+	nodes, err := c.rdb.SMembers(ctx, c.key("nodes")).Result()
+	if err != nil {
+		c.setHealthy(false, err)
+		return
+	}
+	pipe := c.rdb.Pipeline()
+	alive := make([]*redis.IntCmd, len(nodes))
+	counts := make([]*redis.MapStringStringCmd, len(nodes))
+	for i, n := range nodes {
+		alive[i] = pipe.Exists(ctx, c.key("node:", n))
+		counts[i] = pipe.HGetAll(ctx, c.key("nc:", n))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		c.setHealthy(false, err)
+		return
+	}
+	elsewhere := make(map[string]int)
+	live := int64(1)
+	for i, n := range nodes {
+		if n == c.id {
+			continue
+		}
+		if alive[i].Val() == 0 {
+			c.reapLater(n)
+			continue
+		}
+		live++
+		for app, v := range counts[i].Val() {
+			k, _ := strconv.Atoi(v)
+			elsewhere[app] += k
+		}
+	}
+	c.nodes.Store(live)
+	c.elsewhereMu.Lock()
+	c.elsewhere = elsewhere
+	c.elsewhereMu.Unlock()
+}
+
+// beat renews the heartbeat and the node's connection counts.
+func (c *Cluster) beat(ctx context.Context) error {
+	pipe := c.rdb.TxPipeline()
+	pipe.Set(ctx, c.key("node:", c.id), c.epoch, c.opts.NodeTTL)
+	pipe.SAdd(ctx, c.key("nodes"), c.id)
+	nc := c.key("nc:", c.id)
+	pipe.Del(ctx, nc)
+	if local := c.hub.LocalConnections(); len(local) > 0 {
+		args := make([]any, 0, 2*len(local))
+		for app, n := range local {
+			args = append(args, app, n)
+		}
+		pipe.HSet(ctx, nc, args...)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// ConnectionsElsewhere is the number of connections of appID on the other
+// live nodes, as of the last heartbeat.
+func (c *Cluster) ConnectionsElsewhere(appID string) int {
+	c.elsewhereMu.RLock()
+	defer c.elsewhereMu.RUnlock()
+	return c.elsewhere[appID]
+}
+
+// lock takes the lock on a node's record (its own, to rebuild it; another's,
+// to take it out). With wait it retries until ctx ends; otherwise it
+// reports errLocked when another node holds it. unlock releases it if it is
+// still this node's.
+func (c *Cluster) lock(ctx context.Context, node string, wait bool) (unlock func(), err error) {
+	k := c.key("lock:", node)
+	token := c.id + "/" + randomID()
+	for {
+		ok, err := c.rdb.SetNX(ctx, k, token, 30*time.Second).Result()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				unlockScript.Run(ctx, c.rdb, []string{k}, token)
+			}, nil
+		}
+		if !wait {
+			return nil, errLocked
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+type lockedError struct{}
+
+func (lockedError) Error() string { return "cluster: the node's record is locked by another node" }
+
+var errLocked error = lockedError{}
+
+// unlockScript deletes a lock only if it still holds the caller's token.
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// reapLater takes out a dead node's record on another goroutine, unless that
+// is under way here already.
+func (c *Cluster) reapLater(node string) {
+	if _, busy := c.reaping.LoadOrStore(node, struct{}{}); busy {
+		return
+	}
+	c.run(func() {
+		defer c.reaping.Delete(node)
+		if err := c.reap(c.ctx, node, false); err != nil && err != errLocked {
+			c.log.Warn("taking out a dead node's record failed; retrying at the next heartbeat", zap.String("dead_node", node), zap.Error(err))
+		}
+	})
+}
+
+// reap takes a dead node's subscriptions and sign-ins out of the cluster
+// state, as if its clients had all disconnected: the members they were
+// leave, the users go offline, and this node reports the webhook events.
+// It runs under the node's lock and gives up if the node's heartbeat is
+// back. self is set when a node leaving the cluster takes out its own.
+func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
+	unlock, err := c.lock(ctx, node, false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if !self {
+		if n, err := c.rdb.Exists(ctx, c.key("node:", node)).Result(); err != nil || n > 0 {
+			return err // alive again
+		}
+	}
+	subs, users := 0, 0
+	for {
+		entries, err := c.rdb.SRandMemberN(ctx, c.key("ns:", node), 256).Result()
+		if err != nil {
+			return err
+		}
+		if len(entries) == 0 {
+			break
+		}
+		var ops []op
+		calls := make([]*call, 0, len(entries))
+		for _, e := range entries {
+			l, ok := parseSubEntry(e)
+			if !ok {
+				c.rdb.SRem(ctx, c.key("ns:", node), e)
+				continue
+			}
+			ops = append(ops, op{leave: &l})
+			calls = append(calls, c.leaveCall(node, l))
+		}
+		c.exec(ctx, calls)
+		for i, cl := range calls {
+			if cl.err != nil {
+				return cl.err
+			}
+			c.transitions(appChannel(ops[i]), cl.val)
+		}
+		subs += len(calls)
+	}
+	for {
+		entries, err := c.rdb.SRandMemberN(ctx, c.key("nu:", node), 256).Result()
+		if err != nil {
+			return err
+		}
+		if len(entries) == 0 {
+			break
+		}
+		calls := make([]*call, 0, len(entries))
+		for _, e := range entries {
+			s, ok := parseUserEntry(e)
+			if !ok {
+				c.rdb.SRem(ctx, c.key("nu:", node), e)
+				continue
+			}
+			calls = append(calls, c.signOutCall(node, s))
+		}
+		c.exec(ctx, calls)
+		for _, cl := range calls {
+			if cl.err != nil {
+				return cl.err
+			}
+		}
+		users += len(calls)
+	}
+	pipe := c.rdb.TxPipeline()
+	pipe.Del(ctx, c.key("nc:", node))
+	pipe.SRem(ctx, c.key("nodes"), node)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if !self {
+		c.stats.reaped.Add(1)
+		c.log.Warn("a node's heartbeat expired: its clients are gone from the cluster", zap.String("dead_node", node),
+			zap.Int("subscriptions", subs), zap.Int("sign_ins", users))
+	}
+	return nil
+}

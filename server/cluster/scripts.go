@@ -1,0 +1,195 @@
+package cluster
+
+import "github.com/redis/go-redis/v9"
+
+// The cluster state changes in Lua scripts, each one atomic in Redis, so a
+// change and what it means (the first subscriber anywhere, a member's last
+// connection leaving) are decided once for the whole cluster, by whichever
+// node runs the script. A script publishes the events every node must
+// deliver (member_added, member_removed, subscription_count, a user online)
+// in the same step, and returns the webhook events to the node that ran it
+// as a flat list of kind, value pairs.
+//
+// Keys (P is the prefix, "herald:" by default):
+//
+//	P ns:<node>              set    the node's subscriptions: app \31 channel \31 socket \31 user
+//	P nu:<node>              set    the node's signed-in connections: app \31 socket \31 user
+//	P nc:<node>              hash   the node's connections per app
+//	P node:<node>            string the node's heartbeat (expires)
+//	P nodes                  set    the nodes that have state
+//	P gen                    string the state's generation: gone when Redis lost its data
+//	P ch:<app>               hash   channel → subscriptions in the cluster
+//	P pm:<app>:<channel>     hash   presence user → connections in the cluster
+//	P pi:<app>:<channel>     hash   presence user → user_info
+//	P us:<app>               hash   user → signed-in connections in the cluster
+//	P cache:<app>:<channel>  string a cache channel's last event (expires)
+//	P cnt:<app>:<channel>    string when the last subscription_count went out (ms)
+//	P lock:<node>            string a node's record is being rebuilt or reaped
+//
+// Every script takes the prefix as ARGV[1].
+const prelude = `
+local P = ARGV[1]
+local function ns(s) s = tostring(s); return #s .. ':' .. s end
+local function publish(msg) redis.call('PUBLISH', P .. 'msgs', msg) end
+local function event(app, channel, name, data, exclude)
+  return 'E' .. ns(app) .. ns(channel) .. ns(name) .. ns(data) .. ns('') .. ns(exclude) .. ns('')
+end
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- count applies the subscription_count rule to a channel now holding n
+-- subscriptions: sent at once up to 100 subscribers, at most every 5 s above.
+local function count(out, app, channel, n)
+  local key = P .. 'cnt:' .. app .. ':' .. channel
+  local now = nowms()
+  local last = tonumber(redis.call('GET', key) or '0')
+  if n > 100 and now - last < 5000 then
+    out[#out+1] = 'defer'; out[#out+1] = tostring(last + 5000 - now)
+    return
+  end
+  redis.call('SET', key, now, 'PX', 10000)
+  if n > 0 then
+    publish(event(app, channel, 'pusher_internal:subscription_count', '{"subscription_count":' .. n .. '}', ''))
+  end
+  out[#out+1] = 'count'; out[#out+1] = tostring(n)
+end
+`
+
+// joinScript: ARGV node app channel socket user info max_members flags, with
+// flags letters: p presence, c cache channel, n subscription counts on,
+// s silent (rebuilding after Redis lost its data: no events), r reply with
+// a snapshot to the node.
+var joinScript = redis.NewScript(prelude + `
+local node, app, channel, socket, user, info = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local maxm, flags = tonumber(ARGV[8]), ARGV[9]
+local function has(f) return string.find(flags, f, 1, true) ~= nil end
+local presence, silent = has('p'), has('s')
+local out = {}
+local status = 'ok'
+local nskey = P .. 'ns:' .. node
+local entry = app .. '\31' .. channel .. '\31' .. socket .. '\31' .. user
+local pm = P .. 'pm:' .. app .. ':' .. channel
+local pi = P .. 'pi:' .. app .. ':' .. channel
+if redis.call('SISMEMBER', nskey, entry) == 0 then
+  if presence and maxm > 0 and redis.call('HEXISTS', pm, user) == 0 and redis.call('HLEN', pm) >= maxm then
+    status = 'full'
+  else
+    redis.call('SADD', nskey, entry)
+    local n = redis.call('HINCRBY', P .. 'ch:' .. app, channel, 1)
+    if n == 1 and not silent then out[#out+1] = 'occupied'; out[#out+1] = '' end
+    if presence then
+      if redis.call('HINCRBY', pm, user, 1) == 1 then
+        redis.call('HSET', pi, user, info)
+        if not silent then
+          local ui = info
+          if ui == '' then ui = 'null' end
+          publish(event(app, channel, 'pusher_internal:member_added', '{"user_id":' .. cjson.encode(user) .. ',"user_info":' .. ui .. '}', socket))
+          out[#out+1] = 'member_added'; out[#out+1] = user
+        end
+      end
+    elseif has('n') and not silent then
+      count(out, app, channel, n)
+    end
+  end
+end
+if has('r') then
+  local parts = {'S', ns(app), ns(channel), ns(socket), ns(status)}
+  local cached = false
+  if has('c') then cached = redis.call('GET', P .. 'cache:' .. app .. ':' .. channel) end
+  if cached then
+    parts[#parts+1] = ns('1'); parts[#parts+1] = ns(cached)
+  else
+    parts[#parts+1] = ns(''); parts[#parts+1] = ns('')
+  end
+  if presence and status == 'ok' then
+    local h = redis.call('HGETALL', pi)
+    for i = 1, #h do parts[#parts+1] = ns(h[i]) end
+  end
+  redis.call('PUBLISH', P .. 'to:' .. node, table.concat(parts))
+end
+return out
+`)
+
+// leaveScript: ARGV node app channel socket user flags (p presence, n
+// subscription counts on).
+var leaveScript = redis.NewScript(prelude + `
+local node, app, channel, socket, user, flags = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local function has(f) return string.find(flags, f, 1, true) ~= nil end
+local out = {}
+local entry = app .. '\31' .. channel .. '\31' .. socket .. '\31' .. user
+if redis.call('SREM', P .. 'ns:' .. node, entry) == 1 then
+  local n = redis.call('HINCRBY', P .. 'ch:' .. app, channel, -1)
+  if has('p') then
+    local pm = P .. 'pm:' .. app .. ':' .. channel
+    if redis.call('HINCRBY', pm, user, -1) <= 0 then
+      redis.call('HDEL', pm, user)
+      redis.call('HDEL', P .. 'pi:' .. app .. ':' .. channel, user)
+      publish(event(app, channel, 'pusher_internal:member_removed', '{"user_id":' .. cjson.encode(user) .. '}', ''))
+      out[#out+1] = 'member_removed'; out[#out+1] = user
+    end
+  elseif has('n') then
+    count(out, app, channel, n)
+  end
+  if n <= 0 then
+    redis.call('HDEL', P .. 'ch:' .. app, channel)
+    out[#out+1] = 'vacated'; out[#out+1] = ''
+  end
+end
+return out
+`)
+
+// flushCountScript sends a subscription count that was held back, unless one
+// went out since (which counted the change already). ARGV app channel.
+var flushCountScript = redis.NewScript(prelude + `
+local app, channel = ARGV[2], ARGV[3]
+local out = {}
+local last = tonumber(redis.call('GET', P .. 'cnt:' .. app .. ':' .. channel) or '0')
+if nowms() - last >= 5000 then
+  count(out, app, channel, tonumber(redis.call('HGET', P .. 'ch:' .. app, channel) or '0'))
+end
+return out
+`)
+
+// signInScript: ARGV node app socket user flags (s silent, r reply)
+// watched-user...
+var signInScript = redis.NewScript(prelude + `
+local node, app, socket, user, flags = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local us = P .. 'us:' .. app
+if redis.call('SADD', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. user) == 1 then
+  if redis.call('HINCRBY', us, user, 1) == 1 and not string.find(flags, 's', 1, true) then
+    publish('W' .. ns(app) .. ns(user) .. ns('1'))
+  end
+end
+if string.find(flags, 'r', 1, true) then
+  local parts = {'U', ns(app), ns(socket)}
+  for i = 7, #ARGV do
+    if redis.call('HEXISTS', us, ARGV[i]) == 1 then parts[#parts+1] = ns(ARGV[i]) end
+  end
+  redis.call('PUBLISH', P .. 'to:' .. node, table.concat(parts))
+end
+return {}
+`)
+
+// signOutScript: ARGV node app socket user.
+var signOutScript = redis.NewScript(prelude + `
+local node, app, socket, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local us = P .. 'us:' .. app
+if redis.call('SREM', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. user) == 1 then
+  if redis.call('HINCRBY', us, user, -1) <= 0 then
+    redis.call('HDEL', us, user)
+    publish('W' .. ns(app) .. ns(user) .. ns('0'))
+  end
+end
+return {}
+`)
+
+// cachePublishScript keeps a cache channel's event as its last and
+// publishes it, in one step. ARGV app channel message value ttl_ms.
+var cachePublishScript = redis.NewScript(prelude + `
+redis.call('SET', P .. 'cache:' .. ARGV[2] .. ':' .. ARGV[3], ARGV[5], 'PX', ARGV[6])
+publish(ARGV[4])
+return 1
+`)
+
+var allScripts = []*redis.Script{joinScript, leaveScript, flushCountScript, signInScript, signOutScript, cachePublishScript}
