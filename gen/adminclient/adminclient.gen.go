@@ -374,6 +374,11 @@ type InstanceID = string
 // sentence for people.
 type BadRequest = externalRef0.Error
 
+// ClusterUnavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type ClusterUnavailable = externalRef0.Error
+
 // Conflict The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -2470,6 +2475,8 @@ type GetAppLiveResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2490,6 +2497,11 @@ func (r GetAppLiveResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetAppLiveResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetAppLiveResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3910,6 +3922,13 @@ func ParseGetAppLiveResponse(rsp *http.Response) (*GetAppLiveResponse, error) {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 

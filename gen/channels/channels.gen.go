@@ -281,6 +281,11 @@ type ChannelNameParam = ChannelName
 // sentence for people.
 type BadRequest = externalRef0.Error
 
+// ClusterUnavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type ClusterUnavailable = externalRef0.Error
+
 // Forbidden The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -672,6 +677,8 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 
 type BadRequestJSONResponse externalRef0.Error
 
+type ClusterUnavailableJSONResponse externalRef0.Error
+
 type ForbiddenJSONResponse externalRef0.Error
 
 type InternalErrorJSONResponse externalRef0.Error
@@ -773,6 +780,20 @@ func (response TriggerBatchEvents500JSONResponse) VisitTriggerBatchEventsRespons
 	return err
 }
 
+type TriggerBatchEvents503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response TriggerBatchEvents503JSONResponse) VisitTriggerBatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListChannelsRequestObject struct {
 	AppId  AppID `json:"app_id"`
 	Params ListChannelsParams
@@ -848,6 +869,20 @@ func (response ListChannels500JSONResponse) VisitListChannelsResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannels503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response ListChannels503JSONResponse) VisitListChannelsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -932,6 +967,20 @@ func (response GetChannel500JSONResponse) VisitGetChannelResponse(w http.Respons
 	return err
 }
 
+type GetChannel503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response GetChannel503JSONResponse) VisitGetChannelResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListPresenceUsersRequestObject struct {
 	AppId       AppID            `json:"app_id"`
 	ChannelName ChannelNameParam `json:"channel_name"`
@@ -1007,6 +1056,20 @@ func (response ListPresenceUsers500JSONResponse) VisitListPresenceUsersResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPresenceUsers503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response ListPresenceUsers503JSONResponse) VisitListPresenceUsersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1105,6 +1168,20 @@ func (response TriggerEvent500JSONResponse) VisitTriggerEventResponse(w http.Res
 	return err
 }
 
+type TriggerEvent503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response TriggerEvent503JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type TerminateUserConnectionsRequestObject struct {
 	AppId  AppID  `json:"app_id"`
 	UserId string `json:"user_id"`
@@ -1180,6 +1257,20 @@ func (response TerminateUserConnections500JSONResponse) VisitTerminateUserConnec
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TerminateUserConnections503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response TerminateUserConnections503JSONResponse) VisitTerminateUserConnectionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1469,110 +1560,113 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Hz9c9s2tui/gmF3JvYsJUv+TOTJ7LpJtsk2bbK18/rehn4mRB5JWJOASoC21Yz+9zvnACRBiZKVJu3d",
-	"2Xt/skWBwMH5/tSnIFH5XEmQRgejT8GcFzwHAwV9upjP37zEf1LQSSHmRigZjIKrGTA+n2ci4fiEiRSk",
-	"ERMBRT8IA3jg+TyDYBQcBWEg8IU5N7MgDCTP8TGfz29EGoRBAb+UooA0GJmihDDQyQxyjufl/OEtyKmZ",
-	"BaPDwSAMciGrz8MwMIs57qNNIeQ0WC7D4MWMSwnZjzyH93iDdZgvWGLXMISC7X346W0PdMLnkDIhmZkB",
-	"Qyj32zeYF6BBJtArlMq7b+O2vaGP2+70pwImwSj45qDB+IH9Vh948AdLvFABeq6kBiLDtzz9CX4pQRv8",
-	"lChpQNK/HhEO/qXxnp8q4OnFXGgt5NTtTo/ueFbCOnq+E3dASHDX0cwoZgoxnULBkMSy+UYV1f+ErKJQ",
-	"RTCqzrqplhFdpDLvHQq3HP5BQ6FZwiVTMluwMbBMaAMpHlxToD7fP1Qqc1OtqE62CNwN74nKcyVvXtF2",
-	"9N46pxcW9UxolvNsooocISvYuAB+qxlnmciF6QfLMPibKsYiTUHuTqeN0oXnpULzcQapf2WUnup58FUv",
-	"2hJp//BlGLyRBgrJM7vBF95OQ3EHBZtwkUGKjDbjMs0s/zlsnzNh2IxrNgaQLFPTaRsLwsFzYx98NTxc",
-	"SFZKeJhDgvznAKUzCA3v+SJTPL1S6i0vpvAliHh1B9KwlBuOyB4ODo+HbLwwoM8JD8RU1TcD/+r4yo1R",
-	"6iYjEL7a1T2AFN56OGDffxsip/NaBsYqXdhvD09O2ffiW8LKB8lLM1OF+BX13mdpKC2mkpuy2KYecPOb",
-	"eiFLFWgmlWE5N8mszTS4iv3w6ur1u5dRJN9fXL2OIvmPD69++n/sXhi7GGVLQ1KAaTPUHc9E2pxD+suI",
-	"HLTh+fwx8OqFpCZUgczMJTsdDPAsJVPN+D1fsEmhcoLCstYTzfBNtjc8OjkaPH16dvZs/5wlM0hurTbO",
-	"BEjzRLMkU8ltF7zt038v3edEFQ9DU28Jes5igiYmk6qd+bCg8+qdftBA5IyZSWbEa+RvFGoOhRGWGyoN",
-	"/jnWMiSBeOwVOvAlLlyiFZ+ox154IyfqwphCjEsDGt+y9n6HYyq4tEpuwaCr88hbl7TwzcvAWv7KgfgY",
-	"OJ+CLhjW2LmuPSA1/hckBs96wZMZvHH3Wqdjgl+nDEjE1YRx+6SyqSTlsswydj8D6wzZ74VmkM/NAjkP",
-	"v0eDUHk2bdJVRGif/ZK0ycRqNK6Ng8A5FtbCe14HHrPi3IWBMdn6xpdOqDKYGDaGiZW4lYvCw1wUQA5D",
-	"LqTIyzwYDeoT0IRMoVhDusM2HtuJaQuqxxudGHeSg0JTr3SYtxucW8xajEslgd1D4b2HULdRrMtxfcpN",
-	"okorQe2jXygpIcEPmrn1Y0jZnlSyVzlKtSe1/xhmwqDUUGw666XQRsjEsJL8N/+4zz9quRnVFVuv6Aqk",
-	"9KOaohaLZRioJCnnwpqo9k1+noGZQcG4YRkgmyI5khqVKAbN7TwmHSuVAZck7J3E+RzkfgaL1jfZwqBv",
-	"hd6sYel/nqYCweXZ+9aaHVRvWzOugLACbH3kFmB/dLp1W8w2YuUcncXDwQCfFzzBMBVlKr7o/ZPx3q9s",
-	"0HvGbliPPWd/ZSHrs/MYNVsk42+sue0Z1UOk96JyMDhK8F8mUvoAcZ+9L2AiHkCzuXD291bIdMTieSHu",
-	"uIFeHEay/gAyKRZzA2kvDnGJi1PikHGZejoU99Aspg/tHapHrGNP/zu3s3vUjyTK0tYIec4N+sfBKPj/",
-	"e6t33//Lx4veP3nv10Hv2U0U9Z7/NeyfX//5T1269xWqqHeWWuvkkU6F/f3y3Y/M0tQTjobIjfHd4gWH",
-	"rNQlz7IF43bDVCVlTmpcJipFRYrBloUtZClk4o5MiFGRrKWz0AweeGJwG82m4g5kn10YlittrEc7YsNB",
-	"eHg8sM42ss+Hq7/1nrK94+FRJMewUDLd77O4RnDMSES1x3TWRccNnJ+ecIke6RgiDB4K0LpJK1jRaecV",
-	"PkWBVjlEwSgiexMFyzZNyevvIkjtYGxAJUpKyIaVoLQvGZLfrA0vjJBT6xLH81LPoBjFVlLsp5sqvhrF",
-	"O6HicDDoNeiIZI0PthM6Jko9ytJrqFjx0DpMYZ7znoY5L3jLDjt3dS9u9C/K2boGx6ckdPFKWqh5MezQ",
-	"++s3WYO9Sop80FCsK2nrMa5nuXytKrqVv7+xXt+5rB4LA/mjyr4FZaPneVHwxRpAdusumGr3tkvB10b2",
-	"iWbWYfbSiSEz94o5K6jZv5SQkLIxqohUka7xMH163NJ7Hwe9Z9d/jqK+/adTvV1ZP5RCEi/D1sbZGL/d",
-	"GWdeeLMk8N7Yt4aWoatPjyDTntmFzDbIusw6FDNpbVbKDLRmXDIEnE35HbAYQ5943bWs77hCn5br6jnq",
-	"+BF4MqOtQxTtKlJURWrTwDtha5s70WBmExIIzX8TkKUbnPAJfUdut6xCjzqtGdobqLn1gSjLaTRT9/I8",
-	"krF/hGONmGm+0Ox+JpIZ485XF9YETcmBtKb5a8S0vp/Wvtc7CXiJofWCbEaUufStoORs7J7Hn0uG6nCf",
-	"a7ez7X9a8L2V0zwNwbPs3SQYfdy+dQebLq87Mo6rnDliMd4XzQ+i13mUlV+DsQk6vRX1Y/w2kjXV2d5Y",
-	"mRn5Pux4MGAxz8diWqpS17n5eL8fyUi+hoJnKeOZVownCcwNeliU46MMTgb8DnQlRQjfDNgvJRQL54ax",
-	"PQ0QSXyMLM+dHm+KSPvnlistRpi9+djliu5nKgN3eescRBIPD52ICZQ1blwSTDM9U2WWMg0y7TMU7ylI",
-	"sLb9O8WQdPgKbaNNUSaU6YjXiRCHeGixsBerFUDItLL31iUKOCECtxJZxlJAH1RbAVcSHPU3xjnCZF5x",
-	"CFm4c3HHWmKRTUmg6zB46E1Vz/FpF4Ot8uwOJsJaBXZfe8yblNjXDRvX9RpIUyzYHApWSvFL2ZibJmFk",
-	"VEeI0SW5P8N4ptRtnWlcP+3errAc2GcWgehduKivquxV0Ta5g+7ZHU+Q8SicIxfxJhdaxyNP+bI4h3wM",
-	"xQ1PU/uy+1xAru4g9RfjNuRUihRftBx/Q4C1lrHYPms0Q1wrOqsmvI388plnK7oc3RVQOlZ8PdPWnSm8",
-	"qrPdlh5PNEWFnRlB6KZpxxYoO51bVPYEZJl78ljTukm3VqRGZ9OjZ/PRkRPf8MiGH2u+CDrzQ9cdcP0G",
-	"s/UFuaddAg2nfrYln52oefZxnTC2cjRhvBa79+8ur/rsEsllA9EXtmzUu1rMYcRWK0fEmP+3957i0973",
-	"sIjZnlmpWt7CYp9sZbPwsqrnxGxvBg+RfP3DxYve5euLw5NT59RqsLbVBssh7gJpq15UH2DrRvtdwkBU",
-	"3z22aqmn5SNOlhE53OQdzuAPIstEVWDSAgUdQf4gxQODuUpmTUK/Qjtq+aQA7lLME1Xk3FjeOD0OHk09",
-	"VqCE1YW7GKJVWupkB3RiqHhUM4Y1yc4luXj/pl9XlwTlfWaqMCznyUxI6BXAUz7OIJKoq9neRBXMhedo",
-	"zVZKeagmpTI3E1XKNN4/Z7EHEO2vJDoNgPyXAMPd5qDmGXQRunWZLrtS70POBDzMMy6k82UQ+/eFqpIv",
-	"XvGynWH4XWue6wq1m1CXhHPCsAv/aCHFe1ryW7hJuIY24Ot11PARBWMPb7sD110mXkNSFsIsLlGELC0Q",
-	"Td/D4vEWpVugGhb175AH67UjIapvYdEAyucCN12G9N2lX6Jun/IaHti6PiGKQOr7yPT44v0b5r2/32cX",
-	"FRUjSaTiTCrZs0lVkgtyzRNeFAI0i/HRTZ6exCHtN4MH9sPLk+pUcp0jKaQWKfhw0H0tJ2+8fwe52li4",
-	"8ivh3bW4Lv1zzvJSUyIQLyjaFfEKXVUpvC5ybwSzKXRvAPP/QKE7BfMiu8fgPR72B/HWI+7cDmsHLL3g",
-	"dVNPS49w//rq6j1RW00qhVa1YIXsXhTQQ4PAjRhn0MioNViRrJbW24zqRiyrcsP6M6Vt0GTZoKzu0EIT",
-	"WHl+kaTMnKtKQJELyQ0wTlU7RHpTMaSg8JtvmDPkxD9CTvHpK9LOVZKn4sgmHmxCPhZXAoVqt001suE+",
-	"lmO2RxTZDz3uJkPtc7azzigQzkRTnxiaNht80ldCN9LjvIA2a8c2amy0qo0W2apbsIMHEDI1QbTEcRxJ",
-	"q3tZFESRjAKGGrj+QHrYrYvk/QwKsM+otE5IXUEggweMxNeAJ6g0y9Q9FD3Uu2kYSa0KYzOit4BxcyGM",
-	"AcniW1g8p3aVmO3RX2s9vKZHi6EmoxpH5WBweIp+/vuGlkIyTo6aU0cF2AoCKZZzS4aGCYRGlda0wuSq",
-	"oOzAbo0wJP0h4z4nkAVtG7+G4rj2FqxXKZUt4DaUQoZnpbyV6l7aZQU6n2R7GxbgCGEBk1JXBD8eDAk1",
-	"XPoOiuQ5VUwoMWGbXFx/C7uoO+Ui6XPKFIxmx4MjkqpX1kC23FoWH8X2TAQvPjx7mh4fnozTyfB0kJwd",
-	"PXs6OKLcjuO5SMZnPD06OzsaHh/y09Nnh+PDk/HTuNIGurYCkYw/RaTUqMA0USoKwqgO4qNg9DFCpwYt",
-	"a+8oCq7Dqgo1ioJPUeSKUxF+jtxXURQso2AZR3IPJTOG5Oj0hJ+dnfDjJB2cPHs24TA+Ozo6OT4cDMen",
-	"k3ifcWMNAXU4uQan4dkzJ4VkHCNplHVghK7lCfktkgd8PtcHRwdW50Wy0irPu/BkmbetbJ43R3pfO8Xz",
-	"fNgf2KcVsz1/7Ea1FFfl3aYxtAU6a0P+l/9+wJtNasZ/nvLjk+Onh8fJs7MxHz4d8qPDJEmGZ/zs8PTw",
-	"ZMwHh2dnw8nJYHwygCGcHR8N4PiMDydHk+OTMzhNamx88w17K3JhtDMTXlMj9+uubM+vu56z4+ERc9XW",
-	"c8Zrk2Zrc+7NSPppblxGFo/NVJa2treoPm/1C2hSV9Wiw8Egkju3DbA9VbCdugb2zyMJdeXVnrlSfUV+",
-	"yfmiqb3uWnj9qem6RGtL/Z6FbSx07ZeuDOGrr6FVON/W1Vg9Im4lolAeGaHtURe8/d4WdddKxVbX/f3y",
-	"3Y+RvLT5W1fWdTVdEmRRuOSuJq/AmgONm8syH6NK1n4BOUQjSDp0tZBs06/w4LCTl5kRtqbsUa0Ajg6P",
-	"86qe6Eja+rvXAWaheWKhI3XY0+JXr6EWb4B2TS6qWrRjYxeSay81jvKsWdxOcMQVQYyyJaREyYmYlgXS",
-	"wEXZH356W/sPkZwBT8k1+l3yF55/tFPywupfS7RIIgeVMoWCxetpCvTPVi4f1uggYY9dMqTKYq/4u7UT",
-	"G4RB5VmPgmF/0B9QS9YcJJ+LYBQc9Qf9o4AquDMK7awW/WSHRZYHJPg3TZJlrroyTa+QHFZHUNETPbw6",
-	"dZyJW/R7tZDTDHqVqnDZ359JJG0iXBF3RNIWNwmNUt+TkxLT5rHVQCFqFyFTeGDCrdtUMI2k+0xgNa+x",
-	"PV510dhIt0rY4BJaqm8hpYyEVBIcsutiy5u0qQI0lWdNeGwGeTaUqZolB3bQp6o8gDbfqnTxma3cVWyk",
-	"yzznxaKOi9Dpq++i6SrCSj4i5ommQIRVrRN1k7UrSX/00syNz1LVQzZ10riAbqIUVV78HdoDPc0uqHpo",
-	"lxlkmbLb2Cv5fXr11jlozacYLnsp22B4eHTcPzk9exosr6kqca9e1SzrIeZeOZNFDbD3qrZxfwQG7A7H",
-	"rR3Ife7eYswLus3OjeVdXRXLdtbHFCWsTjkdDgafyXG2ZmkbOhvk/qhWJYfI2CDWD+S3Mqt7vUX+deog",
-	"ev1OzsMvQBYV6zb04juGIafGXbyxcajp4k/LeGvXxzIMji2SuyCqiXHgzZvRK8PHX2mNgNBLR4+/1IxL",
-	"4RvDHd5Ynb9ZhsHJLjdqjy8RdRrCO8/TdpfWziT6CEq20rOGTzVlLF3mG/dZMVN+oXQKHRbqJzBlIavY",
-	"32unWbXWZAJmXLeakr1Ox9TL3IR1EZv6AygoV5oq7Nq2u1nHU1vHgEdyTq2u1uyp0lSWz7ozDqicz8nH",
-	"WbFQ57RJJOmV514PXUfbNwGzb7e1Tnvjb6pJJNNWC3mXcXsrtHnRKMffZNbC9Sx95mXLNmCJGhccnrqH",
-	"QjekESciM1DcjBc39u1g22TrWm58Sw/WHJrJS0Z38FsYKeK644KGNGy6z0uTxatQxa3Lev3L54yMwb3Q",
-	"1D9iidLV+7jh+k7b7qb+Vjt9rAvyZVYhy9qaveLxFTPQampo+wWjT8vQM7VoMpb0pBllbbZfRezzZmQV",
-	"abAiJbsCsGJSlp9hUvwBgA22pCpz10LgmuFWi1Lt8RUKij8t4/1/c1PyxSYBUbeOI98ENM0+W4zAwSd/",
-	"OHy50SZc2rZCO4Pid1kK3UDBZRo6WSVdHbLCmRIKMbsI1mcvbJSNPgMioTTUh53CHGQKkrrJJmxcKJ4m",
-	"HDXxdETp1QWTAClFyvBLyTPHEomY204squNTq1AVPnmjGsr5Iy1bZVQVeld51RGz4XiM3qe7ZBSM2IRn",
-	"GpZxly34DipT8AWW4JGFa78ksFUjG+WoMGqr4k2WcENzDduz7oBNYtdDeRQKgqTcMnmizkfYrzr+qDed",
-	"7bVm+dxJfXYh6w1VPhbSZaXFHeguvd7ZyP7vqN/rwa9GXi/a44xWTEjx2sW+zq3ebmKfeSESDJ+OD5du",
-	"7m80PDsetCbGKGBZhgE5Qi92gIB8ivYQZQcYsswy/xjL/Cuzav4p83KciaTjop3kq49rX6S7Y+hos4m7",
-	"WOsj807utm2rJ66as880ZnaGr9uYVSBpww38p5um78DYNCdeFhUxjSp647NfYKAO6vGQraELpbGa8v3a",
-	"9CeGDGsME1ozJaQwgmcN+P70L6P0HaWD+HwOvEBdlkDIZuoeFSTLKS3nVawZGasZvwM0QV1Drp7CY1f8",
-	"liqJkfTK1WPQInW17Lo88mRjLNIesPkDzdAXKU5v9uejnS8KhgQG/cszkUCwvN5ZKNtI2C6WLsGn/0f4",
-	"jLvLw86y+ljK+xJkarm3HiOwzkQzE9m016GYp41IulYDkkxv3NmuGi/85uI+e2knLinVxPVCJrNCSVW6",
-	"Qos93I4KRNK16o9tM5yd3KShTvQNz63U5nzBhNQGOC207qQbEvSHDCK5Z1wTo+1AmPPCrLRa0fp9G/Ry",
-	"19fvtiJv9F5ITb9bYrsHqD7VWmV7pPwqgJ/4d7mLVmAUyXayn+KnbW3rmzP3r1zD8NdJbvhzoHX3p5uy",
-	"0JvR3DWR2eX+uX7g3RSFN5KzCVA7+/ubAe3OfncB7n7X4TMAtyNLXekjWHHSfwvkfiq/C96kDnV+y2+I",
-	"rQHddKChx1BPD328fm7L2tQuYmvafqLpt1/wY+uGTdnhGtfMM5XWvySy5fb643ULAV9hnG21uVqbhWP5",
-	"oivaa35Rg1TrQ5KV6ZdIVlMi6r54U07alfD+BNsuseoXAP9HBolfrw55icaPZ16yi+tbIadVTC0K5l/M",
-	"9SZ0Z+o+BkYkt1D0oCyo7E0fSk3j2JtiSldH7MSeQxi90CvnKTf2p6e6IzFUPeuudQb8Du+jShccgExX",
-	"mjs7bvOHlkNR0MhWbx8PqWw63qZq6HdcudI+3WdvjI7kDy9Pwh260UI2VUA1naa70FrkNm79aGUVkCea",
-	"wNzEF422u/6M2uxnVwpbo6jbSoV9Zpt2bSMJu3z5PfHF+uzlDArwetHRMaM2cvLMaIxUmC7VYPtXvFCK",
-	"j9Ud7LuWRZlSpGUdPn/SNIdiCp2DpoiqrmlTmuekX/2oHLon9VTqvZBII6Tl71lQlhPVVIQfrSX/vGNa",
-	"xi8AeGplw289HS1b+mbDquG2WsXPHVkbandZUyp/QJ2iY051Gz9T3PFo4Xt9lvV/q97bqt71DyMoW+5W",
-	"hf35wq6ix5a6NwW9B5/cVOHyoB40uPGyNVv6tmw1vHG1XFwnJMaOVVSNtE4yVfc6JiqlEqVrKcYlkcSw",
-	"sgC3VZPz8fTUudM9IRMTik/DekjF1bltmaszYqvu9UFD4f3Y2leL3q7qu9a/guKcM2777ntCroyKUfam",
-	"87eJqyHPr/dTy1+ahdpZOfi/PLUpweTlAXkBbAxolCyDrCuI//T80wu8d9VW4sUsFT81EqWkL9Tud3uW",
-	"/oQdMXA9W/fxem0QrnrkTYVVj+oJrI/XyC22hdqKRFmgzzkzZj46OBgenvUH/UF/OHo6eDqg/KYDaU0k",
-	"WtNPqKh85eRY3emmdYH6hz8aVdUI1sLMrjJf4kxjx6BUW8R0sLxe/lcAAAD//w==",
+	"7Dxrc9s2tn8Fw+5M7FlKlvyIE3kyu26TbbN9ZWPn9t4NfU2IPLKwpgAVAG2rGf33O+cAJEGJkpUm7e7c",
+	"6SdbFAgcnPdTH6JMzeZKgrQmGn2I5lzzGVjQ9Ol8Pn/9Ev/JwWRazK1QMhpFl1NgfD4vRMbxCRM5SCsm",
+	"AnQ/iiN44LN5AdEoOoriSOALc26nURxJPsPHfD6/FnkURxp+LoWGPBpZXUIcmWwKM47nzfjDdyBv7DQa",
+	"HQ4GcTQTsvo8jCO7mOM+xmohb6LlMo6+mnIpofiBz+AN3mAd5nOWuTUMoWB7795+1wOT8TnkTEhmp8AQ",
+	"yv32DeYaDMgMelqpWfdt/LbX9HHbnf6kYRKNoi8OGowfuG/NQQB/tMQLaTBzJQ0QGb7k+Vv4uQRj8VOm",
+	"pAVJ/wZEOPiXwXt+qICnF2fCGCFv/O706I4XJayj52txB4QEfx3DrGJWi5sb0AxJLJtvlK7+J2RprXQ0",
+	"qs66rpYRXaSybzwKtxz+zoA2LOOSKVks2BhYIYyFHA+uKVCfHx4qlb2uVlQnOwTuhvdMzWZKXr+i7ei9",
+	"dU7XDvVMGDbjxUTpGUKm2VgDvzWMs0LMhO1HyIZFaSzod5LfcVHwcQG7E6xbzDK34xPD3kIuDMsVGCaV",
+	"ZVyae9AxM4rZqcBnOSAK8TsNPJsSNZWdgjZn+MZUyBt2zw0zIG2fvQWrF6zg1gutR6g/77oMrvDZsOnR",
+	"w2YIK5J6tAl2uixdTlhiDAkCr4LA53QzuANpiUmnkEi6J+2Du2mPHTZRGr+f9dkPKwg4o00q0s44cZ0G",
+	"qwXkMfJdDVji9qMT+olEbPxN6bHIc5CfSl0+nyNb5cIgovOQEKgkq+fRZ+XnluYOD1/G0WtpQUteuA0+",
+	"8XYG9B0SgYsCciTVlMu8gBDzZ0jfKTdsDCBZoW5u2lgQHp5r9+Cz4eFcslLCwxwyVDMeUDqD0PCGLwrF",
+	"80ulvuP65pOE+BXxac4tR2QPB4fHQzZeWDCOA0l3VN8MwqvjK9dWqeuCQPhsVw8AUnjr4YB9+2WMCo3X",
+	"8jBW+cJ9e3jylH0rviSsvJO8tFOlxS9o3j7KEBlxI7kt9TYrgJtf1wsbTTfj1muzmmlwFfv+1eU3P75M",
+	"Evnm/PKbJJH/ePfq7f+we2HdYpQtA5kG22aoO16IvDmHzJQVMzCWz+aPgVcvJGugNDIzl+zpYIBnKZkb",
+	"xu/5gk20mhEUjrWeGIZvsr3h0cnR4Nmz09Pn+2csm0J264xuIUDaJ4Zlhcpuu+Btn/5bmTgvqngYenSO",
+	"oGcsJWhS8pyM9xIc6Lx6px81EHmfxWZT4jVyK7Wag7bCcUNlqD/GKYpJIB57hQ58iQuX6KxN1GMvvJYT",
+	"dW6tFuPSgsG3nFu3wzEVXEZlt2DRo33krQta+Ppl5By8yk98H3nXkS4Y19i5qh1dNf4XZJYcDJ5N4bW/",
+	"V4e3gF/n3jaqCePuSeU6kZTLsijY/RScz+u+F4bBbG4XyHn4vfNcnAPbJl1FhPbZL0mbTJxG48ZW1tn5",
+	"j86RC5xLPGbFh48ja4v1jS+8UBUwsWwMEydxKxeFh7nQQH7hTEgxK2fRaFCfgCbkBvQa0j228dhOTDtQ",
+	"A97oxLiXHBSaeqXHvNvgzGHWYVwqCewedPAeQt1GsSnH9SnXmSqdBK14UkpKyPCDYX79GHK2J5XsVf5w",
+	"7TDvP4aZOCoN6E1nvRTGCplZVpKbHh738UctN6O6YusVXYGUflRT1GKxjCOVZeVcOBPVvslPUyA/kVtW",
+	"ALIpkiOrUYli0NwuYNKxUgVwcv26ifMxyP0IFq1vsoVBvxNms4al/3meCwSXF29aa3ZQvW3NuALCCrD1",
+	"kVuA/cHr1m2h+YiVc3QWDwcDfK55ZpHt1ISl571/Mt77hQ16z9k167EX7K8sZn12lqJmS2T6hTO3Pat6",
+	"iPReUg4GRxn+y0ROHyDtszcaJuIBDJsLb39vhcxHLJ1rccct9NI4kfUHkJlezC3kvTTGJT4cTWPGfSji",
+	"dCjuYVhKH9o7VI9Yx57hd35n/whjjfiRRMicW/SPo1H0v3urd9//y/vz3j9575dB7/l1kvRe/DXun139",
+	"+U9duvcVqqgfHbXWySO9Cvv7xY8/MEfTQDgaIjfGd4sXHLPSlLwoFoy7DXOVlTNS4zJTOSpSjKkdbDHL",
+	"oRB3ZEKsSmQtndoweOCZxW0MuxF3IPvs3LKZMtZ5tCM2HMSHxwPnbCP7vLv8W+8Z2zseHiVyDAsl8/0+",
+	"S2sEp4xE1ARM51x03MD76T5GHUOCwYMGY5rskROddvroQxIZNYMkGiVkb5Jo2aYpef1dBKkdjA2oREmJ",
+	"2bASlPYlY/KbjeXaUsyLLnE6L80U9Ch1kuI+XVfx1SjdCRWHg0GvQUcia3ywndAxUepRll5DxYqH1mEK",
+	"ZzPeMzDnmrfssHdX99JG/6KcrWtwfEpCl65k/5oX4w69v36TNdir3Nc7A3pdSTuPcT2ZGWpV0a38w43N",
+	"+s5l9VhYmD2q7FtQNnqea80XawC5rbtgqt3bLgVfG9knhjmHOcgax8zeK+atoGH/UkJCzsaoInJFuibA",
+	"9NPjlt57P+g9v/pzkvTdP53q7dL5oRSSBInUNs7G+O3OOAvCmyWB99q9NXQMXX16BJnuzC5ktkE2ZdGh",
+	"mElrs1IWYAzjkiHg7IbfAUsx9EnXXcv6jiv0abmugaOOHykfh1vHKNpVpKh07hKHO2FrmzvRYGYTEgjN",
+	"fxNQ5Buc8Al9R263DBKD7u3Y3UDNnQ9EyWxrmLqXZ4lMwyM8a6TM8IVh91ORTRn3vrpwJugGqjRg/Fli",
+	"2tBPa9/rRwl4iaHzglzim/ksvaAcfOqfpx9LhurwkGu3s+3/t+B7K6cFGoIXxY+TaPR++9YdbLq86sg4",
+	"rnLmiKV4XzQ/iF7vUVZ+DcYm6PRW1E/x20TWVGd7Y2Wn5Puw48GApXw2FjelKk1dgkn3+4lM5DegeZEz",
+	"XhjFeJbB3KKHRTk+yuAUwO/AVFLkUurs5xL0wrthbM8AJJIKCnPQ3Ovxpla4f+a40mGEuZuPfa7ofqqK",
+	"Kl/vnINE4uGxFzGBssatT4IZZqaqLHLK9PcZivcNSHC2/WvFkHT4Cm1jrC4zynSk60RIYzxUL9zFagXg",
+	"SybcMlOigBMicCtRFCwH9EGNE3AlwVN/Y5wjbBHUAJGFOxd3rCUW2ZQEuoqjh96N6nk+7WKwVZ7dwUQ4",
+	"q0AlEOcxb1JinzdsXNdrIK1esDloVkrxc9mYmyZhZFVHiNEluT/BeKrUbZ1pXD/t3q1wHNhnDoHoXfio",
+	"ryrgVtE2uYP+2R3PkPEonCMX8XomjElHgfJl6QxmY9DXPM/dy/6zhpm6gzxcjNuQUylyfNFx/DUB1lrG",
+	"Uves0Qxpreicmgg2Cqukga3ocnRXQOlY8flMW3em8LLOdjt6PDEUFXZmBKGbph1boOx0blHZE5DlLJDH",
+	"mtZNurUiNTqbAT2bj56c+EZANvxY80XUmR+66oDrV5itT8g97RJoePWzLfnsRS2wj+uEcZWjCeO12L35",
+	"8eKyzy6QXC4Q/cqVjXqXizmM2GrliBjzv3tvKD7tfQuLlO3ZlarlLSz2yVY2Cy+qek7K9qbwkMhvvj//",
+	"qnfxzfnhyVPv1BpwttUFyzHuAnmrXlQf4OpG+13CQFTfPbZqqaflI06WFTO4nnU4g9+LohBVgckIFHQE",
+	"+Z0UDwzmKps2Cf0K7ajlMw3cp5gnSs+4dbzx9Dh6NPVYgRJXF+5iiFZpqZMd0Imh4lHNGM4ke5fk/M3r",
+	"fl1dEpT3mSpt2YxnUyGhp4HnfFxAIlFXs72J0syH52jNVkp5qCalstcTVco83T9jaQAQ7a8kOg2A/JcB",
+	"dQfMQc0L6CJ06zJddqXeh5wJeJgXXEjvyyD277Wqki9B8bKdYfhNa57rCrWbUBeEc8KwD/9oIcV7RvJb",
+	"uM64gTbg63XU+BEF4w5vuwNXXSbeQFZqYRcXKEKOFoimb2HxeCfaLVANi9q0yIMNus4Q1bewaADlc4Gb",
+	"LmP67iIsUbdP+QYe2Lo+IYpAHvrI9Pj8zWsWvL/fZ+cVFRNJpOJMKtlzSVWSC3LNM661AMNSfHQ9y0/S",
+	"mPabwgP7/uVJdSq5zokU0ogcQjjovo6TN96/g1xtLFyGlfDuWlyX/jljs9JQIhAvKNoV8QpdVSm8LnJv",
+	"BLMpdG8A879Am07BPC/uMXhPh/1BuvWIO7/D2gHLIHjd1NPSI9x/c3n5hqitJpVCqzrtYnYvNPTQIHAr",
+	"xgU0MuoMViKrpfU2o7rfzqncuP5MaRs0WS4oqxvx0ARWnl8iKTPnqxKgZ0JyC4xT1Q6R3lQMKSj84gvm",
+	"DTnxj5A3+PQVaecqyVNxZBMPNiEfSyuBQrXbphrZ8BDLKdsjiuzHAXeToQ4521tnFAhvoqkdEE2bCz7p",
+	"K2rL8tLjvYA2a6cuamy0qosW2apbsIMHEDM1QbSkaZpIp3tZEiWJTCKGGrj+QHrYr0vk/RQ0uGdUWiek",
+	"riCQwQNG4mvAE1SGFeoedA/1bh4n0ihtXUb0FjBu1sJakCy9hcULaldJ2R79ddYj6G11GGoyqmlSDgaH",
+	"T9HPf9PQUkjGyVHz6kiDqyCQYjlzZGiYQBhUaU0rzExpyg7s1ghD0h8zHnICWdC28WsojmtvwXmVvtEv",
+	"oBQyPCvlrVT30i3T6HyS7W1YgCOEGialqQh+PBgSargMHRTJZ1QxocSEa3Lx/S3svO6US2TIKTdgDTse",
+	"HJFUvXIGsuXWsvQodWcieOnh6bP8+PBknE+GTwfZ6dHzZ4Mjyu14nktkesrzo9PTo+HxIX/69Pnh+PBk",
+	"/CyttIGprUAi0w8JKTUqME2USqI4qYP4JBq9T9CpQcvaO0qiq7iqQo2S6EOS+OJUgp8T/1WSRMskWqaJ",
+	"3EPJTCE7enrCT09P+HGWD06eP59wGJ8eHZ0cHw6G46eTdJ9x6wwBdTj5Bqfh6XMvhWQcE2mVc2CEqeUJ",
+	"+S2RB3w+NwdHB07nJbLSKi+68OSYt61sXjRHBl97xfNi2B+4pxWzvXjsRrUUV+Xdpv+3BTprQ/6Xfz/g",
+	"zSY147/I+fHJ8bPD4+z56ZgPnw350WGWZcNTfnr49PBkzAeHp6fDyclgfDKAIZweHw3g+JQPJ0eT45NT",
+	"eJrV2PjiC/admAlrvJkImhp5WHdle2Hd9YwdD4+Yr7aeMV6bNFeb828mMkxz4zKyeGyqiry1vUP1Watf",
+	"wJC6qhYdDgaJ3LltgO0pzXbqGtg/SyTUlVd35kr1FfllxhdN7XXXwuvbpusSrS31e2rXWOjbL30ZIlRf",
+	"Q6dwvqyrsWZE3EpEoTwyQtujYQf3vSvqrpWKna77+8WPPyTywuVvfVnX13RJkIX2yV1DXoEzBwY3l+Vs",
+	"jCrZhAXkGI0g6dDVQrJLv8KDx86sLKxwNeWAatQEDsZ7VU9MIl39PegAc9A8cdCROuwZ8UvQUIs3QLsm",
+	"F1Ut2rOxD8lNkBpHeTYsbSc40oogVrkSUqbkRNyUGmngo+x3b7+r/YdEToHn5Br9JvmLwD/aKXnh9K8j",
+	"WiKRg0qZg2bpepoC/bOVy8c1OkjYU58MqbLYK/5u7cRGcVR51qNo2B/0B9SSNQfJ5yIaRUf9Qf8oogru",
+	"lEI7p0U/uJmg5QEJ/nWTZJmrrkzTKySH0xFU9EQPr04dF+IW/V4j5E0BvUpV+OzvTySSLhGuiDsS6Yqb",
+	"hEYaG3iCMRhunjoNFKN2ETKHByb8uk0F00T6zwRW8xrb41UXjYt0q4QNLqGl5hZyykhIJcEjuy62vM6b",
+	"KkBTeTaEx2Zea0OZqlly4Oa5qsoDGPulyhcf2cpdxUamnM24XtRxETp99V0MXUU4yUfEPDEUiLCqdaJu",
+	"svYl6fdBmrnxWap6yKZOGh/QTZSiyku4Q3tuq9kFVQ/tMoWiUG4bd6WwT6/eegbG8BsMl4OUbTQ8PDru",
+	"nzw9fRYtr6gqca9e1SwbIOZeeZNFDbD3qrZxvwcG3A7HrR3Ife7eYsw13WbnxvKuroplO+tjdQmrw2yH",
+	"g8FHcpyrWbqGzga5P6hVySEyNogNA/mtzOpfb5F/nTqI3rCT8/ATkEXFug29+J5hyKnxF29sHGq69MMy",
+	"3dr1sYyjY4fkLohqYhwEY4X0yvDxV1ojIPTS0eMvNeNS+MZwhzdW52+WcXSyy43a40v01g6ndUztEWEb",
+	"nvFOq2tMrf1QdC+UbGV2Lb8xlOz0SXPcZ8XChTXWG+gwbm/BllpWaYOgE2fV0JP1mHLT6mcOmiTzIOkT",
+	"1/Vvai2geF4ZKs4b1ynnfFbjfAqeyDl1yTqLqUpbGU3nCXmgZnxO7tGKcTujTRJJr7wI2u86OsYJmH23",
+	"rfP3G1dVTRKZt7rPu+zid8LYrxq9+qssYrye4C+CRNsGLFHPg8dT99jwhgzkRBQW9PV4ce3ejrbNPq+l",
+	"1be0b82hmc1ldIew+5GCtYrHXaYwyLClq1ClrcsGrc9nbq70XhhqPXFE6Wqb3HB9r6h305yrTULOe/k0",
+	"g1IUbaNQ8fiKBWn1Q7RditGHZRxYabQ2S3rSDDs3268i9kUz1Iw0WJGSXQFYsUbLj7BG4ezABjNUVchr",
+	"IfB9dKv1rPbkC8XTH5bp/n+4Ffp3WhPE+jp6Q+vRtBhtsR8HH8JfHlhuNCcXrpnRTb6EvZ3CNFBwmcde",
+	"zEnNx0x7K0SBbRet++wrF9ujp4KYKC11f+cwB5mDpB62CRtrxfOMoxK/GVFSd8EkQE7xOfxc8sJzUybm",
+	"rv+LugeoQakK2oIBEeW9oJaZs6oK+Kts7oi5JECKPq+/ZBKN2IQXBpZplxn5Gior8glG5JGFaz9TsVWZ",
+	"W+WpMGpr8U1GdENLD9tznoRLndejgBSAgqSMdjUoj+7FftVnSB3xbK81QehP6rNzWW+oZmMhfS5c3IHp",
+	"Mgmd7fP/iaahHjdr5PW8PUTpxIR0tlscquvq7SbimmuRYdB2fLj004aj4enxoDWnRmHSMo7Ih/pqBwjI",
+	"HWmPbnaAIcuiCI9xzL8yIReeMi/Hhcg6LtpJvvq49kW6+5SONlvH87XuteDkbrO4euKqJfxIO+gmB7vt",
+	"YAWSsdzCH1Zto1X7GqzLyyKeUIfTbGUw7/sJtu2gnmfZGjBR3q3pN1gbV8VAZY3XYmfhhBRW8KIBPxxX",
+	"ZpRvpPwVn8+Ba1SDGcRsqu5Rt7IZ5RGDEjsjOzfld4DWq2sqN9CV7JLfUukzkUF9fQxG5L74XtdznmyM",
+	"gNoTQb+jBfsknRsMK713A1HRkMCgf3khMoiWVzvLcxsJ2yXaZyTNHzK93VPdXZR2FvPH0vsXIHPT/pUf",
+	"58I0859NKyFqiLyRZt9WQUIdjHa7VeNF2EjdZy/ddCml1bhZyGyqlVSlLyq5w91YRCL9WMLYNf65KVUa",
+	"YEWP9MwJ/IwvmJDGAqeFzon1A5HhQEUi96xv2HTdFnOu7UpbGa3fd1E69zMMfivyge+FNPQbLa5Tgmpx",
+	"rVWuHyyseIRFDp9saUVyiWwXNijg29aiv7lK8co3R3+ebEw481p3uvqJErMZzV3Tp11Op+993k3HBONH",
+	"mwB1c86/GtDuTH8X4P43LD4CcDee1ZXvgpXQ4NdAHpYtuuDN6gDr1/ws3hrQTbcdOhv1pNT7qxeuhE+t",
+	"Ma5+H2bGfv0F37du2JRYrnDNvFB5/aspW25v3l+1EPAZRvdWG8mNXXiW110xZvPrIaRaH7KizD9Fsppy",
+	"WPfFm9LZroQPp/V2iZA/AfjfMzT9fDXXCzR+vAiyc9zcCnlTRfJCs/Bivg+jO7X4PrIiuwXdg1JTiZ8+",
+	"lIZGzzdFsr5m2ok9jzB6oVfOc26dZ9Ed/6HqWffKC+B3eB9V+rgCZL7SyNpxm9+19IuCRrZ6+yhMZdPx",
+	"NtXwgufKlVbxPnttTSK/f3kS79B5F7MbBVSEajopnUVu4zYMdFYBeWIIzE180Wi7q4+oQ390VbQ1drut",
+	"LNpnrkHZNc2wi5ffEl+sz5lOQUPQd4+OGbXMk2dGI7PCdqkG16sTRGF8rO5g37dnypyCNOfwhVO1M9A3",
+	"0DlUi6jqmqyl2VX6hZPKoXtST+DeC4k08j82+ZsVz+VENdXvR+vmP+2YDAorFoFa2fC7VkfLlr7ZsGq4",
+	"rbjyU0euiFp71pTK71BY6ZjJ3cbPFHc8WuRfn9v9o8L/G1X469+PUK60r7T7lceuKs2WGj/Fywcf/PDl",
+	"8qCex7gOckRb2ttc5b/x0nxIKCSGnVVAjmySFapuCc1UTuVY33mNSxKJEakGv1WTaQpU3JlXWzETEwpt",
+	"43qWx9f0XUmvM9ir7vXOgA5+k+6zBX6X9V3rH4vxfh134wk9IVcm6ihn1PlL3dUs7Of74fFPzX3trFfC",
+	"H+jalNYKso9cAxsD2jPHIOu65Y+s10Zd8BWirOq+CSKlihUbYVQy1Af+l5GW4Qwj8X49vfj+am3UsHoU",
+	"zN1Vj+oZt/dXyGiuSd1JU6nR051aOx8dHAwPT/uD/qA/HD0bPBtQQtaDtCZNrfky1HGhXvNS4tXauiz+",
+	"Ixw+q+oha8FtV0kz8wa5YxStLZ0mWl4t/y8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -274,6 +274,11 @@ type ChannelNameParam = ChannelName
 // sentence for people.
 type BadRequest = externalRef0.Error
 
+// ClusterUnavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type ClusterUnavailable = externalRef0.Error
+
 // Forbidden The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -1233,6 +1238,8 @@ type TriggerBatchEventsResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1263,6 +1270,11 @@ func (r TriggerBatchEventsResponse) GetJSON413() *PayloadTooLarge {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r TriggerBatchEventsResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TriggerBatchEventsResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1307,6 +1319,8 @@ type ListChannelsResponse struct {
 	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1332,6 +1346,11 @@ func (r ListChannelsResponse) GetJSON403() *Forbidden {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListChannelsResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListChannelsResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1376,6 +1395,8 @@ type GetChannelResponse struct {
 	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1401,6 +1422,11 @@ func (r GetChannelResponse) GetJSON403() *Forbidden {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetChannelResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetChannelResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1445,6 +1471,8 @@ type ListPresenceUsersResponse struct {
 	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1470,6 +1498,11 @@ func (r ListPresenceUsersResponse) GetJSON403() *Forbidden {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListPresenceUsersResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListPresenceUsersResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1516,6 +1549,8 @@ type TriggerEventResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1546,6 +1581,11 @@ func (r TriggerEventResponse) GetJSON413() *PayloadTooLarge {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r TriggerEventResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TriggerEventResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1590,6 +1630,8 @@ type TerminateUserConnectionsResponse struct {
 	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1615,6 +1657,11 @@ func (r TerminateUserConnectionsResponse) GetJSON403() *Forbidden {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r TerminateUserConnectionsResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TerminateUserConnectionsResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1847,6 +1894,13 @@ func ParseTriggerBatchEventsResponse(rsp *http.Response) (*TriggerBatchEventsRes
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -1900,6 +1954,13 @@ func ParseListChannelsResponse(rsp *http.Response) (*ListChannelsResponse, error
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -1955,6 +2016,13 @@ func ParseGetChannelResponse(rsp *http.Response) (*GetChannelResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -2008,6 +2076,13 @@ func ParseListPresenceUsersResponse(rsp *http.Response) (*ListPresenceUsersRespo
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -2070,6 +2145,13 @@ func ParseTriggerEventResponse(rsp *http.Response) (*TriggerEventResponse, error
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	return response, nil
@@ -2123,6 +2205,13 @@ func ParseTerminateUserConnectionsResponse(rsp *http.Response) (*TerminateUserCo
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
