@@ -1,10 +1,12 @@
 // Package cluster lets several Herald nodes serve one set of Channels apps
 // over Redis: it implements hub.Cluster.
 //
-// Every message (a trigger, a client event, a member joining) is published
-// to one Redis pub/sub channel that every node reads, the publisher's node
-// included, so each node delivers each message once, to its own sockets, in
-// the order Redis saw them. What a channel is across the cluster —
+// Every message (a trigger, a client event, a member joining) is appended
+// to one Redis stream that every node reads, the publisher's node included,
+// so each node delivers each message once, to its own sockets, in the order
+// Redis saw them. A stream rather than pub/sub: a node whose connection
+// dropped for a moment reads on from where it stopped, so a message Redis
+// accepted (a trigger answered 200) reaches it all the same. What a channel is across the cluster —
 // subscriptions, presence members, the cached event, signed-in users — is
 // kept in Redis, changed only by atomic scripts (scripts.go), and recorded
 // per node, so that the share of a node that dies can be taken out by a
@@ -82,6 +84,10 @@ type Cluster struct {
 	// rebuilt from its hub before further changes are written.
 	healthy    atomic.Bool
 	needResync atomic.Bool
+	// readerReady: the reader knows where it reads the stream from, so the
+	// answers of a resync will reach it. readerLost: its connection failed;
+	// it must check whether Redis lost its data before reading on.
+	readerReady, readerLost atomic.Bool
 	gen        string // the state's generation last seen (writer goroutine)
 
 	elsewhereMu sync.RWMutex
@@ -259,9 +265,9 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 	for i, m := range ms {
 		msg := encodeEvent(m)
 		if m.Cache {
-			calls[i] = &call{script: cachePublishScript, args: []any{c.p, m.AppID, m.Channel, msg, cacheValue(m.Event, m.Data), hub.CacheTTL.Milliseconds()}}
+			calls[i] = &call{script: cachePublishScript, args: []any{c.p, StreamLength, m.AppID, m.Channel, msg, cacheValue(m.Event, m.Data), hub.CacheTTL.Milliseconds()}}
 		} else {
-			calls[i] = &call{args: []any{"publish", c.key("msgs"), msg}}
+			calls[i] = c.xadd(msg)
 		}
 	}
 	return c.publish(calls)
@@ -270,7 +276,17 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 // Terminate publishes the request to close userID's connections on every
 // node.
 func (c *Cluster) Terminate(appID, userID string) error {
-	return c.publish([]*call{{args: []any{"publish", c.key("msgs"), encodeFields(kindTerminate, appID, userID)}}})
+	return c.publish([]*call{c.xadd(encodeFields(kindTerminate, appID, userID))})
+}
+
+// StreamLength is about how many messages the cluster's stream keeps (XADD
+// MAXLEN ~): how far a node that lost touch with Redis for a moment can
+// catch up. At 10,000 messages/s it is 10 s of history.
+const StreamLength = 100000
+
+// xadd is the call that appends one message to the cluster's stream.
+func (c *Cluster) xadd(msg string) *call {
+	return &call{args: []any{"xadd", c.key("msgs"), "maxlen", "~", StreamLength, "*", "m", msg}}
 }
 
 func (c *Cluster) publish(calls []*call) error {

@@ -7,7 +7,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 )
 
-// Messages between nodes travel over Redis pub/sub as a kind byte followed
+// Messages between nodes travel in a Redis stream as a kind byte followed
 // by fields, each written as its length in decimal, a colon and its bytes
 // (a netstring without the trailing comma). The Lua scripts write the same
 // format, so the nodes and Redis need no shared encoder.
@@ -15,9 +15,12 @@ import (
 //	E app channel event data user_id exclude_socket cache   an event to deliver
 //	T app user_id                                           terminate the user's connections
 //	W app user_id online("1"|"0")                           a user came online or went offline
-//	S app channel socket status cached cache_value [user_id info]...
-//	                                                        answer to a Join (to one node)
-//	U app socket [user_id]...                               answer to a SignIn (to one node): watched users online
+//	S node app channel socket status cached cache_value [user_id info]...
+//	                                                        answer to a Join of node
+//	U node app socket [user_id]...                          answer to a SignIn of node: watched users online
+//
+// Answers travel in the same stream as everything else, so that they are in
+// order with the events of the channel they are about; other nodes skip them.
 //
 // A cache_value is itself two fields: the event name and its data.
 const (
@@ -106,7 +109,7 @@ func decodeEvent(f []string) (hub.Message, error) {
 	return hub.Message{AppID: f[0], Channel: f[1], Event: f[2], Data: f[3], UserID: f[4], ExcludeSocketID: f[5], Cache: f[6] == "1"}, nil
 }
 
-// decodeSnapshot decodes the fields of an S message.
+// decodeSnapshot decodes the fields of an S message after its node.
 func decodeSnapshot(f []string) (hub.Snapshot, error) {
 	if len(f) < 6 || len(f)%2 != 0 {
 		return hub.Snapshot{}, errMalformed

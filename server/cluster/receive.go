@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"errors"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,47 +9,76 @@ import (
 	"github.com/heraldrt/herald/server/internal/recovery"
 )
 
-// receiveLoop reads the cluster's channel and the node's own, and hands each
-// message to the hub in the order Redis sent them. The pub/sub connection
-// reconnects by itself; every (re)subscription asks for a resync, since
-// answers sent while it was down are lost.
+// receiveLoop reads the cluster's stream from where it stopped and hands
+// each message to the hub in the stream's order. When Redis lost its data
+// (a restart), the new stream is read from its start.
 func (c *Cluster) receiveLoop() {
-	ps := c.rdb.Subscribe(c.ctx, c.key("msgs"), c.key("to:", c.id))
-	defer ps.Close()
 	backoff := 50 * time.Millisecond
+	last, gen := "", ""
 	for c.ctx.Err() == nil {
-		msg, err := ps.ReceiveTimeout(c.ctx, 2*c.opts.Heartbeat)
+		if last == "" || c.readerLost.Swap(false) {
+			var err error
+			if last, gen, err = c.position(last, gen); err != nil {
+				c.sleep(&backoff)
+				continue
+			}
+			c.readerReady.Store(true)
+		}
+		res, err := c.rdb.XRead(c.ctx, &redis.XReadArgs{Streams: []string{c.key("msgs"), last}, Count: 1000, Block: 2 * c.opts.Heartbeat}).Result()
 		if err != nil {
-			if c.ctx.Err() != nil {
-				return
+			if isNil(err) || c.ctx.Err() != nil {
+				continue // nothing new, or closing
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Quiet: make sure the connection still works.
-				if err := ps.Ping(c.ctx); err == nil {
-					continue
-				}
-			}
-			c.needResync.Store(true)
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
+			c.readerLost.Store(true)
+			c.sleep(&backoff)
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				c.needResync.Store(true)
+		for _, st := range res {
+			for _, m := range st.Messages {
+				last = m.ID
+				if payload, ok := m.Values["m"].(string); ok {
+					c.stats.received.Add(1)
+					c.handle(payload)
+				}
 			}
-		case *redis.Message:
-			c.stats.received.Add(1)
-			c.handle(m.Payload)
 		}
 	}
+}
+
+// position returns where to read the stream from: on after last, unless
+// Redis lost its data since (its generation changed), then from the start
+// of the new stream; at the first call, after the stream's newest message.
+func (c *Cluster) position(last, gen string) (string, string, error) {
+	ctx, cancel := c.queryContext()
+	defer cancel()
+	now, err := c.generation(ctx)
+	if err != nil {
+		return last, gen, err
+	}
+	switch {
+	case last == "":
+		msgs, err := c.rdb.XRevRangeN(ctx, c.key("msgs"), "+", "-", 1).Result()
+		if err != nil {
+			return last, gen, err
+		}
+		last = "0-0"
+		if len(msgs) > 0 {
+			last = msgs[0].ID
+		}
+	case now != gen:
+		c.log.Warn("Redis lost its data: reading the new stream from its start")
+		last = "0-0"
+	}
+	return last, now, nil
+}
+
+func (c *Cluster) sleep(backoff *time.Duration) {
+	select {
+	case <-c.ctx.Done():
+	case <-time.After(*backoff):
+	}
+	*backoff = min(2**backoff, 2*time.Second)
 }
 
 // handle delivers one message. A malformed one is logged and dropped; a
@@ -76,15 +103,18 @@ func (c *Cluster) handle(payload string) {
 		}
 		c.hub.Receive(m)
 	case kindSnapshot:
-		s, err := decodeSnapshot(f)
+		if len(f) == 0 || f[0] != c.id {
+			return // another node's
+		}
+		s, err := decodeSnapshot(f[1:])
 		if err != nil {
 			c.log.Warn("malformed subscription answer dropped")
 			return
 		}
 		c.hub.ReceiveSnapshot(s)
 	case kindSignIn:
-		if len(f) >= 2 {
-			c.hub.CompleteSignIn(f[0], f[1], f[2:])
+		if len(f) >= 3 && f[0] == c.id {
+			c.hub.CompleteSignIn(f[1], f[2], f[3:])
 		}
 	case kindWatch:
 		if len(f) == 3 {

@@ -26,11 +26,12 @@ import "github.com/redis/go-redis/v9"
 //	P cnt:<app>:<channel>    string when the last subscription_count went out (ms)
 //	P lock:<node>            string a node's record is being rebuilt or reaped
 //
-// Every script takes the prefix as ARGV[1].
+// Every script takes the prefix as ARGV[1] and the stream's length (MAXLEN ~)
+// as ARGV[2]; their own arguments follow.
 const prelude = `
 local P = ARGV[1]
 local function ns(s) s = tostring(s); return #s .. ':' .. s end
-local function publish(msg) redis.call('PUBLISH', P .. 'msgs', msg) end
+local function publish(msg) redis.call('XADD', P .. 'msgs', 'MAXLEN', '~', ARGV[2], '*', 'm', msg) end
 local function event(app, channel, name, data, exclude)
   return 'E' .. ns(app) .. ns(channel) .. ns(name) .. ns(data) .. ns('') .. ns(exclude) .. ns('')
 end
@@ -61,8 +62,8 @@ end
 // s silent (rebuilding after Redis lost its data: no events), r reply with
 // a snapshot to the node.
 var joinScript = redis.NewScript(prelude + `
-local node, app, channel, socket, user, info = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local maxm, flags = tonumber(ARGV[8]), ARGV[9]
+local node, app, channel, socket, user, info = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local maxm, flags = tonumber(ARGV[9]), ARGV[10]
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
 local presence, silent = has('p'), has('s')
 local out = {}
@@ -94,7 +95,7 @@ if redis.call('SISMEMBER', nskey, entry) == 0 then
   end
 end
 if has('r') then
-  local parts = {'S', ns(app), ns(channel), ns(socket), ns(status)}
+  local parts = {'S', ns(node), ns(app), ns(channel), ns(socket), ns(status)}
   local cached = false
   if has('c') then cached = redis.call('GET', P .. 'cache:' .. app .. ':' .. channel) end
   if cached then
@@ -106,7 +107,7 @@ if has('r') then
     local h = redis.call('HGETALL', pi)
     for i = 1, #h do parts[#parts+1] = ns(h[i]) end
   end
-  redis.call('PUBLISH', P .. 'to:' .. node, table.concat(parts))
+  publish(table.concat(parts))
 end
 return out
 `)
@@ -114,7 +115,7 @@ return out
 // leaveScript: ARGV node app channel socket user flags (p presence, n
 // subscription counts on).
 var leaveScript = redis.NewScript(prelude + `
-local node, app, channel, socket, user, flags = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local node, app, channel, socket, user, flags = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
 local out = {}
 local entry = app .. '\31' .. channel .. '\31' .. socket .. '\31' .. user
@@ -142,7 +143,7 @@ return out
 // flushCountScript sends a subscription count that was held back, unless one
 // went out since (which counted the change already). ARGV app channel.
 var flushCountScript = redis.NewScript(prelude + `
-local app, channel = ARGV[2], ARGV[3]
+local app, channel = ARGV[3], ARGV[4]
 local out = {}
 local last = tonumber(redis.call('GET', P .. 'cnt:' .. app .. ':' .. channel) or '0')
 if nowms() - last >= 5000 then
@@ -154,7 +155,7 @@ return out
 // signInScript: ARGV node app socket user flags (s silent, r reply)
 // watched-user...
 var signInScript = redis.NewScript(prelude + `
-local node, app, socket, user, flags = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local node, app, socket, user, flags = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local us = P .. 'us:' .. app
 if redis.call('SADD', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. user) == 1 then
   if redis.call('HINCRBY', us, user, 1) == 1 and not string.find(flags, 's', 1, true) then
@@ -162,18 +163,18 @@ if redis.call('SADD', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. use
   end
 end
 if string.find(flags, 'r', 1, true) then
-  local parts = {'U', ns(app), ns(socket)}
-  for i = 7, #ARGV do
+  local parts = {'U', ns(node), ns(app), ns(socket)}
+  for i = 8, #ARGV do
     if redis.call('HEXISTS', us, ARGV[i]) == 1 then parts[#parts+1] = ns(ARGV[i]) end
   end
-  redis.call('PUBLISH', P .. 'to:' .. node, table.concat(parts))
+  publish(table.concat(parts))
 end
 return {}
 `)
 
 // signOutScript: ARGV node app socket user.
 var signOutScript = redis.NewScript(prelude + `
-local node, app, socket, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local node, app, socket, user = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local us = P .. 'us:' .. app
 if redis.call('SREM', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. user) == 1 then
   if redis.call('HINCRBY', us, user, -1) <= 0 then
@@ -187,8 +188,8 @@ return {}
 // cachePublishScript keeps a cache channel's event as its last and
 // publishes it, in one step. ARGV app channel message value ttl_ms.
 var cachePublishScript = redis.NewScript(prelude + `
-redis.call('SET', P .. 'cache:' .. ARGV[2] .. ':' .. ARGV[3], ARGV[5], 'PX', ARGV[6])
-publish(ARGV[4])
+redis.call('SET', P .. 'cache:' .. ARGV[3] .. ':' .. ARGV[4], ARGV[6], 'PX', ARGV[7])
+publish(ARGV[5])
 return 1
 `)
 

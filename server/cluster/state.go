@@ -94,7 +94,7 @@ func (c *Cluster) writeLoop() {
 		case <-tick.C:
 		}
 		if c.needResync.Load() {
-			if !c.healthy.Load() {
+			if !c.healthy.Load() || !c.readerReady.Load() {
 				c.ops.clear() // the resync will rebuild from the hub
 				continue
 			}
@@ -176,7 +176,7 @@ func (c *Cluster) callOf(o op) *call {
 		if o.reply {
 			flags = append(flags, 'r')
 		}
-		return &call{script: joinScript, args: []any{c.p, c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags)}}
+		return &call{script: joinScript, args: []any{c.p, StreamLength, c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags)}}
 	case o.leave != nil:
 		return c.leaveCall(c.id, *o.leave)
 	case o.signIn != nil:
@@ -185,7 +185,7 @@ func (c *Cluster) callOf(o op) *call {
 		if o.silent {
 			flags = "rs"
 		}
-		args := []any{c.p, c.id, s.AppID, s.SocketID, s.UserID, flags}
+		args := []any{c.p, StreamLength, c.id, s.AppID, s.SocketID, s.UserID, flags}
 		for _, w := range s.Watchlist {
 			args = append(args, w)
 		}
@@ -193,7 +193,7 @@ func (c *Cluster) callOf(o op) *call {
 	case o.signOut != nil:
 		return c.signOutCall(c.id, *o.signOut)
 	default:
-		return &call{script: flushCountScript, args: []any{c.p, o.flush[0], o.flush[1]}}
+		return &call{script: flushCountScript, args: []any{c.p, StreamLength, o.flush[0], o.flush[1]}}
 	}
 }
 
@@ -204,11 +204,11 @@ func (c *Cluster) leaveCall(node string, l hub.Leave) *call {
 	} else if c.opts.Settings(l.AppID).SubscriptionCount {
 		flags = "n"
 	}
-	return &call{script: leaveScript, args: []any{c.p, node, l.AppID, l.Channel, l.SocketID, l.UserID, flags}}
+	return &call{script: leaveScript, args: []any{c.p, StreamLength, node, l.AppID, l.Channel, l.SocketID, l.UserID, flags}}
 }
 
 func (c *Cluster) signOutCall(node string, s hub.SignOutRequest) *call {
-	return &call{script: signOutScript, args: []any{c.p, node, s.AppID, s.SocketID, s.UserID}}
+	return &call{script: signOutScript, args: []any{c.p, StreamLength, node, s.AppID, s.SocketID, s.UserID}}
 }
 
 // transitions hands the channel events a script reported to the hub's

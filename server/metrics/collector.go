@@ -24,6 +24,9 @@ type collector struct {
 	webhookDropped, webhookUnsent                 *prometheus.Desc
 	pushQueue, pushPublishes, pushDeliveries      *prometheus.Desc
 	panics, rateLimited                           *prometheus.Desc
+	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
+	clusterPublishErrors, clusterReceived         *prometheus.Desc
+	clusterResyncs, clusterReaped, clusterOutages *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -52,6 +55,15 @@ func newCollector(src Sources) *collector {
 		pushDeliveries:   d("push_deliveries_total", "Push delivery attempts, by gateway and outcome.", "gateway", "outcome"),
 		panics:           d("panics_total", "Panics recovered, by the part that recovered them; each lost only its connection or piece of work.", "part"),
 		rateLimited:      d("rate_limited_total", "Requests, connections or subscribes refused by a rate limit or cap, by limit.", "limit"),
+
+		clusterUp:            d("cluster_up", "1 while Redis answers this node's heartbeat (cluster mode), 0 during an outage."),
+		clusterNodes:         d("cluster_nodes", "Live nodes of the cluster, this one included, as of the last heartbeat."),
+		clusterPublished:     d("cluster_messages_published_total", "Messages this node published to the cluster (events, terminations)."),
+		clusterPublishErrors: d("cluster_publish_errors_total", "Publishes refused because Redis failed (triggers answered 503)."),
+		clusterReceived:      d("cluster_messages_received_total", "Messages this node received from the cluster."),
+		clusterResyncs:       d("cluster_resyncs_total", "Times this node rebuilt its record in Redis (at start and after each outage)."),
+		clusterReaped:        d("cluster_nodes_reaped_total", "Dead nodes whose clients this node took out of the cluster."),
+		clusterOutages:       d("cluster_outages_total", "Times Redis stopped answering this node."),
 	}
 }
 
@@ -61,6 +73,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.connections, c.channels, c.subscriptions, c.members, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.panics, c.rateLimited,
+		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
+		c.clusterResyncs, c.clusterReaped, c.clusterOutages,
 	} {
 		ch <- d
 	}
@@ -129,6 +143,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			count(c.pushDeliveries, d.Count, d.Gateway, d.Outcome)
 		}
 		count(c.panics, pc.Panics, "push")
+	}
+	if cl := c.src.Cluster; cl != nil {
+		st := cl.Stats()
+		up := 0.0
+		if st.Up {
+			up = 1
+		}
+		gauge(c.clusterUp, up)
+		gauge(c.clusterNodes, float64(st.Nodes))
+		count(c.clusterPublished, st.Published)
+		count(c.clusterPublishErrors, st.PublishErrors)
+		count(c.clusterReceived, st.Received)
+		count(c.clusterResyncs, st.Resyncs)
+		count(c.clusterReaped, st.Reaped)
+		count(c.clusterOutages, st.Outages)
+		count(c.panics, st.Panics, "cluster")
 	}
 	if a := c.src.Anon; a != nil {
 		count(c.rateLimited, int64(a.Stats().Refused), "anon_push_api")

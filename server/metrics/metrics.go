@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
@@ -68,8 +69,15 @@ type PushSource interface {
 	PushCounters() push.Counters
 }
 
+// ClusterSource is the node's membership of a cluster: when set, its
+// figures are exported as herald_cluster_*.
+type ClusterSource interface {
+	Stats() cluster.Stats
+}
+
 // Sources are the parts of a node read at scrape time. Nil ones are skipped.
 type Sources struct {
+	Cluster  ClusterSource
 	Hub      HubSource
 	Sockets  SocketSource
 	Webhooks WebhookSource

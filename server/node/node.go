@@ -224,7 +224,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
 	engine.GET("/readyz", httpapi.Ready(n.ready...))
 	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
-	n.ops.start(n.ws, n.hook, n.push, anon)
+	n.ops.start(n.ws, n.hook, n.push, anon, n.cluster)
 	n.ops.register(engine)
 	// Every request has readTimeout for its headers and body (before the
 	// signature can be checked, so a slow sender holds nothing for long)

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/console"
 	"github.com/heraldrt/herald/server/httpapi"
@@ -46,8 +47,11 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher, anon *httpapi.AnonLimiter) {
+func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher, anon *httpapi.AnonLimiter, cl *cluster.Cluster) {
 	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes}
+	if cl != nil { // nil: a single node, and no herald_cluster_* series
+		src.Cluster = cl
+	}
 	if anon != nil { // nil: no limit, and no series for it
 		src.Anon = anon
 	}
