@@ -2,12 +2,14 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap"
@@ -182,8 +184,8 @@ func TestDroppedEventsWarnedOncePer1024(t *testing.T) {
 	}
 }
 
-// When the outbox cannot be read the sender logs it: the one sign that
-// webhooks have stopped.
+// When the outbox cannot be read, or its expired requests cannot be
+// dropped, the sender logs it: the one sign that webhooks have stopped.
 func TestUnreadableOutboxLogged(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	core, logs := observer.New(zapcore.InfoLevel)
@@ -194,6 +196,10 @@ func TestUnreadableOutboxLogged(t *testing.T) {
 	wait.Until(t, "an error about the outbox", func() bool {
 		return logs.FilterMessage("reading the webhook outbox").Len() > 0
 	})
+	// A round drops the expired requests before it reads the outbox.
+	if logs.FilterMessage("dropping expired webhooks").Len() == 0 {
+		t.Fatal("the failed sweep of expired requests was not logged")
+	}
 }
 
 func TestDefaults(t *testing.T) {
@@ -221,5 +227,252 @@ func TestDefaults(t *testing.T) {
 		if o.Lease != tt.want {
 			t.Errorf("lease %v with a %v timeout: %v, want %v", tt.lease, tt.timeout, o.Lease, tt.want)
 		}
+	}
+}
+
+// The sweep of expired requests runs every thirtieth of MaxAge, at least
+// every 10 s and at most every 10 ms.
+func TestPurgeInterval(t *testing.T) {
+	for _, tt := range []struct{ maxAge, want time.Duration }{
+		{5 * time.Minute, 10 * time.Second},
+		{time.Hour, 10 * time.Second},
+		{3 * time.Second, 100 * time.Millisecond},
+		{150 * time.Millisecond, 10 * time.Millisecond},
+	} {
+		if got := New(nil, apps{}, zap.NewNop(), Options{MaxAge: tt.maxAge}).purgeEvery; got != tt.want {
+			t.Errorf("MaxAge %v: swept every %v, want %v", tt.maxAge, got, tt.want)
+		}
+	}
+}
+
+// Tests in fake time (testing/synctest), where instants are exact: the
+// dispatcher's requests go to a fakeEndpoint instead of the network.
+
+// hookURL is the one endpoint of app "1" in the fake-time tests.
+const hookURL = "http://hook.test/"
+
+// fakeEndpoint answers the dispatcher's requests in a synctest bubble. It
+// records when each request came (since the bubble's start), answers with
+// the next of statuses (200 once they run out), and, while gate is set, holds
+// each request until gate is closed or the sender stops.
+type fakeEndpoint struct {
+	mu       sync.Mutex
+	statuses []int
+	gate     chan struct{}
+	at       []time.Duration
+	start    time.Time
+}
+
+func (e *fakeEndpoint) RoundTrip(r *http.Request) (*http.Response, error) {
+	e.mu.Lock()
+	e.at = append(e.at, time.Since(e.start))
+	status := http.StatusOK
+	if len(e.statuses) > 0 {
+		status, e.statuses = e.statuses[0], e.statuses[1:]
+	}
+	gate := e.gate
+	e.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return &http.Response{StatusCode: status, Body: http.NoBody, Request: r}, nil
+}
+
+// came returns when the requests came, since the bubble's start.
+func (e *fakeEndpoint) came() []time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.at)
+}
+
+// fakeTimeDispatcher returns a dispatcher, not started, whose requests go to
+// e, with a new outbox holding a request to e for each of channels, written
+// now, and what the dispatcher logs. Call it in a synctest bubble.
+func fakeTimeDispatcher(t *testing.T, opts Options, e *fakeEndpoint, channels ...string) (*Dispatcher, *storage.DB, *observer.ObservedLogs) {
+	t.Helper()
+	e.start = time.Now()
+	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	var items []storage.OutboxWebhook
+	for _, c := range channels {
+		items = append(items, storage.OutboxWebhook{AppID: "1", URL: hookURL, Key: c, Body: occupied(c)})
+	}
+	if _, err := db.EnqueueWebhooks(context.Background(), items, 0); err != nil {
+		t.Fatal(err)
+	}
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: hookURL}}}}
+	core, logs := observer.New(zapcore.InfoLevel)
+	d := New(db, a, zap.New(core), opts)
+	d.client.Transport = e
+	return d, db, logs
+}
+
+// dueNow tells whether the outbox has a request that a sender may claim now,
+// with the default 8 requests in flight per endpoint.
+func dueNow(t *testing.T, db *storage.DB) bool {
+	t.Helper()
+	next, ok, err := db.NextWebhookDue(context.Background(), time.Now(), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok && !next.After(time.Now())
+}
+
+// A request that keeps failing is retried after each backoff (5, 10, 20 ms
+// here), but the sender never waits less than 10 ms between looks at the
+// outbox: the first retry, due 5 ms after the failure, goes 10 ms after it.
+func TestRetriesWaitTheBackoffAndAtLeast10ms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &fakeEndpoint{statuses: []int{500, 500, 500}}
+		d, db, logs := fakeTimeDispatcher(t, Options{BaseBackoff: 5 * time.Millisecond}, e, "a")
+		d.Start()
+		t.Cleanup(d.Close)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n, err := db.CountWebhookOutbox(context.Background()); err != nil || n != 0 {
+			t.Fatalf("outbox holds %d (%v), want the request delivered", n, err)
+		}
+		ms := time.Millisecond
+		if got, want := e.came(), []time.Duration{0, 10 * ms, 20 * ms, 40 * ms}; !slices.Equal(got, want) {
+			t.Fatalf("attempts at %v, want %v", got, want)
+		}
+		noErrors(t, logs)
+	})
+}
+
+// The sender claims from the outbox only as many requests as it has free
+// senders: while both of its two wait for a slow endpoint, the third request
+// stays unclaimed and due, and goes once one of them is done.
+func TestClaimsNoMoreThanItsFreeSenders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &fakeEndpoint{gate: make(chan struct{})}
+		d, db, logs := fakeTimeDispatcher(t, Options{Senders: 2, Timeout: time.Hour}, e, "a", "b", "c")
+		d.Start()
+		t.Cleanup(d.Close)
+		time.Sleep(time.Minute) // rounds go on meanwhile, at least one a second
+		synctest.Wait()
+		if n := len(e.came()); n != 2 {
+			t.Fatalf("%d requests sent, want 2", n)
+		}
+		if !dueNow(t, db) {
+			t.Fatal("the third request was claimed with no sender free for it")
+		}
+		close(e.gate)
+		synctest.Wait()
+		if n, err := db.CountWebhookOutbox(context.Background()); err != nil || n != 0 || len(e.came()) != 3 {
+			t.Fatalf("outbox holds %d (%v) after %d requests, want all three delivered", n, err, len(e.came()))
+		}
+		noErrors(t, logs)
+	})
+}
+
+// A claimed request is sent while its claim has at least Timeout left (the
+// attempt ends before the claim does) and it is younger than MaxAge. With
+// less left it is given back unsent, due again; at MaxAge it is dropped as
+// expired.
+func TestAttemptAtTheLimitsOfClaimAndAge(t *testing.T) {
+	const timeout, maxAge = time.Second, time.Minute
+	const sent, givenBack, expired = "1 sent, 1 delivered, 0 expired, 0 left, due false",
+		"0 sent, 0 delivered, 0 expired, 1 left, due true",
+		"0 sent, 0 delivered, 1 expired, 0 left, due false"
+	for _, tt := range []struct {
+		name       string
+		age, lease time.Duration // the request's age when claimed, and the claim's length
+		want       string
+	}{
+		{"exactly a timeout left", 0, timeout, sent},
+		{"less than a timeout left", 0, timeout - time.Millisecond, givenBack},
+		{"just younger than MaxAge", maxAge - time.Millisecond, time.Minute, sent},
+		{"exactly MaxAge old", maxAge, time.Minute, expired},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := &fakeEndpoint{}
+				d, db, logs := fakeTimeDispatcher(t, Options{Timeout: timeout, MaxAge: maxAge}, e, "a")
+				time.Sleep(tt.age)
+				claimed, err := db.ClaimWebhooks(context.Background(), time.Now(), tt.lease, 1, 1)
+				if err != nil || len(claimed) != 1 {
+					t.Fatalf("claimed %v (%v)", claimed, err)
+				}
+				d.attempt(context.Background(), claimed[0])
+				left, err := db.CountWebhookOutbox(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := d.Stats()
+				got := fmt.Sprintf("%d sent, %d delivered, %d expired, %d left, due %v", len(e.came()), s.Delivered, s.Expired, left, dueNow(t, db))
+				if got != tt.want {
+					t.Fatalf("%s; want %s", got, tt.want)
+				}
+				noErrors(t, logs)
+			})
+		})
+	}
+}
+
+// A request in flight when the dispatcher closes is not a failed attempt: it
+// is given back to the outbox, due at once for the next start, and nothing is
+// logged as an error.
+func TestRequestInFlightAtCloseGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &fakeEndpoint{gate: make(chan struct{})}
+		d, db, logs := fakeTimeDispatcher(t, Options{}, e, "a")
+		d.Start()
+		synctest.Wait()
+		if n := len(e.came()); n != 1 {
+			t.Fatalf("%d requests sent, want 1", n)
+		}
+		d.Close()
+		n, err := db.CountWebhookOutbox(context.Background())
+		if due := dueNow(t, db); err != nil || n != 1 || !due {
+			t.Fatalf("outbox holds %d (%v), due now: %v; want the request, given back", n, err, due)
+		}
+		if s := d.Stats(); s != (Stats{}) {
+			t.Fatalf("stats %+v, want none counted", s)
+		}
+		noErrors(t, logs)
+	})
+}
+
+// Drop lines are due once the app's last line is an interval old, the
+// interval included: drops exactly an interval after the last line are
+// logged at once, a flush exactly an interval after it writes what waits,
+// and an app that has dropped nothing for exactly an interval is forgotten.
+func TestDropLogIntervalIncludesItsEnd(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	l := &dropLog{log: zap.New(core), every: time.Minute, apps: map[string]*dropCount{}}
+	lines := func() []string {
+		var got []string
+		for _, e := range logs.FilterMessage("webhook requests dropped unsent").All() {
+			m := e.ContextMap()
+			got = append(got, fmt.Sprintf("%s:%d/%d", m["app_id"], m["over_cap"], m["expired"]))
+		}
+		return got
+	}
+	t0 := time.Now()
+	for _, step := range []struct {
+		do   func()
+		want []string
+	}{
+		{func() { l.add("1", 1, 0, t0) }, []string{"1:1/0"}},
+		{func() { l.add("1", 2, 0, t0.Add(time.Minute)) }, []string{"1:1/0", "1:2/0"}},
+		{func() { l.add("1", 0, 3, t0.Add(time.Minute+time.Second)) }, []string{"1:1/0", "1:2/0"}},
+		{func() { l.flush(t0.Add(2*time.Minute), false) }, []string{"1:1/0", "1:2/0", "1:0/3"}},
+		{func() { l.flush(t0.Add(3*time.Minute-time.Second), false) }, []string{"1:1/0", "1:2/0", "1:0/3"}},
+	} {
+		step.do()
+		if got := lines(); !slices.Equal(got, step.want) {
+			t.Fatalf("lines %v, want %v", got, step.want)
+		}
+	}
+	if len(l.apps) != 1 {
+		t.Fatalf("forgot app 1 less than an interval after its last line")
+	}
+	l.flush(t0.Add(3*time.Minute), false)
+	if len(l.apps) != 0 || len(lines()) != 3 {
+		t.Fatalf("lines %v, %d apps remembered; want app 1 forgotten without a line", lines(), len(l.apps))
 	}
 }
