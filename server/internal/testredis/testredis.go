@@ -69,6 +69,15 @@ func (s *Server) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.p
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
+// PID is the server's process id (0 while stopped), for benchmarks that
+// count its CPU time.
+func (s *Server) PID() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Stop kills the server (SIGKILL: nothing is saved anyway) and waits for it.
 func (s *Server) Stop() {
 	if s.cmd == nil {

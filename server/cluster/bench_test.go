@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+)
+
+// The cost of cluster mode on one node against a single node, same run:
+// deliveries/s and CPU per delivery (Herald's process, and Redis's) for
+// 1,000 subscribers on one channel and 10,000 over 1,000 channels, with 16
+// publishers at once.
+//
+//	go test -run '^$' -bench . ./server/cluster/
+func BenchmarkFanout(b *testing.B) {
+	const publishers = 16
+	rs := testredis.Start(b)
+	for _, shape := range []struct {
+		name           string
+		subs, channels int
+	}{{"1000subs_1channel", 1000, 1}, {"10000subs_1000channels", 10000, 1000}} {
+		for _, mode := range []string{"single", "cluster"} {
+			b.Run(shape.name+"/"+mode, func(b *testing.B) {
+				h := hub.New(zap.NewNop())
+				defer h.Close()
+				if mode == "cluster" {
+					c, err := New(zap.NewNop(), h, Options{URL: rs.URL(), NodeID: "bench", Prefix: fmt.Sprintf("b%d:", time.Now().UnixNano()), Settings: testSettings})
+					if err != nil {
+						b.Fatal(err)
+					}
+					c.Start()
+					defer c.Close()
+				}
+				conns := make([]*hub.Conn, shape.subs)
+				for i := range conns {
+					c, err := h.Connect("app", hub.ConnectOptions{MaxQueueBytes: 1 << 30})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := h.Subscribe(c, "ch"+strconv.Itoa(i%shape.channels), hub.SubscribeOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					conns[i] = c
+				}
+				waitFrames(b, h, conns, 1) // subscription_succeeded everywhere
+				perChannel := shape.subs / shape.channels
+				herald0, redis0 := cpuTime(os.Getpid()), cpuTime(rs.PID())
+				b.ResetTimer()
+				start := time.Now()
+				// Publishers at once, as HTTP triggers in flight would be.
+				var wg sync.WaitGroup
+				for p := range publishers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := p; i < b.N; i += publishers {
+							if err := h.Publish(hub.Message{AppID: "app", Channel: "ch" + strconv.Itoa(i%shape.channels), Event: "e", Data: `{"n":1}`}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				// Every subscriber of channel k gets the messages i with i%channels == k.
+				want := func(i int) int { return b.N/shape.channels + btoi(i%shape.channels < b.N%shape.channels) }
+				waitFramesEach(b, h, conns, want)
+				elapsed := time.Since(start)
+				b.StopTimer()
+				deliveries := float64(b.N * perChannel)
+				b.ReportMetric(deliveries/elapsed.Seconds(), "deliveries/s")
+				b.ReportMetric(float64(cpuTime(os.Getpid())-herald0)/deliveries, "herald-cpu-ns/delivery")
+				if mode == "cluster" {
+					b.ReportMetric(float64(cpuTime(rs.PID())-redis0)/deliveries, "redis-cpu-ns/delivery")
+				}
+			})
+		}
+	}
+}
+
+// The latency Redis adds between a publish and the subscriber's writer
+// being woken, one message at a time.
+func BenchmarkPublishLatency(b *testing.B) {
+	rs := testredis.Start(b)
+	for _, mode := range []string{"single", "cluster"} {
+		b.Run(mode, func(b *testing.B) {
+			h := hub.New(zap.NewNop())
+			defer h.Close()
+			if mode == "cluster" {
+				c, err := New(zap.NewNop(), h, Options{URL: rs.URL(), NodeID: "lat", Prefix: fmt.Sprintf("l%d:", time.Now().UnixNano()), Settings: testSettings})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Start()
+				defer c.Close()
+			}
+			w := &wakeWriter{woke: make(chan struct{}, 1)}
+			conn, err := h.Connect("app", hub.ConnectOptions{Writer: w})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.c = conn
+			if err := h.Subscribe(conn, "ch", hub.SubscribeOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			<-w.woke
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := h.Publish(hub.Message{AppID: "app", Channel: "ch", Event: "e", Data: "{}"}); err != nil {
+					b.Fatal(err)
+				}
+				<-w.woke
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// wakeWriter drains its connection whenever woken and signals each wake.
+type wakeWriter struct {
+	c    *hub.Conn
+	woke chan struct{}
+}
+
+func (w *wakeWriter) Wake() {
+	go func() {
+		defer w.c.WriterDone()
+		for {
+			_, _, idle := w.c.Drain(nil)
+			if idle {
+				break
+			}
+		}
+		w.woke <- struct{}{}
+	}()
+}
+
+func (w *wakeWriter) Overflow() {}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// waitFrames waits until every connection has n frames queued.
+func waitFrames(b *testing.B, h *hub.Hub, conns []*hub.Conn, n int) {
+	waitFramesEach(b, h, conns, func(int) int { return n })
+}
+
+// waitFramesEach waits until connection i has want(i) frames, counting what
+// it takes off each queue.
+func waitFramesEach(b *testing.B, h *hub.Hub, conns []*hub.Conn, want func(int) int) {
+	got := make([]int, len(conns))
+	deadline := time.Now().Add(2 * time.Minute)
+	for i, c := range conns {
+		for got[i] < want(i) {
+			frames, _ := c.Take(nil)
+			got[i] += len(frames)
+			if got[i] >= want(i) {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("connection %d has %d frames of %d", i, got[i], want(i))
+			}
+			h.Flush()
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// cpuTime is the user+system CPU time a process used, in nanoseconds.
+func cpuTime(pid int) int64 {
+	if pid == os.Getpid() {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return ru.Utime.Nano() + ru.Stime.Nano()
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw)[strings.LastIndexByte(string(raw), ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return (ut + st) * int64(time.Second) / 100 // USER_HZ
+}
