@@ -88,7 +88,7 @@ type Cluster struct {
 	// answers of a resync will reach it. readerLost: its connection failed;
 	// it must check whether Redis lost its data before reading on.
 	readerReady, readerLost atomic.Bool
-	gen        string // the state's generation last seen (writer goroutine)
+	gen                     string // the state's generation last seen (writer goroutine)
 
 	elsewhereMu sync.RWMutex
 	elsewhere   map[string]int // connections per app on the other nodes

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // node is one member of a test cluster: a hub, its cluster membership and
@@ -145,7 +146,7 @@ func (cl *client) events(channel string) []string {
 func (cl *client) wait(channel, event string) frame {
 	cl.n.t.Helper()
 	var got frame
-	eventually(cl.n.t, cl.conn.SocketID()+" gets "+event+" on "+channel, func() bool {
+	wait.Until(cl.n.t, cl.conn.SocketID()+" gets "+event+" on "+channel, func() bool {
 		cl.take()
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
@@ -174,18 +175,6 @@ func (cl *client) subscribe(channel string, m *hub.Member) {
 	cl.n.t.Helper()
 	if err := cl.n.hub.Subscribe(cl.conn, channel, hub.SubscribeOptions{Member: m, MaxMembers: 3, FullRefusal: []byte(`{"event":"pusher:subscription_error","channel":"` + channel + `","data":"full"}`)}); err != nil {
 		cl.n.t.Fatal(err)
-	}
-}
-
-// eventually waits up to 10 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -279,7 +268,7 @@ func TestPresenceIsExactAcrossNodes(t *testing.T) {
 	marker := ns[1].connect("app")
 	marker.subscribe("presence-room", &hub.Member{UserID: "m"})
 	watcher.wait("presence-room", "pusher_internal:member_added") // m, after u1's leave was applied
-	eventually(t, "m is a member", func() bool { return watcher.count("presence-room", "pusher_internal:member_added") == 2 })
+	wait.Until(t, "m is a member", func() bool { return watcher.count("presence-room", "pusher_internal:member_added") == 2 })
 	ns[1].hub.Remove(u2.conn)
 	watcher.wait("presence-room", "pusher_internal:member_removed")
 	ns[1].hub.Flush()
@@ -335,7 +324,7 @@ func TestOccupiedAndVacatedOncePerCluster(t *testing.T) {
 	for i, cl := range clients {
 		ns[i].hub.Remove(cl.conn)
 	}
-	eventually(t, "the channel is vacated", func() bool {
+	wait.Until(t, "the channel is vacated", func() bool {
 		n := 0
 		for _, nd := range ns {
 			n += len(nd.obs.kinds("busy", hub.ChannelVacated))
@@ -364,7 +353,7 @@ func TestSubscriptionCountOverTheCluster(t *testing.T) {
 	a.wait("room", "pusher_internal:subscription_succeeded")
 	b := ns[1].connect("counted")
 	b.subscribe("room", nil)
-	eventually(t, "a hears the count of 2", func() bool {
+	wait.Until(t, "a hears the count of 2", func() bool {
 		a.take()
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -424,19 +413,19 @@ func TestUsersAcrossNodes(t *testing.T) {
 	u1, u2 := ns[1].connect("app"), ns[1].connect("app")
 	ns[1].hub.SignIn(u1.conn, "u", nil)
 	ns[1].hub.SignIn(u2.conn, "u", nil)
-	eventually(t, "u is online for the watcher", func() bool {
+	wait.Until(t, "u is online for the watcher", func() bool {
 		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"online","user_ids":["u"]`)
 	})
 	// Terminate from the watcher's node closes both of u's connections.
 	if err := ns[0].hub.Terminate("app", "u"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "u's connections are closed with 4009", func() bool {
+	wait.Until(t, "u's connections are closed with 4009", func() bool {
 		return u1.conn.CloseCode() == hub.CloseTerminated.Code && u2.conn.CloseCode() == hub.CloseTerminated.Code
 	})
 	ns[1].hub.Remove(u1.conn)
 	ns[1].hub.Remove(u2.conn)
-	eventually(t, "u is offline for the watcher", func() bool {
+	wait.Until(t, "u is offline for the watcher", func() bool {
 		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"offline","user_ids":["u"]`)
 	})
 	if n := len(watcher.datas("pusher_internal:watchlist_events")); n != 3 {
@@ -465,7 +454,7 @@ func TestConnectionQuotaOverTheCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the other node counts them", func() bool { return ns[1].c.ConnectionsElsewhere("app") == 2 })
+	wait.Until(t, "the other node counts them", func() bool { return ns[1].c.ConnectionsElsewhere("app") == 2 })
 	if _, err := ns[1].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -491,17 +480,17 @@ func TestDeadNodeConverges(t *testing.T) {
 	doomed.subscribe("lonely", nil)
 	ns[1].hub.SignIn(doomed.conn, "gone", nil)
 	watcher.wait("presence-room", "pusher_internal:member_added")
-	eventually(t, "gone is online", func() bool {
+	wait.Until(t, "gone is online", func() bool {
 		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"online","user_ids":["gone"]`)
 	})
 	doomed.wait("lonely", "pusher_internal:subscription_succeeded")
 
 	ns[1].crash()
 	watcher.wait("presence-room", "pusher_internal:member_removed")
-	eventually(t, "gone is offline", func() bool {
+	wait.Until(t, "gone is offline", func() bool {
 		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"offline","user_ids":["gone"]`)
 	})
-	eventually(t, "lonely is vacated", func() bool { return len(ns[0].obs.kinds("lonely", hub.ChannelVacated)) == 1 })
+	wait.Until(t, "lonely is vacated", func() bool { return len(ns[0].obs.kinds("lonely", hub.ChannelVacated)) == 1 })
 	if got := ns[0].obs.kinds("presence-room", hub.MemberRemoved); !slices.Equal(got, []string{"member_removed:gone"}) {
 		t.Fatalf("member_removed webhook events %v", got)
 	}
@@ -515,7 +504,7 @@ func TestDeadNodeConverges(t *testing.T) {
 
 	// The node comes back with the same id: nothing of the old one returns.
 	back := startNode(t, rs, ns[0].c.p, "n2")
-	eventually(t, "the new n2 is live", func() bool { return back.c.Stats().Resyncs >= 1 })
+	wait.Until(t, "the new n2 is live", func() bool { return back.c.Stats().Resyncs >= 1 })
 	if st, err := ns[0].hub.State().Channel("app", "lonely"); err != nil || st.Occupied {
 		t.Fatalf("lonely after n2 restarted: %+v %v", st, err)
 	}
@@ -532,7 +521,7 @@ func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
 	b.wait("news", "pusher_internal:subscription_succeeded")
 
 	rs.Stop()
-	eventually(t, "both nodes see Redis down", func() bool { return !ns[0].c.Stats().Up && !ns[1].c.Stats().Up })
+	wait.Until(t, "both nodes see Redis down", func() bool { return !ns[0].c.Stats().Up && !ns[1].c.Stats().Up })
 	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "lost", Data: "{}"}); !errors.Is(err, hub.ErrUnavailable) {
 		t.Fatalf("publish while Redis is down: %v, want ErrUnavailable", err)
 	}
@@ -545,7 +534,7 @@ func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
 
 	rs.Restart()
 	late.wait("news", "pusher_internal:subscription_succeeded")
-	eventually(t, "the state is rebuilt", func() bool {
+	wait.Until(t, "the state is rebuilt", func() bool {
 		st, err := ns[0].hub.State().Channel("app", "news")
 		users, _ := ns[1].hub.State().PresenceUsers("app", "presence-room")
 		return err == nil && st.Subscriptions == 2 && slices.Equal(users, []string{"a"})

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // clusterNode starts a node of the cluster on rs, with the test app.
@@ -29,17 +30,6 @@ func clusterNode(t *testing.T, rs *testredis.Server, prefix, id string) (*Node, 
 		NodeID:    id,
 	}, WithClusterKeys(prefix), WithClusterHeartbeat(100*time.Millisecond, time.Second))
 	return n, strings.TrimPrefix(url, "http://")
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // Two nodes on one Redis: the Go server SDK triggers on one and a
@@ -67,13 +57,13 @@ func TestClusterNodesServeOneApp(t *testing.T) {
 		}
 		return received
 	}
-	waitUntil(t, "the subscription succeeds", func() bool { return strings.Contains(take(), "subscription_succeeded") })
+	wait.Until(t, "the subscription succeeds", func() bool { return strings.Contains(take(), "subscription_succeeded") })
 
 	sdk := goClient(addrA, "go-sdk-key", "go-sdk-secret")
 	if err := sdk.Trigger("orders", "created", map[string]int{"id": 1}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "node b's subscriber gets the event node a accepted", func() bool {
+	wait.Until(t, "node b's subscriber gets the event node a accepted", func() bool {
 		return strings.Contains(take(), `"event":"created","channel":"orders","data":"{\"id\":1}"`)
 	})
 	info, err := sdk.Channel("orders", pusher.ChannelParams{})
@@ -94,13 +84,13 @@ func TestClusterNodesServeOneApp(t *testing.T) {
 	if code, body := get(addrA, "/readyz"); code != http.StatusOK || !strings.Contains(body, `"redis":"ok"`) {
 		t.Fatalf("readyz: %d %s", code, body)
 	}
-	waitUntil(t, "node a's metrics count both nodes", func() bool {
+	wait.Until(t, "node a's metrics count both nodes", func() bool {
 		_, body := get(addrA, "/metrics")
 		return strings.Contains(body, "herald_cluster_up 1") && strings.Contains(body, "herald_cluster_nodes 2")
 	})
 
 	rs.Stop()
-	waitUntil(t, "node a sees Redis down", func() bool {
+	wait.Until(t, "node a sees Redis down", func() bool {
 		_, body := get(addrA, "/metrics")
 		return strings.Contains(body, "herald_cluster_up 0")
 	})
@@ -117,10 +107,10 @@ func TestClusterNodesServeOneApp(t *testing.T) {
 	}
 
 	rs.Restart()
-	waitUntil(t, "the trigger is accepted again", func() bool {
+	wait.Until(t, "the trigger is accepted again", func() bool {
 		return sdk.Trigger("orders", "back", map[string]int{"id": 3}) == nil
 	})
-	waitUntil(t, "node b's subscriber gets it", func() bool { return strings.Contains(take(), `"event":"back"`) })
+	wait.Until(t, "node b's subscriber gets it", func() bool { return strings.Contains(take(), `"event":"back"`) })
 	if strings.Contains(take(), `"event":"lost"`) {
 		t.Fatal("the refused trigger was delivered")
 	}
