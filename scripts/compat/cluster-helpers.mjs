@@ -1,0 +1,189 @@
+// What the cluster suite needs beyond helpers.mjs: a real redis-server on a
+// free 127.0.0.1 port (in a temporary directory, without persistence, killed
+// by its PID), and herald nodes joined to it.
+//
+//   const redis = await startRedis()          // null: redis-server is missing (see redisServerBin)
+//   const nodes = await startNodes(redis, 3, { HERALD_APP_WEBHOOK_URL: url })
+//   await redis.restart()                     // a new, empty redis-server on the same port
+//
+// Like server/internal/testredis (the Go tests' helper): where redis-server
+// is not installed the suite is skipped with one line, except under CI=true,
+// where that is a failure (CI must never pass by skipping).
+
+import { spawn } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
+import { connect, createServer } from 'node:net'
+import { delimiter, join } from 'node:path'
+
+import { startHerald, tempDir } from './herald.mjs'
+import { sleep } from './helpers.mjs'
+
+const REDIS_START_TIMEOUT_MS = 10_000
+
+/**
+ * The redis-server binary: $REDIS_SERVER_BIN when set (undefined if it does
+ * not exist), else the first on PATH, else /usr/bin or /usr/local/bin;
+ * undefined when there is none.
+ */
+export function redisServerBin () {
+  const chosen = process.env.REDIS_SERVER_BIN
+  if (chosen) return existsSync(chosen) ? chosen : undefined
+  const dirs = [...(process.env.PATH ?? '').split(delimiter).filter(Boolean), '/usr/bin', '/usr/local/bin']
+  return dirs.map((d) => join(d, 'redis-server')).find((p) => existsSync(p))
+}
+
+// Every redis-server still running, killed (by PID) when this process exits
+// or is signalled (herald.mjs re-raises the signal after its own cleanup).
+const running = new Set()
+
+function killRunning () {
+  for (const child of running) {
+    try { process.kill(child.pid, 'SIGKILL') } catch { /* already gone */ }
+  }
+  running.clear()
+}
+
+process.on('exit', killRunning)
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.once(signal, killRunning)
+
+/** A TCP port on 127.0.0.1 that was free a moment ago. */
+function freePort () {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+/** Resolves true when a Redis on 127.0.0.1:port answers PING with PONG within timeout ms. */
+export function redisPing (port, timeout = 1000) {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port })
+    let reply = ''
+    const done = (ok) => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve(ok)
+    }
+    const timer = setTimeout(() => done(false), timeout)
+    socket.setEncoding('utf8')
+    socket.on('connect', () => socket.write('PING\r\n'))
+    socket.on('data', (s) => {
+      reply += s
+      if (reply.includes('\r\n')) done(reply.startsWith('+PONG'))
+    })
+    socket.on('error', () => done(false))
+  })
+}
+
+/**
+ * Starts redis-server on port in dir and resolves with the child once it
+ * answers PING; rejects (after killing it) when it exits or stays silent.
+ */
+async function spawnRedis (bin, port, dir) {
+  const logfile = join(dir, 'redis.log')
+  const child = spawn(bin, [
+    '--bind', '127.0.0.1', '--port', String(port),
+    '--save', '', '--appendonly', 'no', '--dir', dir,
+    '--protected-mode', 'no', '--daemonize', 'no', '--loglevel', 'warning', '--logfile', logfile
+  ], { stdio: 'ignore' })
+  running.add(child)
+  let exited = null
+  const exit = new Promise((resolve) => child.once('exit', (code, signal) => {
+    running.delete(child)
+    exited = { code, signal }
+    resolve(exited)
+  }))
+  child.once('error', () => { /* seen as the exit */ })
+  const log = () => { try { return readFileSync(logfile, 'utf8') } catch { return '' } }
+  const deadline = Date.now() + REDIS_START_TIMEOUT_MS
+  for (;;) {
+    if (exited) throw new Error(`redis-server on port ${port} exited (${JSON.stringify(exited)}):\n${log()}`)
+    if (await redisPing(port, 500)) return { child, exit }
+    if (Date.now() > deadline) {
+      try { process.kill(child.pid, 'SIGKILL') } catch { /* gone */ }
+      await exit
+      throw new Error(`redis-server did not answer on 127.0.0.1:${port} within ${REDIS_START_TIMEOUT_MS} ms:\n${log()}`)
+    }
+    await sleep(20)
+  }
+}
+
+/**
+ * Starts a real redis-server on a free 127.0.0.1 port in a temporary
+ * directory, with `--save "" --appendonly no` (nothing survives a restart).
+ *
+ * @returns {Promise<{port: number, url: string, pid: () => number,
+ *   kill: () => Promise<void>, start: () => Promise<void>, restart: () => Promise<void>,
+ *   stop: () => Promise<void>}>}
+ *   kill: SIGKILL by PID, resolved once it has exited; start: a new, empty
+ *   server on the same port (after kill); restart: kill then start; stop:
+ *   kill, for after hooks.
+ */
+export async function startRedis () {
+  const bin = redisServerBin()
+  if (!bin) throw new Error('redis-server is not installed (Debian package redis-server)')
+  const dir = tempDir()
+  let port, current
+  for (let attempt = 0; ; attempt++) {
+    port = await freePort()
+    try {
+      current = await spawnRedis(bin, port, dir)
+      break
+    } catch (err) {
+      if (attempt === 4) throw err // the port was taken meanwhile, five times over
+    }
+  }
+  const redis = {
+    port,
+    url: `redis://127.0.0.1:${port}/0`,
+    pid: () => current?.child.pid,
+    async kill () {
+      if (!current) return
+      const { child, exit } = current
+      current = undefined
+      try { process.kill(child.pid, 'SIGKILL') } catch { /* already gone */ }
+      await exit
+    },
+    async start () {
+      if (current) throw new Error('redis-server is running already')
+      // The port is free again at once (SO_REUSEADDR); retry in case it is not.
+      let last
+      for (let attempt = 0; attempt < 50; attempt++) {
+        try {
+          current = await spawnRedis(bin, port, dir)
+          return
+        } catch (err) {
+          last = err
+          await sleep(100)
+        }
+      }
+      throw last
+    },
+    async restart () {
+      await redis.kill()
+      await redis.start()
+    },
+    stop: () => redis.kill()
+  }
+  return redis
+}
+
+/**
+ * Starts n herald nodes (node-a, node-b, ...) of one cluster on redis, each
+ * on a database of its own, with the default app and env (the same for
+ * every node, as the cluster requires). Resolves with the nodes in order;
+ * each carries its id.
+ */
+export async function startNodes (redis, n, env = {}) {
+  const nodes = []
+  for (let i = 0; i < n; i++) {
+    const id = `node-${String.fromCharCode(97 + i)}`
+    const node = await startHerald({ env: { HERALD_REDIS_URL: redis.url, HERALD_NODE_ID: id, ...env } })
+    nodes.push({ ...node, id })
+  }
+  return nodes
+}
