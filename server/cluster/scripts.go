@@ -192,5 +192,3 @@ redis.call('SET', P .. 'cache:' .. ARGV[3] .. ':' .. ARGV[4], ARGV[6], 'PX', ARG
 publish(ARGV[5])
 return 1
 `)
-
-var allScripts = []*redis.Script{joinScript, leaveScript, flushCountScript, signInScript, signOutScript, cachePublishScript}
