@@ -381,14 +381,7 @@ func (h *Hub) removeUserClustered(a *appState, c *Conn) {
 			delete(a.users, c.userID)
 		}
 	}
-	for _, id := range c.watchlist {
-		if ws := a.watchers[id]; ws != nil {
-			delete(ws, c)
-			if len(ws) == 0 {
-				delete(a.watchers, id)
-			}
-		}
-	}
+	a.unwatchLocked(c)
 	a.usersMu.Unlock()
 	h.cluster.SignOut(SignOutRequest{AppID: a.id, SocketID: c.socketID, UserID: c.userID})
 }

@@ -613,17 +613,23 @@ func (h *Hub) Remove(c *Conn) {
 				}
 			}
 		}
-		for _, id := range c.watchlist {
-			if ws := a.watchers[id]; ws != nil {
-				delete(ws, c)
-				if len(ws) == 0 {
-					delete(a.watchers, id)
-				}
-			}
-		}
+		a.unwatchLocked(c)
 		a.usersMu.Unlock()
 	}
 	a.conns.Add(-1)
+}
+
+// unwatchLocked takes c off the watchers of every user it watches. The
+// caller holds a.usersMu.
+func (a *appState) unwatchLocked(c *Conn) {
+	for _, id := range c.watchlist {
+		if ws := a.watchers[id]; ws != nil {
+			delete(ws, c)
+			if len(ws) == 0 {
+				delete(a.watchers, id)
+			}
+		}
+	}
 }
 
 // TerminateUser closes every connection signed in as userID with 4009 and
