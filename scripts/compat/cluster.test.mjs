@@ -6,7 +6,8 @@
 // node would: events, presence members, users, cache channels, the HTTP
 // queries and webhooks (one receiver that every node posts to, each event
 // once). Then the failures: a node SIGKILLed in the middle of a presence
-// session, and Redis restarted (empty) in the middle of a stream of triggers.
+// session, Redis restarted (empty) in the middle of a stream of triggers,
+// and restarted between two heartbeats.
 //
 // Run: cd scripts/compat && HERALD_BIN=$PWD/herald node --test --test-concurrency=1 cluster.test.mjs
 // Without redis-server the suite is skipped with one line (a failure under CI=true).
@@ -117,6 +118,15 @@ function record (dispatcher, names, label) {
   const log = new Log(label)
   for (const name of names) dispatcher.bind(name, (data) => log.push({ name, data }))
   return log
+}
+
+/** The value of a metric without labels on node's GET /metrics (herald_cluster_up, ...). */
+async function metric (node, name) {
+  const res = await fetch(`http://${node.host}:${node.port}/metrics`)
+  assert.equal(res.status, 200, `GET /metrics from ${node.id}`)
+  const line = (await res.text()).split('\n').find((l) => l.startsWith(`${name} `))
+  assert.ok(line, `${name} on ${node.id}'s /metrics`)
+  return Number(line.slice(name.length + 1))
 }
 
 /** Waits until c is disconnected with close code code. */
@@ -708,7 +718,7 @@ function clusterSuites () {
       await receiver?.close()
     })
 
-    it('every trigger answered 200 reaches the subscribers on every node, every refused one is 503 cluster_unavailable; connections stay open', async () => {
+    it('every trigger answered 200 reaches the subscribers on every node, every refused one is 503 cluster_unavailable; connections stay open', async (t) => {
       const name = 'cl-stream'
       const room = 'presence-cl-stream'
       const subs = nodes.map((node) => clients.connect(node, { user: { user_id: `user-${node.id}` }, label: `subscriber on ${node.id}` }))
@@ -741,14 +751,23 @@ function clusterSuites () {
       const ok = (from = 0) => results.slice(from).filter((r) => r.status === 200)
       const refused = (from = 0) => results.slice(from).filter((r) => r.status !== 200)
       let killedAt, restartedAt // ms since the stream started
+      // Per subscriber, the ticks it had when Redis was killed; the first
+      // trigger not answered before Redis was gone.
+      const ticksOf = (s) => new Set(s.frames.items.filter((f) => f.event === 'tick').map((f) => f.data.i))
+      let received, killedFrom
       try {
         await waitResults(() => ok().length >= 30, '30 triggers answered before the restart')
-        const killedFrom = results.length
+        received = subs.map(ticksOf)
         await redis.kill()
         killedAt = Date.now() - t0
-        // Kept down until every node has refused one.
+        killedFrom = results.length
+        // Kept down until every node has refused one and its heartbeat has
+        // seen the outage (a restart between two heartbeats is the next test).
         await waitResults(() => new Set(refused(killedFrom).map((r) => r.node)).size === nodes.length,
           `every node refusing while Redis is down; results since the kill: ${JSON.stringify(results.slice(killedFrom).slice(-20))}`)
+        await eventually(async () => {
+          for (const node of nodes) assert.equal(await metric(node, 'herald_cluster_up'), 0, `${node.id}: herald_cluster_up`)
+        }, 10_000)
         const restartedFrom = results.length
         await redis.start()
         restartedAt = Date.now() - t0
@@ -770,14 +789,21 @@ function clusterSuites () {
       const accepted = ok().map((r) => r.i)
       assert.ok(refused().length > 0)
 
-      // Every accepted trigger reaches every subscriber, once, in order; no refused one does.
-      const missing = (s) => {
-        const got = new Set(s.frames.items.filter((f) => f.event === 'tick').map((f) => f.data.i))
-        return ok().filter((r) => !got.has(r.i))
+      // Every accepted trigger reaches every subscriber, once, in order; no
+      // refused one does. Except what Redis took with it: a trigger accepted
+      // just before the kill that a node had not read from the stream yet
+      // is gone with Redis's memory (no persistence). Those are the ones
+      // sent before Redis was gone that the subscriber did not have at the
+      // kill; any of them may be missing, nothing else.
+      const mayBeLost = (k) => new Set(ok().filter((r) => r.i <= killedFrom && !received[k].has(r.i)).map((r) => r.i))
+      const missing = (s, k) => {
+        const got = ticksOf(s)
+        const excused = mayBeLost(k)
+        return ok().filter((r) => !got.has(r.i) && !excused.has(r.i))
       }
-      for (const s of subs) {
-        await s.frames.waitUntil(() => missing(s).length === 0, { timeout: 15_000, label: 'every accepted tick' }).catch(() => {
-          const lost = missing(s)
+      for (const [k, s] of subs.entries()) {
+        await s.frames.waitUntil(() => missing(s, k).length === 0, { timeout: 15_000, label: 'every accepted tick' }).catch(() => {
+          const lost = missing(s, k)
           assert.fail(`${s.label}: ${lost.length} of the ${accepted.length} triggers answered 200 never arrived; Redis was ` +
             `killed at ${killedAt} ms and answered again at ${restartedAt} ms; the first lost ones (trigger, node, answered at ms): ` +
             JSON.stringify(lost.slice(0, 8).map((r) => [r.i, r.node, r.at])) + ', the last: ' + JSON.stringify(lost.slice(-3).map((r) => [r.i, r.node, r.at])))
@@ -785,7 +811,11 @@ function clusterSuites () {
       }
       const seen = await marker(nodes[0], name, subs)
       for (const [k, frames] of seen.entries()) {
-        assert.deepEqual(frames.map((f) => f.data.i), accepted, `${subs[k].label}: the accepted ticks, once each, in order, and nothing else`)
+        const got = frames.map((f) => f.data.i)
+        const lost = accepted.filter((i) => !got.includes(i))
+        assert.ok(lost.every((i) => mayBeLost(k).has(i)), `${subs[k].label}: lost ${lost}`)
+        if (lost.length > 0) t.diagnostic(`${subs[k].label}: triggers ${lost} (answered 200 just before Redis was killed) went with it`)
+        assert.deepEqual(got, accepted.filter((i) => !lost.includes(i)), `${subs[k].label}: the accepted ticks, once each, in order, and nothing else`)
       }
 
       // The connections stayed open and the cluster's state is rebuilt: the
@@ -802,6 +832,48 @@ function clusterSuites () {
       await subscribe(late, room)
       await Promise.all(joined)
       await agree(nodes, `/channels/${room}`, { info: 'user_count' }, { occupied: true, user_count: 4 })
+    })
+  })
+
+  describe('cluster: Redis restarted (empty) between two heartbeats', () => {
+    let redis, nodes
+    const clients = new Clients()
+    before(async () => {
+      redis = await startRedis()
+      nodes = await startNodes(redis, 3)
+    })
+    after(async () => {
+      clients.closeAll()
+      for (const node of nodes ?? []) await node.stop()
+      await redis?.stop()
+    })
+
+    // TODO(server): a node rebuilds its record only when its heartbeat or a
+    // write failed; after a restart that neither saw (Redis gone for less
+    // than a heartbeat, nothing written meanwhile), its subscriptions and
+    // members are missing from Redis for good. Reported; drop the todo once fixed.
+    it('the nodes\' records are rebuilt all the same: members, counts and occupancy come back on every node', {
+      todo: 'server bug: after a quick Redis restart no node rebuilds its record, so every query answers an empty cluster'
+    }, async () => {
+      const room = 'presence-cl-blink'
+      const news = 'cl-blink-news'
+      const subs = nodes.map((node) => clients.connect(node, { user: { user_id: `user-${node.id}` }, label: `subscriber on ${node.id}` }))
+      for (const s of subs) {
+        await subscribe(s, room)
+        await subscribe(s, news)
+      }
+      const sockets = subs.map((s) => s.pusher.connection.socket_id)
+      const everyone = { users: nodes.map((node) => ({ id: `user-${node.id}` })) }
+      await agree(nodes, `/channels/${room}/users`, undefined, everyone)
+      const from = subs.map((s) => s.frames.length)
+
+      await redis.restart()
+      await agree(nodes, `/channels/${room}/users`, undefined, everyone, CONVERGE_MS)
+      await agree(nodes, `/channels/${news}`, { info: 'subscription_count' }, { occupied: true, subscription_count: 3 }, CONVERGE_MS)
+      await agree(nodes, '/channels', { filter_by_prefix: 'presence-', info: 'user_count' }, { channels: { [room]: { user_count: 3 } } })
+      for (const [k, s] of subs.entries()) await stayedConnected(s, sockets[k])
+      const seen = await marker(nodes[2], room, subs, { from })
+      for (const frames of seen) assert.deepEqual(frames, [], 'no member_added or member_removed from the rebuild')
     })
   })
 }
