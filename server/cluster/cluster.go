@@ -89,6 +89,10 @@ type Cluster struct {
 	// it must check whether Redis lost its data before reading on.
 	readerReady, readerLost atomic.Bool
 	gen                     string // the state's generation last seen (writer goroutine)
+	// genNow is gen for the heartbeat, which checks that Redis still has
+	// it: a restart quicker than a heartbeat fails no command (the client
+	// retries on a new connection), and this is how it is noticed.
+	genNow atomic.Pointer[string]
 
 	elsewhereMu sync.RWMutex
 	elsewhere   map[string]int // connections per app on the other nodes

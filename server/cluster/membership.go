@@ -34,6 +34,14 @@ func (c *Cluster) heartbeat() {
 		return
 	}
 	c.setHealthy(true, nil)
+	if known := c.genNow.Load(); known != nil {
+		if g, err := c.rdb.Get(ctx, c.key("gen")).Result(); (err == nil || isNil(err)) && g != *known {
+			// Redis lost its data (and the nodes' records) since the
+			// last rebuild: rebuild, and let the reader see it too.
+			c.needResync.Store(true)
+			c.readerLost.Store(true)
+		}
+	}
 	nodes, err := c.rdb.SMembers(ctx, c.key("nodes")).Result()
 	if err != nil {
 		c.setHealthy(false, err)

@@ -10,8 +10,7 @@ import (
 )
 
 // receiveLoop reads the cluster's stream from where it stopped and hands
-// each message to the hub in the stream's order. When Redis lost its data
-// (a restart), the new stream is read from its start.
+// each message to the hub in the stream's order.
 func (c *Cluster) receiveLoop() {
 	backoff := 50 * time.Millisecond
 	last, gen := "", ""
@@ -46,9 +45,9 @@ func (c *Cluster) receiveLoop() {
 	}
 }
 
-// position returns where to read the stream from: on after last, unless
-// Redis lost its data since (its generation changed), then from the start
-// of the new stream; at the first call, after the stream's newest message.
+// position returns where to read the stream from: on after last, or at the
+// first call after the stream's newest message. It asks for a rebuild of
+// the node's record when Redis lost its data (its generation changed).
 func (c *Cluster) position(last, gen string) (string, string, error) {
 	ctx, cancel := c.queryContext()
 	defer cancel()
@@ -67,8 +66,13 @@ func (c *Cluster) position(last, gen string) (string, string, error) {
 			last = msgs[0].ID
 		}
 	case now != gen:
-		c.log.Warn("Redis lost its data: reading the new stream from its start")
-		last = "0-0"
+		// Redis lost its data, the nodes' records included: rebuild this
+		// node's record. Reading goes on after last: the new stream's ids
+		// come from Redis's clock, so all of it is after last (going back to
+		// its start would deliver again what the reader already took from
+		// it, when the client's retry hid the restart).
+		c.log.Warn("Redis lost its data: the node's record is rebuilt")
+		c.needResync.Store(true)
 	}
 	return last, now, nil
 }

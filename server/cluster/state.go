@@ -287,6 +287,7 @@ func (c *Cluster) resync(ctx context.Context) error {
 	}
 	silent := c.gen != "" && gen != c.gen
 	c.gen = gen
+	c.genNow.Store(&gen)
 	// Changes queued before the share is read are in it.
 	c.needResync.Store(false)
 	c.ops.clear()
