@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/text"
 )
 
 // Defaults of Options.
@@ -168,7 +169,7 @@ func (c *Cluster) ID() string { return c.id }
 // reachable Redis is in use at once.
 func (c *Cluster) Start() {
 	c.hub.SetCluster(c)
-	c.log.Info("cluster mode", zap.String("redis", redactURL(c.opts.URL)), zap.String("prefix", c.p))
+	c.log.Info("cluster mode", zap.String("redis", text.RedactURL(c.opts.URL)), zap.String("prefix", c.p))
 	c.heartbeat()
 	c.run(c.publishLoop)
 	c.run(c.receiveLoop)
@@ -240,19 +241,6 @@ func randomID() string {
 		panic("cluster: crypto/rand failed: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
-}
-
-// redactURL drops the password of a Redis URL for the log.
-func redactURL(u string) string {
-	o, err := redis.ParseURL(u)
-	if err != nil {
-		return "(invalid)"
-	}
-	scheme := "redis"
-	if o.TLSConfig != nil {
-		scheme = "rediss"
-	}
-	return fmt.Sprintf("%s://%s/%d", scheme, o.Addr, o.DB)
 }
 
 // pubReq is a batch of messages to publish, answered on done.
@@ -397,7 +385,5 @@ func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	}
 }
 
-// errRedisNil is a missing key or field.
-var errRedisNil = redis.Nil
-
-func isNil(err error) bool { return errors.Is(err, errRedisNil) }
+// isNil reports a missing key or field.
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }

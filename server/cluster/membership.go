@@ -178,59 +178,19 @@ func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
 			return err // alive again
 		}
 	}
-	subs, users := 0, 0
-	for {
-		entries, err := c.rdb.SRandMemberN(ctx, c.key("ns:", node), 256).Result()
-		if err != nil {
-			return err
-		}
-		if len(entries) == 0 {
-			break
-		}
-		var ops []op
-		calls := make([]*call, 0, len(entries))
-		for _, e := range entries {
-			l, ok := parseSubEntry(e)
-			if !ok {
-				c.rdb.SRem(ctx, c.key("ns:", node), e)
-				continue
-			}
-			ops = append(ops, op{leave: &l})
-			calls = append(calls, c.leaveCall(node, l))
-		}
-		c.exec(ctx, calls)
-		for i, cl := range calls {
-			if cl.err != nil {
-				return cl.err
-			}
-			c.transitions(appChannel(ops[i]), cl.val)
-		}
-		subs += len(calls)
+	subs, err := c.drain(ctx, c.key("ns:", node), func(entry string) (*call, [2]string, bool) {
+		l, ok := parseSubEntry(entry)
+		return c.leaveCall(node, l), [2]string{l.AppID, l.Channel}, ok
+	})
+	if err != nil {
+		return err
 	}
-	for {
-		entries, err := c.rdb.SRandMemberN(ctx, c.key("nu:", node), 256).Result()
-		if err != nil {
-			return err
-		}
-		if len(entries) == 0 {
-			break
-		}
-		calls := make([]*call, 0, len(entries))
-		for _, e := range entries {
-			s, ok := parseUserEntry(e)
-			if !ok {
-				c.rdb.SRem(ctx, c.key("nu:", node), e)
-				continue
-			}
-			calls = append(calls, c.signOutCall(node, s))
-		}
-		c.exec(ctx, calls)
-		for _, cl := range calls {
-			if cl.err != nil {
-				return cl.err
-			}
-		}
-		users += len(calls)
+	users, err := c.drain(ctx, c.key("nu:", node), func(entry string) (*call, [2]string, bool) {
+		s, ok := parseUserEntry(entry)
+		return c.signOutCall(node, s), [2]string{}, ok
+	})
+	if err != nil {
+		return err
 	}
 	pipe := c.rdb.TxPipeline()
 	pipe.Del(ctx, c.key("nc:", node))
@@ -244,4 +204,38 @@ func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
 			zap.Int("subscriptions", subs), zap.Int("sign_ins", users))
 	}
 	return nil
+}
+
+// drain runs, a page at a time, the call that takes each entry of a dead
+// node's record set out of the cluster state (the script removes the entry
+// too), and reports the transitions. Entries are read, not popped, so a
+// reaper that dies midway leaves the rest for the next. It returns how many
+// entries it took out.
+func (c *Cluster) drain(ctx context.Context, set string, callOf func(entry string) (*call, [2]string, bool)) (int, error) {
+	n := 0
+	for {
+		entries, err := c.rdb.SRandMemberN(ctx, set, 256).Result()
+		if err != nil || len(entries) == 0 {
+			return n, err
+		}
+		calls := make([]*call, 0, len(entries))
+		about := make([][2]string, 0, len(entries))
+		for _, e := range entries {
+			cl, ac, ok := callOf(e)
+			if !ok {
+				c.rdb.SRem(ctx, set, e) // not an entry this version writes
+				continue
+			}
+			calls = append(calls, cl)
+			about = append(about, ac)
+		}
+		c.exec(ctx, calls)
+		for i, cl := range calls {
+			if cl.err != nil {
+				return n, cl.err
+			}
+			c.transitions(about[i], cl.val)
+		}
+		n += len(calls)
+	}
 }

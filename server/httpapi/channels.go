@@ -365,7 +365,8 @@ func validSocketID(s string) bool {
 // is all or nothing: when the cluster cannot take them, none is sent and
 // the answer is 503.
 func (api *ChannelsAPI) publish(appID string, evs ...event) error {
-	var ms []hub.Message
+	var buf [1]hub.Message // a single-channel trigger's message, without an allocation
+	ms := buf[:0]
 	for _, ev := range evs {
 		for _, ch := range ev.channels {
 			_, cache := hub.ChannelKind(ch)

@@ -3,6 +3,7 @@ package hub
 import (
 	"hash/fnv"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -20,33 +21,23 @@ type Message struct {
 	Cache bool
 }
 
-// Broker carries messages to every node's hub. The in-process broker delivers
-// straight to this hub; a cluster (server/cluster) publishes to every node,
-// each message carrying what receivers need to deliver it exactly once.
-type Broker interface {
-	// Publish hands the messages on in order; an error means they were not
-	// accepted (the cluster is unreachable) and none will be delivered.
-	Publish(ms ...Message) error
-}
-
-// localBroker delivers on this node through the fan-out workers.
-type localBroker struct{ h *Hub }
-
-func (b localBroker) Publish(ms ...Message) error {
-	for _, m := range ms {
-		b.h.enqueue(m)
-	}
-	return nil
-}
-
-// Publish hands the messages to the broker for delivery on every node. It
-// returns once they are queued (in a cluster: once the cluster has them):
+// Publish hands the messages on for delivery on every node: on a single node
+// to the fan-out workers, in cluster mode to the cluster. It returns once
+// they are queued (in a cluster: once the cluster has them):
 // delivery is asynchronous, so a publisher (an HTTP trigger, a client event)
 // never waits for a large fan-out. Messages of one channel are delivered in
 // the order they were published. An error (ErrUnavailable in a cluster
 // that cannot be reached) means none was accepted.
 func (h *Hub) Publish(ms ...Message) error {
-	return h.broker.Publish(ms...)
+	if h.cluster != nil {
+		// A copy, so that ms does not escape on a single node, where a
+		// trigger's messages stay on its stack.
+		return h.cluster.Publish(slices.Clone(ms)...)
+	}
+	for _, m := range ms {
+		h.enqueue(m)
+	}
+	return nil
 }
 
 // PublishClientEvent publishes a client event, whose sender is the

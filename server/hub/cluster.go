@@ -3,7 +3,6 @@ package hub
 import (
 	"encoding/json"
 	"errors"
-	"sort"
 	"time"
 )
 
@@ -102,7 +101,6 @@ var ErrUnavailable = errors.New("hub: the cluster is unavailable")
 // SetCluster puts the hub in cluster mode; call it before serving.
 func (h *Hub) SetCluster(c Cluster) {
 	h.cluster = c
-	h.broker = c
 }
 
 // Clustered reports whether the hub is in cluster mode.
@@ -195,8 +193,7 @@ func (h *Hub) completeSubscribe(s *Snapshot) {
 	ch := a.lockChannel(s.Channel)
 	pending := sub.pending
 	if pending {
-		ch.index[c] = len(ch.subs)
-		ch.subs = append(ch.subs, c)
+		ch.addLocked(c)
 		sub.ch, sub.pending = ch, false
 	}
 	sub.resend = false
@@ -217,21 +214,11 @@ func clusterSucceededFrame(ch *channel, s *Snapshot) []byte {
 	if !ch.presence {
 		return EventFrame("pusher_internal:subscription_succeeded", s.Channel, "{}", "")
 	}
-	set := presenceSet{IDs: make([]string, 0, len(s.Members)), Hash: make(map[string]json.RawMessage, len(s.Members))}
+	set := newPresenceSet(len(s.Members))
 	for _, m := range s.Members {
-		if _, dup := set.Hash[m.UserID]; dup {
-			continue
-		}
-		set.IDs = append(set.IDs, m.UserID)
-		info := m.Info
-		if len(info) == 0 {
-			info = json.RawMessage("null")
-		}
-		set.Hash[m.UserID] = info
+		set.add(m.UserID, m.Info)
 	}
-	sort.Strings(set.IDs)
-	set.Count = len(set.IDs)
-	return JSONFrame("pusher_internal:subscription_succeeded", s.Channel, presenceData{set})
+	return set.succeededFrame(s.Channel)
 }
 
 // subscribeClustered records a pending subscription and reports it to the
@@ -267,16 +254,7 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 func (h *Hub) leaveClustered(a *appState, c *Conn, name string, sub *subscription) {
 	if ch := sub.ch; ch != nil {
 		ch.mu.Lock()
-		empty := false
-		if i, ok := ch.index[c]; ok {
-			last := len(ch.subs) - 1
-			ch.subs[i] = ch.subs[last]
-			ch.index[ch.subs[i]] = i
-			ch.subs[last] = nil
-			ch.subs = ch.subs[:last]
-			delete(ch.index, c)
-			empty = len(ch.subs) == 0
-		}
+		empty := ch.removeLocked(c) && len(ch.subs) == 0
 		ch.mu.Unlock()
 		if empty {
 			h.dropIfEmpty(a, ch)

@@ -1,10 +1,10 @@
 // Package hub is the Channels core: the registry of apps, channels, subscribed
 // connections, presence members, signed-in users and cached events, the
-// fan-out that delivers each event to every subscriber, and the Broker seam
-// through which messages reach the other nodes of a cluster.
+// fan-out that delivers each event to every subscriber, and the Cluster seam
+// through which messages and changes reach the other nodes of a cluster.
 //
 // It knows no sockets, storage or request signing, and imports none of them
-// (not storage, server/signing or the WebSocket library), so a cluster broker
+// (not storage, server/signing or the WebSocket library), so a cluster
 // plugs into it alone. A transport (server/ws) registers each client with
 // Connect, handing over a Writer that moves the connection's queued frames
 // to it, and checks the app's policy and the client's authorization before
@@ -62,7 +62,6 @@ var (
 // Hub is the registry of every app's channels and connections.
 type Hub struct {
 	log      *zap.Logger
-	broker   Broker
 	cluster  Cluster // nil on a single node (cluster.go)
 	now      func() time.Time
 	observer Observer
@@ -136,11 +135,10 @@ type cachedEvent struct {
 	expires time.Time
 }
 
-// New returns an empty hub that delivers through the in-process broker and
-// its fan-out workers; Close stops them.
+// New returns an empty hub that delivers through its fan-out workers;
+// Close stops them.
 func New(log *zap.Logger) *Hub {
 	h := &Hub{log: log, now: time.Now, apps: make(map[string]*appState)}
-	h.broker = localBroker{h}
 	h.startWorkers()
 	return h
 }
@@ -294,8 +292,7 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 			return ErrPresenceFull
 		}
 	}
-	ch.index[c] = len(ch.subs)
-	ch.subs = append(ch.subs, c)
+	ch.addLocked(c)
 	// Occupied before the first member_added, as webhook receivers expect.
 	if !ch.occupied {
 		ch.occupied = true
@@ -417,17 +414,10 @@ func (h *Hub) Unsubscribe(c *Conn, name string) bool {
 func (h *Hub) leave(a *appState, c *Conn, sub *subscription) {
 	ch := sub.ch
 	ch.mu.Lock()
-	i, ok := ch.index[c]
-	if !ok {
+	if !ch.removeLocked(c) {
 		ch.mu.Unlock()
 		return
 	}
-	last := len(ch.subs) - 1
-	ch.subs[i] = ch.subs[last]
-	ch.index[ch.subs[i]] = i
-	ch.subs[last] = nil
-	ch.subs = ch.subs[:last]
-	delete(ch.index, c)
 	a.subs.Add(-1)
 	if ch.presence {
 		if m := ch.members[sub.userID]; m != nil {
@@ -651,6 +641,28 @@ func (h *Hub) TerminateUser(appID, userID string) int {
 	return len(conns)
 }
 
+// addLocked adds c to the subscribers. The caller holds ch.mu.
+func (ch *channel) addLocked(c *Conn) {
+	ch.index[c] = len(ch.subs)
+	ch.subs = append(ch.subs, c)
+}
+
+// removeLocked takes c off the subscribers (swap-remove), reporting whether
+// it was one. The caller holds ch.mu.
+func (ch *channel) removeLocked(c *Conn) bool {
+	i, ok := ch.index[c]
+	if !ok {
+		return false
+	}
+	last := len(ch.subs) - 1
+	ch.subs[i] = ch.subs[last]
+	ch.index[ch.subs[i]] = i
+	ch.subs[last] = nil
+	ch.subs = ch.subs[:last]
+	delete(ch.index, c)
+	return true
+}
+
 // broadcastLocked queues frame to every subscriber but except. The caller holds
 // ch.mu (for reading or writing).
 func (ch *channel) broadcastLocked(frame []byte, except *Conn) {
@@ -802,18 +814,34 @@ func succeededFrame(ch *channel, name string) []byte {
 	if !ch.presence {
 		return EventFrame("pusher_internal:subscription_succeeded", name, "{}", "")
 	}
-	set := presenceSet{IDs: make([]string, 0, len(ch.members)), Hash: make(map[string]json.RawMessage, len(ch.members))}
+	set := newPresenceSet(len(ch.members))
 	for id, m := range ch.members {
-		set.IDs = append(set.IDs, id)
-		info := m.info
-		if len(info) == 0 {
-			info = json.RawMessage("null")
-		}
-		set.Hash[id] = info
+		set.add(id, m.info)
 	}
-	sort.Strings(set.IDs)
-	set.Count = len(set.IDs)
-	return JSONFrame("pusher_internal:subscription_succeeded", name, presenceData{set})
+	return set.succeededFrame(name)
+}
+
+func newPresenceSet(n int) presenceSet {
+	return presenceSet{IDs: make([]string, 0, n), Hash: make(map[string]json.RawMessage, n)}
+}
+
+// add adds a member once; absent user_info is null.
+func (s *presenceSet) add(id string, info json.RawMessage) {
+	if _, dup := s.Hash[id]; dup {
+		return
+	}
+	if len(info) == 0 {
+		info = json.RawMessage("null")
+	}
+	s.IDs = append(s.IDs, id)
+	s.Hash[id] = info
+}
+
+// succeededFrame is subscription_succeeded with the set, its ids sorted.
+func (s presenceSet) succeededFrame(channel string) []byte {
+	sort.Strings(s.IDs)
+	s.Count = len(s.IDs)
+	return JSONFrame("pusher_internal:subscription_succeeded", channel, presenceData{s})
 }
 
 func memberAddedFrame(channel, userID string, info json.RawMessage) []byte {

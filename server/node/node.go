@@ -75,7 +75,7 @@ type Node struct {
 	// single node.
 	cluster *cluster.Cluster
 
-	// ready is what GET /readyz checks; cluster mode adds its broker here,
+	// ready is what GET /readyz checks; cluster mode adds Redis here,
 	// before the route is registered.
 	ready []httpapi.ReadyCheck
 
