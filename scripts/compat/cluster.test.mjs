@@ -560,13 +560,9 @@ function clusterSuites () {
         .map((e) => e.subscription_count).sort(), [0, 1, 1, 2, 2, 3])
     })
 
-    // TODO(server): the 3 s hold is per node (webhook.Dispatcher), so the
-    // leaving held on node-a is sent after the coming back node-b sent at
-    // once: the receiver is told alice left and the channel is vacated
-    // while they are not. Reported; drop the todo once fixed.
-    it('webhooks: a member leaving on one node and coming back on another within 3 s is reported as neither', {
-      todo: 'server bug: cross-node flip — member_added/channel_occupied sent at once by node-b, then the held member_removed/channel_vacated by node-a'
-    }, async () => {
+    // The hold is kept in Redis: leaving on one node and coming back on
+    // another within it cancels out, as on one node.
+    it('webhooks: a member leaving on one node and coming back on another within 3 s is reported as neither', async () => {
       const room = 'presence-cl-flip'
       const solo = 'presence-cl-flip-solo'
       const [a, b, c] = nodes

@@ -41,6 +41,9 @@ const (
 	DefaultPrefix    = "herald:"
 	DefaultHeartbeat = time.Second
 	DefaultNodeTTL   = 5 * time.Second
+	// DefaultHold is the webhook hold of channel_vacated and member_removed,
+	// the dispatcher's on one node.
+	DefaultHold = 3 * time.Second
 )
 
 // AppSettings are what the cluster needs to know of an app.
@@ -63,6 +66,10 @@ type Options struct {
 	// dead nodes; NodeTTL is how long a heartbeat lasts, after which the
 	// node counts as dead and its share is taken out.
 	Heartbeat, NodeTTL time.Duration
+	// Hold is how long channel_vacated and member_removed webhooks wait, in
+	// Redis, for the channel or member to come back on any node (which
+	// cancels both); DefaultHold when 0.
+	Hold time.Duration
 	// Settings returns an app's settings (the zero value for an unknown app).
 	Settings func(appID string) AppSettings
 }
@@ -134,6 +141,9 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	if opts.NodeTTL <= 0 {
 		opts.NodeTTL = DefaultNodeTTL
 	}
+	if opts.Hold <= 0 {
+		opts.Hold = DefaultHold
+	}
 	if opts.Settings == nil {
 		opts.Settings = func(string) AppSettings { return AppSettings{} }
 	}
@@ -175,6 +185,7 @@ func (c *Cluster) Start() {
 	c.run(c.receiveLoop)
 	c.run(c.writeLoop)
 	c.run(c.heartbeatLoop)
+	c.run(c.releaseLoop)
 }
 
 func (c *Cluster) run(f func()) {
@@ -198,6 +209,11 @@ func (c *Cluster) Close() error {
 		c.rdb.Del(ctx, c.key("node:", c.id))
 		if err := c.reap(ctx, c.id, true); err != nil {
 			c.log.Warn("leaving the cluster: the node's share stays until another node takes it out", zap.Error(err))
+		}
+		if c.nodes.Load() <= 1 {
+			// No node is left to release the held-back webhooks when
+			// they are due: they go now, as on one node at shutdown.
+			c.releaseHeld(ctx, true)
 		}
 	}
 	return c.rdb.Close()

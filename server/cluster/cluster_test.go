@@ -57,15 +57,21 @@ var testSettings = func(appID string) AppSettings {
 	return AppSettings{SubscriptionCount: appID == "counted", MaxPresenceMembers: 3}
 }
 
-// startNode starts a node of the cluster named by prefix on rs.
-func startNode(t *testing.T, rs *testredis.Server, prefix, id string) *node {
+// startNode starts a node of the cluster named by prefix on rs, with a
+// short webhook hold unless tune changes the options.
+func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...func(*Options)) *node {
 	t.Helper()
 	h := hub.New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id))
 	obs := &recorder{}
 	h.SetObserver(obs)
-	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id), h, Options{
-		URL: rs.URL(), NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second, Settings: testSettings,
-	})
+	opts := Options{
+		URL: rs.URL(), NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second,
+		Hold: 300 * time.Millisecond, Settings: testSettings,
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
+	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id), h, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +185,12 @@ func (cl *client) subscribe(channel string, m *hub.Member) {
 }
 
 // cluster starts n nodes of a fresh cluster on one Redis.
-func cluster(t *testing.T, rs *testredis.Server, n int) []*node {
+func cluster(t *testing.T, rs *testredis.Server, n int, tune ...func(*Options)) []*node {
 	t.Helper()
 	prefix := fmt.Sprintf("t%d:", time.Now().UnixNano())
 	nodes := make([]*node, n)
 	for i := range nodes {
-		nodes[i] = startNode(t, rs, prefix, fmt.Sprintf("n%d", i+1))
+		nodes[i] = startNode(t, rs, prefix, fmt.Sprintf("n%d", i+1), tune...)
 	}
 	return nodes
 }
@@ -275,11 +281,16 @@ func TestPresenceIsExactAcrossNodes(t *testing.T) {
 	if n := watcher.count("presence-room", "pusher_internal:member_removed"); n != 1 {
 		t.Fatalf("watcher got %d member_removed, want 1", n)
 	}
-	// Each webhook event once over both nodes.
+	// Each webhook event once over both nodes (member_removed after the
+	// hold).
 	var all []string
-	for _, n := range ns {
-		all = append(all, n.obs.kinds("presence-room", hub.MemberAdded, hub.MemberRemoved, hub.ChannelOccupied)...)
-	}
+	wait.Until(t, "the member_removed webhook", func() bool {
+		all = nil
+		for _, n := range ns {
+			all = append(all, n.obs.kinds("presence-room", hub.MemberAdded, hub.MemberRemoved, hub.ChannelOccupied)...)
+		}
+		return slices.Contains(all, "member_removed:u")
+	})
 	slices.Sort(all)
 	want := []string{"channel_occupied:", "member_added:m", "member_added:u", "member_added:w", "member_removed:u"}
 	if !slices.Equal(all, want) {
@@ -342,6 +353,49 @@ func TestOccupiedAndVacatedOncePerCluster(t *testing.T) {
 	list, err := ns[0].hub.State().Channels("app", "")
 	if err != nil || len(list) != 0 {
 		t.Fatalf("channels after everyone left: %+v %v", list, err)
+	}
+}
+
+func TestComingBackOnAnotherNodeWithinTheHoldIsReportedAsNeither(t *testing.T) {
+	rs := testredis.Start(t)
+	// The default hold: the coming back must surely fall within it.
+	ns := cluster(t, rs, 2, func(o *Options) { o.Hold = DefaultHold })
+	watcher := ns[1].connect("app")
+	watcher.subscribe("presence-room", &hub.Member{UserID: "w"})
+	watcher.wait("presence-room", "pusher_internal:subscription_succeeded")
+	first := ns[0].connect("app")
+	first.subscribe("presence-room", &hub.Member{UserID: "alice"})
+	first.subscribe("lobby", nil)
+	first.wait("lobby", "pusher_internal:subscription_succeeded")
+	watcher.wait("presence-room", "pusher_internal:member_added")
+
+	// alice reconnects, landing on the other node.
+	ns[0].hub.Remove(first.conn)
+	watcher.wait("presence-room", "pusher_internal:member_removed") // the clients see her go at once
+	again := ns[1].connect("app")
+	again.subscribe("presence-room", &hub.Member{UserID: "alice"})
+	again.subscribe("lobby", nil)
+	again.wait("lobby", "pusher_internal:subscription_succeeded")
+	if held, err := ns[0].c.rdb.ZRange(t.Context(), ns[0].c.key("held"), 0, -1).Result(); err != nil || len(held) != 0 {
+		t.Fatalf("held webhooks after alice came back: %q %v", held, err)
+	}
+	// A channel left for good is reported after the hold: once it is,
+	// anything else due before it would have been too.
+	marker := ns[0].connect("app")
+	marker.subscribe("marker", nil)
+	marker.wait("marker", "pusher_internal:subscription_succeeded")
+	ns[0].hub.Remove(marker.conn)
+	wait.Until(t, "the marker's vacated webhook", func() bool {
+		return len(ns[0].obs.kinds("marker", hub.ChannelVacated))+len(ns[1].obs.kinds("marker", hub.ChannelVacated)) == 1
+	})
+	var all []string
+	for _, n := range ns {
+		all = append(all, n.obs.kinds("presence-room", hub.MemberAdded, hub.MemberRemoved)...)
+		all = append(all, n.obs.kinds("lobby", hub.ChannelOccupied, hub.ChannelVacated)...)
+	}
+	slices.Sort(all)
+	if want := []string{"channel_occupied:", "member_added:alice", "member_added:w"}; !slices.Equal(all, want) {
+		t.Fatalf("webhook events %v, want %v", all, want)
 	}
 }
 

@@ -25,6 +25,14 @@ import "github.com/redis/go-redis/v9"
 //	P cache:<app>:<channel>  string a cache channel's last event (expires)
 //	P cnt:<app>:<channel>    string when the last subscription_count went out (ms)
 //	P lock:<node>            string a node's record is being rebuilt or reaped
+//	P held                   zset   channel_vacated / member_removed webhooks held back, by due time (ms)
+//
+// The webhook hold is kept here rather than on each node, so that a member
+// leaving on one node and coming back on another within it cancels out as
+// on one node: a leave script adds the vacated or member_removed to P held,
+// a join script that finds its opposite there takes it out and reports
+// neither, and every node releases, with releaseScript, those whose time
+// has come (a node that died holding none).
 //
 // Every script takes the prefix as ARGV[1] and the stream's length (MAXLEN ~)
 // as ARGV[2]; their own arguments follow.
@@ -38,6 +46,16 @@ end
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- held names a held-back webhook: v (channel_vacated) or m (member_removed),
+-- then the app, channel and user.
+local function held(kind, app, channel, user)
+  return kind .. ns(app) .. ns(channel) .. ns(user)
+end
+-- unheld takes a held-back webhook out: true when it was there, and so the
+-- change that would have reported its opposite cancels it instead.
+local function unheld(kind, app, channel, user)
+  return redis.call('ZREM', P .. 'held', held(kind, app, channel, user)) == 1
 end
 -- count applies the subscription_count rule to a channel now holding n
 -- subscriptions: sent at once up to 100 subscribers, at most every 5 s above.
@@ -78,7 +96,7 @@ if redis.call('SISMEMBER', nskey, entry) == 0 then
   else
     redis.call('SADD', nskey, entry)
     local n = redis.call('HINCRBY', P .. 'ch:' .. app, channel, 1)
-    if n == 1 and not silent then out[#out+1] = 'occupied'; out[#out+1] = '' end
+    if n == 1 and not silent and not unheld('v', app, channel, '') then out[#out+1] = 'occupied'; out[#out+1] = '' end
     if presence then
       if redis.call('HINCRBY', pm, user, 1) == 1 then
         redis.call('HSET', pi, user, info)
@@ -86,7 +104,7 @@ if redis.call('SISMEMBER', nskey, entry) == 0 then
           local ui = info
           if ui == '' then ui = 'null' end
           publish(event(app, channel, 'pusher_internal:member_added', '{"user_id":' .. cjson.encode(user) .. ',"user_info":' .. ui .. '}', socket))
-          out[#out+1] = 'member_added'; out[#out+1] = user
+          if not unheld('m', app, channel, user) then out[#out+1] = 'member_added'; out[#out+1] = user end
         end
       end
     elseif has('n') and not silent then
@@ -113,9 +131,11 @@ return out
 `)
 
 // leaveScript: ARGV node app channel socket user flags (p presence, n
-// subscription counts on).
+// subscription counts on) hold_ms. The member_removed and channel_vacated
+// webhooks it causes are held back in P held, not returned.
 var leaveScript = redis.NewScript(prelude + `
 local node, app, channel, socket, user, flags = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local due = nowms() + tonumber(ARGV[9])
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
 local out = {}
 local entry = app .. '\31' .. channel .. '\31' .. socket .. '\31' .. user
@@ -127,17 +147,28 @@ if redis.call('SREM', P .. 'ns:' .. node, entry) == 1 then
       redis.call('HDEL', pm, user)
       redis.call('HDEL', P .. 'pi:' .. app .. ':' .. channel, user)
       publish(event(app, channel, 'pusher_internal:member_removed', '{"user_id":' .. cjson.encode(user) .. '}', ''))
-      out[#out+1] = 'member_removed'; out[#out+1] = user
+      redis.call('ZADD', P .. 'held', due, held('m', app, channel, user))
     end
   elseif has('n') then
     count(out, app, channel, n)
   end
   if n <= 0 then
     redis.call('HDEL', P .. 'ch:' .. app, channel)
-    out[#out+1] = 'vacated'; out[#out+1] = ''
+    redis.call('ZADD', P .. 'held', due, held('v', app, channel, ''))
   end
 end
 return out
+`)
+
+// releaseScript takes the held-back webhooks that are due (all of them
+// with flag a) out of P held and returns them, for the node that ran it to
+// report. ARGV max flags.
+var releaseScript = redis.NewScript(prelude + `
+local upto = nowms()
+if ARGV[4] == 'a' then upto = '+inf' end
+local due = redis.call('ZRANGEBYSCORE', P .. 'held', '-inf', upto, 'LIMIT', 0, tonumber(ARGV[3]))
+if #due > 0 then redis.call('ZREM', P .. 'held', unpack(due)) end
+return due
 `)
 
 // flushCountScript sends a subscription count that was held back, unless one

@@ -204,7 +204,7 @@ func (c *Cluster) leaveCall(node string, l hub.Leave) *call {
 	} else if c.opts.Settings(l.AppID).SubscriptionCount {
 		flags = "n"
 	}
-	return &call{script: leaveScript, args: []any{c.p, StreamLength, node, l.AppID, l.Channel, l.SocketID, l.UserID, flags}}
+	return &call{script: leaveScript, args: []any{c.p, StreamLength, node, l.AppID, l.Channel, l.SocketID, l.UserID, flags, c.opts.Hold.Milliseconds()}}
 }
 
 func (c *Cluster) signOutCall(node string, s hub.SignOutRequest) *call {
@@ -213,7 +213,7 @@ func (c *Cluster) signOutCall(node string, s hub.SignOutRequest) *call {
 
 // transitions hands the channel events a script reported to the hub's
 // observer: this node is the one that caused them, so it alone reports
-// them.
+// them. (channel_vacated and member_removed come later, from releaseHeld.)
 func (c *Cluster) transitions(ac [2]string, val any) {
 	list, _ := val.([]any)
 	for i := 0; i+1 < len(list); i += 2 {
@@ -223,12 +223,8 @@ func (c *Cluster) transitions(ac [2]string, val any) {
 		switch kind {
 		case "occupied":
 			ev.Kind = hub.ChannelOccupied
-		case "vacated":
-			ev.Kind = hub.ChannelVacated
 		case "member_added":
 			ev.Kind, ev.UserID = hub.MemberAdded, value
-		case "member_removed":
-			ev.Kind, ev.UserID = hub.MemberRemoved, value
 		case "count":
 			n, _ := strconv.Atoi(value)
 			ev.Kind, ev.Count = hub.SubscriptionCount, n

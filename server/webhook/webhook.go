@@ -34,7 +34,7 @@ import (
 
 // Options tune the dispatcher. Zero values take the defaults.
 type Options struct {
-	Hold        time.Duration // how long vacated / member_removed wait; default 3 s
+	Hold        time.Duration // how long vacated / member_removed wait, unless already Held by the cluster; default 3 s
 	Flush       time.Duration // how often accepted events are written to the outbox; default 100 ms
 	MaxAge      time.Duration // how long a request is retried; older ones are dropped unsent; default 5 min
 	BaseBackoff time.Duration // first retry delay, doubled per attempt; default 1 s
@@ -240,6 +240,10 @@ func (d *Dispatcher) collect(ctx context.Context) {
 	accept := func(ev hub.Event) {
 		switch ev.Kind {
 		case hub.ChannelVacated, hub.MemberRemoved:
+			if ev.Held {
+				ready = append(ready, ev)
+				return
+			}
 			seq++
 			held[holdKey(ev)] = pending{ev, time.Now().Add(d.opts.Hold), seq}
 		case hub.ChannelOccupied, hub.MemberAdded:

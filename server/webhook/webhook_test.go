@@ -160,6 +160,24 @@ func TestFlipWithinHoldIsDropped(t *testing.T) {
 	}
 }
 
+func TestEventsHeldByTheClusterGoAtOnce(t *testing.T) {
+	r := newReceiver(t, "k", "s")
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
+	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
+	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "held-here"})
+	// Held by the cluster already: neither held again nor cancelled by the
+	// channel's next occupation.
+	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c", Held: true})
+	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u", Held: true})
+	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
+	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-c", UserID: "u"})
+	r.waitFor(5)
+	want := "channel_vacated:c member_removed:presence-c:u channel_occupied:c member_added:presence-c:u channel_vacated:held-here"
+	if got := strings.Join(r.events(), " "); got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
 func TestFiltersAndBatching(t *testing.T) {
 	presenceOnly := newReceiver(t, "k", "s")
 	counts := newReceiver(t, "k", "s")
