@@ -292,9 +292,24 @@ func (c *Cluster) Terminate(appID, userID string) error {
 // catch up. At 10,000 messages/s it is 10 s of history.
 const StreamLength = 100000
 
-// xadd is the call that appends one message to the cluster's stream.
+// xadd is the call that appends one message to the cluster's stream. The
+// publish loop packs the messages of consecutive xadd calls into one entry.
 func (c *Cluster) xadd(msg string) *call {
-	return &call{args: []any{"xadd", c.key("msgs"), "maxlen", "~", StreamLength, "*", "m", msg}}
+	return &call{msg: msg}
+}
+
+// xaddAll is the call that appends the messages of calls to the stream as
+// one entry: one message as itself, several as a batch.
+func (c *Cluster) xaddAll(calls []*call) *call {
+	msg := calls[0].msg
+	if len(calls) > 1 {
+		msgs := make([]string, len(calls))
+		for i, cl := range calls {
+			msgs[i] = cl.msg
+		}
+		msg = encodeFields(kindBatch, msgs...)
+	}
+	return &call{args: []any{"xadd", c.key("msgs"), "maxlen", "~", StreamLength, "*", "m", msg}, parts: calls}
 }
 
 func (c *Cluster) publish(calls []*call) error {
@@ -310,11 +325,16 @@ func (c *Cluster) publish(calls []*call) error {
 	return <-req.done
 }
 
-// publishLoop sends the publishes of many callers in one pipeline: under
-// load, a round trip to Redis carries every message that waited for it.
+// publishLoop sends the publishes of many callers in one pipeline, the
+// messages of consecutive ones packed in one stream entry: under load, a
+// round trip to Redis, and an entry every node reads, carries every message
+// that waited for it. (A cache channel's message is a script of its own,
+// which keeps its last event in the same step; the order holds all the
+// same, as the pipeline runs in order.)
 func (c *Cluster) publishLoop() {
 	const maxBatch = 256
 	batch := make([]*pubReq, 0, maxBatch)
+	var calls, run []*call
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -331,11 +351,29 @@ func (c *Cluster) publishLoop() {
 				break fill
 			}
 		}
-		var calls []*call
+		calls, run = calls[:0], nil // run goes into a call's parts
 		for _, r := range batch {
-			calls = append(calls, r.calls...)
+			for _, cl := range r.calls {
+				if cl.script == nil {
+					run = append(run, cl)
+					continue
+				}
+				if len(run) > 0 {
+					calls = append(calls, c.xaddAll(run))
+					run = nil
+				}
+				calls = append(calls, cl)
+			}
+		}
+		if len(run) > 0 {
+			calls = append(calls, c.xaddAll(run))
 		}
 		c.exec(c.ctx, calls)
+		for _, cl := range calls {
+			for _, part := range cl.parts {
+				part.err = cl.err
+			}
+		}
 		for _, r := range batch {
 			var err error
 			for _, cl := range r.calls {
@@ -353,6 +391,7 @@ func (c *Cluster) publishLoop() {
 			}
 			r.done <- err
 		}
+		clear(batch)
 	}
 }
 
@@ -361,6 +400,8 @@ func (c *Cluster) publishLoop() {
 type call struct {
 	script *redis.Script
 	args   []any
+	msg    string  // a message for the stream, sent packed with others (xadd)
+	parts  []*call // the xadd calls packed in this one (xaddAll)
 	val    any
 	err    error
 }

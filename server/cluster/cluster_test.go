@@ -236,6 +236,76 @@ func TestEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T) {
 	}
 }
 
+func TestPublishesPackedTogetherArriveInOrder(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	const publishers, batches, perBatch = 6, 20, 10
+	sub := ns[1].connect("app")
+	for _, ch := range []string{"c0", "c1", "cache-c"} {
+		sub.subscribe(ch, nil)
+		sub.wait(ch, "pusher_internal:subscription_succeeded")
+	}
+	entries0, err := ns[0].c.rdb.XLen(t.Context(), ns[0].c.key("msgs")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batches from several publishers at once, a cache channel's message
+	// (a script of its own) in the middle of each.
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Go(func() {
+			for b := range batches {
+				ms := make([]hub.Message, perBatch)
+				for i := range ms {
+					ms[i] = hub.Message{AppID: "app", Channel: fmt.Sprint("c", p%2), Event: fmt.Sprintf("p%d-%d", p, b*perBatch+i), Data: "{}"}
+				}
+				ms[perBatch/2].Channel, ms[perBatch/2].Cache = "cache-c", true
+				if err := ns[0].hub.Publish(ms...); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := publishers * batches * perBatch
+	published := func() []frame {
+		sub.take()
+		sub.mu.Lock()
+		defer sub.mu.Unlock()
+		var out []frame
+		for _, f := range sub.frames {
+			if !strings.HasPrefix(f.Event, "pusher") {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	wait.Until(t, "every message", func() bool { return len(published()) == total })
+	// Each publisher's messages on each channel in its order, each once.
+	last := make(map[string]int)
+	for _, f := range published() {
+		var p, i int
+		if _, err := fmt.Sscanf(f.Event, "p%d-%d", &p, &i); err != nil {
+			t.Fatalf("event %q", f.Event)
+		}
+		k := fmt.Sprint(p, f.Channel)
+		if prev, ok := last[k]; ok && i <= prev {
+			t.Fatalf("publisher %d's message %d on %s arrived after its message %d", p, i, f.Channel, prev)
+		}
+		last[k] = i
+	}
+	entries, err := ns[0].c.rdb.XLen(t.Context(), ns[0].c.key("msgs")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At most three entries a batch: before the cache message, itself,
+	// after it — fewer when batches of several publishers went together.
+	if n := entries - entries0; n > int64(3*publishers*batches) {
+		t.Fatalf("%d messages took %d stream entries", total, n)
+	}
+}
+
 func TestPresenceIsExactAcrossNodes(t *testing.T) {
 	rs := testredis.Start(t)
 	ns := cluster(t, rs, 2)

@@ -18,6 +18,7 @@ import (
 //	S node app channel socket status cached cache_value [user_id info]...
 //	                                                        answer to a Join of node
 //	U node app socket [user_id]...                          answer to a SignIn of node: watched users online
+//	B message...                                            messages published together, in order
 //
 // Answers travel in the same stream as everything else, so that they are in
 // order with the events of the channel they are about; other nodes skip them.
@@ -29,6 +30,7 @@ const (
 	kindWatch     = 'W'
 	kindSnapshot  = 'S'
 	kindSignIn    = 'U'
+	kindBatch     = 'B'
 )
 
 var errMalformed = errors.New("cluster: malformed message")

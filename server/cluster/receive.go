@@ -37,7 +37,6 @@ func (c *Cluster) receiveLoop() {
 			for _, m := range st.Messages {
 				last = m.ID
 				if payload, ok := m.Values["m"].(string); ok {
-					c.stats.received.Add(1)
 					c.handle(payload)
 				}
 			}
@@ -93,12 +92,21 @@ func (c *Cluster) handle(payload string) {
 	if len(payload) == 0 {
 		return
 	}
+	if payload[0] != kindBatch {
+		c.stats.received.Add(1)
+	}
 	f, err := fields(payload[1:])
 	if err != nil {
 		c.log.Warn("malformed cluster message dropped", zap.Int("bytes", len(payload)))
 		return
 	}
 	switch payload[0] {
+	case kindBatch:
+		for _, m := range f {
+			if len(m) > 0 && m[0] != kindBatch { // one level only
+				c.handle(m)
+			}
+		}
 	case kindEvent:
 		m, err := decodeEvent(f)
 		if err != nil {
