@@ -10,6 +10,11 @@
 //	    -subs 10000 -channels 1 -rate 20 -duration 10s -server-pid PID
 //	herald-load -idle -subs 10000 -url ... -key ... -server-pid PID
 //
+// Several tools can share one broadcast (more connections than one process
+// may open, or subscribers on several cluster nodes): listeners connect with
+// -listen N -ready-file F and wait for N events per channel, which one tool
+// started after every F exists publishes with -events N.
+//
 // Each event's data is "hl:<seq>:<send unix nanos>[:padding]", where seq
 // counts the events of its channel, so every subscriber computes the latency
 // from the moment the publisher sent the HTTP request and which events of its
@@ -66,6 +71,9 @@ type config struct {
 	drain      time.Duration
 	drainIdle  time.Duration
 	pubTimeout time.Duration
+	events     int
+	listen     int
+	readyFile  string
 
 	serverPID  int
 	quiet      bool
@@ -100,6 +108,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.drain, "drain", 15*time.Second, "longest wait for outstanding deliveries after publishing")
 	fs.DurationVar(&c.drainIdle, "drain-idle", 2*time.Second, "stop draining after this long without a delivery")
 	fs.DurationVar(&c.pubTimeout, "publish-timeout", 10*time.Second, "limit of one HTTP publish")
+	fs.IntVar(&c.events, "events", 0, "publish at most this many events in all (0 = as many as -rate and -duration give)")
+	fs.IntVar(&c.listen, "listen", 0, "publish nothing: wait for this many events per channel from another herald-load (same -event and channels; the wait is bounded by -drain, and -drain-idle after the first)")
+	fs.StringVar(&c.readyFile, "ready-file", "", "create this file once every subscriber is connected, before publishing, holding or listening")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "server process for RSS and CPU (default: the process listening on the -url port, if it can be found)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines and no table, only the JSON line")
@@ -122,10 +133,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case c.key == "":
 		return nil, errors.New("-key is required")
-	case !c.idle && (c.appID == "" || c.secret == ""):
-		return nil, errors.New("-app-id and -secret are required to publish (or use -idle)")
-	case c.subs < 0 || c.channels < 1 || c.connConc < 1 || c.publishers < 1 || c.rate < 0:
-		return nil, errors.New("-subs must be ≥ 0 and -channels, -connect-concurrency, -publishers ≥ 1, -rate ≥ 0")
+	case !c.idle && c.listen == 0 && (c.appID == "" || c.secret == ""):
+		return nil, errors.New("-app-id and -secret are required to publish (or use -idle or -listen)")
+	case c.subs < 0 || c.channels < 1 || c.connConc < 1 || c.publishers < 1 || c.rate < 0 || c.events < 0 || c.listen < 0:
+		return nil, errors.New("-subs, -events and -listen must be ≥ 0, -channels, -connect-concurrency and -publishers ≥ 1, -rate ≥ 0")
+	case c.listen > 0 && c.idle:
+		return nil, errors.New("-listen and -idle exclude each other")
 	case c.client != "raw" && c.client != "coder":
 		return nil, errors.New("-client must be raw or coder")
 	case c.readBuf < 256:

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"net/url"
 	"runtime"
 	"slices"
@@ -71,8 +72,11 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 		Mode: "publish", Client: cfg.client, Subs: cfg.subs, Channels: cfg.channels, CPUs: runtime.NumCPU(),
 		ClosedByServer: map[string]int{}, RSSBeforeKiB: -1, RSSAfterKiB: -1, RSSEndKiB: -1, RSSPerConnKiB: -1,
 	}
-	if cfg.idle {
+	switch {
+	case cfg.idle:
 		res.Mode = "idle"
+	case cfg.listen > 0:
+		res.Mode = "listen"
 	}
 	if cfg.quiet {
 		log = io.Discard
@@ -145,6 +149,11 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	fmt.Fprintf(log, "connected %d/%d in %.2fs (%.0f/s), %d errors\n", res.Connected, cfg.subs, res.ConnectSeconds, res.ConnectRate, res.ConnectErrors)
 
 	sleepCtx(ctx, cfg.settle)
+	if cfg.readyFile != "" {
+		if err := os.WriteFile(cfg.readyFile, nil, 0o644); err != nil {
+			return res, fmt.Errorf("-ready-file: %w", err)
+		}
+	}
 	if spid != "" {
 		if v, err := rssKiB(spid); err == nil {
 			res.RSSAfterKiB = v
@@ -156,9 +165,16 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 
 	t2 := time.Now()
 	toolCPU, srvCPU, sysCPU = startCPU("self", t2.UnixNano()), startCPU(spid, t2.UnixNano()), startCPU("system", t2.UnixNano())
-	if cfg.idle {
+	switch {
+	case cfg.idle:
 		sleepCtx(ctx, cfg.hold)
-	} else {
+	case cfg.listen > 0:
+		for i := range r.okPerChannel {
+			r.okPerChannel[i].Store(int64(cfg.listen))
+		}
+		r.waitFirst(ctx)
+		r.drain(ctx)
+	default:
 		r.publish(ctx, res)
 		r.drain(ctx)
 	}
@@ -509,6 +525,9 @@ func (r *runner) publish(ctx context.Context, res *result) {
 			var body []byte
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
+				if cfg.events > 0 && i >= int64(cfg.events) {
+					return
+				}
 				if interval > 0 {
 					at := start.Add(time.Duration(i) * interval)
 					if !at.Before(end) {
@@ -603,6 +622,18 @@ func (r *runner) expected() (exp, got int64) {
 		got += s.unique.Load()
 	}
 	return exp, got
+}
+
+// waitFirst waits, up to -drain, for the first delivery of a publish by
+// another tool (-listen).
+func (r *runner) waitFirst(ctx context.Context) {
+	deadline := time.Now().Add(r.cfg.drain)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if _, got := r.expected(); got > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // drain waits until every expected delivery arrived, no delivery arrived for

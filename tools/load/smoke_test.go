@@ -172,6 +172,56 @@ func TestSmoke(t *testing.T) {
 		}
 	})
 
+	t.Run("listeners and one publisher", func(t *testing.T) {
+		const listeners, subs, events = 2, 50, 7
+		ready := t.TempDir()
+		results := make(chan *result, listeners)
+		for i := range listeners {
+			f := filepath.Join(ready, strconv.Itoa(i))
+			cfg, err := parseFlags(append(common, "-subs", strconv.Itoa(subs), "-channel-prefix", "bcast-",
+				"-listen", strconv.Itoa(events), "-ready-file", f, "-drain", "30s", "-quiet"), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				// Not runTool: t.Fatal belongs to the test's goroutine.
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				res, err := run(ctx, cfg, io.Discard)
+				if err != nil {
+					t.Errorf("listener: %v", err)
+				}
+				results <- res
+			}()
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for i := range listeners {
+			for {
+				if _, err := os.Stat(filepath.Join(ready, strconv.Itoa(i))); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("listener %d is not ready", i)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		pub, _ := runTool(t, append(common, "-app-id", "smoke", "-secret", "smoke-secret", "-subs", "0", "-channel-prefix", "bcast-",
+			"-events", strconv.Itoa(events), "-rate", "100", "-duration", "10s")...)
+		if pub.Publishes != events || pub.PublishErrors != 0 {
+			t.Errorf("published %d of %d, %d errors", pub.Publishes, events, pub.PublishErrors)
+		}
+		for range listeners {
+			res := <-results
+			if res == nil {
+				continue // reported by the listener
+			}
+			if res.Mode != "listen" || res.Expected != subs*events || res.Received != res.Expected || res.Lost != 0 || res.Duplicates != 0 {
+				t.Errorf("listener (%s): received %d of %d, lost %d, duplicates %d", res.Mode, res.Received, res.Expected, res.Lost, res.Duplicates)
+			}
+		}
+	})
+
 	t.Run("finds the server by its port", func(t *testing.T) {
 		_, port, _ := strings.Cut(addr, ":")
 		p, _ := strconv.Atoi(port)
