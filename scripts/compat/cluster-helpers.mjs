@@ -4,6 +4,7 @@
 //
 //   const redis = await startRedis()          // null: redis-server is missing (see redisServerBin)
 //   const nodes = await startNodes(redis, 3, { HERALD_APP_WEBHOOK_URL: url })
+//   const nodes = await startNodes(redis, 3, {}, { apps: [['--id', '2', '--key', 'k2', '--secret', 's2', '--max-connections', '3']] })
 //   await redis.restart()                     // a new, empty redis-server on the same port
 //
 // Like server/internal/testredis (the Go tests' helper): where redis-server
@@ -15,7 +16,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
 import { delimiter, join } from 'node:path'
 
-import { startHerald, tempDir } from './herald.mjs'
+import { freshDB, heraldCli, startHerald, tempDir } from './herald.mjs'
 import { sleep } from './helpers.mjs'
 
 const REDIS_START_TIMEOUT_MS = 10_000
@@ -175,14 +176,17 @@ export async function startRedis () {
 /**
  * Starts n herald nodes (node-a, node-b, ...) of one cluster on redis, each
  * on a database of its own, with the default app and env (the same for
- * every node, as the cluster requires). Resolves with the nodes in order;
- * each carries its id.
+ * every node, as the cluster requires), and the apps of `apps` (the options
+ * of one `herald apps create` each, created in every node's database before
+ * it starts). Resolves with the nodes in order; each carries its id.
  */
-export async function startNodes (redis, n, env = {}) {
+export async function startNodes (redis, n, env = {}, { apps = [] } = {}) {
   const nodes = []
   for (let i = 0; i < n; i++) {
     const id = `node-${String.fromCharCode(97 + i)}`
-    const node = await startHerald({ env: { HERALD_REDIS_URL: redis.url, HERALD_NODE_ID: id, ...env } })
+    const db = freshDB()
+    for (const args of apps) await heraldCli('apps', 'create', '--db', db, ...args)
+    const node = await startHerald({ db, env: { HERALD_REDIS_URL: redis.url, HERALD_NODE_ID: id, ...env } })
     nodes.push({ ...node, id })
   }
   return nodes
