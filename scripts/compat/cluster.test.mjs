@@ -522,10 +522,7 @@ function clusterSuites () {
 
     // As on one node (channels-users.test.mjs): each subscriber gets the count
     // of its own subscription after subscription_succeeded, then one per change.
-    it('pusher-js subscription_count: subscribers on every node get the cluster-wide count as others join and leave on other nodes', {
-      todo: 'server bug: a subscribing connection never gets the pusher:subscription_count of its own subscription (joinScript ' +
-        'publishes the count before its answer S, so the node delivers it before the connection joins the local channel)'
-    }, async () => {
+    it('pusher-js subscription_count: subscribers on every node get the cluster-wide count as others join and leave on other nodes', async () => {
       const name = 'cl-counted'
       const [a, b, c] = nodes
       const [sA, sB, sC] = nodes.map((node) => clients.connect(node, { label: `subscriber on ${node.id}` }))

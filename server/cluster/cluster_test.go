@@ -472,21 +472,33 @@ func TestComingBackOnAnotherNodeWithinTheHoldIsReportedAsNeither(t *testing.T) {
 func TestSubscriptionCountOverTheCluster(t *testing.T) {
 	rs := testredis.Start(t)
 	ns := cluster(t, rs, 2)
-	a := ns[0].connect("counted")
-	a.subscribe("room", nil)
-	a.wait("room", "pusher_internal:subscription_succeeded")
-	b := ns[1].connect("counted")
-	b.subscribe("room", nil)
-	wait.Until(t, "a hears the count of 2", func() bool {
-		a.take()
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		for _, f := range a.frames {
-			if f.Event == "pusher_internal:subscription_count" && f.Data == `{"subscription_count":2}` {
-				return true
+	// What each client heard on room: events, with the counts' data.
+	heard := func(cl *client) string {
+		cl.take()
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		var out []string
+		for _, f := range cl.frames {
+			if f.Event == "pusher_internal:subscription_count" {
+				out = append(out, f.Data)
+			} else {
+				out = append(out, f.Event)
 			}
 		}
-		return false
+		return strings.Join(out, " ")
+	}
+	a := ns[0].connect("counted")
+	a.subscribe("room", nil)
+	// A subscriber gets the count of its own subscription too, after
+	// subscription_succeeded, as on one node.
+	want := `pusher_internal:subscription_succeeded {"subscription_count":1}`
+	wait.Until(t, "a hears the count of 1", func() bool { return heard(a) == want })
+	b := ns[1].connect("counted")
+	b.subscribe("room", nil)
+	want += ` {"subscription_count":2}`
+	wait.Until(t, "a hears the count of 2", func() bool { return heard(a) == want })
+	wait.Until(t, "b hears the count of 2", func() bool {
+		return heard(b) == `pusher_internal:subscription_succeeded {"subscription_count":2}`
 	})
 	var counts int
 	for _, nd := range ns {

@@ -59,7 +59,10 @@ local function unheld(kind, app, channel, user)
 end
 -- count applies the subscription_count rule to a channel now holding n
 -- subscriptions: sent at once up to 100 subscribers, at most every 5 s above.
-local function count(out, app, channel, n)
+-- The event goes to the stream, or into later when given (for the caller
+-- to publish after its answer to a subscribe, so that the new subscriber,
+-- complete by then, gets it too).
+local function count(out, app, channel, n, later)
   local key = P .. 'cnt:' .. app .. ':' .. channel
   local now = nowms()
   local last = tonumber(redis.call('GET', key) or '0')
@@ -69,7 +72,8 @@ local function count(out, app, channel, n)
   end
   redis.call('SET', key, now, 'PX', 10000)
   if n > 0 then
-    publish(event(app, channel, 'pusher_internal:subscription_count', '{"subscription_count":' .. n .. '}', ''))
+    local msg = event(app, channel, 'pusher_internal:subscription_count', '{"subscription_count":' .. n .. '}', '')
+    if later then later[#later+1] = msg else publish(msg) end
   end
   out[#out+1] = 'count'; out[#out+1] = tostring(n)
 end
@@ -84,7 +88,7 @@ local node, app, channel, socket, user, info = ARGV[3], ARGV[4], ARGV[5], ARGV[6
 local maxm, flags = tonumber(ARGV[9]), ARGV[10]
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
 local presence, silent = has('p'), has('s')
-local out = {}
+local out, later = {}, {}
 local status = 'ok'
 local nskey = P .. 'ns:' .. node
 local entry = app .. '\31' .. channel .. '\31' .. socket .. '\31' .. user
@@ -108,7 +112,7 @@ if redis.call('SISMEMBER', nskey, entry) == 0 then
         end
       end
     elseif has('n') and not silent then
-      count(out, app, channel, n)
+      count(out, app, channel, n, later)
     end
   end
 end
@@ -127,6 +131,7 @@ if has('r') then
   end
   publish(table.concat(parts))
 end
+for i = 1, #later do publish(later[i]) end
 return out
 `)
 
