@@ -12,7 +12,7 @@ COMMIT     ?= $(shell git describe --always --dirty=+modified --abbrev=40 --excl
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 
-.PHONY: run build test test-go test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout mutate clean
+.PHONY: run build test test-go test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout bench-cluster mutate clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
@@ -90,6 +90,10 @@ bench-compare:
 ## bench-fanout: 10,000 idle connections (RSS each) and 10,000 subscribers at 20 events/s, with tools/load
 bench-fanout:
 	scripts/bench-fanout.sh
+
+## bench-cluster: a cluster node against a single node end to end, and 100,000 connections over six nodes with one broadcast (needs redis-server)
+bench-cluster:
+	scripts/bench-cluster.sh
 
 ## test-load-smoke: the load tool (tools/load) for a few seconds against Herald and the baseline (tools/baseline)
 test-load-smoke:

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Cluster benchmarks with the load tool (tools/load, herald-load) and a real redis-server, on
+# loopback, every server in a temporary folder and stopped at the end:
+#   compare:     one Herald node in cluster mode against a single node, same run, end to end
+#                (signed HTTP triggers, WebSocket subscribers): BENCH_PUBLISHERS (16) publishers as
+#                fast as they can for BENCH_DURATION (10s), 1,000 subscribers on 1 channel and
+#                10,000 over 1,000 channels: deliveries/s, Herald's and Redis's CPU per delivery.
+#   connections: BENCH_CONNS (100,000) connections over BENCH_NODES (6) nodes, one herald-load per
+#                node (one process may open only so many files), all on one channel; once all are
+#                subscribed, BENCH_EVENTS (5) events triggered through the first node reach every
+#                connection: the nodes' total RSS, Redis's, and what was lost.
+# BENCH_PARTS chooses ("compare connections" by default). JSON lines are appended to BENCH_OUT
+# when it is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+PARTS=${BENCH_PARTS:-compare connections}
+PUBLISHERS=${BENCH_PUBLISHERS:-16}
+DURATION=${BENCH_DURATION:-10s}
+CONNS=${BENCH_CONNS:-100000}
+NODES=${BENCH_NODES:-6}
+EVENTS=${BENCH_EVENTS:-5}
+
+command -v redis-server >/dev/null || { echo "bench-cluster: redis-server is not installed (Debian package redis-server)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+pids=()
+stop_all() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+}
+trap 'stop_all; rm -rf "$tmp"' EXIT
+
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+echo "bench-cluster: building herald and herald-load" >&2
+$GO build -o "$tmp/herald" ./server
+(cd tools/load && $GO build -o "$tmp/herald-load" .)
+
+# start_redis starts a redis-server without persistence on a free port; sets redis_pid, redis_url.
+start_redis() {
+	local port
+	for _ in $(seq 20); do
+		port=$((20000 + RANDOM % 20000))
+		rm -f "$tmp/redis.log"
+		redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$tmp" \
+			--logfile "$tmp/redis.log" --maxclients 1000 &
+		redis_pid=$!
+		for _ in $(seq 50); do
+			if grep -q "Ready to accept" "$tmp/redis.log" 2>/dev/null; then
+				pids+=("$redis_pid")
+				redis_url="redis://127.0.0.1:$port"
+				return 0
+			fi
+			kill -0 "$redis_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill "$redis_pid" 2>/dev/null || true
+		wait "$redis_pid" 2>/dev/null || true
+	done
+	echo "bench-cluster: redis-server did not start" >&2
+	exit 1
+}
+
+# start_node NAME [REDIS_URL] starts Herald on a fresh database; sets node_pid and node_addr.
+start_node() {
+	local name=$1 redis=${2:-}
+	rm -f "$tmp/$name".db*
+	env HERALD_ADDR=127.0.0.1:0 HERALD_DB="$tmp/$name.db" HERALD_NODE_ID="$name" ${redis:+HERALD_REDIS_URL=$redis} \
+		HERALD_APP_ID=bench HERALD_APP_KEY=bench-key HERALD_APP_SECRET=bench-secret \
+		HERALD_LOG_LEVEL=info HERALD_LOG_FORMAT=json \
+		"$tmp/herald" serve 2>"$tmp/$name.log" &
+	node_pid=$!
+	pids+=("$node_pid")
+	for _ in $(seq 300); do
+		node_addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/$name.log" | head -1)
+		[[ -n $node_addr ]] && return 0
+		kill -0 "$node_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "bench-cluster: herald $name did not start:" >&2
+	tail -20 "$tmp/$name.log" >&2
+	exit 1
+}
+
+# cpu_ticks PID prints the process's user+system CPU time in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+field() { grep -o "\"$1\":\({[^}]*}\|\[[^]]*\]\|[^,}]*\)" <<<"$2" | head -1 | cut -d: -f2-; }
+record() { if [[ -n ${BENCH_OUT:-} ]]; then echo "$1" >>"$BENCH_OUT"; fi; }
+
+compare() {
+	local hz
+	hz=$(getconf CLK_TCK)
+	echo "== bench-cluster compare ($(nproc) CPUs; $PUBLISHERS publishers for $DURATION, as fast as they can) =="
+	printf '%-34s %-8s %14s %12s %12s %6s\n' shape mode deliveries/s herald-ns/d redis-ns/d lost
+	for shape in "1000 1" "10000 1000"; do
+		read -r subs channels <<<"$shape"
+		local single_d=0 single_ns=0
+		for mode in single cluster; do
+			local url=
+			if [[ $mode == cluster ]]; then
+				start_redis
+				url=$redis_url
+			fi
+			start_node node "$url"
+			local r0=0
+			[[ $mode == cluster ]] && r0=$(cpu_ticks "$redis_pid")
+			local json
+			json=$("$tmp/herald-load" -url "ws://$node_addr" -key bench-key -app-id bench -secret bench-secret -quiet \
+				-server-pid "$node_pid" -subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
+			local rns=-
+			if [[ $mode == cluster ]]; then
+				rns=$(awk -v t="$(($(cpu_ticks "$redis_pid") - r0))" -v hz="$hz" -v s="$(field phase_s "$json")" -v d="$(field deliveries_per_s "$json")" \
+					'BEGIN { if (d > 0 && s > 0) printf "%.0f", t / hz * 1e9 / (d * s); else print "-" }')
+			fi
+			stop_all
+			record "$json"
+			local d ns
+			d=$(field deliveries_per_s "$json")
+			ns=$(awk -v c="$(field server_cpu_pct "$json")" -v d="$d" 'BEGIN { if (d > 0) printf "%.0f", c / 100 * 1e9 / d; else print 0 }')
+			printf '%-34s %-8s %14.0f %12s %12s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$ns" "$rns" "$(field lost "$json")"
+			if [[ $mode == single ]]; then
+				single_d=$d single_ns=$ns
+			else
+				awk -v a="$d" -v b="$single_d" -v c="$ns" -v e="$single_ns" \
+					'BEGIN { printf "%-34s cluster ÷ single: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
+			fi
+		done
+	done
+}
+
+connections() {
+	echo "== bench-cluster connections: $CONNS connections over $NODES nodes, $EVENTS events to all =="
+	start_redis
+	local nodes=() addrs=()
+	for i in $(seq "$NODES"); do
+		start_node "node$i" "$redis_url"
+		nodes+=("$node_pid")
+		addrs+=("$node_addr")
+	done
+	local listeners=()
+	for i in $(seq 0 $((NODES - 1))); do
+		local subs=$((CONNS / NODES + (i < CONNS % NODES ? 1 : 0)))
+		"$tmp/herald-load" -url "ws://${addrs[$i]}" -key bench-key -quiet -server-pid "${nodes[$i]}" \
+			-subs "$subs" -channels 1 -channel-prefix bcast- -listen "$EVENTS" -ready-file "$tmp/ready$i" \
+			-connect-concurrency 100 -connect-timeout 120s -settle 2s -drain 600s -drain-idle 10s \
+			>"$tmp/listen$i.json" 2>"$tmp/listen$i.log" &
+		listeners+=($!)
+	done
+	local t0=$SECONDS
+	for i in $(seq 0 $((NODES - 1))); do
+		while [[ ! -e $tmp/ready$i ]]; do
+			if ! kill -0 "${listeners[$i]}" 2>/dev/null; then
+				echo "bench-cluster: listener $i stopped before it was ready:" >&2
+				tail -5 "$tmp/listen$i.log" >&2
+				exit 1
+			fi
+			sleep 0.5
+		done
+	done
+	local connect_s=$((SECONDS - t0))
+	sleep 3 # the nodes' records and heartbeats settle
+	local rss=0 r
+	for p in "${nodes[@]}"; do
+		r=$(rss_kib "$p")
+		rss=$((rss + r))
+	done
+	local redis_rss
+	redis_rss=$(rss_kib "$redis_pid")
+	local pub
+	pub=$("$tmp/herald-load" -url "ws://${addrs[0]}" -key bench-key -app-id bench -secret bench-secret -quiet \
+		-subs 0 -channels 1 -channel-prefix bcast- -events "$EVENTS" -rate 1 -duration 1h)
+	record "$pub"
+	local received=0 expected=0 lost=0 dups=0 closed=0 connected=0 p50=0 p99=0 j
+	for i in $(seq 0 $((NODES - 1))); do
+		wait "${listeners[$i]}" || true
+		j=$(cat "$tmp/listen$i.json")
+		record "$j"
+		connected=$((connected + $(field connected "$j")))
+		received=$((received + $(field received "$j")))
+		expected=$((expected + $(field expected "$j")))
+		lost=$((lost + $(field lost "$j")))
+		dups=$((dups + $(field duplicates "$j")))
+		closed=$((closed + $(field closed_by_server_total "$j")))
+		p50=$(awk -v a="$p50" -v b="$(field latency_p50_ms "$j")" 'BEGIN { print (b > a ? b : a) }')
+		p99=$(awk -v a="$p99" -v b="$(field latency_p99_ms "$j")" 'BEGIN { print (b > a ? b : a) }')
+	done
+	cat <<SUMMARY
+connected $connected of $CONNS in ${connect_s}s; nodes' RSS $((rss / 1024)) MiB in all ($((rss / connected)) KiB per connection, the nodes' own baseline included), Redis $((redis_rss / 1024)) MiB
+$(field publishes "$pub") events accepted ($(field publish_errors "$pub") refused) through node1; deliveries $received of $expected: lost $lost, duplicates $dups; closed by server $closed
+latency ms (worst node) p50 $p50, p99 $p99
+SUMMARY
+	stop_all
+	if ((connected != CONNS || lost != 0 || dups != 0 || closed != 0)); then
+		echo "bench-cluster: connections: not every connection got every event" >&2
+		exit 1
+	fi
+}
+
+for part in $PARTS; do
+	"$part"
+done
