@@ -113,6 +113,8 @@ type Cluster struct {
 
 	stats counters
 
+	redisLog *zap.Logger // the Redis client's own lines, while this is the newest cluster
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -167,6 +169,8 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	}
 	c.ops.init()
 	c.needResync.Store(true)
+	c.redisLog = c.log.Named("redis")
+	redisLogger.Store(c.redisLog)
 	return c, nil
 }
 
@@ -216,7 +220,9 @@ func (c *Cluster) Close() error {
 			c.releaseHeld(ctx, true)
 		}
 	}
-	return c.rdb.Close()
+	err := c.rdb.Close()
+	redisLogger.CompareAndSwap(c.redisLog, nil)
+	return err
 }
 
 // Ready reports whether Redis answers, for /readyz.
