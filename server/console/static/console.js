@@ -157,6 +157,9 @@ function selectApp(appID) {
   sessionStorage.setItem('herald.app', appID);
   stopStream();
   clearInterval(liveTimer);
+  // Not "live" until this app's stream is open: events before that are
+  // not shown.
+  $('status').textContent = 'connecting…';
   $('events').textContent = '';
   refreshLive(appID);
   liveTimer = setInterval(() => refreshLive(appID), 1000);
