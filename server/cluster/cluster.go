@@ -188,8 +188,22 @@ func (c *Cluster) Start() {
 	c.run(c.publishLoop)
 	c.run(c.receiveLoop)
 	c.run(c.writeLoop)
-	c.run(c.heartbeatLoop)
-	c.run(c.releaseLoop)
+	c.run(func() { c.every(c.opts.Heartbeat, c.heartbeat) })
+	c.run(func() { c.every(holdTick, c.releaseDue) })
+}
+
+// every runs f every d until the node leaves the cluster.
+func (c *Cluster) every(d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 func (c *Cluster) run(f func()) {

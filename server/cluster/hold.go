@@ -13,21 +13,13 @@ import (
 // channel_vacated goes out at most this much after its hold.
 const holdTick = 100 * time.Millisecond
 
-// releaseLoop reports, while Redis answers, the held-back channel_vacated
-// and member_removed webhooks whose hold has passed. Every node runs it;
-// each held event is taken out by one of them (see scripts.go).
-func (c *Cluster) releaseLoop() {
-	t := time.NewTicker(holdTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			if c.healthy.Load() {
-				c.releaseHeld(c.ctx, false)
-			}
-		}
+// releaseDue reports, while Redis answers, the held-back channel_vacated
+// and member_removed webhooks whose hold has passed. Every node runs it
+// every holdTick; each held event is taken out by one of them (see
+// scripts.go).
+func (c *Cluster) releaseDue() {
+	if c.healthy.Load() {
+		c.releaseHeld(c.ctx, false)
 	}
 }
 

@@ -9,23 +9,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// heartbeatLoop renews the node's heartbeat, publishes its connection
-// counts, reads the other nodes' and takes out the record of any node whose
-// heartbeat expired.
-func (c *Cluster) heartbeatLoop() {
-	t := time.NewTicker(c.opts.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			c.heartbeat()
-		}
-	}
-}
-
-// heartbeat is one round of heartbeatLoop.
+// heartbeat renews the node's heartbeat, publishes its connection counts,
+// reads the other nodes' and takes out the record of any node whose
+// heartbeat expired. It runs every Options.Heartbeat.
 func (c *Cluster) heartbeat() {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.NodeTTL)
 	defer cancel()
