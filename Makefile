@@ -27,6 +27,8 @@ test: test-go test-compat test-load-smoke
 
 test-go:
 	$(GO) test -race -count=1 ./...
+	@# The storage suite again on PostgreSQL (a real server the tests start, see storage/testpg).
+	HERALD_TEST_DB=postgres $(GO) test -race -count=1 ./storage/
 
 test-compat: $(COMPAT_DIR)/node_modules/.installed
 	@# Built as make build and the Dockerfile build it (TestImageContract too, which shares the build cache).

@@ -71,7 +71,7 @@ func (db *DB) CreateApp(ctx context.Context, app App) (App, error) {
 	app = app.withDefaults()
 	app.CreatedAt = now()
 	app.UpdatedAt = app.CreatedAt
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO apps (`+appColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			app.ID, app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
@@ -111,7 +111,7 @@ func (db *DB) GetAppByKey(ctx context.Context, key string) (App, error) {
 // value, with its webhooks.
 func (db *DB) getApp(ctx context.Context, column, value string) (App, error) {
 	var app App
-	err := db.read(ctx, func(tx *sql.Tx) error {
+	err := db.read(ctx, func(tx *tx) error {
 		row := tx.QueryRowContext(ctx, `SELECT `+appColumns+` FROM apps WHERE `+column+` = ?`, value)
 		var err error
 		app, err = scanApp(row)
@@ -133,7 +133,7 @@ func (db *DB) getApp(ctx context.Context, column, value string) (App, error) {
 // ListApps returns every app with its webhooks, ordered by id.
 func (db *DB) ListApps(ctx context.Context) ([]App, error) {
 	var apps []App
-	err := db.read(ctx, func(tx *sql.Tx) error {
+	err := db.read(ctx, func(tx *tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+appColumns+` FROM apps ORDER BY id`)
 		if err != nil {
 			return err
@@ -173,7 +173,7 @@ func (db *DB) ListApps(ctx context.Context) ([]App, error) {
 // belongs to another app.
 func (db *DB) UpdateApp(ctx context.Context, app App) error {
 	app = app.withDefaults()
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE apps SET key = ?, secret = ?, enabled = ?, client_events = ?,
 			subscription_count = ?, user_auth_timeout_ms = ?, max_connections = ?, max_presence_members = ?,
 			max_presence_user_info_bytes = ?, updated_at_ms = ?
@@ -252,7 +252,7 @@ const webhookColumns = `app_id, id, url, event_types, channel_prefix, batch`
 
 // insertWebhooks stores webhooks for the app and returns them as stored: with
 // their new IDs, and an empty EventTypes as nil, as a read returns it.
-func insertWebhooks(ctx context.Context, tx *sql.Tx, appID string, webhooks []Webhook) ([]Webhook, error) {
+func insertWebhooks(ctx context.Context, tx *tx, appID string, webhooks []Webhook) ([]Webhook, error) {
 	var stored []Webhook
 	for _, w := range webhooks {
 		eventTypes := "[]" // json.Marshal would write a nil slice as null
@@ -266,12 +266,8 @@ func insertWebhooks(ctx context.Context, tx *sql.Tx, appID string, webhooks []We
 		} else {
 			w.EventTypes = nil
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO app_webhooks (app_id, url, event_types, channel_prefix, batch)
-			VALUES (?, ?, ?, ?, ?)`, appID, w.URL, eventTypes, w.ChannelPrefix, w.Batch)
-		if err != nil {
-			return nil, err
-		}
-		if w.ID, err = res.LastInsertId(); err != nil {
+		if err := tx.QueryRowContext(ctx, `INSERT INTO app_webhooks (app_id, url, event_types, channel_prefix, batch)
+			VALUES (?, ?, ?, ?, ?) RETURNING id`, appID, w.URL, eventTypes, w.ChannelPrefix, w.Batch).Scan(&w.ID); err != nil {
 			return nil, err
 		}
 		stored = append(stored, w)

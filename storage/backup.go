@@ -15,6 +15,9 @@ import (
 // is compacted and needs no WAL file, and is created readable by its owner only.
 // path must not exist yet.
 func (db *DB) Backup(ctx context.Context, path string) error {
+	if db.d.postgres {
+		return errors.New("backup: herald backup copies a SQLite file; back up PostgreSQL with its own tools (pg_dump)")
+	}
 	// Created here, empty and private (VACUUM INTO accepts an empty file),
 	// because SQLite would create it readable by everyone: it holds every
 	// secret of the database.

@@ -8,6 +8,7 @@ import (
 )
 
 func TestBackup(t *testing.T) {
+	sqliteOnly(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := Open(ctx, filepath.Join(dir, "herald.db"))

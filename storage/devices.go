@@ -95,7 +95,7 @@ func (db *DB) RegisterDevice(ctx context.Context, d Device) (Device, []string, e
 		return Device{}, nil, err
 	}
 	var interests []string
-	err = db.write(ctx, func(tx *sql.Tx) error {
+	err = db.write(ctx, func(tx *tx) error {
 		ts := now()
 		row := tx.QueryRowContext(ctx, `UPDATE devices SET bundle_identifier = ?, metadata = ?, updated_at_ms = ?
 			WHERE instance_id = ? AND platform = ? AND token = ?
@@ -177,7 +177,7 @@ func (db *DB) UpdateDeviceMetadata(ctx context.Context, instanceID string, p Pla
 // deleted: a token reaches exactly one install, so that device is a stale
 // registration of it.
 func (db *DB) UpdateDeviceToken(ctx context.Context, instanceID string, p Platform, id, token string) error {
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func (db *DB) UpdateDeviceToken(ctx context.Context, instanceID string, p Platfo
 // when the device has another user, and ErrUserDeviceLimit when the user
 // already has MaxUserDevices devices.
 func (db *DB) SetDeviceUser(ctx context.Context, instanceID string, p Platform, id, userID string) error {
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		var current sql.NullString
 		err := tx.QueryRowContext(ctx, `SELECT user_id FROM devices WHERE id = ? AND instance_id = ? AND platform = ?`,
 			id, instanceID, string(p)).Scan(&current)
@@ -236,7 +236,7 @@ func (db *DB) SetDeviceUser(ctx context.Context, instanceID string, p Platform, 
 // MaxUserDevices each), ordered by user and device id.
 func (db *DB) UserDevices(ctx context.Context, instanceID string, users []string) ([]Device, error) {
 	var out []Device
-	err := db.read(ctx, func(tx *sql.Tx) error {
+	err := db.read(ctx, func(tx *tx) error {
 		stmt, err := tx.PrepareContext(ctx, `SELECT `+deviceColumns+` FROM devices
 			WHERE instance_id = ? AND user_id = ? ORDER BY id`)
 		if err != nil {
@@ -272,7 +272,7 @@ func (db *DB) DeleteUser(ctx context.Context, instanceID, userID string) (int, e
 }
 
 // deviceExistsTx returns ErrNotFound unless the device exists.
-func deviceExistsTx(ctx context.Context, tx *sql.Tx, instanceID string, p Platform, id string) error {
+func deviceExistsTx(ctx context.Context, tx *tx, instanceID string, p Platform, id string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM devices WHERE id = ? AND instance_id = ? AND platform = ?`,
 		id, instanceID, string(p)).Scan(&one)

@@ -22,6 +22,7 @@ func mode(t *testing.T, path string) os.FileMode {
 }
 
 func TestFilesArePrivate(t *testing.T) {
+	sqliteOnly(t)
 	// The usual umask of a service: without the fix the files come out 0644.
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
@@ -53,6 +54,7 @@ func TestFilesArePrivate(t *testing.T) {
 }
 
 func TestOpenExistingFileModes(t *testing.T) {
+	sqliteOnly(t)
 	ctx := context.Background()
 	// create makes a database as an earlier version would have, then gives
 	// the file mode m.

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 )
@@ -13,7 +12,7 @@ import (
 func (db *DB) DeviceInterests(ctx context.Context, instanceID string, p Platform, id, after string, limit int) ([]string, bool, error) {
 	var interests []string
 	var more bool
-	err := db.read(ctx, func(tx *sql.Tx) error {
+	err := db.read(ctx, func(tx *tx) error {
 		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
@@ -33,7 +32,7 @@ func (db *DB) DeviceInterests(ctx context.Context, instanceID string, p Platform
 
 // deviceInterestsTx reads a device's interests after `after`, in name order,
 // from the device_interests_device index alone.
-func deviceInterestsTx(ctx context.Context, tx *sql.Tx, id, after string, limit int) ([]string, error) {
+func deviceInterestsTx(ctx context.Context, tx *tx, id, after string, limit int) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT interest FROM device_interests
 		WHERE device_id = ? AND interest > ? ORDER BY interest LIMIT ?`, id, after, limit)
 	if err != nil {
@@ -59,7 +58,7 @@ func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platf
 	if len(set) > MaxDeviceInterests {
 		return fmt.Errorf("set interests of device %q: %w", id, ErrInterestLimit)
 	}
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
@@ -106,7 +105,7 @@ func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platf
 // subscribed is fine. It returns ErrNotFound for no such device and
 // ErrInterestLimit when the device already holds MaxDeviceInterests others.
 func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
@@ -136,7 +135,7 @@ func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platfo
 // RemoveDeviceInterest unsubscribes the device from the interest; not being
 // subscribed is fine. It returns ErrNotFound for no such device.
 func (db *DB) RemoveDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
@@ -174,7 +173,7 @@ type DeviceImport struct {
 // platform and a dash); a taken id or token gives ErrConflict and stores
 // nothing.
 func (db *DB) ImportDevices(ctx context.Context, devices []DeviceImport) error {
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		dev, err := tx.PrepareContext(ctx, `INSERT INTO devices (`+deviceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return err

@@ -100,7 +100,7 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 	}
 	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed = PublishAccepted, "", false, 0, 0, 0
 	p.CreatedAt = now()
-	err = db.write(ctx, func(tx *sql.Tx) error {
+	err = db.write(ctx, func(tx *tx) error {
 		if quota > 0 {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM publishes WHERE instance_id = ? AND created_at_ms >= ?`,
@@ -178,7 +178,7 @@ func (db *DB) StartPublish(ctx context.Context, p Publish) (Publish, error) {
 	if p.State != PublishAccepted {
 		return p, nil
 	}
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ? WHERE id = ? AND state = ?`,
 			string(PublishDelivering), p.ID, string(PublishAccepted))
 		if err != nil {
@@ -241,7 +241,7 @@ func (db *DB) PublishTargets(ctx context.Context, p Publish, stream Platform, pl
 func (db *DB) interestTargets(ctx context.Context, p Publish, platform Platform, cursor string, limit int) ([]Delivery, string, bool, error) {
 	var page []Delivery
 	lower, upper := max(cursor, string(platform)+"-"), string(platform)+"."
-	err := db.read(ctx, func(tx *sql.Tx) error {
+	err := db.read(ctx, func(tx *tx) error {
 		stmt, err := tx.PrepareContext(ctx, `SELECT d.id, d.token, d.bundle_identifier
 			FROM device_interests AS di JOIN devices AS d ON d.id = di.device_id
 			WHERE di.instance_id = ? AND di.interest = ? AND di.device_id > ? AND di.device_id < ?
@@ -364,7 +364,7 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) ([]Publish,
 		return nil, nil
 	}
 	var finished []Publish
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		finished = finished[:0]
 		ts := now()
 		for _, pg := range pages {
@@ -416,7 +416,7 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) ([]Publish,
 
 // finishIfDoneTx moves a resolved publish with nothing left to send to done
 // and stores its publish_finished webhook; it reports whether it did.
-func finishIfDoneTx(ctx context.Context, tx *sql.Tx, p *Publish, ts time.Time) (bool, error) {
+func finishIfDoneTx(ctx context.Context, tx *tx, p *Publish, ts time.Time) (bool, error) {
 	if !p.Resolved || p.State == PublishDone || pendingDeliveriesTx(ctx, tx, p.ID) {
 		return false, nil
 	}
@@ -430,13 +430,13 @@ func finishIfDoneTx(ctx context.Context, tx *sql.Tx, p *Publish, ts time.Time) (
 
 // deleteDeadDeviceTx deletes the device of a delivery whose token the
 // gateway declared dead, unless it changed token meanwhile.
-func deleteDeadDeviceTx(ctx context.Context, tx *sql.Tx, d Delivery) error {
+func deleteDeadDeviceTx(ctx context.Context, tx *tx, d Delivery) error {
 	_, err := tx.ExecContext(ctx, `DELETE FROM devices WHERE id = ? AND instance_id = ? AND platform = ? AND token = ?`,
 		d.DeviceID, d.InstanceID, string(d.Platform), d.Token)
 	return err
 }
 
-func pendingDeliveriesTx(ctx context.Context, tx *sql.Tx, publishID string) bool {
+func pendingDeliveriesTx(ctx context.Context, tx *tx, publishID string) bool {
 	var pending bool
 	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE publish_id = ?)`, publishID).Scan(&pending)
 	return err != nil || pending
@@ -457,7 +457,7 @@ func (db *DB) ReleaseDeliveryClaims(ctx context.Context) (int, error) {
 // due at t, in due order, and returns them.
 func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, limit int) ([]Delivery, error) {
 	var out []Delivery
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET claimed = 1 WHERE id IN (
 				SELECT id FROM deliveries WHERE claimed = 0 AND platform = ? AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?)
 			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, user_id, attempts`, string(p), t.UnixMilli(), limit)
@@ -523,7 +523,7 @@ func (db *DB) CompleteDeliveries(ctx context.Context, results []DeliveryResult) 
 		return nil, nil
 	}
 	var finished []Publish
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		del, err := tx.PrepareContext(ctx, `DELETE FROM deliveries WHERE id = ?`)
 		if err != nil {
 			return err
@@ -614,7 +614,7 @@ type PublishWebhook struct {
 	CreatedAt     time.Time
 }
 
-func enqueuePublishWebhookTx(ctx context.Context, tx *sql.Tx, p Publish, ev PublishEvent, ts time.Time) error {
+func enqueuePublishWebhookTx(ctx context.Context, tx *tx, p Publish, ev PublishEvent, ts time.Time) error {
 	if p.WebhookURL == "" {
 		return nil
 	}

@@ -28,7 +28,7 @@ type PublishSummary struct {
 // report-counts row per publish, so it costs the same however many
 // publishes the instance has.
 func (db *DB) RecentPublishes(ctx context.Context, instanceID string, limit int) ([]PublishSummary, error) {
-	rows, err := db.reader.QueryContext(ctx, `SELECT p.id, p.target_kind, json_array_length(p.targets), p.state,
+	rows, err := db.reader.QueryContext(ctx, `SELECT p.id, p.target_kind, `+db.d.jsonLength("p.targets")+`, p.state,
 			p.targeted, p.sent, p.failed, COALESCE(r.delivered, 0), COALESCE(r.opened, 0), p.created_at_ms, p.finished_at_ms
 		FROM publishes p LEFT JOIN publish_report_counts r ON r.instance_id = p.instance_id AND r.publish_id = p.id
 		WHERE p.instance_id = ? ORDER BY p.created_at_ms DESC, p.id DESC LIMIT ?`, instanceID, limit)

@@ -47,19 +47,20 @@ type ReportEvent struct {
 // once per real device and kind.
 func (db *DB) RecordReportEvent(ctx context.Context, ev ReportEvent) (bool, error) {
 	var recorded bool
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		// One statement checks and inserts: the publish and device are
 		// primary-key lookups, the interests at most one index probe per
 		// interest of the publish (100 at most).
+		// The casts give PostgreSQL the types of the selected arguments.
 		res, err := tx.ExecContext(ctx, `INSERT INTO report_events (instance_id, publish_id, device_id, event, user_id,
 				timestamp_secs, app_in_background, has_displayable_content, has_data, received_at_ms)
-			SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
+			SELECT ?1, ?2, ?3, ?4, ?5, CAST(?6 AS BIGINT), CAST(?7 AS BIGINT), CAST(?8 AS BIGINT), CAST(?9 AS BIGINT), CAST(?10 AS BIGINT)
 			FROM publishes p JOIN devices d ON d.id = ?3 AND d.instance_id = p.instance_id
 			WHERE p.id = ?2 AND p.instance_id = ?1
 				AND d.created_at_ms <= COALESCE(p.finished_at_ms, ?10)
 				AND CASE p.target_kind
-					WHEN 'users' THEN d.user_id IN (SELECT value FROM json_each(p.targets))
-					ELSE EXISTS (SELECT 1 FROM json_each(p.targets) t JOIN device_interests di
+					WHEN 'users' THEN d.user_id IN (SELECT u.value FROM `+db.d.eachJSON("p.targets", "u")+`)
+					ELSE EXISTS (SELECT 1 FROM `+db.d.eachJSON("p.targets", "t")+` JOIN device_interests di
 						ON di.instance_id = p.instance_id AND di.interest = t.value AND di.device_id = d.id)
 				END
 			ON CONFLICT DO NOTHING`,
@@ -81,7 +82,8 @@ func (db *DB) RecordReportEvent(ctx context.Context, ev ReportEvent) (bool, erro
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO publish_report_counts (instance_id, publish_id, delivered, opened)
 			VALUES (?, ?, ?, ?)
-			ON CONFLICT (instance_id, publish_id) DO UPDATE SET delivered = delivered + excluded.delivered, opened = opened + excluded.opened`,
+			ON CONFLICT (instance_id, publish_id) DO UPDATE SET delivered = publish_report_counts.delivered + excluded.delivered,
+				opened = publish_report_counts.opened + excluded.opened`,
 			ev.InstanceID, ev.PublishID, delivered, opened)
 		return err
 	})

@@ -116,6 +116,7 @@ func TestReportEvents(t *testing.T) {
 // publish id was counted, with reports of a real publish and of made-up ones:
 // migration 0008 drops the made-up ones and keeps the real one's.
 func TestReportPublishesMigration(t *testing.T) {
+	sqliteOnly(t)
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "herald.db")
 	old := openAtVersion(t, path, 6)

@@ -1,7 +1,8 @@
 // Package storage keeps a Herald node's state in one SQLite file, through the
-// pure Go driver modernc.org/sqlite. It owns the SQL, the schema migrations and
-// its own domain types; callers use the methods on *DB and match the sentinel
-// errors with errors.Is.
+// pure Go driver modernc.org/sqlite, or in PostgreSQL (github.com/jackc/pgx),
+// which several nodes can share. It owns the SQL (see dialect.go for what
+// differs), the schema migrations of both and its own domain types; callers
+// use the methods on *DB and match the sentinel errors with errors.Is.
 package storage
 
 import (
@@ -19,8 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // the "sqlite" database/sql driver
 )
 
 var (
@@ -28,6 +29,9 @@ var (
 	ErrNotFound = errors.New("storage: not found")
 	// ErrConflict means a record with the same unique key (id, app key, …) already exists.
 	ErrConflict = errors.New("storage: conflict")
+	// ErrNewerSchema means the database was migrated by a newer Herald:
+	// this one would misread it.
+	ErrNewerSchema = errors.New("storage: the database's schema is newer than this Herald")
 )
 
 // DB is an open Herald database: one writer connection and a pool of reader
@@ -35,23 +39,39 @@ var (
 type DB struct {
 	// writer has exactly one connection. SQLite allows one writer at a time,
 	// so queueing writers in database/sql is cheaper and fairer than letting
-	// several connections wait on SQLITE_BUSY.
-	writer *sql.DB
+	// several connections wait on SQLITE_BUSY. On PostgreSQL it is the one
+	// pool, shared with reader.
+	writer *handle
 	// reader serves queries. In WAL mode readers never wait for the writer.
-	reader *sql.DB
+	reader *handle
+	d      *dialect
 	// observe, when set, is told how long each transaction run through
 	// read and write took (see ObserveTransactions).
 	observe atomic.Pointer[func(kind string, d time.Duration)]
 }
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/postgres/*.sql
 var migrations embed.FS
 
-// Open opens (creating if needed) the database file at path and applies any
-// pending migrations. The parent directory must exist. The file is created
-// readable by its owner only, and a file others may write is refused with
+// IsPostgres reports whether dsn names a PostgreSQL database
+// (postgres:// or postgresql://) rather than a SQLite file.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open opens the database dsn names and applies any pending migrations: a
+// PostgreSQL URL (see IsPostgres), or the path of a SQLite file, created if
+// needed. The parent directory must exist. The file is created readable by
+// its owner only, and a file others may write is refused with
 // ErrUnsafePermissions (see preparePrivateFiles).
-func Open(ctx context.Context, path string) (*DB, error) {
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	if IsPostgres(dsn) {
+		return openPostgres(ctx, dsn)
+	}
+	return openSQLite(ctx, dsn)
+}
+
+func openSQLite(ctx context.Context, path string) (*DB, error) {
 	// A file: URI, escaped, so a path containing '?', '#' or '%' still names
 	// the file instead of being read as URI syntax. The path is made absolute
 	// first: a relative one ("./herald.db", the default) would otherwise
@@ -77,7 +97,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	writer.SetMaxOpenConns(1)
 	// The writer must connect first: it switches the file to WAL, which the
 	// readers rely on, and creates the schema they query.
-	if err := migrate(ctx, writer); err != nil {
+	if err := migrate(ctx, &handle{writer, sqliteDialect}); err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -99,12 +119,40 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		writer.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &DB{writer: writer, reader: reader}, nil
+	return &DB{writer: &handle{writer, sqliteDialect}, reader: &handle{reader, sqliteDialect}, d: sqliteDialect}, nil
+}
+
+// openPostgres connects to the PostgreSQL database at dsn (a postgres://
+// URL; pool_max_conns and the other pgx parameters apply) and applies any
+// pending migrations.
+func openPostgres(ctx context.Context, dsn string) (*DB, error) {
+	pool, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open PostgreSQL: %w", err)
+	}
+	n := max(8, 4*runtime.NumCPU())
+	pool.SetMaxOpenConns(n)
+	pool.SetMaxIdleConns(n)
+	pool.SetConnMaxIdleTime(5 * time.Minute)
+	d := &dialect{postgres: true}
+	h := &handle{pool, d}
+	if err := pool.PingContext(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open PostgreSQL: %w", err)
+	}
+	if err := migrate(ctx, h); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open PostgreSQL: %w", err)
+	}
+	return &DB{writer: h, reader: h, d: d}, nil
 }
 
 // Close closes every connection. The writer closes last so that its close,
 // as the last connection of this process, checkpoints the WAL.
 func (db *DB) Close() error {
+	if db.reader == db.writer {
+		return db.writer.Close()
+	}
 	return errors.Join(db.reader.Close(), db.writer.Close())
 }
 
@@ -126,22 +174,35 @@ func (db *DB) DataVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-// migrate applies, in order, every embedded migration not yet recorded in
-// schema_migrations, each in its own transaction.
-func migrate(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+// migrate applies, in order, every embedded migration of the database's
+// dialect not yet recorded in schema_migrations, each in its own
+// transaction, and refuses a database migrated by a newer Herald.
+func migrate(ctx context.Context, db *handle) error {
+	table := `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version       INTEGER PRIMARY KEY,
 		applied_at_ms INTEGER NOT NULL
-	) STRICT`); err != nil {
+	) STRICT`
+	dir := "migrations"
+	if db.d.postgres {
+		table = `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version       BIGINT PRIMARY KEY,
+		applied_at_ms BIGINT NOT NULL
+	)`
+		dir = "migrations/postgres"
+	}
+	if _, err := db.ExecContext(ctx, table); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	entries, err := fs.ReadDir(migrations, "migrations") // sorted by name
+	entries, err := fs.ReadDir(migrations, dir) // sorted by name
 	if err != nil {
 		return err
 	}
 	prev := 0
 	for _, e := range entries {
 		name := e.Name()
+		if e.IsDir() {
+			continue
+		}
 		version, err := migrationVersion(name)
 		if err != nil {
 			return err
@@ -150,9 +211,16 @@ func migrate(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("migration %s: version %d does not follow %d", name, version, prev)
 		}
 		prev = version
-		if err := applyMigration(ctx, db, version, name); err != nil {
+		if err := applyMigration(ctx, db, version, dir+"/"+name); err != nil {
 			return fmt.Errorf("migration %s: %w", name, err)
 		}
+	}
+	var newest sql.NullInt64
+	if err := db.QueryRowContext(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&newest); err != nil {
+		return err
+	}
+	if newest.Int64 > int64(prev) {
+		return fmt.Errorf("%w: the database is at schema version %d, this Herald knows up to %d", ErrNewerSchema, newest.Int64, prev)
 	}
 	return nil
 }
@@ -167,14 +235,14 @@ func migrationVersion(name string) (int, error) {
 	return version, nil
 }
 
-func applyMigration(ctx context.Context, db *sql.DB, version int, name string) error {
-	script, err := migrations.ReadFile("migrations/" + name)
+func applyMigration(ctx context.Context, db *handle, version int, path string) error {
+	script, err := migrations.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	return inTx(ctx, db, func(tx *sql.Tx) error {
+	return inTx(ctx, db, nil, func(tx *tx) error {
 		// Checked inside the transaction, which holds the write lock, so two
-		// processes opening a new file at once cannot both apply it.
+		// processes opening a new database at once cannot both apply it.
 		var applied bool
 		if err := tx.QueryRowContext(ctx,
 			"SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?)", version).Scan(&applied); err != nil {
@@ -183,7 +251,8 @@ func applyMigration(ctx context.Context, db *sql.DB, version int, name string) e
 		if applied {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
+		// Run as written: a script holds no placeholders.
+		if _, err := tx.Tx.ExecContext(ctx, string(script)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx,
@@ -193,45 +262,48 @@ func applyMigration(ctx context.Context, db *sql.DB, version int, name string) e
 }
 
 // write runs fn in a transaction on the writer connection.
-func (db *DB) write(ctx context.Context, fn func(*sql.Tx) error) error {
+func (db *DB) write(ctx context.Context, fn func(*tx) error) error {
 	defer db.timed("write", time.Now())
-	return inTx(ctx, db.writer, fn)
+	return inTx(ctx, db.writer, nil, fn)
 }
 
 // read runs fn in a read-only transaction on a reader connection, so that
 // several queries see one snapshot (an app and its webhooks, say).
-func (db *DB) read(ctx context.Context, fn func(*sql.Tx) error) error {
+func (db *DB) read(ctx context.Context, fn func(*tx) error) error {
 	defer db.timed("read", time.Now())
-	tx, err := db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	t, err := db.reader.BeginTx(ctx, db.d.readOptions())
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() // nothing to commit
-	return fn(tx)
+	defer t.Rollback() // nothing to commit
+	return fn(&tx{t, db.d})
 }
 
-// inTx runs fn in a transaction on db and commits it if fn succeeds.
-func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
+// writeLock is the PostgreSQL advisory lock every write transaction takes
+// first: writes go one at a time, over every node sharing the database, as
+// they do on SQLite, so each read-then-write transaction (a count checked
+// before an insert, say) holds as it does there.
+const writeLock = 0x68657261 // "hera"
+
+// inTx runs fn in a transaction on db and commits it if fn succeeds. A
+// write transaction on PostgreSQL takes the write lock first (opts is nil
+// for writes).
+func inTx(ctx context.Context, db *handle, opts *sql.TxOptions, fn func(*tx) error) error {
+	t, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
+	if db.d.postgres && opts == nil {
+		if _, err := t.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", writeLock); err != nil {
+			t.Rollback()
+			return err
+		}
+	}
+	if err := fn(&tx{t, db.d}); err != nil {
+		t.Rollback()
 		return err
 	}
-	return tx.Commit()
-}
-
-// conflict turns SQLite's rejection of a duplicate primary or unique key into
-// ErrConflict, keeping SQLite's message, which names the column. Other errors
-// are returned unchanged.
-func conflict(err error) error {
-	var e *sqlite.Error
-	if errors.As(err, &e) && (e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
-		return fmt.Errorf("%w: %s", ErrConflict, e.Error())
-	}
-	return err
+	return t.Commit()
 }
 
 // rowsAffected returns ErrNotFound when an UPDATE or DELETE matched no row.

@@ -10,13 +10,39 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+
+	"github.com/heraldrt/herald/storage/testpg"
 )
 
-// openTestDB opens a database in a fresh temporary directory and closes it
-// when the test ends.
+// The suite runs on SQLite, or with HERALD_TEST_DB=postgres on PostgreSQL
+// (a real server, see testpg): make test runs it both ways. Tests about
+// SQLite files (paths, permissions, backups, old files' migrations) call
+// sqliteOnly.
+var onPostgres = os.Getenv("HERALD_TEST_DB") == "postgres"
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+// testDSN is a fresh, empty database for t: a file in a temporary directory,
+// or a PostgreSQL database.
+func testDSN(t testing.TB) string {
+	if onPostgres {
+		return testpg.Start(t)
+	}
+	return filepath.Join(t.TempDir(), "herald.db")
+}
+
+// sqliteOnly skips a test about SQLite files when the suite runs on
+// PostgreSQL.
+func sqliteOnly(t testing.TB) {
+	if onPostgres {
+		t.Skip("about SQLite files")
+	}
+}
+
+// openTestDB opens a fresh database and closes it when the test ends.
 func openTestDB(t *testing.T) *DB {
 	t.Helper()
-	return openTestDBAt(t, filepath.Join(t.TempDir(), "herald.db"))
+	return openTestDBAt(t, testDSN(t))
 }
 
 func openTestDBAt(t *testing.T, path string) *DB {
@@ -51,6 +77,7 @@ func checkErr(t *testing.T, what string, err, want error) {
 
 func TestOpen(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
+		sqliteOnly(t)
 		db := openTestDB(t)
 		var journalMode string
 		var foreignKeys, synchronous int
@@ -63,7 +90,24 @@ func TestOpen(t *testing.T) {
 		check(t, "synchronous", synchronous, 1) // NORMAL
 	})
 
+	t.Run("OnTheChosenDatabase", func(t *testing.T) {
+		db := openTestDB(t)
+		check(t, "on PostgreSQL", db.d.postgres, onPostgres)
+		// Keys order byte by byte on both, whatever PostgreSQL's locale
+		// (testpg's sorts 'a' before 'Z'): keyset paging relies on it.
+		for _, id := range []string{"a-lower", "Z-upper"} {
+			_, err := db.CreateApp(t.Context(), testApp(id, "key-"+id))
+			checkErr(t, "CreateApp", err, nil)
+		}
+		var first string
+		if err := db.reader.QueryRowContext(t.Context(), "SELECT id FROM apps ORDER BY id LIMIT 1").Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "first app id", first, "Z-upper")
+	})
+
 	t.Run("ReadersAreReadOnly", func(t *testing.T) {
+		sqliteOnly(t) // PostgreSQL's reader is the one pool
 		db := openTestDB(t)
 		_, err := db.reader.ExecContext(t.Context(), "DELETE FROM apps")
 		if err == nil {
@@ -72,7 +116,7 @@ func TestOpen(t *testing.T) {
 	})
 
 	t.Run("MigrationsIdempotent", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "herald.db")
+		path := testDSN(t)
 		first, err := Open(t.Context(), path)
 		if err != nil {
 			t.Fatalf("first Open: %v", err)
@@ -86,7 +130,11 @@ func TestOpen(t *testing.T) {
 		checkErr(t, "GetApp after reopen", err, nil)
 		check(t, "app after reopen", got, want)
 
-		files, err := fs.Glob(migrations, "migrations/*.sql")
+		pattern := "migrations/*.sql"
+		if onPostgres {
+			pattern = "migrations/postgres/*.sql"
+		}
+		files, err := fs.Glob(migrations, pattern)
 		checkErr(t, "Glob", err, nil)
 		var applied int
 		if err := db.reader.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM schema_migrations").Scan(&applied); err != nil {
@@ -95,7 +143,19 @@ func TestOpen(t *testing.T) {
 		check(t, "applied migrations", applied, len(files))
 	})
 
+	t.Run("RefusesANewerSchema", func(t *testing.T) {
+		dsn := testDSN(t)
+		db, err := Open(t.Context(), dsn)
+		checkErr(t, "Open", err, nil)
+		_, err = db.writer.ExecContext(t.Context(), "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (9999, 0)")
+		checkErr(t, "a newer migration", err, nil)
+		checkErr(t, "Close", db.Close(), nil)
+		_, err = Open(t.Context(), dsn)
+		checkErr(t, "Open after a newer Herald", err, ErrNewerSchema)
+	})
+
 	t.Run("PathWithURISyntax", func(t *testing.T) {
+		sqliteOnly(t)
 		dir := t.TempDir()
 		db := openTestDBAt(t, filepath.Join(dir, "a b?c#d%20.db"))
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
@@ -108,7 +168,7 @@ func TestOpen(t *testing.T) {
 
 func TestDataVersion(t *testing.T) {
 	t.Run("ChangesAfterWriteFromOtherDB", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "herald.db")
+		path := testDSN(t)
 		server := openTestDBAt(t, path)
 		cli := openTestDBAt(t, path)
 
@@ -220,6 +280,7 @@ func TestConcurrentReadsWhileWriting(t *testing.T) {
 // The default database path is relative (./herald.db); it must open the file
 // in the working directory.
 func TestOpenRelativePath(t *testing.T) {
+	sqliteOnly(t)
 	t.Chdir(t.TempDir())
 	db, err := Open(context.Background(), "./herald.db")
 	if err != nil {

@@ -39,10 +39,10 @@ func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook, maxPer
 		return nil, nil
 	}
 	t := now()
-	err = db.write(ctx, func(tx *sql.Tx) error {
+	err = db.write(ctx, func(tx *tx) error {
 		dropped = nil
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO webhook_outbox
-			(app_id, url, order_key, body, attempts, next_attempt_at_ms, created_at_ms) VALUES (?, ?, ?, ?, 0, ?, ?)`)
+			(app_id, url, order_key, body, attempts, next_attempt_at_ms, created_at_ms) VALUES (?, ?, ?, ?, 0, ?, ?) RETURNING id`)
 		if err != nil {
 			return err
 		}
@@ -50,11 +50,7 @@ func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook, maxPer
 		newest := map[string]int64{} // per app, the id of its last request written here
 		var appIDs []string
 		for i := range items {
-			res, err := stmt.ExecContext(ctx, items[i].AppID, items[i].URL, items[i].Key, items[i].Body, t.UnixMilli(), t.UnixMilli())
-			if err != nil {
-				return err
-			}
-			if items[i].ID, err = res.LastInsertId(); err != nil {
+			if err := stmt.QueryRowContext(ctx, items[i].AppID, items[i].URL, items[i].Key, items[i].Body, t.UnixMilli(), t.UnixMilli()).Scan(&items[i].ID); err != nil {
 				return err
 			}
 			items[i].NextAttemptAt, items[i].CreatedAt = t, t
@@ -93,7 +89,7 @@ func (db *DB) EnqueueWebhooks(ctx context.Context, items []OutboxWebhook, maxPer
 // the app's oldest to its newest are too few to exceed max, as they are
 // unless the outbox is nearly full: counting 10,000 entries costs about as
 // much as writing a batch.
-func capWebhooks(ctx context.Context, tx *sql.Tx, appID string, newest int64, max int, t time.Time) (int, error) {
+func capWebhooks(ctx context.Context, tx *tx, appID string, newest int64, max int, t time.Time) (int, error) {
 	var oldest int64
 	if err := tx.QueryRowContext(ctx, `SELECT MIN(id) FROM webhook_outbox WHERE app_id = ?`, appID).Scan(&oldest); err != nil {
 		return 0, err
@@ -236,7 +232,7 @@ func (db *DB) ClaimWebhooks(ctx context.Context, t time.Time, lease time.Duratio
 		return nil, nil
 	}
 	var out []OutboxWebhook
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		out = out[:0]
 		heads, err := readHeads(ctx, tx, perURL)
 		if err != nil {
@@ -286,7 +282,7 @@ func (db *DB) ReleaseWebhooks(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return db.write(ctx, func(tx *sql.Tx) error {
+	return db.write(ctx, func(tx *tx) error {
 		stmt, err := tx.PrepareContext(ctx, `UPDATE webhook_outbox SET claimed_until_ms = NULL WHERE id = ?`)
 		if err != nil {
 			return err
@@ -337,7 +333,7 @@ func (db *DB) NextWebhookDue(ctx context.Context, t time.Time, perURL int) (time
 // deleted per app (nil when none).
 func (db *DB) DropExpiredWebhooks(ctx context.Context, createdBefore, t time.Time) (map[string]int, error) {
 	var dropped map[string]int
-	err := db.write(ctx, func(tx *sql.Tx) error {
+	err := db.write(ctx, func(tx *tx) error {
 		dropped = nil
 		rows, err := tx.QueryContext(ctx, `DELETE FROM webhook_outbox
 			WHERE created_at_ms < ? AND COALESCE(claimed_until_ms, 0) <= ? RETURNING app_id`,

@@ -336,12 +336,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // openOutboxDB opens a fresh database, closed when the test ends.
 func openOutboxDB(t *testing.T) *DB {
 	t.Helper()
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return openTestDB(t)
 }
 
 // BenchmarkEnqueueWebhooks writes batches of ten requests of one app into an

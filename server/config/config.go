@@ -25,7 +25,7 @@ import (
 // the defaults and help are in Vars.
 type Config struct {
 	Addr      string // HERALD_ADDR, --addr: listen address (port 0 picks a free port)
-	DB        string // HERALD_DB, --db: SQLite file
+	DB        string // HERALD_DB, --db: SQLite file, or a postgres:// URL
 	LogFormat string // HERALD_LOG_FORMAT: json or console
 	LogLevel  string // HERALD_LOG_LEVEL: debug, info, warn, error
 
@@ -102,7 +102,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	flagAddr := fs.String("addr", "", "listen address (HERALD_ADDR, default "+DefaultAddr+")")
-	flagDB := fs.String("db", "", "SQLite database file (HERALD_DB, default "+DefaultDB+")")
+	flagDB := fs.String("db", "", "SQLite database file or postgres:// URL (HERALD_DB, default "+DefaultDB+")")
 	flagConfig := fs.String("config", "", "TOML configuration file (HERALD_CONFIG)")
 	fs.Usage = func() {
 		out := fs.Output()

@@ -21,7 +21,7 @@ type Var struct {
 var Vars = []Var{
 	{Name: "HERALD_CONFIG", Flag: "config", Doc: "a TOML file of these settings, keyed by variable name; the environment and flags win over it"},
 	{Name: "HERALD_ADDR", Flag: "addr", Default: DefaultAddr, Doc: "listen address of every API; port 0 picks a free port"},
-	{Name: "HERALD_DB", Flag: "db", Default: DefaultDB, Doc: "the SQLite file that holds all state"},
+	{Name: "HERALD_DB", Flag: "db", Default: DefaultDB, Doc: "the SQLite file that holds all state, or a postgres:// URL of the PostgreSQL database the nodes of a cluster share"},
 	{Name: "HERALD_LOG_FORMAT", Default: "json", Doc: "json (production) or console (people)"},
 	{Name: "HERALD_LOG_LEVEL", Default: "info", Doc: "debug, info, warn or error; successful requests are logged at debug"},
 	{Name: "HERALD_TLS_CERT_FILE", Doc: "PEM certificate chain: serve https and wss on HERALD_ADDR (with HERALD_TLS_KEY_FILE); reloaded on SIGHUP and when the files change"},

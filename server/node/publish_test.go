@@ -25,6 +25,7 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/push/pushtest"
+	"github.com/heraldrt/herald/storage/testpg"
 )
 
 const (
@@ -278,8 +279,15 @@ func (s *webhookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // The Beams Go server SDK publishes through a real node to devices of all
 // three platforms on the fake gateways, which check the wire formats.
 func TestBeamsPublishGoSDK(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) { testBeamsPublishGoSDK(t, filepath.Join(t.TempDir(), "herald.db")) })
+	t.Run("PostgreSQL", func(t *testing.T) { testBeamsPublishGoSDK(t, testpg.Start(t)) })
+}
+
+// testBeamsPublishGoSDK publishes with the Go SDK to devices registered on
+// a node whose state is in db, a SQLite file or a PostgreSQL URL.
+func testBeamsPublishGoSDK(t *testing.T, db string) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
+	n, base := serveNode(t, pushConfig(t, gw, db), WithPush(gw.pushOptions()))
 	in, err := n.db.GetInstance(context.Background(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)

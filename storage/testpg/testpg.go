@@ -125,9 +125,19 @@ func startServer() (*server, error) {
 		}
 	}
 	data := filepath.Join(dir, "data")
-	cmd := exec.Command(initdb, "-D", data, "-U", "herald", "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := cmd.CombinedOutput(); err != nil {
+	// A linguistic collation (ICU's English, where 'a' sorts before 'Z'),
+	// as operators' databases often have: the schema must not depend on
+	// the database's locale. Plain initdb where ICU is missing.
+	var out []byte
+	for _, locale := range [][]string{{"--locale-provider=icu", "--icu-locale=en-US"}, nil} {
+		os.RemoveAll(data)
+		cmd := exec.Command(initdb, append([]string{"-D", data, "-U", "herald", "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions"}, locale...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err = cmd.CombinedOutput(); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}

@@ -1,0 +1,221 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// dialect is what differs between the two databases Herald keeps its state
+// in. The SQL is written once, in SQLite's form with ? placeholders (or ?N
+// for an argument used twice), booleans as 0/1 integers and JSON arrays as
+// text; for PostgreSQL the placeholders are rewritten to $N, booleans are
+// passed as integers, and the few JSON functions are spelled its way.
+type dialect struct {
+	postgres bool
+	rebound  sync.Map // query → its PostgreSQL form
+}
+
+var sqliteDialect = &dialect{}
+
+// rebind returns q with its placeholders in the database's form.
+func (d *dialect) rebind(q string) string {
+	if !d.postgres {
+		return q
+	}
+	if r, ok := d.rebound.Load(q); ok {
+		return r.(string)
+	}
+	r := rebindDollar(q)
+	d.rebound.Store(q, r)
+	return r
+}
+
+// rebindDollar turns ? into $1, $2, … in order, and ?N into $N, outside
+// quoted strings and identifiers.
+func rebindDollar(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 8)
+	n := 0
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch c {
+		case '\'', '"':
+			end := strings.IndexByte(q[i+1:], c)
+			if end < 0 {
+				b.WriteString(q[i:])
+				return b.String()
+			}
+			b.WriteString(q[i : i+end+2])
+			i += end + 1
+		case '?':
+			j := i + 1
+			for j < len(q) && q[j] >= '0' && q[j] <= '9' {
+				j++
+			}
+			b.WriteByte('$')
+			if j > i+1 {
+				b.WriteString(q[i+1 : j])
+			} else {
+				n++
+				b.WriteString(strconv.Itoa(n))
+			}
+			i = j - 1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// args returns the arguments as the database takes them: PostgreSQL keeps
+// booleans in integer columns, and its driver will not turn a bool into one.
+func (d *dialect) args(args []any) []any {
+	if !d.postgres {
+		return args
+	}
+	var out []any
+	for i, a := range args {
+		var v any
+		switch a := a.(type) {
+		case bool:
+			v = boolInt(a)
+		case *bool:
+			if a == nil {
+				v = nil
+			} else {
+				v = boolInt(*a)
+			}
+		case sql.NullBool:
+			if a.Valid {
+				v = boolInt(a.Bool)
+			}
+		default:
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = v
+	}
+	if out == nil {
+		return args
+	}
+	return out
+}
+
+func boolInt(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// eachJSON is a FROM item giving the elements of the JSON array text expr,
+// as text, in a column value of the alias.
+func (d *dialect) eachJSON(expr, alias string) string {
+	if d.postgres {
+		return "jsonb_array_elements_text(" + expr + "::jsonb) " + alias + "(value)"
+	}
+	return "json_each(" + expr + ") " + alias
+}
+
+// jsonLength is the length of the JSON array text expr.
+func (d *dialect) jsonLength(expr string) string {
+	if d.postgres {
+		return "jsonb_array_length(" + expr + "::jsonb)"
+	}
+	return "json_array_length(" + expr + ")"
+}
+
+// readOptions are those of a read transaction: one snapshot for all its
+// queries (SQLite's transactions always have one).
+func (d *dialect) readOptions() *sql.TxOptions {
+	if d.postgres {
+		return &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}
+	}
+	return &sql.TxOptions{ReadOnly: true}
+}
+
+// conflict turns the database's rejection of a duplicate primary or unique
+// key into ErrConflict, keeping its message, which names the key. Other
+// errors are returned unchanged.
+func conflict(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+		return fmt.Errorf("%w: %s", ErrConflict, se.Error())
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
+		return fmt.Errorf("%w: %s", ErrConflict, pe.Error())
+	}
+	return err
+}
+
+// handle is a connection pool that speaks the dialect.
+type handle struct {
+	*sql.DB
+	d *dialect
+}
+
+func (h *handle) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return h.DB.ExecContext(ctx, h.d.rebind(q), h.d.args(args)...)
+}
+
+func (h *handle) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return h.DB.QueryContext(ctx, h.d.rebind(q), h.d.args(args)...)
+}
+
+func (h *handle) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return h.DB.QueryRowContext(ctx, h.d.rebind(q), h.d.args(args)...)
+}
+
+// tx is a transaction that speaks the dialect.
+type tx struct {
+	*sql.Tx
+	d *dialect
+}
+
+func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return t.Tx.ExecContext(ctx, t.d.rebind(q), t.d.args(args)...)
+}
+
+func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.Tx.QueryContext(ctx, t.d.rebind(q), t.d.args(args)...)
+}
+
+func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return t.Tx.QueryRowContext(ctx, t.d.rebind(q), t.d.args(args)...)
+}
+
+// PrepareContext prepares q; the statement's arguments must be in the
+// database's form already (no booleans).
+func (t *tx) PrepareContext(ctx context.Context, q string) (*stmt, error) {
+	s, err := t.Tx.PrepareContext(ctx, t.d.rebind(q))
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{s, t.d}, nil
+}
+
+// stmt is a prepared statement that speaks the dialect.
+type stmt struct {
+	*sql.Stmt
+	d *dialect
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	return s.Stmt.ExecContext(ctx, s.d.args(args)...)
+}
+
+func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
+	return s.Stmt.QueryRowContext(ctx, s.d.args(args)...)
+}
