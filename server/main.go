@@ -1,10 +1,12 @@
 // Command herald is one server for Pusher-compatible realtime channels and
-// Beams-compatible push notifications, kept in one SQLite file.
+// Beams-compatible push notifications, kept in one SQLite file (or in
+// PostgreSQL).
 //
 //	herald [serve] [--addr ADDR] [--db FILE] [--config FILE]   serve (the default)
 //	herald apps <command> ...                                   manage Channels apps
 //	herald instances <command> ...                              manage Push instances
 //	herald backup [--db FILE] <target>                          consistent copy of the database, online
+//	herald copy --from DB --to DB                               every table into another, empty database
 //	herald healthcheck [--addr ADDR] [--config FILE]            exit 0 when the server is ready
 //	herald version                                              version, commit, build date, Go version
 package main
@@ -48,6 +50,7 @@ Commands:
   apps         manage Channels apps in the database (herald apps help)
   instances    manage Push instances in the database (herald instances help)
   backup       a consistent copy of the database, online: herald backup [--db FILE] <file>
+  copy         every table into another, empty database: herald copy --from <file or URL> --to <file or URL>
   healthcheck  ask the server of these settings for GET /readyz: exit 0 when ready, 1 otherwise
   version      the version, commit, build date and Go version (also --version)
 
@@ -64,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve", "apps", "instances", "backup", "healthcheck", "version", "help":
+		case "serve", "apps", "instances", "backup", "copy", "healthcheck", "version", "help":
 			cmd, args = args[0], args[1:]
 		case "-h", "--help", "-help":
 			cmd, args = "help", args[1:]
@@ -76,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		err = serve(ctx, args, stderr)
-	case "apps", "instances", "backup":
+	case "apps", "instances", "backup", "copy":
 		err = manage(ctx, cmd, args, stdout, stderr)
 	case "healthcheck":
 		err = healthcheck(ctx, args, stdout, stderr)
@@ -111,6 +114,8 @@ func manage(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		return cli.Apps(env, args)
 	case "instances":
 		return cli.Instances(env, args)
+	case "copy":
+		return cli.Copy(env, args)
 	default:
 		return cli.Backup(env, args)
 	}

@@ -1,0 +1,125 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// copyTables are the tables Copy moves, parents before children. The
+// schema's bookkeeping (schema_migrations, config_version) is the target's
+// own.
+var copyTables = []struct {
+	name     string
+	identity bool // an id column the database numbers (a PostgreSQL sequence to move on)
+}{
+	{"apps", false},
+	{"app_webhooks", true},
+	{"instances", false},
+	{"devices", false},
+	{"device_interests", false},
+	{"publishes", false},
+	{"report_events", true},
+	{"publish_report_counts", false},
+	{"deliveries", true},
+	{"publish_webhook_outbox", true},
+	{"webhook_outbox", true},
+}
+
+// ErrNotEmpty means Copy's target already holds state.
+var ErrNotEmpty = errors.New("storage: the target database is not empty")
+
+// Copy moves every row of from into to, which must be empty (freshly
+// migrated): a SQLite file into PostgreSQL when a deployment grows, or
+// back. It runs in one write transaction on to, so a failed copy leaves it
+// empty, and reads from one snapshot of from; no server should write to
+// from meanwhile. It returns the rows copied per table.
+func Copy(ctx context.Context, from, to *DB) (map[string]int, error) {
+	counts := make(map[string]int, len(copyTables))
+	err := from.read(ctx, func(src *tx) error {
+		return to.write(ctx, func(dst *tx) error {
+			for _, t := range copyTables {
+				var n int
+				if err := dst.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+t.name).Scan(&n); err != nil {
+					return err
+				}
+				if n > 0 {
+					return fmt.Errorf("%w: %s has %d rows", ErrNotEmpty, t.name, n)
+				}
+			}
+			for _, t := range copyTables {
+				n, err := copyTable(ctx, src, dst, t.name)
+				if err != nil {
+					return fmt.Errorf("copying %s: %w", t.name, err)
+				}
+				counts[t.name] = n
+				if t.identity && to.d.postgres {
+					// Rows came with their ids: the next one the database
+					// numbers must follow them.
+					if _, err := dst.ExecContext(ctx, `SELECT setval(pg_get_serial_sequence('`+t.name+`', 'id'),
+						COALESCE((SELECT MAX(id) FROM `+t.name+`), 0) + 1, false)`); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("copy: %w", err)
+	}
+	return counts, nil
+}
+
+// copyTable inserts every row of the table in src into dst, columns by name
+// (the two schemas may order them differently), in batches.
+func copyTable(ctx context.Context, src, dst *tx, table string) (int, error) {
+	rows, err := src.QueryContext(ctx, "SELECT * FROM "+table)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, err
+	}
+	// Enough rows per statement to save round trips, few enough arguments
+	// for either database's limit (SQLite: 32,766).
+	per := max(1, 1000/len(cols))
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
+	insert := func(args []any) error {
+		if len(args) == 0 {
+			return nil
+		}
+		n := len(args) / len(cols)
+		q := "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " +
+			strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+		_, err := dst.ExecContext(ctx, q, args...)
+		return err
+	}
+	var batch []any
+	total := 0
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return total, err
+		}
+		batch = append(batch, vals...)
+		total++
+		if len(batch)/len(cols) == per {
+			if err := insert(batch); err != nil {
+				return total, err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return total, err
+	}
+	return total, insert(batch)
+}

@@ -1,0 +1,100 @@
+package storage
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+// dump is every row of every copied table, as text, in key order.
+func dump(t *testing.T, db *DB) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, tb := range copyTables {
+		rows, err := db.reader.QueryContext(t.Context(), "SELECT * FROM "+tb.name+" ORDER BY 1, 2, 3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			line := ""
+			for i, v := range vals {
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				line += fmt.Sprintf("%s=%v ", cols[i], v)
+			}
+			out[tb.name] = append(out[tb.name], line)
+		}
+		rows.Close()
+	}
+	return out
+}
+
+func TestCopyMovesEveryTable(t *testing.T) {
+	ctx := t.Context()
+	src := openTestDBAt(t, filepath.Join(t.TempDir(), "source.db")) // SQLite, as a deployment starts
+	_, err := src.CreateApp(ctx, App{ID: "1", Key: "k1", Secret: "s1", Enabled: true, ClientEvents: true,
+		Webhooks: []Webhook{{URL: "https://example.com/a", EventTypes: []string{"channel_occupied"}}, {URL: "https://example.com/b", Batch: true}}})
+	checkErr(t, "CreateApp", err, nil)
+	_, err = src.CreateInstance(ctx, testInstance(instanceID))
+	checkErr(t, "CreateInstance", err, nil)
+	for _, stmt := range []string{
+		`INSERT INTO devices VALUES ('web-1', '` + instanceID + `', 'web', 'tok1', '', '{"a":"b"}', 'alice', 1, 2)`,
+		`INSERT INTO devices VALUES ('apns-1', '` + instanceID + `', 'apns', 'tok2', 'com.x', '{}', NULL, 3, 4)`,
+		`INSERT INTO device_interests VALUES ('` + instanceID + `', 'news', 'web-1'), ('` + instanceID + `', 'news', 'apns-1')`,
+		`INSERT INTO publishes VALUES ('pub-1', '` + instanceID + `', 'interests', '["news"]', '{"web":{}}', '', 'delivering', '', 1, 2, 1, 0, 5, NULL)`,
+		`INSERT INTO report_events VALUES (7, '` + instanceID + `', 'pub-1', 'web-1', 'delivery', 'alice', 6, 1, NULL, 0, 8)`,
+		`INSERT INTO publish_report_counts VALUES ('` + instanceID + `', 'pub-1', 1, 0)`,
+		`INSERT INTO deliveries VALUES (9, 'pub-1', '` + instanceID + `', 'apns-1', 'apns', 'tok2', 'com.x', '', 2, 0, 10)`,
+		`INSERT INTO publish_webhook_outbox VALUES (11, '` + instanceID + `', 'https://example.com/p', 'pub-1', 'publish_started', 'delivering', 2, 1, 0, 12, 0, 13, 14)`,
+		`INSERT INTO webhook_outbox (id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms, claimed_until_ms, order_key)
+			VALUES (15, '1', 'https://example.com/a', X'00ff7b7d', 1, 16, 17, NULL, 'news')`,
+	} {
+		_, err := src.writer.ExecContext(ctx, stmt)
+		checkErr(t, stmt, err, nil)
+	}
+	want := dump(t, src)
+	for _, tb := range copyTables {
+		if len(want[tb.name]) == 0 {
+			t.Fatalf("the source has no %s: the test would not show they are copied", tb.name)
+		}
+	}
+
+	// Into PostgreSQL under HERALD_TEST_DB=postgres (another SQLite file
+	// otherwise), and back into SQLite.
+	mid := openTestDB(t)
+	counts, err := Copy(ctx, src, mid)
+	checkErr(t, "Copy", err, nil)
+	check(t, "rows copied into apps", counts["apps"], 1)
+	check(t, "rows copied into app_webhooks", counts["app_webhooks"], 2)
+	back := openTestDBAt(t, filepath.Join(t.TempDir(), "back.db"))
+	_, err = Copy(ctx, mid, back)
+	checkErr(t, "Copy back", err, nil)
+	check(t, "the tables after a round trip", dump(t, back), want)
+	check(t, "the tables in the middle", dump(t, mid), want)
+
+	// The copy is the state: apps read back whole, and new rows get ids
+	// after the copied ones.
+	app, err := mid.GetApp(ctx, "1")
+	checkErr(t, "GetApp", err, nil)
+	check(t, "webhooks of the copied app", len(app.Webhooks), 2)
+	items := []OutboxWebhook{{AppID: "1", URL: "https://example.com/a", Body: []byte("{}")}}
+	_, err = mid.EnqueueWebhooks(ctx, items, 0)
+	checkErr(t, "EnqueueWebhooks", err, nil)
+	if items[0].ID <= 15 {
+		t.Fatalf("a new webhook request got id %d, not after the copied 15", items[0].ID)
+	}
+
+	// A target with state is refused, and keeps its state.
+	_, err = Copy(ctx, src, mid)
+	checkErr(t, "Copy into a database with state", err, ErrNotEmpty)
+}
