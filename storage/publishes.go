@@ -242,10 +242,24 @@ func (db *DB) interestTargets(ctx context.Context, p Publish, platform Platform,
 	var page []Delivery
 	lower, upper := max(cursor, string(platform)+"-"), string(platform)+"."
 	err := db.read(ctx, func(tx *tx) error {
-		stmt, err := tx.PrepareContext(ctx, `SELECT d.id, d.token, d.bundle_identifier
+		q := `SELECT d.id, d.token, d.bundle_identifier
 			FROM device_interests AS di JOIN devices AS d ON d.id = di.device_id
 			WHERE di.instance_id = ? AND di.interest = ? AND di.device_id > ? AND di.device_id < ?
-			ORDER BY di.device_id LIMIT ?`)
+			ORDER BY di.device_id LIMIT ?`
+		if db.d.postgres {
+			// The page's ids first, then each device by its key: once
+			// PostgreSQL has statistics it would rather merge-join or hash
+			// the whole devices table, which costs every page the devices
+			// before it (450 s instead of seconds for a million). OFFSET 0
+			// keeps it from folding the lookup back into a join.
+			q = `SELECT d.id, d.token, d.bundle_identifier
+			FROM (SELECT device_id FROM device_interests
+				WHERE instance_id = ? AND interest = ? AND device_id > ? AND device_id < ?
+				ORDER BY device_id LIMIT ?) AS di
+			CROSS JOIN LATERAL (SELECT id, token, bundle_identifier FROM devices WHERE id = di.device_id OFFSET 0) AS d
+			ORDER BY di.device_id`
+		}
+		stmt, err := tx.PrepareContext(ctx, q)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testpg"
 )
 
 // seedDevices imports count devices subscribed to interest, spread evenly
@@ -135,6 +136,16 @@ func (f *fakeProcess) delivered(b *testing.B) int {
 // per delivery of the server and of the fakes. Both share this machine's
 // cores; the server's CPU figure is what bounds its rate on idle cores.
 func BenchmarkPublish100k(b *testing.B) {
+	b.Run("SQLite", func(b *testing.B) { benchmarkPublish100k(b, filepath.Join(b.TempDir(), "herald.db"), nil) })
+	b.Run("PostgreSQL", func(b *testing.B) {
+		dsn := testpg.Start(b)
+		benchmarkPublish100k(b, dsn, func() time.Duration { return treeCPU(testpg.PID()) })
+	})
+}
+
+// benchmarkPublish100k is BenchmarkPublish100k on the database db; dbCPU,
+// when the database is a server of its own, is the CPU time it used so far.
+func benchmarkPublish100k(b *testing.B, db string, dbCPU func() time.Duration) {
 	const devices = 100_000
 	fk := startFakeProcess(b)
 	roots := x509.NewCertPool()
@@ -142,7 +153,7 @@ func BenchmarkPublish100k(b *testing.B) {
 		b.Fatalf("the fakes' CA: %v", err)
 	}
 	cfg := config.Config{
-		DB: filepath.Join(b.TempDir(), "herald.db"), InstanceID: beamsInstance, InstanceSecretKey: beamsSecret,
+		DB: db, InstanceID: beamsInstance, InstanceSecretKey: beamsSecret,
 		APNsKeyFile: fk.cfg.APNsKeyFile, APNsKeyID: fk.cfg.APNsKeyID, APNsTeamID: fk.cfg.APNsTeamID,
 		APNsURL: fk.cfg.APNsURL, APNsCAFile: fk.cfg.APNsCAFile,
 		FCMServiceAccountFile: fk.cfg.FCMServiceAccountFile, FCMURL: fk.cfg.FCMURL,
@@ -165,9 +176,12 @@ func BenchmarkPublish100k(b *testing.B) {
 		"web":       map[string]any{"notification": map[string]any{"title": "Hi", "body": "Benchmark"}},
 	}
 	b.ResetTimer()
-	var total, cpu, fakeCPU time.Duration
+	if dbCPU == nil {
+		dbCPU = func() time.Duration { return 0 } // in process: counted as the server's
+	}
+	var total, cpu, fakeCPU, databaseCPU time.Duration
 	for range b.N {
-		before, cpuBefore, fakeBefore := fk.delivered(b), cpuTime(), procCPU(fk.pid)
+		before, cpuBefore, fakeBefore, dbBefore := fk.delivered(b), cpuTime(), procCPU(fk.pid), dbCPU()
 		status, out := call(b, "POST", base+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests", body,
 			"Authorization", "Bearer "+beamsSecret)
 		answered := time.Now()
@@ -183,6 +197,7 @@ func BenchmarkPublish100k(b *testing.B) {
 		total += time.Since(answered)
 		cpu += cpuTime() - cpuBefore
 		fakeCPU += procCPU(fk.pid) - fakeBefore
+		databaseCPU += dbCPU() - dbBefore
 	}
 	b.StopTimer()
 	per := total / time.Duration(b.N)
@@ -191,6 +206,32 @@ func BenchmarkPublish100k(b *testing.B) {
 	b.ReportMetric(float64(rssKiB())/1024, "peak-RSS-MiB")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(devices*b.N), "server-cpu-µs/delivery")
 	b.ReportMetric(float64(fakeCPU.Microseconds())/float64(devices*b.N), "fakes-cpu-µs/delivery")
+	b.ReportMetric(float64(databaseCPU.Microseconds())/float64(devices*b.N), "postgres-cpu-µs/delivery")
+}
+
+// treeCPU is the CPU time (user and system) process pid and its children
+// used so far: a PostgreSQL server's sessions are child processes.
+func treeCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	total := procCPU(pid)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			total += procCPU(child)
+		}
+	}
+	return total
 }
 
 // rssKiB reads the process's peak resident set size (Linux).

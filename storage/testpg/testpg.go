@@ -98,6 +98,16 @@ func Start(t testing.TB) string {
 	return u.String()
 }
 
+// PID is the process id of the server Start's databases are on (0 when it
+// is one named by HERALD_TEST_POSTGRES_URL, or none started yet): its
+// sessions run in child processes, which benchmarks count in its CPU time.
+func PID() int {
+	if srv == nil || srv.cmd == nil {
+		return 0
+	}
+	return srv.cmd.Process.Pid
+}
+
 func startServer() (*server, error) {
 	if u := os.Getenv("HERALD_TEST_POSTGRES_URL"); u != "" {
 		return &server{url: u}, nil
