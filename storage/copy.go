@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -101,12 +102,8 @@ func copyTable(ctx context.Context, src, dst *tx, table string) (int, error) {
 	var batch []any
 	total := 0
 	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
+		vals, err := scanValues(rows, len(cols))
+		if err != nil {
 			return total, err
 		}
 		batch = append(batch, vals...)
@@ -122,4 +119,14 @@ func copyTable(ctx context.Context, src, dst *tx, table string) (int, error) {
 		return total, err
 	}
 	return total, insert(batch)
+}
+
+// scanValues reads the current row's n columns as the driver gives them.
+func scanValues(rows *sql.Rows, n int) ([]any, error) {
+	vals := make([]any, n)
+	ptrs := make([]any, n)
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	return vals, rows.Scan(ptrs...)
 }

@@ -17,12 +17,8 @@ func dump(t *testing.T, db *DB) map[string][]string {
 		}
 		cols, _ := rows.Columns()
 		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
+			vals, err := scanValues(rows, len(cols))
+			if err != nil {
 				t.Fatal(err)
 			}
 			line := ""
