@@ -147,6 +147,11 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 	return &DB{writer: h, reader: h, d: d}, nil
 }
 
+// Shared reports whether other nodes may be using the database at the same
+// time (PostgreSQL): claims found at start may then be theirs, not a
+// crashed previous run's, and are left to expire.
+func (db *DB) Shared() bool { return db.d.postgres }
+
 // Close closes every connection. The writer closes last so that its close,
 // as the last connection of this process, checkpoints the WAL.
 func (db *DB) Close() error {

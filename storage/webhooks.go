@@ -298,8 +298,9 @@ func (db *DB) ReleaseWebhooks(ctx context.Context, ids []int64) error {
 }
 
 // ReleaseAllWebhookClaims gives back every claimed request. Only a node that
-// is alone on the database may call it, at start: the claims are its previous
-// run's, cut short by a crash, and their requests are due again at once.
+// is alone on the database (not Shared) may call it, at start: the claims are
+// its previous run's, cut short by a crash, and their requests are due again
+// at once.
 func (db *DB) ReleaseAllWebhookClaims(ctx context.Context) error {
 	_, err := db.writer.ExecContext(ctx, `UPDATE webhook_outbox SET claimed_until_ms = NULL WHERE claimed_until_ms IS NOT NULL`)
 	return err

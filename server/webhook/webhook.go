@@ -193,10 +193,14 @@ func (d *Dispatcher) report(a Attempt) {
 
 // Start runs the collector and the sender. Requests left in the outbox by an
 // earlier run are sent too, those it had claimed when it crashed included:
-// the node is alone on its database, so no other sender holds them.
+// at once when the node is alone on its database (SQLite), so that no other
+// sender can hold them; once their claim runs out on a database other nodes
+// share, where a claim may be another node's, in flight.
 func (d *Dispatcher) Start() {
-	if err := d.db.ReleaseAllWebhookClaims(context.Background()); err != nil {
-		d.log.Error("taking back the webhook claims of the previous run", zap.Error(err))
+	if !d.db.Shared() {
+		if err := d.db.ReleaseAllWebhookClaims(context.Background()); err != nil {
+			d.log.Error("taking back the webhook claims of the previous run", zap.Error(err))
+		}
 	}
 	cctx, ccancel := context.WithCancel(context.Background())
 	sctx, scancel := context.WithCancel(context.Background())
