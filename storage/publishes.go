@@ -155,6 +155,47 @@ func (db *DB) UnresolvedPublishes(ctx context.Context, limit int) ([]Publish, er
 	return out, rows.Err()
 }
 
+// ClaimPublishes leases to owner, until t+lease, up to limit publishes whose
+// targets are not all resolved yet and that no other owner holds a live
+// lease on, and returns them, oldest first. The owner's own leases are
+// renewed by the same call, so a dispatcher calls it at least once a lease
+// and reads the pages of the publishes it got: nodes sharing the database
+// never read the same publish at once, and a dead node's publishes are
+// taken over, from their recorded cursor, once its leases ran out.
+func (db *DB) ClaimPublishes(ctx context.Context, owner string, t time.Time, lease time.Duration, limit int) ([]Publish, error) {
+	var out []Publish
+	err := db.write(ctx, func(tx *tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `UPDATE publishes SET lease_owner = ?1, lease_until_ms = ?2
+			WHERE id IN (SELECT id FROM publishes WHERE resolved = 0 AND (lease_owner = ?1 OR lease_until_ms <= ?3)
+				ORDER BY created_at_ms, id LIMIT ?4)
+			RETURNING `+publishColumns, owner, t.Add(lease).UnixMilli(), t.UnixMilli(), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			p, err := scanPublish(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, p)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim publishes: %w", err)
+	}
+	// RETURNING promises no order.
+	slices.SortFunc(out, func(a, b Publish) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
 // Delivery is one notification to send: a device of a publish. Deliveries
 // live in memory while their page is in flight; the deliveries table holds
 // only those waiting for a retry (and, from earlier versions, rows
@@ -346,7 +387,11 @@ func advanceCursor(kind PublishTargetKind, stored string, stream Platform, next 
 // PublishTargets), recorded once each of its deliveries was sent, refused,
 // or left for later.
 type PageResult struct {
-	PublishID    string
+	PublishID string
+	// Owner is the lease the page was read under (see ClaimPublishes); ""
+	// when not leased. A page whose publish another owner leases now is
+	// not recorded: that owner reads it again from the recorded cursor.
+	Owner        string
 	Stream       Platform // the target stream (see PublishTargets)
 	Cursor       string   // where the page ends: the stream's cursor once recorded
 	Resolved     bool     // the page ends the publish's last open stream
@@ -371,17 +416,33 @@ type LaterDelivery struct {
 // deliveries are stored, dead devices deleted, and each publish's cursor and
 // counts advance; a publish whose last page this is becomes resolved, and
 // done when nothing of it is left in the deliveries table (storing its
-// publish_finished webhook). The publishes that became done are returned.
-// A crash before this call loses nothing: the pages are read and sent again.
-func (db *DB) CompletePages(ctx context.Context, pages []PageResult) ([]Publish, error) {
+// publish_finished webhook). The publishes that became done are returned,
+// with how many deliveries were in pages not recorded because their
+// publish's lease had gone to another owner: sent twice, as that owner sends
+// them again. A crash before this call loses nothing: the pages are read and
+// sent again.
+func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished []Publish, duplicated int, err error) {
 	if len(pages) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
-	var finished []Publish
-	err := db.write(ctx, func(tx *tx) error {
-		finished = finished[:0]
+	err = db.write(ctx, func(tx *tx) error {
+		finished, duplicated = finished[:0], 0
 		ts := now()
 		for _, pg := range pages {
+			var owner string
+			err := tx.QueryRowContext(ctx, `SELECT lease_owner FROM publishes WHERE id = ?`, pg.PublishID).Scan(&owner)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err == nil && pg.Owner != "" && owner != pg.Owner {
+				duplicated += pg.Targeted
+				for _, d := range pg.Dead {
+					if err := deleteDeadDeviceTx(ctx, tx, d); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			for _, l := range pg.Later {
 				d := l.Delivery
 				if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
@@ -397,7 +458,7 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) ([]Publish,
 				}
 			}
 			var kind, stored string
-			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored)
+			err = tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored)
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // the publish was deleted with its instance
 			}
@@ -423,9 +484,9 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) ([]Publish,
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("complete publish pages: %w", err)
+		return nil, 0, fmt.Errorf("complete publish pages: %w", err)
 	}
-	return finished, nil
+	return finished, duplicated, nil
 }
 
 // finishIfDoneTx moves a resolved publish with nothing left to send to done

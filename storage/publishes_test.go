@@ -113,7 +113,7 @@ func TestCompletePages(t *testing.T) {
 
 	dead := Delivery{PublishID: p.ID, InstanceID: instanceID, DeviceID: all[1].ID, Platform: all[1].Platform, Token: all[1].Token}
 	later := Delivery{PublishID: p.ID, InstanceID: instanceID, DeviceID: all[3].ID, Platform: all[3].Platform, Token: all[3].Token, Attempts: 1}
-	finished, err := db.CompletePages(ctx, []PageResult{
+	finished, _, err := db.CompletePages(ctx, []PageResult{
 		{PublishID: p.ID, Stream: PlatformAPNs, Cursor: "apns-0099", Targeted: 10, Sent: 9, Failed: 1, Dead: []Delivery{dead}},
 		{PublishID: p.ID, Stream: PlatformFCM, Cursor: "fcm-0100", Targeted: 5, Sent: 4, Later: []LaterDelivery{{Delivery: later, At: time.Now()}}},
 		{PublishID: "deleted-meanwhile", Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 1, Sent: 1},
@@ -133,7 +133,7 @@ func TestCompletePages(t *testing.T) {
 	check(t, "stored for later", pending, 1)
 
 	// The last page resolves the publish, but a delivery is still stored.
-	finished, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Stream: PlatformWeb, Cursor: "web-0299", Resolved: true, Targeted: 1, Sent: 1}})
+	finished, _, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Stream: PlatformWeb, Cursor: "web-0299", Resolved: true, Targeted: 1, Sent: 1}})
 	checkErr(t, "CompletePages last", err, nil)
 	check(t, "finished with a stored delivery", len(finished), 0)
 	claimed, err := db.ClaimDeliveries(ctx, later.Platform, time.Now().Add(time.Second), 10)
@@ -170,4 +170,54 @@ func TestLegacySingleCursor(t *testing.T) {
 	c, err = advanceCursor(TargetUsers, "4", "", "8")
 	checkErr(t, "advanceCursor users", err, nil)
 	check(t, "users cursor", c, "8")
+}
+
+func TestPublishLeases(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	var ids []string
+	for i := range 3 {
+		p, err := db.CreatePublish(ctx, Publish{ID: fmt.Sprintf("pub-l%d", i), InstanceID: instanceID, TargetKind: TargetInterests,
+			Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+		checkErr(t, "CreatePublish", err, nil)
+		ids = append(ids, p.ID)
+	}
+	idsOf := func(ps []Publish) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.ID)
+		}
+		return out
+	}
+	t0 := time.Now()
+	a, err := db.ClaimPublishes(ctx, "node-a", t0, time.Minute, 2)
+	checkErr(t, "ClaimPublishes a", err, nil)
+	check(t, "node a's, oldest first", idsOf(a), ids[:2])
+	b, err := db.ClaimPublishes(ctx, "node-b", t0, time.Minute, 10)
+	checkErr(t, "ClaimPublishes b", err, nil)
+	check(t, "node b gets what a does not hold", idsOf(b), ids[2:])
+	// a renews its own; b's stays b's.
+	a, err = db.ClaimPublishes(ctx, "node-a", t0.Add(30*time.Second), time.Minute, 10)
+	checkErr(t, "ClaimPublishes a again", err, nil)
+	check(t, "node a renews", idsOf(a), ids[:2])
+
+	// a stops renewing (it died): after its lease, b takes its publishes
+	// over, from the recorded cursor.
+	page := PageResult{PublishID: ids[0], Owner: "node-a", Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 3, Sent: 3}
+	_, dup, err := db.CompletePages(ctx, []PageResult{page})
+	checkErr(t, "CompletePages by the owner", err, nil)
+	check(t, "duplicated by the owner", dup, 0)
+	b, err = db.ClaimPublishes(ctx, "node-b", t0.Add(91*time.Second), time.Minute, 10)
+	checkErr(t, "ClaimPublishes b after a's lease", err, nil)
+	check(t, "node b took over", idsOf(b), ids)
+	check(t, "from the cursor a recorded", b[0].StreamCursor(PlatformFCM), "fcm-0001")
+
+	// A page a was still sending is not recorded: b sends it again.
+	late := PageResult{PublishID: ids[0], Owner: "node-a", Stream: PlatformFCM, Cursor: "fcm-0002", Targeted: 4, Sent: 4}
+	_, dup, err = db.CompletePages(ctx, []PageResult{late})
+	checkErr(t, "CompletePages after losing the lease", err, nil)
+	check(t, "duplicated deliveries", dup, 4)
+	got, err := db.GetPublish(ctx, instanceID, ids[0])
+	checkErr(t, "GetPublish", err, nil)
+	check(t, "cursor and counts untouched by the lost page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0001", 3, 3})
 }

@@ -43,7 +43,7 @@ func TestReportEvents(t *testing.T) {
 	done := createTestPublish(t, db, instanceID, "pub-done", TargetInterests, "late")
 	done, err = db.StartPublish(ctx, done)
 	checkErr(t, "StartPublish", err, nil)
-	finished, err := db.CompletePages(ctx, []PageResult{{PublishID: done.ID, Resolved: true}})
+	finished, _, err := db.CompletePages(ctx, []PageResult{{PublishID: done.ID, Resolved: true}})
 	checkErr(t, "CompletePages", err, nil)
 	check(t, "finished", len(finished), 1)
 	for time.Now().UnixMilli() <= finished[0].FinishedAt.UnixMilli() {

@@ -32,7 +32,7 @@ func TestAdminInstancePublishes(t *testing.T) {
 	if _, err := s.db.StartPublish(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	done, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Resolved: true}})
+	done, _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Resolved: true}})
 	if err != nil || len(done) != 1 || done[0].State != storage.PublishDone {
 		t.Fatalf("complete: %+v %v", done, err)
 	}

@@ -326,7 +326,7 @@ func TestPublishStatusCounts(t *testing.T) {
 	if _, err := s.db.StartPublish(ctx, pubs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: id, Cursor: d.ID, Targeted: 1}}); err != nil {
+	if _, _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: id, Cursor: d.ID, Targeted: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.pclient.GetPublishWithResponse(ctx, pushInstanceID, id)

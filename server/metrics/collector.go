@@ -23,6 +23,7 @@ type collector struct {
 	outbox, webhookRequests, webhookAbandoned     *prometheus.Desc
 	webhookDropped, webhookUnsent                 *prometheus.Desc
 	pushQueue, pushPublishes, pushDeliveries      *prometheus.Desc
+	pushDuplicates                                *prometheus.Desc
 	panics, rateLimited                           *prometheus.Desc
 	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
 	clusterPublishErrors, clusterReceived         *prometheus.Desc
@@ -53,6 +54,7 @@ func newCollector(src Sources) *collector {
 		pushQueue:        d("push_dispatch_queue_depth", "Push deliveries waiting to be sent."),
 		pushPublishes:    d("push_publishes_total", "Push publishes accepted."),
 		pushDeliveries:   d("push_deliveries_total", "Push delivery attempts, by gateway and outcome.", "gateway", "outcome"),
+		pushDuplicates:   d("push_duplicates_total", "Push deliveries this node sent that another node sends again: in flight when their publish's lease went to it."),
 		panics:           d("panics_total", "Panics recovered, by the part that recovered them; each lost only its connection or piece of work.", "part"),
 		rateLimited:      d("rate_limited_total", "Requests, connections or subscribes refused by a rate limit or cap, by limit.", "limit"),
 
@@ -72,7 +74,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.connections, c.channels, c.subscriptions, c.members, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
-		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.panics, c.rateLimited,
+		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
 		c.clusterResyncs, c.clusterReaped, c.clusterOutages,
 	} {
@@ -139,6 +141,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		pc := p.PushCounters()
 		gauge(c.pushQueue, float64(pc.QueueDepth))
 		count(c.pushPublishes, pc.Publishes)
+		count(c.pushDuplicates, pc.Duplicates)
 		for _, d := range pc.Deliveries {
 			count(c.pushDeliveries, d.Count, d.Gateway, d.Outcome)
 		}

@@ -211,6 +211,9 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// Web Push endpoints come from anonymous clients: only the operator's
 	// hosts may be private or plain http (the options may add test hosts).
 	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
+	if o.push.Owner == "" {
+		o.push.Owner = cfg.NodeID // the publishes' leases name the node; random when unset on PostgreSQL
+	}
 	n.push = push.New(db, instances, log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
 		n.hook.Close()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/internal/wait"
+	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -41,5 +42,43 @@ func TestTwoNodesShareTheirAppsOnPostgreSQL(t *testing.T) {
 	t.Logf("node B refused the old secret %v after node A rotated it", time.Since(rotated).Round(time.Millisecond))
 	if err := goClient(b, "go-sdk-key", app.Secret).Trigger("news", "after", map[string]int{"n": 3}); err != nil {
 		t.Fatalf("trigger through node B with the new secret: %v", err)
+	}
+}
+
+// Two nodes on one PostgreSQL database dispatch its publishes: every device
+// gets a publish accepted by node B once, though both nodes' dispatchers run
+// and its targets take many pages (each publish is read under one node's
+// lease; without, the other node would read pages too, and steal it).
+func TestTwoNodesDispatchEachPublishOnceOnPostgreSQL(t *testing.T) {
+	const devices = 6000
+	dsn := testpg.Start(t)
+	gw := startGateways(t)
+	opts := gw.pushOptions()
+	opts.PageSize = 5 // many pages, read over a while
+	na, _ := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
+	_, b := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
+	seedDevices(t, na.db, devices, "news", webTokens(t, gw))
+	status, body := call(t, http.MethodPost, b+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests",
+		map[string]any{"interests": []string{"news"}, "apns": map[string]any{"aps": map[string]any{"alert": "hi"}},
+			"fcm": map[string]any{"notification": map[string]any{"title": "hi"}}, "web": map[string]any{"notification": map[string]any{"title": "hi"}}},
+		"Authorization", "Bearer "+beamsSecret)
+	if status != http.StatusOK {
+		t.Fatalf("publish through node B: %d %s", status, body)
+	}
+	var pub struct {
+		PublishID string `json:"publishId"`
+	}
+	if err := json.Unmarshal(body, &pub); err != nil {
+		t.Fatal(err)
+	}
+	st := waitDone(t, b, pub.PublishID)
+	if st.Targeted != devices || st.Sent != devices {
+		t.Fatalf("status %+v, want %d targeted and sent", st, devices)
+	}
+	for name, in := range map[string]*pushtest.Inbox{"apns": gw.apns.Inbox, "fcm": gw.fcm.Inbox, "web": gw.web.Inbox} {
+		tokens := in.Tokens()
+		if len(tokens) != devices/3 || in.Count() != devices/3 {
+			t.Fatalf("%s: %d messages to %d devices, want one to each of %d", name, in.Count(), len(tokens), devices/3)
+		}
 	}
 }

@@ -29,6 +29,7 @@ var (
 // counters are the dispatcher's metrics: one atomic add per event.
 type counters struct {
 	publishes  atomic.Int64
+	duplicates atomic.Int64 // deliveries of pages not recorded because their publish's lease was lost
 	deliveries [len(counterGateways)][len(counterOutcomes)]atomic.Int64
 }
 
@@ -68,6 +69,10 @@ type Counters struct {
 	// Deliveries counts delivery attempts by gateway (apns, fcm, web) and
 	// outcome (delivered, failed, retried, dead_token).
 	Deliveries []DeliveryCount
+	// Duplicates counts deliveries sent by this node that another node
+	// sends again: their page was in flight when the publish's lease went
+	// to that node (this one had stopped renewing it in time).
+	Duplicates int64
 	// Panics counts the panics recovered since start in sends (each one a
 	// failed delivery), the resolver, the recorder and the publish webhook
 	// sender; each was logged with its stack.
@@ -89,6 +94,7 @@ type DeliveryCount struct {
 func (d *Dispatcher) PushCounters() Counters {
 	out := Counters{
 		Publishes:  d.counters.publishes.Load(),
+		Duplicates: d.counters.duplicates.Load(),
 		Panics:     d.panics.Count(),
 		Deliveries: make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
 	}

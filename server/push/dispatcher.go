@@ -3,6 +3,7 @@ package push
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"net"
@@ -25,7 +26,16 @@ type Options struct {
 	MaxInFlight int // handed to senders and not yet recorded; default 3072
 	// PageSize is how many targets are read and recorded at a time; a crash
 	// sends the pages in flight again. Default 512.
-	PageSize      int
+	PageSize int
+	// Owner names this dispatcher in the leases of the publishes it reads
+	// (see storage.ClaimPublishes): the node's id where several nodes share
+	// the database. Default: "local" alone on SQLite, a random id on a
+	// shared database.
+	Owner string
+	// Lease is how long a publish stays this dispatcher's without being
+	// renewed (it is, about every second): how soon another node takes over
+	// the publishes of one that died. Default 30 s.
+	Lease         time.Duration
 	MaxAttempts   int           // attempts before a transient failure counts as failed; default 8
 	BaseBackoff   time.Duration // first retry delay, doubled per attempt; default 1 s
 	MaxBackoff    time.Duration // retry delay cap; default 5 min
@@ -59,6 +69,7 @@ func (o Options) withDefaults() Options {
 	o.ClaimBatch = cmp.Or(o.ClaimBatch, 1000)
 	o.MaxInFlight = cmp.Or(o.MaxInFlight, 3072)
 	o.PageSize = cmp.Or(o.PageSize, 512)
+	o.Lease = cmp.Or(o.Lease, 30*time.Second)
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, 8)
 	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
@@ -189,6 +200,12 @@ var platforms = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, st
 // New returns a dispatcher; Start runs it.
 func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options) *Dispatcher {
 	opts = opts.withDefaults()
+	if opts.Owner == "" {
+		opts.Owner = "local"
+		if db.Shared() {
+			opts.Owner = "node-" + rand.Text()[:12]
+		}
+	}
 	d := &Dispatcher{
 		db: db, instances: instances, log: log, opts: opts, webGuard: netguard.NewPolicy(opts.WebPushAllowedHosts),
 		queues:           map[storage.Platform]chan job{},

@@ -134,8 +134,14 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 		return err
 	})
 	retrying(d.log, "recording pages of publish targets", func() error {
-		f, err := d.db.CompletePages(ctx, pages)
+		f, dup, err := d.db.CompletePages(ctx, pages)
 		finished = append(finished, f...)
+		if dup > 0 {
+			// Sent under a lease another node took over meanwhile: it
+			// sends them again.
+			d.counters.duplicates.Add(int64(dup))
+			d.log.Warn("deliveries sent twice: their publish went to another node while they were in flight", zap.Int("deliveries", dup))
+		}
 		return err
 	})
 	d.mu.Lock()

@@ -46,8 +46,12 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 // streamOrder is the order the resolver visits a publish's streams in.
 var streamOrder = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb, ""}
 
-// listPublishes returns the unresolved publishes, oldest first, with the
-// resolver's progress through each, starting the ones seen the first time.
+// listPublishes leases (or renews) the unresolved publishes no other node
+// holds and returns them, oldest first, with the resolver's progress
+// through each, starting the ones seen the first time. A publish it was
+// reading that another node holds now (this one did not renew in time) is
+// dropped: its pages in flight are not recorded (see recordPages), and that
+// node reads them again.
 func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	// A publish whose last page was recorded before this listing is
 	// resolved in it: forgetting it now cannot read it twice.
@@ -59,10 +63,25 @@ func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	}
 	busy := len(d.reading)
 	d.mu.Unlock()
-	pubs, err := d.db.UnresolvedPublishes(ctx, 64+busy)
-	if err != nil && ctx.Err() == nil {
-		d.log.Error("listing publishes to resolve", zap.Error(err))
+	pubs, err := d.db.ClaimPublishes(ctx, d.opts.Owner, time.Now(), d.opts.Lease, 64+busy)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("listing publishes to resolve", zap.Error(err))
+		}
+		return nil // the leases are unknown: no page is read until they are
 	}
+	held := make(map[string]bool, len(pubs))
+	for _, p := range pubs {
+		held[p.ID] = true
+	}
+	d.mu.Lock()
+	for id, r := range d.reading {
+		if !held[id] && !r.final {
+			d.log.Warn("another node took over a publish this one was reading; it reads the rest", zap.String("publish", id))
+			delete(d.reading, id)
+		}
+	}
+	d.mu.Unlock()
 	var out []*reading
 	for _, p := range pubs {
 		d.mu.Lock()
@@ -155,7 +174,7 @@ func (d *Dispatcher) readPage(ctx context.Context, r *reading, pl storage.Platfo
 		}
 		return
 	}
-	pg := &page{result: storage.PageResult{PublishID: r.publish.ID, Stream: pl, Cursor: next, Targeted: len(targets)},
+	pg := &page{result: storage.PageResult{PublishID: r.publish.ID, Owner: d.opts.Owner, Stream: pl, Cursor: next, Targeted: len(targets)},
 		last: last, pending: len(targets)}
 	// Registered before any of its deliveries can come back.
 	d.mu.Lock()
