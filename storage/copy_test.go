@@ -50,7 +50,7 @@ func TestCopyMovesEveryTable(t *testing.T) {
 		`INSERT INTO publishes VALUES ('pub-1', '` + instanceID + `', 'interests', '["news"]', '{"web":{}}', '', 'delivering', '', 1, 2, 1, 0, 5, NULL, 'node-a', 99)`,
 		`INSERT INTO report_events VALUES (7, '` + instanceID + `', 'pub-1', 'web-1', 'delivery', 'alice', 6, 1, NULL, 0, 8)`,
 		`INSERT INTO publish_report_counts VALUES ('` + instanceID + `', 'pub-1', 1, 0)`,
-		`INSERT INTO deliveries VALUES (9, 'pub-1', '` + instanceID + `', 'apns-1', 'apns', 'tok2', 'com.x', '', 2, 0, 10)`,
+		`INSERT INTO deliveries VALUES (9, 'pub-1', '` + instanceID + `', 'apns-1', 'apns', 'tok2', 'com.x', '', 2, 0, 10, 0)`,
 		`INSERT INTO publish_webhook_outbox VALUES (11, '` + instanceID + `', 'https://example.com/p', 'pub-1', 'publish_started', 'delivering', 2, 1, 0, 12, 0, 13, 14)`,
 		`INSERT INTO webhook_outbox (id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms, claimed_until_ms, order_key)
 			VALUES (15, '1', 'https://example.com/a', X'00ff7b7d', 1, 16, 17, NULL, 'news')`,

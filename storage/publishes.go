@@ -518,7 +518,8 @@ func pendingDeliveriesTx(ctx context.Context, tx *tx, publishID string) bool {
 }
 
 // ReleaseDeliveryClaims makes every claimed delivery claimable again. A node
-// calls it at start: claims of a process that died are void.
+// alone on its database (not Shared) calls it at start: the claims are its
+// previous run's, void, and need not wait to run out.
 func (db *DB) ReleaseDeliveryClaims(ctx context.Context) (int, error) {
 	res, err := db.writer.ExecContext(ctx, `UPDATE deliveries SET claimed = 0 WHERE claimed = 1`)
 	if err != nil {
@@ -528,14 +529,21 @@ func (db *DB) ReleaseDeliveryClaims(ctx context.Context) (int, error) {
 	return int(n), err
 }
 
-// ClaimDeliveries claims up to limit unclaimed deliveries of the platform
-// due at t, in due order, and returns them.
-func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, limit int) ([]Delivery, error) {
+// ClaimDeliveries claims, until t+lease, up to limit unclaimed deliveries
+// of the platform due at t, in due order, and returns them. Claims that ran
+// out by t (their node died) are given up first, so their deliveries are
+// claimed again.
+func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, lease time.Duration, limit int) ([]Delivery, error) {
 	var out []Delivery
 	err := db.write(ctx, func(tx *tx) error {
-		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET claimed = 1 WHERE id IN (
+		out = out[:0]
+		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET claimed = 0 WHERE claimed = 1 AND claimed_until_ms <= ?`, t.UnixMilli()); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET claimed = 1, claimed_until_ms = ? WHERE id IN (
 				SELECT id FROM deliveries WHERE claimed = 0 AND platform = ? AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?)
-			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, user_id, attempts`, string(p), t.UnixMilli(), limit)
+			RETURNING id, publish_id, instance_id, device_id, platform, token, bundle_identifier, user_id, attempts`,
+			t.Add(lease).UnixMilli(), string(p), t.UnixMilli(), limit)
 		if err != nil {
 			return err
 		}
@@ -557,17 +565,24 @@ func (db *DB) ClaimDeliveries(ctx context.Context, p Platform, t time.Time, limi
 	return out, nil
 }
 
-// NextDeliveryDue returns when the earliest unclaimed delivery is due, and
-// false when there is none.
+// NextDeliveryDue returns when a delivery may next be claimed — the
+// earliest unclaimed one is due, or the earliest claim runs out — and false
+// when there is none.
 func (db *DB) NextDeliveryDue(ctx context.Context) (time.Time, bool, error) {
-	var next sql.NullInt64
-	if err := db.reader.QueryRowContext(ctx, `SELECT MIN(next_attempt_at_ms) FROM deliveries WHERE claimed = 0`).Scan(&next); err != nil {
+	var due, runsOut sql.NullInt64
+	if err := db.reader.QueryRowContext(ctx, `SELECT (SELECT MIN(next_attempt_at_ms) FROM deliveries WHERE claimed = 0),
+		(SELECT MIN(claimed_until_ms) FROM deliveries WHERE claimed = 1)`).Scan(&due, &runsOut); err != nil {
 		return time.Time{}, false, fmt.Errorf("next delivery due: %w", err)
 	}
-	if !next.Valid {
-		return time.Time{}, false, nil
+	switch {
+	case due.Valid && runsOut.Valid:
+		return fromMillis(min(due.Int64, runsOut.Int64)), true, nil
+	case due.Valid:
+		return fromMillis(due.Int64), true, nil
+	case runsOut.Valid:
+		return fromMillis(runsOut.Int64), true, nil
 	}
-	return fromMillis(next.Int64), true, nil
+	return time.Time{}, false, nil
 }
 
 // DeliveryOutcome is what became of one attempt.

@@ -136,7 +136,7 @@ func TestCompletePages(t *testing.T) {
 	finished, _, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Stream: PlatformWeb, Cursor: "web-0299", Resolved: true, Targeted: 1, Sent: 1}})
 	checkErr(t, "CompletePages last", err, nil)
 	check(t, "finished with a stored delivery", len(finished), 0)
-	claimed, err := db.ClaimDeliveries(ctx, later.Platform, time.Now().Add(time.Second), 10)
+	claimed, err := db.ClaimDeliveries(ctx, later.Platform, time.Now().Add(time.Second), time.Minute, 10)
 	checkErr(t, "ClaimDeliveries", err, nil)
 	check(t, "claimed", len(claimed), 1)
 	check(t, "attempts kept", claimed[0].Attempts, 1)
@@ -220,4 +220,29 @@ func TestPublishLeases(t *testing.T) {
 	got, err := db.GetPublish(ctx, instanceID, ids[0])
 	checkErr(t, "GetPublish", err, nil)
 	check(t, "cursor and counts untouched by the lost page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0001", 3, 3})
+}
+
+func TestDeliveryClaimsRunOut(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	_, err := db.writer.ExecContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
+		bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES ('pub-x', ?, 'fcm-1', 'fcm', 'tok', '', '', 1, 0, 0)`, instanceID)
+	checkErr(t, "insert", err, nil)
+	t0 := time.Now()
+	got, err := db.ClaimDeliveries(ctx, PlatformFCM, t0, time.Minute, 10)
+	checkErr(t, "ClaimDeliveries", err, nil)
+	check(t, "claimed by the first node", len(got), 1)
+	due, ok, err := db.NextDeliveryDue(ctx)
+	checkErr(t, "NextDeliveryDue", err, nil)
+	check(t, "next due: the claim's end", []any{due, ok}, []any{fromMillis(t0.Add(time.Minute).UnixMilli()), true})
+	got, err = db.ClaimDeliveries(ctx, PlatformFCM, t0.Add(30*time.Second), time.Minute, 10)
+	checkErr(t, "ClaimDeliveries during the claim", err, nil)
+	check(t, "claimed again during the claim", len(got), 0)
+	// The first node died: its claim runs out and the delivery is claimed
+	// again, with its attempts.
+	got, err = db.ClaimDeliveries(ctx, PlatformFCM, t0.Add(61*time.Second), time.Minute, 10)
+	checkErr(t, "ClaimDeliveries after the claim", err, nil)
+	if len(got) != 1 || got[0].Attempts != 1 {
+		t.Fatalf("after the claim ran out: %+v", got)
+	}
 }

@@ -235,13 +235,21 @@ func (d *Dispatcher) platformLimit() int64 {
 	return int64(max(d.opts.MaxInFlight/len(platforms), d.opts.PageSize))
 }
 
-// Start releases the claims a previous process left behind and starts the
-// loops.
+// retryLease is how long a claimed delivery stays this node's: long enough
+// to wait in a queue and be sent (it is not renewed), and how long after a
+// node died its claimed retries are taken over.
+func (d *Dispatcher) retryLease() time.Duration { return max(5*time.Minute, 4*d.opts.SendTimeout) }
+
+// Start releases the claims a previous process left behind, when alone on
+// its database (on a shared one they may be another node's, and run out
+// instead), and starts the loops.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	if n, err := d.db.ReleaseDeliveryClaims(ctx); err != nil {
-		return err
-	} else if n > 0 {
-		d.log.Info("resuming deliveries claimed by an earlier run", zap.Int("deliveries", n))
+	if !d.db.Shared() {
+		if n, err := d.db.ReleaseDeliveryClaims(ctx); err != nil {
+			return err
+		} else if n > 0 {
+			d.log.Info("resuming deliveries claimed by an earlier run", zap.Int("deliveries", n))
+		}
 	}
 	bg, stop := context.WithCancel(context.Background())
 	d.stop = stop
@@ -344,7 +352,7 @@ func (d *Dispatcher) claim(ctx context.Context) {
 				full++
 				continue
 			}
-			got, err := d.db.ClaimDeliveries(ctx, p, time.Now(), int(min(room, batch)))
+			got, err := d.db.ClaimDeliveries(ctx, p, time.Now(), d.retryLease(), int(min(room, batch)))
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Error("claiming deliveries", zap.Error(err))
