@@ -715,29 +715,50 @@ func enqueuePublishWebhookTx(ctx context.Context, tx *tx, p Publish, ev PublishE
 	return err
 }
 
-// DuePublishWebhooks returns up to limit publish webhooks due at t, oldest first.
-func (db *DB) DuePublishWebhooks(ctx context.Context, t time.Time, limit int) ([]PublishWebhook, error) {
-	rows, err := db.reader.QueryContext(ctx, `SELECT id, instance_id, url, publish_id, event, state, targeted, sent, failed,
-		at_ms, attempts, next_attempt_at_ms, created_at_ms
-		FROM publish_webhook_outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`, t.UnixMilli(), limit)
-	if err != nil {
-		return nil, fmt.Errorf("due publish webhooks: %w", err)
-	}
-	defer rows.Close()
+// ClaimPublishWebhooks claims up to limit publish webhooks due at t, oldest
+// first, by making them due again only at t+lease, and returns them (with
+// NextAttemptAt the time they were due): the sender deletes each once sent
+// or sets its retry time, and one whose sender died is due again when the
+// lease runs out, for whichever node sharing the database looks first.
+func (db *DB) ClaimPublishWebhooks(ctx context.Context, t time.Time, lease time.Duration, limit int) ([]PublishWebhook, error) {
 	var out []PublishWebhook
-	for rows.Next() {
-		var w PublishWebhook
-		var event, state string
-		var at, next, created int64
-		if err := rows.Scan(&w.ID, &w.InstanceID, &w.URL, &w.PublishID, &event, &state, &w.Targeted, &w.Sent, &w.Failed,
-			&at, &w.Attempts, &next, &created); err != nil {
-			return nil, fmt.Errorf("due publish webhooks: %w", err)
+	err := db.write(ctx, func(tx *tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT id, instance_id, url, publish_id, event, state, targeted, sent, failed,
+			at_ms, attempts, next_attempt_at_ms, created_at_ms
+			FROM publish_webhook_outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`, t.UnixMilli(), limit)
+		if err != nil {
+			return err
 		}
-		w.Event, w.State = PublishEvent(event), PublishState(state)
-		w.At, w.NextAttemptAt, w.CreatedAt = fromMillis(at), fromMillis(next), fromMillis(created)
-		out = append(out, w)
+		for rows.Next() {
+			var w PublishWebhook
+			var event, state string
+			var at, next, created int64
+			if err := rows.Scan(&w.ID, &w.InstanceID, &w.URL, &w.PublishID, &event, &state, &w.Targeted, &w.Sent, &w.Failed,
+				&at, &w.Attempts, &next, &created); err != nil {
+				rows.Close()
+				return err
+			}
+			w.Event, w.State = PublishEvent(event), PublishState(state)
+			w.At, w.NextAttemptAt, w.CreatedAt = fromMillis(at), fromMillis(next), fromMillis(created)
+			out = append(out, w)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, w := range out {
+			if _, err := tx.ExecContext(ctx, `UPDATE publish_webhook_outbox SET next_attempt_at_ms = ? WHERE id = ?`,
+				t.Add(lease).UnixMilli(), w.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim publish webhooks: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // DeletePublishWebhook removes a sent (or abandoned) publish webhook.

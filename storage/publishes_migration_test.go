@@ -40,8 +40,8 @@ func TestPublishWebhookOutboxMigration(t *testing.T) {
 	checkErr(t, "close", old.Close(), nil)
 
 	db := openTestDBAt(t, path)
-	got, err := db.DuePublishWebhooks(ctx, time.UnixMilli(1767225700000), 10)
-	checkErr(t, "DuePublishWebhooks", err, nil)
+	got, err := db.ClaimPublishWebhooks(ctx, time.UnixMilli(1767225700000), time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks", err, nil)
 	check(t, "converted", len(got), 2)
 	for i := range got {
 		got[i].ID = 0
@@ -54,7 +54,8 @@ func TestPublishWebhookOutboxMigration(t *testing.T) {
 		At: fromMillis(1767225600123), Attempts: 3, NextAttemptAt: fromMillis(1767225700000), CreatedAt: fromMillis(1767225600123)})
 	next, ok, err := db.NextPublishWebhookDue(ctx)
 	checkErr(t, "NextPublishWebhookDue", err, nil)
-	check(t, "next due", []any{next, ok}, []any{fromMillis(1767225660456), true})
+	// Both claimed: due again when the claim runs out.
+	check(t, "next due", []any{next, ok}, []any{fromMillis(1767225700000 + 60000), true})
 }
 
 // openAtVersion creates a database at path as a binary that knew migrations

@@ -144,8 +144,8 @@ func TestCompletePages(t *testing.T) {
 	checkErr(t, "CompleteDeliveries", err, nil)
 	check(t, "finished", len(finished), 1)
 	check(t, "final", []any{finished[0].State, finished[0].Targeted, finished[0].Sent, finished[0].Failed}, []any{PublishDone, 16, 15, 1})
-	stored, err := db.DuePublishWebhooks(ctx, time.Now().Add(time.Hour), 10)
-	checkErr(t, "DuePublishWebhooks", err, nil)
+	stored, err := db.ClaimPublishWebhooks(ctx, time.Now().Add(time.Hour), time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks", err, nil)
 	var hooks []PublishEvent
 	for _, w := range stored {
 		hooks = append(hooks, w.Event)
@@ -244,5 +244,29 @@ func TestDeliveryClaimsRunOut(t *testing.T) {
 	checkErr(t, "ClaimDeliveries after the claim", err, nil)
 	if len(got) != 1 || got[0].Attempts != 1 {
 		t.Fatalf("after the claim ran out: %+v", got)
+	}
+}
+
+func TestPublishWebhookClaims(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-w", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`), WebhookURL: "http://hooks.test/x"}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	_, err = db.StartPublish(ctx, p) // stores publish_started
+	checkErr(t, "StartPublish", err, nil)
+	t0 := time.Now().Add(time.Second)
+	first, err := db.ClaimPublishWebhooks(ctx, t0, time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks", err, nil)
+	check(t, "claimed by the first node", len(first), 1)
+	second, err := db.ClaimPublishWebhooks(ctx, t0, time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks again", err, nil)
+	check(t, "claimed by another node meanwhile", len(second), 0)
+	// The first node died before sending it: once the claim ran out,
+	// another node sends it.
+	later, err := db.ClaimPublishWebhooks(ctx, t0.Add(61*time.Second), time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks after the claim", err, nil)
+	if len(later) != 1 || later[0].ID != first[0].ID {
+		t.Fatalf("after the claim ran out: %+v", later)
 	}
 }

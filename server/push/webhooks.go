@@ -29,11 +29,18 @@ func SignWebhook(secretKey string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
+// webhookLease is how long a claimed publish webhook waits for its sender
+// (eight requests of at most 10 s each) before another may send it: after
+// a crash, that long.
+const webhookLease = 2 * time.Minute
+
 // sendWebhooks delivers the publish webhook outbox: a 2xx answer removes a
 // request, anything else retries it with backoff until WebhookMaxAge.
 func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 	for ctx.Err() == nil {
-		due, err := d.db.DuePublishWebhooks(ctx, time.Now(), 64)
+		// A few at a time, sent one after the other: their claim (see
+		// webhookLease) outlasts them all.
+		due, err := d.db.ClaimPublishWebhooks(ctx, time.Now(), webhookLease, 8)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("reading the publish webhook outbox", zap.Error(err))
