@@ -77,6 +77,10 @@ type Config struct {
 	// Cluster (README, Running a cluster).
 	RedisURL string // HERALD_REDIS_URL: redis:// or rediss:// URL; set, the node joins the cluster of nodes sharing that Redis
 	NodeID   string // HERALD_NODE_ID: the node's id in the cluster, unique among its nodes; default random at each start
+	// PushLease (HERALD_PUSH_LEASE) is how long a publish stays the lease of
+	// the node reading it without renewal: how soon, on a shared PostgreSQL
+	// database, another node takes over a dead one's publishes. 0 means 30s.
+	PushLease time.Duration
 }
 
 // Defaults.
@@ -184,6 +188,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	duration("HERALD_PONG_TIMEOUT", &c.PongTimeout)
 	duration("HERALD_HTTP_READ_TIMEOUT", &c.BodyReadTimeout)
 	duration("HERALD_HTTP_WRITE_TIMEOUT", &c.WriteTimeout)
+	duration("HERALD_PUSH_LEASE", &c.PushLease)
 	number := func(name string, dst *float64) {
 		if v := env(name); v != "" {
 			f, err := strconv.ParseFloat(v, 64)

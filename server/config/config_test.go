@@ -22,7 +22,7 @@ func getenv(vars map[string]string) func(string) string {
 var defaults = Config{
 	Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info", AnonRateLimit: DefaultAnonRateLimit,
 	ActivityTimeout: 120 * time.Second, PongTimeout: 30 * time.Second, WebhookMaxQueued: 10000,
-	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, PushLease: 30 * time.Second,
 }
 
 func TestLoad(t *testing.T) {
@@ -59,6 +59,7 @@ func TestLoad(t *testing.T) {
 		"HERALD_TRUSTED_PROXIES":           "10.0.0.0/8,192.168.1.1",
 		"HERALD_HTTP_READ_TIMEOUT":         "5s",
 		"HERALD_HTTP_WRITE_TIMEOUT":        "20s",
+		"HERALD_PUSH_LEASE":                "5s",
 	}
 	fromEveryVar := Config{
 		Addr:                  "0.0.0.0:9000",
@@ -93,6 +94,7 @@ func TestLoad(t *testing.T) {
 		TrustedProxies:        []string{"10.0.0.0/8", "192.168.1.1"},
 		BodyReadTimeout:       5 * time.Second,
 		WriteTimeout:          20 * time.Second,
+		PushLease:             5 * time.Second,
 	}
 	with := func(c Config, change func(*Config)) Config {
 		change(&c)

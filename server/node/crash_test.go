@@ -15,6 +15,7 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testpg"
 )
 
 // crashChildEnv marks the re-executed test binary that serves a node.
@@ -81,8 +82,45 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	const devices = 10_000
 	gw := startGateways(t)
 	db := filepath.Join(t.TempDir(), "herald.db")
+	env := crashEnv(t, gw, db)
+	child, base := startChild(t, env)
+
+	// Seed through a second connection to the same file, as `herald` CLI would.
+	seeded := seedCrash(t, gw, db, devices)
+	publishID := publishCrash(t, base)
+	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
+	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
+	if err := child.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	child.Wait()
+	atKill := received()
+	if atKill >= devices {
+		t.Fatalf("all %d deliveries were done before the kill; the test proves nothing", atKill)
+	}
+
+	_, base = startChild(t, env)
+	st := waitDone(t, base, publishID)
+	missing, dups := notifiedOnce(gw, seeded)
+	t.Logf("killed after %d of %d deliveries; after restart: status %+v, %d duplicate notifications", atKill, devices, st, dups)
+	if missing > 0 {
+		t.Fatalf("%d devices never got their notification", missing)
+	}
+	if st.Targeted != devices || st.Sent+st.Failed != devices {
+		t.Errorf("status %+v", st)
+	}
+	for _, p := range [][]string{gw.apns.Problems(), gw.fcm.Problems(), gw.web.Problems()} {
+		if len(p) > 0 {
+			t.Errorf("gateway problems: %v", p)
+		}
+	}
+}
+
+// crashEnv is the environment of a crash test's node processes on db (a
+// SQLite file or a PostgreSQL URL) with the fake gateways.
+func crashEnv(t *testing.T, gw *gateways, db string) []string {
 	cfg := pushConfig(t, gw, db)
-	env := []string{
+	return []string{
 		"HERALD_ADDR=127.0.0.1:0", "HERALD_DB=" + db, "HERALD_LOG_LEVEL=error",
 		"HERALD_INSTANCE_ID=" + cfg.InstanceID, "HERALD_INSTANCE_SECRET_KEY=" + cfg.InstanceSecretKey,
 		"HERALD_APNS_KEY_FILE=" + cfg.APNsKeyFile, "HERALD_APNS_KEY_ID=" + cfg.APNsKeyID, "HERALD_APNS_TEAM_ID=" + cfg.APNsTeamID,
@@ -91,9 +129,11 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 		"HERALD_VAPID_SUBJECT=mailto:ops@example.com", "HERALD_WEBPUSH_ALLOWED_HOSTS=127.0.0.1,localhost",
 		"SSL_CERT_FILE=" + cfg.APNsCAFile, // the fakes share one certificate
 	}
-	child, base := startChild(t, env)
+}
 
-	// Seed through a second connection to the same file, as `herald` CLI would.
+// seedCrash stores devices subscribed to "crash" in db, where a node has
+// created the instance, and returns them.
+func seedCrash(t *testing.T, gw *gateways, db string, devices int) []storage.Delivery {
 	sdb, err := storage.Open(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +158,12 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	if len(seeded) != devices {
 		t.Fatalf("seeded %d devices", len(seeded))
 	}
+	return seeded
+}
 
+// publishCrash publishes to the "crash" interest through base and returns
+// the publish id.
+func publishCrash(t *testing.T, base string) string {
 	status, out := call(t, "POST", base+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests", map[string]any{
 		"interests": []string{"crash"},
 		"apns":      map[string]any{"aps": map[string]any{"alert": "crash test"}},
@@ -128,20 +173,12 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("publish: %d %s", status, out)
 	}
-	publishID := strings.Split(strings.Split(string(out), `"publishId":"`)[1], `"`)[0]
-	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
-	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
-	if err := child.Process.Kill(); err != nil { // SIGKILL
-		t.Fatal(err)
-	}
-	child.Wait()
-	atKill := received()
-	if atKill >= devices {
-		t.Fatalf("all %d deliveries were done before the kill; the test proves nothing", atKill)
-	}
+	return strings.Split(strings.Split(string(out), `"publishId":"`)[1], `"`)[0]
+}
 
-	_, base = startChild(t, env)
-	st := waitDone(t, base, publishID)
+// notifiedOnce counts the seeded devices the gateways never notified, and
+// the notifications beyond one per device.
+func notifiedOnce(gw *gateways, seeded []storage.Delivery) (missing, dups int) {
 	perToken := map[string]int{}
 	for tok, n := range gw.apns.Tokens() {
 		perToken[tok] += n
@@ -150,7 +187,6 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 		perToken[tok] += n
 	}
 	webByID := gw.web.Tokens()
-	missing, dups := 0, 0
 	for _, d := range seeded {
 		n := perToken[d.Token]
 		if d.Platform == storage.PlatformWeb {
@@ -163,18 +199,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 			dups += n - 1
 		}
 	}
-	t.Logf("killed after %d of %d deliveries; after restart: status %+v, %d duplicate notifications", atKill, devices, st, dups)
-	if missing > 0 {
-		t.Fatalf("%d devices never got their notification", missing)
-	}
-	if st.Targeted != devices || st.Sent+st.Failed != devices {
-		t.Errorf("status %+v", st)
-	}
-	for _, p := range [][]string{gw.apns.Problems(), gw.fcm.Problems(), gw.web.Problems()} {
-		if len(p) > 0 {
-			t.Errorf("gateway problems: %v", p)
-		}
-	}
+	return missing, dups
 }
 
 // webSubID is the fake push service's id of a web token's endpoint.
@@ -184,4 +209,49 @@ func webSubID(token string) string {
 		return ""
 	}
 	return sub.Endpoint[strings.LastIndex(sub.Endpoint, "/")+1:]
+}
+
+// Two nodes on one PostgreSQL database: the one dispatching a 10,000-device
+// publish is killed with SIGKILL, and the other, once the dead node's lease
+// ran out, finishes it from the last recorded page; no device is left
+// without its notification, and the duplicates are the pages that were in
+// flight.
+func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	const devices = 10_000
+	gw := startGateways(t)
+	db := testpg.Start(t)
+	env := append(crashEnv(t, gw, db), "HERALD_PUSH_LEASE=2s")
+	dispatching, base := startChild(t, append(env, "HERALD_NODE_ID=node-a"))
+	_, other := startChild(t, append(env, "HERALD_NODE_ID=node-b"))
+
+	seeded := seedCrash(t, gw, db, devices)
+	publishID := publishCrash(t, base) // node-a leases it at once; node-b looks every second
+	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
+	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
+	if err := dispatching.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	dispatching.Wait()
+	atKill := received()
+	if atKill >= devices {
+		t.Fatalf("all %d deliveries were done before the kill; the test proves nothing", atKill)
+	}
+
+	st := waitDone(t, other, publishID)
+	missing, dups := notifiedOnce(gw, seeded)
+	t.Logf("node-a killed after %d of %d deliveries; node-b finished: status %+v, %d duplicate notifications", atKill, devices, st, dups)
+	if missing > 0 {
+		t.Fatalf("%d devices never got their notification", missing)
+	}
+	if st.Targeted != devices || st.Sent+st.Failed != devices {
+		t.Errorf("status %+v", st)
+	}
+	// At least once, and no more than the pages in flight at the kill
+	// again (3,072 at most are handed to senders at a time).
+	if dups > 3072 {
+		t.Errorf("%d duplicate notifications: more than were in flight", dups)
+	}
 }

@@ -214,6 +214,9 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	if o.push.Owner == "" {
 		o.push.Owner = cfg.NodeID // the publishes' leases name the node; random when unset on PostgreSQL
 	}
+	if o.push.Lease == 0 {
+		o.push.Lease = cfg.PushLease
+	}
 	n.push = push.New(db, instances, log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
 		n.hook.Close()
