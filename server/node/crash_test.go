@@ -88,16 +88,7 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 	// Seed through a second connection to the same file, as `herald` CLI would.
 	seeded := seedCrash(t, gw, db, devices)
 	publishID := publishCrash(t, base)
-	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
-	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
-	if err := child.Process.Kill(); err != nil { // SIGKILL
-		t.Fatal(err)
-	}
-	child.Wait()
-	atKill := received()
-	if atKill >= devices {
-		t.Fatalf("all %d deliveries were done before the kill; the test proves nothing", atKill)
-	}
+	atKill := killMidway(t, gw, child, devices)
 
 	_, base = startChild(t, env)
 	st := waitDone(t, base, publishID)
@@ -114,6 +105,23 @@ func TestPublishSurvivesSIGKILL(t *testing.T) {
 			t.Errorf("gateway problems: %v", p)
 		}
 	}
+}
+
+// killMidway kills child with SIGKILL once a quarter of the devices got
+// their notification, and returns how many had by then.
+func killMidway(t *testing.T, gw *gateways, child *exec.Cmd, devices int) int {
+	t.Helper()
+	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
+	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
+	if err := child.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	child.Wait()
+	atKill := received()
+	if atKill >= devices {
+		t.Fatalf("all %d deliveries were done before the kill; the test proves nothing", atKill)
+	}
+	return atKill
 }
 
 // crashEnv is the environment of a crash test's node processes on db (a
@@ -229,16 +237,7 @@ func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
 
 	seeded := seedCrash(t, gw, db, devices)
 	publishID := publishCrash(t, base) // node-a leases it at once; node-b looks every second
-	received := func() int { return gw.apns.Count() + gw.fcm.Count() + gw.web.Count() }
-	wait.Until(t, "a quarter of the deliveries", func() bool { return received() >= devices/4 })
-	if err := dispatching.Process.Kill(); err != nil { // SIGKILL
-		t.Fatal(err)
-	}
-	dispatching.Wait()
-	atKill := received()
-	if atKill >= devices {
-		t.Fatalf("all %d deliveries were done before the kill; the test proves nothing", atKill)
-	}
+	atKill := killMidway(t, gw, dispatching, devices)
 
 	st := waitDone(t, other, publishID)
 	missing, dups := notifiedOnce(gw, seeded)
