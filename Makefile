@@ -57,6 +57,8 @@ check-tidy:
 
 ## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline), and lint-spec
 lint: lint-spec
+	@# gofmt over every Go file of the repository, the tools' modules included.
+	@unformatted="$$(gofmt -l server storage tools gen)"; if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOL) staticcheck $$($(GO) list ./... | grep -v /gen/)
 	cd tools/baseline && $(GO) vet ./... && $(GO) tool -modfile=../go.mod staticcheck ./...
