@@ -429,41 +429,34 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 		finished, duplicated = finished[:0], 0
 		ts := now()
 		for _, pg := range pages {
-			var owner string
-			err := tx.QueryRowContext(ctx, `SELECT lease_owner FROM publishes WHERE id = ?`, pg.PublishID).Scan(&owner)
+			var kind, stored, owner string
+			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor, lease_owner FROM publishes WHERE id = ?`, pg.PublishID).
+				Scan(&kind, &stored, &owner)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
-			if err == nil && pg.Owner != "" && owner != pg.Owner {
-				duplicated += pg.Targeted
-				for _, d := range pg.Dead {
-					if err := deleteDeadDeviceTx(ctx, tx, d); err != nil {
+			found := err == nil // else the publish was deleted with its instance
+			lost := found && pg.Owner != "" && owner != pg.Owner
+			if lost {
+				duplicated += pg.Targeted // the new owner reads the page again, retries and all
+			} else {
+				for _, l := range pg.Later {
+					d := l.Delivery
+					if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
+						bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+						ON CONFLICT DO NOTHING`, d.PublishID, d.InstanceID, d.DeviceID, string(d.Platform), d.Token,
+						d.BundleIdentifier, d.UserID, d.Attempts, l.At.UnixMilli()); err != nil {
 						return err
 					}
 				}
-				continue
 			}
-			for _, l := range pg.Later {
-				d := l.Delivery
-				if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
-					bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
-					ON CONFLICT DO NOTHING`, d.PublishID, d.InstanceID, d.DeviceID, string(d.Platform), d.Token,
-					d.BundleIdentifier, d.UserID, d.Attempts, l.At.UnixMilli()); err != nil {
-					return err
-				}
-			}
-			for _, d := range pg.Dead {
+			for _, d := range pg.Dead { // a dead token is dead whoever found it
 				if err := deleteDeadDeviceTx(ctx, tx, d); err != nil {
 					return err
 				}
 			}
-			var kind, stored string
-			err = tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // the publish was deleted with its instance
-			}
-			if err != nil {
-				return err
+			if !found || lost {
+				continue
 			}
 			cursor, err := advanceCursor(PublishTargetKind(kind), stored, pg.Stream, pg.Cursor)
 			if err != nil {
