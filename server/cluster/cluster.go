@@ -220,6 +220,7 @@ func (c *Cluster) run(f func()) {
 // The hub's connections must be closed first.
 func (c *Cluster) Close() error {
 	c.cancel()
+	defer c.healthy.Store(false) // publishes after Close are refused at once
 	c.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -342,7 +343,12 @@ func (c *Cluster) publish(calls []*call) error {
 	case <-c.ctx.Done():
 		return hub.ErrUnavailable
 	}
-	return <-req.done
+	select {
+	case err := <-req.done:
+		return err
+	case <-c.ctx.Done(): // closing: the loop may have left before taking it
+		return hub.ErrUnavailable
+	}
 }
 
 // publishLoop sends the publishes of many callers in one pipeline, the

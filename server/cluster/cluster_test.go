@@ -691,6 +691,10 @@ func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
 }
 
 func TestCodecRoundTrip(t *testing.T) {
+	answer := encodeFields(kindSnapshot, "n1", "app")[1:]
+	if !startsWithField(answer, "n1") || startsWithField(answer, "n") || startsWithField(encodeFields(kindSnapshot, "n10")[1:], "n1") {
+		t.Fatal("startsWithField does not tell a node's answers from another's")
+	}
 	m := hub.Message{AppID: "a:1", Channel: "private-x", Event: "e", Data: "12:ab\x00ü", UserID: "u", ExcludeSocketID: "1.2", Cache: true}
 	enc := encodeEvent(m)
 	f, err := fields(enc[1:])

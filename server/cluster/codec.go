@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/heraldrt/herald/server/hub"
 )
@@ -101,6 +102,12 @@ func fields(s string) ([]string, error) {
 		s = s[colon+1+n:]
 	}
 	return out, nil
+}
+
+// startsWithField reports whether the fields s start with the field v.
+func startsWithField(s, v string) bool {
+	head := strconv.Itoa(len(v)) + ":"
+	return strings.HasPrefix(s, head) && strings.HasPrefix(s[len(head):], v)
 }
 
 // decodeEvent decodes the fields of an E message.

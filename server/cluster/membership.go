@@ -69,7 +69,10 @@ func (c *Cluster) heartbeat() {
 // beat renews the heartbeat and the node's connection counts.
 func (c *Cluster) beat(ctx context.Context) error {
 	pipe := c.rdb.TxPipeline()
-	pipe.Set(ctx, c.key("node:", c.id), c.epoch, c.opts.NodeTTL)
+	// The previous value says whether the heartbeat lived on: when it is
+	// not this process's (it expired while the process stalled, and another
+	// node may have taken the record out), the record is rebuilt.
+	prev := pipe.SetArgs(ctx, c.key("node:", c.id), c.epoch, redis.SetArgs{TTL: c.opts.NodeTTL, Get: true})
 	pipe.SAdd(ctx, c.key("nodes"), c.id)
 	nc := c.key("nc:", c.id)
 	pipe.Del(ctx, nc)
@@ -80,8 +83,13 @@ func (c *Cluster) beat(ctx context.Context) error {
 		}
 		pipe.HSet(ctx, nc, args...)
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+		return err
+	}
+	if prev.Val() != c.epoch {
+		c.needResync.Store(true)
+	}
+	return nil
 }
 
 // ConnectionsElsewhere is the number of connections of appID on the other

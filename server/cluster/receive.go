@@ -95,6 +95,9 @@ func (c *Cluster) handle(payload string) {
 	if payload[0] != kindBatch {
 		c.stats.received.Add(1)
 	}
+	if (payload[0] == kindSnapshot || payload[0] == kindSignIn) && !startsWithField(payload[1:], c.id) {
+		return // an answer to another node, whose members need not be parsed here
+	}
 	f, err := fields(payload[1:])
 	if err != nil {
 		c.log.Warn("malformed cluster message dropped", zap.Int("bytes", len(payload)))

@@ -365,7 +365,7 @@ func validSocketID(s string) bool {
 // is all or nothing: when the cluster cannot take them, none is sent and
 // the answer is 503.
 func (api *ChannelsAPI) publish(appID string, evs ...event) error {
-	var buf [1]hub.Message // a single-channel trigger's message, without an allocation
+	var buf [10]hub.Message // a batch's (at most 10) or a trigger's of up to 10 channels, without an allocation
 	ms := buf[:0]
 	for _, ev := range evs {
 		for _, ch := range ev.channels {

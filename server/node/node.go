@@ -196,6 +196,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	engine := httpapi.NewEngine(log)
 	// X-Forwarded-For names the client only when the peer is one of these.
 	if err := engine.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		n.closeCluster()
 		n.hook.Close()
 		db.Close()
 		return nil, fmt.Errorf("HERALD_TRUSTED_PROXIES: %w", err)
@@ -219,6 +220,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	n.push = push.New(db, instances, log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
+		n.closeCluster()
 		n.hook.Close()
 		db.Close()
 		return nil, fmt.Errorf("starting push delivery: %w", err)
@@ -268,6 +270,13 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		go func() { defer n.bg.Done(); cert.watch(bgCtx, o.certPoll) }()
 	}
 	return n, nil
+}
+
+// closeCluster leaves the cluster when New fails after joining it.
+func (n *Node) closeCluster() {
+	if n.cluster != nil {
+		n.cluster.Close()
+	}
 }
 
 // Sockets is the node's WebSocket endpoint.
