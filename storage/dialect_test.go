@@ -54,3 +54,16 @@ func unquoted(q string) string {
 	}
 	return b.String()
 }
+
+func TestNameHidesThePassword(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://herald:s3cret@db:5432/herald?sslmode=disable&password=x": "postgres://herald@db:5432/herald",
+		"./herald.db":            "./herald.db",
+		"/data/a b?c#d%20.db":    "/data/a b?c#d%20.db",
+		"postgresql://db/herald": "postgresql://db/herald",
+	} {
+		if got := Name(in); got != want {
+			t.Errorf("Name(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

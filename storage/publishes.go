@@ -159,7 +159,8 @@ func (db *DB) UnresolvedPublishes(ctx context.Context, limit int) ([]Publish, er
 // targets are not all resolved yet and that no other owner holds a live
 // lease on, and returns them, oldest first. The owner's own leases are
 // renewed by the same call, so a dispatcher calls it at least once a lease
-// and reads the pages of the publishes it got: nodes sharing the database
+// and reads the pages of the publishes it got (its own come first, so that
+// a dead node's many never crowd out one it is reading): nodes sharing the database
 // never read the same publish at once, and a dead node's publishes are
 // taken over, from their recorded cursor, once its leases ran out.
 func (db *DB) ClaimPublishes(ctx context.Context, owner string, t time.Time, lease time.Duration, limit int) ([]Publish, error) {
@@ -168,7 +169,7 @@ func (db *DB) ClaimPublishes(ctx context.Context, owner string, t time.Time, lea
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, `UPDATE publishes SET lease_owner = ?1, lease_until_ms = ?2
 			WHERE id IN (SELECT id FROM publishes WHERE resolved = 0 AND (lease_owner = ?1 OR lease_until_ms <= ?3)
-				ORDER BY created_at_ms, id LIMIT ?4)
+				ORDER BY lease_owner = ?1 DESC, created_at_ms, id LIMIT ?4)
 			RETURNING `+publishColumns, owner, t.Add(lease).UnixMilli(), t.UnixMilli(), limit)
 		if err != nil {
 			return err

@@ -220,6 +220,18 @@ func TestPublishLeases(t *testing.T) {
 	got, err := db.GetPublish(ctx, instanceID, ids[0])
 	checkErr(t, "GetPublish", err, nil)
 	check(t, "cursor and counts untouched by the lost page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0001", 3, 3})
+
+	// A node's own lease comes first: older publishes of a node that died
+	// do not crowd it out of a short listing.
+	_, err = db.CreatePublish(ctx, Publish{ID: "pub-l3", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	c, err := db.ClaimPublishes(ctx, "node-c", t0.Add(95*time.Second), time.Minute, 10)
+	checkErr(t, "ClaimPublishes c", err, nil)
+	check(t, "node c gets the one b does not hold", idsOf(c), []string{"pub-l3"})
+	c, err = db.ClaimPublishes(ctx, "node-c", t0.Add(200*time.Second), time.Minute, 1) // b's ran out
+	checkErr(t, "ClaimPublishes c after b's leases", err, nil)
+	check(t, "node c renews its own first", idsOf(c), []string{"pub-l3"})
 }
 
 func TestDeliveryClaimsRunOut(t *testing.T) {

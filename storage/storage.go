@@ -123,7 +123,7 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 }
 
 // openPostgres connects to the PostgreSQL database at dsn (a postgres://
-// URL; pool_max_conns and the other pgx parameters apply) and applies any
+// URL; its connection parameters — sslmode, connect_timeout, … — apply) and applies any
 // pending migrations.
 func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 	pool, err := sql.Open("pgx", dsn)
@@ -145,6 +145,23 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 		return nil, fmt.Errorf("open PostgreSQL: %w", err)
 	}
 	return &DB{writer: h, reader: h, d: d}, nil
+}
+
+// Name is how dsn is shown in messages: a PostgreSQL URL without its
+// user's password, a file's path as it is.
+func Name(dsn string) string {
+	if !IsPostgres(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable PostgreSQL URL)" // the parser's error would quote it whole
+	}
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	u.RawQuery = ""
+	return u.String()
 }
 
 // Shared reports whether other nodes may be using the database at the same
@@ -195,7 +212,12 @@ func migrate(ctx context.Context, db *handle) error {
 	)`
 		dir = "migrations/postgres"
 	}
-	if _, err := db.ExecContext(ctx, table); err != nil {
+	// Under the write lock: nodes starting together on a new PostgreSQL
+	// database would otherwise race to create it.
+	if err := inTx(ctx, db, func(tx *tx) error {
+		_, err := tx.ExecContext(ctx, table)
+		return err
+	}); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
 	entries, err := fs.ReadDir(migrations, dir) // sorted by name
@@ -245,7 +267,7 @@ func applyMigration(ctx context.Context, db *handle, version int, path string) e
 	if err != nil {
 		return err
 	}
-	return inTx(ctx, db, nil, func(tx *tx) error {
+	return inTx(ctx, db, func(tx *tx) error {
 		// Checked inside the transaction, which holds the write lock, so two
 		// processes opening a new database at once cannot both apply it.
 		var applied bool
@@ -269,7 +291,7 @@ func applyMigration(ctx context.Context, db *handle, version int, path string) e
 // write runs fn in a transaction on the writer connection.
 func (db *DB) write(ctx context.Context, fn func(*tx) error) error {
 	defer db.timed("write", time.Now())
-	return inTx(ctx, db.writer, nil, fn)
+	return inTx(ctx, db.writer, fn)
 }
 
 // read runs fn in a read-only transaction on a reader connection, so that
@@ -290,15 +312,14 @@ func (db *DB) read(ctx context.Context, fn func(*tx) error) error {
 // before an insert, say) holds as it does there.
 const writeLock = 0x68657261 // "hera"
 
-// inTx runs fn in a transaction on db and commits it if fn succeeds. A
-// write transaction on PostgreSQL takes the write lock first (opts is nil
-// for writes).
-func inTx(ctx context.Context, db *handle, opts *sql.TxOptions, fn func(*tx) error) error {
-	t, err := db.BeginTx(ctx, opts)
+// inTx runs fn in a write transaction on db and commits it if fn succeeds.
+// On PostgreSQL it takes the write lock first.
+func inTx(ctx context.Context, db *handle, fn func(*tx) error) error {
+	t, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if db.d.postgres && opts == nil {
+	if db.d.postgres {
 		if _, err := t.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", writeLock); err != nil {
 			t.Rollback()
 			return err

@@ -21,7 +21,7 @@ func Backup(env Env, args []string) error {
 	}
 	db, err := storage.Open(env.Ctx, dbPath)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", dbPath, err)
+		return fmt.Errorf("opening %s: %w", storage.Name(dbPath), err)
 	}
 	defer db.Close()
 	if err := db.Backup(env.Ctx, pos[0]); err != nil {

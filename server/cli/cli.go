@@ -59,7 +59,7 @@ func run(env Env, group string, commands map[string]command, order []string, arg
 	dbPath, rest := extractDB(args[1:], env.Getenv)
 	db, err := storage.Open(env.Ctx, dbPath)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", dbPath, err)
+		return fmt.Errorf("opening %s: %w", storage.Name(dbPath), err)
 	}
 	defer db.Close()
 	return cmd.run(env, db, rest)

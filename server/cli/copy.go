@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -29,12 +28,12 @@ func Copy(env Env, args []string) error {
 	}
 	src, err := storage.Open(env.Ctx, *from)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", shown(*from), err)
+		return fmt.Errorf("opening %s: %w", storage.Name(*from), err)
 	}
 	defer src.Close()
 	dst, err := storage.Open(env.Ctx, *to)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", shown(*to), err)
+		return fmt.Errorf("opening %s: %w", storage.Name(*to), err)
 	}
 	defer dst.Close()
 	counts, err := storage.Copy(env.Ctx, src, dst)
@@ -46,15 +45,6 @@ func Copy(env Env, args []string) error {
 		total += n
 	}
 	fmt.Fprintf(env.Stdout, "copied %d rows from %s to %s (apps %d, instances %d, devices %d, publishes %d)\n", total,
-		shown(*from), shown(*to), counts["apps"], counts["instances"], counts["devices"], counts["publishes"])
+		storage.Name(*from), storage.Name(*to), counts["apps"], counts["instances"], counts["devices"], counts["publishes"])
 	return nil
-}
-
-// shown is a database's name for messages: a PostgreSQL URL without its
-// password.
-func shown(dsn string) string {
-	if storage.IsPostgres(dsn) {
-		return text.RedactURL(dsn)
-	}
-	return dsn
 }

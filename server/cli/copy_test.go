@@ -15,7 +15,8 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 func TestCopyFromSQLiteToPostgreSQL(t *testing.T) {
 	file := dbPath(t)
 	mustRun(t, Apps, file, "create", "--id", "42", "--key", "k", "--secret", "s")
-	pg := testpg.Start(t)
+	// With a password (the test server trusts any): it must not be printed.
+	pg := strings.Replace(testpg.Start(t), "herald@", "herald:hunter2@", 1)
 	out := mustRun(t, Copy, "", "--from", file, "--to", pg)
 	if !strings.Contains(out, "apps 1") {
 		t.Fatalf("printed %q", out)
@@ -23,8 +24,8 @@ func TestCopyFromSQLiteToPostgreSQL(t *testing.T) {
 	if app := getApp(t, pg, "42"); app.Key != "k" || app.Secret != "s" {
 		t.Fatalf("PostgreSQL holds %+v", app)
 	}
-	if strings.Contains(out, "@") {
-		t.Fatalf("the URL's user info is printed: %q", out)
+	if strings.Contains(out, "hunter2") || !strings.Contains(out, "postgres://herald@") {
+		t.Fatalf("the URL's password is printed, or the URL is not: %q", out)
 	}
 
 	t.Run("ErrTargetNotEmpty", func(t *testing.T) {

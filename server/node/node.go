@@ -24,7 +24,6 @@ import (
 	"github.com/heraldrt/herald/server/docs"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
@@ -134,11 +133,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	db, err := storage.Open(ctx, cfg.DB)
 	if err != nil {
-		name := cfg.DB
-		if storage.IsPostgres(name) {
-			name = text.RedactURL(name) // no password in logs
-		}
-		return nil, fmt.Errorf("opening database %s: %w", name, err)
+		return nil, fmt.Errorf("opening database %s: %w", storage.Name(cfg.DB), err)
 	}
 	if err := bootstrap.Run(ctx, db, cfg, log); err != nil {
 		db.Close()
