@@ -343,7 +343,7 @@ func TestPresenceIsExactAcrossNodes(t *testing.T) {
 	ns[0].hub.Remove(u1.conn)
 	marker := ns[1].connect("app")
 	marker.subscribe("presence-room", &hub.Member{UserID: "m"})
-	watcher.wait("presence-room", "pusher_internal:member_added") // m, after u1's leave was applied
+	// m's member_added is after u1's leave was applied.
 	wait.Until(t, "m is a member", func() bool { return watcher.count("presence-room", "pusher_internal:member_added") == 2 })
 	ns[1].hub.Remove(u2.conn)
 	watcher.wait("presence-room", "pusher_internal:member_removed")

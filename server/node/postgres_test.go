@@ -2,6 +2,8 @@ package node
 
 import (
 	"encoding/json"
+	"fmt"
+	pushnotifications "github.com/pusher/push-notifications-go"
 	"net/http"
 	"strings"
 	"testing"
@@ -55,23 +57,30 @@ func TestTwoNodesDispatchEachPublishOnceOnPostgreSQL(t *testing.T) {
 	gw := startGateways(t)
 	opts := gw.pushOptions()
 	opts.PageSize = 5 // many pages, read over a while
-	na, _ := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
+	na, a := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
 	_, b := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
-	seedDevices(t, na.db, devices, "news", webTokens(t, gw))
-	status, body := call(t, http.MethodPost, b+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests",
-		map[string]any{"interests": []string{"news"}, "apns": map[string]any{"aps": map[string]any{"alert": "hi"}},
-			"fcm": map[string]any{"notification": map[string]any{"title": "hi"}}, "web": map[string]any{"notification": map[string]any{"title": "hi"}}},
-		"Authorization", "Bearer "+beamsSecret)
-	if status != http.StatusOK {
-		t.Fatalf("publish through node B: %d %s", status, body)
-	}
-	var pub struct {
-		PublishID string `json:"publishId"`
-	}
-	if err := json.Unmarshal(body, &pub); err != nil {
+	seedDevices(t, na.db, devices-3, "news", webTokens(t, gw))
+	// Three more as the client SDKs register them, through node A's Device API.
+	register(t, a, "apns", fmt.Sprintf("%064x", devices), "news")
+	register(t, a, "fcm", "fcm-registered", "news")
+	sub, err := gw.web.Subscribe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	st := waitDone(t, b, pub.PublishID)
+	register(t, a, "web", sub.Token(), "news")
+	beams, err := pushnotifications.New(beamsInstance, beamsSecret, pushnotifications.WithCustomBaseURL(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishID, err := beams.PublishToInterests([]string{"news"}, map[string]any{
+		"apns": map[string]any{"aps": map[string]any{"alert": "hi"}},
+		"fcm":  map[string]any{"notification": map[string]any{"title": "hi"}},
+		"web":  map[string]any{"notification": map[string]any{"title": "hi"}},
+	})
+	if err != nil {
+		t.Fatalf("publish through node B with the Go SDK: %v", err)
+	}
+	st := waitDone(t, b, publishID)
 	if st.Targeted != devices || st.Sent != devices {
 		t.Fatalf("status %+v, want %d targeted and sent", st, devices)
 	}
@@ -79,6 +88,11 @@ func TestTwoNodesDispatchEachPublishOnceOnPostgreSQL(t *testing.T) {
 		tokens := in.Tokens()
 		if len(tokens) != devices/3 || in.Count() != devices/3 {
 			t.Fatalf("%s: %d messages to %d devices, want one to each of %d", name, in.Count(), len(tokens), devices/3)
+		}
+		for tok, n := range tokens {
+			if n != 1 {
+				t.Fatalf("%s device %s got %d notifications", name, tok, n)
+			}
 		}
 	}
 }
