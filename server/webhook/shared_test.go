@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -26,8 +28,15 @@ func TestStartLeavesOtherNodesClaimsOnASharedDatabase(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			dsn := tt.dsn()
+			// The app exists and its endpoint never answers, so a request
+			// the dispatcher takes back is claimed again for its lease (a
+			// minute), in flight: never dropped, never gone before the check.
+			answer := make(chan struct{})
+			hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-answer }))
+			t.Cleanup(hang.Close)
+			a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: hang.URL}}}}
 			other := openDB(t, dsn) // the node that claimed the request
-			if _, err := other.EnqueueWebhooks(ctx, []storage.OutboxWebhook{{AppID: "1", URL: "http://127.0.0.1:9/hook", Body: []byte("{}")}}, 0); err != nil {
+			if _, err := other.EnqueueWebhooks(ctx, []storage.OutboxWebhook{{AppID: "1", URL: hang.URL, Body: []byte("{}")}}, 0); err != nil {
 				t.Fatal(err)
 			}
 			claimed, err := other.ClaimWebhooks(ctx, time.Now(), time.Hour, 10, 1)
@@ -45,7 +54,8 @@ func TestStartLeavesOtherNodesClaimsOnASharedDatabase(t *testing.T) {
 			if due := check(); due.Before(time.Now().Add(50 * time.Minute)) {
 				t.Fatalf("before the start the request is due at %v, not at its claim's end", due)
 			}
-			start(t, db, apps{}, Options{})
+			start(t, db, a, Options{})
+			t.Cleanup(func() { close(answer) }) // before the dispatcher's Close, which waits for its request
 			due := check()
 			if released := due.Before(time.Now().Add(50 * time.Minute)); released != tt.release {
 				t.Fatalf("after the start the request is due at %v: released %v, want %v", due, released, tt.release)
