@@ -72,6 +72,11 @@ type Options struct {
 	Hold time.Duration
 	// Settings returns an app's settings (the zero value for an unknown app).
 	Settings func(appID string) AppSettings
+	// ReplayWindow and ReplayBytes bound what the node keeps of what it
+	// published, to publish again should Redis lose its data before every
+	// node read it: DefaultReplayWindow and DefaultReplayBytes when 0.
+	ReplayWindow time.Duration
+	ReplayBytes  int
 }
 
 // Cluster is one node's membership of a cluster.
@@ -86,6 +91,14 @@ type Cluster struct {
 
 	pub chan *pubReq
 	ops opQueue
+
+	// The publish loop's own: the generation it publishes under, the
+	// number of its last message, what it published lately.
+	pubGen    string
+	seq       uint64
+	ring      replayRing
+	replayNow chan struct{} // the generation may have changed: check, and replay
+	seen      origins       // the receive loop's own
 
 	// healthy: the last heartbeat reached Redis; while false, publishes are
 	// refused at once. needResync: the node's record in Redis must be
@@ -146,6 +159,12 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	if opts.Hold <= 0 {
 		opts.Hold = DefaultHold
 	}
+	if opts.ReplayWindow <= 0 {
+		opts.ReplayWindow = DefaultReplayWindow
+	}
+	if opts.ReplayBytes <= 0 {
+		opts.ReplayBytes = DefaultReplayBytes
+	}
 	if opts.Settings == nil {
 		opts.Settings = func(string) AppSettings { return AppSettings{} }
 	}
@@ -162,6 +181,8 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 		hub:          h,
 		p:            opts.Prefix,
 		pub:          make(chan *pubReq, 1024),
+		ring:         replayRing{window: opts.ReplayWindow, max: opts.ReplayBytes},
+		replayNow:    make(chan struct{}, 1),
 		elsewhere:    make(map[string]int),
 		countPending: make(map[string]bool),
 		ctx:          ctx,
@@ -280,160 +301,24 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// pubReq is a batch of messages to publish, answered on done.
-type pubReq struct {
-	calls []*call
-	done  chan error
-}
-
-// Publish sends the messages to every node, in order, and returns once
-// Redis has them. It returns hub.ErrUnavailable at once while Redis does
-// not answer.
-func (c *Cluster) Publish(ms ...hub.Message) error {
-	calls := make([]*call, len(ms))
-	for i, m := range ms {
-		msg := encodeEvent(m)
-		if m.Cache {
-			calls[i] = &call{script: cachePublishScript, args: []any{c.p, StreamLength, m.AppID, m.Channel, msg, cacheValue(m.Event, m.Data), hub.CacheTTL.Milliseconds()}}
-		} else {
-			calls[i] = c.xadd(msg)
-		}
-	}
-	return c.publish(calls)
-}
-
-// Terminate publishes the request to close userID's connections on every
-// node.
-func (c *Cluster) Terminate(appID, userID string) error {
-	return c.publish([]*call{c.xadd(encodeFields(kindTerminate, appID, userID))})
-}
-
-// StreamLength is about how many messages the cluster's stream keeps (XADD
-// MAXLEN ~): how far a node that lost touch with Redis for a moment can
-// catch up. At 10,000 messages/s it is 10 s of history.
-const StreamLength = 100000
-
-// xadd is the call that appends one message to the cluster's stream. The
-// publish loop packs the messages of consecutive xadd calls into one entry.
-func (c *Cluster) xadd(msg string) *call {
-	return &call{msg: msg}
-}
-
-// xaddAll is the call that appends the messages of calls to the stream as
-// one entry: one message as itself, several as a batch.
-func (c *Cluster) xaddAll(calls []*call) *call {
-	msg := calls[0].msg
-	if len(calls) > 1 {
-		msgs := make([]string, len(calls))
-		for i, cl := range calls {
-			msgs[i] = cl.msg
-		}
-		msg = encodeFields(kindBatch, msgs...)
-	}
-	return &call{args: []any{"xadd", c.key("msgs"), "maxlen", "~", StreamLength, "*", "m", msg}, parts: calls}
-}
-
-func (c *Cluster) publish(calls []*call) error {
-	if !c.healthy.Load() {
-		return hub.ErrUnavailable
-	}
-	req := &pubReq{calls: calls, done: make(chan error, 1)}
-	select {
-	case c.pub <- req:
-	case <-c.ctx.Done():
-		return hub.ErrUnavailable
-	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-c.ctx.Done(): // closing: the loop may have left before taking it
-		return hub.ErrUnavailable
-	}
-}
-
-// publishLoop sends the publishes of many callers in one pipeline, the
-// messages of consecutive ones packed in one stream entry: under load, a
-// round trip to Redis, and an entry every node reads, carries every message
-// that waited for it. (A cache channel's message is a script of its own,
-// which keeps its last event in the same step; the order holds all the
-// same, as the pipeline runs in order.)
-func (c *Cluster) publishLoop() {
-	const maxBatch = 256
-	batch := make([]*pubReq, 0, maxBatch)
-	var calls, run []*call
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case req := <-c.pub:
-			batch = append(batch[:0], req)
-		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case req := <-c.pub:
-				batch = append(batch, req)
-			default:
-				break fill
-			}
-		}
-		calls, run = calls[:0], nil // run goes into a call's parts
-		for _, r := range batch {
-			for _, cl := range r.calls {
-				if cl.script == nil {
-					run = append(run, cl)
-					continue
-				}
-				if len(run) > 0 {
-					calls = append(calls, c.xaddAll(run))
-					run = nil
-				}
-				calls = append(calls, cl)
-			}
-		}
-		if len(run) > 0 {
-			calls = append(calls, c.xaddAll(run))
-		}
-		c.exec(c.ctx, calls)
-		for _, cl := range calls {
-			for _, part := range cl.parts {
-				part.err = cl.err
-			}
-		}
-		for _, r := range batch {
-			var err error
-			for _, cl := range r.calls {
-				if cl.err != nil {
-					err = cl.err
-					break
-				}
-			}
-			if err != nil {
-				c.stats.publishErrors.Add(1)
-				c.log.Warn("publish to the cluster failed", zap.Error(err))
-				err = hub.ErrUnavailable
-			} else {
-				c.stats.published.Add(int64(len(r.calls)))
-			}
-			r.done <- err
-		}
-		clear(batch)
-	}
-}
-
 // call is one command of a pipeline: a script with its ARGV, or a plain
 // command. exec fills in its result.
 type call struct {
 	script *redis.Script
 	args   []any
-	msg    string  // a message for the stream, sent packed with others (xadd)
-	parts  []*call // the xadd calls packed in this one (xaddAll)
 	val    any
 	err    error
 }
 
+// scripts are every script the cluster runs, loaded again together when
+// Redis turns out not to have one.
+var scripts = []*redis.Script{joinScript, leaveScript, signInScript, signOutScript, flushCountScript, publishScript, releaseScript}
+
 // exec runs the calls in one pipeline, in order. A script Redis does not
-// have (it restarted) is not run, so it is sent again in full.
+// have (it restarted) is not run, so it is sent again in full — after the
+// calls that followed it, which changes their order: so every script is
+// loaded again at once (it happens once per restart), and the node's record
+// is rebuilt, which settles whatever the reordering did to it.
 func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	if len(calls) == 0 {
 		return
@@ -457,6 +342,12 @@ func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	}
 	if len(retry) == 0 {
 		return
+	}
+	for _, s := range scripts {
+		s.Load(ctx, c.rdb)
+	}
+	if retry[0] < len(calls)-1 {
+		c.needResync.Store(true)
 	}
 	pipe = c.rdb.Pipeline()
 	for _, i := range retry {

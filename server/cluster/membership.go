@@ -26,6 +26,7 @@ func (c *Cluster) heartbeat() {
 			// last rebuild: rebuild, and let the reader see it too.
 			c.needResync.Store(true)
 			c.readerLost.Store(true)
+			c.askReplay()
 		}
 	}
 	nodes, err := c.rdb.SMembers(ctx, c.key("nodes")).Result()

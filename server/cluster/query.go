@@ -140,6 +140,7 @@ type Stats struct {
 	PublishErrors int64 // publishes refused because Redis failed
 	Received      int64 // messages received
 	Resyncs       int64 // times the node's record was rebuilt
+	Replayed      int64 // messages published again after Redis lost its data
 	Reaped        int64 // dead nodes whose record this node took out
 	Outages       int64 // times Redis stopped answering
 	Panics        int64 // panics recovered while handling a message
@@ -154,6 +155,7 @@ func (c *Cluster) Stats() Stats {
 		PublishErrors: c.stats.publishErrors.Load(),
 		Received:      c.stats.received.Load(),
 		Resyncs:       c.stats.resyncs.Load(),
+		Replayed:      c.stats.replayed.Load(),
 		Reaped:        c.stats.reaped.Load(),
 		Outages:       c.stats.outages.Load(),
 		Panics:        c.stats.panics.Count(),

@@ -33,14 +33,22 @@ func (c *Cluster) receiveLoop() {
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		now := time.Now()
 		for _, st := range res {
 			for _, m := range st.Messages {
 				last = m.ID
-				if payload, ok := m.Values["m"].(string); ok {
+				payload, ok := m.Values["m"].(string)
+				if !ok {
+					continue
+				}
+				if origin, seq, ok := entryOrigin(m.Values); ok {
+					c.handlePublished(payload, origin, seq, now)
+				} else {
 					c.handle(payload)
 				}
 			}
 		}
+		c.seen.sweep(now)
 	}
 }
 
@@ -72,6 +80,7 @@ func (c *Cluster) position(last, gen string) (string, string, error) {
 		// it, when the client's retry hid the restart).
 		c.log.Warn("Redis lost its data: the node's record is rebuilt")
 		c.needResync.Store(true)
+		c.askReplay()
 	}
 	return last, now, nil
 }
@@ -82,6 +91,28 @@ func (c *Cluster) sleep(backoff *time.Duration) {
 	case <-time.After(*backoff):
 	}
 	*backoff = min(2**backoff, 2*time.Second)
+}
+
+// handlePublished delivers the messages of an entry a node published,
+// numbered from seq, that this node has not delivered yet: an entry
+// published again after Redis lost its data may hold some it had.
+func (c *Cluster) handlePublished(payload, origin string, seq uint64, now time.Time) {
+	if len(payload) == 0 || payload[0] != kindBatch {
+		if c.seen.fresh(origin, seq, now) {
+			c.handle(payload)
+		}
+		return
+	}
+	f, err := fields(payload[1:])
+	if err != nil {
+		c.log.Warn("malformed cluster message dropped", zap.Int("bytes", len(payload)))
+		return
+	}
+	for i, m := range f {
+		if c.seen.fresh(origin, seq+uint64(i), now) && len(m) > 0 && m[0] != kindBatch {
+			c.handle(m)
+		}
+	}
 }
 
 // handle delivers one message. A malformed one is logged and dropped; a
@@ -144,7 +175,7 @@ func (c *Cluster) handle(payload string) {
 
 // counters are the cluster's figures for the metrics.
 type counters struct {
-	published, publishErrors, received atomic64
-	resyncs, reaped, outages           atomic64
-	panics                             recovery.Counter
+	published, publishErrors, received, replayed atomic64
+	resyncs, reaped, outages                     atomic64
+	panics                                       recovery.Counter
 }

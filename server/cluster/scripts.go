@@ -221,10 +221,29 @@ end
 return {}
 `)
 
-// cachePublishScript keeps a cache channel's event as its last and
-// publishes it, in one step. ARGV app channel message value ttl_ms.
-var cachePublishScript = redis.NewScript(prelude + `
-redis.call('SET', P .. 'cache:' .. ARGV[3] .. ':' .. ARGV[4], ARGV[6], 'PX', ARGV[7])
-publish(ARGV[5])
+// publishScript appends a node's messages to the stream, each entry with
+// its origin (o) and the number of its first message (s), and keeps a
+// cache channel's event as its last, all only while Redis still has the
+// generation the node publishes under (see publish.go).
+// ARGV gen origin, then per entry either
+//
+//	x seq message                                a plain entry
+//	c seq message app channel value ttl_ms       a cache channel's event
+var publishScript = redis.NewScript(prelude + `
+if redis.call('GET', P .. 'gen') ~= ARGV[3] then
+  return redis.error_reply('HERALDGEN Redis lost the cluster state')
+end
+local stream = P .. 'msgs'
+local i = 5
+while i <= #ARGV do
+  if ARGV[i] == 'c' then
+    redis.call('SET', P .. 'cache:' .. ARGV[i+3] .. ':' .. ARGV[i+4], ARGV[i+5], 'PX', ARGV[i+6])
+    redis.call('XADD', stream, 'MAXLEN', '~', ARGV[2], '*', 'm', ARGV[i+2], 'o', ARGV[4], 's', ARGV[i+1])
+    i = i + 7
+  else
+    redis.call('XADD', stream, 'MAXLEN', '~', ARGV[2], '*', 'm', ARGV[i+2], 'o', ARGV[4], 's', ARGV[i+1])
+    i = i + 3
+  end
+end
 return 1
 `)

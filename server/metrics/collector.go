@@ -27,6 +27,7 @@ type collector struct {
 	panics, rateLimited                           *prometheus.Desc
 	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
 	clusterPublishErrors, clusterReceived         *prometheus.Desc
+	clusterReplayed                               *prometheus.Desc
 	clusterResyncs, clusterReaped, clusterOutages *prometheus.Desc
 }
 
@@ -66,6 +67,7 @@ func newCollector(src Sources) *collector {
 		clusterResyncs:       d("cluster_resyncs_total", "Times this node rebuilt its record in Redis (at start and after each outage)."),
 		clusterReaped:        d("cluster_nodes_reaped_total", "Dead nodes whose clients this node took out of the cluster."),
 		clusterOutages:       d("cluster_outages_total", "Times Redis stopped answering this node."),
+		clusterReplayed:      d("cluster_messages_replayed_total", "Messages this node published again because Redis lost its data before every node had read them."),
 	}
 }
 
@@ -76,7 +78,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
-		c.clusterResyncs, c.clusterReaped, c.clusterOutages,
+		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed,
 	} {
 		ch <- d
 	}
@@ -161,6 +163,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		count(c.clusterResyncs, st.Resyncs)
 		count(c.clusterReaped, st.Reaped)
 		count(c.clusterOutages, st.Outages)
+		count(c.clusterReplayed, st.Replayed)
 		count(c.panics, st.Panics, "cluster")
 	}
 	if a := c.src.Anon; a != nil {

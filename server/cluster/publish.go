@@ -1,0 +1,350 @@
+package cluster
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+)
+
+// Publishing. A node publishes through one loop (publishLoop), which
+// numbers its messages in order and sends what its callers queued in one
+// script call (publishScript): the messages of consecutive plain calls
+// packed in one stream entry, a cache channel's message in an entry of its
+// own. The script runs only while Redis still has the state's generation
+// the node last published under, so nothing is appended to a Redis that
+// lost its data before the node knows.
+//
+// Redis without persistence loses, when it restarts, what it took and no
+// node had read yet: triggers already answered 200. So each node keeps what
+// it published for a while (the replay ring), and when it finds Redis lost
+// its data it publishes that again, under the new generation, before
+// anything new. Every entry carries its origin (the publishing process) and
+// the sequence number of its first message; a node delivers a message only
+// when its number is above the last it delivered from that origin, so a
+// message it already had is dropped and one it missed is delivered, late.
+
+// Defaults of Options.ReplayWindow and Options.ReplayBytes.
+const (
+	DefaultReplayWindow = 3 * time.Second
+	DefaultReplayBytes  = 32 << 20
+)
+
+// outMsg is one message this node publishes.
+type outMsg struct {
+	seq   uint64
+	msg   string
+	cache *cacheUpdate // a cache channel's event: its new last event
+	at    time.Time    // when Redis took it, for the replay ring
+}
+
+// cacheUpdate is what a cache channel's message keeps as the channel's
+// last event.
+type cacheUpdate struct{ app, channel, value string }
+
+func (m *outMsg) size() int {
+	n := len(m.msg) + 64
+	if m.cache != nil {
+		n += len(m.cache.app) + len(m.cache.channel) + len(m.cache.value)
+	}
+	return n
+}
+
+// pubReq is a batch of messages to publish, answered on done.
+type pubReq struct {
+	msgs []*outMsg
+	done chan error
+}
+
+// Publish sends the messages to every node, in order, and returns once
+// Redis has them. It returns hub.ErrUnavailable at once while Redis does
+// not answer.
+func (c *Cluster) Publish(ms ...hub.Message) error {
+	out := make([]*outMsg, len(ms))
+	for i, m := range ms {
+		out[i] = &outMsg{msg: encodeEvent(m)}
+		if m.Cache {
+			out[i].cache = &cacheUpdate{app: m.AppID, channel: m.Channel, value: cacheValue(m.Event, m.Data)}
+		}
+	}
+	return c.publish(out)
+}
+
+// Terminate publishes the request to close userID's connections on every
+// node.
+func (c *Cluster) Terminate(appID, userID string) error {
+	return c.publish([]*outMsg{{msg: encodeFields(kindTerminate, appID, userID)}})
+}
+
+// StreamLength is about how many messages the cluster's stream keeps (XADD
+// MAXLEN ~): how far a node that lost touch with Redis for a moment can
+// catch up. At 10,000 messages/s it is 10 s of history.
+const StreamLength = 100000
+
+func (c *Cluster) publish(msgs []*outMsg) error {
+	if !c.healthy.Load() {
+		return hub.ErrUnavailable
+	}
+	req := &pubReq{msgs: msgs, done: make(chan error, 1)}
+	select {
+	case c.pub <- req:
+	case <-c.ctx.Done():
+		return hub.ErrUnavailable
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-c.ctx.Done(): // closing: the loop may have left before taking it
+		return hub.ErrUnavailable
+	}
+}
+
+// publishLoop sends the publishes of many callers in one script call:
+// under load, a round trip to Redis, and an entry every node reads, carries
+// every message that waited for it. It alone numbers messages and keeps
+// the replay ring.
+func (c *Cluster) publishLoop() {
+	const maxBatch = 256
+	batch := make([]*pubReq, 0, maxBatch)
+	var msgs []*outMsg
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.replayNow:
+			if c.pubGen != "" {
+				if err := c.replay(); err != nil {
+					c.log.Warn("publishing again what Redis lost failed; retrying at the next publish", zap.Error(err))
+				}
+			}
+			continue
+		case req := <-c.pub:
+			batch = append(batch[:0], req)
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case req := <-c.pub:
+				batch = append(batch, req)
+			default:
+				break fill
+			}
+		}
+		msgs = msgs[:0]
+		for _, r := range batch {
+			for _, m := range r.msgs {
+				c.seq++
+				m.seq = c.seq
+				msgs = append(msgs, m)
+			}
+		}
+		err := c.send(msgs)
+		if err != nil {
+			c.stats.publishErrors.Add(int64(len(batch)))
+			c.log.Warn("publish to the cluster failed", zap.Error(err))
+			err = hub.ErrUnavailable
+		} else {
+			c.stats.published.Add(int64(len(msgs)))
+			c.ring.add(msgs, time.Now())
+		}
+		for _, r := range batch {
+			r.done <- err
+		}
+		clear(batch)
+		clear(msgs)
+	}
+}
+
+// send publishes msgs under the generation the node publishes under,
+// first publishing the ring again when Redis lost its data.
+func (c *Cluster) send(msgs []*outMsg) error {
+	if c.pubGen == "" {
+		ctx, cancel := c.queryContext()
+		g, err := c.generation(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		c.pubGen = g
+	}
+	err := c.sendUnder(c.pubGen, msgs)
+	if !isGenerationLost(err) {
+		return err
+	}
+	if err := c.replay(); err != nil {
+		return err
+	}
+	return c.sendUnder(c.pubGen, msgs)
+}
+
+// replay publishes the ring again when Redis's generation is no longer the
+// one the node published under, then publishes under the new one.
+func (c *Cluster) replay() error {
+	ctx, cancel := c.queryContext()
+	g, err := c.generation(ctx)
+	cancel()
+	if err != nil || g == c.pubGen {
+		return err
+	}
+	msgs := c.ring.msgs
+	c.log.Warn("Redis lost its data: publishing again what this node published in the last moments, for the nodes that had not read it",
+		zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	for len(msgs) > 0 {
+		n := min(len(msgs), 512)
+		if err := c.sendUnder(g, msgs[:n]); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	c.stats.replayed.Add(int64(len(c.ring.msgs)))
+	c.pubGen = g
+	return nil
+}
+
+// errGenerationLost is publishScript's answer when Redis no longer has the
+// generation it was given.
+const errGenerationLost = "HERALDGEN"
+
+func isGenerationLost(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, errGenerationLost)
+}
+
+// sendUnder runs publishScript for msgs, which are in sequence order.
+func (c *Cluster) sendUnder(gen string, msgs []*outMsg) error {
+	args := make([]any, 0, 4+3*len(msgs))
+	args = append(args, c.p, StreamLength, gen, c.epoch)
+	for i := 0; i < len(msgs); {
+		m := msgs[i]
+		if m.cache != nil {
+			args = append(args, "c", m.seq, m.msg, m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
+			i++
+			continue
+		}
+		// The plain messages that follow with consecutive numbers go in one
+		// entry, numbered by its first.
+		j := i + 1
+		for j < len(msgs) && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 {
+			j++
+		}
+		args = append(args, "x", m.seq, packed(msgs[i:j]))
+		i = j
+	}
+	cl := &call{script: publishScript, args: args}
+	c.exec(c.ctx, []*call{cl})
+	return cl.err
+}
+
+// packed is the stream entry of consecutive messages: one as itself,
+// several as a batch.
+func packed(msgs []*outMsg) string {
+	if len(msgs) == 1 {
+		return msgs[0].msg
+	}
+	parts := make([]string, len(msgs))
+	for i, m := range msgs {
+		parts[i] = m.msg
+	}
+	return encodeFields(kindBatch, parts...)
+}
+
+// replayRing is what the node published in the last ReplayWindow, up to
+// ReplayBytes, oldest first. Only the publish loop touches it.
+type replayRing struct {
+	msgs   []*outMsg
+	bytes  int
+	window time.Duration
+	max    int
+}
+
+// add keeps msgs, which Redis took at now, and forgets what is older than
+// the window or over the byte bound. Nothing is forgotten while Redis does
+// not take publishes, so what it took just before it went stays.
+func (r *replayRing) add(msgs []*outMsg, now time.Time) {
+	for _, m := range msgs {
+		m.at = now
+		r.bytes += m.size()
+	}
+	r.msgs = append(r.msgs, msgs...)
+	drop := 0
+	for drop < len(r.msgs) && (now.Sub(r.msgs[drop].at) > r.window || r.bytes > r.max) {
+		r.bytes -= r.msgs[drop].size()
+		drop++
+	}
+	if drop > 0 {
+		clear(r.msgs[:drop])
+		r.msgs = r.msgs[drop:]
+	}
+}
+
+// origins remembers, per publishing process, the last message number the
+// node delivered, so that a message published again (see replay) is
+// delivered only by the nodes that had not had it. Only the receive loop
+// touches it.
+type origins struct {
+	last  map[string]*originSeen
+	swept time.Time
+}
+
+type originSeen struct {
+	seq uint64
+	at  time.Time
+}
+
+// originIdle is how long an origin is remembered after its last message.
+const originIdle = 10 * time.Minute
+
+// fresh reports whether message seq of origin is new here, and records it.
+func (o *origins) fresh(origin string, seq uint64, now time.Time) bool {
+	s := o.last[origin]
+	if s == nil {
+		if o.last == nil {
+			o.last = make(map[string]*originSeen)
+		}
+		s = &originSeen{}
+		o.last[origin] = s
+	}
+	s.at = now
+	if seq <= s.seq {
+		return false
+	}
+	s.seq = seq
+	return true
+}
+
+// sweep forgets origins not heard from in originIdle, once a minute.
+func (o *origins) sweep(now time.Time) {
+	if now.Sub(o.swept) < time.Minute {
+		return
+	}
+	o.swept = now
+	for k, s := range o.last {
+		if now.Sub(s.at) > originIdle {
+			delete(o.last, k)
+		}
+	}
+}
+
+// entryOrigin returns a stream entry's origin and first message number;
+// ok is false for entries the scripts of the cluster state wrote, which
+// are never published again.
+func entryOrigin(values map[string]any) (origin string, seq uint64, ok bool) {
+	origin, _ = values["o"].(string)
+	s, _ := values["s"].(string)
+	if origin == "" || s == "" {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(s, 10, 64)
+	return origin, seq, err == nil
+}
+
+// askReplay has the publish loop check, soon, whether Redis lost its data
+// and the ring must be published again.
+func (c *Cluster) askReplay() {
+	select {
+	case c.replayNow <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,175 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// A trigger Redis took (answered 200) and then lost, with its data, before
+// another node read it still reaches that node: its publisher publishes
+// what it published lately again, and the nodes that had it already do not
+// deliver it twice.
+func TestMessagesRedisLostBeforeANodeReadThemAreDelivered(t *testing.T) {
+	rs := testredis.Start(t)
+	px := newCutProxy(t, rs.Addr())
+	prefix := fmt.Sprintf("r%d:", time.Now().UnixNano())
+	a := startNode(t, rs, prefix, "a")
+	b := startNode(t, rs, prefix, "b", func(o *Options) { o.URL = px.url() })
+	subA, subB := a.connect("app"), b.connect("app")
+	for _, s := range []*client{subA, subB} {
+		s.subscribe("news", nil)
+		s.wait("news", "pusher_internal:subscription_succeeded")
+	}
+	publish := func(event string) {
+		t.Helper()
+		if err := a.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"}); err != nil {
+			t.Fatalf("publish %s: %v", event, err)
+		}
+	}
+	publish("before")
+	subB.wait("news", "before")
+
+	// Node b loses touch with Redis; a's publishes are taken and read by a
+	// alone; then Redis restarts without them.
+	px.cut()
+	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
+	publish("taken-1")
+	publish("taken-2")
+	subA.wait("news", "taken-2")
+	rs.Restart()
+	px.resume()
+
+	wait.Until(t, "b is back", func() bool { return b.c.Stats().Up })
+	subB.wait("news", "taken-2")
+	publish("after")
+	subA.wait("news", "after")
+	subB.wait("news", "after")
+	want := []string{"pusher_internal:subscription_succeeded", "before", "taken-1", "taken-2", "after"}
+	for name, s := range map[string]*client{"a": subA, "b": subB} {
+		if got := s.events("news"); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
+		}
+	}
+	if n := a.c.Stats().Replayed; n < 2 {
+		t.Errorf("replayed %d messages, want the two Redis lost at least", n)
+	}
+}
+
+// The replay ring keeps what Redis took in its window, and no more than
+// its bytes.
+func TestReplayRingForgetsByAgeAndSize(t *testing.T) {
+	r := replayRing{window: time.Second, max: 1000}
+	t0 := time.Now()
+	msg := func(seq uint64) *outMsg { return &outMsg{seq: seq, msg: string(make([]byte, 100))} }
+	r.add([]*outMsg{msg(1), msg(2)}, t0)
+	r.add([]*outMsg{msg(3)}, t0.Add(time.Second))
+	if len(r.msgs) != 3 {
+		t.Fatalf("kept %d of 3 within the window", len(r.msgs))
+	}
+	r.add([]*outMsg{msg(4)}, t0.Add(1500*time.Millisecond))
+	if len(r.msgs) != 2 || r.msgs[0].seq != 3 {
+		t.Fatalf("after the window: %d kept, first %d; want 3 and 4", len(r.msgs), r.msgs[0].seq)
+	}
+	for i := range uint64(10) {
+		r.add([]*outMsg{msg(5 + i)}, t0.Add(1500*time.Millisecond))
+	}
+	if r.bytes > r.max || r.msgs[len(r.msgs)-1].seq != 14 {
+		t.Fatalf("over the byte bound: %d bytes kept, last %d", r.bytes, r.msgs[len(r.msgs)-1].seq)
+	}
+}
+
+// A node delivers a message of an origin only once, whatever comes again.
+func TestOriginsDeliverEachMessageOnce(t *testing.T) {
+	var o origins
+	now := time.Now()
+	for _, c := range []struct {
+		origin string
+		seq    uint64
+		fresh  bool
+	}{{"p1", 1, true}, {"p1", 2, true}, {"p1", 2, false}, {"p1", 1, false}, {"p2", 1, true}, {"p1", 5, true}, {"p1", 4, false}} {
+		if got := o.fresh(c.origin, c.seq, now); got != c.fresh {
+			t.Fatalf("%s #%d: fresh %v, want %v", c.origin, c.seq, got, c.fresh)
+		}
+	}
+	o.sweep(now.Add(originIdle + time.Minute))
+	if !o.fresh("p1", 1, now) {
+		t.Fatal("an origin idle past originIdle is still remembered")
+	}
+}
+
+// cutProxy forwards TCP connections to a server until cut, which closes
+// them and refuses new ones until resume: a node behind it loses touch with
+// Redis while the others keep it.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: make(map[net.Conn]bool)}
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) url() string { return "redis://" + p.ln.Addr().String() + "/0" }
+
+func (p *cutProxy) serve(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	if err != nil || p.down {
+		p.mu.Unlock()
+		c.Close()
+		if up != nil {
+			up.Close()
+		}
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	go func() { io.Copy(up, c); up.Close() }()
+	io.Copy(c, up)
+	c.Close()
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *cutProxy) resume() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
