@@ -16,7 +16,7 @@ import (
 //	E app channel event data user_id exclude_socket cache   an event to deliver
 //	T app user_id                                           terminate the user's connections
 //	W app user_id online("1"|"0")                           a user came online or went offline
-//	S node app channel socket status cached cache_value [user_id info]...
+//	S node app channel socket token status cached cache_value [user_id info]...
 //	                                                        answer to a Join of node
 //	U node app socket [user_id]...                          answer to a SignIn of node: watched users online
 //	B message...                                            messages published together, in order
@@ -120,18 +120,22 @@ func decodeEvent(f []string) (hub.Message, error) {
 
 // decodeSnapshot decodes the fields of an S message after its node.
 func decodeSnapshot(f []string) (hub.Snapshot, error) {
-	if len(f) < 6 || len(f)%2 != 0 {
+	if len(f) < 7 || (len(f)-7)%2 != 0 {
 		return hub.Snapshot{}, errMalformed
 	}
-	s := hub.Snapshot{AppID: f[0], Channel: f[1], SocketID: f[2], Full: f[3] == "full"}
-	if f[4] == "1" {
-		cv, err := fields(f[5])
+	token, err := strconv.ParseUint(f[3], 10, 64)
+	if err != nil {
+		return hub.Snapshot{}, errMalformed
+	}
+	s := hub.Snapshot{AppID: f[0], Channel: f[1], SocketID: f[2], Token: token, Full: f[4] == "full"}
+	if f[5] == "1" {
+		cv, err := fields(f[6])
 		if err != nil || len(cv) != 2 {
 			return hub.Snapshot{}, errMalformed
 		}
 		s.Cached, s.CacheEvent, s.CacheData = true, cv[0], cv[1]
 	}
-	for i := 6; i+1 < len(f); i += 2 {
+	for i := 7; i+1 < len(f); i += 2 {
 		s.Members = append(s.Members, hub.MemberInfo{UserID: f[i], Info: []byte(f[i+1])})
 	}
 	return s, nil

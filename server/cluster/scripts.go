@@ -79,7 +79,7 @@ local function count(out, app, channel, n, later)
 end
 `
 
-// joinScript: ARGV node app channel socket user info max_members flags, with
+// joinScript: ARGV node app channel socket user info max_members flags token, with
 // flags letters: p presence, c cache channel, n subscription counts on,
 // s silent (rebuilding after Redis lost its data: no events), r reply with
 // a snapshot to the node.
@@ -117,7 +117,7 @@ if redis.call('SISMEMBER', nskey, entry) == 0 then
   end
 end
 if has('r') then
-  local parts = {'S', ns(node), ns(app), ns(channel), ns(socket), ns(status)}
+  local parts = {'S', ns(node), ns(app), ns(channel), ns(socket), ns(ARGV[11]), ns(status)}
   local cached = false
   if has('c') then cached = redis.call('GET', P .. 'cache:' .. app .. ':' .. channel) end
   if cached then

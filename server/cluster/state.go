@@ -176,7 +176,7 @@ func (c *Cluster) callOf(o op) *call {
 		if o.reply {
 			flags = append(flags, 'r')
 		}
-		return &call{script: joinScript, args: []any{c.p, StreamLength, c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags)}}
+		return &call{script: joinScript, args: []any{c.p, StreamLength, c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}}
 	case o.leave != nil:
 		return c.leaveCall(c.id, *o.leave)
 	case o.signIn != nil:

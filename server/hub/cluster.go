@@ -45,6 +45,9 @@ type Join struct {
 	UserID                   string          // presence: the member
 	Info                     json.RawMessage // presence: user_info
 	MaxMembers               int             // presence: distinct users allowed, 0 = no cap
+	// Token names the subscription: its answer (Snapshot.Token) completes
+	// that subscription only, not one made again after an unsubscribe.
+	Token uint64
 }
 
 // Leave is a connection's unsubscription, reported to the cluster.
@@ -67,6 +70,7 @@ type SignOutRequest struct {
 // subscription took effect.
 type Snapshot struct {
 	AppID, Channel, SocketID string
+	Token                    uint64 // the Join's
 	// Full: the presence channel had its maximum of members; the
 	// subscription was refused.
 	Full bool
@@ -178,7 +182,7 @@ func (h *Hub) completeSubscribe(s *Snapshot) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	sub := c.channels[s.Channel]
-	if c.removed || sub == nil || (!sub.pending && !sub.resend) {
+	if c.removed || sub == nil || sub.token != s.Token || (!sub.pending && !sub.resend) {
 		return
 	}
 	if s.Full {
@@ -230,10 +234,10 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 		if !sub.pending {
 			sub.resend = true
 		}
-		h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: opts.MaxMembers})
+		h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: opts.MaxMembers, Token: sub.token})
 		return nil
 	}
-	sub := &subscription{pending: true, refusal: opts.FullRefusal}
+	sub := &subscription{pending: true, refusal: opts.FullRefusal, token: h.joins.Add(1)}
 	if IsPresence(name) {
 		if opts.Member == nil {
 			return errors.New("hub: presence subscription without a member")
@@ -244,7 +248,7 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 		return ErrTooManySubscriptions
 	}
 	c.channels[name] = sub
-	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: opts.MaxMembers})
+	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: opts.MaxMembers, Token: sub.token})
 	return nil
 }
 
@@ -408,7 +412,7 @@ func (h *Hub) Share(maxMembers func(appID string) int) ([]ShareEntry, []ShareSig
 			c.subMu.Lock()
 			if !c.removed {
 				for name, sub := range c.channels {
-					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: max}, Pending: sub.pending || sub.resend})
+					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: max, Token: sub.token}, Pending: sub.pending || sub.resend})
 				}
 				if c.userID != "" {
 					signins = append(signins, ShareSignIn{SignInRequest: SignInRequest{AppID: a.id, SocketID: c.socketID, UserID: c.userID, Watchlist: c.watchlist}, Pending: c.signInPending})

@@ -84,6 +84,7 @@ type subscription struct {
 	pending bool
 	resend  bool
 	refusal []byte
+	token   uint64 // Join.Token
 }
 
 func newConn(app *appState, socketID string, maxQueueBytes int, w Writer) *Conn {

@@ -62,7 +62,8 @@ var (
 // Hub is the registry of every app's channels and connections.
 type Hub struct {
 	log      *zap.Logger
-	cluster  Cluster // nil on a single node (cluster.go)
+	cluster  Cluster       // nil on a single node (cluster.go)
+	joins    atomic.Uint64 // the last Join.Token
 	now      func() time.Time
 	observer Observer
 
