@@ -339,6 +339,13 @@ func TestPresenceIsExactAcrossNodes(t *testing.T) {
 			t.Fatalf("users from %s: %v %v", n.c.ID(), users, err)
 		}
 	}
+	// Each node's metrics count the members of its own connections:
+	// w and u on the first, u on the second.
+	for i, want := range []int{2, 1} {
+		if st := ns[i].hub.AppStats(); len(st) != 1 || st[0].PresenceMembers != want {
+			t.Fatalf("node %d's app stats %+v, want %d presence members", i+1, st, want)
+		}
+	}
 	// The first connection leaving is no member_removed; the last is.
 	ns[0].hub.Remove(u1.conn)
 	marker := ns[1].connect("app")

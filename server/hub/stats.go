@@ -41,8 +41,34 @@ func (h *Hub) AppStats() []AppStats {
 				st.PresenceMembers += members
 			}
 		}
+		if h.cluster != nil {
+			st.PresenceMembers = a.localMembers()
+		}
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].AppID < out[j].AppID })
 	return out
+}
+
+// localMembers counts, in cluster mode, the distinct users of this node's
+// connections on each presence channel, summed: the cluster keeps the
+// channels' member lists in Redis, not in the hub.
+func (a *appState) localMembers() int {
+	a.socketsMu.RLock()
+	conns := make([]*Conn, 0, len(a.sockets))
+	for _, c := range a.sockets {
+		conns = append(conns, c)
+	}
+	a.socketsMu.RUnlock()
+	users := make(map[[2]string]struct{})
+	for _, c := range conns {
+		c.subMu.Lock()
+		for name, sub := range c.channels {
+			if sub.ch != nil && sub.ch.presence {
+				users[[2]string{name, sub.userID}] = struct{}{}
+			}
+		}
+		c.subMu.Unlock()
+	}
+	return len(users)
 }
