@@ -43,7 +43,7 @@ const (
 	DefaultNodeTTL   = 5 * time.Second
 	// DefaultHold is the webhook hold of channel_vacated and member_removed,
 	// the dispatcher's on one node.
-	DefaultHold = 3 * time.Second
+	DefaultHold = hub.WebhookHold
 )
 
 // AppSettings are what the cluster needs to know of an app.

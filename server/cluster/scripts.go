@@ -1,6 +1,13 @@
 package cluster
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldrt/herald/server/hub"
+)
 
 // The cluster state changes in Lua scripts, each one atomic in Redis, so a
 // change and what it means (the first subscriber anywhere, a member's last
@@ -38,6 +45,7 @@ import "github.com/redis/go-redis/v9"
 // as ARGV[2]; their own arguments follow.
 const prelude = `
 local P = ARGV[1]
+local COUNT_ABOVE, COUNT_EVERY_MS = {{count_above}}, {{count_every_ms}}
 local function ns(s) s = tostring(s); return #s .. ':' .. s end
 local function publish(msg) redis.call('XADD', P .. 'msgs', 'MAXLEN', '~', ARGV[2], '*', 'm', msg) end
 local function event(app, channel, name, data, exclude)
@@ -58,7 +66,8 @@ local function unheld(kind, app, channel, user)
   return redis.call('ZREM', P .. 'held', held(kind, app, channel, user)) == 1
 end
 -- count applies the subscription_count rule to a channel now holding n
--- subscriptions: sent at once up to 100 subscribers, at most every 5 s above.
+-- subscriptions: sent at once up to COUNT_ABOVE subscribers, at most every
+-- COUNT_EVERY_MS above (hub.CountThrottleAbove, hub.CountThrottleEvery).
 -- The event goes to the stream, or into later when given (for the caller
 -- to publish after its answer to a subscribe, so that the new subscriber,
 -- complete by then, gets it too).
@@ -66,8 +75,8 @@ local function count(out, app, channel, n, later)
   local key = P .. 'cnt:' .. app .. ':' .. channel
   local now = nowms()
   local last = tonumber(redis.call('GET', key) or '0')
-  if n > 100 and now - last < 5000 then
-    out[#out+1] = 'defer'; out[#out+1] = tostring(last + 5000 - now)
+  if n > COUNT_ABOVE and now - last < COUNT_EVERY_MS then
+    out[#out+1] = 'defer'; out[#out+1] = tostring(last + COUNT_EVERY_MS - now)
     return
   end
   redis.call('SET', key, now, 'PX', 10000)
@@ -79,11 +88,20 @@ local function count(out, app, channel, n, later)
 end
 `
 
+// newScript is a script of the cluster state: the prelude, with the hub's
+// constants filled in, then body.
+func newScript(body string) *redis.Script {
+	return redis.NewScript(strings.NewReplacer(
+		"{{count_above}}", strconv.Itoa(hub.CountThrottleAbove),
+		"{{count_every_ms}}", strconv.FormatInt(hub.CountThrottleEvery.Milliseconds(), 10),
+	).Replace(prelude) + body)
+}
+
 // joinScript: ARGV node app channel socket user info max_members flags token, with
 // flags letters: p presence, c cache channel, n subscription counts on,
 // s silent (rebuilding after Redis lost its data: no events), r reply with
 // a snapshot to the node.
-var joinScript = redis.NewScript(prelude + `
+var joinScript = newScript(`
 local node, app, channel, socket, user, info = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local maxm, flags = tonumber(ARGV[9]), ARGV[10]
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
@@ -138,7 +156,7 @@ return out
 // leaveScript: ARGV node app channel socket user flags (p presence, n
 // subscription counts on) hold_ms. The member_removed and channel_vacated
 // webhooks it causes are held back in P held, not returned.
-var leaveScript = redis.NewScript(prelude + `
+var leaveScript = newScript(`
 local node, app, channel, socket, user, flags = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local due = nowms() + tonumber(ARGV[9])
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
@@ -168,7 +186,7 @@ return out
 // releaseScript takes the held-back webhooks that are due (all of them
 // with flag a) out of P held and returns them, for the node that ran it to
 // report. ARGV max flags.
-var releaseScript = redis.NewScript(prelude + `
+var releaseScript = newScript(`
 local upto = nowms()
 if ARGV[4] == 'a' then upto = '+inf' end
 local due = redis.call('ZRANGEBYSCORE', P .. 'held', '-inf', upto, 'LIMIT', 0, tonumber(ARGV[3]))
@@ -178,11 +196,11 @@ return due
 
 // flushCountScript sends a subscription count that was held back, unless one
 // went out since (which counted the change already). ARGV app channel.
-var flushCountScript = redis.NewScript(prelude + `
+var flushCountScript = newScript(`
 local app, channel = ARGV[3], ARGV[4]
 local out = {}
 local last = tonumber(redis.call('GET', P .. 'cnt:' .. app .. ':' .. channel) or '0')
-if nowms() - last >= 5000 then
+if nowms() - last >= COUNT_EVERY_MS then
   count(out, app, channel, tonumber(redis.call('HGET', P .. 'ch:' .. app, channel) or '0'))
 end
 return out
@@ -190,7 +208,7 @@ return out
 
 // signInScript: ARGV node app socket user flags (s silent, r reply)
 // watched-user...
-var signInScript = redis.NewScript(prelude + `
+var signInScript = newScript(`
 local node, app, socket, user, flags = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local us = P .. 'us:' .. app
 if redis.call('SADD', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. user) == 1 then
@@ -209,7 +227,7 @@ return {}
 `)
 
 // signOutScript: ARGV node app socket user.
-var signOutScript = redis.NewScript(prelude + `
+var signOutScript = newScript(`
 local node, app, socket, user = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local us = P .. 'us:' .. app
 if redis.call('SREM', P .. 'nu:' .. node, app .. '\31' .. socket .. '\31' .. user) == 1 then
@@ -229,7 +247,7 @@ return {}
 //
 //	x seq message                                a plain entry
 //	c seq message app channel value ttl_ms       a cache channel's event
-var publishScript = redis.NewScript(prelude + `
+var publishScript = newScript(`
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
 end

@@ -438,12 +438,18 @@ func (h *Hub) leave(a *appState, c *Conn, sub *subscription) {
 }
 
 // Subscription counts go out on every change, but at most every
-// countThrottleEvery on channels with more than countThrottleAbove
-// subscribers, where every join would otherwise fan out to everyone.
+// CountThrottleEvery on channels with more than CountThrottleAbove
+// subscribers, where every join would otherwise fan out to everyone. (The
+// cluster's scripts apply the same rule.)
 const (
-	countThrottleAbove = 100
-	countThrottleEvery = 5 * time.Second
+	CountThrottleAbove = 100
+	CountThrottleEvery = 5 * time.Second
 )
+
+// WebhookHold is how long channel_vacated and member_removed webhooks wait
+// for the channel or member to come back, which cancels both: the webhook
+// dispatcher's default, and the cluster's.
+const WebhookHold = 3 * time.Second
 
 // countChangedLocked reports a changed subscriber count of a non-presence
 // channel, when the app enabled subscription_count. The caller holds ch.mu
@@ -453,9 +459,9 @@ func (h *Hub) countChangedLocked(a *appState, ch *channel) {
 		return
 	}
 	now := h.now()
-	if len(ch.subs) > countThrottleAbove && now.Sub(ch.countSentAt) < countThrottleEvery {
+	if len(ch.subs) > CountThrottleAbove && now.Sub(ch.countSentAt) < CountThrottleEvery {
 		if ch.countTimer == nil {
-			ch.countTimer = time.AfterFunc(ch.countSentAt.Add(countThrottleEvery).Sub(now), func() { h.flushCount(a, ch) })
+			ch.countTimer = time.AfterFunc(ch.countSentAt.Add(CountThrottleEvery).Sub(now), func() { h.flushCount(a, ch) })
 		}
 		return
 	}

@@ -476,7 +476,7 @@ func TestSubscriptionCountThrottledOnBigChannels(t *testing.T) {
 	h.now = func() time.Time { return now }
 	h.SetSubscriptionCount("1", true)
 	var conns []*Conn
-	for i := 0; i <= countThrottleAbove+1; i++ {
+	for i := 0; i <= CountThrottleAbove+1; i++ {
 		c, _ := h.Connect("1", ConnectOptions{})
 		if err := h.Subscribe(c, "big", SubscribeOptions{}); err != nil {
 			t.Fatal(err)
@@ -495,8 +495,8 @@ func TestSubscriptionCountThrottledOnBigChannels(t *testing.T) {
 	}
 	// The first 100 joins each sent a count; the joins beyond 100
 	// subscribers, within 5 s of the last count, are held back.
-	if got := countFrames(conns[0]); got != countThrottleAbove {
-		t.Fatalf("first subscriber saw %d counts, want %d", got, countThrottleAbove)
+	if got := countFrames(conns[0]); got != CountThrottleAbove {
+		t.Fatalf("first subscriber saw %d counts, want %d", got, CountThrottleAbove)
 	}
 	a := h.app("1", false)
 	a.mu.RLock()
@@ -508,7 +508,7 @@ func TestSubscriptionCountThrottledOnBigChannels(t *testing.T) {
 	if !pending {
 		t.Fatal("no throttled count pending")
 	}
-	now = now.Add(countThrottleEvery)
+	now = now.Add(CountThrottleEvery)
 	h.flushCount(a, ch)
 	if got := countFrames(conns[0]); got != 1 {
 		t.Fatalf("after the throttle window: %d counts, want 1", got)

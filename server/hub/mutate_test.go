@@ -183,7 +183,7 @@ func TestMemberAddedUserInfo(t *testing.T) {
 	}
 }
 
-// A count is throttled only within countThrottleEvery of the last one: a
+// A count is throttled only within CountThrottleEvery of the last one: a
 // join exactly that long after it is counted at once.
 func TestSubscriptionCountThrottleWindowEnds(t *testing.T) {
 	h := New(nopLogger())
@@ -192,11 +192,11 @@ func TestSubscriptionCountThrottleWindowEnds(t *testing.T) {
 	h.SetSubscriptionCount("1", true)
 	first := connect(t, h, "1")
 	subscribe(t, h, first, "big", nil)
-	for range countThrottleAbove {
+	for range CountThrottleAbove {
 		subscribe(t, h, connect(t, h, "1"), "big", nil)
 	}
 	first.Take(nil)
-	now = now.Add(countThrottleEvery)
+	now = now.Add(CountThrottleEvery)
 	subscribe(t, h, connect(t, h, "1"), "big", nil)
 	frames, _ := first.Take(nil)
 	if len(frames) != 1 || !strings.Contains(string(frames[0]), `\"subscription_count\":102`) {

@@ -92,7 +92,7 @@ type Stats struct {
 
 // withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
-	o.Hold = cmp.Or(o.Hold, 3*time.Second)
+	o.Hold = cmp.Or(o.Hold, hub.WebhookHold)
 	o.Flush = cmp.Or(o.Flush, 100*time.Millisecond)
 	o.MaxAge = cmp.Or(o.MaxAge, 5*time.Minute)
 	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
