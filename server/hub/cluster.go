@@ -182,25 +182,26 @@ func (h *Hub) completeSubscribe(s *Snapshot) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	sub := c.channels[s.Channel]
-	if c.removed || sub == nil || sub.token != s.Token || (!sub.pending && !sub.resend) {
+	if c.removed || sub == nil || sub.cl == nil || sub.cl.token != s.Token || (!sub.cl.pending && !sub.cl.resend) {
 		return
 	}
+	cs := sub.cl
 	if s.Full {
-		if sub.pending {
+		if cs.pending {
 			delete(c.channels, s.Channel)
 			a.subs.Add(-1)
-			c.Send(sub.refusal)
+			c.Send(cs.refusal)
 		}
-		sub.resend = false
+		cs.resend = false
 		return
 	}
 	ch := a.lockChannel(s.Channel)
-	pending := sub.pending
+	pending := cs.pending
 	if pending {
 		ch.addLocked(c)
-		sub.ch, sub.pending = ch, false
+		sub.ch, cs.pending, cs.refusal = ch, false, nil
 	}
-	sub.resend = false
+	cs.resend = false
 	c.Send(clusterSucceededFrame(ch, s))
 	if ch.cache && pending {
 		if s.Cached {
@@ -231,24 +232,24 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 	a := c.app
 	if sub := c.channels[name]; sub != nil {
 		// Subscribed (or on the way): a fresh snapshot answers again.
-		if !sub.pending {
-			sub.resend = true
+		if !sub.cl.pending {
+			sub.cl.resend = true
 		}
-		h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: opts.MaxMembers, Token: sub.token})
+		h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: opts.MaxMembers, Token: sub.cl.token})
 		return nil
 	}
-	sub := &subscription{pending: true, refusal: opts.FullRefusal, token: h.joins.Add(1)}
+	sub := &subscription{cl: &clusterSub{pending: true, refusal: opts.FullRefusal, token: h.joins.Add(1)}}
 	if IsPresence(name) {
 		if opts.Member == nil {
 			return errors.New("hub: presence subscription without a member")
 		}
-		sub.userID, sub.info = opts.Member.UserID, opts.Member.Info
+		sub.userID, sub.cl.info = opts.Member.UserID, opts.Member.Info
 	}
 	if !a.takeSubscription(opts.MaxAppSubscriptions) {
 		return ErrTooManySubscriptions
 	}
 	c.channels[name] = sub
-	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: opts.MaxMembers, Token: sub.token})
+	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: opts.MaxMembers, Token: sub.cl.token})
 	return nil
 }
 
@@ -412,7 +413,7 @@ func (h *Hub) Share(maxMembers func(appID string) int) ([]ShareEntry, []ShareSig
 			c.subMu.Lock()
 			if !c.removed {
 				for name, sub := range c.channels {
-					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.info, MaxMembers: max, Token: sub.token}, Pending: sub.pending || sub.resend})
+					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: max, Token: sub.cl.token}, Pending: sub.cl.pending || sub.cl.resend})
 				}
 				if c.userID != "" {
 					signins = append(signins, ShareSignIn{SignInRequest: SignInRequest{AppID: a.id, SocketID: c.socketID, UserID: c.userID, Watchlist: c.watchlist}, Pending: c.signInPending})

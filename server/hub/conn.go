@@ -76,16 +76,25 @@ type Conn struct {
 type subscription struct {
 	ch     *channel
 	userID string
-	// In cluster mode: info is the presence user_info; pending, that the
-	// cluster has not answered the Join yet (ch is nil until it does);
-	// resend, that a repeated subscribe waits for its answer; refusal, the
-	// frame to queue if the presence channel turns out full.
+	cl     *clusterSub // in cluster mode only
+}
+
+// clusterSub is what a subscription needs in cluster mode: info is the
+// presence user_info (the Join's, made again when the node rebuilds its
+// record); pending, that the cluster has not answered the Join yet (ch is
+// nil until it does); resend, that a repeated subscribe waits for its
+// answer; refusal, the frame to queue if the presence channel turns out
+// full (until the answer).
+type clusterSub struct {
 	info    json.RawMessage
+	token   uint64 // Join.Token
+	refusal []byte
 	pending bool
 	resend  bool
-	refusal []byte
-	token   uint64 // Join.Token
 }
+
+// pending reports a subscription the cluster has not answered yet.
+func (s *subscription) pending() bool { return s.cl != nil && s.cl.pending }
 
 func newConn(app *appState, socketID string, maxQueueBytes int, w Writer) *Conn {
 	if maxQueueBytes <= 0 {
@@ -112,7 +121,7 @@ func (c *Conn) Subscription(name string) (userID string, ok bool) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
 	sub := c.channels[name]
-	if sub == nil || sub.pending {
+	if sub == nil || sub.pending() {
 		return "", false
 	}
 	return sub.userID, true
