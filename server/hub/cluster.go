@@ -275,19 +275,9 @@ func (h *Hub) leaveClustered(a *appState, c *Conn, name string, sub *subscriptio
 func (h *Hub) signInClustered(c *Conn, first [][]byte) {
 	a := c.app
 	a.usersMu.Lock()
-	set := a.users[c.userID]
-	if set == nil {
-		set = make(map[*Conn]struct{})
-		a.users[c.userID] = set
-	}
-	set[c] = struct{}{}
+	a.addUserConnLocked(c)
 	for _, id := range c.watchlist {
-		ws := a.watchers[id]
-		if ws == nil {
-			ws = make(map[*Conn]struct{})
-			a.watchers[id] = ws
-		}
-		ws[c] = struct{}{}
+		a.addWatcherLocked(c, id)
 	}
 	a.usersMu.Unlock()
 	c.signInFirst, c.signInPending = first, true

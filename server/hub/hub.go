@@ -498,6 +498,30 @@ func (h *Hub) SetSubscriptionCount(appID string, on bool) {
 // MaxWatchlist is the most user ids a connection may watch.
 const MaxWatchlist = 100
 
+// addUserConnLocked adds the signed-in c to its user's connections; it
+// reports whether c is the user's first here. The caller holds a.usersMu.
+func (a *appState) addUserConnLocked(c *Conn) (first bool) {
+	set := a.users[c.userID]
+	if set == nil {
+		set = make(map[*Conn]struct{})
+		a.users[c.userID] = set
+		first = true
+	}
+	set[c] = struct{}{}
+	return first
+}
+
+// addWatcherLocked makes c a watcher of user id. The caller holds
+// a.usersMu.
+func (a *appState) addWatcherLocked(c *Conn, id string) {
+	ws := a.watchers[id]
+	if ws == nil {
+		ws = make(map[*Conn]struct{})
+		a.watchers[id] = ws
+	}
+	ws[c] = struct{}{}
+}
+
 // SignIn records c as signed in as userID, for server-to-user events,
 // terminate_connections and the watchlist. A connection signs in at most once.
 // The user's first connection makes it online for everyone watching it; c
@@ -526,16 +550,12 @@ func (h *Hub) SignIn(c *Conn, userID string, watchlist []string, first ...[]byte
 	a := c.app
 	a.usersMu.Lock()
 	defer a.usersMu.Unlock()
-	set := a.users[userID]
-	if set == nil {
-		set = make(map[*Conn]struct{})
-		a.users[userID] = set
+	if a.addUserConnLocked(c) {
 		frame := watchlistFrame([]string{userID}, nil)
 		for w := range a.watchers[userID] {
 			w.Send(frame)
 		}
 	}
-	set[c] = struct{}{}
 	for _, f := range first {
 		c.Send(f)
 	}
@@ -544,12 +564,7 @@ func (h *Hub) SignIn(c *Conn, userID string, watchlist []string, first ...[]byte
 	}
 	var online, offline []string
 	for _, id := range watchlist {
-		ws := a.watchers[id]
-		if ws == nil {
-			ws = make(map[*Conn]struct{})
-			a.watchers[id] = ws
-		}
-		ws[c] = struct{}{}
+		a.addWatcherLocked(c, id)
 		if len(a.users[id]) > 0 {
 			online = append(online, id)
 		} else {
