@@ -220,6 +220,31 @@ function clusterSuites () {
       }
     })
 
+    it('triggerBatch through any node: each event of the batch reaches its channel\'s subscribers on every node, once, in batch order; socket_id excludes across nodes', async () => {
+      const [a, b, c] = nodes
+      const names = ['cl-batch-1', 'cl-batch-2']
+      const subs = [a, b, c].map((node) => clients.connect(node, { label: `subscriber on ${node.id}` }))
+      for (const s of subs) for (const name of names) await subscribe(s, name)
+      const ev = (name, n) => ({ channel: name, name: 'batched', data: JSON.stringify({ n }) })
+      // Through node-b; the second event leaves out the subscriber on node-c.
+      const batch = [ev(names[0], 1), { ...ev(names[1], 2), socket_id: subs[2].pusher.connection.socket_id }, ev(names[0], 3), ev(names[1], 4)]
+      const res = await sdk(b).triggerBatch(batch)
+      assert.equal(res.status, 200, 'triggerBatch through node-b')
+      // And one through node-c, after it.
+      const res2 = await sdk(c).triggerBatch([ev(names[1], 5), ev(names[0], 6)])
+      assert.equal(res2.status, 200, 'triggerBatch through node-c')
+      for (const name of names) {
+        const seen = await marker(a, name, subs)
+        const ns = (frames) => frames.map((f) => f.data.n)
+        const want = name === names[0] ? [1, 3, 6] : [2, 4, 5]
+        for (const [i, frames] of seen.entries()) {
+          const expected = i === 2 && name === names[1] ? [4, 5] : want
+          assert.deepEqual(ns(frames), expected, `${subs[i].label} on ${name}`)
+          for (const f of frames) assert.equal(f.event, 'batched')
+        }
+      }
+    })
+
     it('private channel: client events reach the subscribers on the other nodes, not the sender; socket_id excludes across nodes', async () => {
       const name = 'private-cl-desk'
       const [a, b, c] = nodes
