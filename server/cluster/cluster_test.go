@@ -65,7 +65,9 @@ func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...fu
 	obs := &recorder{}
 	h.SetObserver(obs)
 	opts := Options{
-		URL: rs.URL(), NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: time.Second,
+		// A heartbeat lasts 20 beats: a live node stalled by the race
+		// detector on a busy machine is not taken for dead.
+		URL: rs.URL(), NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: 2 * time.Second,
 		Hold: 300 * time.Millisecond, Settings: testSettings,
 	}
 	for _, f := range tune {
