@@ -2,11 +2,15 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testpg"
 )
@@ -61,5 +65,45 @@ func TestStartLeavesOtherNodesClaimsOnASharedDatabase(t *testing.T) {
 				t.Fatalf("after the start the request is due at %v: released %v, want %v", due, released, tt.release)
 			}
 		})
+	}
+}
+
+// Two dispatchers on one PostgreSQL database, as on two nodes, drain one
+// outbox: each request goes out once, whichever node queued it, also when
+// the endpoint fails some first. The share each sent is logged.
+func TestTwoDispatchersOnOneDatabaseSendEachRequestOnce(t *testing.T) {
+	dsn := testpg.Start(t)
+	r := newReceiver(t, "k", "s")
+	r.failFirst.Store(20)
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
+	nodes := []*Dispatcher{start(t, openDB(t, dsn), a, fast), start(t, openDB(t, dsn), a, fast)}
+	const perNode = 150
+	want := make([]string, 0, 2*perNode)
+	for i := range perNode {
+		for n, d := range nodes {
+			ch := fmt.Sprintf("n%d-%d", n, i)
+			d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: ch})
+			want = append(want, "channel_occupied:"+ch)
+		}
+	}
+	got := r.waitFor(len(want))
+	// Anything sent twice would come after the last new one: wait until
+	// both dispatchers have nothing left queued.
+	ctx := context.Background()
+	db := openDB(t, dsn)
+	wait.Until(t, "the outbox is empty", func() bool {
+		_, ok, err := db.NextWebhookDue(ctx, time.Now(), 1)
+		return err == nil && !ok
+	})
+	got = r.events()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %d events (%d distinct), want each of %d once", len(got), len(slices.Compact(slices.Clone(got))), len(want))
+	}
+	s0, s1 := nodes[0].Stats(), nodes[1].Stats()
+	t.Logf("requests delivered per node: %d and %d (failed attempts %d and %d)", s0.Delivered, s1.Delivered, s0.Failed, s1.Failed)
+	if s0.Delivered == 0 || s1.Delivered == 0 {
+		t.Errorf("one node sent everything (%d, %d): the test did not have both draining", s0.Delivered, s1.Delivered)
 	}
 }
