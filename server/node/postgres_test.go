@@ -3,11 +3,12 @@ package node
 import (
 	"encoding/json"
 	"fmt"
-	pushnotifications "github.com/pusher/push-notifications-go"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	pushnotifications "github.com/pusher/push-notifications-go"
 
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -48,9 +49,10 @@ func TestTwoNodesShareTheirAppsOnPostgreSQL(t *testing.T) {
 }
 
 // Two nodes on one PostgreSQL database dispatch its publishes: every device
-// gets a publish accepted by node B once, though both nodes' dispatchers run
-// and its targets take many pages (each publish is read under one node's
-// lease; without, the other node would read pages too, and steal it).
+// gets each of two publishes, one accepted by each node, once, though both
+// nodes' dispatchers run and the targets take many pages (each publish is
+// read under one node's lease; without, the other node would read pages
+// too, and steal it). The share each node sent is logged.
 func TestTwoNodesDispatchEachPublishOnceOnPostgreSQL(t *testing.T) {
 	const devices = 6000
 	dsn := testpg.Start(t)
@@ -68,31 +70,54 @@ func TestTwoNodesDispatchEachPublishOnceOnPostgreSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	register(t, a, "web", sub.Token(), "news")
-	beams, err := pushnotifications.New(beamsInstance, beamsSecret, pushnotifications.WithCustomBaseURL(b))
-	if err != nil {
-		t.Fatal(err)
+	// One publish through each node, with the Go SDK, at once.
+	var ids []string
+	for _, base := range []string{b, a} {
+		beams, err := pushnotifications.New(beamsInstance, beamsSecret, pushnotifications.WithCustomBaseURL(base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		publishID, err := beams.PublishToInterests([]string{"news"}, map[string]any{
+			"apns": map[string]any{"aps": map[string]any{"alert": "hi"}},
+			"fcm":  map[string]any{"notification": map[string]any{"title": "hi"}},
+			"web":  map[string]any{"notification": map[string]any{"title": "hi"}},
+		})
+		if err != nil {
+			t.Fatalf("publish through %s with the Go SDK: %v", base, err)
+		}
+		ids = append(ids, publishID)
 	}
-	publishID, err := beams.PublishToInterests([]string{"news"}, map[string]any{
-		"apns": map[string]any{"aps": map[string]any{"alert": "hi"}},
-		"fcm":  map[string]any{"notification": map[string]any{"title": "hi"}},
-		"web":  map[string]any{"notification": map[string]any{"title": "hi"}},
-	})
-	if err != nil {
-		t.Fatalf("publish through node B with the Go SDK: %v", err)
-	}
-	st := waitDone(t, b, publishID)
-	if st.Targeted != devices || st.Sent != devices {
-		t.Fatalf("status %+v, want %d targeted and sent", st, devices)
+	for _, id := range ids {
+		st := waitDone(t, b, id)
+		if st.Targeted != devices || st.Sent != devices {
+			t.Fatalf("status of %s %+v, want %d targeted and sent", id, st, devices)
+		}
 	}
 	for name, in := range map[string]*pushtest.Inbox{"apns": gw.apns.Inbox, "fcm": gw.fcm.Inbox, "web": gw.web.Inbox} {
 		tokens := in.Tokens()
-		if len(tokens) != devices/3 || in.Count() != devices/3 {
-			t.Fatalf("%s: %d messages to %d devices, want one to each of %d", name, in.Count(), len(tokens), devices/3)
+		if len(tokens) != devices/3 || in.Count() != 2*devices/3 {
+			t.Fatalf("%s: %d messages to %d devices, want two to each of %d", name, in.Count(), len(tokens), devices/3)
 		}
 		for tok, n := range tokens {
-			if n != 1 {
-				t.Fatalf("%s device %s got %d notifications", name, tok, n)
+			if n != 2 {
+				t.Fatalf("%s device %s got %d notifications, want one per publish", name, tok, n)
 			}
 		}
+	}
+	// The share of the work each node did, from its metrics: together
+	// every device once, and no duplicates without a crash.
+	var per [2]float64
+	for i, u := range []string{a, b} {
+		fams := scrape(t, u+"/metrics")
+		for _, g := range []string{"apns", "fcm", "web"} {
+			per[i] += max(0, value(fams, "herald_push_deliveries_total", "gateway", g, "outcome", "delivered"))
+		}
+		if d := value(fams, "herald_push_duplicates_total"); d > 0 {
+			t.Errorf("node %c counted %v duplicates without a crash", 'A'+i, d)
+		}
+	}
+	t.Logf("deliveries sent by node A: %.0f (%.0f %%), by node B: %.0f", per[0], 100*per[0]/(2*devices), per[1])
+	if per[0]+per[1] != 2*devices {
+		t.Errorf("the nodes' metrics count %v and %v deliveries, want %d in all", per[0], per[1], 2*devices)
 	}
 }
