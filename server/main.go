@@ -7,6 +7,7 @@
 //	herald instances <command> ...                              manage Push instances
 //	herald backup [--db FILE] <target>                          consistent copy of the database, online
 //	herald copy --from DB --to DB                               every table into another, empty database
+//	herald migrate [--db FILE]                                  bring the database's schema up to this Herald's
 //	herald healthcheck [--addr ADDR] [--config FILE]            exit 0 when the server is ready
 //	herald version                                              version, commit, build date, Go version
 package main
@@ -51,6 +52,7 @@ Commands:
   instances    manage Push instances in the database (herald instances help)
   backup       a consistent copy of the database, online: herald backup [--db FILE] <file>
   copy         every table into another, empty database: herald copy --from <file or URL> --to <file or URL>
+  migrate      bring the database's schema up to this Herald's, as serve does at start: herald migrate [--db FILE or URL]
   healthcheck  ask the server of these settings for GET /readyz: exit 0 when ready, 1 otherwise
   version      the version, commit, build date and Go version (also --version)
 
@@ -67,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve", "apps", "instances", "backup", "copy", "healthcheck", "version", "help":
+		case "serve", "apps", "instances", "backup", "copy", "migrate", "healthcheck", "version", "help":
 			cmd, args = args[0], args[1:]
 		case "-h", "--help", "-help":
 			cmd, args = "help", args[1:]
@@ -79,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		err = serve(ctx, args, stderr)
-	case "apps", "instances", "backup", "copy":
+	case "apps", "instances", "backup", "copy", "migrate":
 		err = manage(ctx, cmd, args, stdout, stderr)
 	case "healthcheck":
 		err = healthcheck(ctx, args, stdout, stderr)
@@ -116,6 +118,8 @@ func manage(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		return cli.Instances(env, args)
 	case "copy":
 		return cli.Copy(env, args)
+	case "migrate":
+		return cli.Migrate(env, args)
 	default:
 		return cli.Backup(env, args)
 	}

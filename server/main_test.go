@@ -52,7 +52,7 @@ func TestRunHelp(t *testing.T) {
 			if !strings.HasPrefix(stdout, "usage: herald [serve]") || stderr != "" {
 				t.Fatalf("got stdout %q, stderr %q, want the usage on stdout", stdout, stderr)
 			}
-			for _, want := range []string{"healthcheck", "version", "backup"} {
+			for _, want := range []string{"healthcheck", "version", "backup", "copy", "migrate"} {
 				if !strings.Contains(stdout, "\n  "+want+" ") {
 					t.Fatalf("the usage does not list the %s command:\n%s", want, stdout)
 				}
@@ -148,6 +148,8 @@ func TestRunManagementCommands(t *testing.T) {
 		{name: "OKAppsList", args: []string{"apps", "list"}, withDB: true, wantCode: 0, wantStdout: "ID  KEY  SECRET  ENABLED  WEBHOOKS"},
 		{name: "OKInstancesList", args: []string{"instances", "list"}, withDB: true, wantCode: 0, wantStdout: "ID  SECRET KEY  ENABLED  APNS  FCM  WEB"},
 		{name: "ErrAppsShowNoApp", args: []string{"apps", "show", "999"}, withDB: true, wantCode: 1, wantStderr: `herald: no app with id "999"`},
+		{name: "OKMigrate", args: []string{"migrate"}, withDB: true, wantCode: 0, wantStdout: "herald.db is at schema version"},
+		{name: "ErrMigrateArgument", args: []string{"migrate", "now"}, withDB: true, wantCode: 2, wantStderr: "usage: herald migrate"},
 		{name: "ErrAppsCreateBadWebhook", args: []string{"apps", "create", "--webhook", "https://x,events=nope"}, withDB: true, wantCode: 1, wantStderr: `herald: webhook "https://x,events=nope": unknown event kind "nope"`},
 	}
 	for _, tt := range tests {

@@ -81,7 +81,8 @@ func openAtVersion(t *testing.T, path string, version int) *sql.DB {
 		v, err := migrationVersion(f.Name())
 		checkErr(t, "migrationVersion", err, nil)
 		if v <= version {
-			checkErr(t, "apply "+f.Name(), applyMigration(ctx, &handle{old, sqliteDialect}, v, "migrations/"+f.Name()), nil)
+			_, err := applyMigration(ctx, &handle{old, sqliteDialect}, v, "migrations/"+f.Name())
+			checkErr(t, "apply "+f.Name(), err, nil)
 		}
 	}
 	return old

@@ -48,7 +48,18 @@ type DB struct {
 	// observe, when set, is told how long each transaction run through
 	// read and write took (see ObserveTransactions).
 	observe atomic.Pointer[func(kind string, d time.Duration)]
+	schema  Schema
 }
+
+// Schema is what Open found of the database's schema and did to it.
+type Schema struct {
+	Version int   // the schema version, after Open's migrations
+	Applied []int // the migrations Open applied, oldest first (none when it was up to date)
+}
+
+// Schema reports the database's schema version and the migrations Open
+// applied to reach it.
+func (db *DB) Schema() Schema { return db.schema }
 
 //go:embed migrations/*.sql migrations/postgres/*.sql
 var migrations embed.FS
@@ -97,7 +108,8 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 	writer.SetMaxOpenConns(1)
 	// The writer must connect first: it switches the file to WAL, which the
 	// readers rely on, and creates the schema they query.
-	if err := migrate(ctx, &handle{writer, sqliteDialect}); err != nil {
+	schema, err := migrate(ctx, &handle{writer, sqliteDialect})
+	if err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -119,7 +131,7 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 		writer.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &DB{writer: &handle{writer, sqliteDialect}, reader: &handle{reader, sqliteDialect}, d: sqliteDialect}, nil
+	return &DB{writer: &handle{writer, sqliteDialect}, reader: &handle{reader, sqliteDialect}, d: sqliteDialect, schema: schema}, nil
 }
 
 // openPostgres connects to the PostgreSQL database at dsn (a postgres://
@@ -140,11 +152,12 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open PostgreSQL: %w", err)
 	}
-	if err := migrate(ctx, h); err != nil {
+	schema, err := migrate(ctx, h)
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open PostgreSQL: %w", err)
 	}
-	return &DB{writer: h, reader: h, d: d}, nil
+	return &DB{writer: h, reader: h, d: d, schema: schema}, nil
 }
 
 // Name is how dsn is shown in messages: a PostgreSQL URL without its
@@ -199,7 +212,8 @@ func (db *DB) DataVersion(ctx context.Context) (int64, error) {
 // migrate applies, in order, every embedded migration of the database's
 // dialect not yet recorded in schema_migrations, each in its own
 // transaction, and refuses a database migrated by a newer Herald.
-func migrate(ctx context.Context, db *handle) error {
+func migrate(ctx context.Context, db *handle) (Schema, error) {
+	var schema Schema
 	table := `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version       INTEGER PRIMARY KEY,
 		applied_at_ms INTEGER NOT NULL
@@ -218,11 +232,11 @@ func migrate(ctx context.Context, db *handle) error {
 		_, err := tx.ExecContext(ctx, table)
 		return err
 	}); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
+		return schema, fmt.Errorf("create schema_migrations: %w", err)
 	}
 	entries, err := fs.ReadDir(migrations, dir) // sorted by name
 	if err != nil {
-		return err
+		return schema, err
 	}
 	prev := 0
 	for _, e := range entries {
@@ -232,24 +246,29 @@ func migrate(ctx context.Context, db *handle) error {
 		}
 		version, err := migrationVersion(name)
 		if err != nil {
-			return err
+			return schema, err
 		}
 		if version <= prev {
-			return fmt.Errorf("migration %s: version %d does not follow %d", name, version, prev)
+			return schema, fmt.Errorf("migration %s: version %d does not follow %d", name, version, prev)
 		}
 		prev = version
-		if err := applyMigration(ctx, db, version, dir+"/"+name); err != nil {
-			return fmt.Errorf("migration %s: %w", name, err)
+		applied, err := applyMigration(ctx, db, version, dir+"/"+name)
+		if err != nil {
+			return schema, fmt.Errorf("migration %s: %w", name, err)
+		}
+		if applied {
+			schema.Applied = append(schema.Applied, version)
 		}
 	}
 	var newest sql.NullInt64
 	if err := db.QueryRowContext(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&newest); err != nil {
-		return err
+		return schema, err
 	}
 	if newest.Int64 > int64(prev) {
-		return fmt.Errorf("%w: the database is at schema version %d, this Herald knows up to %d", ErrNewerSchema, newest.Int64, prev)
+		return schema, fmt.Errorf("%w: the database is at schema version %d, this Herald knows up to %d", ErrNewerSchema, newest.Int64, prev)
 	}
-	return nil
+	schema.Version = int(newest.Int64)
+	return schema, nil
 }
 
 // migrationVersion parses the number in front of a name like "0001_init.sql".
@@ -262,22 +281,26 @@ func migrationVersion(name string) (int, error) {
 	return version, nil
 }
 
-func applyMigration(ctx context.Context, db *handle, version int, path string) error {
+// applyMigration applies one migration unless it is recorded as applied; it
+// reports whether it applied it.
+func applyMigration(ctx context.Context, db *handle, version int, path string) (bool, error) {
 	script, err := migrations.ReadFile(path)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return inTx(ctx, db, func(tx *tx) error {
+	var applied bool
+	err = inTx(ctx, db, func(tx *tx) error {
 		// Checked inside the transaction, which holds the write lock, so two
 		// processes opening a new database at once cannot both apply it.
-		var applied bool
+		var done bool
 		if err := tx.QueryRowContext(ctx,
-			"SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?)", version).Scan(&applied); err != nil {
+			"SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?)", version).Scan(&done); err != nil {
 			return err
 		}
-		if applied {
+		if done {
 			return nil
 		}
+		applied = true
 		// Run as written: a script holds no placeholders.
 		if _, err := tx.Tx.ExecContext(ctx, string(script)); err != nil {
 			return err
@@ -286,6 +309,7 @@ func applyMigration(ctx context.Context, db *handle, version int, path string) e
 			"INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?, ?)", version, now().UnixMilli())
 		return err
 	})
+	return applied && err == nil, err
 }
 
 // write runs fn in a transaction on the writer connection.

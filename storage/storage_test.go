@@ -121,6 +121,10 @@ func TestOpen(t *testing.T) {
 		if err != nil {
 			t.Fatalf("first Open: %v", err)
 		}
+		fresh := first.Schema()
+		if len(fresh.Applied) == 0 || fresh.Version != fresh.Applied[len(fresh.Applied)-1] {
+			t.Fatalf("a new database's schema %+v: want every migration applied, the last one its version", fresh)
+		}
 		want, err := first.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "CreateApp", err, nil)
 		checkErr(t, "first Close", first.Close(), nil)
@@ -141,6 +145,8 @@ func TestOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, "applied migrations", applied, len(files))
+		check(t, "migrations applied by Open", len(fresh.Applied), len(files))
+		check(t, "schema after reopening", db.Schema(), Schema{Version: fresh.Version})
 	})
 
 	t.Run("RefusesANewerSchema", func(t *testing.T) {

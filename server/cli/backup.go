@@ -27,6 +27,6 @@ func Backup(env Env, args []string) error {
 	if err := db.Backup(env.Ctx, pos[0]); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "backed up %s to %s\n", dbPath, pos[0])
+	fmt.Fprintf(env.Stdout, "backed up %s to %s\n", storage.Name(dbPath), pos[0])
 	return nil
 }
