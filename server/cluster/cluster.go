@@ -22,9 +22,12 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +60,12 @@ type Options struct {
 	// URL is the Redis URL: redis:// or rediss://, with an optional
 	// password and database number.
 	URL string
+	// CAFile is a PEM file of CA certificates trusted for the rediss://
+	// connection to Redis, in addition to the system's roots
+	// (HERALD_REDIS_CA_FILE): for a Redis whose certificate a private CA
+	// signed. It must go with a rediss:// URL; empty, the system's roots
+	// alone are trusted.
+	CAFile string
 	// NodeID names this node; a random one when empty.
 	NodeID string
 	// Prefix starts every Redis key and channel; DefaultPrefix when empty.
@@ -141,6 +150,21 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HERALD_REDIS_URL: %w", err)
 	}
+	if ropts.TLSConfig != nil {
+		// rediss://: go-redis verifies the certificate against the host of
+		// the URL (ServerName); never below TLS 1.2.
+		ropts.TLSConfig.MinVersion = max(ropts.TLSConfig.MinVersion, tls.VersionTLS12)
+	}
+	if opts.CAFile != "" {
+		if ropts.TLSConfig == nil {
+			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: it is the CA of Redis's TLS certificate")
+		}
+		roots, err := redisRoots(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("HERALD_REDIS_CA_FILE: %w", err)
+		}
+		ropts.TLSConfig.RootCAs = roots
+	}
 	// Short timeouts: a trigger waits on Redis, and an unreachable Redis
 	// must turn into a 503 quickly rather than a hung request.
 	ropts.DialTimeout = 2 * time.Second
@@ -193,6 +217,25 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	c.redisLog = c.log.Named("redis")
 	redisLogger.Store(c.redisLog)
 	return c, nil
+}
+
+// redisRoots returns the system's roots (Mozilla's when the system has
+// none) with the certificates of the PEM file caFile added: the roots of the
+// connection to Redis alone, so that other outbound TLS keeps trusting the
+// system's roots only.
+func redisRoots(caFile string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	return roots, nil
 }
 
 // ID is the node's id.

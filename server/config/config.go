@@ -5,6 +5,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,6 +78,11 @@ type Config struct {
 	// Cluster (README, Running a cluster).
 	RedisURL string // HERALD_REDIS_URL: redis:// or rediss:// URL; set, the node joins the cluster of nodes sharing that Redis
 	NodeID   string // HERALD_NODE_ID: the node's id in the cluster, unique among its nodes; default random at each start
+	// RedisCAFile (HERALD_REDIS_CA_FILE) is a PEM file of CA certificates
+	// trusted, besides the system's roots, for the rediss:// connection to
+	// Redis only (SSL_CERT_FILE would replace the roots of every outbound
+	// TLS connection: APNs, FCM, webhooks). Only with a rediss:// RedisURL.
+	RedisCAFile string
 	// PushLease (HERALD_PUSH_LEASE) is how long a publish stays the lease of
 	// the node reading it without renewal: how soon, on a shared PostgreSQL
 	// database, another node takes over a dead one's publishes. 0 means 30s.
@@ -166,6 +172,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 		MetricsAddr:           env("HERALD_METRICS_ADDR"),
 		AdminToken:            env("HERALD_ADMIN_TOKEN"),
 		RedisURL:              env("HERALD_REDIS_URL"),
+		RedisCAFile:           env("HERALD_REDIS_CA_FILE"),
 		NodeID:                env("HERALD_NODE_ID"),
 	}
 	if set["addr"] {
@@ -275,6 +282,13 @@ func (c Config) validate() error {
 	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
 		errs = append(errs, errors.New("HERALD_REDIS_URL must be a redis:// or rediss:// URL"))
 	}
+	if c.RedisCAFile != "" {
+		if !strings.HasPrefix(c.RedisURL, "rediss://") {
+			errs = append(errs, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: it is the CA of Redis's TLS certificate"))
+		} else if err := checkCAFile(c.RedisCAFile); err != nil {
+			errs = append(errs, fmt.Errorf("HERALD_REDIS_CA_FILE: %w", err))
+		}
+	}
 	if c.NodeID != "" && !validNodeID(c.NodeID) {
 		errs = append(errs, fmt.Errorf("HERALD_NODE_ID must be 1 to 64 letters, digits, '-', '_' or '.', not %q", c.NodeID))
 	}
@@ -282,6 +296,20 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("HERALD_ADMIN_TOKEN must be at least %d characters long", MinAdminTokenLength))
 	}
 	return errors.Join(errs...)
+}
+
+// checkCAFile reports whether path can be read and holds at least one PEM
+// certificate, so that a wrong CA file stops the start rather than every
+// connection to Redis.
+func checkCAFile(path string) error {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return nil
 }
 
 // validNodeID accepts 1 to 64 letters, digits, '-', '_' and '.': a node id

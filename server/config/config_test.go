@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/server/internal/testcert"
 )
 
 // getenv returns a getenv that reads only vars.
@@ -305,6 +308,61 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not mention %s", err, want)
 		}
+	}
+}
+
+// HERALD_REDIS_CA_FILE: a PEM file of certificates, only with a rediss://
+// HERALD_REDIS_URL; anything else stops the start, naming the variable.
+func TestLoadRedisCAFile(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t)
+	good := filepath.Join(dir, "ca.pem")
+	testcert.ReplaceFile(t, good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	noCert := filepath.Join(dir, "key.pem")
+	testcert.ReplaceFile(t, noCert, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not a certificate")}))
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string // a part of the error message; empty: Load succeeds
+	}{
+		{name: "OKWithRediss", env: map[string]string{"HERALD_REDIS_URL": "rediss://redis.internal:6380/0", "HERALD_REDIS_CA_FILE": good}},
+		{
+			name:    "ErrPlainURL",
+			env:     map[string]string{"HERALD_REDIS_URL": "redis://redis.internal:6379/0", "HERALD_REDIS_CA_FILE": good},
+			wantErr: "HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL",
+		},
+		{
+			name:    "ErrNoURL",
+			env:     map[string]string{"HERALD_REDIS_CA_FILE": good},
+			wantErr: "HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL",
+		},
+		{
+			name:    "ErrMissingFile",
+			env:     map[string]string{"HERALD_REDIS_URL": "rediss://redis.internal:6380/0", "HERALD_REDIS_CA_FILE": filepath.Join(dir, "none.pem")},
+			wantErr: "HERALD_REDIS_CA_FILE: open " + filepath.Join(dir, "none.pem") + ": no such file or directory",
+		},
+		{
+			name:    "ErrNoCertificate",
+			env:     map[string]string{"HERALD_REDIS_URL": "rediss://redis.internal:6380/0", "HERALD_REDIS_CA_FILE": noCert},
+			wantErr: "HERALD_REDIS_CA_FILE: " + noCert + " holds no PEM certificate",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load(nil, getenv(tt.env), &bytes.Buffer{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Load: got error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got.RedisURL != tt.env["HERALD_REDIS_URL"] || got.RedisCAFile != tt.env["HERALD_REDIS_CA_FILE"] {
+				t.Fatalf("Load: RedisURL %q, RedisCAFile %q", got.RedisURL, got.RedisCAFile)
+			}
+		})
 	}
 }
 

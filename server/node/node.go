@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.hook.Start()
 	if cfg.RedisURL != "" {
 		n.cluster, err = cluster.New(log.Named("cluster"), n.hub, cluster.Options{
-			URL: cfg.RedisURL, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
+			URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
 			Heartbeat: o.clusterHeartbeat, NodeTTL: o.clusterNodeTTL,
 			Settings: func(appID string) cluster.AppSettings {
 				app := apps.ByID(appID)

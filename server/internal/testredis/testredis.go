@@ -2,6 +2,10 @@
 // free port, in a temporary folder, without persistence, stopped (by its
 // PID) when the test ends.
 //
+// StartTLS starts one that speaks TLS only (rediss://), with certificate
+// files the caller makes (server/internal/testcert): this package imports
+// nothing of Herald's.
+//
 // Where redis-server is not installed the test is skipped with one line
 // saying so, except under CI=true, where that fails it: CI must never pass
 // by skipping.
@@ -9,6 +13,8 @@ package testredis
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -24,16 +30,39 @@ import (
 
 // Server is a running redis-server.
 type Server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
+	t     testing.TB
+	bin   string
+	dir   string
+	port  int
+	cmd   *exec.Cmd
+	files *TLS        // nil: plain TCP
+	ping  *tls.Config // how start's client checks the server: trusts files.CAFile only
+}
+
+// TLS names the PEM files of a server that speaks TLS: its certificate
+// (for 127.0.0.1), its private key, and the CA that signed the certificate,
+// which clients must trust.
+type TLS struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Start starts a redis-server for t, or skips t (fails it under CI=true)
 // when the binary is missing.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return startServer(t, nil)
+}
+
+// StartTLS is Start for a redis-server that accepts TLS connections only,
+// with the certificate and key of files, and does not ask clients for
+// certificates. URL is then a rediss:// URL, whose clients must trust
+// files.CAFile (see CAFile).
+func StartTLS(t testing.TB, files TLS) *Server {
+	t.Helper()
+	return startServer(t, &files)
+}
+
+func startServer(t testing.TB, files *TLS) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -50,7 +79,18 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("redis-server is not installed (Debian package redis-server): skipping the cluster test")
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), files: files}
+	if files != nil {
+		pem, err := os.ReadFile(files.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			t.Fatalf("%s holds no PEM certificate", files.CAFile)
+		}
+		s.ping = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	for attempt := 0; ; attempt++ {
 		s.port = freePort(t)
 		if err := s.start(); err == nil {
@@ -63,8 +103,24 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
+// URL is the server's redis:// URL, rediss:// when it speaks TLS.
+func (s *Server) URL() string {
+	scheme := "redis"
+	if s.files != nil {
+		scheme = "rediss"
+	}
+	return fmt.Sprintf("%s://127.0.0.1:%d/0", scheme, s.port)
+}
+
+// CAFile is the PEM file of the CA that signed the certificate of a server
+// started by StartTLS, the one its clients must trust; empty for a plain
+// server.
+func (s *Server) CAFile() string {
+	if s.files == nil {
+		return ""
+	}
+	return s.files.CAFile
+}
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
@@ -104,18 +160,23 @@ func (s *Server) Restart() {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
+	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port)}
+	if s.files != nil {
+		args = []string{"--bind", "127.0.0.1", "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", s.files.CertFile, "--tls-key-file", s.files.KeyFile,
+			"--tls-ca-cert-file", s.files.CAFile, "--tls-auth-clients", "no"}
+	}
+	cmd := exec.Command(s.bin, append(args,
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log"))...)
 	// Its own process group, so a signal to the test's group leaves it be
 	// until Stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, TLSConfig: s.ping})
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

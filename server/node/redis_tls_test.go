@@ -1,0 +1,48 @@
+package node
+
+import (
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/testcert"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// HERALD_REDIS_CA_FILE reaches the cluster: a node on a rediss:// Redis
+// whose certificate a private CA signed is ready once given that CA.
+func TestClusterNodeTrustsTheRedisCAFile(t *testing.T) {
+	dir := t.TempDir()
+	files := testredis.TLS{
+		CertFile: filepath.Join(dir, "redis.pem"),
+		KeyFile:  filepath.Join(dir, "redis-key.pem"),
+		CAFile:   filepath.Join(dir, "ca.pem"),
+	}
+	ca := testcert.NewCA(t)
+	ca.Issue(t, 1, files.CertFile, files.KeyFile)
+	testcert.ReplaceFile(t, files.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	rs := testredis.StartTLS(t, files)
+
+	_, url := serveNode(t, config.Config{
+		DB:          filepath.Join(t.TempDir(), "herald.db"),
+		RedisURL:    rs.URL(),
+		RedisCAFile: rs.CAFile(),
+		NodeID:      "tls",
+	}, WithClusterKeys(fmt.Sprintf("nodetls%d:", time.Now().UnixNano())), WithClusterHeartbeat(100*time.Millisecond, time.Second))
+	wait.NoError(t, func() error {
+		res, err := http.Get(url + "/readyz")
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s, want 200 (Redis over TLS answers)", res.Status)
+		}
+		return nil
+	})
+}
