@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -93,4 +94,31 @@ func TestCopyMovesEveryTable(t *testing.T) {
 	// A target with state is refused, and keeps its state.
 	_, err = Copy(ctx, src, mid)
 	checkErr(t, "Copy into a database with state", err, ErrNotEmpty)
+}
+
+// Every table of the schema is either copied or named as left out, so that
+// a new table cannot be forgotten by Copy unnoticed.
+func TestCopyKnowsEveryTable(t *testing.T) {
+	db := openTestDB(t)
+	q := "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+	if db.d.postgres {
+		q = "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
+	}
+	rows, err := db.reader.QueryContext(t.Context(), q)
+	checkErr(t, "list tables", err, nil)
+	defer rows.Close()
+	var tables []string
+	for rows.Next() {
+		var name string
+		checkErr(t, "scan", rows.Scan(&name), nil)
+		tables = append(tables, name)
+	}
+	checkErr(t, "rows", rows.Err(), nil)
+	var known []string
+	for _, tb := range copyTables {
+		known = append(known, tb.name)
+	}
+	known = append(known, notCopied...)
+	slices.Sort(known)
+	check(t, "the tables copied or left out", known, tables)
 }

@@ -136,6 +136,24 @@ func (d *dialect) jsonLength(expr string) string {
 	return "json_array_length(" + expr + ")"
 }
 
+// least is the smaller of the expressions a and b: SQLite's scalar min(),
+// PostgreSQL's LEAST() (where min() is only the aggregate).
+func (d *dialect) least(a, b string) string {
+	if d.postgres {
+		return "LEAST(" + a + ", " + b + ")"
+	}
+	return "min(" + a + ", " + b + ")"
+}
+
+// greatest is the larger of the expressions a and b: SQLite's scalar max(),
+// PostgreSQL's GREATEST().
+func (d *dialect) greatest(a, b string) string {
+	if d.postgres {
+		return "GREATEST(" + a + ", " + b + ")"
+	}
+	return "max(" + a + ", " + b + ")"
+}
+
 // readOptions are those of a read transaction: one snapshot for all its
 // queries (SQLite's transactions always have one).
 func (d *dialect) readOptions() *sql.TxOptions {

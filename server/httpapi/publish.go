@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -38,7 +39,9 @@ const (
 	MaxPublishUsers = 1000
 	// MaxUserIDBytes is the longest user id, in bytes of UTF-8.
 	MaxUserIDBytes = 164
-	// PublishRateLimit is the most Publish API requests per second and instance.
+	// PublishRateLimit is the most Publish API requests per second and
+	// instance, with bursts of as many. On a database nodes share it holds
+	// over all of them (storage.DB.TakePublishToken).
 	PublishRateLimit = 100
 
 	maxWebhookURLLength = 2048
@@ -59,8 +62,18 @@ type PublishAPI struct {
 	notifier  PublishNotifier
 	log       *zap.Logger
 	limiter   *clientrate.Buckets // per instance: PublishRateLimit a second, bursts of as many
-	now       func() time.Time
+	// shared: the database is shared by several nodes (PostgreSQL), and the
+	// rate limit is held in it rather than in limiter, which then serves
+	// only while the database fails (see allow).
+	shared      bool
+	limitErrors atomic.Uint64 // database failures of the shared rate limit
+	limitWarned atomic.Int64  // when the last of them was logged, unix ms
+	now         func() time.Time
 }
+
+// limitWarnEvery spaces the warnings of the shared rate limit's database
+// failures: a database that is down would otherwise write one per request.
+const limitWarnEvery = 10 * time.Second
 
 var _ publish.StrictServerInterface = (*PublishAPI)(nil)
 
@@ -68,8 +81,13 @@ var _ publish.StrictServerInterface = (*PublishAPI)(nil)
 // told about every stored publish.
 func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNotifier, log *zap.Logger) *PublishAPI {
 	return &PublishAPI{db: db, instances: instances, notifier: notifier, log: log.Named("publish"),
-		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), now: time.Now}
+		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), shared: db.Shared(), now: time.Now}
 }
+
+// RateLimitErrors is how many requests found the database failing when
+// they came to take from the instance's shared rate limit (each was then
+// limited by this node's own bucket instead); 0 on a database of one node.
+func (api *PublishAPI) RateLimitErrors() uint64 { return api.limitErrors.Load() }
 
 // Register mounts the API on r: instance lookup, secret key, rate limit and
 // body checks before the generated binding.
@@ -101,13 +119,47 @@ func secretKeyAuth(c *gin.Context) {
 	c.Next()
 }
 
+// rateLimit refuses a request over the instance's PublishRateLimit with 429
+// and the error body, without a Retry-After header.
 func (api *PublishAPI) rateLimit(c *gin.Context) {
 	in := c.Value(instanceContextKey).(*storage.Instance)
-	if !api.limiter.Allow(in.ID, api.now()) {
+	if !api.allow(c.Request.Context(), in.ID) {
 		writeError(c, newError(http.StatusTooManyRequests, KindTooManyRequests, "More than %d requests per second on this instance; slow down.", PublishRateLimit))
 		return
 	}
 	c.Next()
+}
+
+// allow takes a token from the instance's bucket and reports whether there
+// was one. A single node keeps the buckets in memory, with no write per
+// request; nodes sharing a database take from a bucket in it, so that N
+// nodes do not allow N times the rate.
+//
+// When the database fails, the request is limited by this node's own bucket,
+// as a single node's would be: refusing every request while the database
+// blips would be worse than the limit holding per node for that time, and
+// letting every request through would be no limit at all. (A publish will
+// most likely fail on the database too, with its own 500.) The failure is
+// counted (RateLimitErrors) and logged at warn, once every limitWarnEvery,
+// unless it was the request's own context ending (its client gone).
+func (api *PublishAPI) allow(ctx context.Context, instanceID string) bool {
+	now := api.now()
+	if !api.shared {
+		return api.limiter.Allow(instanceID, now)
+	}
+	ok, err := api.db.TakePublishToken(ctx, instanceID, now, PublishRateLimit, PublishRateLimit)
+	if err == nil {
+		return ok
+	}
+	if ctx.Err() == nil {
+		n := api.limitErrors.Add(1)
+		last := api.limitWarned.Load()
+		if now.Sub(time.UnixMilli(last)) >= limitWarnEvery && api.limitWarned.CompareAndSwap(last, now.UnixMilli()) {
+			api.log.Warn("the database failed to count a request against the instance's rate limit; limiting on this node alone meanwhile",
+				zap.String("instance", instanceID), zap.Uint64("failures", n), zap.Error(err))
+		}
+	}
+	return api.limiter.Allow(instanceID, now)
 }
 
 // publishBody reads a body of at most the route's limit (10 KiB for
