@@ -14,56 +14,14 @@
 
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn, execFileSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
-import { join } from 'node:path'
-import { createInterface } from 'node:readline'
-import { fileURLToPath } from 'node:url'
 import PushNotifications from '@pusher/push-notifications-server'
 
-import { startHerald, tempDir } from './herald.mjs'
+import { startFakes, metadataOf, publishIdOf } from './fakegateways.mjs'
+import { startHerald } from './herald.mjs'
 
 const INSTANCE_ID = '7a2d1b0c-4e3f-4a5b-8c7d-2e1f0a9b8c7d'
 const SECRET_KEY = 'PUBLISH0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF01234567'
 const BUNDLE = 'com.example.compat'
-
-/** The fakegateways binary: FAKEGW_BIN, or built now with the Go toolchain. */
-function fakeGatewaysBin () {
-  if (process.env.FAKEGW_BIN) {
-    if (!existsSync(process.env.FAKEGW_BIN)) throw new Error(`FAKEGW_BIN=${process.env.FAKEGW_BIN} does not exist`)
-    return process.env.FAKEGW_BIN
-  }
-  const bin = join(tempDir(), 'fakegateways')
-  const root = fileURLToPath(new URL('../..', import.meta.url))
-  execFileSync('go', ['build', '-o', bin, './server/push/pushtest/cmd/fakegateways'], { cwd: root, stdio: 'inherit' })
-  return bin
-}
-
-/** Starts the fake gateways; resolves with their configuration and a stop function. */
-async function startFakes () {
-  const child = spawn(fakeGatewaysBin(), [], { stdio: ['pipe', 'pipe', 'inherit'] })
-  process.on('exit', () => { try { child.kill('SIGKILL') } catch { /* gone */ } })
-  const exited = new Promise((resolve) => child.once('exit', resolve))
-  const cfg = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('fakegateways printed nothing within 10 s')), 10_000)
-    child.once('error', reject)
-    exited.then((code) => reject(new Error(`fakegateways exited with ${code}`)))
-    createInterface({ input: child.stdout }).once('line', (line) => {
-      clearTimeout(timer)
-      resolve(JSON.parse(line))
-    })
-  })
-  const control = async (method, path, body) => {
-    const res = await fetch(cfg.control + path, { method, body: body && JSON.stringify(body) })
-    assert.equal(res.status, 200, `${method} ${path}: ${await res.clone().text()}`)
-    return res.json()
-  }
-  return {
-    cfg,
-    control,
-    stop: async () => { child.stdin.end(); await exited }
-  }
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -72,23 +30,8 @@ describe('Beams Publish API with the Node server SDK', () => {
 
   before(async () => {
     fakes = await startFakes()
-    const c = fakes.cfg
     herald = await startHerald({
-      env: {
-        HERALD_INSTANCE_ID: INSTANCE_ID,
-        HERALD_INSTANCE_SECRET_KEY: SECRET_KEY,
-        HERALD_APNS_KEY_FILE: c.apnsKeyFile,
-        HERALD_APNS_KEY_ID: c.apnsKeyId,
-        HERALD_APNS_TEAM_ID: c.apnsTeamId,
-        HERALD_APNS_URL: c.apnsUrl,
-        HERALD_APNS_CA_FILE: c.apnsCaFile,
-        HERALD_FCM_SERVICE_ACCOUNT_FILE: c.fcmServiceAccountFile,
-        HERALD_FCM_URL: c.fcmUrl,
-        HERALD_VAPID_SUBJECT: 'mailto:compat@example.com',
-        // FCM and Web Push trust the system's authorities; the fakes all
-        // share the certificate of the APNs CA file.
-        SSL_CERT_FILE: c.apnsCaFile
-      }
+      env: { ...fakes.heraldEnv(), HERALD_INSTANCE_ID: INSTANCE_ID, HERALD_INSTANCE_SECRET_KEY: SECRET_KEY }
     })
     root = `http://${herald.host}:${herald.port}`
     beams = new PushNotifications({ instanceId: INSTANCE_ID, secretKey: SECRET_KEY, endpoint: herald.host, port: herald.port })
@@ -154,15 +97,6 @@ describe('Beams Publish API with the Node server SDK', () => {
     }
     assert.deepEqual(await fakes.control('GET', '/problems'), [])
     return { status, received: out }
-  }
-
-  function metadataOf (m) {
-    if (m.platform === 'fcm') return JSON.parse(m.body.data.pusher)
-    return m.body.data.pusher
-  }
-
-  function publishIdOf (m) {
-    try { return metadataOf(m).publishId } catch { return undefined }
   }
 
   const request = {

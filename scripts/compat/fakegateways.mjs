@@ -8,8 +8,6 @@
 //   await startHerald({ env: { ...fakes.heraldEnv(), HERALD_INSTANCE_ID: id, ... } })
 //   const messages = await fakes.control('GET', '/messages')
 //   await fakes.stop()
-//
-// The same as beams-publish.test.mjs does (which keeps its own copy).
 
 import assert from 'node:assert/strict'
 import { spawn, execFileSync } from 'node:child_process'
