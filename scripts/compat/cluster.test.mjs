@@ -187,6 +187,26 @@ if (!redisBin && CI) {
   clusterSuites()
 }
 
+/**
+ * Starts a Redis and three nodes on it (each with env, and the apps given
+ * as `herald apps create` arguments), with a webhook receiver every node
+ * posts to when webhooks is set.
+ */
+async function startCluster ({ webhooks = false, env = {}, apps } = {}) {
+  const redis = await startRedis()
+  const receiver = webhooks ? await startReceiver({ label: 'the webhook receiver of every node' }) : undefined
+  const nodes = await startNodes(redis, 3, receiver ? { ...env, HERALD_APP_WEBHOOK_URL: receiver.url } : env, { apps })
+  return { redis, nodes, receiver }
+}
+
+/** Stops what startCluster started (any part may be missing), the clients first; a dead node is killed instead. */
+async function stopCluster ({ clients, redis, nodes, receiver, dead = [] }) {
+  clients.closeAll()
+  for (const node of nodes ?? []) await (dead.includes(node) ? node.kill('SIGKILL') : node.stop())
+  await redis?.stop()
+  await receiver?.close()
+}
+
 function clusterSuites () {
   // -------------------------------------------------------------------------
   // Three healthy nodes
@@ -194,17 +214,8 @@ function clusterSuites () {
   describe('cluster: three nodes on one Redis, clients spread over them', () => {
     let redis, nodes, receiver
     const clients = new Clients()
-    before(async () => {
-      redis = await startRedis()
-      receiver = await startReceiver({ label: 'the webhook receiver of every node' })
-      nodes = await startNodes(redis, 3, { HERALD_APP_WEBHOOK_URL: receiver.url })
-    })
-    after(async () => {
-      clients.closeAll()
-      for (const node of nodes ?? []) await node.stop()
-      await redis?.stop()
-      await receiver?.close()
-    })
+    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true })))
+    after(() => stopCluster({ clients, redis, nodes, receiver }))
     afterEach(() => clients.closeAll())
 
     it('public channel: an event triggered on any node reaches every subscriber on every node, once, in order', async () => {
@@ -689,20 +700,13 @@ function clusterSuites () {
     const creds = ({ appId, key, secret }) => ({ appId, key, secret })
     let redis, nodes
     const clients = new Clients()
-    before(async () => {
-      redis = await startRedis()
-      nodes = await startNodes(redis, 3, {}, {
-        apps: [
-          ['--id', FULL.appId, '--key', FULL.key, '--secret', FULL.secret, '--max-presence-members', String(FULL.maxMembers)],
-          ['--id', QUOTA.appId, '--key', QUOTA.key, '--secret', QUOTA.secret, '--max-connections', String(QUOTA.maxConnections)]
-        ]
-      })
-    })
-    after(async () => {
-      clients.closeAll()
-      for (const node of nodes ?? []) await node.stop()
-      await redis?.stop()
-    })
+    before(async () => ({ redis, nodes } = await startCluster({
+      apps: [
+        ['--id', FULL.appId, '--key', FULL.key, '--secret', FULL.secret, '--max-presence-members', String(FULL.maxMembers)],
+        ['--id', QUOTA.appId, '--key', QUOTA.key, '--secret', QUOTA.secret, '--max-connections', String(QUOTA.maxConnections)]
+      ]
+    })))
+    after(() => stopCluster({ clients, redis, nodes }))
     afterEach(() => clients.closeAll())
 
     it('presence: members on three nodes fill the channel; one more user on any node gets subscription_error 403 LimitReached; a member\'s connection on another node is let in', async () => {
@@ -852,18 +856,8 @@ function clusterSuites () {
   describe('cluster: a node SIGKILLed in the middle of a presence session', () => {
     let redis, nodes, receiver
     const clients = new Clients()
-    before(async () => {
-      redis = await startRedis()
-      receiver = await startReceiver({ label: 'the webhook receiver of every node' })
-      nodes = await startNodes(redis, 3, { HERALD_APP_WEBHOOK_URL: receiver.url })
-    })
-    after(async () => {
-      clients.closeAll()
-      for (const node of nodes ?? []) if (node !== nodes[2]) await node.stop()
-      await nodes?.[2].kill('SIGKILL')
-      await redis?.stop()
-      await receiver?.close()
-    })
+    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true })))
+    after(() => stopCluster({ clients, redis, nodes, receiver, dead: nodes?.slice(2) }))
 
     it('the survivors see member_removed and offline within 10 s; every survivor\'s HTTP answers agree; webhooks once', async (t) => {
       const room = 'presence-cl-crash'
@@ -942,17 +936,8 @@ function clusterSuites () {
   describe('cluster: Redis restarted (empty) in the middle of a stream of triggers', () => {
     let redis, nodes, receiver
     const clients = new Clients()
-    before(async () => {
-      redis = await startRedis()
-      receiver = await startReceiver({ label: 'the webhook receiver of every node' })
-      nodes = await startNodes(redis, 3, { HERALD_APP_WEBHOOK_URL: receiver.url })
-    })
-    after(async () => {
-      clients.closeAll()
-      for (const node of nodes ?? []) await node.stop()
-      await redis?.stop()
-      await receiver?.close()
-    })
+    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true })))
+    after(() => stopCluster({ clients, redis, nodes, receiver }))
 
     it('every trigger answered 200 reaches the subscribers on every node, every refused one is 503 cluster_unavailable; connections stay open', async (t) => {
       const name = 'cl-stream'
@@ -1085,15 +1070,8 @@ function clusterSuites () {
   describe('cluster: Redis restarted (empty) between two heartbeats', () => {
     let redis, nodes
     const clients = new Clients()
-    before(async () => {
-      redis = await startRedis()
-      nodes = await startNodes(redis, 3)
-    })
-    after(async () => {
-      clients.closeAll()
-      for (const node of nodes ?? []) await node.stop()
-      await redis?.stop()
-    })
+    before(async () => ({ redis, nodes } = await startCluster()))
+    after(() => stopCluster({ clients, redis, nodes }))
 
     // A restart shorter than a heartbeat fails no write: the stream reader,
     // seeing Redis's generation change, asks for the rebuild.
