@@ -63,10 +63,14 @@ type Publish struct {
 	Failed     int  // refused by a gateway, or given up
 	CreatedAt  time.Time
 	FinishedAt time.Time // zero until done
+	// LeaseEpoch counts the times the publish's lease changed hands (see
+	// ClaimPublishes): a page is recorded only under the epoch it was read
+	// with (see PageResult).
+	LeaseEpoch int64
 }
 
 const publishColumns = `id, instance_id, target_kind, targets, payload, webhook_url, state, cursor, resolved,
-	targeted, sent, failed, created_at_ms, finished_at_ms`
+	targeted, sent, failed, created_at_ms, finished_at_ms, lease_epoch`
 
 func scanPublish(s scanner) (Publish, error) {
 	var p Publish
@@ -74,7 +78,7 @@ func scanPublish(s scanner) (Publish, error) {
 	var created int64
 	var finished sql.NullInt64
 	if err := s.Scan(&p.ID, &p.InstanceID, &kind, &targets, &payload, &p.WebhookURL, &state, &p.Cursor, &p.Resolved,
-		&p.Targeted, &p.Sent, &p.Failed, &created, &finished); err != nil {
+		&p.Targeted, &p.Sent, &p.Failed, &created, &finished, &p.LeaseEpoch); err != nil {
 		return Publish{}, err
 	}
 	p.TargetKind, p.State = PublishTargetKind(kind), PublishState(state)
@@ -98,7 +102,7 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 	if err != nil {
 		return Publish{}, err
 	}
-	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed = PublishAccepted, "", false, 0, 0, 0
+	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed, p.LeaseEpoch = PublishAccepted, "", false, 0, 0, 0, 0
 	p.CreatedAt = now()
 	err = db.write(ctx, func(tx *tx) error {
 		if quota > 0 {
@@ -112,7 +116,7 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO publishes (`+publishColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', 0, 0, 0, 0, ?, NULL)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, '', 0, 0, 0, 0, ?, NULL, 0)`,
 			p.ID, p.InstanceID, string(p.TargetKind), string(targets), string(p.Payload), p.WebhookURL, string(p.State),
 			p.CreatedAt.UnixMilli())
 		return conflict(err)
@@ -163,11 +167,27 @@ func (db *DB) UnresolvedPublishes(ctx context.Context, limit int) ([]Publish, er
 // a dead node's many never crowd out one it is reading): nodes sharing the database
 // never read the same publish at once, and a dead node's publishes are
 // taken over, from their recorded cursor, once its leases ran out.
+//
+// Each publish's LeaseEpoch is one more than before when the claim gives it
+// to an owner other than its lease_owner (another node whose lease ran out,
+// or none: never leased), and unchanged when owner held it already, its
+// lease live or run out: lease_owner is only ever set here, so a publish
+// whose lease_owner is still owner was claimed by no other since, and every
+// cursor move since was owner's. A page is recorded only under the owner
+// and epoch it was read with (see CompletePages): after owner lost a
+// publish to another and took it back, the pages it read before are
+// refused, and its reading must start again from the stored cursor. (A
+// restarted process with the same owner name keeps the epoch too; the
+// pages of the one before died with it.)
 func (db *DB) ClaimPublishes(ctx context.Context, owner string, t time.Time, lease time.Duration, limit int) ([]Publish, error) {
 	var out []Publish
 	err := db.write(ctx, func(tx *tx) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, `UPDATE publishes SET lease_owner = ?1, lease_until_ms = ?2
+		// Every SET expression reads the row as it was: lease_epoch
+		// compares the previous lease_owner.
+		rows, err := tx.QueryContext(ctx, `UPDATE publishes
+			SET lease_epoch = CASE WHEN lease_owner = ?1 THEN lease_epoch ELSE lease_epoch + 1 END,
+				lease_owner = ?1, lease_until_ms = ?2
 			WHERE id IN (SELECT id FROM publishes WHERE resolved = 0 AND (lease_owner = ?1 OR lease_until_ms <= ?3)
 				ORDER BY lease_owner = ?1 DESC, created_at_ms, id LIMIT ?4)
 			RETURNING `+publishColumns, owner, t.Add(lease).UnixMilli(), t.UnixMilli(), limit)
@@ -389,10 +409,14 @@ func advanceCursor(kind PublishTargetKind, stored string, stream Platform, next 
 // or left for later.
 type PageResult struct {
 	PublishID string
-	// Owner is the lease the page was read under (see ClaimPublishes); ""
-	// when not leased. A page whose publish another owner leases now is
-	// not recorded: that owner reads it again from the recorded cursor.
+	// Owner and LeaseEpoch are the lease the page was read under (see
+	// ClaimPublishes); Owner "" when not leased (neither is checked then).
+	// A page whose publish another owner leases now, or the same owner
+	// under another epoch (it lost the publish and took it back since), is
+	// not recorded: the lease's holder reads it again from the recorded
+	// cursor.
 	Owner        string
+	LeaseEpoch   int64
 	Stream       Platform // the target stream (see PublishTargets)
 	Cursor       string   // where the page ends: the stream's cursor once recorded
 	Resolved     bool     // the page ends the publish's last open stream
@@ -419,8 +443,8 @@ type LaterDelivery struct {
 // done when nothing of it is left in the deliveries table (storing its
 // publish_finished webhook). The publishes that became done are returned,
 // with how many deliveries were in pages not recorded because their
-// publish's lease had gone to another owner: sent twice, as that owner sends
-// them again. A crash before this call loses nothing: the pages are read and
+// publish's lease had changed hands since they were read (its owner or its
+// epoch differs): sent twice, as the lease's holder sends them again. A crash before this call loses nothing: the pages are read and
 // sent again.
 func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished []Publish, duplicated int, err error) {
 	if len(pages) == 0 {
@@ -431,13 +455,14 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 		ts := now()
 		for _, pg := range pages {
 			var kind, stored, owner string
-			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor, lease_owner FROM publishes WHERE id = ?`, pg.PublishID).
-				Scan(&kind, &stored, &owner)
+			var epoch int64
+			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor, lease_owner, lease_epoch FROM publishes WHERE id = ?`, pg.PublishID).
+				Scan(&kind, &stored, &owner, &epoch)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
 			found := err == nil // else the publish was deleted with its instance
-			lost := found && pg.Owner != "" && owner != pg.Owner
+			lost := found && pg.Owner != "" && (owner != pg.Owner || epoch != pg.LeaseEpoch)
 			if lost {
 				duplicated += pg.Targeted // the new owner reads the page again, retries and all
 			} else {

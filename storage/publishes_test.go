@@ -203,7 +203,7 @@ func TestPublishLeases(t *testing.T) {
 
 	// a stops renewing (it died): after its lease, b takes its publishes
 	// over, from the recorded cursor.
-	page := PageResult{PublishID: ids[0], Owner: "node-a", Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 3, Sent: 3}
+	page := PageResult{PublishID: ids[0], Owner: "node-a", LeaseEpoch: a[0].LeaseEpoch, Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 3, Sent: 3}
 	_, dup, err := db.CompletePages(ctx, []PageResult{page})
 	checkErr(t, "CompletePages by the owner", err, nil)
 	check(t, "duplicated by the owner", dup, 0)
@@ -213,7 +213,7 @@ func TestPublishLeases(t *testing.T) {
 	check(t, "from the cursor a recorded", b[0].StreamCursor(PlatformFCM), "fcm-0001")
 
 	// A page a was still sending is not recorded: b sends it again.
-	late := PageResult{PublishID: ids[0], Owner: "node-a", Stream: PlatformFCM, Cursor: "fcm-0002", Targeted: 4, Sent: 4}
+	late := PageResult{PublishID: ids[0], Owner: "node-a", LeaseEpoch: a[0].LeaseEpoch, Stream: PlatformFCM, Cursor: "fcm-0002", Targeted: 4, Sent: 4}
 	_, dup, err = db.CompletePages(ctx, []PageResult{late})
 	checkErr(t, "CompletePages after losing the lease", err, nil)
 	check(t, "duplicated deliveries", dup, 4)
@@ -232,6 +232,77 @@ func TestPublishLeases(t *testing.T) {
 	c, err = db.ClaimPublishes(ctx, "node-c", t0.Add(200*time.Second), time.Minute, 1) // b's ran out
 	checkErr(t, "ClaimPublishes c after b's leases", err, nil)
 	check(t, "node c renews its own first", idsOf(c), []string{"pub-l3"})
+}
+
+// A lease that changes hands gets a new epoch, and a page is recorded only
+// under the owner and epoch it was read with: node a reads a page, stalls,
+// node b takes the publish over and records pages past a's, stalls in turn,
+// and a takes the publish back. The page a read before b held the publish
+// carries a's name but not its epoch: it is refused (its deliveries counted
+// twice, the cursor left where b recorded it, not moved back), while a page
+// a reads in its second tenure is recorded. A holder's renewal keeps the
+// epoch, even of a lease that ran out meanwhile without another taking it.
+func TestPublishLeaseEpochs(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-e", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	check(t, "epoch of a publish never leased", p.LeaseEpoch, int64(0))
+	t0 := time.Now()
+	claim := func(owner string, at time.Duration) int64 {
+		t.Helper()
+		got, err := db.ClaimPublishes(ctx, owner, t0.Add(at), time.Minute, 10)
+		checkErr(t, "ClaimPublishes "+owner, err, nil)
+		if len(got) != 1 || got[0].ID != p.ID {
+			t.Fatalf("%s at %v claimed %+v, want %s", owner, at, got, p.ID)
+		}
+		return got[0].LeaseEpoch
+	}
+	stored := func() Publish {
+		t.Helper()
+		got, err := db.GetPublish(ctx, instanceID, p.ID)
+		checkErr(t, "GetPublish", err, nil)
+		return got
+	}
+	complete := func(what string, pg PageResult, wantDup int) {
+		t.Helper()
+		_, dup, err := db.CompletePages(ctx, []PageResult{pg})
+		checkErr(t, "CompletePages "+what, err, nil)
+		check(t, "deliveries counted twice: "+what, dup, wantDup)
+	}
+
+	first := claim("node-a", 0)
+	check(t, "epoch of the first claim", first, int64(1))
+	check(t, "renewed by its holder", claim("node-a", 30*time.Second), first)
+	// a's lease ran out (at 90 s) but nobody took the publish: a's claim at
+	// 2 min is still its tenure.
+	check(t, "claimed again by its holder after its lease ran out", claim("node-a", 2*time.Minute), first)
+	check(t, "stored epoch", stored().LeaseEpoch, first)
+	stale := PageResult{PublishID: p.ID, Owner: "node-a", LeaseEpoch: first, Stream: PlatformFCM, Cursor: "fcm-0010", Targeted: 2, Sent: 2}
+
+	// a stalls past its lease (until 3 min): b takes over and records a page.
+	second := claim("node-b", 3*time.Minute)
+	check(t, "epoch after b took over", second, first+1)
+	complete("b's page", PageResult{PublishID: p.ID, Owner: "node-b", LeaseEpoch: second, Stream: PlatformFCM, Cursor: "fcm-0020",
+		Targeted: 5, Sent: 5}, 0)
+
+	// b stalls past its lease (until 4 min): a takes the publish back.
+	third := claim("node-a", 4*time.Minute)
+	check(t, "epoch after a took it back", third, second+1)
+	check(t, "stored epoch after a took it back", stored().LeaseEpoch, third)
+
+	complete("a's page of its first tenure", stale, 2)
+	got := stored()
+	check(t, "cursor and counts after a's stale page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0020", 5, 5})
+	complete("b's page after it lost the lease", PageResult{PublishID: p.ID, Owner: "node-b", LeaseEpoch: second, Stream: PlatformFCM,
+		Cursor: "fcm-0025", Targeted: 3, Sent: 3}, 3)
+
+	complete("a's page of its second tenure", PageResult{PublishID: p.ID, Owner: "node-a", LeaseEpoch: third, Stream: PlatformFCM,
+		Cursor: "fcm-0030", Targeted: 1, Sent: 1}, 0)
+	got = stored()
+	check(t, "cursor and counts after a's page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0030", 6, 6})
+	check(t, "renewed by a in its second tenure", claim("node-a", 4*time.Minute+30*time.Second), third)
 }
 
 func TestDeliveryClaimsRunOut(t *testing.T) {

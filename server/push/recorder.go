@@ -106,6 +106,7 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.D
 func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 	ctx := context.Background()
 	var pages, resolving []storage.PageResult
+	var ending []*reading // whose resolving pages those are
 	d.mu.Lock()
 	for _, r := range d.reading {
 		for _, st := range r.streams {
@@ -116,6 +117,7 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 				if pg.last && r.allRecorded() {
 					pg.result.Resolved = true
 					resolving = append(resolving, pg.result)
+					ending = append(ending, r)
 					continue
 				}
 				pages = append(pages, pg.result)
@@ -145,10 +147,11 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 		return err
 	})
 	d.mu.Lock()
-	for _, pg := range resolving {
-		if r := d.reading[pg.PublishID]; r != nil {
-			r.final = true
-		}
+	// The readings themselves, not the publishes' current ones: a listing
+	// meanwhile may have started the publish again under a new lease epoch
+	// (see listPublishes), and that reading is not done.
+	for _, r := range ending {
+		r.final = true
 	}
 	for _, p := range finished {
 		delete(d.accepted, p.ID) // handed over after the resolver had started it

@@ -50,8 +50,12 @@ var streamOrder = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, 
 // holds and returns them, oldest first, with the resolver's progress
 // through each, starting the ones seen the first time. A publish it was
 // reading that another node holds now (this one did not renew in time) is
-// dropped: its pages in flight are not recorded (see recordPages), and that
-// node reads them again.
+// dropped: its pages in flight are not recorded (see write), and that node
+// reads them again. So is one listed under another lease epoch than its
+// reading was started with (see storage.ClaimPublishes): another node held
+// it between two listings and may have recorded pages past this one's, or
+// before them; its pages in flight are not recorded (nor would the database
+// record them), and its reading starts again from the stored cursor.
 func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	// A publish whose last page was recorded before this listing is
 	// resolved in it: forgetting it now cannot read it twice.
@@ -86,6 +90,12 @@ func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	for _, p := range pubs {
 		d.mu.Lock()
 		r := d.reading[p.ID]
+		if r != nil && r.publish.LeaseEpoch != p.LeaseEpoch {
+			d.log.Warn("this node lost a publish it was reading to another and took it back; it reads it again from the stored cursor",
+				zap.String("publish", p.ID), zap.Int64("epoch", r.publish.LeaseEpoch), zap.Int64("now", p.LeaseEpoch))
+			delete(d.reading, p.ID)
+			r = nil
+		}
 		d.mu.Unlock()
 		if r == nil {
 			if r = d.startReading(ctx, p); r == nil {
@@ -101,7 +111,9 @@ func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 }
 
 // startReading moves an accepted publish to delivering and sets up its
-// streams from the stored cursor. It returns nil when that failed.
+// streams from the stored cursor. The reading keeps p, and with it the lease
+// epoch it was claimed with, which every page it reads carries. It returns
+// nil when that failed.
 func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *reading {
 	payload := d.takeAccepted(p.ID)
 	if payload == nil {
@@ -174,8 +186,8 @@ func (d *Dispatcher) readPage(ctx context.Context, r *reading, pl storage.Platfo
 		}
 		return
 	}
-	pg := &page{result: storage.PageResult{PublishID: r.publish.ID, Owner: d.opts.Owner, Stream: pl, Cursor: next, Targeted: len(targets)},
-		last: last, pending: len(targets)}
+	pg := &page{result: storage.PageResult{PublishID: r.publish.ID, Owner: d.opts.Owner, LeaseEpoch: r.publish.LeaseEpoch,
+		Stream: pl, Cursor: next, Targeted: len(targets)}, last: last, pending: len(targets)}
 	// Registered before any of its deliveries can come back.
 	d.mu.Lock()
 	st.cursor, st.exhausted = next, last
