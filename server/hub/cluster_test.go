@@ -11,8 +11,9 @@ import (
 // joinsCluster is a Cluster that records the Joins and answers nothing
 // itself: the test hands the hub its answers.
 type joinsCluster struct {
-	mu    sync.Mutex
-	joins []Join
+	mu        sync.Mutex
+	joins     []Join
+	elsewhere int // ConnectionsElsewhere's answer
 }
 
 func (f *joinsCluster) Join(j Join) {
@@ -25,7 +26,7 @@ func (f *joinsCluster) Leave(Leave)                                  {}
 func (f *joinsCluster) SignIn(SignInRequest)                         {}
 func (f *joinsCluster) SignOut(SignOutRequest)                       {}
 func (f *joinsCluster) Terminate(string, string) error               { return nil }
-func (f *joinsCluster) ConnectionsElsewhere(string) int              { return 0 }
+func (f *joinsCluster) ConnectionsElsewhere(string) int              { return f.elsewhere }
 func (f *joinsCluster) Channel(string, string) (ChannelStats, error) { return ChannelStats{}, nil }
 func (f *joinsCluster) Channels(string, string) ([]ChannelStats, error) {
 	return nil, nil
@@ -71,5 +72,40 @@ func TestClusterAnswerCompletesOnlyItsOwnSubscription(t *testing.T) {
 	h.Flush()
 	if got := events(takeFrames(t, c)); got != "pusher_internal:subscription_succeeded" {
 		t.Fatalf("after its own answer: %s", got)
+	}
+}
+
+// In cluster mode an app's connection quota counts the other nodes'
+// connections, and a subscription's leave gives its slot of the app's
+// subscription cap back.
+func TestClusterQuotas(t *testing.T) {
+	h := New(zap.NewNop())
+	defer h.Close()
+	h.SetCluster(&joinsCluster{elsewhere: 2})
+	c, err := h.Connect("app", ConnectOptions{MaxConns: 3})
+	if err != nil {
+		t.Fatalf("the third connection of the cluster: %v", err)
+	}
+	if _, err := h.Connect("app", ConnectOptions{MaxConns: 3}); err != ErrOverQuota {
+		t.Fatalf("the fourth connection of the cluster: %v, want ErrOverQuota", err)
+	}
+	opts := SubscribeOptions{MaxAppSubscriptions: 1}
+	if err := h.Subscribe(c, "one", opts); err != nil {
+		t.Fatal(err)
+	}
+	h.Unsubscribe(c, "one")
+	if err := h.Subscribe(c, "two", opts); err != nil {
+		t.Fatalf("a subscription after the only one left: %v", err)
+	}
+	if err := h.Subscribe(c, "three", opts); err != ErrTooManySubscriptions {
+		t.Fatalf("a second at once: %v, want ErrTooManySubscriptions", err)
+	}
+}
+
+// The webhook hold of channel_vacated and member_removed is 3 s (DESIGN.md,
+// webhooks); the webhook dispatcher and the cluster both take it from here.
+func TestWebhookHold(t *testing.T) {
+	if WebhookHold != 3*time.Second {
+		t.Fatalf("WebhookHold is %v, want 3s", WebhookHold)
 	}
 }
