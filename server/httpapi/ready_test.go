@@ -28,6 +28,7 @@ func TestReady(t *testing.T) {
 		checks     []ReadyCheck
 		wantStatus int
 		wantBody   map[string]any
+		noDeadline bool // the request carries no deadline of its own
 	}{
 		{
 			name: "OKEveryCheckPasses", checks: []ReadyCheck{ok}, wantStatus: http.StatusOK,
@@ -39,6 +40,17 @@ func TestReady(t *testing.T) {
 				"error": "not_ready", "description": "Not ready: broker: connection refused.",
 				"checks": map[string]any{"database": "ok", "broker": "connection refused"},
 			},
+		},
+		{
+			// Each check gets ReadyTimeout, 2 s, from the probe's start:
+			// this one says whether its deadline is about that far.
+			name: "OKChecksGetTwoSeconds", checks: []ReadyCheck{{Name: "database", Check: func(ctx context.Context) error {
+				if d, ok := ctx.Deadline(); !ok || time.Until(d) < time.Second || time.Until(d) > 2*time.Second {
+					return errors.New("not 2 s")
+				}
+				return nil
+			}}}, wantStatus: http.StatusOK, noDeadline: true,
+			wantBody: map[string]any{"status": "ok", "checks": map[string]any{"database": "ok"}},
 		},
 		{
 			name: "ErrCheckTimesOut", checks: []ReadyCheck{hangs}, wantStatus: http.StatusServiceUnavailable,
@@ -54,6 +66,9 @@ func TestReady(t *testing.T) {
 			r.GET("/readyz", Ready(tt.checks...))
 			w := httptest.NewRecorder()
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			if tt.noDeadline {
+				ctx, cancel = context.WithCancel(context.Background())
+			}
 			defer cancel()
 			r.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, "/readyz", nil))
 			var body map[string]any
