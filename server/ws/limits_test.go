@@ -189,19 +189,20 @@ func (s *wsServer) dialStatus(t *testing.T, path string) (int, *http.Response) {
 // over is refused with 429, Retry-After and the error body before any
 // upgrade.
 func TestConnectRateLimit(t *testing.T) {
-	s := newWSServer(t, Options{ConnectRateLimit: 0.01}) // a burst of 1, the next in 100 s
+	s := newWSServer(t, Options{ConnectRateLimit: 0.0125}) // a burst of 1, the next in 80 s
 	s.dial(t, "key1")
 	code, resp := s.dialStatus(t, "/app/key1?protocol=7")
 	if code != http.StatusTooManyRequests {
 		t.Fatalf("second connection answered %d, want 429", code)
 	}
-	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 90 || ra > 100 {
-		t.Fatalf("Retry-After %q, want about 100 s", resp.Header.Get("Retry-After"))
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 70 || ra > 80 {
+		t.Fatalf("Retry-After %q, want about 80 s", resp.Header.Get("Retry-After"))
 	}
 	var body struct{ Error, Description string }
+	const want = "More than 0.0125 new connections per second from this address; retry after the time in Retry-After."
 	if resp.Header.Get("Content-Type") != "application/json" || json.NewDecoder(resp.Body).Decode(&body) != nil ||
-		body.Error != "rate_limited" || body.Description == "" {
-		t.Fatalf("body %+v (%s)", body, resp.Header.Get("Content-Type"))
+		body.Error != "rate_limited" || body.Description != want {
+		t.Fatalf("body %+v (%s), want the description %q", body, resp.Header.Get("Content-Type"), want)
 	}
 	c := s.handler.Counters()
 	if c.ConnectRateLimited != 1 || c.ConnectionsOpened != 1 || c.ConnectLimiterAddresses != 1 {
