@@ -80,7 +80,10 @@ func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	}
 	d.mu.Lock()
 	for id, r := range d.reading {
-		if !held[id] && !r.final {
+		// One whose last pages are on their way to the database is being
+		// resolved, not lost: the listing may have run between the write
+		// that resolved it and the reading's marking as final.
+		if !held[id] && !r.final && !r.allRecorded() {
 			d.log.Warn("another node took over a publish this one was reading; it reads the rest", zap.String("publish", id))
 			delete(d.reading, id)
 		}
