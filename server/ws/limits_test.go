@@ -74,7 +74,7 @@ func TestSubscribeMakesWebhooks(t *testing.T) {
 func TestSubscribeRateLimit(t *testing.T) {
 	// A rate so low that no token comes back during the test: the bucket is
 	// its burst.
-	s := newWSServer(t, Options{SubscribeBurst: 3, SubscribeRate: 1e-9})
+	s := newWSServer(t, Options{SubscribeBurst: 3, SubscribeRate: 1.5e-9})
 	c := s.dial(t, "hooked")
 	for _, name := range []string{"a", "b"} {
 		c.subscribe(name, "", "")
@@ -88,7 +88,7 @@ func TestSubscribeRateLimit(t *testing.T) {
 
 	c.subscribe("d", "", "")
 	typ, status, msg := subscriptionErrorData(t, c.expect("pusher:subscription_error", "d"))
-	if typ != "LimitReached" || status != 429 || !strings.Contains(msg, "a second") {
+	if typ != "LimitReached" || status != 429 || !strings.Contains(msg, "may subscribe to 1.5e-09 channels a second after the first 3;") {
 		t.Fatalf("refusal: type %s, status %d, %q; want LimitReached, 429, the rate", typ, status, msg)
 	}
 	if st := s.hub.Channel("10", "d"); st.Occupied {
