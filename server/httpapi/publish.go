@@ -65,10 +65,11 @@ type PublishAPI struct {
 	// shared: the database is shared by several nodes (PostgreSQL), and the
 	// rate limit is held in it rather than in limiter, which then serves
 	// only while the database fails (see allow).
-	shared      bool
-	limitErrors atomic.Uint64 // database failures of the shared rate limit
-	limitWarned atomic.Int64  // when the last of them was logged, unix ms
-	now         func() time.Time
+	shared       bool
+	limitRefused atomic.Uint64 // requests answered 429
+	limitErrors  atomic.Uint64 // database failures of the shared rate limit
+	limitWarned  atomic.Int64  // when the last of them was logged, unix ms
+	now          func() time.Time
 }
 
 // limitWarnEvery spaces the warnings of the shared rate limit's database
@@ -84,10 +85,21 @@ func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNot
 		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), shared: db.Shared(), now: time.Now}
 }
 
-// RateLimitErrors is how many requests found the database failing when
-// they came to take from the instance's shared rate limit (each was then
-// limited by this node's own bucket instead); 0 on a database of one node.
-func (api *PublishAPI) RateLimitErrors() uint64 { return api.limitErrors.Load() }
+// PublishLimitStats are the figures of the Publish API's rate limit on this
+// node, for the metrics.
+type PublishLimitStats struct {
+	Refused uint64 // requests answered 429
+	// DatabaseErrors is how many requests found the database failing when
+	// they came to take from the instance's shared rate limit (each was
+	// then limited by this node's own bucket instead); 0 on a database of
+	// one node.
+	DatabaseErrors uint64
+}
+
+// LimitStats returns the rate limit's figures.
+func (api *PublishAPI) LimitStats() PublishLimitStats {
+	return PublishLimitStats{Refused: api.limitRefused.Load(), DatabaseErrors: api.limitErrors.Load()}
+}
 
 // Register mounts the API on r: instance lookup, secret key, rate limit and
 // body checks before the generated binding.
@@ -124,6 +136,7 @@ func secretKeyAuth(c *gin.Context) {
 func (api *PublishAPI) rateLimit(c *gin.Context) {
 	in := c.Value(instanceContextKey).(*storage.Instance)
 	if !api.allow(c.Request.Context(), in.ID) {
+		api.limitRefused.Add(1)
 		writeError(c, newError(http.StatusTooManyRequests, KindTooManyRequests, "More than %d requests per second on this instance; slow down.", PublishRateLimit))
 		return
 	}
@@ -140,7 +153,7 @@ func (api *PublishAPI) rateLimit(c *gin.Context) {
 // blips would be worse than the limit holding per node for that time, and
 // letting every request through would be no limit at all. (A publish will
 // most likely fail on the database too, with its own 500.) The failure is
-// counted (RateLimitErrors) and logged at warn, once every limitWarnEvery,
+// counted (LimitStats) and logged at warn, once every limitWarnEvery,
 // unless it was the request's own context ending (its client gone).
 func (api *PublishAPI) allow(ctx context.Context, instanceID string) bool {
 	now := api.now()

@@ -110,8 +110,8 @@ func TestPublishRateLimitSharedAnswersAsInMemory(t *testing.T) {
 		if got, want := api.limiter.Len(), map[bool]int{false: 1, true: 0}[shared]; got != want {
 			t.Fatalf("shared %v: %d buckets in memory, want %d", shared, got, want)
 		}
-		if api.RateLimitErrors() != 0 {
-			t.Fatalf("shared %v: %d rate limit errors", shared, api.RateLimitErrors())
+		if st := api.LimitStats(); st != (PublishLimitStats{Refused: 1}) {
+			t.Fatalf("shared %v: limit figures %+v, want the one refusal and no database error", shared, st)
 		}
 	}
 	mem, db := answers[false], answers[true]
@@ -183,7 +183,7 @@ func TestPublishRateLimitSharedDatabaseFails(t *testing.T) {
 	if ok != PublishRateLimit || refused == nil {
 		t.Fatalf("%d of %d publishes accepted while the database fails, want the node's own burst of %d", ok, PublishRateLimit+5, PublishRateLimit)
 	}
-	if got := api.RateLimitErrors(); got != PublishRateLimit+5 {
+	if got := api.LimitStats().DatabaseErrors; got != PublishRateLimit+5 {
 		t.Fatalf("%d rate limit errors counted, want %d", got, PublishRateLimit+5)
 	}
 	warned := func() []observer.LoggedEntry {
@@ -216,7 +216,7 @@ func TestPublishRateLimitSharedClientGone(t *testing.T) {
 	req := httptest.NewRequestWithContext(ctx, http.MethodGet, publishPrefix+pushInstanceID+"/publishes/pubid-none", nil)
 	req.Header.Set("Authorization", "Bearer "+pushSecret)
 	engine.ServeHTTP(httptest.NewRecorder(), req)
-	if api.RateLimitErrors() != 0 || logs.FilterMessageSnippet("rate limit").Len() != 0 {
-		t.Fatalf("%d rate limit errors and %v logged for a request whose client went", api.RateLimitErrors(), logs.All())
+	if api.LimitStats().DatabaseErrors != 0 || logs.FilterMessageSnippet("rate limit").Len() != 0 {
+		t.Fatalf("%d rate limit errors and %v logged for a request whose client went", api.LimitStats().DatabaseErrors, logs.All())
 	}
 }

@@ -27,7 +27,7 @@ type collector struct {
 	panics, rateLimited                           *prometheus.Desc
 	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
 	clusterPublishErrors, clusterReceived         *prometheus.Desc
-	clusterReplayed                               *prometheus.Desc
+	clusterReplayed, publishLimitErrors           *prometheus.Desc
 	clusterResyncs, clusterReaped, clusterOutages *prometheus.Desc
 }
 
@@ -58,6 +58,8 @@ func newCollector(src Sources) *collector {
 		pushDuplicates:   d("push_duplicates_total", "Push deliveries this node sent that another node sends again: in flight when their publish's lease went to it."),
 		panics:           d("panics_total", "Panics recovered, by the part that recovered them; each lost only its connection or piece of work.", "part"),
 		rateLimited:      d("rate_limited_total", "Requests, connections or subscribes refused by a rate limit or cap, by limit.", "limit"),
+		publishLimitErrors: d("publish_rate_limit_errors_total",
+			"Publish API requests that found the database failing when taking from their instance's shared rate limit, and were limited by this node alone."),
 
 		clusterUp:            d("cluster_up", "1 while Redis answers this node's heartbeat (cluster mode), 0 during an outage."),
 		clusterNodes:         d("cluster_nodes", "Live nodes of the cluster, this one included, as of the last heartbeat."),
@@ -78,7 +80,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
-		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed,
+		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.publishLimitErrors,
 	} {
 		ch <- d
 	}
@@ -165,6 +167,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		count(c.clusterOutages, st.Outages)
 		count(c.clusterReplayed, st.Replayed)
 		count(c.panics, st.Panics, "cluster")
+	}
+	if p := c.src.Publish; p != nil {
+		st := p.LimitStats()
+		count(c.rateLimited, int64(st.Refused), "publish_api")
+		count(c.publishLimitErrors, int64(st.DatabaseErrors))
 	}
 	if a := c.src.Anon; a != nil {
 		count(c.rateLimited, int64(a.Stats().Refused), "anon_push_api")

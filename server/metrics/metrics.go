@@ -45,6 +45,11 @@ type AnonLimitSource interface {
 	Stats() httpapi.AnonLimiterStats
 }
 
+// PublishLimitSource is the Publish API's per-instance rate limit.
+type PublishLimitSource interface {
+	LimitStats() httpapi.PublishLimitStats
+}
+
 // SocketSource is the WebSocket endpoint as the metrics read it.
 type SocketSource interface {
 	Counters() ws.Counters
@@ -84,6 +89,7 @@ type Sources struct {
 	Outbox   OutboxSource
 	Push     PushSource
 	Anon     AnonLimitSource
+	Publish  PublishLimitSource
 }
 
 // Metrics is one node's metrics registry.

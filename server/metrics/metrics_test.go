@@ -62,6 +62,12 @@ func (fakePush) PushCounters() push.Counters {
 	}, Panics: 3}
 }
 
+type fakePublishLimit struct{}
+
+func (fakePublishLimit) LimitStats() httpapi.PublishLimitStats {
+	return httpapi.PublishLimitStats{Refused: 17, DatabaseErrors: 18}
+}
+
 type fakeAnon struct{}
 
 func (fakeAnon) Stats() httpapi.AnonLimiterStats {
@@ -115,7 +121,7 @@ next:
 }
 
 func TestCollector(t *testing.T) {
-	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}})
+	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}, Publish: fakePublishLimit{}})
 	fams := gather(t, m)
 	for _, tt := range []struct {
 		name   string
@@ -155,6 +161,8 @@ func TestCollector(t *testing.T) {
 		{"herald_rate_limited_total", []string{"limit", "ws_subscribe"}, 9},
 		{"herald_rate_limited_total", []string{"limit", "app_subscriptions"}, 10},
 		{"herald_rate_limited_total", []string{"limit", "anon_push_api"}, 11},
+		{"herald_rate_limited_total", []string{"limit", "publish_api"}, 17},
+		{"herald_publish_rate_limit_errors_total", nil, 18},
 	} {
 		if got := get(fams, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)

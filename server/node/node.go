@@ -220,7 +220,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		db.Close()
 		return nil, fmt.Errorf("starting push delivery: %w", err)
 	}
-	httpapi.NewPublishAPI(db, instances, n.push, log).Register(engine)
+	publishAPI := httpapi.NewPublishAPI(db, instances, n.push, log)
+	publishAPI.Register(engine)
 	n.ws = ws.NewHandler(n.hub, socketApps{apps}, log.Named("ws"), ws.Options{
 		ActivityTimeout:        cfg.ActivityTimeout,
 		PongTimeout:            cfg.PongTimeout,
@@ -232,7 +233,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
 	engine.GET("/readyz", httpapi.Ready(n.ready...))
 	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
-	n.ops.start(n.ws, n.hook, n.push, anon, n.cluster)
+	n.ops.start(n.ws, n.hook, n.push, publishAPI, anon, n.cluster)
 	n.ops.register(engine)
 	// Every request has readTimeout for its headers and body (before the
 	// signature can be checked, so a slow sender holds nothing for long)

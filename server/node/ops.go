@@ -47,8 +47,8 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher, anon *httpapi.AnonLimiter, cl *cluster.Cluster) {
-	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes}
+func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl *cluster.Cluster) {
+	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes, Publish: publishAPI}
 	if cl != nil { // nil: a single node, and no herald_cluster_* series
 		src.Cluster = cl
 	}

@@ -116,4 +116,17 @@ func TestTwoNodesShareThePublishRateLimitOnPostgreSQL(t *testing.T) {
 		t.Fatalf("%d publishes accepted over both nodes in %v, want the burst of %d and at most %d refilled",
 			total, elapsed.Round(time.Millisecond), httpapi.PublishRateLimit, refill)
 	}
+	// Each node's metrics count the refusals it answered, and no database
+	// error.
+	counted := 0.0
+	for _, u := range []string{a, b} {
+		fams := scrape(t, u+"/metrics")
+		counted += max(0, value(fams, "herald_rate_limited_total", "limit", "publish_api"))
+		if v := value(fams, "herald_publish_rate_limit_errors_total"); v != 0 {
+			t.Errorf("%s: herald_publish_rate_limit_errors_total %v, want 0", u, v)
+		}
+	}
+	if int(counted) != refused {
+		t.Errorf("the nodes' metrics count %v refusals, want the %d answered", counted, refused)
+	}
 }
