@@ -13,10 +13,10 @@
 
 import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
+import { connect } from 'node:net'
 import { delimiter, join } from 'node:path'
 
-import { freshDB, heraldCli, startHerald, tempDir } from './herald.mjs'
+import { freePort, freshDB, heraldCli, killOnExit, startHerald, tempDir } from './herald.mjs'
 import { sleep } from './helpers.mjs'
 
 const REDIS_START_TIMEOUT_MS = 10_000
@@ -31,32 +31,6 @@ export function redisServerBin () {
   if (chosen) return existsSync(chosen) ? chosen : undefined
   const dirs = [...(process.env.PATH ?? '').split(delimiter).filter(Boolean), '/usr/bin', '/usr/local/bin']
   return dirs.map((d) => join(d, 'redis-server')).find((p) => existsSync(p))
-}
-
-// Every redis-server still running, killed (by PID) when this process exits
-// or is signalled (herald.mjs re-raises the signal after its own cleanup).
-const running = new Set()
-
-function killRunning () {
-  for (const child of running) {
-    try { process.kill(child.pid, 'SIGKILL') } catch { /* already gone */ }
-  }
-  running.clear()
-}
-
-process.on('exit', killRunning)
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.once(signal, killRunning)
-
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const s = createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
 }
 
 /** Resolves true when a Redis on 127.0.0.1:port answers PING with PONG within timeout ms. */
@@ -91,13 +65,8 @@ async function spawnRedis (bin, port, dir) {
     '--save', '', '--appendonly', 'no', '--dir', dir,
     '--protected-mode', 'no', '--daemonize', 'no', '--loglevel', 'warning', '--logfile', logfile
   ], { stdio: 'ignore' })
-  running.add(child)
   let exited = null
-  const exit = new Promise((resolve) => child.once('exit', (code, signal) => {
-    running.delete(child)
-    exited = { code, signal }
-    resolve(exited)
-  }))
+  const exit = killOnExit(child).then((e) => (exited = e))
   child.once('error', () => { /* seen as the exit */ })
   const log = () => { try { return readFileSync(logfile, 'utf8') } catch { return '' } }
   const deadline = Date.now() + REDIS_START_TIMEOUT_MS

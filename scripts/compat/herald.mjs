@@ -13,6 +13,7 @@
 
 import { spawn, execFile } from 'node:child_process'
 import { mkdtempSync, rmSync, existsSync } from 'node:fs'
+import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -52,6 +53,33 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
   process.once(signal, () => {
     killAll()
     process.kill(process.pid, signal) // re-raise with the default action
+  })
+}
+
+/**
+ * Kills child (SIGKILL) if this process exits or is signalled while it
+ * runs, as every server a suite starts must be. Returns a promise of its
+ * exit, {code, signal}.
+ */
+export function killOnExit (child) {
+  children.add(child)
+  return new Promise((resolve) => {
+    child.once('exit', (code, signal) => {
+      children.delete(child)
+      resolve({ code, signal })
+    })
+  })
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago. */
+export function freePort () {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
   })
 }
 
@@ -122,19 +150,12 @@ export function startHerald ({ env = {}, db = freshDB() } = {}) {
     }),
     stdio: ['ignore', 'pipe', 'pipe']
   })
-  children.add(child)
+  const exited = killOnExit(child)
 
   // Everything the server says, kept for failure messages.
   const output = []
   const logs = () => output.join('\n')
   child.stdout.setEncoding('utf8').on('data', (s) => output.push(s.trimEnd()))
-
-  const exited = new Promise((resolve) => {
-    child.once('exit', (code, signal) => {
-      children.delete(child)
-      resolve({ code, signal })
-    })
-  })
 
   const listening = new Promise((resolve, reject) => {
     let settled = false

@@ -14,11 +14,10 @@
 // must never pass by skipping); the suite decides with postgresBinDir().
 
 import { spawn, execFile, execFileSync } from 'node:child_process'
-import { chownSync, closeSync, mkdtempSync, openSync, readFileSync, readdirSync, realpathSync, rmSync, statSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { tmpdir } from 'node:os'
+import { chownSync, closeSync, openSync, readFileSync, readdirSync, realpathSync, rmSync, statSync } from 'node:fs'
 import { delimiter, dirname, join } from 'node:path'
 
+import { freePort, killOnExit, tempDir } from './herald.mjs'
 import { sleep } from './helpers.mjs'
 
 /** The binaries a server needs, all from one folder: the server's and the client's of one version. */
@@ -55,36 +54,6 @@ export function postgresBinDir () {
   versions.sort((a, b) => Number(b) - Number(a))
   candidates.push(...versions.map((v) => `/usr/lib/postgresql/${v}/bin`))
   return candidates.find(complete)
-}
-
-// Every postgres still running, killed (by PID) when this process exits or
-// is signalled (herald.mjs re-raises the signal after its own cleanup), and
-// the folders to remove then.
-const running = new Set()
-const folders = new Set()
-
-function killRunning () {
-  for (const child of running) {
-    try { process.kill(child.pid, 'SIGKILL') } catch { /* already gone */ }
-  }
-  running.clear()
-  for (const dir of folders) rmSync(dir, { recursive: true, force: true })
-  folders.clear()
-}
-
-process.on('exit', killRunning)
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.once(signal, killRunning)
-
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const s = createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
 }
 
 /**
@@ -129,13 +98,8 @@ async function spawnPostgres (bin, dir, port, user) {
   } finally {
     closeSync(fd)
   }
-  running.add(child)
   let exited = null
-  const exit = new Promise((resolve) => child.once('exit', (code, signal) => {
-    running.delete(child)
-    exited = { code, signal }
-    resolve(exited)
-  }))
+  const exit = killOnExit(child).then((e) => (exited = e))
   child.once('error', () => { /* seen as the exit */ })
   const log = () => { try { return readFileSync(logFile, 'utf8') } catch { return '' } }
   const deadline = Date.now() + START_TIMEOUT_MS
@@ -172,8 +136,7 @@ async function spawnPostgres (bin, dir, port, user) {
 export async function startPostgres () {
   const bin = postgresBinDir()
   if (!bin) throw new Error('PostgreSQL is not installed (Debian package postgresql)')
-  const dir = mkdtempSync(join(tmpdir(), 'herald-pg-'))
-  folders.add(dir)
+  const dir = tempDir() // removed at exit, if stop has not
   try {
     const user = unprivileged()
     if (user) chownSync(dir, user.uid, user.gid)
@@ -229,14 +192,12 @@ export async function startPostgres () {
             await exit
           }
           rmSync(dir, { recursive: true, force: true })
-          folders.delete(dir)
         })()
         return stopping
       }
     }
   } catch (err) {
     rmSync(dir, { recursive: true, force: true })
-    folders.delete(dir)
     throw err
   }
 }
