@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -29,16 +28,7 @@ import (
 // for 127.0.0.1 signed by a CA of the test's own, which no system trusts.
 func tlsRedis(t *testing.T) *testredis.Server {
 	t.Helper()
-	dir := t.TempDir()
-	files := testredis.TLS{
-		CertFile: filepath.Join(dir, "redis.pem"),
-		KeyFile:  filepath.Join(dir, "redis-key.pem"),
-		CAFile:   filepath.Join(dir, "ca.pem"),
-	}
-	ca := testcert.NewCA(t)
-	ca.Issue(t, 1, files.CertFile, files.KeyFile)
-	testcert.ReplaceFile(t, files.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
-	return testredis.StartTLS(t, files)
+	return testredis.StartTLS(t, testredis.TLS(testcert.ServerFiles(t)))
 }
 
 // Two nodes on a rediss:// Redis whose certificate a private CA signed,
@@ -124,7 +114,7 @@ func TestNewRefusesABadRedisCAFile(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcert.NewCA(t)
 	good := filepath.Join(dir, "ca.pem")
-	testcert.ReplaceFile(t, good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	ca.WriteCert(t, good)
 	empty := filepath.Join(dir, "empty.pem")
 	if err := os.WriteFile(empty, []byte("no certificate here\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -317,7 +317,7 @@ func TestLoadRedisCAFile(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcert.NewCA(t)
 	good := filepath.Join(dir, "ca.pem")
-	testcert.ReplaceFile(t, good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	ca.WriteCert(t, good)
 	noCert := filepath.Join(dir, "key.pem")
 	testcert.ReplaceFile(t, noCert, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not a certificate")}))
 	tests := []struct {

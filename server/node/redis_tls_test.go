@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -17,15 +16,7 @@ import (
 // HERALD_REDIS_CA_FILE reaches the cluster: a node on a rediss:// Redis
 // whose certificate a private CA signed is ready once given that CA.
 func TestClusterNodeTrustsTheRedisCAFile(t *testing.T) {
-	dir := t.TempDir()
-	files := testredis.TLS{
-		CertFile: filepath.Join(dir, "redis.pem"),
-		KeyFile:  filepath.Join(dir, "redis-key.pem"),
-		CAFile:   filepath.Join(dir, "ca.pem"),
-	}
-	ca := testcert.NewCA(t)
-	ca.Issue(t, 1, files.CertFile, files.KeyFile)
-	testcert.ReplaceFile(t, files.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	files := testredis.TLS(testcert.ServerFiles(t))
 	rs := testredis.StartTLS(t, files)
 
 	_, url := serveNode(t, config.Config{

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -76,6 +77,31 @@ func (ca *CA) Issue(t testing.TB, serial int64, certFile, keyFile string) {
 	}
 	ReplaceFile(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
 	ReplaceFile(t, certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// WriteCert writes the authority's certificate, PEM, to path (replaced by a
+// rename): the file a client given this authority to trust reads.
+func (ca *CA) WriteCert(t testing.TB, path string) {
+	t.Helper()
+	ReplaceFile(t, path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+}
+
+// Files are a server's certificate and key, and its authority's
+// certificate, as files.
+type Files struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// ServerFiles makes a new authority and a certificate for 127.0.0.1 and
+// localhost it signs, and writes the three to a temporary folder of t's.
+func ServerFiles(t testing.TB) Files {
+	t.Helper()
+	dir := t.TempDir()
+	f := Files{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), CAFile: filepath.Join(dir, "ca.pem")}
+	ca := NewCA(t)
+	ca.Issue(t, 1, f.CertFile, f.KeyFile)
+	ca.WriteCert(t, f.CAFile)
+	return f
 }
 
 // ReplaceFile writes data to a new file beside path and renames it over path.

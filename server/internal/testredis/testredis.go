@@ -41,7 +41,8 @@ type Server struct {
 
 // TLS names the PEM files of a server that speaks TLS: its certificate
 // (for 127.0.0.1), its private key, and the CA that signed the certificate,
-// which clients must trust.
+// which clients must trust. (testcert.ServerFiles makes them; its Files
+// converts to TLS.)
 type TLS struct {
 	CertFile, KeyFile, CAFile string
 }

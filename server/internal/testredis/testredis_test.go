@@ -3,10 +3,8 @@ package testredis
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,15 +49,7 @@ func TestStartServesPlainRedis(t *testing.T) {
 // A TLS server answers rediss:// clients that trust its CA, before and
 // after a restart, and no others.
 func TestStartTLSServesRedissOnly(t *testing.T) {
-	dir := t.TempDir()
-	files := TLS{
-		CertFile: filepath.Join(dir, "redis.pem"),
-		KeyFile:  filepath.Join(dir, "redis-key.pem"),
-		CAFile:   filepath.Join(dir, "ca.pem"),
-	}
-	ca := testcert.NewCA(t)
-	ca.Issue(t, 1, files.CertFile, files.KeyFile)
-	testcert.ReplaceFile(t, files.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	files := TLS(testcert.ServerFiles(t))
 	s := StartTLS(t, files)
 	if want := "rediss://" + s.Addr() + "/0"; s.URL() != want {
 		t.Fatalf("URL %q, want %q", s.URL(), want)
