@@ -328,16 +328,16 @@ func (o *origins) sweep(now time.Time) {
 }
 
 // entryOrigin returns a stream entry's origin and first message number;
-// ok is false for entries the scripts of the cluster state wrote, which
-// are never published again.
-func entryOrigin(values map[string]any) (origin string, seq uint64, ok bool) {
+// the origin is empty for entries the scripts of the cluster state wrote,
+// which are never published again.
+func entryOrigin(values map[string]any) (origin string, seq uint64) {
 	origin, _ = values["o"].(string)
 	s, _ := values["s"].(string)
-	if origin == "" || s == "" {
-		return "", 0, false
-	}
 	seq, err := strconv.ParseUint(s, 10, 64)
-	return origin, seq, err == nil
+	if origin == "" || err != nil {
+		return "", 0
+	}
+	return origin, seq
 }
 
 // askReplay has the publish loop check, soon, whether Redis lost its data

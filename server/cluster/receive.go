@@ -41,11 +41,8 @@ func (c *Cluster) receiveLoop() {
 				if !ok {
 					continue
 				}
-				if origin, seq, ok := entryOrigin(m.Values); ok {
-					c.handlePublished(payload, origin, seq, now)
-				} else {
-					c.handle(payload)
-				}
+				origin, seq := entryOrigin(m.Values)
+				c.handleEntry(payload, origin, seq, now)
 			}
 		}
 		c.seen.sweep(now)
@@ -93,12 +90,14 @@ func (c *Cluster) sleep(backoff *time.Duration) {
 	*backoff = min(2**backoff, 2*time.Second)
 }
 
-// handlePublished delivers the messages of an entry a node published,
-// numbered from seq, that this node has not delivered yet: an entry
+// handleEntry delivers the messages of one stream entry: itself, or those
+// of a batch. An entry a node published (origin set) numbers its messages
+// from seq, and only those this node has not delivered yet are: an entry
 // published again after Redis lost its data may hold some it had.
-func (c *Cluster) handlePublished(payload, origin string, seq uint64, now time.Time) {
+func (c *Cluster) handleEntry(payload, origin string, seq uint64, now time.Time) {
+	fresh := func(i int) bool { return origin == "" || c.seen.fresh(origin, seq+uint64(i), now) }
 	if len(payload) == 0 || payload[0] != kindBatch {
-		if c.seen.fresh(origin, seq, now) {
+		if fresh(0) {
 			c.handle(payload)
 		}
 		return
@@ -109,13 +108,13 @@ func (c *Cluster) handlePublished(payload, origin string, seq uint64, now time.T
 		return
 	}
 	for i, m := range f {
-		if c.seen.fresh(origin, seq+uint64(i), now) && len(m) > 0 && m[0] != kindBatch {
+		if fresh(i) && len(m) > 0 && m[0] != kindBatch { // one level only
 			c.handle(m)
 		}
 	}
 }
 
-// handle delivers one message. A malformed one is logged and dropped; a
+// handle delivers one message, not a batch. A malformed one is logged and dropped; a
 // panic while handling one is recovered, so that it costs that message
 // only.
 func (c *Cluster) handle(payload string) {
@@ -123,9 +122,7 @@ func (c *Cluster) handle(payload string) {
 	if len(payload) == 0 {
 		return
 	}
-	if payload[0] != kindBatch {
-		c.stats.received.Add(1)
-	}
+	c.stats.received.Add(1)
 	if (payload[0] == kindSnapshot || payload[0] == kindSignIn) && !startsWithField(payload[1:], c.id) {
 		return // an answer to another node, whose members need not be parsed here
 	}
@@ -135,12 +132,6 @@ func (c *Cluster) handle(payload string) {
 		return
 	}
 	switch payload[0] {
-	case kindBatch:
-		for _, m := range f {
-			if len(m) > 0 && m[0] != kindBatch { // one level only
-				c.handle(m)
-			}
-		}
 	case kindEvent:
 		m, err := decodeEvent(f)
 		if err != nil {
