@@ -43,7 +43,23 @@ func (db *DB) TakePublishToken(ctx context.Context, instanceID string, now time.
 	if !(rate > 0) || math.IsInf(rate, 1) || !(burst >= 1) || math.IsInf(burst, 1) {
 		return false, fmt.Errorf("take publish token: a rate of %g a second and a burst of %g make no bucket", rate, burst)
 	}
-	d := db.d
+	q := takeTokenSQL[db.d.postgres]
+	var one int
+	err := db.writer.QueryRowContext(ctx, q, instanceID, now.UnixMilli(), rate, burst, bucketClockSkew.Milliseconds()).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // the WHERE refused the update: no token
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("take publish token of instance %q: %w", instanceID, err)
+	}
+	return true, nil
+}
+
+// takeTokenSQL is TakePublishToken's statement in each dialect (by
+// dialect.postgres), built once rather than on every request.
+var takeTokenSQL = map[bool]string{false: buildTakeTokenSQL(sqliteDialect), true: buildTakeTokenSQL(&dialect{postgres: true})}
+
+func buildTakeTokenSQL(d *dialect) string {
 	// Each argument is cast where it is used: PostgreSQL deduces the type
 	// of a parameter from its first use, and would make the rate or the
 	// burst an integer next to an integer column. SQLite reads the type
@@ -61,20 +77,11 @@ func (db *DB) TakePublishToken(ctx context.Context, instanceID string, now time.
 		refilled = "CASE WHEN " + jumped + " THEN " + full + " ELSE " +
 			d.least(full, "b.tokens + "+elapsed+" * "+perSec+" / 1000") + " END"
 	)
-	q := `INSERT INTO publish_rate_buckets AS b (instance_id, tokens, updated_ms)
+	return `INSERT INTO publish_rate_buckets AS b (instance_id, tokens, updated_ms)
 		VALUES (?1, ` + full + ` - 1, ` + nowMS + `)
 		ON CONFLICT (instance_id) DO UPDATE SET
 			tokens = ` + refilled + ` - 1,
 			updated_ms = CASE WHEN ` + jumped + ` THEN ` + nowMS + ` ELSE ` + d.greatest("b.updated_ms", nowMS) + ` END
 		WHERE ` + refilled + ` >= 1
 		RETURNING 1`
-	var one int
-	err := db.writer.QueryRowContext(ctx, q, instanceID, now.UnixMilli(), rate, burst, bucketClockSkew.Milliseconds()).Scan(&one)
-	switch {
-	case errors.Is(err, sql.ErrNoRows): // the WHERE refused the update: no token
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("take publish token of instance %q: %w", instanceID, err)
-	}
-	return true, nil
 }
