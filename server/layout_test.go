@@ -33,6 +33,8 @@ var importRules = []struct {
 		"the WebSocket transport reads apps as its own ws.App and reaches the registry through hub alone"},
 	{"server/ws/socket", []string{"server/...", "storage", "github.com/coder/websocket"},
 		"the socket mechanics (poller, pool, corked connection) know no protocol"},
+	{"server/upgrade", []string{"server/hub", "server/ws/...", "server/httpapi", "server/node", "storage", "gen/...", "github.com/coder/websocket"},
+		"the fast path of upgrade requests knows HTTP only: the handler it is given does the rest"},
 	{"server/push", []string{"server/hub", "server/ws/...", "server/metrics", "server/httpapi", "server/webhook"},
 		"push delivery reports through its own types and knows nothing of Channels"},
 	{"server/manage", []string{"server/bootstrap", "server/hub", "server/push", "server/webhook", "server/httpapi"},

@@ -120,6 +120,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		count(c.rateLimited, n.SubscribeRateLimited, "ws_subscribe")
 		count(c.rateLimited, n.AppSubscriptionsCapped, "app_subscriptions")
 	}
+	if u := c.src.Upgrades; u != nil {
+		count(c.panics, u.Panics(), "upgrade")
+	}
 	if o := c.src.Outbox; o != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), outboxTimeout)
 		n, err := o.CountWebhookOutbox(ctx)

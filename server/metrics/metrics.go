@@ -56,6 +56,12 @@ type SocketSource interface {
 	SlowConsumersClosed() int64
 }
 
+// UpgradeSource is the fast path of WebSocket upgrade requests
+// (server/upgrade) as the metrics read it.
+type UpgradeSource interface {
+	Panics() int64
+}
+
 // WebhookSource is the webhook dispatcher as the metrics read it.
 type WebhookSource interface {
 	Stats() webhook.Stats
@@ -85,6 +91,7 @@ type Sources struct {
 	Cluster  ClusterSource
 	Hub      HubSource
 	Sockets  SocketSource
+	Upgrades UpgradeSource
 	Webhooks WebhookSource
 	Outbox   OutboxSource
 	Push     PushSource

@@ -26,6 +26,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push"
+	"github.com/heraldrt/herald/server/upgrade"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
@@ -66,11 +67,14 @@ type Node struct {
 	apps *directory.Apps
 	hub  *hub.Hub
 	http *http.Server
-	ws   *ws.Handler
-	hook *webhook.Dispatcher
-	ops  *ops // metrics, admin API, console (ops.go)
-	push *push.Dispatcher
-	cert *certReloader // nil: plain HTTP (tls.go)
+	// upgrades serves WebSocket upgrade requests straight off a plain
+	// listener, ahead of http.
+	upgrades *upgrade.Server
+	ws       *ws.Handler
+	hook     *webhook.Dispatcher
+	ops      *ops // metrics, admin API, console (ops.go)
+	push     *push.Dispatcher
+	cert     *certReloader // nil: plain HTTP (tls.go)
 	// cluster is the node's membership of a cluster over Redis; nil on a
 	// single node.
 	cluster *cluster.Cluster
@@ -233,13 +237,19 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
 	engine.GET("/readyz", httpapi.Ready(n.ready...))
 	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
-	n.ops.start(n.ws, n.hook, n.push, publishAPI, anon, n.cluster)
-	n.ops.register(engine)
 	// Every request has readTimeout for its headers and body (before the
 	// signature can be checked, so a slow sender holds nothing for long)
 	// and writeTimeout for its answer; the long-lived routes lift both
 	// (httpapi.LongLived says why this way round).
 	readTimeout, writeTimeout := httpTimeouts(cfg)
+	n.upgrades = upgrade.NewServer(engine, upgrade.Options{
+		HeaderTimeout: min(maxHeaderTimeout, readTimeout),
+		WriteTimeout:  writeTimeout,
+		Go:            n.ws.Go,
+		Log:           log.Named("upgrade"),
+	})
+	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster)
+	n.ops.register(engine)
 	n.http = &http.Server{
 		Handler:           engine,
 		ReadHeaderTimeout: min(maxHeaderTimeout, readTimeout),
@@ -293,7 +303,11 @@ func (n *Node) Serve(ln net.Listener) error {
 	if n.cert != nil {
 		err = n.http.ServeTLS(ln, "", "") // the certificate comes from TLSConfig.GetCertificate
 	} else {
-		err = n.http.Serve(ln)
+		// WebSocket upgrades are served off the listener, the rest by
+		// net/http (server/upgrade says why). Not over TLS: there the
+		// handshake costs far more than what this saves, and ALPN (h2)
+		// stays net/http's.
+		err = n.http.Serve(n.upgrades.Listen(ln))
 	}
 	if !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -317,6 +331,7 @@ func (n *Node) ReloadTLS() error {
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
 	err = errors.Join(err, n.http.Shutdown(ctx))
+	err = errors.Join(err, n.upgrades.Wait(ctx)) // upgrade requests under way end in the transport's refusal
 	err = errors.Join(err, n.ws.Shutdown(ctx))
 	if n.cluster != nil {
 		// After the sockets: the node's share leaves the cluster now,

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/metrics"
 	"github.com/heraldrt/herald/server/push"
+	"github.com/heraldrt/herald/server/upgrade"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
@@ -47,8 +48,8 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl *cluster.Cluster) {
-	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Webhooks: hook, Outbox: o.db, Push: publishes, Publish: publishAPI}
+func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl *cluster.Cluster) {
+	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Upgrades: upgrades, Webhooks: hook, Outbox: o.db, Push: publishes, Publish: publishAPI}
 	if cl != nil { // nil: a single node, and no herald_cluster_* series
 		src.Cluster = cl
 	}

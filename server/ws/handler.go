@@ -62,6 +62,11 @@ func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Hand
 	return s
 }
 
+// Go runs f on the transport's pool of goroutines, whose stacks have grown
+// on the upgrade and read paths already: server/upgrade serves upgrade
+// requests on it.
+func (s *Handler) Go(f func()) { s.pool.Go(f) }
+
 // SlowConsumersClosed is how many connections were closed with 4100 because
 // they could not keep up.
 func (s *Handler) SlowConsumersClosed() int64 { return s.slowClosed.Load() }
@@ -177,30 +182,68 @@ type hijacker struct {
 
 // Hijack implements http.Hijacker.
 func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := h.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("ws: the response writer cannot be hijacked")
-	}
 	// gin holds the status back until WriteHeaderNow; the WebSocket library
 	// calls it only on a writer it recognises as gin's, which this is not.
 	if g, ok := h.ResponseWriter.(interface{ WriteHeaderNow() }); ok {
 		g.WriteHeaderNow()
 	}
-	conn, brw, err := hj.Hijack()
+	conn, pending, head, err := h.take()
 	if err != nil {
 		return nil, nil, err
+	}
+	h.sock = socket.NewConn(conn, pending)
+	if head != nil {
+		h.sock.Hold(head) // the 101 leaves with connection_established, in one write
+	}
+	rw := h.sock.LibBuffers()
+	h.br = rw.Reader
+	return h.sock, rw, nil
+}
+
+// take hijacks the connection from the writer beneath: with the response
+// head still to write when that writer allows it (server/upgrade's), else
+// from net/http with the head written.
+func (h *hijacker) take() (conn net.Conn, pending, head []byte, err error) {
+	if hw := headHijackerOf(h.ResponseWriter); hw != nil {
+		return hw.HijackWithHead()
+	}
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, nil, errors.New("ws: the response writer cannot be hijacked")
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	// The 101 response may still sit in net/http's buffer.
 	if err := brw.Writer.Flush(); err != nil {
 		conn.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// Bytes the client sent right after the handshake, if any.
-	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
-	h.sock = socket.NewConn(conn, pending)
-	rw := h.sock.LibBuffers()
-	h.br = rw.Reader
-	return h.sock, rw, nil
+	pending, _ = brw.Reader.Peek(brw.Reader.Buffered())
+	return conn, pending, nil, nil
+}
+
+// headHijacker is a ResponseWriter that hands the connection over with the
+// 101 response head unwritten (server/upgrade's, beneath gin's): the head is
+// sent with the first frame instead of in a write of its own.
+type headHijacker interface {
+	HijackWithHead() (c net.Conn, pending, head []byte, err error)
+}
+
+// headHijackerOf finds a headHijacker in w or the writers it wraps.
+func headHijackerOf(w http.ResponseWriter) headHijacker {
+	for {
+		if hw, ok := w.(headHijacker); ok {
+			return hw
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
 }
 
 // reject tells a client why it cannot connect, as a pusher:error and as the

@@ -24,6 +24,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
+	"github.com/heraldrt/herald/server/upgrade"
 	"github.com/heraldrt/herald/server/ws/socket"
 )
 
@@ -89,8 +90,22 @@ func newWSServerSetup(t testing.TB, opts Options, sendBuffer int, setup func(*hu
 	return newWSServerApps(t, opts, sendBuffer, setup, wsApps)
 }
 
-// newWSServerApps is newWSServerSetup over the apps of lookup.
+// newWSServerApps is newWSServerSetup over the apps of lookup. Upgrade
+// requests are served as a node serves them on a plain listener: by
+// server/upgrade, ahead of net/http (newWSServerNetHTTP leaves it out).
 func newWSServerApps(t testing.TB, opts Options, sendBuffer int, setup func(*hub.Hub), lookup AppLookup) *wsServer {
+	t.Helper()
+	return startWSServer(t, opts, sendBuffer, setup, lookup, true)
+}
+
+// newWSServerNetHTTP is newWSServer with every request served by net/http,
+// as over TLS.
+func newWSServerNetHTTP(t testing.TB, opts Options) *wsServer {
+	t.Helper()
+	return startWSServer(t, opts, 0, nil, wsApps, false)
+}
+
+func startWSServer(t testing.TB, opts Options, sendBuffer int, setup func(*hub.Hub), lookup AppLookup, front bool) *wsServer {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	h := hub.New(log)
@@ -102,14 +117,21 @@ func newWSServerApps(t testing.TB, opts Options, sendBuffer int, setup func(*hub
 	if sendBuffer > 0 {
 		srv.Listener = sendBufferListener{srv.Listener, sendBuffer}
 	}
+	upgrades := upgrade.NewServer(handler, upgrade.Options{Go: handler.Go, Log: log})
+	if front {
+		srv.Listener = upgrades.Listen(srv.Listener)
+	}
 	srv.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		srv.Close()
+		if err := upgrades.Wait(ctx); err != nil {
+			t.Errorf("upgrades under way: %v", err)
+		}
 		if err := handler.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-		srv.Close()
 		h.Close()
 	})
 	return &wsServer{hub: h, handler: handler, url: "ws" + strings.TrimPrefix(srv.URL, "http")}

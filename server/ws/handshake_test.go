@@ -41,9 +41,14 @@ func testFrame(payload []byte, masked bool) []byte {
 }
 
 // A client may send its first message right behind the upgrade request, in
-// the same packet; net/http has then read it already, and it must not be lost.
+// the same packet; whoever read the request (server/upgrade or net/http) has
+// then read it already, and it must not be lost.
 func TestMessageSentWithTheHandshakeIsHandled(t *testing.T) {
-	s := newWSServer(t, Options{})
+	t.Run("Upgrade", func(t *testing.T) { testMessageSentWithTheHandshake(t, newWSServer(t, Options{})) })
+	t.Run("NetHTTP", func(t *testing.T) { testMessageSentWithTheHandshake(t, newWSServerNetHTTP(t, Options{})) })
+}
+
+func testMessageSentWithTheHandshake(t *testing.T, s *wsServer) {
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "ws://"))
 	if err != nil {
 		t.Fatal(err)

@@ -189,6 +189,18 @@ func (sc *Conn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Hold keeps b to be written in front of the next write: the handshake's
+// response head, which then leaves with the first frame in one system call.
+// Call it before the connection is in use.
+func (sc *Conn) Hold(b []byte) {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	if sc.held == nil {
+		sc.held = getChunk()
+	}
+	*sc.held = append(*sc.held, b...) // may outgrow the chunk; putChunk drops it then
+}
+
 // Cork makes Write hold complete frames, up to a chunk, until Uncork.
 func (sc *Conn) Cork() {
 	sc.wmu.Lock()

@@ -121,6 +121,38 @@ func TestSockConnWritesEachFrameInOneCall(t *testing.T) {
 	}
 }
 
+// The handshake's response head, held, leaves with the first frame in one
+// write; nothing is held after it.
+func TestSockConnHeldHeadLeavesWithTheFirstFrame(t *testing.T) {
+	rc := &recordConn{}
+	sc := NewConn(rc, nil)
+	head := []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+	sc.Hold(head)
+	if len(rc.writes) != 0 {
+		t.Fatal("Hold wrote at once")
+	}
+	bw := sc.LibBuffers().Writer
+	first, second := testFrame([]byte("established"), false), testFrame([]byte("next"), false)
+	for _, f := range [][]byte{first, second} {
+		if _, err := bw.Write(f[:2]); err != nil { // as the library does: the header, then the payload
+			t.Fatal(err)
+		}
+		if _, err := bw.Write(f[2:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := bw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := [][]byte{append(append([]byte{}, head...), first...), second}
+	if len(rc.writes) != 2 || !bytes.Equal(rc.writes[0], want[0]) || !bytes.Equal(rc.writes[1], want[1]) {
+		t.Fatalf("writes %q, want %q", rc.writes, want)
+	}
+	if sc.held != nil {
+		t.Fatal("bytes held after the frames")
+	}
+}
+
 func TestSockConnCorkedFramesLeaveTogether(t *testing.T) {
 	rc := &recordConn{}
 	sc := NewConn(rc, nil)

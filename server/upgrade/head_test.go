@@ -1,0 +1,61 @@
+package upgrade
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+)
+
+func TestHeadEnd(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\nrest", len("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"GET / HTTP/1.1\nHost: x\n\nrest", len("GET / HTTP/1.1\nHost: x\n\n")},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", 0},
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r", 0},
+		{"", 0},
+		{"\n\n", 2},
+	} {
+		if got := headEnd([]byte(tc.in)); got != tc.want {
+			t.Errorf("headEnd(%q) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+// pipeConn is a connection for parseUpgrade's RemoteAddr.
+func pipeConn(t testing.TB) net.Conn {
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a
+}
+
+// Whatever the bytes, judging them does not panic, and a request taken
+// here is a GET upgrade under the prefix with a Host.
+func FuzzParseUpgrade(f *testing.F) {
+	f.Add([]byte(upgradeHead("/app/key?protocol=7")))
+	f.Add([]byte(upgradeHead("/app/key", "Host: y\r\n")))
+	f.Add([]byte(strings.ReplaceAll(upgradeHead("/app/key"), "\r\n", "\n")))
+	f.Add([]byte("GET /app/ HTTP/1.1\r\nHost: \r\nUpgrade: websocket\r\n\r\n"))
+	f.Add([]byte("GET /app/%zz HTTP/1.1\r\nHost: x\r\nUpgrade: WebSocket, x\r\nTransfer-Encoding: chunked\r\n\r\n"))
+	c := pipeConn(f)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		end := headEnd(raw)
+		if end == 0 {
+			return
+		}
+		if !bytes.HasSuffix(raw[:end], []byte("\n\n")) && !bytes.HasSuffix(raw[:end], []byte("\n\r\n")) {
+			t.Fatalf("head %q does not end with an empty line", raw[:end])
+		}
+		req := parseUpgrade(raw[:end], "/app/", c)
+		if req == nil {
+			return
+		}
+		if req.Method != "GET" || !strings.HasPrefix(req.URL.Path, "/app/") || req.Host == "" ||
+			req.ContentLength != 0 || req.Header.Get("Upgrade") == "" || req.Header["Host"] != nil {
+			t.Fatalf("took %q: %s %s host %q length %d header %v", raw[:end], req.Method, req.URL, req.Host, req.ContentLength, req.Header)
+		}
+	})
+}
