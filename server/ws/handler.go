@@ -105,6 +105,11 @@ func (s *Handler) ServeClient(w http.ResponseWriter, r *http.Request, clientIP s
 			return
 		}
 	}
+	if headHijackerOf(w) != nil {
+		// server/upgrade serves its requests on this pool already.
+		s.upgrade(w, r)
+		return
+	}
 	done := make(chan any, 1)
 	s.pool.Go(func() {
 		defer func() { done <- recover() }()
@@ -312,16 +317,19 @@ func (s *Handler) Shutdown(ctx context.Context) error {
 }
 
 // watchWrites closes, every second, the sockets whose current write has taken
-// longer than WriteTimeout: their client stopped reading. It runs until the
-// handler shuts down.
+// longer than WriteTimeout: their client stopped reading. It also gives back
+// the memory of a connect storm once it has passed (stormWatch). It runs
+// until the handler shuts down.
 func (s *Handler) watchWrites() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	storm := newStormWatch()
 	for {
 		select {
 		case <-s.stopWatch:
 			return
 		case now := <-t.C:
+			storm.tick(s.stats.opened.Load())
 			limit := now.Add(-s.opts.WriteTimeout).UnixNano()
 			s.mu.Lock()
 			for sess := range s.sessions {
