@@ -372,6 +372,9 @@ async function refreshAppHistory(appID) {
     const h = await api('/admin/v1/apps/' + encodeURIComponent(appID) + '/history');
     if (appID !== $('app').value) return;
     $('history-scope').textContent = scopeText(h);
+    // In a cluster the stream is the node's too (README: Admin API and
+    // debug console).
+    $('events-scope').textContent = h.node ? '(seen by node ' + h.node + ')' : '';
     drawChart('chart-connections', h, ['connections']);
     drawChart('chart-messages', h, ['triggered', 'delivered']);
     drawChart('chart-webhooks', h, ['webhooksSent', 'webhooksFailed']);
