@@ -126,7 +126,7 @@ type Recorder struct {
 	// counts are filled by Count between samples; bounded by MaxKeys.
 	counts   sync.Map // key → *pending
 	nCounts  atomic.Int64
-	untraced atomic.Int64 // counts lost because MaxKeys keys were tracked
+	lost     atomic.Int64 // counts lost because MaxKeys keys were counted
 
 	mu     sync.RWMutex
 	times  []int64 // sample times, Unix ms; a ring of Points
@@ -164,7 +164,7 @@ func (r *Recorder) Count(k Kind, id string, series int, n int64) {
 	p, ok := r.counts.Load(kk)
 	if !ok {
 		if r.nCounts.Load() >= int64(r.opts.MaxKeys) {
-			r.untraced.Add(n)
+			r.lost.Add(n)
 			return
 		}
 		var loaded bool
@@ -329,7 +329,7 @@ func (r *Recorder) Get(k Kind, id string) History {
 	return h
 }
 
-// Stats are the recorder's sizes, for tests and metrics.
+// Stats are the recorder's sizes, for tests.
 type Stats struct {
 	Tracked int   // keys with a history
 	Counted int   // keys with counts pending
@@ -340,5 +340,5 @@ type Stats struct {
 func (r *Recorder) Stats() Stats {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return Stats{Tracked: len(r.tracks), Counted: int(r.nCounts.Load()), Lost: r.untraced.Load()}
+	return Stats{Tracked: len(r.tracks), Counted: int(r.nCounts.Load()), Lost: r.lost.Load()}
 }
