@@ -124,9 +124,9 @@ type Recorder struct {
 	src  Sources
 
 	// counts are filled by Count between samples; bounded by MaxKeys.
-	counts   sync.Map // key → *pending
-	nCounts  atomic.Int64
-	lost     atomic.Int64 // counts lost because MaxKeys keys were counted
+	counts  sync.Map // key → *pending
+	nCounts atomic.Int64
+	lost    atomic.Int64 // counts lost because MaxKeys keys were counted
 
 	mu     sync.RWMutex
 	times  []int64 // sample times, Unix ms; a ring of Points
