@@ -23,6 +23,39 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for HistoryScope.
+const (
+	Node HistoryScope = "node"
+)
+
+// Valid indicates whether the value is a known member of the HistoryScope enum.
+func (e HistoryScope) Valid() bool {
+	switch e {
+	case Node:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HistorySeriesUnit.
+const (
+	Count     HistorySeriesUnit = "count"
+	PerSecond HistorySeriesUnit = "per_second"
+)
+
+// Valid indicates whether the value is a known member of the HistorySeriesUnit enum.
+func (e HistorySeriesUnit) Valid() bool {
+	switch e {
+	case Count:
+		return true
+	case PerSecond:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PublishSummaryState.
 const (
 	Accepted   PublishSummaryState = "accepted"
@@ -93,6 +126,18 @@ func (e WebhookKind) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AdminTrigger defines model for AdminTrigger.
+type AdminTrigger struct {
+	// Channels The channels to publish on, 1 to 100.
+	Channels []string `json:"channels"`
+
+	// Data The event data as clients receive it, at most 10 KB; usually JSON text.
+	Data string `json:"data"`
+
+	// Name The event name; not starting with pusher: or pusher_internal:.
+	Name string `json:"name"`
 }
 
 // App defines model for App.
@@ -191,6 +236,43 @@ type AppOptions struct {
 
 // AppUpdate The options of an app, every one optional.
 type AppUpdate = AppOptions
+
+// History defines model for History.
+type History struct {
+	// IntervalSeconds Time between two points.
+	IntervalSeconds int `json:"intervalSeconds"`
+
+	// Node That node's id in a cluster; empty on a single node.
+	Node string `json:"node"`
+
+	// Scope The figures are those of the node that answered.
+	Scope  HistoryScope    `json:"scope"`
+	Series []HistorySeries `json:"series"`
+
+	// Times When each point was taken, Unix milliseconds, oldest first; at most 720.
+	Times []int64 `json:"times"`
+
+	// Tracked False when the node tracks its maximum of apps and instances and this one is not among them; the values are then zeros.
+	Tracked bool `json:"tracked"`
+}
+
+// HistoryScope The figures are those of the node that answered.
+type HistoryScope string
+
+// HistorySeries defines model for HistorySeries.
+type HistorySeries struct {
+	// Name What the series counts (see the operation).
+	Name string `json:"name"`
+
+	// Unit `count`: a value at the point; `per_second`: a rate over the interval before it.
+	Unit HistorySeriesUnit `json:"unit"`
+
+	// Values One value per point of `times`.
+	Values []float32 `json:"values"`
+}
+
+// HistorySeriesUnit `count`: a value at the point; `per_second`: a rate over the interval before it.
+type HistorySeriesUnit string
 
 // Instance An instance. Private keys are never returned, only whether they are set.
 type Instance struct {
@@ -421,6 +503,9 @@ type CreateAppJSONRequestBody = AppCreate
 // UpdateAppJSONRequestBody defines body for UpdateApp for application/json ContentType.
 type UpdateAppJSONRequestBody = AppUpdate
 
+// TriggerAppEventJSONRequestBody defines body for TriggerAppEvent for application/json ContentType.
+type TriggerAppEventJSONRequestBody = AdminTrigger
+
 // CreateInstanceJSONRequestBody defines body for CreateInstance for application/json ContentType.
 type CreateInstanceJSONRequestBody = InstanceCreate
 
@@ -450,6 +535,12 @@ type ServerInterface interface {
 	// EnableApp Accept the app's connections and API calls again.
 	// (POST /admin/v1/apps/{app_id}/enable)
 	EnableApp(c *gin.Context, appId AppID)
+	// TriggerAppEvent Trigger an event on the app's channels, as its server would.
+	// (POST /admin/v1/apps/{app_id}/events)
+	TriggerAppEvent(c *gin.Context, appId AppID)
+	// GetAppHistory The app's traffic over the last hour on this node.
+	// (GET /admin/v1/apps/{app_id}/history)
+	GetAppHistory(c *gin.Context, appId AppID)
 	// GetAppLive The app's live state on this node.
 	// (GET /admin/v1/apps/{app_id}/live)
 	GetAppLive(c *gin.Context, appId AppID)
@@ -477,6 +568,9 @@ type ServerInterface interface {
 	// EnableInstance Accept the instance's API calls again.
 	// (POST /admin/v1/instances/{instance_id}/enable)
 	EnableInstance(c *gin.Context, instanceId InstanceID)
+	// GetInstanceHistory The instance's push deliveries over the last hour on this node.
+	// (GET /admin/v1/instances/{instance_id}/history)
+	GetInstanceHistory(c *gin.Context, instanceId InstanceID)
 	// ListInstancePublishes The instance's recent publishes with their counts.
 	// (GET /admin/v1/instances/{instance_id}/publishes)
 	ListInstancePublishes(c *gin.Context, instanceId InstanceID, params ListInstancePublishesParams)
@@ -643,6 +737,56 @@ func (siw *ServerInterfaceWrapper) EnableApp(c *gin.Context) {
 	}
 
 	siw.Handler.EnableApp(c, appId)
+}
+
+// TriggerAppEvent operation middleware
+func (siw *ServerInterfaceWrapper) TriggerAppEvent(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "app_id" -------------
+	var appId AppID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.TriggerAppEvent(c, appId)
+}
+
+// GetAppHistory operation middleware
+func (siw *ServerInterfaceWrapper) GetAppHistory(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "app_id" -------------
+	var appId AppID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.GetAppHistory(c, appId)
 }
 
 // GetAppLive operation middleware
@@ -846,6 +990,31 @@ func (siw *ServerInterfaceWrapper) EnableInstance(c *gin.Context) {
 	siw.Handler.EnableInstance(c, instanceId)
 }
 
+// GetInstanceHistory operation middleware
+func (siw *ServerInterfaceWrapper) GetInstanceHistory(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "instance_id" -------------
+	var instanceId InstanceID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.GetInstanceHistory(c, instanceId)
+}
+
 // ListInstancePublishes operation middleware
 func (siw *ServerInterfaceWrapper) ListInstancePublishes(c *gin.Context) {
 
@@ -943,6 +1112,8 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/disable", wrapper.DisableApp)
 	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/enable", wrapper.EnableApp)
 	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/live", wrapper.GetAppLive)
+	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/events", wrapper.TriggerAppEvent)
+	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/history", wrapper.GetAppHistory)
 	router.GET(options.BaseURL+"/admin/v1/instances", wrapper.ListInstances)
 	router.POST(options.BaseURL+"/admin/v1/instances", wrapper.CreateInstance)
 	router.DELETE(options.BaseURL+"/admin/v1/instances/:instance_id", wrapper.DeleteInstance)
@@ -952,6 +1123,7 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 	router.POST(options.BaseURL+"/admin/v1/instances/:instance_id/disable", wrapper.DisableInstance)
 	router.POST(options.BaseURL+"/admin/v1/instances/:instance_id/enable", wrapper.EnableInstance)
 	router.GET(options.BaseURL+"/admin/v1/instances/:instance_id/publishes", wrapper.ListInstancePublishes)
+	router.GET(options.BaseURL+"/admin/v1/instances/:instance_id/history", wrapper.GetInstanceHistory)
 }
 
 type BadRequestJSONResponse externalRef0.Error
@@ -1461,6 +1633,191 @@ func (response EnableApp404JSONResponse) VisitEnableAppResponse(w http.ResponseW
 type EnableApp500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response EnableApp500JSONResponse) VisitEnableAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEventRequestObject struct {
+	AppId AppID `json:"app_id"`
+	Body  *TriggerAppEventJSONRequestBody
+}
+
+type TriggerAppEventResponseObject interface {
+	VisitTriggerAppEventResponse(w http.ResponseWriter) error
+}
+
+type TriggerAppEvent200JSONResponse map[string]interface{}
+
+func (response TriggerAppEvent200JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent400JSONResponse externalRef0.Error
+
+func (response TriggerAppEvent400JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response TriggerAppEvent401JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent403JSONResponse externalRef0.Error
+
+func (response TriggerAppEvent403JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response TriggerAppEvent404JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent413JSONResponse externalRef0.Error
+
+func (response TriggerAppEvent413JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response TriggerAppEvent500JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerAppEvent503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response TriggerAppEvent503JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppHistoryRequestObject struct {
+	AppId AppID `json:"app_id"`
+}
+
+type GetAppHistoryResponseObject interface {
+	VisitGetAppHistoryResponse(w http.ResponseWriter) error
+}
+
+type GetAppHistory200JSONResponse History
+
+func (response GetAppHistory200JSONResponse) VisitGetAppHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppHistory401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetAppHistory401JSONResponse) VisitGetAppHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppHistory404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetAppHistory404JSONResponse) VisitGetAppHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppHistory500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response GetAppHistory500JSONResponse) VisitGetAppHistoryResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -2104,6 +2461,70 @@ func (response EnableInstance500JSONResponse) VisitEnableInstanceResponse(w http
 	return err
 }
 
+type GetInstanceHistoryRequestObject struct {
+	InstanceId InstanceID `json:"instance_id"`
+}
+
+type GetInstanceHistoryResponseObject interface {
+	VisitGetInstanceHistoryResponse(w http.ResponseWriter) error
+}
+
+type GetInstanceHistory200JSONResponse History
+
+func (response GetInstanceHistory200JSONResponse) VisitGetInstanceHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInstanceHistory401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetInstanceHistory401JSONResponse) VisitGetInstanceHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInstanceHistory404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetInstanceHistory404JSONResponse) VisitGetInstanceHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInstanceHistory500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response GetInstanceHistory500JSONResponse) VisitGetInstanceHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListInstancePublishesRequestObject struct {
 	InstanceId InstanceID `json:"instance_id"`
 	Params     ListInstancePublishesParams
@@ -2270,6 +2691,12 @@ type StrictServerInterface interface {
 	// EnableApp Accept the app's connections and API calls again.
 	// (POST /admin/v1/apps/{app_id}/enable)
 	EnableApp(ctx context.Context, request EnableAppRequestObject) (EnableAppResponseObject, error)
+	// TriggerAppEvent Trigger an event on the app's channels, as its server would.
+	// (POST /admin/v1/apps/{app_id}/events)
+	TriggerAppEvent(ctx context.Context, request TriggerAppEventRequestObject) (TriggerAppEventResponseObject, error)
+	// GetAppHistory The app's traffic over the last hour on this node.
+	// (GET /admin/v1/apps/{app_id}/history)
+	GetAppHistory(ctx context.Context, request GetAppHistoryRequestObject) (GetAppHistoryResponseObject, error)
 	// GetAppLive The app's live state on this node.
 	// (GET /admin/v1/apps/{app_id}/live)
 	GetAppLive(ctx context.Context, request GetAppLiveRequestObject) (GetAppLiveResponseObject, error)
@@ -2297,6 +2724,9 @@ type StrictServerInterface interface {
 	// EnableInstance Accept the instance's API calls again.
 	// (POST /admin/v1/instances/{instance_id}/enable)
 	EnableInstance(ctx context.Context, request EnableInstanceRequestObject) (EnableInstanceResponseObject, error)
+	// GetInstanceHistory The instance's push deliveries over the last hour on this node.
+	// (GET /admin/v1/instances/{instance_id}/history)
+	GetInstanceHistory(ctx context.Context, request GetInstanceHistoryRequestObject) (GetInstanceHistoryResponseObject, error)
 	// ListInstancePublishes The instance's recent publishes with their counts.
 	// (GET /admin/v1/instances/{instance_id}/publishes)
 	ListInstancePublishes(ctx context.Context, request ListInstancePublishesRequestObject) (ListInstancePublishesResponseObject, error)
@@ -2576,6 +3006,76 @@ func (sh *strictHandler) EnableApp(ctx *gin.Context, appId AppID) {
 	}
 }
 
+// TriggerAppEvent operation middleware
+func (sh *strictHandler) TriggerAppEvent(ctx *gin.Context, appId AppID) {
+	var request TriggerAppEventRequestObject
+
+	request.AppId = appId
+
+	var body TriggerAppEventJSONRequestBody
+	var err error
+	// A request validator built on kin-openapi's openapi3filter with
+	// KeepValidatedValue leaves the value it validated on the body. Bind
+	// that value, matching member names exactly, so the handler receives
+	// what was validated instead of a second, case-insensitive decode.
+	if vb, ok := ctx.Request.Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+		err = ctx.ShouldBindJSON(&body)
+	} else if binding.Validator != nil {
+		// ShouldBindJSON runs the struct validator after decoding; keep that.
+		err = binding.Validator.ValidateStruct(&body)
+	}
+	if err != nil {
+		sh.options.RequestErrorHandlerFunc(ctx, err)
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.TriggerAppEvent(ctx, request.(TriggerAppEventRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "TriggerAppEvent")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(TriggerAppEventResponseObject); ok {
+		if err := validResponse.VisitTriggerAppEventResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetAppHistory operation middleware
+func (sh *strictHandler) GetAppHistory(ctx *gin.Context, appId AppID) {
+	var request GetAppHistoryRequestObject
+
+	request.AppId = appId
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetAppHistory(ctx, request.(GetAppHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetAppHistory")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(GetAppHistoryResponseObject); ok {
+		if err := validResponse.VisitGetAppHistoryResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetAppLive operation middleware
 func (sh *strictHandler) GetAppLive(ctx *gin.Context, appId AppID) {
 	var request GetAppLiveRequestObject
@@ -2842,6 +3342,32 @@ func (sh *strictHandler) EnableInstance(ctx *gin.Context, instanceId InstanceID)
 	}
 }
 
+// GetInstanceHistory operation middleware
+func (sh *strictHandler) GetInstanceHistory(ctx *gin.Context, instanceId InstanceID) {
+	var request GetInstanceHistoryRequestObject
+
+	request.InstanceId = instanceId
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetInstanceHistory(ctx, request.(GetInstanceHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetInstanceHistory")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(GetInstanceHistoryResponseObject); ok {
+		if err := validResponse.VisitGetInstanceHistoryResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListInstancePublishes operation middleware
 func (sh *strictHandler) ListInstancePublishes(ctx *gin.Context, instanceId InstanceID, params ListInstancePublishesParams) {
 	var request ListInstancePublishesRequestObject
@@ -2900,107 +3426,135 @@ func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7D3Zchu3lr+C6rlVsWuaFElRsky/DLXYZrwpshTfxPSIUPdpElE30GmgJTMqVd2PmG+YD7tfMoWld3CT",
-	"lJnojvISi8R2Ds6+gDeOx6KYUaCCO4MbB77jKA5B/XsYx/J/PI0inMydgTOkCMex4zpXOExBfueFBKg4",
-	"utLTRZKC63gJYAH+UDgDp9fp9VudnVand9rtDLo7g+3Or47rAMUXIfjZDOI7A6ffc1znEuQ+0bwl/+E6",
-	"Ef5+wCgFTxBGuTPodjqdjvr4OAEO1IMPEF1Aor+qfHHGIRnRgO3PBaive33X4eAlIPQO5t+uw9ML7iUk",
-	"lnscsJSK7Fhp7K8CJOWQDFMxOyURsFR84M6g4zrXcDFj7JI7g683zgUW3swZBDjkEjkzTCmExwkE5Lsz",
-	"cGJz3JbEikTj6TyW5/3qRAqyc+z74EtU6D8TiNgV+M4310mT0Bk4MyFiPtjaMhfXFsDFltzduf12e+vK",
-	"S3xPuKhe5CcK9ZvEcazP+3Slf+krLS71CqqXejpLAJBXIBcxisQ1Q+aAvHbdo/yK8gESuChD/1en67gO",
-	"DokH8mwUR1CGLmEsqqGaO4OeRqD81617U0xiv4EnWtvNCd3bb67jlSliW0I4olxg6kFDABHzBbomYoaG",
-	"xx85wtRHX+ACHad8VoWRKjnm4QNGAzJNE0mf5tYuYV7+VJPHJcwVVob7B93e9uHR6zeO6wjAkfr09Gj4",
-	"odvb7u/syk9ZTDxnIMVnO7sozVL6Ep3btdjGhyviKWruSWqvcVHgRQoBkMhRQ8+TtGwBpthS8d1e8BLv",
-	"Qq/X6vX3tlv9lxi39nZ2eq1ubyfo4r6382JPXu1v12LEeQqJnOs6cXoREj77KWUCK5rX7PRO8e/rveFB",
-	"57Bz1D/q7vf3tw9eDnuHL452X+8M5V+9Q2ct3rrCsTzgjd7L00vvH70++Klz8vrk0h99Povfnx51P512",
-	"90/Owo9nP//869+/vA7xl+53/+/hy+kvX3787dc3P0e/9mYxjgS/+LJz5b19Pfe2T7o+9fvw9/hF8Lbb",
-	"CvpDTWqS7KRwwCQUbMBi/h/ZZXkscm7LpGYXkxm9lQkr+0wzzBOZPZHZKjJTUvtYQ/5Z05ed3AJCCZ+B",
-	"jwyaymRnPjJkt9ath+QK1A12lTINMFHXvuM62UYL5vflfBYDlcP3XuTXpig0Ti+I39reDraD3T1oXXS8",
-	"nVZ/ey9oXex0glaA4eV2sOv19/xAYgek+u12X+64DhdYSH3gMyoZSuBkCuIdoXJRQgUkwAXPv1DnVvSq",
-	"/1ZK5Zvi2RgnOAKhFI0yVEeH8h8+5KpFKURl5SDit6Uq1heS6TwiR8RYSAwbLYXj+JxIxZzA7ykp8Sv3",
-	"ZhBhuUGEv78HOhUzZ7Dbd52I0OzPrjyUEJDIdf/z67D1K2790Wm9PB+PW9/+/W8SqHksd+EiIXTqlCXP",
-	"osPnuo74LsLo7Gx0WIVkTQ60wJotvQHA27sVgOWfZYg7rZfD1mvcCr7d7N22yn/2N/mz27u1IetWHpLH",
-	"jHLtm+xj/wR+T0HzkMeoUGSmDJuQeFhices3LlF5UyCsjmSRUwiKUi7QBaAuEgzt9qXRlGBPUhhiARq2",
-	"fkW49QfqtF6ic9RyEWUCjZ1oLqePHXUrScIShdkrHBL/XErp2zIq/5ZA4Aycf9sqPK4t/S2XH0WMnh+p",
-	"NRS0TWq4YP4cEa62VlugHz9/+ugiliCMlJBAFwngS44wStIQ0DMJXmkdxPGco+sZ8WbP2/JsB2HKBSRn",
-	"FF9hEkqVcB9kyjN6esUfODoBn3DkM9AHxpRfQ+IizpCYKSB8QB6m8rsEsDdD8rBMzCDhr+SMGaFTdI05",
-	"kvKjjU5AJHMUYgFJGdlmv/O0BMKDId2gB0XyrIyGc/TPf/zXouMreBV8RGTfaKBRwBIFnTmsRj2jQUg8",
-	"cV+EG+plCboERR04TAD7cyTwJdAyqqR0g+9ECtgHJUu9u4TPnMDsrOSblA441PPvCam0TiQylQqTTDrD",
-	"1A9B7ZxoUfBK4n6GOboAoChk0yn4VdbU5znXHzwYGoYUpRS+x+AJ8LODqj0UGj4y8Zql1L8PBj4yddXK",
-	"6SE+Gjv9XlXsyOulTJwHaqcHA+0jQzz1ZmpzluQayc3uXGoVeekRDgOWRBLf0tLB85Bh/5Sx91Jz3/fq",
-	"zfXmEjCUi8r9MUW93V6330cXcwG8jA859lwwdq4GPyzJLz3Pzi56R/YVGs4oTsWMJeQP8O+HAylyAHyu",
-	"cI79iFAk2CXQgRSPPhqabdR6A7QPOIEEjdNOZ9t7e3QyfH94Pjz8MPp4fvrp3dFH9TmUkZWWD/qgqKqc",
-	"DM0A+5AoeiGcSwnPkkJHeDhJ5nUI28pSMluWopJxwmJIBNHmQDVodZOZDxeMhYBpzUm6cSSpYmn4Slei",
-	"JUgETZOj5CXZ1iPlz4s5Ktpl+bwe9sqHSJk0hcSMacTAVoyrhcRso7MAmeVQljCZDdSSx7Uu6ixBNNvZ",
-	"iqjajUMERHwVyX3RE+RcsxpOEjx3tH2YGbFfHWXV6oBjHhTMrtOtUosNDTYAGndovbAlt1MCt0yOZfx+",
-	"y8Fi2qXUsb4DNViJjTD8FCj3bxmWhnH8ycTXbt06q2jCXWhJPKuZus9foQRTn0XIJ1MipP0IFOELZZZp",
-	"cMseUdPJqQH0rRqTrp5NB6HXpIWhNrCX0oFacAFWswhq4wgjO2sXUdI6+j55XhoT8PNIq7QDE2kLXMyR",
-	"dLhchAWKGBeo2+l0JNrWglCe8EAv2YS0FjVtnCkG2ggGZ6Zru+DZnBubmBspXqlQfI6DBTjNyM5KYSw2",
-	"JwkQVpkkF8EVJHPEaPYlDuXRlsv2mu0Vhuwa6TEtpOLtvAReSYwtFedGblfXVgEbT9m1dbZA7ecuSin5",
-	"PYUaF3R7e+468r/ma+RfopBERLxCHe3rUb0+oSRKIxUvW1dxVDcwX6AYEpTF8DN6lZtJq12bFz4EOA0F",
-	"etbtdJ5vtHlDG1WP8Jn8ARo6RQLFMXTK4QeOpNQ9JzRgC0/U669xpELl1Q6gPrfd5Vp3aFWX1R2OFI2h",
-	"8shzFU1FEiqVqVhGola1WXdKGa9mecQMC0SBSN8ZcTKliFBEWZKd4gKktyQ5LrfxsouXI6UKN9TGgmA1",
-	"cu+jsyP8faSnqHBkQ3TbRMqZ0o5PEuVJojxJlCeJcm+JUk4sN6I4WXijjY4TcoWFimlxhBNAVAoWlIBI",
-	"Ewq+q+OB1zNQOBIzmKtRHERT3GQJwpoQqqQLF0iQNYYssFazdKLtK51TtHyjEnw3FiO+bBlWj5WdId8x",
-	"W1+v5lbhtJmNd/DM83Rm/Q5PYEq4gAR8ZMbYTN0VktukQ6vXtTg5anWZ10HkwiX1fBuuFkQdSilWy7fV",
-	"jOviGMG7BbGLO/j/RQa2gsRSPtYejtB51FWIK5YpJjWxZQsJFICW4wEF+mrIcjXvapLIoCrIbxM3PpM7",
-	"m/ry2bzNHXpL9jD35Rc78du7azrx9bKJ2qGKEok1hXoumFfGdvKll+F5A0+0CGpbjEf0DuYoICFoNTAl",
-	"V0ClW29iuXZpf4CPIbLo8u8iwehgiDw5PCAeFsDRs+OjD8+lQhVJyoXKFsk1zpKwbWMt+d27TOwvj77k",
-	"g62nUbVT7XhPx1mVnid0qm1TeaSFu5/mqmWd7U8zbVMa3NvZXTD6TAtOy0kvMAd0dvL+FYIoFirunhXK",
-	"4Zi045TP2jg2JRc1ou51+nubBngDL/pcEdA/mjB99WyvDz4gI8gR1gMVCiXJZETCragMvMgKrVxxCbCB",
-	"F7WnjE1DwDHh6wNb0RE2usSeB7EAHxE1TDKHtB7Rj19OeW2LnW7PXa1nLK4Pn0k+kg4W+Mpx8PE8d0y0",
-	"Jb+uMW60yEqqUkL7c6FaaqSFTM0OYolBMTo7Gamss7Rlfx4ejw41h6yDhGUW5/qO7JNAehJITwLpSSD9",
-	"SQKpnFZoGG7RonDPcTW2goifpzkq6Q30rB4M4spZfl5JezSd0lpyQ9eprUhaLg178SJc4du9QFOpXl/i",
-	"kHBBqCfq4SS+FLQV+RQFT/30NgO2WiVqiRvcxV3O60AbsGpXRod8Eoh12krMAFFmNAJhFOUr2BGZ1ZU2",
-	"q1aKNThKIEi5TophNMUCrvFcFZJoHZbGCxYvVarWN/gi/Rh52hBzUT1yVjtW3uCV8XlQSgUJ5URVIrUe",
-	"FrNq2DuiUE+3g1gqrrVRPNgCg1Xc5rKyjFz7ZqYI98YBKiXaVyebW1QMy41dXaX7zYKJct1usUy5gFdz",
-	"1uK5y/CIm/doaF6aInaY8gLh+qKj7FCSDNSpdNmSRrhKzvI1uLe4oAr0xcYZWksAmovLuaPMhzk1lUMI",
-	"q6WB3dcu1YWv6WvXZMwqj7vYwHbELBrbOJdpk2rGzKmPuLRscWhi10rzmqoqexy71mTVyHbTcF7I5OsZ",
-	"46DvFnGBE2Hq5kRmvUSAKTfGtZnVsFk6Nvus1M5lM+MvCfW11Ml2krazFjnlPeW4tasADH4VwVUi3i+a",
-	"WjO12W9fZpBAhmnpMxx/+nwK/itlXgy2tgpLY2trHdOtRh2LYpXlc5fEhMH3OTNFE0VVwfkVlg5IqTVu",
-	"QadcVsFzrmBSMWZvBucR4fVyHp0qsQqiSvWa3SmjoKs4daEfC8ztvZWU66Ph8aiNJmrARFXeIj5jiUAR",
-	"9maEQisB7EtzfkzldaNn0o8yJX5oklWJSycHizSBiYsmef3m5PkrNCkdSK3PKIypJCVlgMjVYmDSvRjT",
-	"hs9XAabJLIDydZTWgu9xiAmVnIOFkrjXCaNTzTalAttq9wFOxawAoKjjiyTfV+tyVRLpw9Hp20+H4zE9",
-	"Hp6+HY/pT2dHJ78Ue+A4RtqStnonYL+ozwrnCsMsUOuoga60lTnFl3DuYQ7VgzeQ76yicb15tcDRGnHm",
-	"4KUJEfPPknmN/+1HhJ5Kg91OZrp0nwWoWakpj63EgJKGqqqzOKpkWV12SWjALPlZTPEUEM7olTIffuDo",
-	"IJOSOI517+Rxymd5zIEjdgUJent6euzmdzOmHEegugo4wlqFTmZ6WbnMRK2TfZIvNUGSyTCVnkIcplwv",
-	"JXUgUtqyyNtnvQoX6VT6qJyFkniwzxERz9tjOqaqmPR4JBnBeMnS1OEgBKFTNGniboKeYYFCkIZhd3dM",
-	"i4aO568MI2d1vKr3QxqDpgR1sqyeVrleuoR20h7T3AK9wglRqVrCUUo5iCx6o0qkdSsAR/1Ov62uYAq6",
-	"Uh5BEIAnEKNjqlgmpSrqoToMJP4JlZIFPEaln8WVvpKTI2wGqN0P3o+QzxSm9plPTHDox8+fPg6UHNNE",
-	"poZnzRU4ENKNE4X3ZmqX0bN+d3tML2DOqP+8jY4UGFoSZk04ClPEZNPlBobICnmpxZIgQrFcJjNVYe/w",
-	"eOS4zhUkXFNqt91pdzITG8fEGTjb7U5721EdRjPFRVuKjbauultZkeDUlpDXZy3TeKb7lRXpAxUEh9zN",
-	"I26ScLMEtMJvma5RSLiYSLl+rSBVkQ0pZxVhqF44aZIN5YlqDUq9Tmf9ku+s8jCz72zmQDZ0K6uevF27",
-	"ULuYYa3RlpCWKxaJLuLvd7qLFs4h3TqrVY7vaLCXT6r2hSg48iZIeVDDOIsuT92ZuT+lKvCUF8We0p1i",
-	"3EIarwmEPkchBAKxVGjuKxWDqOhr5fa1aT4ZIGzyZmP6oqXKYFVOzeTSLmGuTqR1l5uJJ9eUEOWGF/XH",
-	"1FLGwaiLKCvVX+iok6tiKfUIhDum3U7PtDtkATFV36LZrUqbOtc4VO3CRtbtM3++IV0GaRhWG1UPpH1N",
-	"q/yEGxAopOCMuSr90xs+DmF946HyIsP/+rMaKiCIa3jRwkdTphSqkm4NcZXAv92IcU2++LZqkYgkhduG",
-	"xOluLnHWkTabSZolUkaKVy5YApmAWUNWlBo97yqT+p2XqyflDXlyQnd79YR6j9NDCD992cYmsoi2W7em",
-	"B7dudNPyrRZ3IdgSTIfqc54b2ZIvVSV/rvZCclk16JBea9JGrxMWaduIUUThulIolkvnS1P/5IWMg68/",
-	"73c6XbWXtCWV7ebhMOTKF8jGZHOnIFC/022qV332TITdVb9KriuTcN1ubxCs3tZvo3Lj7eTmdtK+BxX2",
-	"V0/KWwUfgpo0EIupybWbUBmz3sdukhbTBMUJkZpPp1Cq9/oGxH0v9f9EhD2m+zevPOmLhJJushtNpScV",
-	"FtQkFUO29JMLt9+UhW6L8k0y4pi4utpIxeBdlEAcYs9Io+uZdPSkkY2eYWpCZupPrZD5mOpzm8We26wc",
-	"nVe/r5VTrwkvvauUJrRmy7EgWPwKmnos5bZW11osd6IRoOE3I/QVSTdKxUyldwbUjxmhZcPB+giVeddq",
-	"DaNlEw4wtQprWR2dJ6vjQfj9EZkpKgShXX+jDhR3vyo94oAuAWL5N0l08IFvZM9s+YRnD1LcWTJZ3cD3",
-	"TVtHbzUZNOwbi0mz7dbtGW27bLva39GJvrIzRHhjDS0RiUAUvosiTc0t9o8+26PUlW6GWf8xac0TlaXO",
-	"jOUfeJUgqF/c/GYErcMCD0/PZ1QF3id+TikTm0Gvt580KUw3mDxSAjOxlsdEX0OVbV+HvhCeYkI3o7LQ",
-	"NDVbLftGT7AKpNWbl/OgMik1/CRIRav4mGKqul8aLV/cVTAV1UEq/p5XBcVyCT3SasVph0D1ZD9MJFXj",
-	"YXUk9Qo2jaRewSKaLFIbf3GKlLPWMB4sD0RVifk0p+JyVqfeaf4wrsYSqk+Y3LhVdOk9rIg9KfssehPN",
-	"JFhZDCYOzCjYBG/lbJNX+UtJXOA5byNjZmpezJrocDn/VI2YKAsrzKLNykLJ6qqCUqimKedP1DmGcfw5",
-	"i6A+Njs+D0hIpGeZ4scj+N9IDsljcGXKKWW9lwj6SkvNkuRXJZ1bIM0QzCXM3aw+LEufauLTXU1azlci",
-	"OkVquJEOu2efZDOVNsqBvDd9klqD0lJCrXQzrU+xtWn2B9IykP6KObYKsZQpsNRl9TAZtYKKirTamBoO",
-	"ODsbHbp5mq1Cq3k6LUiAz0z9syS3xRmvUfFm790DQvfK8KjgT+3tauTptBkxktz2ZPUm7+pW68iXPnG8",
-	"GTH/mSknUmq/Xosh78CMqxjxKQ21dhpqlWSwK6itm9Lzsmunppoqy/TZ1qyqQpBkSaoFWaOKGHhKHd0t",
-	"dbTwVhYri4VZpeZaKw2Rh7Uw3oB4EKL4y4iyx5aOWk0BS2yQjXy60tvaS7JUdQumEbReKHt0t/9knXZM",
-	"W7rqQUyU7GGRkpFx/JGb9kl53UCFmV//XYx3tp8gKDdnOi353/7Rm9FHdHwy+nl4eoTeHf2iPh3TD6M3",
-	"p8Pp0fDD/oc3+/Pf33z+0H85nB69OTgw/74+erv/9vLavx7tD3/6afrPf/z3mKq5Rx8PLes51UbO6m8g",
-	"lJo2G7+DIEns96y/r4SH0nN7KC4a/ZCP55Yn9U2HoBx9B3vpz0yW/b+2lzZNoD3efNimNtXd02N1ubg6",
-	"R1ayt/JEmZTcul/LRaaZSKnuE9X+Rui0HMXWr6D3O300yWEoWh1UqEH1mFOU0kvKrssN8LpRj4hy3Xce",
-	"Fremyv61FPyjz6FlgPzA7YmzjSn/rnm0tQi/lkzL5kwWmgEr0mr/asT4uPNtNlpsJtk2pshK/+VC5yfE",
-	"ArgojBEXUbiWnwQk4cItZ93ihE0T4Bw9y5pJXd355ZqfP3iuhK2OtKmW0rmpiQdqOpC56YYiSe6vjanR",
-	"fcaNUj9doZ0o7axW22+yKC/RYV9btK0csM1fU3AalnoVF2/ZNYownZcxYRKFr/J3GXudSsdWr2N+xOb3",
-	"FJJ58Ss2qs7cKZN5FoxTUyL8Xb/aoH9JMHvDoWtp9/12bwaNrZ26S1nV0ty7PtNaJ1vZN0f0X9t8uzen",
-	"n1ZZPAEPaInhyhymk9l/iq+5lsi4Z8JyLV1my1pewnytzGWh4Krpy3Zu7ZXtO794l8Waq8yqwzdJVGYg",
-	"PlS28i/hSFkymBI5jzKLWXiHzVSmBmqBSi11yerfTyz1x379JulZ/4KO5oSisnWwtdXtvWh32p12d7DX",
-	"2eso2jdbNJ6BKXe5tiu/8abfUKy/BVRugW03fyeNS87+nwAAAP//",
+	"7H39ctu4lueroLhTFbuWkiVZThy5tmpkx0nc6SRuf3Tu7ZbXgklIwjUJsAnQjjrlqnmIfYZ9sHmSLRwA",
+	"JEhBsvxx73Rm0/90LBJfB+cL5/xw+C2IeJpxRpgUweBbQL7iNEsI/HuYZep/okhTnM+DQTBkCGdZEAY3",
+	"OCmIehYllDB5eKOby7wgYRDlBEsSD2UwCHqdXr/V2Wl1emfdzqC7M9ju/BaEAWH4KiGxbUHjYBD0e0EY",
+	"XBM1TjpvqX+EQYq/HnDGSCQpZyIYdDudTgd+Ps6JICwiH0l6RXL9qPbgXJD8iE34/lwSeNzrh4EgUU6k",
+	"HsH8OwxEcSWinGZqjANeMGmnVWTxfQspBMmHhZyd0ZTwQn4UwaATBrfkasb5tQgGv38LrrCMZsFgghOh",
+	"iDPDjJHkOCcT+jUYBJmZbktRRZHxbJ6p+f4epLCySxzHJFak0H/mJOU3JA4uwqDIk2AQzKTMxGBry2xc",
+	"WxIht9Towd3F3V2oNvE9FZKrDXT38myWE4IyTpkUiE8Qhr19IdDMvO3sMmWS5Dc4OSURZ7EIBjthwHhM",
+	"gkGg6BfxTP0TflE0zinRS2c4VQ8iZwvDoGBUwo+K0mYQ9fp22A/7F3dh2UzmdDolOazeNMpIfilgEm7L",
+	"TtgLO+1a25gk9Ga9trtht/3SbWt375TABFc3b/fCTtjxNX+LabLO+ND8IgwkTeGX7qtu/2W//3obeL38",
+	"a8f9q6+eqTY5jq6tHJnd/pkKWd/qz4w05RZnmd6iHwL8lxbgi3JTb4hPfh3RQpwhecuRmaBobPdRuUXl",
+	"C2pxqSX/70E3CAOc0IiouRlmLleXc542SC2CQU8TUP3LkYAs5/8gkWxtLzboKk539cFgW63wiAmJWUQW",
+	"zA01D9AtlTM0PP4kEGYx+kKu0HEhZvU1MrBaET7gbEKnhZJ+u2vXZO7+qtnjmsyBKsP9g25v+83h23dB",
+	"GEiCU/j17HD4sdvb7u+8VL/yjEagtdK23SgtUnoTg7u1xCYmNzQCbu4pbm9I0SRKgQAkV28NI1CRnsVU",
+	"Q4Lc7U5e45ek12v1+rvbrf5rjFu7Ozu9Vre3M+nifrTzaldt7T9u5ZEQBcm11s6Kq4SK2S8Flxh4XovT",
+	"B5Dft7vDg86bzmH/sLvf398+eD3svXl1+PLtzlD91XsTrCVbNzhTE/ymx4p01/uHbw9+6Zy8PbmOj07P",
+	"s5/PDrufz7r7J+fJp/Nff/3tb1/eJvhL92v8t+T19O9ffvrHb+9+TX/rzTKcSnH1Zecmev92Hm2fdGMW",
+	"98nfsleT993WpD/UrKbYTikHTBPJBzwT/243K+JpcOeymt8o3vK6SbT892C7qP7XwutYx7VNVbfXsDST",
+	"9SxMu19vlhOZ0zWGCzvtXt2m4viMXxO2hk1b16L5bJjdIb8hsztS3wf9m6brD0XwQxHcpwjArh7rlZ9q",
+	"/vKz24QyKmYkRoZMLtuZnwzbrbXrVtQHXXB3jAQrvWEHWtK+r9rzjDD1+u6rctuAQ7Piisat7e3J9uTl",
+	"LmlddaKdVn97d9K62ulMWhNMXm9PXkb93XgCGkg5SN3u650wEBJLEG3OlEBJnE+J/ECZ6hSUGxFSlA9g",
+	"3sCv+m8w+xegVTOc45RIcAXg4Hj0Rv0jJqXxB5cF/FBE47ZylvSGWK+EqjcyLBWFjcLBWXZJlWbJyR8F",
+	"deRVRDOSYjVAir/+TNhUzoLBy34YpJTZP7tqUlKSXPX7v38ftn7DrT87rdeXo1Hr4n/+m1rUHBSzkDll",
+	"08DVPMsmX3ojNA4RRufnR2/qK1lTAj1rtV0/YMHbL2sLVn+6K+60Xg9bb3FrcvFt967l/tl/yJ/d3p2P",
+	"WHdqkiLjTOhYwT6OT8gfBdEyFHEmgc3A9UxohBUVt/4hFCm/VQRrElmWHILSQkh0RVAXSY5e9pVbm+NI",
+	"cZgyzcPWbwi3/kSd1mt0iVohYlyiUZDOVfNRALuS5zwHyt7ghMaXSkvfuaT8t5xMgkHwP7aqCMiWfirU",
+	"Tylnl4fQB6x2kRuueDxHVMDQMAT66fTzpxDxHGEESgJd5QRfC4RRXiQEbajlOf0ggecC3c5oNNtsq7kd",
+	"JIWQJD9n+AbTRJmEpxBTzTHSPb4Q6ITEVKCYEz1hzMQtyUMkOJIzWERMUISZepYTHM2QmiyXM5KLPdVi",
+	"RtkU3WKBlP5ooxMi8zlKsCS5S2wz3mXhLOHZiG7Ig1I1V86SOfrP//g/y6YP64X1UWmf6EWjCc9hdWay",
+	"mvScTRIayacS3HAvz9E1Ae7ASU5wPEcSXxPmkkppN/KVKgX7rGypR1frMzMwI4N+U9oBJ7r9E1eqvBNF",
+	"TDBhSkhnmMUJgZFzrQr2FO1nWKArQhhK+HRK4rpo6vlc6h+ejQxDhgpGvmYkkiS2E4UxgAyfuHzLCxY/",
+	"hQKfOGw1HEtpjEZBv1dXO2p7GZeXExjp2Zb2iSNRRDMYnOelRQrtniurojY9xcmE56mit/J08Dzhynvn",
+	"PyvL/dStN9tbasBEdarGxwz1Xva6/T66mksiXHqody8l55fw8vOy/Mr57LxEH+g+kOGc4ULOeE7/JPHT",
+	"aKBUDiGxAJrjOKUMSXU0Gij1GKOhGQb6G6B9gnOSo1HR6WxH7w9Phj+/uRy++Xj06fLs84fDT/A7cYlV",
+	"uBN9VlLVZoZmBMckB36hQigNz/PKRkQ4z+fNFbbBUzJDgrOnnp3pWC14xTnPSC6p9guqYJPXPJmnSn0Y",
+	"hxZxFmqj3+10FE2oJCk0b7ggECw80g/BmTbPcZ7juXocY4n9w0KcDqnnCAukQ6AC5SQi9IYgKkOEJUq5",
+	"kKjbQR/291AhCpwkczDwSJKvsr3oEllXbvmA6jnYUiQkziUYVKU/skLMSD5QtNf/vLSKcdDWMVTr4/Wc",
+	"dTp+a+Uu/q4n4QT5DB0uynZcH450XNGzYbWAcEn1K84TglnjePstUEoGqyOLOgS21InfR5nyfOvrj8be",
+	"3YVIsn/XayHl8hVFNMWDd/748j3vNcLNvrdt8NkzKU8I2rdU56y8Luk8AWrf3KqI9bdKYlYpiy+6gWpb",
+	"F5wGP8F5RAfzy4C73c6wzi0+MvgWsLCH3g1bsTvOcl12dOm7hN8P4GVQ+EnyeQIH91VUGmbZZxO7vgub",
+	"oqIZd6kPuNE4pGzuoRyzmKcoplMqledPGMJX4FDX5VydZRfFvLGgi3q+pz43neBZkxeG+mi0kg+gwyVU",
+	"tdmJhSkc+UV7uVH4HEVFRklcWgblwefKi7uag/50VXPDPqxaoZrhge5ycaWNjMTCnDLCFhIt9tDhGIJS",
+	"GhcpdwSyUuP4kgZLaGrZzsthPDMzsXnbUJmYfI44sw9xoqa2Wrc3vOYk4bfGGra0yRLO8hw1tlKdG71d",
+	"7xtCbRGcSJpigdqbISoY/aMgDSno9nbDdfR/45RYPkQJTancQx19Sme6f8poWqQQ6VzXcNQHMA9QRnJk",
+	"82OWX9Vg6rylHcOYTHCRSLTR7XQ2HzT4gjWqT+GU/kn06oAFqmnodN4LgZTWvaRswpfOqNdfY0qVyWtM",
+	"AH737eVae+g1l/URDoHHkPvmJcTBkVoVZAFXsajXbDbDCVzUM6hyhiVihMoZyZGgU4YoQ4zndhZXRPml",
+	"SuJK79xuvHpTmXDDbXwyuZ+4T7HZK33fO79KOQfr+EOj/NAoPzTKD43yZI3iZNAbfnEzLb6gcGhK0BWR",
+	"t4RozIrOuft8KZtQX9RZirA8Ji+E8rUpQ9jGc/cQSTOpNBfCSFA2TUjTVXP4RqfnfSpRZ1sFwjlBcqZ2",
+	"lk+A5SHYDDurA8omqMnUtvyu53vhG8qk/tfcGkPeU93K47Sa9Hpz6l/UqQJC4EBViNlDCDhE54x+RSlN",
+	"EqqT9iJEPImJkGhCcyH3St/6Va/uWpdHVcrky753mxZmZ9P6zfm9xYkg+uxTEVO9LJA6FKX4q2Jw0EJZ",
+	"puE+ZX4f/gLfW5klk3vBKWdT1Ve6Bz1qHILZNsLQnyTnXplu+OmaFUKL1GhycbUkS/pySy+WS8dpuel1",
+	"GfHHir4oppI6uE6JQKCeBNoQRMfVVQ8Qudv0MrNGZTQ7HUMv40GZlTJjAHvsoXEF4oB3ciwJ4jdEx5Mt",
+	"FdAVmfCcICpdXrcgTgcH4uN8iwxZOFkxs1va8gG78gkaA3nHvuAfK5Q1uvewaoJgQI9yeN8uucCzhRyC",
+	"Zbs2Os7pjSLLNZlrxmLKOUI5kUXOSBzqbNTtjICelzMyh7cEkYsuk4WnNBypGlhliRe0xitLTtwWzOJ7",
+	"pBEtnicAL/l2T7yxPi07h3JE27/uLayv07cjj4gulmCa5h6ekClVFoHEyLzjNzErvU8Dxqlv13Jojjfs",
+	"tw4hl3ap2/totSRy6gB8PE/reJ/lcc4PS+Kvj4hhVvifGhEdNJA/pKpRPPcRruqmarRILV9Ys1qoG9Os",
+	"yNcgVqhlV7OEXVXFfg8JRVq989B4pG338KCkB7tSxiOXByK3X64ZiGyC9poeYQnQW9P7KRXzvfHpsutV",
+	"dH5ANK1KqXoOwOgDmaMJTYx/MaU3hKGrOTKZRL+2P8DHJPWcR77KHKODIYrU6xMaYUkE2jg+/LipDgUy",
+	"L5RjxnOk+jjPE6/JV88+WLW/OoJcvuydDWCr29muzvLBWYWyqT5fqyktHf2sNC3rDH9mrY2b1dp5ueTt",
+	"c604PTO9woKg85OfrbNPBbJAepzRdlaIWRtnBvC3kEXr7z40STWJ0tOagv7JJIkbzu3BR2QUOcL6RSCh",
+	"YhnLJMJLykmUelerelyx2EmUtqecTxOCMyrWX2zNRvj4EkcRySSJEYXXlHCoEzD66cuZaAyx0+2F99sZ",
+	"T/hGzJQcJQm/JTG4gDGel8EVHY1YN6BgrMi9XAVK+7QyLQ3WQgYxinhuSIzOT44A86TOmL8Oj4/eaAlZ",
+	"hwh3KzTS+sG4Hwrph0L6oZB+KKR/kkJyU6MLjlu6LGR9XI8PIxqXqdpaihZtNAPaAg7Lm6uhPc1okg2X",
+	"rIz7rgzdiyrkGvtPgeYmW7OLN1RIyiLZDImLlUu7JydsAhT12fsc2PodBU/c4DHH5fIWwsJa9VFGBzdz",
+	"kunUuw7TGYtAOUNlD35C2lsNi5jJqg+BcjIphE7sYzTFktziOcAYtQ0rsiWdO/ckvKFPNdsEC1mfskUu",
+	"uwPsmTMPKpikCQQL1ZjrUdHexXgkCXVz/xKdqx0+jie+5EadtqWudInrH8xcAflWxvRs2+q+iho41HdE",
+	"fNE999ZI1Y17fURL1vK2q+iIF/fR8LxyRfxrKq+nNDs9spNSbACz0pFQAz1UUinWkN5qg2qrrwa2ZHUW",
+	"aDYurG7tuRf/DDe5IYT7tYH/rO3cSlrzrN3QMfeduKsBfFO0GaWFeZlr1It5PxYjoTxbnJj8G1heg+n1",
+	"5+Ial7AX48rJvNLJt5C7gb3VwEuD2pbWe0kJZsI416bVGrjL+nVvnxt/TVmstU6ZksqtynHHVO+tjWQy",
+	"9AWGq2XtXi1azcLnv32ZkZxYSqszw/Hn0zMS74F7MdjaqjyNra11XLcGdyyLVbrzdtSEofclN8CvChl1",
+	"eYPVAcS5Or/kJr1FIV7CmiDGHM3IZUpFE5Ko071eRVTDTvsPZYzoOwQaZs4nZvfeK86N0fD4qI3G8MIY",
+	"7n0gMeO5RCmOZpSRVk5wrNz5EVPbjTbUOcoAzNHY3lFShxwsi5yMQzQubw+MN/fQ2JkQ9M8ZGTHFSuCA",
+	"qN4ywtXxYsQWzny1xfiSMGU/YLXI1yzBlCnJwTp/eJtzC1Z2rnfU777hQs6qBVQo8lTJff1WCCTCPx6e",
+	"vf/8ZjRix8Oz96MR++X88OTv1Rg4y5D2pL2nE+LfqFOgOVDYJGvhxVD5yoLha3IZYUHqE18gfnAfj+vB",
+	"6/B6b8RZkKjIqZyfKuE152+Ay8M1ai+b6XwYn6DFewLtwADvQRvCnYJqqkpkNeifsgn3YEwww1OCsOVX",
+	"kzs/sFqyTLYeF2LmZFwhE/j+7Ow4LPdmxAROCdxpEwhrEzqe6W5VN2Pox/5SdjVGSsgwpJ2zpBC6K2UD",
+	"EVjLCntkb8pdFVN1RhU8UcyDY4Go3GyP2IjBVYbjIyUI5pSsXB1BJKDqx4u0G6MNLFFClGPYfTli1XXC",
+	"zT0jyPYWCdw8hMyxvgAxXnWbA45e+gLHuD1ipQd6g3MKcBMqUMEEkTZ6Axd0NG5AoH6n34YtmBKdpEdk",
+	"MiGRRJyNGIhMwSDqAVlyRX8AOuhUawiXF0zjFJsXYPSDn49QzIFS+zymJjj00+nnTwPQY5rJ4HV7tQ9P",
+	"pDrGOXcfzM0ZtNHvbo/YFZlzFm+20SEsQ2tCewUUKEUNIkgNYJis0pdaLUkqQeSszoRrJcPjoyAMbkgu",
+	"NKd22512x7rYOKPBINhud9rbAdxvnYEUbYEYbd10tyzQeeoDFem5ujxubT94kTFhkuJEhGXETTGuBdEA",
+	"fV2+RgkVcqz0+i2sFCIbZUoebmIrl2yoZtS4HtvrdNa/cGTR09a/87kD9tUtiwC/W/uaUNXCe0NIrdRF",
+	"XVN9hazf6S7ruFzp1nnj3tKOXvbqRvVbibCO8gq+mqgRnGWbB3tm9g9MBZ6KCrCujlNceFjjLSVJLFBC",
+	"JhLxQmrpcwBtEH2t7b52zQ1GgsU8HbFXLYDyQ07N5NKuyRxmpG1XaNVTaGCQpePF4hHzQNE4CxHjDoZM",
+	"R51CiKU0IxDhiHU7PXPZzgbEAKOnxa3OmzrXOIRiFUbX7fN4/kC+nBRJUi+TcKD8a1aXJ7ywAiAKtsJV",
+	"q97xwOJR3hpQtYpN//IiaxAQxA26aOWjOVMpVcW3hrmc5d89SHBNvviu7pFA5ZQFjdN9uMZZR9s8TNOs",
+	"0DJKvQrJc2IVzBq6wikz8Fid1O+8vr9ReR1cNehu39+gecP2OZSf3mzjE3lU213YsINb33TJjDut7hLi",
+	"SzC9gd9F6WQDwE4Kx+wl9Lru0CHd17iN3uY81b4RZ4iR2xrYtdTO1wb/FCVckFj/3u90ujCW8iXBd4tw",
+	"kgg4C9h3bNspkajf6S6aVz13q8Iea1+V1Lks3PTbFxhWDxu3kVv2Yfztbtx+Ahf2729UXlR/Dm7Si1jO",
+	"TaHfhbLC+hS/SXlMY5TlUFhLp1Dq+/qOyKdu6n+JCvue9t9UgdQbSRzb5HeanII+SzBJ1StbuuDP3QV4",
+	"6L4o39gyxzjUaCOIwYcoJ1mCI6ONbmfqoKecbLSBmQmZwZ/aIIsR0/M2nW36vBydV3+ql9O81+KUiCty",
+	"1vDl+GSyvCYulOq6a2Dzq+5ONAH0+s0beovUMQpipup0RlgM8Fh3HF+RSlP3cg2n5SESYLAKa3kdnR9e",
+	"x7PI+3fkpkAIwuDTtTkA6d5zSgiha0Iy9TfNDT7/Qf7MVkyFLYf0aM3kPQb+vOjr6KHGgwX/xuPSbIdN",
+	"f0b7LtuhPu/oRJ97GKJioQ+tEalEjHyVVZpaePwfPbfv0laGlrLx92Q1TyBLbZ3lF6LOECyudv5hDK3D",
+	"As/Pz+cMAu/juOSUsc+h18OPFzlMX5L7ThnMxFq+J/4aQrZ9Hf5CeIopeyCXlQ7M83JZBZaCrBhUt5Fc",
+	"IxNzlPK8vCtnFlVWc4Daa0RIyqYjhq0jpVQhLyS6zSkE8LEt2rWYCHghzHgQjuM5JMFMZgAdSedmKkTa",
+	"zTTKELDV1i/EiI2PP5+eIS/JxoizqFbLDHJ6hTr6SgBGxgMnFQIRLoE2qjo/oS4dpMaPscQ6fleRQdcL",
+	"NH+PGCSnN0N99Ut1qAPnkEB2fp1g1oJYJa+sRC4gWaAdY0gTwP1dcxfSaVwdz1Iicxpp9gLatgxtR4oR",
+	"8jnawGhsqu+PN/Wp16kAhYTEQHFWVtKDXR6xMoO2h3Cp7XU5lArvY8zets95N2Wkhll2aHK5j3fhOSOL",
+	"5Vz1BnEGrGrIX/Pdq9roQTpv2TcubDWp4NsoSIkQeEpGwWAUzEiS8FFwVxXyTOctnYd+iIvtltB6bi/7",
+	"wdEOK9zL4x2dpxRPM6IIUqJLdloxCNQwJhs7QMrsQh2wnpac5dU/0f9C/45C1EZ7nrKfFk0A2/Ovqv8p",
+	"y5pfZQXQ8m69Vx1pRVdJvVMaNDQp1pxsPsWwbT9LZUvhOHH1Wof29+el8cKgjzpKdZ+0+MOqWhwVqNfp",
+	"73Z0xkUfcPTGUoG6nV6/45JFNflnlTxcUeqw5ECYsvuCNkkb4/rExpqvHuPKqFZrnDo9dW3rXpDRfeq8",
+	"VGpon/eA9R1x4xzc8iKJH+YQzaqaBd5op7IR+h6yNqjjxi3wMdrY2QSzV2RwJ8KCTWe8yNHGq15nxHQx",
+	"g8363foQXSs/jzKUkpTnc3Q1dyrXCgo380xhQBIPRmzsOIJjtAHHSPfi9qY+YWYkN3CAxTvbI1Ze2i7t",
+	"OYnHxk0RFvYI8NScF1ONHShVkvKtbDNrkcehdozUsGZbNkM0LqGMtnM0Ub6kGLE/ClLo8rBeF1c1dr+3",
+	"M0YbtqYC6n39uqnzpOP6N3XGbXTk1HswW6Wvy0LBW0vXFwLhBIBSG2O43T+An8ebA4TFtS6SAPRXGwqM",
+	"NcM5aaNhrSqBwUOMWLfT6XiKEuwp4kJlAABmQcAPeoQaBboALuMo5zwdsQnPfY6PDoC/Lz8x8fSjl1Od",
+	"474TmH11fYelauFVTkbKvqdz2FnJnTLHkwmNKnGq5Huh8NvzRM1X6KvEVNbzK6tmYTpAQjQr6JWoIOpU",
+	"nclNaYkRwwzKFyzUHTLnjup6BwCoymsdrgJYztBQGPB5oDCaDvdDYW7IQ6EwN2QZH1fYtL84Kz+bHS6l",
+	"wIXl/cu5Pudq4FZVKup5oxcnbtJJD6KFBEPI1wB5OCO+yFltbuO9stC6kHgu2sjkCbQs2kpO2AUQ1lPe",
+	"ECJPLFwIQsz2oDxxcu2LgboTmMcwy04tBOZ7S8SUGWVFdAv1/X4sxjslISWIwuUcB7a8wjGt1URYgV6s",
+	"4XErohmGuSbz0F7wsfhXG9mBS5+g52sp+Qrbu4BnfGKhm0Us5FG5yCfzJ21UmFjJqLVyFOtzbKOZ//sK",
+	"dkl/RZBkjVlcDnTKZDwPJLLiogoXOWJGAs7Pj96EJU6yxqslHnKSEzEzF1gVuy2HLB5Vn/x6fDjwSRA9",
+	"yN43Pk6IIo17pEaT+75J+JDPctUvAq/8ht3DmPmfiRmkTv2stQTyEcJ4nyD+wBGujSO8TzP4DdTWN+fr",
+	"VGtjCxdNlimU1PCqKkViUYZLYH81NfAD+/c47N/SXVluLJbCAhf7utcReV4P4x2Rz8IUfxlV9r3hCe/n",
+	"gBU+yIPOdM6n+VbADJsezALqaKnu0eXaxuvU0/HhDZ/FRbGVIR0n4/iTMElXJ/es1tr48PEH3xdM3eo6",
+	"QUv9t3/47ugTOj45+nV4dog+HP4dfh2xj0fvzobTw+HH/Y/v9ud/vDv92H89nB6+Ozgw/749fL///vo2",
+	"vj3aH/7yy/Q//+P/jhi0Pfz0xtNfUK/EU/+EqlN1Z+EzqorF/rAFWhw6ON98KMPWAmEU47nni5ymxIt6",
+	"+xH+0j8T7fj/tb/0uLTd9whofKhP9Xh8Y1Mv3g9ydPytEumoNLcuuBEik/4H030C9Usom7owJP0RxX6n",
+	"j8blGqq76hBqgCJhDBXsmvFbt4KZrrSi86X24m6Ja/JiHf97GfjvHgTpfBDdi3x8MOc/Fgi5FuM30JC2",
+	"zXipG3APLvK/GzN+34BJHy8uoiQfzJH3YQTe6GT3HGEpSZqZejUmCX81V45nxFMSQv7XAROM2MPRBKgB",
+	"Jhixx6AJ3AT9iG241aHUkMZn3wzRWBcnGqMNk4SoFeTaDEdsnBOZU3gFI5ljJgDAqdoVOQkRPNSboL8O",
+	"vKmLQcREGelrwtQEdEwRToW32J774816Wl/nH0saV8tLcbyY0V+Sg7Si8GyZddrocF3x/ZFjr+ueFwK+",
+	"dWlLyVFbaWS9hPuznSTXUgi1ilpLoyGK24WsTichYuTWwf84afgs59OcCIE2bHmwUNfyCc3nlDfNhy6I",
+	"pc/cVDkgzNSUEwZKSPMygDNixhk2cRX4FLaOqujoVb2gik37UJ0H8gmQm8EpId/BAsHrtHjPb1GK2dyl",
+	"hEEO7JVfC9LfFyljcr2O+Sj+HwUBKTVgWsDWBa7E2Og8NDHfCjFfrCmrcnY9Bdwuniz5mbf22krh95Rr",
+	"W1/+vY29qqAk9F/7PPfc+iMnkTI9VTjAkTCNbvmvUxlPRDCs5dz6YAzXZL4WlKHyeOt4hnZ5/HMPfHFV",
+	"adcLXrD3/R+CXLBLfC74wl8isuKBNCjifJewhipctIht0Ita4mM7dc+A192KZ79fKH7W+F0tCdVd5cHW",
+	"Vrf3qt1pd9rdwW5ntwO8b4ZYcotA1y1rVxYDkBZ34eKFJbeomfN+NfO7i7v/FwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

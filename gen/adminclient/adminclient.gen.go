@@ -18,6 +18,39 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for HistoryScope.
+const (
+	Node HistoryScope = "node"
+)
+
+// Valid indicates whether the value is a known member of the HistoryScope enum.
+func (e HistoryScope) Valid() bool {
+	switch e {
+	case Node:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HistorySeriesUnit.
+const (
+	Count     HistorySeriesUnit = "count"
+	PerSecond HistorySeriesUnit = "per_second"
+)
+
+// Valid indicates whether the value is a known member of the HistorySeriesUnit enum.
+func (e HistorySeriesUnit) Valid() bool {
+	switch e {
+	case Count:
+		return true
+	case PerSecond:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PublishSummaryState.
 const (
 	Accepted   PublishSummaryState = "accepted"
@@ -88,6 +121,18 @@ func (e WebhookKind) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AdminTrigger defines model for AdminTrigger.
+type AdminTrigger struct {
+	// Channels The channels to publish on, 1 to 100.
+	Channels []string `json:"channels"`
+
+	// Data The event data as clients receive it, at most 10 KB; usually JSON text.
+	Data string `json:"data"`
+
+	// Name The event name; not starting with pusher: or pusher_internal:.
+	Name string `json:"name"`
 }
 
 // App defines model for App.
@@ -186,6 +231,43 @@ type AppOptions struct {
 
 // AppUpdate The options of an app, every one optional.
 type AppUpdate = AppOptions
+
+// History defines model for History.
+type History struct {
+	// IntervalSeconds Time between two points.
+	IntervalSeconds int `json:"intervalSeconds"`
+
+	// Node That node's id in a cluster; empty on a single node.
+	Node string `json:"node"`
+
+	// Scope The figures are those of the node that answered.
+	Scope  HistoryScope    `json:"scope"`
+	Series []HistorySeries `json:"series"`
+
+	// Times When each point was taken, Unix milliseconds, oldest first; at most 720.
+	Times []int64 `json:"times"`
+
+	// Tracked False when the node tracks its maximum of apps and instances and this one is not among them; the values are then zeros.
+	Tracked bool `json:"tracked"`
+}
+
+// HistoryScope The figures are those of the node that answered.
+type HistoryScope string
+
+// HistorySeries defines model for HistorySeries.
+type HistorySeries struct {
+	// Name What the series counts (see the operation).
+	Name string `json:"name"`
+
+	// Unit `count`: a value at the point; `per_second`: a rate over the interval before it.
+	Unit HistorySeriesUnit `json:"unit"`
+
+	// Values One value per point of `times`.
+	Values []float32 `json:"values"`
+}
+
+// HistorySeriesUnit `count`: a value at the point; `per_second`: a rate over the interval before it.
+type HistorySeriesUnit string
 
 // Instance An instance. Private keys are never returned, only whether they are set.
 type Instance struct {
@@ -416,6 +498,9 @@ type CreateAppJSONRequestBody = AppCreate
 // UpdateAppJSONRequestBody defines body for UpdateApp for application/json ContentType.
 type UpdateAppJSONRequestBody = AppUpdate
 
+// TriggerAppEventJSONRequestBody defines body for TriggerAppEvent for application/json ContentType.
+type TriggerAppEventJSONRequestBody = AdminTrigger
+
 // CreateInstanceJSONRequestBody defines body for CreateInstance for application/json ContentType.
 type CreateInstanceJSONRequestBody = InstanceCreate
 
@@ -575,6 +660,56 @@ type ClientInterface interface {
 	// Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
 	EnableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// TriggerAppEventWithBody Trigger an event on the app's channels, as its server would.
+	//
+	// Publishes one event to one or more of the app's channels, for testing
+	// a client without writing a server (the debug console's event creator
+	// sends it). It takes the path of the Channels HTTP API's
+	// `POST /apps/{app_id}/events` once the request is authenticated: the
+	// same limits (event name, 10 KB of data, 100 channels, valid channel
+	// names), the same error kinds, the same fan-out to subscribers on
+	// every node of a cluster, the same webhooks, metrics and debug-console
+	// entry (a `trigger`). The admin token stands in for the app's
+	// signature; a disabled app is refused with 403.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+	TriggerAppEventWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TriggerAppEvent Trigger an event on the app's channels, as its server would.
+	//
+	// Publishes one event to one or more of the app's channels, for testing
+	// a client without writing a server (the debug console's event creator
+	// sends it). It takes the path of the Channels HTTP API's
+	// `POST /apps/{app_id}/events` once the request is authenticated: the
+	// same limits (event name, 10 KB of data, 100 channels, valid channel
+	// names), the same error kinds, the same fan-out to subscribers on
+	// every node of a cluster, the same webhooks, metrics and debug-console
+	// entry (a `trigger`). The admin token stands in for the app's
+	// signature; a disabled app is refused with 403.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+	TriggerAppEvent(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetAppHistory The app's traffic over the last hour on this node.
+	//
+	// One point every `intervalSeconds` (5) for up to the last hour (720
+	// points), oldest first, kept in memory by this node since it started:
+	// `connections` (open at the point), and per second over the interval
+	// before it `triggered` (events published through the HTTP API or
+	// `triggerAppEvent`, once per channel), `delivered` (event frames
+	// queued to the app's connections), `webhooksSent` (answered 2xx) and
+	// `webhooksFailed`. In a cluster every figure is this node's alone
+	// (`scope: node`): ask each node for its share. A node tracks at most
+	// 1000 apps and instances; `tracked` is false for one it has no room
+	// for.
+	//
+	// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
+	GetAppHistory(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetAppLive The app's live state on this node.
 	//
 	// Open connections and occupied channels with their subscriber counts
@@ -662,6 +797,19 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 	EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetInstanceHistory The instance's push deliveries over the last hour on this node.
+	//
+	// Delivery attempts per second by outcome, one point every
+	// `intervalSeconds` (5) for up to the last hour (720 points), oldest
+	// first, kept in memory by this node since it started: `delivered`
+	// (accepted by the gateway), `failed` (refused, or given up),
+	// `retried` (a transient failure, tried again later) and `deadToken`
+	// (the device was deleted). In a cluster, the attempts this node made
+	// (`scope: node`).
+	//
+	// Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
+	GetInstanceHistory(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListInstancePublishes The instance's recent publishes with their counts.
 	//
@@ -839,6 +987,86 @@ func (c *Client) DisableApp(ctx context.Context, appId AppID, reqEditors ...Requ
 // Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
 func (c *Client) EnableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewEnableAppRequest(c.Server, appId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TriggerAppEventWithBody Trigger an event on the app's channels, as its server would.
+//
+// Publishes one event to one or more of the app's channels, for testing
+// a client without writing a server (the debug console's event creator
+// sends it). It takes the path of the Channels HTTP API's
+// `POST /apps/{app_id}/events` once the request is authenticated: the
+// same limits (event name, 10 KB of data, 100 channels, valid channel
+// names), the same error kinds, the same fan-out to subscribers on
+// every node of a cluster, the same webhooks, metrics and debug-console
+// entry (a `trigger`). The admin token stands in for the app's
+// signature; a disabled app is refused with 403.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+func (c *Client) TriggerAppEventWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerAppEventRequestWithBody(c.Server, appId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TriggerAppEvent Trigger an event on the app's channels, as its server would.
+//
+// Publishes one event to one or more of the app's channels, for testing
+// a client without writing a server (the debug console's event creator
+// sends it). It takes the path of the Channels HTTP API's
+// `POST /apps/{app_id}/events` once the request is authenticated: the
+// same limits (event name, 10 KB of data, 100 channels, valid channel
+// names), the same error kinds, the same fan-out to subscribers on
+// every node of a cluster, the same webhooks, metrics and debug-console
+// entry (a `trigger`). The admin token stands in for the app's
+// signature; a disabled app is refused with 403.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+func (c *Client) TriggerAppEvent(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerAppEventRequest(c.Server, appId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAppHistory The app's traffic over the last hour on this node.
+//
+// One point every `intervalSeconds` (5) for up to the last hour (720
+// points), oldest first, kept in memory by this node since it started:
+// `connections` (open at the point), and per second over the interval
+// before it `triggered` (events published through the HTTP API or
+// `triggerAppEvent`, once per channel), `delivered` (event frames
+// queued to the app's connections), `webhooksSent` (answered 2xx) and
+// `webhooksFailed`. In a cluster every figure is this node's alone
+// (`scope: node`): ask each node for its share. A node tracks at most
+// 1000 apps and instances; `tracked` is false for one it has no room
+// for.
+//
+// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
+func (c *Client) GetAppHistory(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAppHistoryRequest(c.Server, appId)
 	if err != nil {
 		return nil, err
 	}
@@ -1037,6 +1265,29 @@ func (c *Client) DisableInstance(ctx context.Context, instanceId InstanceID, req
 // Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 func (c *Client) EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewEnableInstanceRequest(c.Server, instanceId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInstanceHistory The instance's push deliveries over the last hour on this node.
+//
+// Delivery attempts per second by outcome, one point every
+// `intervalSeconds` (5) for up to the last hour (720 points), oldest
+// first, kept in memory by this node since it started: `delivered`
+// (accepted by the gateway), `failed` (refused, or given up),
+// `retried` (a transient failure, tried again later) and `deadToken`
+// (the device was deleted). In a cluster, the attempts this node made
+// (`scope: node`).
+//
+// Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
+func (c *Client) GetInstanceHistory(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstanceHistoryRequest(c.Server, instanceId)
 	if err != nil {
 		return nil, err
 	}
@@ -1326,6 +1577,87 @@ func NewEnableAppRequest(server string, appId AppID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewTriggerAppEventRequest calls the generic TriggerAppEvent builder with application/json body
+func NewTriggerAppEventRequest(server string, appId AppID, body TriggerAppEventJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTriggerAppEventRequestWithBody(server, appId, "application/json", bodyReader)
+}
+
+// NewTriggerAppEventRequestWithBody constructs an http.Request for the TriggerAppEvent method, with any body, and a specified content type
+func NewTriggerAppEventRequestWithBody(server string, appId AppID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/apps/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetAppHistoryRequest constructs an http.Request for the GetAppHistory method
+func NewGetAppHistoryRequest(server string, appId AppID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/apps/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1651,6 +1983,40 @@ func NewEnableInstanceRequest(server string, instanceId InstanceID) (*http.Reque
 	return req, nil
 }
 
+// NewGetInstanceHistoryRequest constructs an http.Request for the GetInstanceHistory method
+func NewGetInstanceHistoryRequest(server string, instanceId InstanceID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/instances/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListInstancePublishesRequest constructs an http.Request for the ListInstancePublishes method
 func NewListInstancePublishesRequest(server string, instanceId InstanceID, params *ListInstancePublishesParams) (*http.Request, error) {
 	var err error
@@ -1879,6 +2245,58 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
 	EnableAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*EnableAppResponse, error)
 
+	// TriggerAppEventWithBodyWithResponse Trigger an event on the app's channels, as its server would.
+	//
+	// Publishes one event to one or more of the app's channels, for testing
+	// a client without writing a server (the debug console's event creator
+	// sends it). It takes the path of the Channels HTTP API's
+	// `POST /apps/{app_id}/events` once the request is authenticated: the
+	// same limits (event name, 10 KB of data, 100 channels, valid channel
+	// names), the same error kinds, the same fan-out to subscribers on
+	// every node of a cluster, the same webhooks, metrics and debug-console
+	// entry (a `trigger`). The admin token stands in for the app's
+	// signature; a disabled app is refused with 403.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+	TriggerAppEventWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error)
+
+	// TriggerAppEventWithResponse Trigger an event on the app's channels, as its server would.
+	//
+	// Publishes one event to one or more of the app's channels, for testing
+	// a client without writing a server (the debug console's event creator
+	// sends it). It takes the path of the Channels HTTP API's
+	// `POST /apps/{app_id}/events` once the request is authenticated: the
+	// same limits (event name, 10 KB of data, 100 channels, valid channel
+	// names), the same error kinds, the same fan-out to subscribers on
+	// every node of a cluster, the same webhooks, metrics and debug-console
+	// entry (a `trigger`). The admin token stands in for the app's
+	// signature; a disabled app is refused with 403.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+	TriggerAppEventWithResponse(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error)
+
+	// GetAppHistoryWithResponse The app's traffic over the last hour on this node.
+	//
+	// One point every `intervalSeconds` (5) for up to the last hour (720
+	// points), oldest first, kept in memory by this node since it started:
+	// `connections` (open at the point), and per second over the interval
+	// before it `triggered` (events published through the HTTP API or
+	// `triggerAppEvent`, once per channel), `delivered` (event frames
+	// queued to the app's connections), `webhooksSent` (answered 2xx) and
+	// `webhooksFailed`. In a cluster every figure is this node's alone
+	// (`scope: node`): ask each node for its share. A node tracks at most
+	// 1000 apps and instances; `tracked` is false for one it has no room
+	// for.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
+	GetAppHistoryWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error)
+
 	// GetAppLiveWithResponse The app's live state on this node.
 	//
 	// Open connections and occupied channels with their subscriber counts
@@ -1980,6 +2398,21 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
 	EnableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*EnableInstanceResponse, error)
+
+	// GetInstanceHistoryWithResponse The instance's push deliveries over the last hour on this node.
+	//
+	// Delivery attempts per second by outcome, one point every
+	// `intervalSeconds` (5) for up to the last hour (720 points), oldest
+	// first, kept in memory by this node since it started: `delivered`
+	// (accepted by the gateway), `failed` (refused, or given up),
+	// `retried` (a transient failure, tried again later) and `deadToken`
+	// (the device was deleted). In a cluster, the attempts this node made
+	// (`scope: node`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
+	GetInstanceHistoryWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceHistoryResponse, error)
 
 	// ListInstancePublishesWithResponse The instance's recent publishes with their counts.
 	//
@@ -2458,6 +2891,158 @@ func (r EnableAppResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r EnableAppResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type TriggerAppEventResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *externalRef0.Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *externalRef0.Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *externalRef0.Error
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TriggerAppEventResponse) GetJSON200() *map[string]interface{} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TriggerAppEventResponse) GetJSON400() *externalRef0.Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TriggerAppEventResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TriggerAppEventResponse) GetJSON403() *externalRef0.Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TriggerAppEventResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TriggerAppEventResponse) GetJSON413() *externalRef0.Error {
+	return r.JSON413
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TriggerAppEventResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TriggerAppEventResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TriggerAppEventResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TriggerAppEventResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TriggerAppEventResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TriggerAppEventResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetAppHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *History
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAppHistoryResponse) GetJSON200() *History {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetAppHistoryResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetAppHistoryResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetAppHistoryResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAppHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAppHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAppHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAppHistoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3050,6 +3635,68 @@ func (r EnableInstanceResponse) ContentType() string {
 	return ""
 }
 
+type GetInstanceHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *History
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetInstanceHistoryResponse) GetJSON200() *History {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetInstanceHistoryResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetInstanceHistoryResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetInstanceHistoryResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInstanceHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInstanceHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInstanceHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInstanceHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListInstancePublishesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3324,6 +3971,76 @@ func (c *ClientWithResponses) EnableAppWithResponse(ctx context.Context, appId A
 	return ParseEnableAppResponse(rsp)
 }
 
+// TriggerAppEventWithBodyWithResponse Trigger an event on the app's channels, as its server would.
+//
+// Publishes one event to one or more of the app's channels, for testing
+// a client without writing a server (the debug console's event creator
+// sends it). It takes the path of the Channels HTTP API's
+// `POST /apps/{app_id}/events` once the request is authenticated: the
+// same limits (event name, 10 KB of data, 100 channels, valid channel
+// names), the same error kinds, the same fan-out to subscribers on
+// every node of a cluster, the same webhooks, metrics and debug-console
+// entry (a `trigger`). The admin token stands in for the app's
+// signature; a disabled app is refused with 403.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+func (c *ClientWithResponses) TriggerAppEventWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error) {
+	rsp, err := c.TriggerAppEventWithBody(ctx, appId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTriggerAppEventResponse(rsp)
+}
+
+// TriggerAppEventWithResponse Trigger an event on the app's channels, as its server would.
+//
+// Publishes one event to one or more of the app's channels, for testing
+// a client without writing a server (the debug console's event creator
+// sends it). It takes the path of the Channels HTTP API's
+// `POST /apps/{app_id}/events` once the request is authenticated: the
+// same limits (event name, 10 KB of data, 100 channels, valid channel
+// names), the same error kinds, the same fan-out to subscribers on
+// every node of a cluster, the same webhooks, metrics and debug-console
+// entry (a `trigger`). The admin token stands in for the app's
+// signature; a disabled app is refused with 403.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
+func (c *ClientWithResponses) TriggerAppEventWithResponse(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error) {
+	rsp, err := c.TriggerAppEvent(ctx, appId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTriggerAppEventResponse(rsp)
+}
+
+// GetAppHistoryWithResponse The app's traffic over the last hour on this node.
+//
+// One point every `intervalSeconds` (5) for up to the last hour (720
+// points), oldest first, kept in memory by this node since it started:
+// `connections` (open at the point), and per second over the interval
+// before it `triggered` (events published through the HTTP API or
+// `triggerAppEvent`, once per channel), `delivered` (event frames
+// queued to the app's connections), `webhooksSent` (answered 2xx) and
+// `webhooksFailed`. In a cluster every figure is this node's alone
+// (`scope: node`): ask each node for its share. A node tracks at most
+// 1000 apps and instances; `tracked` is false for one it has no room
+// for.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
+func (c *ClientWithResponses) GetAppHistoryWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error) {
+	rsp, err := c.GetAppHistory(ctx, appId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAppHistoryResponse(rsp)
+}
+
 // GetAppLiveWithResponse The app's live state on this node.
 //
 // Open connections and occupied channels with their subscriber counts
@@ -3490,6 +4207,27 @@ func (c *ClientWithResponses) EnableInstanceWithResponse(ctx context.Context, in
 		return nil, err
 	}
 	return ParseEnableInstanceResponse(rsp)
+}
+
+// GetInstanceHistoryWithResponse The instance's push deliveries over the last hour on this node.
+//
+// Delivery attempts per second by outcome, one point every
+// `intervalSeconds` (5) for up to the last hour (720 points), oldest
+// first, kept in memory by this node since it started: `delivered`
+// (accepted by the gateway), `failed` (refused, or given up),
+// `retried` (a transient failure, tried again later) and `deadToken`
+// (the device was deleted). In a cluster, the attempts this node made
+// (`scope: node`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
+func (c *ClientWithResponses) GetInstanceHistoryWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceHistoryResponse, error) {
+	rsp, err := c.GetInstanceHistory(ctx, instanceId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInstanceHistoryResponse(rsp)
 }
 
 // ListInstancePublishesWithResponse The instance's recent publishes with their counts.
@@ -3850,6 +4588,128 @@ func ParseEnableAppResponse(rsp *http.Response) (*EnableAppResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest App
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseTriggerAppEventResponse parses an HTTP response from a TriggerAppEventWithResponse call
+func ParseTriggerAppEventResponse(rsp *http.Response) (*TriggerAppEventResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TriggerAppEventResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetAppHistoryResponse parses an HTTP response from a GetAppHistoryWithResponse call
+func ParseGetAppHistoryResponse(rsp *http.Response) (*GetAppHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAppHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest History
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -4301,6 +5161,53 @@ func ParseEnableInstanceResponse(rsp *http.Response) (*EnableInstanceResponse, e
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Instance
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetInstanceHistoryResponse parses an HTTP response from a GetInstanceHistoryWithResponse call
+func ParseGetInstanceHistoryResponse(rsp *http.Response) (*GetInstanceHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInstanceHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest History
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

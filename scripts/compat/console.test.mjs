@@ -39,6 +39,11 @@ async function metric (herald, name, labels) {
   return undefined
 }
 
+/** Waits until the page keeps (shown or not) an event of the channel with the name. */
+async function keeps (page, channel, name) {
+  await page.waitForFunction(([c, n]) => events.some((e) => e.channel === c && e.event === n), [channel, name], { timeout: WAIT_MS })
+}
+
 describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not installed` }, () => {
   let herald, browser, page, client
   const db = freshDB()
@@ -117,6 +122,83 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     assert.equal(await metric(herald, 'herald_events_triggered_total', `app_id="${APP.appId}"`), 1)
   })
 
+  it('charts the triggers: the messages chart shows a non-zero series', async () => {
+    // The history takes a point every 5 s; the page reads it as often.
+    const triggered = page.locator('#chart-messages .legend-item[data-series="triggered"]')
+    await page.waitForFunction(() => {
+      const item = document.querySelector('#chart-messages .legend-item[data-series="triggered"]')
+      return item && Number(item.dataset.peak) > 0
+    }, null, { timeout: 3 * WAIT_MS })
+    assert.match(await triggered.textContent(), /triggered .*\/s \(peak [0-9.]+\/s\)/)
+    // The line has a point above the baseline.
+    const ys = await page.locator('#chart-messages polyline[data-series="triggered"]').evaluate((l) =>
+      l.getAttribute('points').split(' ').map((p) => Number(p.split(',')[1])))
+    assert.ok(Math.min(...ys) < 100, `the triggered line stays flat: ${ys.slice(-5)}`)
+    await page.locator('#chart-connections .legend-item[data-series="connections"][data-last="1"]').waitFor({ timeout: 3 * WAIT_MS })
+  })
+
+  it('sends an event from the event creator to a pusher-js client', async () => {
+    const received = new Promise((resolve) => client.channel('news').bind('from-console', resolve))
+    await page.fill('#creator-channels', 'news')
+    await page.fill('#creator-event', 'from-console')
+    await page.fill('#creator-data', '{"sent":"by the console"}')
+    await page.click('#creator button[type=submit]')
+    assert.deepEqual(await received, { sent: 'by the console' })
+    await page.locator('#creator-result').filter({ hasText: 'Sent to news' }).waitFor({ timeout: WAIT_MS })
+    // It shows in the live list like any trigger.
+    await page.locator('#events li[data-kind="trigger"]').filter({ hasText: 'from-console' }).waitFor({ timeout: WAIT_MS })
+
+    // The Channels API's limits answer, and the form shows their error.
+    await page.fill('#creator-event', 'pusher:reserved')
+    await page.click('#creator button[type=submit]')
+    await page.locator('#creator-result.error').filter({ hasText: 'invalid_event_name' }).waitFor({ timeout: WAIT_MS })
+    await page.fill('#creator-event', 'from-console')
+    await page.fill('#creator-data', '{not json')
+    await page.click('#creator button[type=submit]')
+    await page.locator('#creator-result.error').filter({ hasText: 'not JSON' }).waitFor({ timeout: WAIT_MS })
+  })
+
+  it('filters the live list by channel prefix, event name and kind, and pauses it', async () => {
+    const server = new PusherServer({ appId: APP.appId, key: APP.key, secret: APP.secret, host: herald.host, port: String(herald.port), useTLS: false })
+    await page.fill('#filter-channel', 'sports')
+    await server.trigger('sports-1', 'goal', { score: 1 })
+    await server.trigger('news', 'goal', { score: 2 })
+    await page.locator('#events li[data-channel="sports-1"]').filter({ hasText: 'goal' }).waitFor({ timeout: WAIT_MS })
+    // Once the news event is among those the page keeps, the filter must
+    // have kept it out of view.
+    await keeps(page, 'news', 'goal')
+    const channels = await page.locator('#events li').evaluateAll((lis) => lis.map((li) => li.dataset.channel))
+    assert.deepEqual([...new Set(channels)], ['sports-1'])
+    // Cleared, the filter shows the news event again.
+    await page.fill('#filter-channel', '')
+    await page.locator('#events li[data-channel="news"]').filter({ hasText: 'score":2' }).waitFor({ timeout: WAIT_MS })
+
+    // By kind: subscribe events only.
+    await page.selectOption('#filter-kind', 'subscribe')
+    const kinds = await page.locator('#events li').evaluateAll((lis) => lis.map((li) => li.dataset.kind))
+    assert.ok(kinds.length > 0 && kinds.every((k) => ['channel_occupied', 'channel_vacated', 'member_added', 'member_removed', 'subscription_count'].includes(k)), `kinds ${kinds}`)
+    await page.selectOption('#filter-kind', '')
+    // By event name.
+    await page.fill('#filter-event', 'goal')
+    const names = await page.locator('#events li').allTextContents()
+    assert.ok(names.length === 2 && names.every((t) => t.includes('goal')), `rows ${names}`)
+    await page.fill('#filter-event', '')
+
+    // Paused, new events are kept but not shown until resumed.
+    await page.click('#pause')
+    await server.trigger('news', 'while-paused', {})
+    await keeps(page, 'news', 'while-paused')
+    await page.locator('#events-count').filter({ hasText: 'paused' }).waitFor({ timeout: WAIT_MS })
+    assert.equal(await page.locator('#events li').filter({ hasText: 'while-paused' }).count(), 0)
+    await page.click('#pause')
+    await page.locator('#events li').filter({ hasText: 'while-paused' }).waitFor({ timeout: WAIT_MS })
+
+    // The cap on rows kept.
+    await page.fill('#max-rows', '10')
+    await page.waitForFunction(() => document.querySelectorAll('#events li').length <= 10, null, { timeout: WAIT_MS })
+    await page.fill('#max-rows', '500')
+  })
+
   it('opens the stream with a ticket, never with the token in a URL', async () => {
     const streams = urls.filter((u) => new URL(u).pathname === '/console/events')
     assert.ok(streams.length > 0, 'the page opened no event stream')
@@ -174,6 +256,12 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     const cells = await row.locator('td').allTextContents()
     // Publish, targets, state, targeted, sent, failed, delivered, opened, created.
     assert.deepEqual(cells.slice(0, 8), [publishId, '1 interests', 'done', '1', '0', '1', '1', '0'])
+
+    // The instance's deliveries chart shows the failed one.
+    await page.waitForFunction(() => {
+      const item = document.querySelector('#chart-push .legend-item[data-series="failed"]')
+      return item && Number(item.dataset.peak) > 0
+    }, null, { timeout: 3 * WAIT_MS })
 
     assert.equal(await metric(herald, 'herald_push_publishes_total'), 1)
     assert.equal(await metric(herald, 'herald_push_deliveries_total', 'gateway="fcm",outcome="failed"'), 1)

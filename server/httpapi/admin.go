@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/admin"
+	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/manage"
@@ -35,6 +36,11 @@ type AdminAPI struct {
 	hub   *hub.Hub
 	token string
 	log   *zap.Logger
+
+	// The debug console's parts (admin_console.go), set by ForConsole.
+	channels *ChannelsAPI
+	history  *history.Recorder
+	node     string
 }
 
 var _ admin.StrictServerInterface = (*AdminAPI)(nil)

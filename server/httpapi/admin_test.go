@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/admin"
 	"github.com/heraldrt/herald/gen/adminclient"
+	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/storage"
 )
@@ -21,12 +23,17 @@ import (
 const adminToken = "admin-token-for-tests-0123"
 
 type adminServer struct {
-	db     *storage.DB
-	hub    *hub.Hub
-	url    string
-	spec   *specChecker
-	client *adminclient.ClientWithResponses // sends the token
-	anon   *adminclient.ClientWithResponses // sends no token
+	db      *storage.DB
+	hub     *hub.Hub
+	history *history.Recorder // the history the console's endpoints read
+	// triggered are the events the Channels API's hook was told of, as
+	// "app channel event data".
+	triggeredMu sync.Mutex
+	triggered   []string
+	url         string
+	spec        *specChecker
+	client      *adminclient.ClientWithResponses // sends the token
+	anon        *adminclient.ClientWithResponses // sends no token
 }
 
 func newAdminServer(t *testing.T) *adminServer {
@@ -40,7 +47,15 @@ func newAdminServer(t *testing.T) *adminServer {
 	s := &adminServer{db: db, hub: hub.New(log), spec: newSpecChecker(t, admin.GetSpec)}
 	engine := NewEngine(log)
 	engine.Use(s.spec.middleware)
-	NewAdminAPI(db, s.hub, adminToken, log).Register(engine)
+	s.history = history.New(history.Sources{}, history.Options{})
+	channels := NewChannelsAPI(s.hub, testApps, log)
+	channels.OnTrigger(func(appID, channel, event, data string) {
+		s.history.Count(history.App, appID, history.AppTriggered, 1)
+		s.triggeredMu.Lock()
+		defer s.triggeredMu.Unlock()
+		s.triggered = append(s.triggered, strings.Join([]string{appID, channel, event, data}, " "))
+	})
+	NewAdminAPI(db, s.hub, adminToken, log).ForConsole(channels, s.history, "node-a").Register(engine)
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	s.url = srv.URL

@@ -188,7 +188,7 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 		return
 	}
 	if !app.Enabled {
-		writeError(c, newError(http.StatusForbidden, KindAppDisabled, "The app is disabled."))
+		writeError(c, appDisabled)
 		return
 	}
 	if len(body) > 0 && !isJSONContentType(r.Header.Get("Content-Type")) {
@@ -380,6 +380,23 @@ func (api *ChannelsAPI) publish(appID string, evs ...event) error {
 		api.onTrigger(appID, m.Channel, m.Event, m.Data)
 	}
 	return nil
+}
+
+var appDisabled = &Error{Status: http.StatusForbidden, Kind: KindAppDisabled, Description: "The app is disabled."}
+
+// Trigger publishes one event on channels of app as TriggerEvent does once
+// a request is authenticated: the same limits and errors, the same fan-out
+// and hooks (metrics, the console, the history). It is for callers that
+// authenticate otherwise: the admin API's event creator.
+func (api *ChannelsAPI) Trigger(app *storage.App, name, data string, chans []string) error {
+	if !app.Enabled {
+		return appDisabled
+	}
+	ev, err := validateEvent(app, &name, &data, chans, nil, nil)
+	if err != nil {
+		return err
+	}
+	return api.publish(app.ID, ev)
 }
 
 // TriggerEvent implements POST /apps/{app_id}/events.

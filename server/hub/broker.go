@@ -155,12 +155,15 @@ func (h *Hub) Deliver(m Message) {
 		a.setCache(m, h.now())
 	}
 	frame := EventFrame(m.Event, m.Channel, m.Data, m.UserID)
+	sent := 0
 	for _, c := range ch.subs {
 		if c.socketID != m.ExcludeSocketID {
 			c.Send(frame)
+			sent++
 		}
 	}
 	ch.mu.RUnlock()
+	a.delivered.Add(int64(sent))
 }
 
 func (a *appState) setCache(m Message, now time.Time) {

@@ -86,6 +86,9 @@ type appState struct {
 	// changed with the channel's subscriber list, so that a cap on it holds
 	// however many connections subscribe at once.
 	subs atomic.Int64
+	// delivered counts the event frames queued to the app's connections
+	// on this node, for the console's history.
+	delivered atomic.Int64
 
 	mu       sync.RWMutex
 	channels map[string]*channel

@@ -9,6 +9,9 @@ type AppStats struct {
 	Channels        int // occupied channels
 	Subscriptions   int // channel subscriptions, summed over channels
 	PresenceMembers int // distinct users, summed over presence channels
+	// Delivered is how many event frames were queued to the app's
+	// connections on this node since it started (a running total).
+	Delivered int64
 }
 
 // AppStats returns the live size of every app that has been used on this
@@ -24,7 +27,7 @@ func (h *Hub) AppStats() []AppStats {
 	h.mu.RUnlock()
 	out := make([]AppStats, 0, len(apps))
 	for _, a := range apps {
-		st := AppStats{AppID: a.id, Connections: int(a.conns.Load())}
+		st := AppStats{AppID: a.id, Connections: int(a.conns.Load()), Delivered: a.delivered.Load()}
 		a.mu.RLock()
 		chans := make([]*channel, 0, len(a.channels))
 		for _, ch := range a.channels {

@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		_, err := db.DataVersion(ctx) // one row from a reader: the file answers
 		return err
 	}}}
-	n.ops = newOps(cfg, db, n.hub, log)
+	n.ops = newOps(cfg, db, n.hub, apps, instances, log)
 	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
 	if cfg.WebhookBlockPrivate {
 		// Webhook URLs are the operator's, so private ones are allowed by
@@ -217,6 +217,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	if o.push.Lease == 0 {
 		o.push.Lease = cfg.PushLease
 	}
+	o.push.OnOutcome = n.ops.pushOutcome // the console's history, per instance
 	n.push = push.New(db, instances, log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
 		n.closeCluster()
@@ -249,7 +250,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		Log:           log.Named("upgrade"),
 	})
 	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster)
-	n.ops.register(engine)
+	nodeID := ""
+	if n.cluster != nil {
+		nodeID = n.cluster.ID()
+	}
+	n.ops.register(engine, channelsAPI, nodeID)
 	n.http = &http.Server{
 		Handler:           engine,
 		ReadHeaderTimeout: min(maxHeaderTimeout, readTimeout),
@@ -269,6 +274,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.bg.Add(2)
 	go func() { defer n.bg.Done(); apps.Run(bgCtx, appReloadInterval) }()
 	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
+	n.bg.Add(1)
+	go func() { defer n.bg.Done(); n.ops.history.Run(bgCtx.Done()) }()
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); instances.Run(bgCtx, appReloadInterval) }()
 	if cert != nil {

@@ -13,6 +13,8 @@ import (
 	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/console"
+	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/metrics"
@@ -32,7 +34,8 @@ type ops struct {
 	hub     *hub.Hub
 	metrics *metrics.Metrics
 	console *console.Console
-	timer   gin.HandlerFunc // times HTTP requests; set by start
+	history *history.Recorder // the console's charts
+	timer   gin.HandlerFunc   // times HTTP requests; set by start
 
 	mu  sync.Mutex
 	srv *http.Server // the separate metrics listener, when HERALD_METRICS_ADDR is set
@@ -41,8 +44,26 @@ type ops struct {
 // routes that stay open for a connection's life; timing them says nothing.
 var longLivedRoutes = []string{"/app/:key", "/console/events"}
 
-func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, log *zap.Logger) *ops {
+func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
+	o.history = history.New(history.Sources{
+		Apps: func() []history.AppReading {
+			stats := h.AppStats()
+			out := make([]history.AppReading, len(stats))
+			for i, st := range stats {
+				out[i] = history.AppReading{AppID: st.AppID, Connections: st.Connections, Delivered: st.Delivered}
+			}
+			return out
+		},
+		// The directories follow the database within a second: a deleted
+		// app's or instance's series go at the next sample after that.
+		Exists: func(k history.Kind, id string) bool {
+			if k == history.App {
+				return apps.ByID(id) != nil
+			}
+			return instances.ByID(id) != nil
+		},
+	}, history.Options{})
 	return o
 }
 
@@ -62,11 +83,37 @@ func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook
 }
 
 // webhookAttempt goes into webhook.Options.OnAttempt.
-func (o *ops) webhookAttempt(a webhook.Attempt) { o.console.WebhookAttempt(a) }
+func (o *ops) webhookAttempt(a webhook.Attempt) {
+	series := history.AppWebhooksSent
+	if a.Error != "" {
+		series = history.AppWebhooksFailed
+	}
+	o.history.Count(history.App, a.AppID, series, 1)
+	o.console.WebhookAttempt(a)
+}
+
+// pushOutcome goes into push.Options.OnOutcome.
+func (o *ops) pushOutcome(instanceID, outcome string) {
+	var series int
+	switch outcome {
+	case push.OutcomeDelivered:
+		series = history.InstanceDelivered
+	case push.OutcomeFailed:
+		series = history.InstanceFailed
+	case push.OutcomeRetried:
+		series = history.InstanceRetried
+	case push.OutcomeDeadToken:
+		series = history.InstanceDeadToken
+	default:
+		return
+	}
+	o.history.Count(history.Instance, instanceID, series, 1)
+}
 
 // triggered goes into ChannelsAPI.OnTrigger.
 func (o *ops) triggered(appID, channel, event, data string) {
 	o.metrics.Triggered(appID)
+	o.history.Count(history.App, appID, history.AppTriggered, 1)
 	o.console.Triggered(appID, channel, event, data)
 }
 
@@ -77,15 +124,16 @@ func (o *ops) middleware() gin.HandlerFunc {
 }
 
 // register mounts /metrics (unless it has its own listener), and, with an
-// admin token, the admin API and the console.
-func (o *ops) register(engine *gin.Engine) {
+// admin token, the admin API and the console; channelsAPI is the trigger
+// path of the console's event creator, node the node's id in a cluster.
+func (o *ops) register(engine *gin.Engine, channelsAPI *httpapi.ChannelsAPI, node string) {
 	if o.cfg.MetricsAddr == "" {
 		engine.GET("/metrics", gin.WrapH(o.metrics.Handler()))
 	}
 	if o.cfg.AdminToken == "" {
 		return
 	}
-	httpapi.NewAdminAPI(o.db, o.hub, o.cfg.AdminToken, o.log).Register(engine)
+	httpapi.NewAdminAPI(o.db, o.hub, o.cfg.AdminToken, o.log).ForConsole(channelsAPI, o.history, node).Register(engine)
 	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken))
 }
 

@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -38,28 +39,26 @@ func (c *counters) published() { c.publishes.Add(1) }
 
 // delivery counts the recorded outcome of one attempt on gateway p.
 func (c *counters) delivery(p storage.Platform, o storage.DeliveryOutcome) {
-	g := -1
-	for i, gw := range counterGateways {
-		if gw == p {
-			g = i
-		}
-	}
-	var k int
-	switch o {
-	case storage.DeliverySent:
-		k = 0
-	case storage.DeliveryFailed:
-		k = 1
-	case storage.DeliveryRetry:
-		k = 2
-	case storage.DeliveryDeadToken:
-		k = 3
-	default:
-		return
-	}
-	if g >= 0 {
+	g := slices.Index(counterGateways[:], p)
+	k := slices.Index(counterOutcomes[:], outcomeName(o))
+	if g >= 0 && k >= 0 {
 		c.deliveries[g][k].Add(1)
 	}
+}
+
+// outcomeName is the label of a recorded outcome; "" for one not counted.
+func outcomeName(o storage.DeliveryOutcome) string {
+	switch o {
+	case storage.DeliverySent:
+		return OutcomeDelivered
+	case storage.DeliveryFailed:
+		return OutcomeFailed
+	case storage.DeliveryRetry:
+		return OutcomeRetried
+	case storage.DeliveryDeadToken:
+		return OutcomeDeadToken
+	}
+	return ""
 }
 
 // Counters is a snapshot of the dispatcher's state, as the metrics export it.

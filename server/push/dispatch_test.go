@@ -211,8 +211,15 @@ func TestDeadTokenFoundOnRetry(t *testing.T) {
 					return dev
 				}
 				dead, live := register(gw.token(t, true, retried)), register(gw.token(t, false, false))
+				var outcomesMu sync.Mutex
+				outcomes := map[string]int64{} // instance and outcome, as OnOutcome told them
+				onOutcome := func(instanceID, outcome string) {
+					outcomesMu.Lock()
+					defer outcomesMu.Unlock()
+					outcomes[instanceID+" "+outcome]++
+				}
 				d := startDispatcher(t, db, in, Options{Workers: 4, BaseBackoff: 10 * time.Millisecond,
-					MaxBackoff: 50 * time.Millisecond, RootCAs: roots, WebPushAllowedHosts: []string{"127.0.0.1"}})
+					MaxBackoff: 50 * time.Millisecond, RootCAs: roots, WebPushAllowedHosts: []string{"127.0.0.1"}, OnOutcome: onOutcome})
 				publishTo(t, db, d, "pub-dead", "news")
 				p := waitPublishDone(t, db, "pub-dead")
 
@@ -241,6 +248,12 @@ func TestDeadTokenFoundOnRetry(t *testing.T) {
 				for outcome, want := range map[string]int64{OutcomeDelivered: 1, OutcomeDeadToken: 1, OutcomeRetried: wantRetried, OutcomeFailed: 0} {
 					if got := deliveryCount(d, platform, outcome); got != want {
 						t.Errorf("%s %s attempts: %d, want %d", platform, outcome, got, want)
+					}
+					outcomesMu.Lock()
+					told := outcomes[in.ID+" "+outcome]
+					outcomesMu.Unlock()
+					if told != want {
+						t.Errorf("OnOutcome told of %d %s attempts of the instance, want %d", told, outcome, want)
 					}
 				}
 				for _, pr := range [][]string{apns.Problems(), fcm.Problems(), web.Problems()} {

@@ -61,6 +61,10 @@ type Options struct {
 	// plain http (HERALD_WEBPUSH_ALLOWED_HOSTS); every other endpoint must
 	// be https to a public address. Default none.
 	WebPushAllowedHosts []string
+	// OnOutcome, when set, is told the recorded outcome of every delivery
+	// attempt (OutcomeDelivered, …) with its instance id: the debug
+	// console's history counts them per instance. It must return at once.
+	OnOutcome func(instanceID, outcome string)
 }
 
 // withDefaults fills in the zero fields.

@@ -75,6 +75,11 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.D
 		}
 	}
 	d.counters.delivery(del.Platform, outcome)
+	if on := d.opts.OnOutcome; on != nil {
+		if name := outcomeName(outcome); name != "" {
+			on(del.InstanceID, name)
+		}
+	}
 	if outcome != storage.DeliverySent {
 		d.log.Debug("delivery not sent", zap.String("publish", del.PublishID), zap.String("device", del.DeviceID),
 			zap.Int("outcome", int(outcome)), zap.String("reason", o.res.Reason))

@@ -9,18 +9,27 @@ let streamApp = null; // the app the stream follows; null once stopped
 let reconnectTimer = null;
 let liveTimer = null;
 let publishesTimer = null;
+let historyTimer = null;
+let instanceHistoryTimer = null;
 
 function token() { return sessionStorage.getItem(tokenKey) || ''; }
 
-async function api(path, method) {
-  const res = await fetch(path, { method: method || 'GET', headers: { Authorization: 'Bearer ' + token() } });
-  const body = await res.json().catch(() => ({}));
+async function api(path, method, body) {
+  const headers = { Authorization: 'Bearer ' + token() };
+  const init = { method: method || 'GET', headers };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  const answer = await res.json().catch(() => ({}));
   if (!res.ok) {
-    const err = new Error(body.description || res.statusText);
+    const err = new Error(answer.description || res.statusText);
     err.status = res.status;
+    err.kind = answer.error;
     throw err;
   }
-  return body;
+  return answer;
 }
 
 function cell(row, text) {
@@ -59,6 +68,8 @@ function logout() {
   stopStream();
   clearInterval(liveTimer);
   clearInterval(publishesTimer);
+  clearInterval(historyTimer);
+  clearInterval(instanceHistoryTimer);
   location.reload();
 }
 
@@ -95,17 +106,66 @@ function describe(ev) {
   return parts.join('  ');
 }
 
-function addEvent(ev) {
+// The live list keeps the last maxRows() events in `events` (newest
+// first) and shows those the filters let through; while paused, events are
+// kept but the list is not redrawn.
+let events = [];
+let paused = false;
+
+// Kinds the "subscribe" filter covers: what subscribing and leaving cause.
+const subscribeKinds = new Set(['channel_occupied', 'channel_vacated', 'member_added', 'member_removed', 'subscription_count', 'cache_miss']);
+
+function maxRows() {
+  const n = parseInt($('max-rows').value, 10);
+  return Number.isFinite(n) ? Math.min(Math.max(n, 10), 5000) : 500;
+}
+
+function shown(ev) {
+  const prefix = $('filter-channel').value.trim();
+  const name = $('filter-event').value.trim();
+  const kind = $('filter-kind').value;
+  if (prefix && !(ev.channel || '').startsWith(prefix)) return false;
+  if (name && ev.event !== name) return false;
+  if (kind === 'subscribe') return subscribeKinds.has(ev.kind);
+  return !kind || ev.kind === kind;
+}
+
+function eventRow(ev) {
   const li = document.createElement('li');
   li.dataset.kind = ev.kind;
+  if (ev.channel) li.dataset.channel = ev.channel;
   const time = new Date(ev.time_ms).toLocaleTimeString();
   const kind = document.createElement('span');
   kind.className = 'kind kind-' + ev.kind;
   kind.textContent = ev.kind;
   li.append(time + ' ', kind, ' ' + describe(ev));
+  return li;
+}
+
+function renderEvents() {
   const list = $('events');
-  list.prepend(li);
-  while (list.children.length > 500) list.lastChild.remove();
+  list.textContent = '';
+  const rows = events.filter(shown);
+  for (const ev of rows) list.appendChild(eventRow(ev));
+  $('events-count').textContent = rows.length + ' of ' + events.length + ' kept' + (paused ? ', paused' : '');
+}
+
+function addEvent(ev) {
+  events.unshift(ev);
+  if (events.length > maxRows()) events.length = maxRows();
+  if (paused) {
+    $('events-count').textContent = events.filter(shown).length + ' of ' + events.length + ' kept, paused';
+    return;
+  }
+  const list = $('events');
+  if (shown(ev)) list.prepend(eventRow(ev));
+  while (list.children.length > maxRows()) list.lastChild.remove();
+  $('events-count').textContent = list.children.length + ' of ' + events.length + ' kept';
+}
+
+function clearEvents() {
+  events = [];
+  renderEvents();
 }
 
 function stopStream() {
@@ -160,9 +220,12 @@ function selectApp(appID) {
   // Not "live" until this app's stream is open: events before that are
   // not shown.
   $('status').textContent = 'connecting…';
-  $('events').textContent = '';
+  clearEvents();
   refreshLive(appID);
+  refreshAppHistory(appID);
   liveTimer = setInterval(() => refreshLive(appID), 1000);
+  clearInterval(historyTimer);
+  historyTimer = setInterval(() => refreshAppHistory(appID), 5000);
   streamApp = appID;
   openStream(appID);
 }
@@ -222,19 +285,153 @@ async function refreshPublishes(instanceID) {
   }
 }
 
-// The publishes of the selected instance, refreshed every 3 s.
+// The publishes of the selected instance, refreshed every 3 s, and its
+// deliveries chart, every 5 s.
 function selectInstance(instanceID) {
   clearInterval(publishesTimer);
+  clearInterval(instanceHistoryTimer);
   $('publishes').tBodies[0].textContent = '';
   if (!instanceID) return;
   sessionStorage.setItem('herald.instance', instanceID);
   refreshPublishes(instanceID);
   publishesTimer = setInterval(() => refreshPublishes(instanceID), 3000);
+  refreshInstanceHistory(instanceID);
+  instanceHistoryTimer = setInterval(() => refreshInstanceHistory(instanceID), 5000);
+}
+
+// Charts: the history endpoints give one point per interval for the last
+// hour; each chart is an SVG polyline per series drawn here, no library.
+const palette = { connections: '#0b6bcb', triggered: '#0b6bcb', delivered: '#1a7f37', webhooksSent: '#1a7f37', webhooksFailed: '#cf222e',
+  failed: '#cf222e', retried: '#b25e00', deadToken: '#8a3ffc' };
+const svgNS = 'http://www.w3.org/2000/svg';
+
+function formatValue(v, unit) {
+  if (unit === 'count') return String(Math.round(v));
+  return (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + '/s';
+}
+
+// drawChart draws the named series of history h in the figure with id.
+function drawChart(id, h, names) {
+  const fig = $(id);
+  const svg = fig.querySelector('svg');
+  const legend = fig.querySelector('.legend');
+  svg.textContent = '';
+  legend.textContent = '';
+  const W = 400;
+  const H = 120;
+  const series = h.series.filter((s) => names.includes(s.name));
+  const n = h.times.length;
+  let peak = 0;
+  for (const s of series) for (const v of s.values) peak = Math.max(peak, v);
+  const top = peak > 0 ? peak * 1.1 : 1;
+  // The x axis is the last hour (720 intervals) whatever the number of
+  // points so far, so a young node's chart fills from the right.
+  const span = 720;
+  for (const s of series) {
+    if (n === 0) break;
+    const pts = s.values.map((v, i) => {
+      const x = W - ((n - 1 - i) / (span - 1)) * W;
+      const y = H - 2 - (v / top) * (H - 4);
+      return x.toFixed(1) + ',' + y.toFixed(1);
+    });
+    const line = document.createElementNS(svgNS, 'polyline');
+    line.setAttribute('points', pts.join(' '));
+    line.setAttribute('fill', 'none');
+    line.setAttribute('stroke', palette[s.name] || '#5b6577');
+    line.setAttribute('stroke-width', '1.5');
+    line.setAttribute('vector-effect', 'non-scaling-stroke');
+    line.dataset.series = s.name;
+    svg.appendChild(line);
+  }
+  const axis = document.createElementNS(svgNS, 'text');
+  axis.setAttribute('x', '2');
+  axis.setAttribute('y', '10');
+  axis.setAttribute('class', 'axis');
+  axis.textContent = 'max ' + formatValue(peak, series[0] ? series[0].unit : 'count');
+  svg.appendChild(axis);
+  for (const s of series) {
+    const last = s.values.length ? s.values[s.values.length - 1] : 0;
+    const max = s.values.reduce((m, v) => Math.max(m, v), 0);
+    const item = document.createElement('span');
+    item.className = 'legend-item';
+    item.dataset.series = s.name;
+    item.dataset.last = String(last);
+    item.dataset.peak = String(max);
+    item.style.borderColor = palette[s.name] || '#5b6577';
+    item.textContent = s.name + ' ' + formatValue(last, s.unit) + ' (peak ' + formatValue(max, s.unit) + ')';
+    legend.appendChild(item);
+  }
+}
+
+function scopeText(h) {
+  return '(this node' + (h.node ? ' ' + h.node : '') + ', one point per ' + h.intervalSeconds + ' s' + (h.tracked ? '' : '; not tracked: the node tracks its maximum of apps and instances') + ')';
+}
+
+async function refreshAppHistory(appID) {
+  try {
+    const h = await api('/admin/v1/apps/' + encodeURIComponent(appID) + '/history');
+    if (appID !== $('app').value) return;
+    $('history-scope').textContent = scopeText(h);
+    // In a cluster the stream is the node's too (README: Admin API and
+    // debug console).
+    $('events-scope').textContent = h.node ? '(seen by node ' + h.node + ')' : '';
+    drawChart('chart-connections', h, ['connections']);
+    drawChart('chart-messages', h, ['triggered', 'delivered']);
+    drawChart('chart-webhooks', h, ['webhooksSent', 'webhooksFailed']);
+  } catch (e) {
+    $('history-scope').textContent = '(history unavailable: ' + e.message + ')';
+  }
+}
+
+async function refreshInstanceHistory(instanceID) {
+  try {
+    const h = await api('/admin/v1/instances/' + encodeURIComponent(instanceID) + '/history');
+    if (instanceID !== $('instance').value) return;
+    drawChart('chart-push', h, ['delivered', 'failed', 'retried', 'deadToken']);
+  } catch (e) {
+    $('status').textContent = 'push history unavailable: ' + e.message;
+  }
+}
+
+// The event creator triggers through the admin API, which takes the
+// Channels API's own path: its limits answer with their error body.
+async function sendEvent(e) {
+  e.preventDefault();
+  const out = $('creator-result');
+  out.className = '';
+  const channels = $('creator-channels').value.split(',').map((c) => c.trim()).filter((c) => c);
+  const data = $('creator-data').value;
+  try {
+    JSON.parse(data);
+  } catch (err) {
+    out.className = 'error';
+    out.textContent = 'The data is not JSON: ' + err.message;
+    return;
+  }
+  try {
+    const appID = $('app').value;
+    await api('/admin/v1/apps/' + encodeURIComponent(appID) + '/events', 'POST', { name: $('creator-event').value.trim(), channels, data });
+    out.textContent = 'Sent to ' + channels.join(', ') + '.';
+  } catch (err) {
+    out.className = 'error';
+    out.textContent = (err.kind ? err.kind + ': ' : '') + err.message;
+  }
 }
 
 $('login').addEventListener('submit', (e) => { e.preventDefault(); login($('token').value); });
 $('logout').addEventListener('click', logout);
 $('app').addEventListener('change', (e) => selectApp(e.target.value));
 $('instance').addEventListener('change', (e) => selectInstance(e.target.value));
-$('clear').addEventListener('click', () => { $('events').textContent = ''; });
+$('clear').addEventListener('click', clearEvents);
+$('pause').addEventListener('click', () => {
+  paused = !paused;
+  $('pause').textContent = paused ? 'Resume' : 'Pause';
+  renderEvents();
+});
+for (const id of ['filter-channel', 'filter-event', 'filter-kind', 'max-rows']) $(id).addEventListener('input', () => {
+  if (events.length > maxRows()) events.length = maxRows();
+  renderEvents();
+});
+$('filters').addEventListener('submit', (e) => e.preventDefault());
+$('creator').addEventListener('submit', sendEvent);
 if (token()) login(token());

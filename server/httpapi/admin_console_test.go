@@ -1,0 +1,203 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/gen/adminclient"
+	"github.com/heraldrt/herald/server/history"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// The event creator's endpoint publishes through the Channels API's trigger
+// path: subscribers get the event, the trigger hook (metrics, console,
+// history) is told, and the Channels API's limits answer with its errors.
+func TestAdminTriggerEvent(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42")}); err != nil || res.JSON201 == nil {
+		t.Fatalf("create: %v %s", err, res.Body)
+	}
+	c, err := s.hub.Connect("42", hub.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.hub.Remove(c)
+	if err := s.hub.Subscribe(c, "news", hub.SubscribeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Take(nil) // the subscription's answer
+
+	t.Run("OK", func(t *testing.T) {
+		res, err := s.client.TriggerAppEventWithResponse(ctx, "42", adminclient.AdminTrigger{
+			Name: "greeting", Channels: []string{"news", "other"}, Data: `{"hello":"world"}`,
+		})
+		if err != nil || res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
+			t.Fatalf("trigger: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+		var got string
+		wait.Until(t, "the event to reach the subscriber", func() bool {
+			frames, _ := c.Take(nil)
+			for _, f := range frames {
+				got += string(f)
+			}
+			return got != ""
+		})
+		if !strings.Contains(got, `"event":"greeting"`) || !strings.Contains(got, `"channel":"news"`) || !strings.Contains(got, `{\"hello\":\"world\"}`) {
+			t.Fatalf("subscriber got %s", got)
+		}
+		s.triggeredMu.Lock()
+		told := strings.Join(s.triggered, "; ")
+		s.triggeredMu.Unlock()
+		if told != `42 news greeting {"hello":"world"}; 42 other greeting {"hello":"world"}` {
+			t.Fatalf("the trigger hook was told %q", told)
+		}
+	})
+
+	many := make([]string, MaxTriggerChannels+1)
+	for i := range many {
+		many[i] = fmt.Sprint("ch-", i)
+	}
+	errs := []struct {
+		name   string
+		app    string
+		body   adminclient.AdminTrigger
+		raw    string // sent instead of body when set
+		status int
+		kind   string
+	}{
+		{"ErrUnknownApp", "404", adminclient.AdminTrigger{Name: "e", Channels: []string{"news"}, Data: "{}"}, "", 404, "app_not_found"},
+		{"ErrNotJSON", "42", adminclient.AdminTrigger{}, `{"name":`, 400, "invalid_request"},
+		{"ErrWrongType", "42", adminclient.AdminTrigger{}, `{"name":"e","channels":"news","data":"{}"}`, 400, "invalid_request"},
+		{"ErrNoBody", "42", adminclient.AdminTrigger{}, " ", 400, "invalid_request"},
+		{"ErrMissingName", "42", adminclient.AdminTrigger{Channels: []string{"news"}, Data: "{}"}, "", 400, "missing_name"},
+		{"ErrReservedName", "42", adminclient.AdminTrigger{Name: "pusher:x", Channels: []string{"news"}, Data: "{}"}, "", 400, "invalid_event_name"},
+		{"ErrNoChannels", "42", adminclient.AdminTrigger{Name: "e", Channels: []string{}, Data: "{}"}, "", 400, "missing_channels"},
+		{"ErrTooManyChannels", "42", adminclient.AdminTrigger{Name: "e", Channels: many, Data: "{}"}, "", 400, "too_many_channels"},
+		{"ErrChannelName", "42", adminclient.AdminTrigger{Name: "e", Channels: []string{"my channel"}, Data: "{}"}, "", 400, "invalid_channel_name"},
+		{"ErrDataTooLarge", "42", adminclient.AdminTrigger{Name: "e", Channels: []string{"news"}, Data: strings.Repeat("x", MaxEventDataBytes+1)}, "", 413, "data_too_large"},
+	}
+	for _, tt := range errs {
+		t.Run(tt.name, func(t *testing.T) {
+			var status int
+			var body []byte
+			var err error
+			if tt.raw != "" {
+				r, e := s.client.TriggerAppEventWithBodyWithResponse(ctx, tt.app, "application/json", strings.NewReader(strings.TrimSpace(tt.raw)))
+				status, body, err = r.StatusCode(), r.Body, e
+			} else {
+				r, e := s.client.TriggerAppEventWithResponse(ctx, tt.app, tt.body)
+				status, body, err = r.StatusCode(), r.Body, e
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tt.status || errKind(body) != tt.kind {
+				t.Fatalf("got %d %s, want %d %s", status, body, tt.status, tt.kind)
+			}
+		})
+	}
+	t.Run("ErrDisabled", func(t *testing.T) {
+		if res, err := s.client.DisableAppWithResponse(ctx, "42"); err != nil || res.JSON200 == nil {
+			t.Fatalf("disable: %v", err)
+		}
+		defer s.client.EnableAppWithResponse(ctx, "42")
+		res, err := s.client.TriggerAppEventWithResponse(ctx, "42", adminclient.AdminTrigger{Name: "e", Channels: []string{"news"}, Data: "{}"})
+		if err != nil || res.StatusCode() != 403 || errKind(res.Body) != "app_disabled" {
+			t.Fatalf("disabled app: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+	})
+	t.Run("ErrNoToken", func(t *testing.T) {
+		res, err := s.anon.TriggerAppEventWithResponse(ctx, "42", adminclient.AdminTrigger{Name: "e", Channels: []string{"news"}, Data: "{}"})
+		if err != nil || res.StatusCode() != 401 || errKind(res.Body) != "unauthorized" {
+			t.Fatalf("no token: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+	})
+	s.triggeredMu.Lock()
+	defer s.triggeredMu.Unlock()
+	if len(s.triggered) != 2 {
+		t.Fatalf("refused triggers reached the hook: %q", s.triggered)
+	}
+}
+
+// The history endpoints give the recorder's points as named series, 404 for
+// an unknown app or instance.
+func TestAdminHistory(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42")}); err != nil || res.JSON201 == nil {
+		t.Fatalf("create: %v %s", err, res.Body)
+	}
+	const instance = "6f2b8a8e-3c1d-4a55-9a0e-1c2d3e4f5a6b"
+	if res, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr(instance)}); err != nil || res.JSON201 == nil {
+		t.Fatalf("create instance: %v %s", err, res.Body)
+	}
+	t0 := time.Now()
+	s.history.Sample(t0)
+	for range 10 {
+		res, err := s.client.TriggerAppEventWithResponse(ctx, "42", adminclient.AdminTrigger{Name: "e", Channels: []string{"news"}, Data: "{}"})
+		if err != nil || res.StatusCode() != 200 {
+			t.Fatalf("trigger: %v %s", err, res.Body)
+		}
+	}
+	s.history.Count(history.Instance, instance, history.InstanceFailed, 5)
+	s.history.Sample(t0.Add(5 * time.Second))
+
+	t.Run("OKApp", func(t *testing.T) {
+		res, err := s.client.GetAppHistoryWithResponse(ctx, "42")
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("history: %v %s", err, res.Body)
+		}
+		h := res.JSON200
+		if h.Scope != "node" || h.Node != "node-a" || h.IntervalSeconds != 5 || !h.Tracked || len(h.Times) != 2 || len(h.Series) != 5 {
+			t.Fatalf("history %+v", h)
+		}
+		for i, want := range []struct {
+			name, unit string
+			last       float32
+		}{{"connections", "count", 0}, {"triggered", "per_second", 2}, {"delivered", "per_second", 0}, {"webhooksSent", "per_second", 0}, {"webhooksFailed", "per_second", 0}} {
+			got := h.Series[i]
+			if got.Name != want.name || string(got.Unit) != want.unit || len(got.Values) != 2 || got.Values[1] != want.last {
+				t.Errorf("series %d: %+v, want %s in %s ending with %v", i, got, want.name, want.unit, want.last)
+			}
+		}
+	})
+	t.Run("OKInstance", func(t *testing.T) {
+		res, err := s.client.GetInstanceHistoryWithResponse(ctx, instance)
+		if err != nil || res.JSON200 == nil {
+			t.Fatalf("history: %v %s", err, res.Body)
+		}
+		h := res.JSON200
+		if len(h.Series) != 4 || h.Series[1].Name != "failed" || h.Series[1].Values[1] != 1 || h.Series[0].Values[1] != 0 {
+			t.Fatalf("history %+v", h.Series)
+		}
+	})
+	t.Run("ErrUnknownApp", func(t *testing.T) {
+		res, err := s.client.GetAppHistoryWithResponse(ctx, "404")
+		if err != nil || res.StatusCode() != 404 || errKind(res.Body) != "app_not_found" {
+			t.Fatalf("unknown app: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+	})
+	t.Run("ErrUnknownInstance", func(t *testing.T) {
+		res, err := s.client.GetInstanceHistoryWithResponse(ctx, "00000000-0000-4000-8000-000000000000")
+		if err != nil || res.StatusCode() != 404 || errKind(res.Body) != "instance_not_found" {
+			t.Fatalf("unknown instance: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+	})
+	t.Run("ErrBadInstanceID", func(t *testing.T) {
+		res, err := s.client.GetInstanceHistoryWithResponse(ctx, "not-a-uuid")
+		if err != nil || res.StatusCode() != 404 {
+			t.Fatalf("bad instance id: %v %d %s", err, res.StatusCode(), res.Body)
+		}
+	})
+	t.Run("ErrNoToken", func(t *testing.T) {
+		res, err := s.anon.GetAppHistoryWithResponse(ctx, "42")
+		if err != nil || res.StatusCode() != 401 {
+			t.Fatalf("no token: %v %d", err, res.StatusCode())
+		}
+	})
+}
