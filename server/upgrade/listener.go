@@ -51,9 +51,10 @@ type Options struct {
 	// WriteTimeout bounds writing an answer that is not an upgrade (a 429,
 	// a 400). Default 10 s.
 	WriteTimeout time.Duration
-	// Go runs a new connection's first request on another goroutine, which
-	// should be a pooled one: the upgrade goes deep, and a fresh goroutine
-	// would grow its stack on the way. Default: a new goroutine.
+	// Go runs an upgrade request, once its head is read, on another
+	// goroutine, which should be a pooled one: the upgrade goes deep, and a
+	// fresh goroutine would grow its stack on the way. Default: a new
+	// goroutine.
 	Go func(func())
 	// Log receives the panics recovered in serving a request.
 	Log *zap.Logger
@@ -186,10 +187,7 @@ func (l *Listener) acceptLoop() {
 		}
 		delay = 0
 		l.s.inFlight.Add(1)
-		l.s.opts.Go(func() {
-			defer l.s.inFlight.Done()
-			l.serveConn(c)
-		})
+		go l.serveConn(c)
 	}
 }
 
@@ -199,8 +197,10 @@ func isTemporary(err error) bool {
 	return ok && te.Temporary()
 }
 
-// serveConn reads c's first request head and serves it here when it is an
-// upgrade, or hands c to the http.Server.
+// serveConn reads c's first request head and has it served when it is an
+// upgrade, or hands c to the http.Server. It runs on a goroutine of its own:
+// waiting for a head (up to HeaderTimeout) is shallow, and must not hold one
+// of Options.Go's, which serve the request once it is there.
 func (l *Listener) serveConn(c net.Conn) {
 	s := l.s
 	head, err := readHead(c, s.opts)
@@ -208,11 +208,20 @@ func (l *Listener) serveConn(c net.Conn) {
 	case err != nil: // the client went away or stayed silent past the timeout
 		head.release()
 		c.Close()
-		return
+		s.inFlight.Done()
 	case head.req == nil: // not for here: net/http reads it again
 		l.handOver(newReplayConn(c, head))
-		return
+		s.inFlight.Done()
+	default:
+		s.opts.Go(func() {
+			defer s.inFlight.Done()
+			s.serve(c, head)
+		})
 	}
+}
+
+// serve has the handler serve the upgrade request of head, read from c.
+func (s *Server) serve(c net.Conn, head head) {
 	w := newResponseWriter(c, head)
 	if s.panics.Do(s.opts.Log, "WebSocket upgrade request", func() { s.handler.ServeHTTP(w, head.req) }) {
 		// The handler's own recovery answers its panics; this is one in the

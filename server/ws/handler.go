@@ -41,22 +41,25 @@ type Handler struct {
 }
 
 // The pool's bounds: the goroutines a busy server reuses, gone a second
-// after traffic stops (an idle connection holds none). The cap is above the
-// subscribers one broadcast usually reaches, because a broadcast starts a
-// writer for each of them at once: with 1,024, a 10,000-subscriber channel
-// started 9,000 goroutines per event and grew each one's stack, 13 % of the
-// server's CPU at two events a second. Waiting goroutines cost a few KiB of
-// stack each, and only for the second after such a burst.
+// after traffic stops (an idle connection holds none), and at most
+// maxGoroutines at once (socket.Pool.Bound says why), more only while all
+// are stuck in a blocking write or read for stallAfter. A broadcast to
+// 10,000 subscribers queues their writers for a few hundred goroutines that
+// have grown their stacks already; without the bound it started thousands,
+// each growing a fresh stack, and the runtime kept that memory as free heap
+// afterwards.
 const (
-	maxIdleGoroutines = 16384
-	goroutineLinger   = time.Second
+	maxGoroutines   = 256
+	goroutineLinger = time.Second
+	stallAfter      = 2 * time.Millisecond
 )
 
 // NewHandler returns the WebSocket endpoint over h.
 func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Handler {
 	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
 	s.connects = newConnectLimiter(s.opts.ConnectRateLimit)
-	s.pool = socket.NewPool(maxIdleGoroutines, goroutineLinger)
+	s.pool = socket.NewPool(maxGoroutines, goroutineLinger)
+	s.pool.Bound(maxGoroutines, stallAfter)
 	s.poller = socket.NewPoller(s.stopWatch, s.pool)
 	go s.watchWrites()
 	return s

@@ -89,3 +89,61 @@ func runBlockingBurst(p *Pool, n int) {
 	close(release)
 	done.Wait()
 }
+
+// A bounded pool runs a burst on at most its bound of goroutines, the rest
+// queued; when all of them block, one more starts within two stallAfter to
+// take the queued work, and ends once the queue is empty.
+func TestBoundedPoolQueuesAndGetsPastStuckWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const stall = 2 * time.Millisecond
+		p := NewPool(8, time.Second)
+		p.Bound(2, stall)
+
+		// A burst of 100 quick pieces: two goroutines do them all.
+		var wg sync.WaitGroup
+		wg.Add(100)
+		for range 100 {
+			p.Go(func() { wg.Done() })
+		}
+		wg.Wait()
+		if n := p.spawned.Load(); n != 2 {
+			t.Fatalf("a burst of 100 on a pool bound to 2 started %d goroutines", n)
+		}
+
+		// Both goroutines stuck: queued work waits stallAfter, then runs on
+		// a third.
+		release := make(chan struct{})
+		var stuck sync.WaitGroup
+		stuck.Add(2)
+		for range 2 {
+			p.Go(func() { stuck.Done(); <-release })
+		}
+		stuck.Wait()
+		ran := make(chan time.Time, 1)
+		queuedAt := time.Now()
+		p.Go(func() { ran <- time.Now() })
+		synctest.Wait()
+		if len(ran) != 0 {
+			t.Fatal("queued work ran while every goroutine was busy, before stallAfter")
+		}
+		// The check runs every stallAfter; it sees no work taken at its
+		// first or second run after the work was queued.
+		if d := (<-ran).Sub(queuedAt); d < stall || d > 2*stall {
+			t.Fatalf("queued work ran after %v, want between stallAfter %v and twice that", d, stall)
+		}
+		if n := p.spawned.Load(); n != 3 {
+			t.Fatalf("%d goroutines started, want 3 (one past the bound)", n)
+		}
+		synctest.Wait()
+		if n := p.waiting(); n != 0 {
+			t.Fatalf("%d goroutines waiting; the one past the bound must end, the stuck ones are busy", n)
+		}
+		close(release)
+		synctest.Wait()
+		if n := p.waiting(); n != 2 {
+			t.Fatalf("%d goroutines waiting once released, want the 2 of the bound", n)
+		}
+		time.Sleep(time.Second) // linger: they end
+		synctest.Wait()
+	})
+}
