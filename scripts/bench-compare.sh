@@ -30,6 +30,12 @@ LAT_DURATION=${BENCH_LATENCY_DURATION:-15s}
 WRK_DURATION=${BENCH_WRK_DURATION:-10s}
 SCENARIOS=${BENCH_SCENARIOS:-idle latency channels fanout http}
 SERVERS=${BENCH_SERVERS:-herald baseline}
+CONNECT_CONCURRENCY=${BENCH_CONNECT_CONCURRENCY:-64}
+IDLE_SETTLE=${BENCH_IDLE_SETTLE:-5s}
+BEFORE=${BENCH_BEFORE:-}
+if [[ -n $BEFORE && $SERVERS != *before* ]]; then
+	SERVERS="herald before ${SERVERS#herald }"
+fi
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 
 tmp=$(mktemp -d -t herald-bench.XXXXXX)
@@ -61,6 +67,13 @@ if [[ -n ${BENCH_HERALD_BIN:-} ]]; then
 else
 	$GO build -o "$tmp/herald" ./server
 fi
+if [[ -n $BEFORE ]]; then
+	say "building herald at $BEFORE (before)"
+	mkdir "$tmp/before-src"
+	git archive "$BEFORE" | tar -x -C "$tmp/before-src"
+	(cd "$tmp/before-src" && $GO build -o "$tmp/herald-before" ./server)
+	rm -rf "$tmp/before-src"
+fi
 (cd tools/load && $GO build -o "$tmp/herald-load" .)
 (cd tools/baseline && $GO build -o "$tmp/herald-baseline" .)
 ws_herald=$($GO list -m -f '{{.Version}}' github.com/coder/websocket)
@@ -72,11 +85,13 @@ fi
 # start_server herald|baseline starts a fresh server and sets server_pid and addr.
 start_server() {
 	rm -f "$tmp"/herald.db* "$tmp/server.log"
-	if [[ $1 == herald ]]; then
+	if [[ $1 == herald || $1 == before ]]; then
+		local bin=$tmp/herald
+		if [[ $1 == before ]]; then bin=$tmp/herald-before; fi
 		env HERALD_ADDR=127.0.0.1:0 HERALD_DB="$tmp/herald.db" \
 			HERALD_APP_ID=bench HERALD_APP_KEY=bench-key HERALD_APP_SECRET=bench-secret \
 			HERALD_LOG_LEVEL=info HERALD_LOG_FORMAT=json \
-			"$tmp/herald" serve 2>"$tmp/server.log" &
+			"$bin" serve 2>"$tmp/server.log" &
 	else
 		"$tmp/herald-baseline" -addr 127.0.0.1:0 2>"$tmp/server.log" &
 	fi
@@ -164,7 +179,7 @@ signed_url() {
 	echo "http://$1$path?$q&auth_signature=$sig"
 }
 
-http_scenario() { # http_scenario herald|baseline
+http_scenario() { # http_scenario herald|before|baseline
 	local body='{"name":"bench","channel":"bench-nobody","data":"{\"n\":1}"}' url code
 	if [[ $1 == baseline ]]; then
 		start_server baseline
@@ -175,22 +190,22 @@ http_scenario() { # http_scenario herald|baseline
 		stop_server
 		return
 	fi
-	start_server herald
+	start_server "$1"
 	url=$(signed_url "$addr" "$body")
 	code=$(curl -s -o "$tmp/answer" -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data-binary "$body" "$url")
 	if [[ $code != 200 ]]; then
 		say "error: the signed trigger was answered $code: $(cat "$tmp/answer")"
 		exit 1
 	fi
-	say "http: herald signed trigger, pid $server_pid on $addr"
-	wrk_run herald http "$url" "$body"
+	say "http: $1 signed trigger, pid $server_pid on $addr"
+	wrk_run "$1" http "$url" "$body"
 	stop_server
 }
 
 for s in $SCENARIOS; do
 	for server in $SERVERS; do
 		case $s in
-		idle) scenario "$server" idle -idle -subs "$SUBS" -hold 3s ;;
+		idle) scenario "$server" idle -idle -subs "$SUBS" -connect-concurrency "$CONNECT_CONCURRENCY" -settle "$IDLE_SETTLE" -hold 3s ;;
 		latency) scenario "$server" latency -subs "$SUBS" -channels 1 -rate 2 -publishers 2 -duration "$LAT_DURATION" ;;
 		channels) scenario "$server" channels -subs "$SUBS" -channels 1000 -rate 0 -publishers 4 -duration "$DURATION" ;;
 		fanout) scenario "$server" fanout -subs 1000 -channels 1 -rate 0 -publishers 4 -duration "$DURATION" ;;
@@ -209,8 +224,15 @@ done
 # ---- summary ----
 get() { [[ -n ${J[$1]:-} ]] && field "$2" "${J[$1]}" | tr -d '"' || echo ""; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a + 0 < 0 || b + 0 <= 0) print "-"; else printf "%.2f", a / b }'; }
-row() { # row LABEL HERALD BASELINE NOTE
-	printf '| %-56s | %10s | %10s | %6s | %s |\n' "$1" "${2:--}" "${3:--}" "$(ratio "$2" "$3")" "$4"
+row() { # row LABEL HERALD BASELINE NOTE [BEFORE]
+	if [[ -n $BEFORE ]]; then
+		printf '| %-56s | %10s | %10s | %6s | %10s | %6s | %s |\n' "$1" "${2:--}" "${3:--}" "$(ratio "$2" "$3")" "${5:--}" "$(ratio "$2" "$5")" "$4"
+	else
+		printf '| %-56s | %10s | %10s | %6s | %s |\n' "$1" "${2:--}" "${3:--}" "$(ratio "$2" "$3")" "$4"
+	fi
+}
+srow() { # srow LABEL SCENARIO FIELD NOTE: row of one field of the three servers' runs
+	row "$1" "$(get "herald/$2" "$3")" "$(get "baseline/$2" "$3")" "$4" "$(get "before/$2" "$3")"
 }
 lossnote() { # lossnote SCENARIO
 	local s=$1
@@ -221,29 +243,38 @@ ms_to_num() { awk '{ v = $1; if (v ~ /us$/) { sub(/us$/, "", v); v /= 1000 } els
 {
 	echo
 	echo "== bench-compare: Herald vs limit baseline ($(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), coder/websocket $ws_herald, open-file limit $nofile) =="
-	printf '| %-56s | %10s | %10s | %6s | %s |\n' "scenario (lower is better where marked [low])" "Herald" "baseline" "H/B" "notes"
-	echo "|---|---:|---:|---:|---|"
+	if [[ -n $BEFORE ]]; then
+		printf '| %-56s | %10s | %10s | %6s | %10s | %6s | %s |\n' "scenario (lower is better where marked [low])" "Herald" "baseline" "H/B" "before" "H/bef" "notes"
+		echo "|---|---:|---:|---:|---:|---:|---|"
+	else
+		printf '| %-56s | %10s | %10s | %6s | %s |\n' "scenario (lower is better where marked [low])" "Herald" "baseline" "H/B" "notes"
+		echo "|---|---:|---:|---:|---|"
+	fi
 	for s in $SCENARIOS; do
 		case $s in
 		idle)
-			row "$SUBS idle connections: RSS KiB per connection [low]" "$(get herald/idle rss_per_conn_kib)" "$(get baseline/idle rss_per_conn_kib)" \
-				"connected $(get herald/idle connected)/$(get baseline/idle connected)"
-			row "$SUBS idle connections: connect rate /s" "$(get herald/idle connect_rate)" "$(get baseline/idle connect_rate)" ""
+			srow "$SUBS idle connections: RSS KiB per connection [low]" idle rss_per_conn_kib \
+				"connected $(get herald/idle connected)/$(get baseline/idle connected); RSS $IDLE_SETTLE after the last"
+			srow "$SUBS idle connections: connect rate /s" idle connect_rate "$CONNECT_CONCURRENCY connecting at a time"
+			srow "$SUBS idle connections: server CPU µs per connection [low]" idle connect_server_us_per_conn ""
 			;;
 		latency)
-			row "$SUBS subs, 1 channel, 2 ev/s: latency p50 ms [low]" "$(get herald/latency latency_p50_ms)" "$(get baseline/latency latency_p50_ms)" ""
-			row "$SUBS subs, 1 channel, 2 ev/s: latency p99 ms [low]" "$(get herald/latency latency_p99_ms)" "$(get baseline/latency latency_p99_ms)" "$(lossnote latency)"
+			srow "$SUBS subs, 1 channel, 2 ev/s: latency p50 ms [low]" latency latency_p50_ms ""
+			srow "$SUBS subs, 1 channel, 2 ev/s: latency p99 ms [low]" latency latency_p99_ms "$(lossnote latency)"
 			;;
 		channels)
-			row "$SUBS subs over 1,000 channels, 4 publishers: deliveries/s" "$(get herald/channels deliveries_per_s)" "$(get baseline/channels deliveries_per_s)" "$(lossnote channels)"
+			srow "$SUBS subs over 1,000 channels, 4 publishers: deliveries/s" channels deliveries_per_s "$(lossnote channels)"
+			srow "  server CPU µs per delivery [low]" channels server_us_per_delivery ""
 			;;
 		fanout)
-			row "1,000 subs, 1 channel, 4 publishers: deliveries/s" "$(get herald/fanout deliveries_per_s)" "$(get baseline/fanout deliveries_per_s)" "$(lossnote fanout)"
+			srow "1,000 subs, 1 channel, 4 publishers: deliveries/s" fanout deliveries_per_s "$(lossnote fanout)"
+			srow "  server CPU µs per delivery [low]" fanout server_us_per_delivery ""
 			;;
 		http)
-			row "wrk 16 conns: req/s, Herald signed trigger / bare handler" "$(get herald/http requests_per_s)" "$(get baseline/http requests_per_s)" \
+			srow "wrk 16 conns: req/s, Herald signed trigger / bare handler" http requests_per_s \
 				"baseline unsigned trigger $(get baseline/http-trigger requests_per_s)/s; non-2xx $(get herald/http non_2xx)/$(get baseline/http non_2xx)"
-			row "wrk 16 conns: latency p99 ms [low]" "$(ms_to_num "$(get herald/http latency_p99)")" "$(ms_to_num "$(get baseline/http latency_p99)")" ""
+			row "wrk 16 conns: latency p99 ms [low]" "$(ms_to_num "$(get herald/http latency_p99)")" "$(ms_to_num "$(get baseline/http latency_p99)")" "" \
+				"$(ms_to_num "$(get before/http latency_p99)")"
 			;;
 		esac
 	done

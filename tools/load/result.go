@@ -32,6 +32,10 @@ type result struct {
 	ConnectToolCPUPct   float64  `json:"connect_tool_cpu_pct"`
 	ConnectServerCPUPct float64  `json:"connect_server_cpu_pct"`
 	ConnectOtherCPUPct  float64  `json:"connect_other_cpu_pct"`
+	// ConnectServerUsPerConn is the server's CPU time over the connect phase
+	// (upgrade, connection_established, subscribe) divided by the
+	// connections: microseconds per connection.
+	ConnectServerUsPerConn float64 `json:"connect_server_us_per_conn"`
 
 	ServerPID     int     `json:"server_pid"`
 	RSSBeforeKiB  int64   `json:"rss_before_kib"`
@@ -75,6 +79,9 @@ type result struct {
 	ServerCPUPct float64 `json:"server_cpu_pct"`
 	OtherCPUPct  float64 `json:"other_cpu_pct"` // rest of the machine: other processes, interrupts
 	CPUs         int     `json:"cpus"`
+	// ServerUsPerDelivery is the server's CPU time over the measured phase
+	// divided by the deliveries received (-1 without either).
+	ServerUsPerDelivery float64 `json:"server_us_per_delivery"`
 
 	ClosedByServer      map[string]int `json:"closed_by_server"`
 	ClosedByServerTotal int            `json:"closed_by_server_total"`
@@ -95,9 +102,9 @@ func round(v float64, places int) float64 {
 
 func (r *result) writeJSON(w io.Writer) error {
 	c := *r
-	for _, f := range []*float64{&c.ConnectSeconds, &c.ConnectRate, &c.ConnectToolCPUPct, &c.ConnectServerCPUPct, &c.ConnectOtherCPUPct,
+	for _, f := range []*float64{&c.ConnectSeconds, &c.ConnectRate, &c.ConnectToolCPUPct, &c.ConnectServerCPUPct, &c.ConnectOtherCPUPct, &c.ConnectServerUsPerConn,
 		&c.RSSPerConnKiB, &c.PublishSeconds, &c.PublishesPerS, &c.DeliveriesPerS, &c.PhaseSeconds,
-		&c.ToolCPUPct, &c.ServerCPUPct, &c.OtherCPUPct} {
+		&c.ToolCPUPct, &c.ServerCPUPct, &c.OtherCPUPct, &c.ServerUsPerDelivery} {
 		*f = round(*f, 2)
 	}
 	for _, f := range []*float64{&c.ConnectP50Ms, &c.ConnectP99Ms, &c.ConnectMaxMs, &c.HandshakeP50Ms, &c.HandshakeP99Ms,
@@ -144,6 +151,9 @@ func (r *result) writeTable(w io.Writer) {
 	}
 	row("connect rate", "%.0f /s (%.2f s; CPU tool %s, server %s, rest of machine %s)", r.ConnectRate, r.ConnectSeconds,
 		pct(r.ConnectToolCPUPct), pct(r.ConnectServerCPUPct), pct(r.ConnectOtherCPUPct))
+	if r.ConnectServerUsPerConn >= 0 {
+		row("connect CPU", "%.0f µs of server CPU per connection", r.ConnectServerUsPerConn)
+	}
 	row("connect ms", "to subscribed p50 %.1f  p99 %.1f  max %.1f; upgrade p50 %.1f  p99 %.1f", r.ConnectP50Ms, r.ConnectP99Ms, r.ConnectMaxMs, r.HandshakeP50Ms, r.HandshakeP99Ms)
 	if r.RSSPerConnKiB >= 0 {
 		row("server RSS", "%.1f MiB → %.1f MiB: %.2f KiB per connection (%.1f MiB at the end)",
@@ -172,6 +182,9 @@ func (r *result) writeTable(w io.Writer) {
 	row("other frames", "%d received (subscription_count and the like)", r.OtherFrames)
 	row("CPU", "tool %s, server %s, rest of machine %s (of one core, %d cores) over %.1f s",
 		pct(r.ToolCPUPct), pct(r.ServerCPUPct), pct(r.OtherCPUPct), r.CPUs, r.PhaseSeconds)
+	if r.ServerUsPerDelivery >= 0 {
+		row("CPU per delivery", "%.2f µs of server CPU", r.ServerUsPerDelivery)
+	}
 	row("closed by server", "%s", counts(r.ClosedByServer))
 	if len(r.PusherErrors) > 0 {
 		row("pusher:error", "%s", counts(r.PusherErrors))

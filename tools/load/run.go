@@ -139,6 +139,10 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	if res.ConnectSeconds > 0 {
 		res.ConnectRate = float64(res.Connected) / res.ConnectSeconds
 	}
+	res.ConnectServerUsPerConn = -1
+	if res.ConnectServerCPUPct >= 0 && res.Connected > 0 {
+		res.ConnectServerUsPerConn = res.ConnectServerCPUPct / 100 * res.ConnectSeconds * 1e6 / float64(res.Connected)
+	}
 	_, q, maxUS := r.connH.summary(0.5, 0.99)
 	res.ConnectP50Ms, res.ConnectP99Ms, res.ConnectMaxMs = q[0]/1000, q[1]/1000, float64(maxUS)/1000
 	_, q, _ = r.shakeH.summary(0.5, 0.99)
@@ -192,6 +196,10 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	}
 
 	r.collect(res, t2)
+	res.ServerUsPerDelivery = -1
+	if res.ServerCPUPct >= 0 && res.Received > 0 {
+		res.ServerUsPerDelivery = res.ServerCPUPct / 100 * res.PhaseSeconds * 1e6 / float64(res.Received)
+	}
 	r.closeAll()
 	return res, ctx.Err()
 }

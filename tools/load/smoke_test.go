@@ -134,6 +134,11 @@ func TestSmoke(t *testing.T) {
 		if res.RSSPerConnKiB <= 0 || res.RSSAfterKiB <= res.RSSBeforeKiB {
 			t.Errorf("RSS per connection %.2f KiB (before %d, after %d)", res.RSSPerConnKiB, res.RSSBeforeKiB, res.RSSAfterKiB)
 		}
+		// The server's CPU is read in clock ticks: a short connect phase may
+		// show none, but it is measured (not -1) when the server is known.
+		if res.ConnectServerUsPerConn < 0 {
+			t.Errorf("server CPU per connection not measured: %.1f", res.ConnectServerUsPerConn)
+		}
 	})
 
 	t.Run("publish", func(t *testing.T) {
@@ -141,7 +146,7 @@ func TestSmoke(t *testing.T) {
 		res, fields := runTool(t, append(common, "-app-id", "smoke", "-secret", "smoke-secret",
 			"-subs", strconv.Itoa(subs), "-channels", strconv.Itoa(channels),
 			"-rate", "60", "-publishers", "2", "-duration", "3s", "-payload", "64")...)
-		for _, k := range []string{"connected", "connect_rate", "rss_per_conn_kib", "publishes_per_s", "deliveries_per_s",
+		for _, k := range []string{"connected", "connect_rate", "connect_server_us_per_conn", "rss_per_conn_kib", "publishes_per_s", "deliveries_per_s",
 			"lost", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_max_ms", "tool_cpu_pct",
 			"server_cpu_pct", "closed_by_server"} {
 			if _, ok := fields[k]; !ok {
