@@ -136,7 +136,7 @@ func (s *Handler) upgrade(w http.ResponseWriter, r *http.Request) {
 		s.reject(ws, hub.CloseAppDisabled)
 		return
 	}
-	sess := &session{s: s, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID}
+	sess := &session{peer: peer{s: s, appID: app.ID}, ws: ws, sock: hj.sock, br: hj.br}
 	sess.writeLoopFn = sess.writeLoop // one closure for the connection's life
 	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: sess})
 	if err != nil {

@@ -695,7 +695,7 @@ func FuzzClientMessage(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess := &session{s: handler, conn: conn, appID: "1"}
+		sess := &session{peer: peer{s: handler, conn: conn, appID: "1"}}
 		sess.handle(msg)
 		sess.handle(msg)
 		frames, reason := conn.Take(nil)

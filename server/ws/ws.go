@@ -13,10 +13,12 @@
 // is the hub.Writer of its connection: the hub wakes it when there is
 // something to write.
 //
-// Files: handler.go (the endpoint: upgrade, refusals, shutdown), session.go
-// (one connection: read loop, writer, timeouts), protocol.go (the client
-// messages), limit.go (the subscribe and connect rate limits), stats.go (the
-// transport's counters).
+// Files: handler.go (the endpoint: upgrade, refusals, shutdown), peer.go
+// (what every client has, whatever carries it: the registry's Conn, the
+// idle ping, the user-authentication timeout), session.go (one WebSocket
+// connection: read loop, writer), protocol.go (the client messages, handled
+// by the peer), limit.go (the subscribe and connect rate limits), stats.go
+// (the transport's counters).
 //
 // # Locks
 //
