@@ -38,6 +38,11 @@ const (
 	cacheSweepEvery   = time.Minute
 )
 
+// FallbackRoute is where pusher-js's HTTP fallback transports reach the node:
+// its default httpPath, /pusher, then the app key, the session pusher-js
+// made up and the transport (ws.Handler.ServeFallback).
+const FallbackRoute = "/pusher/app/:key/:server/:session/:transport"
+
 // HTTP timeouts: the defaults of HERALD_HTTP_READ_TIMEOUT and
 // HERALD_HTTP_WRITE_TIMEOUT, and the most the request headers may take.
 const (
@@ -231,6 +236,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
 	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
+	// pusher-js's HTTP fallback under its default httpPath; its receiving
+	// requests lift the timeouts themselves, xhr_send keeps them.
+	serveFallback := func(c *gin.Context) { n.ws.ServeFallback(c.Writer, c.Request, c.ClientIP()) }
+	engine.POST(FallbackRoute, serveFallback)
+	engine.OPTIONS(FallbackRoute, serveFallback)
 	engine.GET("/readyz", httpapi.Ready(n.ready...))
 	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
 	n.ops.start(n.ws, n.hook, n.push, publishAPI, anon, n.cluster)
@@ -248,6 +258,10 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
+	// The HTTP fallback's receiving requests are requests in flight, which
+	// the graceful shutdown waits for: they are answered with 4200 as it
+	// starts.
+	n.http.RegisterOnShutdown(n.ws.CloseHTTPSessions)
 	if cert != nil {
 		// ServeTLS adds h2 to these; WebSockets stay on HTTP/1.1, since
 		// net/http does not offer extended CONNECT (RFC 8441) by default.

@@ -27,10 +27,12 @@ type Handler struct {
 	opts  Options
 	stats stats // counters for metrics (stats.go)
 
-	mu       sync.Mutex
-	sessions map[*session]struct{}
-	closing  bool
-	wg       sync.WaitGroup
+	mu         sync.Mutex
+	sessions   map[*session]struct{}
+	xhr        map[string]*xhrSession // the HTTP fallback's sessions, by id (xhr.go)
+	closing    bool
+	xhrClosing bool           // CloseHTTPSessions ran
+	wg         sync.WaitGroup // sessions of both transports
 
 	slowClosed atomic.Int64
 	panics     recovery.Counter // panics recovered in handling a client's input
@@ -54,7 +56,7 @@ const (
 
 // NewHandler returns the WebSocket endpoint over h.
 func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Handler {
-	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
+	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), xhr: make(map[string]*xhrSession), stopWatch: make(chan struct{})}
 	s.connects = newConnectLimiter(s.opts.ConnectRateLimit)
 	s.pool = socket.NewPool(maxIdleGoroutines, goroutineLinger)
 	s.poller = socket.NewPoller(s.stopWatch, s.pool)
@@ -73,10 +75,14 @@ func (s *Handler) Sessions() int {
 	return len(s.sessions)
 }
 
-// ServeHTTP serves a client whose address is the request's peer; behind a
-// router that knows the client's address better (trusted proxies), mount
-// ServeClient instead.
+// ServeHTTP serves a client whose address is the request's peer: GET with
+// ServeClient, anything else with ServeFallback. Behind a router that knows
+// the client's address better (trusted proxies), mount those instead.
 func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		s.ServeFallback(w, r, remoteIP(r))
+		return
+	}
 	s.ServeClient(w, r, remoteIP(r))
 }
 
@@ -248,6 +254,7 @@ func (s *Handler) Shutdown(ctx context.Context) error {
 		sess.conn.Close(hub.CloseShuttingDown)
 	}
 	s.mu.Unlock()
+	s.CloseHTTPSessions()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	grace := time.NewTimer(shutdownGrace)
@@ -260,6 +267,9 @@ func (s *Handler) Shutdown(ctx context.Context) error {
 			s.mu.Lock()
 			for sess := range s.sessions {
 				go sess.ws.CloseNow() //nolint:errcheck // the session cleans up
+			}
+			for _, x := range s.xhr {
+				go x.finish() // a poller that did not come back in time
 			}
 			s.mu.Unlock()
 		case <-ctx.Done():

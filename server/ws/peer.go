@@ -61,16 +61,18 @@ func (p *peer) start(app App) {
 }
 
 // leave takes the connection out of the registry once its transport is
-// done (its channels see it go: member_removed, webhooks) and returns when
-// its writer has ended.
+// done (its channels see it go: member_removed, webhooks) and closes it,
+// which ends its writer or wakes one that ends at once; the caller then
+// waits for that (Conn.WaitWriter).
 func (p *peer) leave() {
-	p.idle.Stop()
+	if p.idle != nil { // nil: not started
+		p.idle.Stop()
+	}
 	if p.authTimer != nil {
 		p.authTimer.Stop()
 	}
 	p.s.hub.Remove(p.conn)
-	p.conn.Close(hub.CloseGone) // ends the writer, or wakes one that ends at once
-	p.conn.WaitWriter()
+	p.conn.Close(hub.CloseGone)
 }
 
 // touch records client activity, which postpones the server's ping.

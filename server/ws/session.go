@@ -48,6 +48,7 @@ type session struct {
 func (sess *session) finish() {
 	defer sess.s.remove(sess)
 	sess.leave()
+	sess.conn.WaitWriter()
 	_ = sess.ws.CloseNow()
 	sess.s.stats.connClosed(sess.conn.CloseCode())
 }
@@ -262,7 +263,7 @@ func (sess *session) readInput(untilDrained bool) bool {
 		case typ != websocket.MessageText:
 			sess.sendError(0, "Binary frames are not supported; send JSON text.")
 		case tooBig:
-			sess.sendError(0, "Message too large: the limit is "+itoa(sess.s.opts.MaxMessageBytes)+" bytes.")
+			sess.sendError(0, tooLargeMessage(sess.s.opts.MaxMessageBytes))
 		case !utf8.Valid(buf):
 			// RFC 6455 §8.1: a text message that is not UTF-8 fails the
 			// connection, with 1007. Nothing more of it is read.
@@ -284,6 +285,11 @@ func (sess *session) inputPending() bool {
 	sess.readGate.Lock()
 	defer sess.readGate.Unlock()
 	return !sess.handshaking && (sess.br.Buffered() > 0 || sess.sock.Buffered())
+}
+
+// tooLargeMessage is the pusher:error of a client message over limit bytes.
+func tooLargeMessage(limit int) string {
+	return "Message too large: the limit is " + itoa(limit) + " bytes."
 }
 
 // readMessage reads one message of at most max bytes. A larger one is read

@@ -65,6 +65,20 @@ type Options struct {
 	// connections (config.MaxSubscriptions); a subscribe beyond it is refused
 	// with a pusher:subscription_error of status 429. 0: no cap.
 	MaxSubscriptionsPerApp int
+	// DisconnectDelay is how long an HTTP fallback session may go without a
+	// receiving request (streaming or polling) before it is closed, as a
+	// WebSocket that dropped. Default 5 s, SockJS's.
+	DisconnectDelay time.Duration
+	// HeartbeatInterval is how often an HTTP fallback stream carries a
+	// heartbeat, and how long a poll waits before answering with one, so
+	// that proxies do not time the request out. Default 25 s, SockJS's.
+	HeartbeatInterval time.Duration
+	// StreamLimitBytes is how many bytes one xhr_streaming response carries
+	// before it ends, so that a browser does not keep one response's text
+	// for ever. pusher-js reopens its stream by itself once it holds 256 Ki
+	// characters, and takes a stream that ends before as a lost connection,
+	// so the default, 1 MiB, is above 256 Ki characters of 3-byte UTF-8.
+	StreamLimitBytes int
 	// ConnectRateLimit is the new connections a second allowed per client
 	// address (config.ConnectRateLimit; IPv6 per /64), with bursts of a
 	// second's worth; beyond it the upgrade is refused with HTTP 429 and
@@ -82,6 +96,9 @@ func (o Options) withDefaults() Options {
 	o.MaxChannelsPerConn = cmp.Or(o.MaxChannelsPerConn, 1000)
 	o.SubscribeRate = cmp.Or(o.SubscribeRate, DefaultSubscribeRate)
 	o.SubscribeBurst = cmp.Or(o.SubscribeBurst, DefaultSubscribeBurst)
+	o.DisconnectDelay = cmp.Or(o.DisconnectDelay, 5*time.Second)
+	o.HeartbeatInterval = cmp.Or(o.HeartbeatInterval, 25*time.Second)
+	o.StreamLimitBytes = cmp.Or(o.StreamLimitBytes, 1<<20)
 	return o
 }
 
