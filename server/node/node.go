@@ -258,10 +258,6 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
-	// The HTTP fallback's receiving requests are requests in flight, which
-	// the graceful shutdown waits for: they are answered with 4200 as it
-	// starts.
-	n.http.RegisterOnShutdown(n.ws.CloseHTTPSessions)
 	if cert != nil {
 		// ServeTLS adds h2 to these; WebSockets stay on HTTP/1.1, since
 		// net/http does not offer extended CONNECT (RFC 8441) by default.
@@ -325,11 +321,14 @@ func (n *Node) ReloadTLS() error {
 	return n.cert.Reload("SIGHUP")
 }
 
-// Shutdown stops accepting requests, waits for those in flight (until ctx
-// ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
+// Shutdown closes the HTTP fallback sessions with 4200, stops accepting
+// requests, waits for those in flight (until ctx ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
 // later), stops the background loops and closes the database.
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
+	// Before the HTTP server's: HTTP fallback clients take their 4200 from
+	// requests, which need the listener, and streams in flight end.
+	n.ws.CloseHTTPSessions(ctx)
 	err = errors.Join(err, n.http.Shutdown(ctx))
 	err = errors.Join(err, n.ws.Shutdown(ctx))
 	if n.cluster != nil {

@@ -31,7 +31,8 @@ type Handler struct {
 	sessions   map[*session]struct{}
 	xhr        map[string]*xhrSession // the HTTP fallback's sessions, by id (xhr.go)
 	closing    bool
-	xhrClosing bool           // CloseHTTPSessions ran
+	xhrClosing bool           // the fallback refuses new sessions
+	xhrGone    chan struct{}  // closed once the last fallback session is gone, while CloseHTTPSessions waits
 	wg         sync.WaitGroup // sessions of both transports
 
 	slowClosed atomic.Int64
@@ -253,8 +254,8 @@ func (s *Handler) Shutdown(ctx context.Context) error {
 	for sess := range s.sessions {
 		sess.conn.Close(hub.CloseShuttingDown)
 	}
+	s.closeHTTPSessionsLocked()
 	s.mu.Unlock()
-	s.CloseHTTPSessions()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	grace := time.NewTimer(shutdownGrace)

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -354,6 +355,10 @@ func (s *Handler) removeXHR(x *xhrSession) {
 	if s.xhr[x.id] == x {
 		delete(s.xhr, x.id)
 	}
+	if len(s.xhr) == 0 && s.xhrGone != nil {
+		close(s.xhrGone) // CloseHTTPSessions waits for it
+		s.xhrGone = nil
+	}
 	s.mu.Unlock()
 	s.wg.Done()
 }
@@ -365,14 +370,35 @@ func (s *Handler) HTTPSessions() int {
 	return len(s.xhr)
 }
 
-// CloseHTTPSessions closes every HTTP fallback session with 4200 (reconnect)
-// and refuses new ones. Their receiving requests answer with the close
-// frame and end, so an HTTP server's graceful shutdown, which waits for the
-// requests in flight, can run it as it starts (http.Server's
-// RegisterOnShutdown); Shutdown runs it too.
-func (s *Handler) CloseHTTPSessions() {
+// CloseHTTPSessions closes every HTTP fallback session with 4200 (reconnect),
+// refuses new ones, and waits until the clients have taken the close frame
+// (until shutdownGrace or ctx ends). Run it before an HTTP server's
+// graceful shutdown: that waits for the streams in flight, which end once
+// they carry the close frame, and it closes the listener, which a poller
+// between two polls needs to come back for its close frame.
+func (s *Handler) CloseHTTPSessions(ctx context.Context) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.closeHTTPSessionsLocked()
+	if len(s.xhr) > 0 && s.xhrGone == nil {
+		s.xhrGone = make(chan struct{})
+	}
+	gone := s.xhrGone
+	s.mu.Unlock()
+	if gone == nil {
+		return
+	}
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-gone:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+}
+
+// closeHTTPSessionsLocked closes every HTTP fallback session with 4200 and
+// refuses new ones. The caller holds mu.
+func (s *Handler) closeHTTPSessionsLocked() {
 	s.xhrClosing = true
 	for _, x := range s.xhr {
 		x.conn.Close(hub.CloseShuttingDown)
