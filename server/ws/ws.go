@@ -1,5 +1,6 @@
-// Package ws is the Channels WebSocket transport: it upgrades GET
-// /app/<key>, runs a session per client (reading its messages, writing what
+// Package ws is the Channels client transports: the WebSocket one, and
+// beside it pusher-js's HTTP fallback (xhr_streaming, xhr_polling; see
+// xhr.go). It upgrades GET /app/<key>, runs a session per client (reading its messages, writing what
 // the hub queues for it, pinging it when idle, closing it with the protocol's
 // codes) and speaks Pusher protocol 7 — subscribing with the private and
 // presence authorization checks, sign-in, unsubscribing, client events and
@@ -18,13 +19,18 @@
 // idle ping, the user-authentication timeout), session.go (one WebSocket
 // connection: read loop, writer), protocol.go (the client messages, handled
 // by the peer), limit.go (the subscribe and connect rate limits), stats.go
-// (the transport's counters).
+// (the transport's counters), xhr.go (the HTTP fallback's endpoints),
+// xhr_session.go (one fallback session: its receivers, its disconnect
+// timer), xhr_frame.go (the SockJS framing and the xhr_send body).
 //
 // # Locks
 //
 // Handler.mu (the set of sessions) is taken on its own or before a hub
 // connection's queue lock (Shutdown closing every connection), never while
-// a registry lock is held. A session's readGate is taken on its own.
+// a registry lock is held. A session's readGate is taken on its own. A
+// fallback session's locks (in, drain, mu) are taken in that order, never
+// while the handler's or a registry lock is held, except its mu, which
+// Wake takes and which is held over no call into the hub.
 package ws
 
 import (
