@@ -133,11 +133,7 @@ func (c *xhrClient) next() serverFrame {
 // expect reads the next frame and checks its event (and channel, when given).
 func (c *xhrClient) expect(event, channel string) serverFrame {
 	c.t.Helper()
-	f := c.next()
-	if f.Event != event || (channel != "" && f.Channel != channel) {
-		c.t.Fatalf("got %+v, want event %s on %q", f, event, channel)
-	}
-	return f
+	return checkFrame(c.t, c.next(), event, channel)
 }
 
 // established reads pusher:connection_established and keeps the socket id.
