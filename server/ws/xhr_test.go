@@ -343,3 +343,23 @@ func TestXHRClientEventRate(t *testing.T) {
 		t.Fatalf("11th client event: code %v, want 4301", code)
 	}
 }
+
+// Opening a session counts against the connect rate limit, like a
+// WebSocket upgrade: over it, HTTP 429 with Retry-After and the error body;
+// the requests of an open session do not count.
+func TestXHRConnectRateLimit(t *testing.T) {
+	s := newWSServer(t, Options{ConnectRateLimit: 0.01}) // one now, the next in 100 s
+	c := s.xhrOpen(t, "key1", transportStreaming)
+	c.established()
+	for range 3 {
+		c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+		c.expect("pusher:pong", "")
+	}
+	refused := s.xhrOpen(t, "key1", transportPolling)
+	if l := refused.line(); l != "status 429" {
+		t.Fatalf("a second session: %q, want status 429", l)
+	}
+	if n := s.handler.Counters().ConnectRateLimited; n != 1 {
+		t.Fatalf("%d refused by the connect rate, want 1", n)
+	}
+}
