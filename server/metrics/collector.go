@@ -37,11 +37,11 @@ func newCollector(src Sources) *collector {
 	}
 	return &collector{
 		src:              src,
-		connections:      d("connections", "Open WebSocket connections, by app.", "app_id"),
+		connections:      d("connections", "Open connections (WebSockets and HTTP fallback sessions), by app.", "app_id"),
 		channels:         d("channels", "Occupied channels, by app.", "app_id"),
 		subscriptions:    d("subscriptions", "Channel subscriptions (a connection on a channel), by app.", "app_id"),
 		members:          d("presence_members", "Distinct presence members summed over presence channels, by app.", "app_id"),
-		opened:           d("connections_opened_total", "WebSocket connections opened."),
+		opened:           d("connections_opened_total", "Connections opened, by transport: ws (WebSocket) or xhr (the HTTP fallback's sessions).", "transport"),
 		closed:           d("connections_closed_total", "WebSocket connections that ended, by close code (0: the client left; other: a code not listed).", "code"),
 		rejected:         d("connections_rejected_total", "WebSocket connections refused at connect time, by close code.", "code"),
 		clientEvents:     d("client_events_total", "Client events relayed to their channel."),
@@ -105,7 +105,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if s := c.src.Sockets; s != nil {
 		n := s.Counters()
-		count(c.opened, n.ConnectionsOpened)
+		count(c.opened, n.ConnectionsOpened-n.HTTPSessionsOpened, "ws")
+		count(c.opened, n.HTTPSessionsOpened, "xhr")
 		count(c.clientEvents, n.ClientEvents)
 		count(c.delivered, n.FramesDelivered)
 		for _, cc := range n.Closed {

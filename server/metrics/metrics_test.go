@@ -34,7 +34,7 @@ type fakeSockets struct{}
 
 func (fakeSockets) Counters() ws.Counters {
 	return ws.Counters{
-		ConnectionsOpened: 7, ClientEvents: 4, FramesDelivered: 40,
+		ConnectionsOpened: 7, HTTPSessionsOpened: 2, ClientEvents: 4, FramesDelivered: 40,
 		Closed:   []ws.CodeCount{{Code: 0, Count: 3}, {Code: 4100, Count: 1}, {Code: ws.CloseCodeOther, Count: 2}},
 		Rejected: []ws.CodeCount{{Code: 4001, Count: 1}},
 
@@ -133,7 +133,8 @@ func TestCollector(t *testing.T) {
 		{"herald_channels", []string{"app_id", "1"}, 2},
 		{"herald_subscriptions", []string{"app_id", "1"}, 5},
 		{"herald_presence_members", []string{"app_id", "1"}, 1},
-		{"herald_connections_opened_total", nil, 7},
+		{"herald_connections_opened_total", []string{"transport", "ws"}, 5},
+		{"herald_connections_opened_total", []string{"transport", "xhr"}, 2},
 		{"herald_connections_closed_total", []string{"code", "0"}, 3},
 		{"herald_connections_closed_total", []string{"code", "4100"}, 1},
 		{"herald_connections_closed_total", []string{"code", "other"}, 2},

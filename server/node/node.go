@@ -39,6 +39,11 @@ const (
 	cacheSweepEvery   = time.Minute
 )
 
+// FallbackRoute is where pusher-js's HTTP fallback transports reach the node:
+// its default httpPath, /pusher, then the app key, the session pusher-js
+// made up and the transport (ws.Handler.ServeFallback).
+const FallbackRoute = "/pusher/app/:key/:server/:session/:transport"
+
 // HTTP timeouts: the defaults of HERALD_HTTP_READ_TIMEOUT and
 // HERALD_HTTP_WRITE_TIMEOUT, and the most the request headers may take.
 const (
@@ -236,6 +241,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
 	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
 	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
+	// pusher-js's HTTP fallback under its default httpPath; its receiving
+	// requests lift the timeouts themselves, xhr_send keeps them.
+	serveFallback := func(c *gin.Context) { n.ws.ServeFallback(c.Writer, c.Request, c.ClientIP()) }
+	engine.POST(FallbackRoute, serveFallback)
+	engine.OPTIONS(FallbackRoute, serveFallback)
 	engine.GET("/readyz", httpapi.Ready(n.ready...))
 	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
 	// Every request has readTimeout for its headers and body (before the
@@ -332,11 +342,14 @@ func (n *Node) ReloadTLS() error {
 	return n.cert.Reload("SIGHUP")
 }
 
-// Shutdown stops accepting requests, waits for those in flight (until ctx
-// ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
+// Shutdown closes the HTTP fallback sessions with 4200, stops accepting
+// requests, waits for those in flight (until ctx ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
 // later), stops the background loops and closes the database.
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
+	// Before the HTTP server's: HTTP fallback clients take their 4200 from
+	// requests, which need the listener, and streams in flight end.
+	n.ws.CloseHTTPSessions(ctx)
 	err = errors.Join(err, n.http.Shutdown(ctx))
 	err = errors.Join(err, n.upgrades.Wait(ctx)) // upgrade requests under way end in the transport's refusal
 	err = errors.Join(err, n.ws.Shutdown(ctx))

@@ -42,7 +42,7 @@ type ops struct {
 }
 
 // routes that stay open for a connection's life; timing them says nothing.
-var longLivedRoutes = []string{"/app/:key", "/console/events"}
+var longLivedRoutes = []string{"/app/:key", FallbackRoute, "/console/events"}
 
 func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}

@@ -143,7 +143,7 @@ func TestMetrics(t *testing.T) {
 		{"herald_channels", []string{"app_id", "77"}, 1},
 		{"herald_subscriptions", []string{"app_id", "77"}, 1},
 		{"herald_presence_members", []string{"app_id", "77"}, 0},
-		{"herald_connections_opened_total", nil, 1},
+		{"herald_connections_opened_total", []string{"transport", "ws"}, 1},
 		{"herald_connections_rejected_total", []string{"code", "4001"}, 1},
 		{"herald_events_triggered_total", []string{"app_id", "77"}, 1},
 		{"herald_client_events_total", nil, 0},

@@ -71,7 +71,7 @@ func BenchmarkFanout(b *testing.B) {
 }
 
 // rawDial opens a WebSocket to app key1 with a hand-written handshake.
-func rawDial(b *testing.B, addr string) (net.Conn, *bufio.Reader) {
+func rawDial(b testing.TB, addr string) (net.Conn, *bufio.Reader) {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
@@ -90,7 +90,7 @@ func rawDial(b *testing.B, addr string) (net.Conn, *bufio.Reader) {
 }
 
 // writeRawText sends a masked text frame (clients must mask).
-func writeRawText(b *testing.B, conn net.Conn, s string) {
+func writeRawText(b testing.TB, conn net.Conn, s string) {
 	p := []byte(s)
 	frame := []byte{0x81, 0x80 | byte(len(p)), 0, 0, 0, 0} // zero mask key: payload unchanged
 	if len(p) > 125 {
@@ -101,7 +101,7 @@ func writeRawText(b *testing.B, conn net.Conn, s string) {
 	}
 }
 
-func readRawFrame(b *testing.B, br *bufio.Reader) []byte {
+func readRawFrame(b testing.TB, br *bufio.Reader) []byte {
 	p, err := readRawFrameErr(br)
 	if err != nil {
 		b.Fatal(err)

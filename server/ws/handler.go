@@ -27,10 +27,13 @@ type Handler struct {
 	opts  Options
 	stats stats // counters for metrics (stats.go)
 
-	mu       sync.Mutex
-	sessions map[*session]struct{}
-	closing  bool
-	wg       sync.WaitGroup
+	mu         sync.Mutex
+	sessions   map[*session]struct{}
+	xhr        map[string]*xhrSession // the HTTP fallback's sessions, by id (xhr.go)
+	closing    bool
+	xhrClosing bool           // the fallback refuses new sessions
+	xhrGone    chan struct{}  // closed once the last fallback session is gone, while CloseHTTPSessions waits
+	wg         sync.WaitGroup // sessions of both transports
 
 	slowClosed atomic.Int64
 	panics     recovery.Counter // panics recovered in handling a client's input
@@ -56,7 +59,7 @@ const (
 
 // NewHandler returns the WebSocket endpoint over h.
 func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Handler {
-	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), stopWatch: make(chan struct{})}
+	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), xhr: make(map[string]*xhrSession), stopWatch: make(chan struct{})}
 	s.connects = newConnectLimiter(s.opts.ConnectRateLimit)
 	s.pool = socket.NewPool(maxGoroutines, goroutineLinger)
 	s.pool.Bound(maxGoroutines, stallAfter)
@@ -81,10 +84,14 @@ func (s *Handler) Sessions() int {
 	return len(s.sessions)
 }
 
-// ServeHTTP serves a client whose address is the request's peer; behind a
-// router that knows the client's address better (trusted proxies), mount
-// ServeClient instead.
+// ServeHTTP serves a client whose address is the request's peer: GET with
+// ServeClient, anything else with ServeFallback. Behind a router that knows
+// the client's address better (trusted proxies), mount those instead.
 func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		s.ServeFallback(w, r, remoteIP(r))
+		return
+	}
 	s.ServeClient(w, r, remoteIP(r))
 }
 
@@ -149,7 +156,7 @@ func (s *Handler) upgrade(w http.ResponseWriter, r *http.Request) {
 		s.reject(ws, hub.CloseAppDisabled)
 		return
 	}
-	sess := &session{s: s, ws: ws, sock: hj.sock, br: hj.br, appID: app.ID}
+	sess := &session{peer: peer{s: s, appID: app.ID}, ws: ws, sock: hj.sock, br: hj.br}
 	sess.writeLoopFn = sess.writeLoop // one closure for the connection's life
 	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: sess})
 	if err != nil {
@@ -298,6 +305,7 @@ func (s *Handler) Shutdown(ctx context.Context) error {
 	for sess := range s.sessions {
 		sess.conn.Close(hub.CloseShuttingDown)
 	}
+	s.closeHTTPSessionsLocked()
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -311,6 +319,9 @@ func (s *Handler) Shutdown(ctx context.Context) error {
 			s.mu.Lock()
 			for sess := range s.sessions {
 				go sess.ws.CloseNow() //nolint:errcheck // the session cleans up
+			}
+			for _, x := range s.xhr {
+				go x.finish() // a poller that did not come back in time
 			}
 			s.mu.Unlock()
 		case <-ctx.Done():

@@ -223,9 +223,14 @@ func (c *client) next() serverFrame {
 // expect reads the next frame and checks its event (and channel, when given).
 func (c *client) expect(event, channel string) serverFrame {
 	c.t.Helper()
-	f := c.next()
+	return checkFrame(c.t, c.next(), event, channel)
+}
+
+// checkFrame fails the test unless f is event (on channel, when given).
+func checkFrame(t *testing.T, f serverFrame, event, channel string) serverFrame {
+	t.Helper()
 	if f.Event != event || (channel != "" && f.Channel != channel) {
-		c.t.Fatalf("got %+v, want event %s on %q", f, event, channel)
+		t.Fatalf("got %+v, want event %s on %q", f, event, channel)
 	}
 	return f
 }
@@ -717,7 +722,7 @@ func FuzzClientMessage(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess := &session{s: handler, conn: conn, appID: "1"}
+		sess := &session{peer: peer{s: handler, conn: conn, appID: "1"}}
 		sess.handle(msg)
 		sess.handle(msg)
 		frames, reason := conn.Take(nil)

@@ -58,12 +58,12 @@ func subscribeMakesWebhooks(app App, name string, kind hub.Kind, cache bool) boo
 // allowSubscribe takes a token from the connection's subscribe bucket, made
 // on its first use: a connection that never subscribes to a channel with
 // webhooks carries no bucket. It runs on the connection's reader only.
-func (sess *session) allowSubscribe() bool {
-	if sess.subscribes == nil {
-		o := sess.s.opts
-		sess.subscribes = rate.NewLimiter(rate.Limit(o.SubscribeRate), o.SubscribeBurst)
+func (p *peer) allowSubscribe() bool {
+	if p.subscribes == nil {
+		o := p.s.opts
+		p.subscribes = rate.NewLimiter(rate.Limit(o.SubscribeRate), o.SubscribeBurst)
 	}
-	return sess.subscribes.Allow()
+	return p.subscribes.Allow()
 }
 
 // connectLimiter limits new connections per client address: a token bucket

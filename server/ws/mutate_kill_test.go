@@ -302,7 +302,7 @@ func memSession(t *testing.T, s *Handler, mc *memConn, w hub.Writer) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := &session{s: s, ws: ws, sock: hj.sock, br: hj.br, appID: "1"}
+	sess := &session{peer: peer{s: s, appID: "1"}, ws: ws, sock: hj.sock, br: hj.br}
 	sess.writeLoopFn = sess.writeLoop
 	if w == nil {
 		w = sess
@@ -323,7 +323,7 @@ func takeSession(t *testing.T, s *Handler, appID string) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &session{s: s, conn: conn, appID: appID}
+	return &session{peer: peer{s: s, conn: conn, appID: appID}}
 }
 
 // takeEvents takes the frames queued to sess and returns their events (a

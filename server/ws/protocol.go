@@ -35,32 +35,32 @@ type clientMessage struct {
 
 // sendError queues a non-fatal pusher:error; code 0 is sent as null, as
 // Pusher does for protocol misuse that has no code of its own.
-func (sess *session) sendError(code int, message string) {
-	sess.conn.Send(errorFrame(code, message))
+func (p *peer) sendError(code int, message string) {
+	p.conn.Send(errorFrame(code, message))
 }
 
 // handle dispatches one client message.
-func (sess *session) handle(raw []byte) {
+func (p *peer) handle(raw []byte) {
 	msg, problem := parseClientMessage(raw)
 	if problem != "" {
-		sess.sendError(0, problem)
+		p.sendError(0, problem)
 		return
 	}
 	switch {
 	case msg.Event == "pusher:ping":
-		sess.conn.Send(pongFrame)
+		p.conn.Send(pongFrame)
 	case msg.Event == "pusher:pong":
 		// activity already recorded
 	case msg.Event == "pusher:subscribe":
-		sess.subscribe(msg)
+		p.subscribe(msg)
 	case msg.Event == "pusher:unsubscribe":
-		sess.unsubscribe(msg)
+		p.unsubscribe(msg)
 	case msg.Event == "pusher:signin":
-		sess.signin(msg)
+		p.signin(msg)
 	case strings.HasPrefix(msg.Event, "client-"):
-		sess.clientEvent(msg)
+		p.clientEvent(msg)
 	default:
-		sess.sendError(0, "Unsupported event received on socket: "+text.Truncate(msg.Event, 64))
+		p.sendError(0, "Unsupported event received on socket: "+text.Truncate(msg.Event, 64))
 	}
 }
 
@@ -115,8 +115,8 @@ func userIDString(raw json.RawMessage) (string, bool) {
 	return "", false
 }
 
-func (sess *session) subscriptionError(channel, typ, message string, status int) {
-	sess.conn.Send(subscriptionErrorFrame(channel, typ, message, status))
+func (p *peer) subscriptionError(channel, typ, message string, status int) {
+	p.conn.Send(subscriptionErrorFrame(channel, typ, message, status))
 }
 
 // subscriptionErrorFrame is pusher:subscription_error.
@@ -128,27 +128,27 @@ func subscriptionErrorFrame(channel, typ, message string, status int) []byte {
 	}{typ, message, status})
 }
 
-func (sess *session) subscribe(msg clientMessage) {
+func (p *peer) subscribe(msg clientMessage) {
 	var d subscribeData
 	if err := decodeData(msg.Data, &d); err != nil || d.Channel == "" {
-		sess.sendError(0, "Invalid pusher:subscribe: data must hold the channel name")
+		p.sendError(0, "Invalid pusher:subscribe: data must hold the channel name")
 		return
 	}
 	name := d.Channel
 	if !hub.ValidChannelName(name) {
-		sess.subscriptionError(name, "InvalidChannel", "Invalid channel name: use 1 to 200 characters of A-Z a-z 0-9 _ - = @ , . ;", 400)
+		p.subscriptionError(name, "InvalidChannel", "Invalid channel name: use 1 to 200 characters of A-Z a-z 0-9 _ - = @ , . ;", 400)
 		return
 	}
-	app, found := sess.s.apps.ByID(sess.appID)
+	app, found := p.s.apps.ByID(p.appID)
 	if !found || !app.Enabled {
-		sess.conn.Close(hub.CloseAppDisabled)
+		p.conn.Close(hub.CloseAppDisabled)
 		return
 	}
 	// Subscribing again to a channel the connection is on only answers
 	// subscription_succeeded again: no limit applies to it.
-	_, already := sess.conn.Subscription(name)
-	if !already && sess.conn.SubscriptionCount() >= sess.s.opts.MaxChannelsPerConn {
-		sess.subscriptionError(name, "LimitReached", "This connection is subscribed to the maximum of "+itoa(sess.s.opts.MaxChannelsPerConn)+" channels.", 403)
+	_, already := p.conn.Subscription(name)
+	if !already && p.conn.SubscriptionCount() >= p.s.opts.MaxChannelsPerConn {
+		p.subscriptionError(name, "LimitReached", "This connection is subscribed to the maximum of "+itoa(p.s.opts.MaxChannelsPerConn)+" channels.", 403)
 		return
 	}
 	kind, cache := hub.ChannelKind(name)
@@ -156,36 +156,36 @@ func (sess *session) subscribe(msg clientMessage) {
 	switch kind {
 	case hub.ServerToUser:
 		// Only the connection's own signed-in user, and only after sign-in.
-		if user := sess.conn.UserID(); user == "" || name != hub.ServerToUserPrefix+user {
-			sess.subscriptionError(name, "AuthError", "Server-to-user channels are only for the signed-in user's own id.", 403)
+		if user := p.conn.UserID(); user == "" || name != hub.ServerToUserPrefix+user {
+			p.subscriptionError(name, "AuthError", "Server-to-user channels are only for the signed-in user's own id.", 403)
 			return
 		}
 	case hub.Private, hub.PrivateEncrypted:
-		if !signing.VerifyChannelAuth(d.Auth, app.Key, app.Secret, sess.conn.SocketID(), name, "") {
-			sess.subscriptionError(name, "AuthError", "Invalid signature: the auth string does not authorize this socket for this channel.", 401)
+		if !signing.VerifyChannelAuth(d.Auth, app.Key, app.Secret, p.conn.SocketID(), name, "") {
+			p.subscriptionError(name, "AuthError", "Invalid signature: the auth string does not authorize this socket for this channel.", 401)
 			return
 		}
 	case hub.Presence:
-		if !signing.VerifyChannelAuth(d.Auth, app.Key, app.Secret, sess.conn.SocketID(), name, d.ChannelData) {
-			sess.subscriptionError(name, "AuthError", "Invalid signature: the auth string does not authorize this socket and channel_data for this channel.", 401)
+		if !signing.VerifyChannelAuth(d.Auth, app.Key, app.Secret, p.conn.SocketID(), name, d.ChannelData) {
+			p.subscriptionError(name, "AuthError", "Invalid signature: the auth string does not authorize this socket and channel_data for this channel.", 401)
 			return
 		}
 		var pd channelData
 		if err := json.Unmarshal([]byte(d.ChannelData), &pd); err != nil {
-			sess.subscriptionError(name, "AuthError", "Invalid channel_data: it must be a JSON object with a user_id.", 400)
+			p.subscriptionError(name, "AuthError", "Invalid channel_data: it must be a JSON object with a user_id.", 400)
 			return
 		}
 		userID, ok := userIDString(pd.UserID)
 		if !ok {
-			sess.subscriptionError(name, "AuthError", "Invalid channel_data: user_id must be a non-empty string or a number.", 400)
+			p.subscriptionError(name, "AuthError", "Invalid channel_data: user_id must be a non-empty string or a number.", 400)
 			return
 		}
 		if len(pd.UserInfo) > app.MaxPresenceUserInfoBytes {
-			sess.subscriptionError(name, "LimitReached", "user_info is larger than "+itoa(app.MaxPresenceUserInfoBytes)+" bytes.", 400)
+			p.subscriptionError(name, "LimitReached", "user_info is larger than "+itoa(app.MaxPresenceUserInfoBytes)+" bytes.", 400)
 			return
 		}
 		opts.Member = &hub.Member{UserID: userID, Info: pd.UserInfo}
-		if sess.s.hub.Clustered() {
+		if p.s.hub.Clustered() {
 			// In a cluster the hub learns the channel is full only from
 			// the cluster's answer; it queues this then.
 			opts.FullRefusal = subscriptionErrorFrame(name, "LimitReached", presenceFullMessage(app.MaxPresenceMembers), 403)
@@ -193,28 +193,28 @@ func (sess *session) subscribe(msg clientMessage) {
 	}
 	// After the authorization checks, so that refused attempts, which make
 	// no webhook, take nothing from the bucket.
-	if !already && subscribeMakesWebhooks(app, name, kind, cache) && !sess.allowSubscribe() {
-		sess.s.stats.subscribeLimited()
-		sess.subscriptionError(name, "LimitReached", "Too many subscriptions: this connection may subscribe to "+
-			strconv.FormatFloat(sess.s.opts.SubscribeRate, 'g', -1, 64)+" channels a second after the first "+
-			itoa(sess.s.opts.SubscribeBurst)+"; try again later.", 429)
+	if !already && subscribeMakesWebhooks(app, name, kind, cache) && !p.allowSubscribe() {
+		p.s.stats.subscribeLimited()
+		p.subscriptionError(name, "LimitReached", "Too many subscriptions: this connection may subscribe to "+
+			strconv.FormatFloat(p.s.opts.SubscribeRate, 'g', -1, 64)+" channels a second after the first "+
+			itoa(p.s.opts.SubscribeBurst)+"; try again later.", 429)
 		return
 	}
-	opts.MaxAppSubscriptions = sess.s.opts.MaxSubscriptionsPerApp
-	err := sess.s.hub.Subscribe(sess.conn, name, opts)
+	opts.MaxAppSubscriptions = p.s.opts.MaxSubscriptionsPerApp
+	err := p.s.hub.Subscribe(p.conn, name, opts)
 	if err == nil && (kind == hub.Private || kind == hub.PrivateEncrypted || kind == hub.Presence) {
-		sess.authorized.Store(true)
+		p.authorized.Store(true)
 	}
 	switch {
 	case errors.Is(err, hub.ErrPresenceFull):
-		sess.subscriptionError(name, "LimitReached", presenceFullMessage(app.MaxPresenceMembers), 403)
+		p.subscriptionError(name, "LimitReached", presenceFullMessage(app.MaxPresenceMembers), 403)
 	case errors.Is(err, hub.ErrTooManySubscriptions):
-		sess.s.stats.appSubscriptionsFull()
-		sess.subscriptionError(name, "LimitReached", "The app has the maximum of "+itoa(sess.s.opts.MaxSubscriptionsPerApp)+
+		p.s.stats.appSubscriptionsFull()
+		p.subscriptionError(name, "LimitReached", "The app has the maximum of "+itoa(p.s.opts.MaxSubscriptionsPerApp)+
 			" subscriptions over all its connections; try again later.", 429)
 	case err != nil && !errors.Is(err, hub.ErrConnRemoved):
-		sess.s.log.Error("subscribe failed", zap.String("channel", name), zap.Error(err))
-		sess.subscriptionError(name, "ServerError", "The subscription failed.", 500)
+		p.s.log.Error("subscribe failed", zap.String("channel", name), zap.Error(err))
+		p.subscriptionError(name, "ServerError", "The subscription failed.", 500)
 	}
 }
 
@@ -232,29 +232,29 @@ type userData struct {
 
 // signin authenticates the connection as a user. A bad signature or user_data
 // without an id closes the connection with 4009, as Pusher does.
-func (sess *session) signin(msg clientMessage) {
+func (p *peer) signin(msg clientMessage) {
 	var d signinData
 	if err := decodeData(msg.Data, &d); err != nil {
-		sess.sendError(0, "Invalid pusher:signin: data must hold auth and user_data")
+		p.sendError(0, "Invalid pusher:signin: data must hold auth and user_data")
 		return
 	}
-	if sess.conn.UserID() != "" {
-		sess.sendError(0, "This connection is already signed in.")
+	if p.conn.UserID() != "" {
+		p.sendError(0, "This connection is already signed in.")
 		return
 	}
-	app, found := sess.s.apps.ByID(sess.appID)
-	if !found || !signing.VerifyUserAuth(d.Auth, app.Key, app.Secret, sess.conn.SocketID(), d.UserData) {
-		sess.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid signature: the auth string does not sign this socket and user_data"})
+	app, found := p.s.apps.ByID(p.appID)
+	if !found || !signing.VerifyUserAuth(d.Auth, app.Key, app.Secret, p.conn.SocketID(), d.UserData) {
+		p.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid signature: the auth string does not sign this socket and user_data"})
 		return
 	}
 	var ud userData
 	if err := json.Unmarshal([]byte(d.UserData), &ud); err != nil {
-		sess.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid user_data: it must be a JSON object"})
+		p.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid user_data: it must be a JSON object"})
 		return
 	}
 	id, ok := userIDString(ud.ID)
 	if !ok {
-		sess.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid user_data: the id field is required"})
+		p.conn.Close(hub.CloseReason{Code: hub.CloseUnauthorized.Code, Message: "Invalid user_data: the id field is required"})
 		return
 	}
 	answer := [][]byte{hub.JSONFrame("pusher:signin_success", "", struct {
@@ -265,61 +265,61 @@ func (sess *session) signin(msg clientMessage) {
 	}
 	// The hub queues the answer once the user is registered, so a watcher
 	// signing in after this client heard signin_success sees it online.
-	if err := sess.s.hub.SignIn(sess.conn, id, ud.Watchlist, answer...); err != nil {
+	if err := p.s.hub.SignIn(p.conn, id, ud.Watchlist, answer...); err != nil {
 		return // removed meanwhile
 	}
-	sess.authorized.Store(true)
+	p.authorized.Store(true)
 }
 
-func (sess *session) unsubscribe(msg clientMessage) {
+func (p *peer) unsubscribe(msg clientMessage) {
 	var d subscribeData
 	if err := decodeData(msg.Data, &d); err != nil || d.Channel == "" {
-		sess.sendError(0, "Invalid pusher:unsubscribe: data must hold the channel name")
+		p.sendError(0, "Invalid pusher:unsubscribe: data must hold the channel name")
 		return
 	}
-	sess.s.hub.Unsubscribe(sess.conn, d.Channel)
+	p.s.hub.Unsubscribe(p.conn, d.Channel)
 }
 
 // clientEvent relays a client- event to the channel's other subscribers.
-func (sess *session) clientEvent(msg clientMessage) {
-	app, found := sess.s.apps.ByID(sess.appID)
+func (p *peer) clientEvent(msg clientMessage) {
+	app, found := p.s.apps.ByID(p.appID)
 	if !found || !app.ClientEvents {
-		sess.sendError(0, "Client events are not enabled for this app.")
+		p.sendError(0, "Client events are not enabled for this app.")
 		return
 	}
 	kind, _ := hub.ChannelKind(msg.Channel)
 	if kind != hub.Private && kind != hub.Presence {
-		sess.sendError(0, "Client events are only allowed on private and presence channels (not encrypted ones).")
+		p.sendError(0, "Client events are only allowed on private and presence channels (not encrypted ones).")
 		return
 	}
-	userID, subscribed := sess.conn.Subscription(msg.Channel)
+	userID, subscribed := p.conn.Subscription(msg.Channel)
 	if !subscribed {
-		sess.sendError(0, "Client event rejected: the connection is not subscribed to "+text.Truncate(msg.Channel, 200)+".")
+		p.sendError(0, "Client event rejected: the connection is not subscribed to "+text.Truncate(msg.Channel, 200)+".")
 		return
 	}
 	if len(msg.Event) > hub.MaxEventNameLength {
-		sess.sendError(0, "Client event rejected: the event name is longer than 200 characters.")
+		p.sendError(0, "Client event rejected: the event name is longer than 200 characters.")
 		return
 	}
 	data := dataString(msg.Data)
 	if len(data) > MaxClientEventDataBytes {
-		sess.sendError(0, "Client event rejected: data is larger than 10 KB.")
+		p.sendError(0, "Client event rejected: data is larger than 10 KB.")
 		return
 	}
 	now := time.Now()
-	if now.Sub(sess.rateWindow) >= time.Second {
-		sess.rateWindow, sess.rateCount = now, 0
+	if now.Sub(p.rateWindow) >= time.Second {
+		p.rateWindow, p.rateCount = now, 0
 	}
-	if sess.rateCount >= ClientEventsPerSecond {
-		sess.sendError(4301, "Client event rejected: more than 10 client events per second.")
+	if p.rateCount >= ClientEventsPerSecond {
+		p.sendError(4301, "Client event rejected: more than 10 client events per second.")
 		return
 	}
-	sess.rateCount++
-	if err := sess.s.hub.PublishClientEvent(hub.Message{AppID: sess.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: sess.conn.SocketID()}); err != nil {
-		sess.sendError(0, "Client event not relayed: this server cannot reach the rest of the cluster; try again later.")
+	p.rateCount++
+	if err := p.s.hub.PublishClientEvent(hub.Message{AppID: p.appID, Channel: msg.Channel, Event: msg.Event, Data: data, UserID: userID, ExcludeSocketID: p.conn.SocketID()}); err != nil {
+		p.sendError(0, "Client event not relayed: this server cannot reach the rest of the cluster; try again later.")
 		return
 	}
-	sess.s.stats.clientEvent()
+	p.s.stats.clientEvent()
 }
 
 // dataString returns client event data as the string to relay: a JSON string

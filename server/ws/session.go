@@ -11,22 +11,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
-	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws/socket"
 )
 
-// session is one WebSocket connection: the registry's Conn plus the socket,
-// its writer goroutine and its idle timer. It is the Conn's hub.Writer.
+// session is one WebSocket connection: the client's peer (the registry's
+// Conn, its timers and protocol state) plus the socket and its writer. It is
+// the Conn's hub.Writer.
 type session struct {
-	s     *Handler
-	conn  *hub.Conn
-	ws    *websocket.Conn
-	sock  *socket.Conn  // what ws reads and writes
-	br    *bufio.Reader // ws's read buffer, over sock
-	appID string
+	peer
+	ws   *websocket.Conn
+	sock *socket.Conn  // what ws reads and writes
+	br   *bufio.Reader // ws's read buffer, over sock
 
 	// readGate orders the reader's look at the read buffers (inputPending)
 	// before a close handshake, in which the library reads them from the
@@ -43,54 +40,14 @@ type session struct {
 	// handler's watchdog closes a socket whose write is stuck instead.
 	writeStarted atomic.Int64
 
-	// authorized: signed in or subscribed to a private or presence channel,
-	// which the app's user-authentication timeout asks for.
-	authorized atomic.Bool
-
-	lastActivity atomic.Int64 // unix nanoseconds of the last client message
-	pingSent     atomic.Bool
-	idle         *time.Timer
-	authTimer    *time.Timer // the app's user-authentication timeout, if any
-
 	writeLoopFn func() // writeLoop, made once: Wake runs it on a pooled goroutine
-
-	// Client event rate limiting; touched only by the reader goroutine.
-	rateWindow time.Time
-	rateCount  int
-
-	// subscribes is the bucket of subscribes to channels with webhooks
-	// (Options.SubscribeRate), made on first use; reader goroutine only.
-	subscribes *rate.Limiter
-}
-
-// start sets the connection of app up and greets the client.
-func (sess *session) start(app App) {
-	sess.touch()
-	sess.idle = time.AfterFunc(sess.s.opts.ActivityTimeout, sess.onIdle)
-	sess.s.hub.SetSubscriptionCount(sess.appID, app.SubscriptionCount)
-	if app.UserAuthTimeout > 0 {
-		sess.authTimer = time.AfterFunc(app.UserAuthTimeout, func() {
-			if !sess.authorized.Load() {
-				sess.conn.Close(hub.CloseAuthTimeout)
-			}
-		})
-	}
-	sess.conn.Send(hub.JSONFrame("pusher:connection_established", "", struct {
-		SocketID        string `json:"socket_id"`
-		ActivityTimeout int    `json:"activity_timeout"`
-	}{sess.conn.SocketID(), activitySeconds(sess.s.opts.ActivityTimeout)}))
 }
 
 // finish cleans up once the socket has failed or closed: it returns when the
 // writer is done, and the connection is gone.
 func (sess *session) finish() {
 	defer sess.s.remove(sess)
-	sess.idle.Stop()
-	if sess.authTimer != nil {
-		sess.authTimer.Stop()
-	}
-	sess.s.hub.Remove(sess.conn)
-	sess.conn.Close(hub.CloseGone) // ends the writer, or wakes one that ends at once
+	sess.leave()
 	sess.conn.WaitWriter()
 	_ = sess.ws.CloseNow()
 	sess.s.stats.connClosed(sess.conn.CloseCode())
@@ -196,40 +153,6 @@ func (sess *session) uncork() error {
 	return err
 }
 
-// touch records client activity, which postpones the server's ping.
-func (sess *session) touch() {
-	sess.lastActivity.Store(time.Now().UnixNano())
-	sess.pingSent.Store(false)
-}
-
-// onIdle runs on the idle timer: ping a client silent for the activity
-// timeout, close one that did not answer the ping in time.
-func (sess *session) onIdle() {
-	opts := sess.s.opts
-	idleFor := time.Since(time.Unix(0, sess.lastActivity.Load()))
-	switch {
-	case idleFor < opts.ActivityTimeout && !sess.pingSent.Load():
-		sess.idle.Reset(opts.ActivityTimeout - idleFor)
-	case !sess.pingSent.Load():
-		sess.pingSent.Store(true)
-		sess.conn.Send(pingFrame)
-		sess.idle.Reset(opts.PongTimeout)
-	default:
-		sess.conn.Close(hub.ClosePongTimeout)
-	}
-}
-
-// activitySeconds is the activity timeout in whole seconds, at least 1, as
-// the protocol carries it.
-func activitySeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
-}
-
-var (
-	pingFrame = hub.EventFrame("pusher:ping", "", "{}", "")
-	pongFrame = hub.EventFrame("pusher:pong", "", "{}", "")
-)
-
 // Resume handles the connection's input until none is buffered (readable:
 // the poller saw the socket readable), then parks the connection with the
 // poller and returns; the poller calls it again, on a pooled goroutine, when
@@ -318,9 +241,7 @@ var (
 // returned has the caller finish it.
 func (sess *session) readMessages(untilDrained bool) (more bool) {
 	if sess.s.panics.Do(sess.s.log, "WebSocket message", func() { more = sess.readInput(untilDrained) }) {
-		sess.s.log.Warn("closing a connection whose message handling panicked",
-			zap.String("app_id", sess.appID), zap.String("socket_id", sess.conn.SocketID()))
-		sess.conn.Close(closeInternalError)
+		sess.closeAfterPanic()
 		return false
 	}
 	return more
@@ -342,7 +263,7 @@ func (sess *session) readInput(untilDrained bool) bool {
 		case typ != websocket.MessageText:
 			sess.sendError(0, "Binary frames are not supported; send JSON text.")
 		case tooBig:
-			sess.sendError(0, "Message too large: the limit is "+itoa(sess.s.opts.MaxMessageBytes)+" bytes.")
+			sess.sendError(0, tooLargeMessage(sess.s.opts.MaxMessageBytes))
 		case !utf8.Valid(buf):
 			// RFC 6455 §8.1: a text message that is not UTF-8 fails the
 			// connection, with 1007. Nothing more of it is read.
@@ -364,6 +285,11 @@ func (sess *session) inputPending() bool {
 	sess.readGate.Lock()
 	defer sess.readGate.Unlock()
 	return !sess.handshaking && (sess.br.Buffered() > 0 || sess.sock.Buffered())
+}
+
+// tooLargeMessage is the pusher:error of a client message over limit bytes.
+func tooLargeMessage(limit int) string {
+	return "Message too large: the limit is " + itoa(limit) + " bytes."
 }
 
 // readMessage reads one message of at most max bytes. A larger one is read

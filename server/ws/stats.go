@@ -51,7 +51,8 @@ func closeIndex(code int) int {
 // stats are the transport's monotonic counters for metrics. Each update is a single
 // atomic add: no locks, no allocations, safe on the hot paths.
 type stats struct {
-	opened       counter // WebSocket connections accepted into the registry
+	opened       counter // connections accepted into the registry, HTTP fallback sessions included
+	httpOpened   counter // HTTP fallback sessions accepted into the registry
 	clientEvents counter // client events relayed
 	delivered    counter // frames handed to connection writers
 	closed       [len(CloseCodes) + 1]counter
@@ -63,6 +64,7 @@ type stats struct {
 }
 
 func (s *stats) connOpened()           { s.opened.Add(1) }
+func (s *stats) httpSessionOpened()    { s.httpOpened.Add(1) }
 func (s *stats) connClosed(code int)   { s.closed[closeIndex(code)].Add(1) }
 func (s *stats) connRejected(code int) { s.rejected[closeIndex(code)].Add(1) }
 func (s *stats) clientEvent()          { s.clientEvents.Add(1) }
@@ -79,11 +81,12 @@ type CodeCount struct {
 
 // Counters is a snapshot of the transport's monotonic counters since start.
 type Counters struct {
-	ConnectionsOpened int64       // WebSocket connections opened
-	ClientEvents      int64       // client events relayed to their channel
-	FramesDelivered   int64       // frames written out to connections (events, replies, pings)
-	Closed            []CodeCount // opened connections that ended, by close code
-	Rejected          []CodeCount // connections refused at connect time, by close code
+	ConnectionsOpened  int64       // connections opened: WebSockets and HTTP fallback sessions
+	HTTPSessionsOpened int64       // of ConnectionsOpened, the HTTP fallback sessions
+	ClientEvents       int64       // client events relayed to their channel
+	FramesDelivered    int64       // frames written out to connections (events, replies, pings)
+	Closed             []CodeCount // opened connections that ended, by close code
+	Rejected           []CodeCount // connections refused at connect time, by close code
 
 	ConnectRateLimited     int64 // upgrades refused with HTTP 429: over Options.ConnectRateLimit for the client's address
 	SubscribeRateLimited   int64 // subscribes refused with status 429: over the connection's subscribe rate
@@ -100,11 +103,12 @@ type Counters struct {
 func (s *Handler) Counters() Counters {
 	st := &s.stats
 	c := Counters{
-		ConnectionsOpened: st.opened.Load(),
-		ClientEvents:      st.clientEvents.Load(),
-		FramesDelivered:   st.delivered.Load(),
-		Closed:            make([]CodeCount, len(st.closed)),
-		Rejected:          make([]CodeCount, len(st.rejected)),
+		ConnectionsOpened:  st.opened.Load(),
+		HTTPSessionsOpened: st.httpOpened.Load(),
+		ClientEvents:       st.clientEvents.Load(),
+		FramesDelivered:    st.delivered.Load(),
+		Closed:             make([]CodeCount, len(st.closed)),
+		Rejected:           make([]CodeCount, len(st.rejected)),
 
 		ConnectRateLimited:     st.connectLimited.Load(),
 		SubscribeRateLimited:   st.subsLimited.Load(),

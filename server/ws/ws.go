@@ -1,5 +1,6 @@
-// Package ws is the Channels WebSocket transport: it upgrades GET
-// /app/<key>, runs a session per client (reading its messages, writing what
+// Package ws is the Channels client transports: the WebSocket one, and
+// beside it pusher-js's HTTP fallback (xhr_streaming, xhr_polling; see
+// xhr.go). It upgrades GET /app/<key>, runs a session per client (reading its messages, writing what
 // the hub queues for it, pinging it when idle, closing it with the protocol's
 // codes) and speaks Pusher protocol 7 — subscribing with the private and
 // presence authorization checks, sign-in, unsubscribing, client events and
@@ -13,16 +14,23 @@
 // is the hub.Writer of its connection: the hub wakes it when there is
 // something to write.
 //
-// Files: handler.go (the endpoint: upgrade, refusals, shutdown), session.go
-// (one connection: read loop, writer, timeouts), protocol.go (the client
-// messages), limit.go (the subscribe and connect rate limits), stats.go (the
-// transport's counters).
+// Files: handler.go (the endpoint: upgrade, refusals, shutdown), peer.go
+// (what every client has, whatever carries it: the registry's Conn, the
+// idle ping, the user-authentication timeout), session.go (one WebSocket
+// connection: read loop, writer), protocol.go (the client messages, handled
+// by the peer), limit.go (the subscribe and connect rate limits), stats.go
+// (the transport's counters), xhr.go (the HTTP fallback's endpoints),
+// xhr_session.go (one fallback session: its receivers, its disconnect
+// timer), xhr_frame.go (the SockJS framing and the xhr_send body).
 //
 // # Locks
 //
 // Handler.mu (the set of sessions) is taken on its own or before a hub
 // connection's queue lock (Shutdown closing every connection), never while
-// a registry lock is held. A session's readGate is taken on its own.
+// a registry lock is held. A session's readGate is taken on its own. A
+// fallback session's locks (in, drain, mu) are taken in that order, never
+// while the handler's or a registry lock is held, except its mu, which
+// Wake takes and which is held over no call into the hub.
 package ws
 
 import (
@@ -63,6 +71,20 @@ type Options struct {
 	// connections (config.MaxSubscriptions); a subscribe beyond it is refused
 	// with a pusher:subscription_error of status 429. 0: no cap.
 	MaxSubscriptionsPerApp int
+	// DisconnectDelay is how long an HTTP fallback session may go without a
+	// receiving request (streaming or polling) before it is closed, as a
+	// WebSocket that dropped. Default 5 s, SockJS's.
+	DisconnectDelay time.Duration
+	// HeartbeatInterval is how often an HTTP fallback stream carries a
+	// heartbeat, and how long a poll waits before answering with one, so
+	// that proxies do not time the request out. Default 25 s, SockJS's.
+	HeartbeatInterval time.Duration
+	// StreamLimitBytes is how many bytes one xhr_streaming response carries
+	// before it ends, so that a browser does not keep one response's text
+	// for ever. pusher-js reopens its stream by itself once it holds 256 Ki
+	// characters, and takes a stream that ends before as a lost connection,
+	// so the default, 1 MiB, is above 256 Ki characters of 3-byte UTF-8.
+	StreamLimitBytes int
 	// ConnectRateLimit is the new connections a second allowed per client
 	// address (config.ConnectRateLimit; IPv6 per /64), with bursts of a
 	// second's worth; beyond it the upgrade is refused with HTTP 429 and
@@ -80,6 +102,9 @@ func (o Options) withDefaults() Options {
 	o.MaxChannelsPerConn = cmp.Or(o.MaxChannelsPerConn, 1000)
 	o.SubscribeRate = cmp.Or(o.SubscribeRate, DefaultSubscribeRate)
 	o.SubscribeBurst = cmp.Or(o.SubscribeBurst, DefaultSubscribeBurst)
+	o.DisconnectDelay = cmp.Or(o.DisconnectDelay, 5*time.Second)
+	o.HeartbeatInterval = cmp.Or(o.HeartbeatInterval, 25*time.Second)
+	o.StreamLimitBytes = cmp.Or(o.StreamLimitBytes, 1<<20)
 	return o
 }
 
