@@ -12,14 +12,14 @@ func TestStormWatchReleasesOnceAStormHasPassed(t *testing.T) {
 		opened int64
 		want   int
 	}{
-		{500, 0},   // connections opening
-		{1500, 0},  // still opening
-		{1500, 1},  // a quiet second after 1,500: given back
-		{1500, 1},  // quiet, nothing new since
-		{1900, 1},  // a few more
-		{1900, 1},  // quiet, but fewer than a storm since the last time
-		{2600, 1},  // a storm again
-		{2600, 2},  // and its end
+		{500, 0},  // connections opening
+		{1500, 0}, // still opening
+		{1500, 1}, // a quiet second after 1,500: given back
+		{1500, 1}, // quiet, nothing new since
+		{1900, 1}, // a few more
+		{1900, 1}, // quiet, but fewer than a storm since the last time
+		{2600, 1}, // a storm again
+		{2600, 2}, // and its end
 		{2600, 2},
 	} {
 		w.tick(step.opened)
