@@ -15,7 +15,11 @@
 // The console observes the hub through the hub's observer slot (shared with
 // webhooks through hub.Observers), so it must never block: each watcher has a
 // bounded queue and misses events, counted, when it falls behind. With nobody
-// watching, an event costs one atomic load.
+// watching, an event costs one atomic load (two in a cluster).
+//
+// In a cluster (SetRelay, relay.go) each event names the node that saw it,
+// goes to the other nodes through a Relay while one of them has a stream of
+// its app open, and the other nodes' events come in through Deliver.
 package console
 
 import (
