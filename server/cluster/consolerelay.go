@@ -70,7 +70,7 @@ type relayMessage struct {
 
 // ConsoleRelay starts relaying console events for this node; deliver gets
 // the events other nodes saw of an app this node watches, with how many
-// they dropped. Call it once, before Start; it stops with Close.
+// they dropped. Call it once; it stops with Close.
 func (c *Cluster) ConsoleRelay(deliver func(appID string, events []json.RawMessage, dropped int)) *ConsoleRelay {
 	r := &ConsoleRelay{
 		c:       c,
