@@ -15,7 +15,11 @@
 // The console observes the hub through the hub's observer slot (shared with
 // webhooks through hub.Observers), so it must never block: each watcher has a
 // bounded queue and misses events, counted, when it falls behind. With nobody
-// watching, an event costs one atomic load.
+// watching, an event costs one atomic load (two in a cluster).
+//
+// In a cluster (SetRelay, relay.go) each event names the node that saw it,
+// goes to the other nodes through a Relay while one of them has a stream of
+// its app open, and the other nodes' events come in through Deliver.
 package console
 
 import (
@@ -76,6 +80,7 @@ type Event struct {
 	URL     string `json:"url,omitempty"`    // webhook
 	Status  int    `json:"status,omitempty"` // webhook
 	Error   string `json:"error,omitempty"`  // webhook
+	Node    string `json:"node,omitempty"`   // in a cluster: the node that saw it
 }
 
 // watcher is one open event stream.
@@ -91,8 +96,14 @@ type Console struct {
 	writeTimeout time.Duration // for one write to a stream
 	watching     atomic.Int32  // open streams; 0 makes publishing free
 
+	// In a cluster (SetRelay): the node's id, put in each event, and the
+	// relay to and from the other nodes.
+	node  string
+	relay Relay
+
 	mu       sync.RWMutex
 	watchers map[*watcher]struct{}
+	apps     map[string]int // open streams per app
 	closed   chan struct{}
 	once     sync.Once
 
@@ -106,6 +117,7 @@ func New() *Console {
 		now:          time.Now,
 		writeTimeout: defaultWriteTimeout,
 		watchers:     make(map[*watcher]struct{}),
+		apps:         make(map[string]int),
 		closed:       make(chan struct{}),
 		tickets:      make(map[[sha256.Size]byte]time.Time),
 	}
@@ -115,7 +127,7 @@ var _ hub.Observer = (*Console)(nil)
 
 // Observe takes a channel event from the hub without blocking.
 func (c *Console) Observe(ev hub.Event) {
-	if c.watching.Load() == 0 {
+	if !c.wanted(ev.AppID) {
 		return
 	}
 	e := Event{AppID: ev.AppID, Kind: string(ev.Kind), Channel: ev.Channel, UserID: ev.UserID}
@@ -131,7 +143,7 @@ func (c *Console) Observe(ev hub.Event) {
 
 // Triggered records an event published through the HTTP API on one channel.
 func (c *Console) Triggered(appID, channel, event, data string) {
-	if c.watching.Load() == 0 {
+	if !c.wanted(appID) {
 		return
 	}
 	c.publish(Event{AppID: appID, Kind: httpapi.KindTrigger, Channel: channel, Event: event, Data: data})
@@ -140,14 +152,22 @@ func (c *Console) Triggered(appID, channel, event, data string) {
 // WebhookAttempt records the outcome of a webhook request; it has the
 // signature of webhook.Options.OnAttempt.
 func (c *Console) WebhookAttempt(a webhook.Attempt) {
-	if c.watching.Load() == 0 {
+	if !c.wanted(a.AppID) {
 		return
 	}
 	c.publish(Event{AppID: a.AppID, Kind: httpapi.KindWebhook, URL: a.URL, Status: a.Status, Error: a.Error})
 }
 
+// wanted reports whether a stream here or, through the relay, on another
+// node watches appID: with none open anywhere, an event costs an atomic
+// load or two.
+func (c *Console) wanted(appID string) bool {
+	return c.watching.Load() != 0 || (c.relay != nil && c.relay.Wanted(appID))
+}
+
 func (c *Console) publish(e Event) {
 	e.Time = c.now().UnixMilli()
+	e.Node = c.node
 	if len(e.Data) > maxDataBytes {
 		e.Data = e.Data[:maxDataBytes] + "…"
 	}
@@ -155,10 +175,25 @@ func (c *Console) publish(e Event) {
 	if err != nil {
 		return
 	}
+	if c.relay != nil && c.relay.Wanted(e.AppID) {
+		c.relay.Send(e.AppID, b)
+	}
+	c.fanOut(e.AppID, b, 0)
+}
+
+// fanOut queues the event b (JSON) on every stream of appID, with dropped
+// events lost before it (elsewhere) added to each stream's drops.
+func (c *Console) fanOut(appID string, b []byte, dropped int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for w := range c.watchers {
-		if w.appID != e.AppID {
+		if w.appID != appID {
+			continue
+		}
+		if dropped > 0 {
+			w.dropped.Add(int64(dropped))
+		}
+		if b == nil {
 			continue
 		}
 		select {
@@ -173,6 +208,10 @@ func (c *Console) watch(appID string) *watcher {
 	w := &watcher{appID: appID, queue: make(chan []byte, watcherQueue)}
 	c.mu.Lock()
 	c.watchers[w] = struct{}{}
+	c.apps[appID]++
+	if c.apps[appID] == 1 && c.relay != nil {
+		c.relay.Watch(appID) // under mu, so Watch and Unwatch keep their order
+	}
 	c.mu.Unlock()
 	c.watching.Add(1)
 	return w
@@ -181,6 +220,12 @@ func (c *Console) watch(appID string) *watcher {
 func (c *Console) unwatch(w *watcher) {
 	c.mu.Lock()
 	delete(c.watchers, w)
+	if c.apps[w.appID]--; c.apps[w.appID] == 0 {
+		delete(c.apps, w.appID)
+		if c.relay != nil {
+			c.relay.Unwatch(w.appID)
+		}
+	}
 	c.mu.Unlock()
 	c.watching.Add(-1)
 }

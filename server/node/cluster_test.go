@@ -1,12 +1,14 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,16 +20,18 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 )
 
-// clusterNode starts a node of the cluster on rs, with the test app.
+// clusterNode starts a node of the cluster on rs, with the test app and
+// the admin token.
 func clusterNode(t *testing.T, rs *testredis.Server, prefix, id string) (*Node, string) {
 	t.Helper()
 	n, url := serveNode(t, config.Config{
-		DB:        filepath.Join(t.TempDir(), "herald.db"),
-		AppID:     "77",
-		AppKey:    "go-sdk-key",
-		AppSecret: "go-sdk-secret",
-		RedisURL:  rs.URL(),
-		NodeID:    id,
+		DB:         filepath.Join(t.TempDir(), "herald.db"),
+		AppID:      "77",
+		AppKey:     "go-sdk-key",
+		AppSecret:  "go-sdk-secret",
+		RedisURL:   rs.URL(),
+		NodeID:     id,
+		AdminToken: testAdminToken,
 	}, WithClusterKeys(prefix), WithClusterHeartbeat(100*time.Millisecond, time.Second))
 	return n, strings.TrimPrefix(url, "http://")
 }
@@ -113,5 +117,73 @@ func TestClusterNodesServeOneApp(t *testing.T) {
 	wait.Until(t, "node b's subscriber gets it", func() bool { return strings.Contains(take(), `"event":"back"`) })
 	if strings.Contains(take(), `"event":"lost"`) {
 		t.Fatal("the refused trigger was delivered")
+	}
+}
+
+// The console's live list on one node shows what another node saw — a
+// trigger it received and a client event of its client — each naming that
+// node; with no console open anywhere, nothing goes to Redis for it.
+func TestClusterConsoleShowsEveryNode(t *testing.T) {
+	rs := testredis.Start(t)
+	prefix := fmt.Sprintf("console%d:", time.Now().UnixNano())
+	_, addrA := clusterNode(t, rs, prefix, "a")
+	b, addrB := clusterNode(t, rs, prefix, "b")
+	sdkB := goClient(addrB, "go-sdk-key", "go-sdk-secret")
+
+	if err := sdkB.Trigger("news", "unwatched", map[string]int{"id": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.relay.Stats(); st.Published != 0 || st.Sent != 0 || st.Dropped != 0 {
+		t.Fatalf("relay with no console open: %+v, want nothing published", st)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lines := consoleStream(t, ctx, addrA)
+	wait.Until(t, "node b learns that node a watches app 77", func() bool { return b.relay.Wanted("77") })
+
+	if err := sdkB.Trigger("news", "from-b", map[string]int{"id": 2}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Hub().Connect("77", hub.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(hub.CloseReason{Code: 4200, Message: "test over"})
+	if err := b.Hub().PublishClientEvent(hub.Message{AppID: "77", Channel: "private-chat", Event: "client-typing", Data: "{}", ExcludeSocketID: c.SocketID()}); err != nil {
+		t.Fatal(err)
+	}
+	// The stream is read on a goroutine, so that a missing event fails
+	// the wait rather than hanging the test.
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		for lines.Scan() {
+			if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+				mu.Lock()
+				got = append(got, data)
+				mu.Unlock()
+			}
+		}
+	}()
+	stream := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(got, "\n")
+	}
+	wantTrigger := `"kind":"trigger","channel":"news","event":"from-b","data":"{\"id\":2}","node":"b"}`
+	wantClient := `"kind":"client_event","channel":"private-chat","event":"client-typing","data":"{}","socket_id":"` + c.SocketID() + `","node":"b"}`
+	wait.Until(t, "node a's stream to carry node b's trigger and client event", func() bool {
+		all := stream()
+		return strings.Contains(all, wantTrigger) && strings.Contains(all, wantClient)
+	})
+	if all := stream(); strings.Contains(all, "unwatched") {
+		t.Fatalf("node a's stream carried the event triggered before it opened:\n%s", all)
+	}
+	// Node b sent those two and nothing else: not the event triggered
+	// while no console was open.
+	wait.Until(t, "node b to count what it sent", func() bool { return b.relay.Stats().Sent >= 2 })
+	if st := b.relay.Stats(); st.Sent != 2 || st.Dropped != 0 {
+		t.Fatalf("node b's relay: %+v, want 2 events sent", st)
 	}
 }

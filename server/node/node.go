@@ -83,6 +83,9 @@ type Node struct {
 	// cluster is the node's membership of a cluster over Redis; nil on a
 	// single node.
 	cluster *cluster.Cluster
+	// relay carries the console's events to and from the other nodes; nil
+	// on a single node.
+	relay *cluster.ConsoleRelay
 
 	// ready is what GET /readyz checks; cluster mode adds Redis here,
 	// before the route is registered.
@@ -193,6 +196,9 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 			db.Close()
 			return nil, err
 		}
+		// The console's live list shows what every node sees.
+		n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
+		n.ops.console.SetRelay(n.cluster.ID(), n.relay)
 		n.cluster.Start()
 		n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: n.cluster.Ready})
 	}

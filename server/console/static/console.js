@@ -138,7 +138,16 @@ function eventRow(ev) {
   const kind = document.createElement('span');
   kind.className = 'kind kind-' + ev.kind;
   kind.textContent = ev.kind;
-  li.append(time + ' ', kind, ' ' + describe(ev));
+  li.append(time + ' ');
+  // In a cluster each event names the node that saw it.
+  if (ev.node) {
+    li.dataset.node = ev.node;
+    const node = document.createElement('span');
+    node.className = 'node';
+    node.textContent = ev.node;
+    li.append(node, ' ');
+  }
+  li.append(kind, ' ' + describe(ev));
   return li;
 }
 
@@ -372,9 +381,9 @@ async function refreshAppHistory(appID) {
     const h = await api('/admin/v1/apps/' + encodeURIComponent(appID) + '/history');
     if (appID !== $('app').value) return;
     $('history-scope').textContent = scopeText(h);
-    // In a cluster the stream is the node's too (README: Admin API and
-    // debug console).
-    $('events-scope').textContent = h.node ? '(seen by node ' + h.node + ')' : '';
+    // In a cluster the stream carries every node's events, each naming
+    // its node (README: Admin API and debug console).
+    $('events-scope').textContent = h.node ? '(every node; this page is on node ' + h.node + ')' : '';
     drawChart('chart-connections', h, ['connections']);
     drawChart('chart-messages', h, ['triggered', 'delivered']);
     drawChart('chart-webhooks', h, ['webhooksSent', 'webhooksFailed']);

@@ -1,0 +1,139 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// inbox keeps what a relay delivered.
+type inbox struct {
+	mu      sync.Mutex
+	events  []string // app: event
+	dropped int
+}
+
+func (in *inbox) deliver(appID string, events []json.RawMessage, dropped int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, e := range events {
+		in.events = append(in.events, appID+": "+string(e))
+	}
+	in.dropped += dropped
+}
+
+func (in *inbox) all() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return strings.Join(in.events, "\n")
+}
+
+func (in *inbox) count() (events, dropped int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.events), in.dropped
+}
+
+// A node's console events go to another node while it watches the app,
+// never back to the node that sent them, and stop being wanted once
+// nobody watches.
+func TestConsoleRelay(t *testing.T) {
+	rs := testredis.Start(t)
+	prefix := fmt.Sprintf("relay%d:", time.Now().UnixNano())
+	a, b := startNode(t, rs, prefix, "a"), startNode(t, rs, prefix, "b")
+	var inA, inB inbox
+	ra, rb := a.c.ConsoleRelay(inA.deliver), b.c.ConsoleRelay(inB.deliver)
+
+	ra.Watch("app")
+	wait.Until(t, "node b to learn that node a watches app", func() bool { return rb.Wanted("app") })
+	if rb.Wanted("other") {
+		t.Fatal("node b wants the events of an app nobody watches")
+	}
+	rb.Send("app", []byte(`{"event":"one"}`))
+	wait.Until(t, "node a to get node b's event", func() bool { return inA.all() == `app: {"event":"one"}` })
+
+	// Both watch: each wants the other's events (a channel with two
+	// subscribers), and a node ignores its own.
+	rb.Watch("app")
+	wait.Until(t, "node a to learn that node b watches app too", func() bool { return ra.Wanted("app") })
+	ra.Send("app", []byte(`{"event":"two"}`))
+	wait.Until(t, "node b to get node a's event", func() bool { return inB.all() == `app: {"event":"two"}` })
+	rb.Send("app", []byte(`{"event":"three"}`))
+	// Node a read its own "two" before b's "three", which b sent after it.
+	wait.Until(t, "node a to get node b's second event", func() bool { return strings.Contains(inA.all(), "three") })
+	if got := inA.all(); got != "app: {\"event\":\"one\"}\napp: {\"event\":\"three\"}" {
+		t.Fatalf("node a got:\n%s\nwant b's events only", got)
+	}
+
+	ra.Unwatch("app")
+	rb.Unwatch("app")
+	wait.Until(t, "both to learn that nobody watches", func() bool { return !ra.Wanted("app") && !rb.Wanted("app") })
+	if st := ra.Stats(); st.Published != 1 || st.Sent != 1 || st.Received != 2 {
+		t.Fatalf("node a's relay: %+v, want 1 message of 1 event sent, 2 events received", st)
+	}
+}
+
+// Events sent faster than the bounds of a flush are dropped, and each
+// drop reaches the watching node: what it received and what it was told
+// was dropped add up to what was sent.
+func TestConsoleRelayReportsDrops(t *testing.T) {
+	rs := testredis.Start(t)
+	prefix := fmt.Sprintf("relaydrop%d:", time.Now().UnixNano())
+	a, b := startNode(t, rs, prefix, "a"), startNode(t, rs, prefix, "b")
+	var inA inbox
+	ra, rb := a.c.ConsoleRelay(inA.deliver), b.c.ConsoleRelay(func(string, []json.RawMessage, int) {})
+	ra.Watch("app")
+	wait.Until(t, "node b to learn that node a watches app", func() bool { return rb.Wanted("app") })
+	const sent = 4 * relayMaxEvents
+	for i := range sent {
+		rb.Send("app", []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	wait.Until(t, "node a to account for every event", func() bool {
+		events, dropped := inA.count()
+		return events+dropped == sent
+	})
+	events, dropped := inA.count()
+	if st := rb.Stats(); int(st.Dropped) != dropped || int(st.Sent) != events {
+		t.Fatalf("node b counted %+v; node a got %d events and %d drops", st, events, dropped)
+	}
+}
+
+// One flush takes at most relayMaxEvents events and relayMaxBytes bytes;
+// the rest are dropped and counted per app until the queue is taken.
+func TestRelayQueueBounds(t *testing.T) {
+	var q relayQueue
+	q.init()
+	for range relayMaxEvents + 5 {
+		q.add("app", []byte(`{}`))
+	}
+	q.add("other", []byte(`{}`))
+	got := q.take()
+	if len(got["app"].events) != relayMaxEvents || got["app"].dropped != 5 || got["other"].dropped != 1 || q.droppedTotal.Load() != 6 {
+		t.Fatalf("took %d events of app with %d dropped, %d dropped of other, %d in all; want %d, 5, 1, 6",
+			len(got["app"].events), got["app"].dropped, got["other"].dropped, q.droppedTotal.Load(), relayMaxEvents)
+	}
+	if q.take() != nil {
+		t.Fatal("the queue was not emptied")
+	}
+
+	big := make([]byte, relayMaxBytes/2)
+	q.add("app", big)
+	q.add("app", big)
+	q.add("app", []byte(`{}`)) // past the bytes
+	got = q.take()
+	if len(got["app"].events) != 2 || got["app"].dropped != 1 {
+		t.Fatalf("took %d events with %d dropped; want 2 and 1", len(got["app"].events), got["app"].dropped)
+	}
+}
+
+func TestGlobEscape(t *testing.T) {
+	if got := globEscape(`a*b?c[d]e\f:`); got != `a\*b\?c\[d\]e\\f:` {
+		t.Fatalf("globEscape = %q", got)
+	}
+}
