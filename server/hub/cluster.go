@@ -181,14 +181,14 @@ func (h *Hub) completeSubscribe(s *Snapshot) {
 	}
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	sub := c.channels[s.Channel]
+	sub := c.channels.get(s.Channel)
 	if c.removed || sub == nil || sub.cl == nil || sub.cl.token != s.Token || (!sub.cl.pending && !sub.cl.resend) {
 		return
 	}
 	cs := sub.cl
 	if s.Full {
 		if cs.pending {
-			delete(c.channels, s.Channel)
+			c.channels.remove(s.Channel)
 			a.subs.Add(-1)
 			c.Send(cs.refusal)
 		}
@@ -230,7 +230,7 @@ func clusterSucceededFrame(ch *channel, s *Snapshot) []byte {
 // cluster, whose Snapshot completes it. The caller holds c.subMu.
 func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) error {
 	a := c.app
-	if sub := c.channels[name]; sub != nil {
+	if sub := c.channels.get(name); sub != nil {
 		// Subscribed (or on the way): a fresh snapshot answers again.
 		if !sub.cl.pending {
 			sub.cl.resend = true
@@ -248,7 +248,7 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 	if !a.takeSubscription(opts.MaxAppSubscriptions) {
 		return ErrTooManySubscriptions
 	}
-	c.channels[name] = sub
+	c.channels.set(name, sub)
 	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: opts.MaxMembers, Token: sub.cl.token})
 	return nil
 }
@@ -402,7 +402,7 @@ func (h *Hub) Share(maxMembers func(appID string) int) ([]ShareEntry, []ShareSig
 		for _, c := range conns {
 			c.subMu.Lock()
 			if !c.removed {
-				for name, sub := range c.channels {
+				for name, sub := range c.channels.all() {
 					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: max, Token: sub.cl.token}, Pending: sub.cl.pending || sub.cl.resend})
 				}
 				if c.userID != "" {
@@ -432,9 +432,8 @@ func (h *Hub) LocalConnections() map[string]int {
 // removeClustered takes c out of this node's registry and reports each of
 // its subscriptions and its sign-in to the cluster. The caller holds c.subMu.
 func (h *Hub) removeClustered(a *appState, c *Conn) {
-	for name, sub := range c.channels {
-		delete(c.channels, name)
-		h.leaveClustered(a, c, name, sub)
+	for _, e := range c.channels.takeAll() {
+		h.leaveClustered(a, c, e.name, e.sub)
 	}
 	if c.userID != "" {
 		h.removeUserClustered(a, c)

@@ -47,7 +47,7 @@ type Conn struct {
 	// removal (see the lock order in hub.go). It guards channels, userID,
 	// watchlist and removed.
 	subMu     sync.Mutex
-	channels  map[string]*subscription
+	channels  subscriptions
 	userID    string   // set by SignIn
 	watchlist []string // user ids watched, set by SignIn
 	removed   bool
@@ -103,7 +103,6 @@ func newConn(app *appState, socketID string, maxQueueBytes int, w Writer) *Conn 
 	return &Conn{
 		socketID:    socketID,
 		app:         app,
-		channels:    make(map[string]*subscription),
 		maxOutBytes: maxQueueBytes,
 		writer:      w,
 	}
@@ -120,7 +119,7 @@ func (c *Conn) AppID() string { return c.app.id }
 func (c *Conn) Subscription(name string) (userID string, ok bool) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	sub := c.channels[name]
+	sub := c.channels.get(name)
 	if sub == nil || sub.pending() {
 		return "", false
 	}
@@ -131,7 +130,7 @@ func (c *Conn) Subscription(name string) (userID string, ok bool) {
 func (c *Conn) SubscriptionCount() int {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	return len(c.channels)
+	return c.channels.len()
 }
 
 // UserID is the user the connection signed in as, or "".

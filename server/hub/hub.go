@@ -264,7 +264,7 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 		return h.subscribeClustered(c, name, opts)
 	}
 	a := c.app
-	if sub := c.channels[name]; sub != nil {
+	if sub := c.channels.get(name); sub != nil {
 		// Already subscribed: the channel cannot be dead while c is on it.
 		sub.ch.mu.Lock()
 		c.Send(succeededFrame(sub.ch, name))
@@ -318,7 +318,7 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	}
 	h.countChangedLocked(a, ch)
 	ch.mu.Unlock()
-	c.channels[name] = &subscription{ch: ch, userID: userID}
+	c.channels.set(name, &subscription{ch: ch, userID: userID})
 	return nil
 }
 
@@ -401,11 +401,11 @@ func (h *Hub) dropIfEmpty(a *appState, ch *channel) {
 func (h *Hub) Unsubscribe(c *Conn, name string) bool {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	sub := c.channels[name]
+	sub := c.channels.get(name)
 	if sub == nil {
 		return false
 	}
-	delete(c.channels, name)
+	c.channels.remove(name)
 	if h.cluster != nil {
 		h.leaveClustered(c.app, c, name, sub)
 		return true
@@ -612,9 +612,8 @@ func (h *Hub) Remove(c *Conn) {
 		h.removeClustered(a, c)
 		return
 	}
-	for name, sub := range c.channels {
-		h.leave(a, c, sub)
-		delete(c.channels, name)
+	for _, e := range c.channels.takeAll() {
+		h.leave(a, c, e.sub)
 	}
 	if c.userID != "" {
 		a.usersMu.Lock()

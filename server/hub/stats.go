@@ -66,7 +66,7 @@ func (a *appState) localMembers() int {
 	users := make(map[[2]string]struct{})
 	for _, c := range conns {
 		c.subMu.Lock()
-		for name, sub := range c.channels {
+		for name, sub := range c.channels.all() {
 			if sub.ch != nil && sub.ch.presence {
 				users[[2]string{name, sub.userID}] = struct{}{}
 			}
