@@ -40,7 +40,7 @@ import (
 	"github.com/heraldrt/herald/server/internal/recovery"
 )
 
-// Options tune a Listener. Zero values take the defaults.
+// Options tune a Server. Zero values take the defaults.
 type Options struct {
 	// PathPrefix is what an upgrade request's path starts with to be served
 	// here. Default "/app/".

@@ -19,7 +19,8 @@
 // idle ping, the user-authentication timeout), session.go (one WebSocket
 // connection: read loop, writer), protocol.go (the client messages, handled
 // by the peer), limit.go (the subscribe and connect rate limits), stats.go
-// (the transport's counters), xhr.go (the HTTP fallback's endpoints),
+// (the transport's counters), release.go (memory given back after a
+// connect storm), xhr.go (the HTTP fallback's endpoints),
 // xhr_session.go (one fallback session: its receivers, its disconnect
 // timer), xhr_frame.go (the SockJS framing and the xhr_send body).
 //
