@@ -541,7 +541,7 @@ type ServerInterface interface {
 	// GetAppHistory The app's traffic over the last hour on this node.
 	// (GET /admin/v1/apps/{app_id}/history)
 	GetAppHistory(c *gin.Context, appId AppID)
-	// GetAppLive The app's live state on this node.
+	// GetAppLive The app's live state (the whole cluster's in cluster mode).
 	// (GET /admin/v1/apps/{app_id}/live)
 	GetAppLive(c *gin.Context, appId AppID)
 	// RotateAppSecret Give the app a new random secret.
@@ -2697,7 +2697,7 @@ type StrictServerInterface interface {
 	// GetAppHistory The app's traffic over the last hour on this node.
 	// (GET /admin/v1/apps/{app_id}/history)
 	GetAppHistory(ctx context.Context, request GetAppHistoryRequestObject) (GetAppHistoryResponseObject, error)
-	// GetAppLive The app's live state on this node.
+	// GetAppLive The app's live state (the whole cluster's in cluster mode).
 	// (GET /admin/v1/apps/{app_id}/live)
 	GetAppLive(ctx context.Context, request GetAppLiveRequestObject) (GetAppLiveResponseObject, error)
 	// RotateAppSecret Give the app a new random secret.
@@ -3535,26 +3535,27 @@ var swaggerSpec = []string{
 	"NcM5aaNhrSqBwUOMWLfT6XiKEuwp4kJlAABmQcAPeoQaBboALuMo5zwdsQnPfY6PDoC/Lz8x8fSjl1Od",
 	"474TmH11fYelauFVTkbKvqdz2FnJnTLHkwmNKnGq5Huh8NvzRM1X6KvEVNbzK6tmYTpAQjQr6JWoIOpU",
 	"nclNaYkRwwzKFyzUHTLnjup6BwCoymsdrgJYztBQGPB5oDCaDvdDYW7IQ6EwN2QZH1fYtL84Kz+bHS6l",
-	"wIXl/cu5Pudq4FZVKup5oxcnbtJJD6KFBEPI1wB5OCO+yFltbuO9stC6kHgu2sjkCbQs2kpO2AUQ1lPe",
-	"ECJPLFwIQsz2oDxxcu2LgboTmMcwy04tBOZ7S8SUGWVFdAv1/X4sxjslISWIwuUcB7a8wjGt1URYgV6s",
-	"4XErohmGuSbz0F7wsfhXG9mBS5+g52sp+Qrbu4BnfGKhm0Us5FG5yCfzJ21UmFjJqLVyFOtzbKOZ//sK",
-	"dkl/RZBkjVlcDnTKZDwPJLLiogoXOWJGAs7Pj96EJU6yxqslHnKSEzEzF1gVuy2HLB5Vn/x6fDjwSRA9",
-	"yN43Pk6IIo17pEaT+75J+JDPctUvAq/8ht3DmPmfiRmkTv2stQTyEcJ4nyD+wBGujSO8TzP4DdTWN+fr",
-	"VGtjCxdNlimU1PCqKkViUYZLYH81NfAD+/c47N/SXVluLJbCAhf7utcReV4P4x2Rz8IUfxlV9r3hCe/n",
-	"gBU+yIPOdM6n+VbADJsezALqaKnu0eXaxuvU0/HhDZ/FRbGVIR0n4/iTMElXJ/es1tr48PEH3xdM3eo6",
-	"QUv9t3/47ugTOj45+nV4dog+HP4dfh2xj0fvzobTw+HH/Y/v9ud/vDv92H89nB6+Ozgw/749fL///vo2",
-	"vj3aH/7yy/Q//+P/jhi0Pfz0xtNfUK/EU/+EqlN1Z+EzqorF/rAFWhw6ON98KMPWAmEU47nni5ymxIt6",
-	"+xH+0j8T7fj/tb/0uLTd9whofKhP9Xh8Y1Mv3g9ydPytEumoNLcuuBEik/4H030C9Usom7owJP0RxX6n",
-	"j8blGqq76hBqgCJhDBXsmvFbt4KZrrSi86X24m6Ja/JiHf97GfjvHgTpfBDdi3x8MOc/Fgi5FuM30JC2",
-	"zXipG3APLvK/GzN+34BJHy8uoiQfzJH3YQTe6GT3HGEpSZqZejUmCX81V45nxFMSQv7XAROM2MPRBKgB",
-	"Jhixx6AJ3AT9iG241aHUkMZn3wzRWBcnGqMNk4SoFeTaDEdsnBOZU3gFI5ljJgDAqdoVOQkRPNSboL8O",
-	"vKmLQcREGelrwtQEdEwRToW32J774816Wl/nH0saV8tLcbyY0V+Sg7Si8GyZddrocF3x/ZFjr+ueFwK+",
-	"dWlLyVFbaWS9hPuznSTXUgi1ilpLoyGK24WsTichYuTWwf84afgs59OcCIE2bHmwUNfyCc3nlDfNhy6I",
-	"pc/cVDkgzNSUEwZKSPMygDNixhk2cRX4FLaOqujoVb2gik37UJ0H8gmQm8EpId/BAsHrtHjPb1GK2dyl",
-	"hEEO7JVfC9LfFyljcr2O+Sj+HwUBKTVgWsDWBa7E2Og8NDHfCjFfrCmrcnY9Bdwuniz5mbf22krh95Rr",
-	"W1/+vY29qqAk9F/7PPfc+iMnkTI9VTjAkTCNbvmvUxlPRDCs5dz6YAzXZL4WlKHyeOt4hnZ5/HMPfHFV",
-	"adcLXrD3/R+CXLBLfC74wl8isuKBNCjifJewhipctIht0Ita4mM7dc+A192KZ79fKH7W+F0tCdVd5cHW",
-	"Vrf3qt1pd9rdwW5ntwO8b4ZYcotA1y1rVxYDkBZ34eKFJbeomfN+NfO7i7v/FwAA//8=",
+	"wIHlbVS5maqcPGWl+k15TDb/NeKQczWjVlVD6nnDGiduNkoPoqUHQyzYIHw4I76QWm1u472yAruQeC7a",
+	"yCQQtJDaEk/YRRbWc+EQO08sjghiz/YEPXGS8IsRvBOYxzDLTi025nvL0JSpZkV0iwH+fkzJOyU6JbrC",
+	"5RwHz7zCY60VS1gBa6wBdSuiGYa5JvPQ3vyxwFgb8oHboGAAarn6CvS7AHR8YgWcRZDkUbnIJ/MnbZSe",
+	"WMmotToV63Nso5n/wwt2SX9F9GSNWVwOdOpnPA9WsuKiCjA5YkYCzs+P3oQlgLLGqyVQcpITMTM3WxW7",
+	"LccyHlXfAnt8nPBJ2D1I6ze+WogiDYikRpP7Plb4kO911W8Ir/y43cOY+Z8JJqROYa21BPIRwnifIP4A",
+	"GK4NMLxPM/gN1NY357NVa4MOF02WqaDU8KoqRWLhh0vwgDU18AMU+DhQ4NJdWW4sluIFF/u61xF5Xg/j",
+	"HZHPwhR/GVX2vQEN7+eAFT7Ig850zjf7VuAPmx7MAhxpqe7RddzG6xTa8QERn8VFsSUjHSfj+JMw2Vgn",
+	"Ka3W2vgi8gffp03dsjtBS/23f/ju6BM6Pjn6dXh2iD4c/h1+HbGPR+/OhtPD4cf9j+/253+8O/3Yfz2c",
+	"Hr47ODD/vj18v//++ja+Pdof/vLL9D//4/+OGLQ9/PTG019QL9FT/7aqU45n4fuqisX+sJVbHDo4H4Mo",
+	"49kCYRTjuedTnab2i3r7Ef7SPxMG+f+1v/S4fN73iHR8qE/1eOBjUy/ej350/K0SAqk0t67EESKDCwDT",
+	"fQKFTSibuvgk/XXFfqePxuUaqkvsEGqA6mEMFeya8Vu3tJkuwaITqfZGbwl48oIg/3sZ+O8eHel8Kd0L",
+	"iXww5z8WIbkW4zdgkrbNeKkbcA9g8r8bM37fSEofLy7CJx/MkfeBB97oLPgcYSlJmplCNiY7fzVXjmfE",
+	"UxJCYthBGYzYw2EGqIEyGLHHwAzczP2Ibbhlo9SQxmffDNFYVy0aow2ThKhV6toMR2ycE5lTeAUjmWMm",
+	"ANmp2hU5CRE81JugPxu8qatExEQZ6WvC1AR0TBFOhbfYnvvjzXq+XycmSxpXy0txvJjqX5KctKLwbCl3",
+	"2uhwXfH9kXyv654XAj6CaWvMUVuCZL1M/LOdJNdSCLVSW0ujIYrbhaxOJyFi5NYBBjn5+Szn05wIgTZs",
+	"3bBQF/kJzXeWN80XMIilz9yUPyDMFJsTBmNI8zKAM2LGGTZxFfhGto6q6OhVvdKKTftQnQfyCZCbwSmx",
+	"4MECweu0eM9vUYrZ3KWEgRTslZ8R0h8eKWNyvY75Wv4fBQEpNShbAN0FrsTY6Dw0MR8RMZ+yKct1dj2V",
+	"3S6eLPmZtyjbSuH31HFbX/69jb2qoCT0X/s899z6IyeRMj1VOMCRMA17+a9TGU9EMKzl3PpgDNdkvhaU",
+	"ofJ463iGdnn8cw98cVWC1wtesIUAHoJcsEt8LvjCXyKy4oE0KOJ8l7CGKly0iG3Qi1riYzsF0YDX3VJo",
+	"v18oftbAXi0J1SXmwdZWt/eq3Wl32t3Bbme3A7xvhlhyvUAXNGtXFgOQFnfh4k0mt9qZ834187uLu/8X",
+	"AAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -710,7 +710,7 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
 	GetAppHistory(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetAppLive The app's live state on this node.
+	// GetAppLive The app's live state (the whole cluster's in cluster mode).
 	//
 	// Open connections and occupied channels with their subscriber counts
 	// and, on presence channels, the member ids (at most 100 per channel).
@@ -1077,7 +1077,7 @@ func (c *Client) GetAppHistory(ctx context.Context, appId AppID, reqEditors ...R
 	return c.Client.Do(req)
 }
 
-// GetAppLive The app's live state on this node.
+// GetAppLive The app's live state (the whole cluster's in cluster mode).
 //
 // Open connections and occupied channels with their subscriber counts
 // and, on presence channels, the member ids (at most 100 per channel).
@@ -2297,7 +2297,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
 	GetAppHistoryWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error)
 
-	// GetAppLiveWithResponse The app's live state on this node.
+	// GetAppLiveWithResponse The app's live state (the whole cluster's in cluster mode).
 	//
 	// Open connections and occupied channels with their subscriber counts
 	// and, on presence channels, the member ids (at most 100 per channel).
@@ -4041,7 +4041,7 @@ func (c *ClientWithResponses) GetAppHistoryWithResponse(ctx context.Context, app
 	return ParseGetAppHistoryResponse(rsp)
 }
 
-// GetAppLiveWithResponse The app's live state on this node.
+// GetAppLiveWithResponse The app's live state (the whole cluster's in cluster mode).
 //
 // Open connections and occupied channels with their subscriber counts
 // and, on presence channels, the member ids (at most 100 per channel).

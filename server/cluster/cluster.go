@@ -96,7 +96,8 @@ type Cluster struct {
 	id    string
 	epoch string // this process's value of its heartbeat key
 	hub   *hub.Hub
-	p     string // key prefix
+	relay atomic.Pointer[ConsoleRelay] // set by ConsoleRelay, for Stats
+	p     string                       // key prefix
 
 	pub chan *pubReq
 	ops opQueue

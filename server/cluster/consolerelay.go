@@ -80,6 +80,7 @@ func (c *Cluster) ConsoleRelay(deliver func(appID string, events []json.RawMessa
 		changed: make(chan struct{}, 1),
 	}
 	r.queue.init()
+	c.relay.Store(r)
 	c.run(r.loop)
 	return r
 }
@@ -124,8 +125,11 @@ type RelayStats struct {
 	Received  int64 // events received from other nodes
 }
 
-// Stats returns the relay's counts.
+// Stats returns the relay's counts; a nil relay has none.
 func (r *ConsoleRelay) Stats() RelayStats {
+	if r == nil {
+		return RelayStats{}
+	}
 	return RelayStats{
 		Published: r.published.Load(), Sent: r.sent.Load(),
 		Dropped: r.queue.droppedTotal.Load(), Received: r.received.Load(),

@@ -144,6 +144,8 @@ type Stats struct {
 	Reaped        int64 // dead nodes whose record this node took out
 	Outages       int64 // times Redis stopped answering
 	Panics        int64 // panics recovered while handling a message
+	// Console is the console relay's counts (zero without a relay).
+	Console RelayStats
 }
 
 // Stats returns the cluster's figures.
@@ -159,5 +161,6 @@ func (c *Cluster) Stats() Stats {
 		Reaped:        c.stats.reaped.Load(),
 		Outages:       c.stats.outages.Load(),
 		Panics:        c.stats.panics.Count(),
+		Console:       c.relay.Load().Stats(),
 	}
 }

@@ -28,6 +28,7 @@ type collector struct {
 	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
 	clusterPublishErrors, clusterReceived         *prometheus.Desc
 	clusterReplayed, publishLimitErrors           *prometheus.Desc
+	clusterConsole                                *prometheus.Desc
 	clusterResyncs, clusterReaped, clusterOutages *prometheus.Desc
 }
 
@@ -70,6 +71,7 @@ func newCollector(src Sources) *collector {
 		clusterReaped:        d("cluster_nodes_reaped_total", "Dead nodes whose clients this node took out of the cluster."),
 		clusterOutages:       d("cluster_outages_total", "Times Redis stopped answering this node."),
 		clusterReplayed:      d("cluster_messages_replayed_total", "Messages this node published again because Redis lost its data before every node had read them."),
+		clusterConsole:       d("cluster_console_events_total", "Debug console events relayed between nodes, by outcome: sent to the nodes watching, dropped past a flush's bounds, received from other nodes.", "outcome"),
 	}
 }
 
@@ -80,7 +82,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
-		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.publishLimitErrors,
+		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.clusterConsole, c.publishLimitErrors,
 	} {
 		ch <- d
 	}
@@ -170,6 +172,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		count(c.clusterReaped, st.Reaped)
 		count(c.clusterOutages, st.Outages)
 		count(c.clusterReplayed, st.Replayed)
+		count(c.clusterConsole, st.Console.Sent, "sent")
+		count(c.clusterConsole, st.Console.Dropped, "dropped")
+		count(c.clusterConsole, st.Console.Received, "received")
 		count(c.panics, st.Panics, "cluster")
 	}
 	if p := c.src.Publish; p != nil {

@@ -186,4 +186,13 @@ func TestClusterConsoleShowsEveryNode(t *testing.T) {
 	if st := b.relay.Stats(); st.Sent != 2 || st.Dropped != 0 {
 		t.Fatalf("node b's relay: %+v, want 2 events sent", st)
 	}
+	res, err := http.Get("http://" + addrB + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	metrics, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(metrics), `herald_cluster_console_events_total{outcome="sent"} 2`) {
+		t.Fatal("node b's metrics do not count the 2 console events it sent")
+	}
 }
