@@ -54,7 +54,6 @@ var errHeadTooSlow = errors.New("upgrade: no complete request head in time")
 // connection is done.
 func readHead(c net.Conn, opts Options) (head, error) {
 	h := head{buf: headBuffers.Get().(*[]byte)}
-	want := "GET " + opts.PathPrefix
 	if err := c.SetReadDeadline(time.Now().Add(opts.HeaderTimeout)); err != nil {
 		return h, err
 	}
@@ -65,7 +64,7 @@ func readHead(c net.Conn, opts Options) (head, error) {
 		b = b[:len(b)+n]
 		*h.buf = b
 		if n > 0 {
-			if !hasPrefixSoFar(b, want) {
+			if !hasPrefixSoFar(b, "GET ") || len(b) > 4 && !hasPrefixSoFar(b[4:], opts.PathPrefix) {
 				return h, nil
 			}
 			if end := headEnd(b); end > 0 {
