@@ -119,7 +119,8 @@ func (s *Handler) ServeClient(w http.ResponseWriter, r *http.Request, clientIP s
 		}
 	}
 	if headHijackerOf(w) != nil {
-		// server/upgrade serves its requests on this pool already.
+		// A request from server/upgrade, which runs them on this pool
+		// already (the node and the tests give it Handler.Go).
 		s.upgrade(w, r)
 		return
 	}
