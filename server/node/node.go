@@ -84,7 +84,7 @@ type Node struct {
 	// single node.
 	cluster *cluster.Cluster
 	// relay carries the console's events to and from the other nodes; nil
-	// on a single node.
+	// on a single node and without an admin token (no console to show them).
 	relay *cluster.ConsoleRelay
 
 	// ready is what GET /readyz checks; cluster mode adds Redis here,
@@ -196,9 +196,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 			db.Close()
 			return nil, err
 		}
-		// The console's live list shows what every node sees.
-		n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
-		n.ops.console.SetRelay(n.cluster.ID(), n.relay)
+		if cfg.AdminToken != "" {
+			// The console's live list shows what every node sees.
+			n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
+			n.ops.console.SetRelay(n.cluster.ID(), n.relay)
+		}
 		n.cluster.Start()
 		n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: n.cluster.Ready})
 	}
@@ -290,8 +292,10 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.bg.Add(2)
 	go func() { defer n.bg.Done(); apps.Run(bgCtx, appReloadInterval) }()
 	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
-	n.bg.Add(1)
-	go func() { defer n.bg.Done(); n.ops.history.Run(bgCtx.Done()) }()
+	if h := n.ops.history; h != nil {
+		n.bg.Add(1)
+		go func() { defer n.bg.Done(); h.Run(bgCtx.Done()) }()
+	}
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); instances.Run(bgCtx, appReloadInterval) }()
 	if cert != nil {
