@@ -37,7 +37,7 @@ type ops struct {
 	// history is the console's charts; nil without an admin token, where
 	// nothing could read it, so nothing pays for it.
 	history *history.Recorder
-	timer   gin.HandlerFunc   // times HTTP requests; set by start
+	timer   gin.HandlerFunc // times HTTP requests; set by start
 
 	mu  sync.Mutex
 	srv *http.Server // the separate metrics listener, when HERALD_METRICS_ADDR is set
