@@ -9,9 +9,10 @@
 // nothing.
 //
 // Figures reach a Recorder two ways: counts of things as they happen
-// (Count: a trigger, a webhook attempt, a push delivery), which cost one
-// map read and one atomic add, and readings taken at each sample (Sources:
-// the connections of each app, the frames the hub delivered so far).
+// (Count: a webhook attempt, a push delivery), which cost one map read and
+// one atomic add, and readings taken at each sample (Sources: the
+// connections of each app, the running totals of frames delivered and
+// events triggered, which the hub keeps anyway).
 //
 // The history is the node's own: in a cluster, each node keeps the figures
 // of what it served.
@@ -42,8 +43,8 @@ const (
 // The series of an app, in Series order: a gauge, then rates per second.
 const (
 	AppConnections    = iota // open connections at the sample
-	AppTriggered             // events triggered through the HTTP API (or the admin API), per channel
-	AppDelivered             // frames queued to the app's connections
+	AppTriggered             // events triggered through the HTTP API (or the admin API), per channel; read (AppReading)
+	AppDelivered             // frames queued to the app's connections; read (AppReading)
 	AppWebhooksSent          // webhook requests answered 2xx
 	AppWebhooksFailed        // webhook attempts that failed
 	appSeries
@@ -77,6 +78,19 @@ type AppReading struct {
 	AppID       string
 	Connections int
 	Delivered   int64 // frames delivered since the node started (a running total)
+	Triggered   int64 // events triggered since the node started (a running total)
+}
+
+// totals are the app series read as running totals, whose rates come from
+// the difference between two readings.
+var totals = [...]int{AppDelivered, AppTriggered}
+
+// total is the running total of series s (one of totals) in a.
+func (a *AppReading) total(s int) int64 {
+	if s == AppDelivered {
+		return a.Delivered
+	}
+	return a.Triggered
 }
 
 // Sources are read at each sample. Nil fields are skipped.
@@ -112,10 +126,10 @@ type pending [appSeries]atomic.Int64
 // float64 (at most MaxKeys × Points × 5 values: 14 MB with the defaults)
 // and is precise enough for a chart.
 type track struct {
-	vals      []float32
-	delivered int64 // the last reading of AppReading.Delivered
-	read      bool  // delivered holds a reading
-	seen      bool  // read at the last sample (Apps): cleared before each
+	vals []float32
+	last [len(totals)]int64 // the last reading of each of totals
+	read bool               // last holds a reading
+	seen bool               // read at the last sample (Apps): cleared before each
 }
 
 // Recorder keeps the history. Its methods are safe for concurrent use.
@@ -153,7 +167,7 @@ func New(src Sources, opts Options) *Recorder {
 // Interval is the time between two points.
 func (r *Recorder) Interval() time.Duration { return r.opts.Interval }
 
-// Count adds n to one series of an app or instance (AppTriggered,
+// Count adds n to one series of an app or instance (AppWebhooksSent,
 // InstanceFailed, …) for the current interval. It never blocks; once
 // MaxKeys keys are counted, counts of further ones are lost.
 func (r *Recorder) Count(k Kind, id string, series int, n int64) {
@@ -223,10 +237,14 @@ func (r *Recorder) Sample(now time.Time) {
 		}
 		v := t.vals[slot*appSeries : (slot+1)*appSeries]
 		v[AppConnections] = float32(a.Connections)
-		if t.read && a.Delivered >= t.delivered {
-			v[AppDelivered] = float32(float64(a.Delivered-t.delivered) / secs)
+		for i, s := range totals {
+			now := a.total(s)
+			if t.read && now >= t.last[i] {
+				v[s] = float32(float64(now-t.last[i]) / secs)
+			}
+			t.last[i] = now
 		}
-		t.delivered, t.read, t.seen = a.Delivered, true, true
+		t.read, t.seen = true, true
 	}
 	r.counts.Range(func(k, p any) bool {
 		kk := k.(key)

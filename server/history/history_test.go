@@ -32,16 +32,13 @@ func (f *fakeApps) sources() Sources {
 }
 
 func TestRatesAndGauges(t *testing.T) {
-	src := &fakeApps{readings: []AppReading{{AppID: "1", Connections: 3, Delivered: 100}}, gone: map[string]bool{}}
+	src := &fakeApps{readings: []AppReading{{AppID: "1", Connections: 3, Delivered: 100, Triggered: 7}}, gone: map[string]bool{}}
 	r := New(src.sources(), Options{Interval: 5 * time.Second, Points: 10})
-	r.Sample(t0) // the first reading of Delivered: no rate yet
-	for range 10 {
-		r.Count(App, "1", AppTriggered, 1)
-	}
+	r.Sample(t0) // the first reading of the running totals: no rate yet
 	r.Count(App, "1", AppWebhooksSent, 5)
 	r.Count(App, "1", AppWebhooksFailed, 1)
 	r.Count(Instance, "in-1", InstanceFailed, 20)
-	src.readings = []AppReading{{AppID: "1", Connections: 4, Delivered: 150}}
+	src.readings = []AppReading{{AppID: "1", Connections: 4, Delivered: 150, Triggered: 17}}
 	r.Sample(t0.Add(5 * time.Second))
 
 	h := r.Get(App, "1")
@@ -64,9 +61,10 @@ func TestRatesAndGauges(t *testing.T) {
 	if in.Series[InstanceFailed][1] != 4 || in.Series[InstanceDelivered][1] != 0 || len(in.Series) != len(InstanceSeriesNames) {
 		t.Fatalf("instance %v", in.Series)
 	}
-	// Counts are taken once: the next point is back to 0.
+	// Counts are taken once, running totals that did not move are no
+	// rate: the next point is back to 0.
 	r.Sample(t0.Add(10 * time.Second))
-	if h := r.Get(App, "1"); h.Series[AppTriggered][2] != 0 || h.Series[AppConnections][2] != 4 {
+	if h := r.Get(App, "1"); h.Series[AppTriggered][2] != 0 || h.Series[AppWebhooksSent][2] != 0 || h.Series[AppConnections][2] != 4 {
 		t.Fatalf("third point %v", h.Series)
 	}
 	// An app with no figures yet has zeros at every point.
@@ -83,7 +81,7 @@ func TestRingIsBounded(t *testing.T) {
 	r := New(src.sources(), Options{Interval: time.Second, Points: 10})
 	now := t0
 	for i := range 35 {
-		r.Count(App, "1", AppTriggered, int64(i))
+		r.Count(App, "1", AppWebhooksSent, int64(i))
 		now = now.Add(time.Second)
 		r.Sample(now)
 	}
@@ -91,14 +89,14 @@ func TestRingIsBounded(t *testing.T) {
 	if len(h.Times) != 10 || h.Times[0] != t0.Add(26*time.Second).UnixMilli() || h.Times[9] != now.UnixMilli() {
 		t.Fatalf("times %v", h.Times)
 	}
-	for i, v := range h.Series[AppTriggered] {
+	for i, v := range h.Series[AppWebhooksSent] {
 		if want := float32(25 + i); v != want {
 			t.Fatalf("point %d = %v, want %v (oldest first)", i, v, want)
 		}
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		r.Count(App, "1", AppTriggered, 1)
-		r.Count(App, "2", AppWebhooksSent, 1)
+		r.Count(App, "1", AppWebhooksSent, 1)
+		r.Count(App, "2", AppWebhooksFailed, 1)
 		now = now.Add(time.Second)
 		r.Sample(now)
 	})
@@ -113,7 +111,7 @@ func TestDeletedKeysAreDropped(t *testing.T) {
 	src := &fakeApps{readings: []AppReading{{AppID: "1"}, {AppID: "2"}}, gone: map[string]bool{}}
 	r := New(src.sources(), Options{Points: 4})
 	r.Count(Instance, "in-1", InstanceDelivered, 1)
-	r.Count(App, "2", AppTriggered, 1)
+	r.Count(App, "2", AppWebhooksSent, 1)
 	r.Sample(t0)
 	if st := r.Stats(); st.Tracked != 3 || st.Counted != 2 {
 		t.Fatalf("stats %+v", st)
@@ -126,7 +124,7 @@ func TestDeletedKeysAreDropped(t *testing.T) {
 	if st := r.Stats(); st.Tracked != 1 || st.Counted != 0 {
 		t.Fatalf("after deleting app 2 and in-1: %+v", st)
 	}
-	if h := r.Get(App, "2"); h.Series[AppTriggered][0] != 0 {
+	if h := r.Get(App, "2"); h.Series[AppWebhooksSent][0] != 0 {
 		t.Fatalf("deleted app kept its points: %v", h.Series)
 	}
 }

@@ -215,7 +215,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	engine.Use(n.ops.middleware())
 	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
-	channelsAPI.OnTrigger(n.ops.triggered)
+	channelsAPI.OnTrigger(n.ops.console.Triggered)
 	channelsAPI.Register(engine)
 	// One budget per client address over both anonymous Push APIs.
 	anon := httpapi.NewAnonLimiter(cfg.AnonRateLimit)

@@ -53,10 +53,10 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps,
 	}
 	o.history = history.New(history.Sources{
 		Apps: func() []history.AppReading {
-			stats := h.AppStats()
-			out := make([]history.AppReading, len(stats))
-			for i, st := range stats {
-				out[i] = history.AppReading{AppID: st.AppID, Connections: st.Connections, Delivered: st.Delivered}
+			counters := h.AppCounters()
+			out := make([]history.AppReading, len(counters))
+			for i, c := range counters {
+				out[i] = history.AppReading{AppID: c.AppID, Connections: c.Connections, Delivered: c.Delivered, Triggered: c.Triggered}
 			}
 			return out
 		},
@@ -118,15 +118,6 @@ func (o *ops) pushOutcome(instanceID, outcome string) {
 		return
 	}
 	o.history.Count(history.Instance, instanceID, series, 1)
-}
-
-// triggered goes into ChannelsAPI.OnTrigger.
-func (o *ops) triggered(appID, channel, event, data string) {
-	o.metrics.Triggered(appID)
-	if o.history != nil {
-		o.history.Count(history.App, appID, history.AppTriggered, 1)
-	}
-	o.console.Triggered(appID, channel, event, data)
 }
 
 // middleware times requests; install it on the engine before any route. It
