@@ -100,24 +100,21 @@ func (o *ops) webhookAttempt(a webhook.Attempt) {
 }
 
 // pushOutcome goes into push.Options.OnOutcome.
-func (o *ops) pushOutcome(instanceID, outcome string) {
+func (o *ops) pushOutcome(instanceID string, outcome storage.DeliveryOutcome) {
 	if o.history == nil {
 		return
 	}
-	var series int
-	switch outcome {
-	case push.OutcomeDelivered:
-		series = history.InstanceDelivered
-	case push.OutcomeFailed:
-		series = history.InstanceFailed
-	case push.OutcomeRetried:
-		series = history.InstanceRetried
-	case push.OutcomeDeadToken:
-		series = history.InstanceDeadToken
-	default:
-		return
+	if series, ok := instanceSeries[outcome]; ok {
+		o.history.Count(history.Instance, instanceID, series, 1)
 	}
-	o.history.Count(history.Instance, instanceID, series, 1)
+}
+
+// instanceSeries is the history's series of each recorded push outcome.
+var instanceSeries = map[storage.DeliveryOutcome]int{
+	storage.DeliverySent:      history.InstanceDelivered,
+	storage.DeliveryFailed:    history.InstanceFailed,
+	storage.DeliveryRetry:     history.InstanceRetried,
+	storage.DeliveryDeadToken: history.InstanceDeadToken,
 }
 
 // middleware times requests; install it on the engine before any route. It
