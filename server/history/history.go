@@ -74,11 +74,16 @@ func seriesOf(k Kind) int {
 }
 
 // AppReading is what a sample reads of one app.
+//
+// Delivered and Triggered are running totals that start at zero when the
+// source first has the app (as the hub's do) and never go back: a rate is
+// the difference between two readings, and an app's first reading counts
+// from zero.
 type AppReading struct {
 	AppID       string
 	Connections int
-	Delivered   int64 // frames delivered since the node started (a running total)
-	Triggered   int64 // events triggered since the node started (a running total)
+	Delivered   int64 // frames delivered since the app was first used (a running total)
+	Triggered   int64 // events triggered since the app was first used (a running total)
 }
 
 // totals are the app series read as running totals, whose rates come from
@@ -127,9 +132,6 @@ type pending [appSeries]atomic.Int64
 // and is precise enough for a chart.
 type track struct {
 	vals []float32
-	last [len(totals)]int64 // the last reading of each of totals
-	read bool               // last holds a reading
-	seen bool               // read at the last sample (Apps): cleared before each
 }
 
 // Recorder keeps the history. Its methods are safe for concurrent use.
@@ -147,7 +149,12 @@ type Recorder struct {
 	head   int     // next slot of the ring
 	filled int     // slots written, at most Points
 	tracks map[key]*track
-	last   time.Time // the previous sample
+	// readings are the last running totals of every app the source has
+	// (tracked or not, so that an app tracked later starts with no spike),
+	// kept as long as the source keeps the app: the hub keeps every app
+	// used since the node started.
+	readings map[string][len(totals)]int64
+	last     time.Time // the previous sample
 }
 
 // New returns a recorder reading src.
@@ -161,7 +168,7 @@ func New(src Sources, opts Options) *Recorder {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = DefaultMaxKeys
 	}
-	return &Recorder{opts: opts, src: src, times: make([]int64, opts.Points), tracks: make(map[key]*track)}
+	return &Recorder{opts: opts, src: src, times: make([]int64, opts.Points), tracks: make(map[key]*track), readings: make(map[string][len(totals)]int64)}
 }
 
 // Interval is the time between two points.
@@ -228,9 +235,14 @@ func (r *Recorder) Sample(now time.Time) {
 	for _, t := range r.tracks {
 		n := len(t.vals) / r.opts.Points
 		clear(t.vals[slot*n : (slot+1)*n])
-		t.seen = false
 	}
 	for _, a := range readings {
+		prev := r.readings[a.AppID] // zeros for an app not read before
+		var cur [len(totals)]int64
+		for i, s := range totals {
+			cur[i] = a.total(s)
+		}
+		r.readings[a.AppID] = cur
 		t := r.trackOf(key{App, a.AppID})
 		if t == nil {
 			continue
@@ -238,21 +250,23 @@ func (r *Recorder) Sample(now time.Time) {
 		v := t.vals[slot*appSeries : (slot+1)*appSeries]
 		v[AppConnections] = float32(a.Connections)
 		for i, s := range totals {
-			now := a.total(s)
-			if t.read && now >= t.last[i] {
-				v[s] = float32(float64(now-t.last[i]) / secs)
+			if cur[i] >= prev[i] {
+				v[s] = float32(float64(cur[i]-prev[i]) / secs)
 			}
-			t.last[i] = now
 		}
-		t.read, t.seen = true, true
 	}
 	r.counts.Range(func(k, p any) bool {
 		kk := k.(key)
+		n := seriesOf(kk.kind)
 		t := r.trackOf(kk)
 		if t == nil {
+			// No room to keep them: they go anyway, so that a track the
+			// key gets later does not start with their sum.
+			for i := range n {
+				p.(*pending)[i].Store(0)
+			}
 			return true
 		}
-		n := seriesOf(kk.kind)
 		v := t.vals[slot*n : (slot+1)*n]
 		for i := range n {
 			if c := p.(*pending)[i].Swap(0); c != 0 {
@@ -278,14 +292,9 @@ func (r *Recorder) trackOf(k key) *track {
 	return t
 }
 
-// drop forgets the keys that no longer exist, and an app's last reading
-// when the app was not read (a node's hub keeps its apps, but a source may
-// not).
+// drop forgets the keys that no longer exist.
 func (r *Recorder) drop() {
-	for k, t := range r.tracks {
-		if k.kind == App && !t.seen {
-			t.read = false
-		}
+	for k := range r.tracks {
 		if r.src.Exists != nil && !r.src.Exists(k.kind, k.id) {
 			delete(r.tracks, k)
 			if _, ok := r.counts.LoadAndDelete(k); ok {

@@ -32,13 +32,13 @@ func (f *fakeApps) sources() Sources {
 }
 
 func TestRatesAndGauges(t *testing.T) {
-	src := &fakeApps{readings: []AppReading{{AppID: "1", Connections: 3, Delivered: 100, Triggered: 7}}, gone: map[string]bool{}}
+	src := &fakeApps{readings: []AppReading{{AppID: "1", Connections: 3, Delivered: 100, Triggered: 5}}, gone: map[string]bool{}}
 	r := New(src.sources(), Options{Interval: 5 * time.Second, Points: 10})
-	r.Sample(t0) // the first reading of the running totals: no rate yet
+	r.Sample(t0) // the first reading of the running totals counts from zero, over Interval
 	r.Count(App, "1", AppWebhooksSent, 5)
 	r.Count(App, "1", AppWebhooksFailed, 1)
 	r.Count(Instance, "in-1", InstanceFailed, 20)
-	src.readings = []AppReading{{AppID: "1", Connections: 4, Delivered: 150, Triggered: 17}}
+	src.readings = []AppReading{{AppID: "1", Connections: 4, Delivered: 150, Triggered: 15}}
 	r.Sample(t0.Add(5 * time.Second))
 
 	h := r.Get(App, "1")
@@ -47,8 +47,8 @@ func TestRatesAndGauges(t *testing.T) {
 	}
 	want := map[int][2]float32{
 		AppConnections:    {3, 4},
-		AppTriggered:      {0, 2},   // 10 in 5 s
-		AppDelivered:      {0, 10},  // 50 in 5 s
+		AppTriggered:      {1, 2},   // 5, then 10, in 5 s
+		AppDelivered:      {20, 10}, // 100, then 50, in 5 s
 		AppWebhooksSent:   {0, 1},   // 5 in 5 s
 		AppWebhooksFailed: {0, 0.2}, // 1 in 5 s
 	}
@@ -151,5 +151,46 @@ func TestKeysAreCapped(t *testing.T) {
 	}
 	if h := r.Get(App, "app-0"); !h.Tracked || h.Series[AppConnections][0] != 1 {
 		t.Fatalf("first app %+v", h)
+	}
+}
+
+// TestUntrackedKeysStartClean: what happens to a key while MaxKeys keys are
+// tracked is forgotten at each sample, counts and running totals alike, so
+// when the key gets a track its first point shows only its last interval.
+func TestUntrackedKeysStartClean(t *testing.T) {
+	src := &fakeApps{readings: []AppReading{{AppID: "a"}}, gone: map[string]bool{}}
+	set := func(readings []AppReading, gone string) {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		src.readings = readings
+		src.gone[gone] = true
+	}
+	r := New(src.sources(), Options{Interval: time.Second, Points: 4, MaxKeys: 1})
+	now := t0
+	sample := func() {
+		now = now.Add(time.Second)
+		r.Sample(now)
+	}
+	// Counts: in-1 is counted while app a holds the only track.
+	r.Count(Instance, "in-1", InstanceDelivered, 50)
+	sample()
+	if st := r.Stats(); st.Tracked != 1 || st.Counted != 1 {
+		t.Fatalf("stats %+v, want 1 tracked, 1 counted", st)
+	}
+	set(nil, "a")
+	sample() // a's track goes
+	r.Count(Instance, "in-1", InstanceDelivered, 4)
+	sample() // in-1 takes it
+	if got := r.Get(Instance, "in-1").Series[InstanceDelivered]; got[len(got)-1] != 4 {
+		t.Errorf("in-1's points %v, want 4 last (its counts while untracked dropped)", got)
+	}
+
+	// Running totals: app b's frames grow while in-1 holds the track.
+	set([]AppReading{{AppID: "b", Delivered: 100}}, "in-1")
+	sample() // b read, untracked; in-1's track goes
+	set([]AppReading{{AppID: "b", Delivered: 103}}, "")
+	sample() // b takes it
+	if got := r.Get(App, "b").Series[AppDelivered]; got[len(got)-1] != 3 {
+		t.Errorf("b's delivered points %v, want 3 last (103 - 100)", got)
 	}
 }
