@@ -22,6 +22,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/docs"
+	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/netguard"
@@ -101,6 +102,7 @@ type Option func(*options)
 
 type options struct {
 	push     push.Options
+	history  history.Options
 	certPoll time.Duration
 
 	clusterPrefix                    string
@@ -122,6 +124,11 @@ func WithClusterHeartbeat(every, ttl time.Duration) Option {
 // WithCertPoll sets how often the TLS certificate files are checked for a
 // change (default certPollInterval); tests of SIGHUP make it long.
 func WithCertPoll(d time.Duration) Option { return func(opts *options) { opts.certPoll = d } }
+
+// WithHistory sets the console's history tuning (interval, points, keys);
+// zero fields take history's defaults. Tests make the interval long and
+// call the recorder's Sample themselves.
+func WithHistory(h history.Options) Option { return func(opts *options) { opts.history = h } }
 
 // WithPush sets the push delivery tuning; zero fields take push.Options'
 // defaults.
@@ -166,7 +173,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		_, err := db.DataVersion(ctx) // one row from a reader: the file answers
 		return err
 	}}}
-	n.ops = newOps(cfg, db, n.hub, apps, instances, log)
+	n.ops = newOps(cfg, db, n.hub, apps, instances, log, o.history)
 	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
 	if cfg.WebhookBlockPrivate {
 		// Webhook URLs are the operator's, so private ones are allowed by

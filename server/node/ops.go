@@ -46,7 +46,7 @@ type ops struct {
 // routes that stay open for a connection's life; timing them says nothing.
 var longLivedRoutes = []string{"/app/:key", FallbackRoute, "/console/events"}
 
-func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger) *ops {
+func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger, historyOpts history.Options) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
 	if cfg.AdminToken == "" {
 		return o
@@ -68,7 +68,7 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps,
 			}
 			return instances.ByID(id) != nil
 		},
-	}, history.Options{})
+	}, historyOpts)
 	return o
 }
 
