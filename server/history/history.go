@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldrt/herald/server/hub"
 )
 
 // Defaults of Options.
@@ -66,6 +68,18 @@ var (
 	InstanceSeriesNames = [instanceSeries]string{"delivered", "failed", "retried", "deadToken"}
 )
 
+// Names returns the names of k's series, in order.
+func Names(k Kind) []string {
+	if k == App {
+		return AppSeriesNames[:]
+	}
+	return InstanceSeriesNames[:]
+}
+
+// Gauge reports whether series s of k is a gauge (a reading at the sample:
+// AppConnections) rather than a rate per second.
+func Gauge(k Kind, s int) bool { return k == App && s == AppConnections }
+
 func seriesOf(k Kind) int {
 	if k == App {
 		return appSeries
@@ -96,6 +110,19 @@ func (a *AppReading) total(s int) int64 {
 		return a.Delivered
 	}
 	return a.Triggered
+}
+
+// HubApps reads a node's hub as Sources.Apps does: its registry's read
+// lock and a few atomics per app (hub.AppCounters), whatever the traffic.
+func HubApps(h *hub.Hub) func() []AppReading {
+	return func() []AppReading {
+		counters := h.AppCounters()
+		out := make([]AppReading, len(counters))
+		for i, c := range counters {
+			out[i] = AppReading{AppID: c.AppID, Connections: c.Connections, Delivered: c.Delivered, Triggered: c.Triggered}
+		}
+		return out
+	}
 }
 
 // Sources are read at each sample. Nil fields are skipped.

@@ -14,8 +14,7 @@ import (
 )
 
 // The event creator's endpoint publishes through the Channels API's trigger
-// path: subscribers get the event, the trigger hook (metrics, console,
-// history) is told, and the Channels API's limits answer with its errors.
+// path: subscribers get the event, the trigger hook (the console) is told, and the Channels API's limits answer with its errors.
 func TestAdminTriggerEvent(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()
@@ -125,7 +124,8 @@ func TestAdminTriggerEvent(t *testing.T) {
 }
 
 // The history endpoints give the recorder's points as named series, 404 for
-// an unknown app or instance.
+// an unknown app or instance. The recorder reads the hub as a node's does
+// (history.HubApps): the triggers show through the hub's running total.
 func TestAdminHistory(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()

@@ -52,14 +52,7 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps,
 		return o
 	}
 	o.history = history.New(history.Sources{
-		Apps: func() []history.AppReading {
-			counters := h.AppCounters()
-			out := make([]history.AppReading, len(counters))
-			for i, c := range counters {
-				out[i] = history.AppReading{AppID: c.AppID, Connections: c.Connections, Delivered: c.Delivered, Triggered: c.Triggered}
-			}
-			return out
-		},
+		Apps: history.HubApps(h),
 		// The directories follow the database within a second: a deleted
 		// app's or instance's series go at the next sample after that.
 		Exists: func(k history.Kind, id string) bool {
@@ -133,7 +126,8 @@ func (o *ops) register(engine *gin.Engine, channelsAPI *httpapi.ChannelsAPI, nod
 	if o.cfg.AdminToken == "" {
 		return
 	}
-	httpapi.NewAdminAPI(o.db, o.hub, o.cfg.AdminToken, o.log).ForConsole(channelsAPI, o.history, node).Register(engine)
+	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.history, Node: node}
+	httpapi.NewAdminAPI(o.db, o.hub, console, o.cfg.AdminToken, o.log).Register(engine)
 	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken))
 }
 
