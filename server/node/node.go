@@ -186,6 +186,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.hook = webhook.New(db, apps, log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
+	nodeID := "" // the node's id in a cluster, named by the console's events and history
 	if cfg.RedisURL != "" {
 		n.cluster, err = cluster.New(log.Named("cluster"), n.hub, cluster.Options{
 			URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
@@ -203,10 +204,11 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 			db.Close()
 			return nil, err
 		}
+		nodeID = n.cluster.ID()
 		if cfg.AdminToken != "" {
 			// The console's live list shows what every node sees.
 			n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
-			n.ops.console.SetRelay(n.cluster.ID(), n.relay)
+			n.ops.console.SetRelay(nodeID, n.relay)
 		}
 		n.cluster.Start()
 		n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: n.cluster.Ready})
@@ -275,10 +277,6 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		Log:           log.Named("upgrade"),
 	})
 	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster)
-	nodeID := ""
-	if n.cluster != nil {
-		nodeID = n.cluster.ID()
-	}
 	n.ops.register(engine, channelsAPI, nodeID)
 	n.http = &http.Server{
 		Handler:           engine,
