@@ -149,17 +149,8 @@ func TestAdminApps(t *testing.T) {
 		}
 	})
 	t.Run("OKLive", func(t *testing.T) {
-		c, err := s.hub.Connect("42", hub.ConnectOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := subscriber(t, s.hub, "42", "alice", "news", "presence-room")
 		defer s.hub.Remove(c)
-		if err := s.hub.Subscribe(c, "news", hub.SubscribeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.hub.Subscribe(c, "presence-room", hub.SubscribeOptions{Member: &hub.Member{UserID: "alice"}}); err != nil {
-			t.Fatal(err)
-		}
 		res, err := s.client.GetAppLiveWithResponse(ctx, "42")
 		if err != nil || res.JSON200 == nil {
 			t.Fatalf("live: %v %s", err, res.Body)
