@@ -184,14 +184,17 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     assert.ok(names.length === 2 && names.every((t) => t.includes('goal')), `rows ${names}`)
     await page.fill('#filter-event', '')
 
-    // Paused, new events are kept but not shown until resumed.
+    // Paused, new events are kept but not shown until resumed; the count
+    // says how many of them the filter lets through.
+    await page.fill('#filter-event', 'while-paused')
     await page.click('#pause')
     await server.trigger('news', 'while-paused', {})
     await keeps(page, 'news', 'while-paused')
-    await page.locator('#events-count').filter({ hasText: 'paused' }).waitFor({ timeout: WAIT_MS })
+    await page.locator('#events-count').filter({ hasText: /^1 of \d+ kept, paused$/ }).waitFor({ timeout: WAIT_MS })
     assert.equal(await page.locator('#events li').filter({ hasText: 'while-paused' }).count(), 0)
     await page.click('#pause')
     await page.locator('#events li').filter({ hasText: 'while-paused' }).waitFor({ timeout: WAIT_MS })
+    await page.fill('#filter-event', '')
 
     // The cap on rows kept.
     await page.fill('#max-rows', '10')

@@ -153,7 +153,7 @@ func (r *ConsoleRelay) loop() {
 		case <-r.changed:
 			sub.match(r, r.watchedNow())
 		case <-refresh.C:
-			r.refresh()
+			r.refresh(sub.apps)
 		case <-flush.C:
 			r.flush()
 		}
@@ -171,12 +171,13 @@ func (r *ConsoleRelay) watchedNow() map[string]bool {
 }
 
 // refresh asks Redis which apps' console channels have subscribers on
-// other nodes: those of PUBSUB CHANNELS that this node does not watch, and
-// those it watches with more than one subscriber.
-func (r *ConsoleRelay) refresh() {
+// other nodes: those of PUBSUB CHANNELS that this node is not subscribed
+// to (mine: the loop's subscription, not the streams open here, which it
+// may not have caught up with), and those it is subscribed to with more
+// than one subscriber.
+func (r *ConsoleRelay) refresh(mine map[string]bool) {
 	ctx, cancel := context.WithTimeout(r.c.ctx, relayRefresh)
 	defer cancel()
-	mine := r.watchedNow()
 	pipe := r.c.rdb.Pipeline()
 	all := pipe.PubSubChannels(ctx, globEscape(r.channel)+"*")
 	var counts *redis.MapStringIntCmd
@@ -239,8 +240,11 @@ func (r *ConsoleRelay) flush() {
 	r.sent.Add(int64(events))
 }
 
-// receive hands the events of a message from another node to deliver.
+// receive hands the events of a message from another node to deliver. A
+// panic while doing so is recovered and counted with the cluster's, so
+// that it costs that message only, not the subscription's goroutine.
 func (r *ConsoleRelay) receive(m *redis.Message) {
+	defer r.c.stats.panics.Recover(r.c.log, "console relay message")
 	app, ok := strings.CutPrefix(m.Channel, r.channel)
 	if !ok || len(m.Payload) > relayMaxMessage {
 		return

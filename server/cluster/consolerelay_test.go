@@ -137,3 +137,49 @@ func TestGlobEscape(t *testing.T) {
 		t.Fatalf("globEscape = %q", got)
 	}
 }
+
+// Which apps other nodes watch is judged against the channels this node is
+// subscribed to, not the streams open here: an app whose stream just
+// opened, before the loop has subscribed to its channel, is still wanted
+// when another node's console watches it.
+func TestConsoleRelayRefreshUsesSubscription(t *testing.T) {
+	rs := testredis.Start(t)
+	prefix := fmt.Sprintf("relayrefresh%d:", time.Now().UnixNano())
+	a, b := startNode(t, rs, prefix, "a"), startNode(t, rs, prefix, "b")
+	ra := a.c.ConsoleRelay(func(string, []json.RawMessage, int) {})
+	ra.Watch("app")
+	wait.Until(t, "node a to subscribe", func() bool {
+		n, err := a.c.rdb.PubSubNumSub(t.Context(), a.c.key("console:app")).Result()
+		return err == nil && n[a.c.key("console:app")] == 1
+	})
+	// Node b's relay without its loop: a stream of app is open, the
+	// subscription not made yet.
+	rb := &ConsoleRelay{c: b.c, channel: b.c.key("console:"), watched: map[string]bool{"app": true}, changed: make(chan struct{}, 1)}
+	rb.queue.init()
+	rb.refresh(nil)
+	if !rb.Wanted("app") {
+		t.Fatal("node b does not want app's events, which node a watches")
+	}
+}
+
+// A panic while delivering one relayed message costs that message only:
+// it is counted with the cluster's panics and the next message arrives.
+func TestConsoleRelayDeliverPanic(t *testing.T) {
+	rs := testredis.Start(t)
+	prefix := fmt.Sprintf("relaypanic%d:", time.Now().UnixNano())
+	a, b := startNode(t, rs, prefix, "a"), startNode(t, rs, prefix, "b")
+	var inA inbox
+	ra := a.c.ConsoleRelay(func(appID string, events []json.RawMessage, dropped int) {
+		if len(events) > 0 && string(events[0]) == `{"event":"boom"}` {
+			panic("console bug")
+		}
+		inA.deliver(appID, events, dropped)
+	})
+	rb := b.c.ConsoleRelay(func(string, []json.RawMessage, int) {})
+	ra.Watch("app")
+	wait.Until(t, "node b to learn that node a watches app", func() bool { return rb.Wanted("app") })
+	rb.Send("app", []byte(`{"event":"boom"}`))
+	wait.Until(t, "the panic to be counted", func() bool { return a.c.Stats().Panics == 1 })
+	rb.Send("app", []byte(`{"event":"after"}`))
+	wait.Until(t, "node a to get the next event", func() bool { return inA.all() == `app: {"event":"after"}` })
+}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/webhook"
 )
 
@@ -127,7 +128,8 @@ var _ hub.Observer = (*Console)(nil)
 
 // Observe takes a channel event from the hub without blocking.
 func (c *Console) Observe(ev hub.Event) {
-	if !c.wanted(ev.AppID) {
+	want, remote := c.wanted(ev.AppID)
+	if !want {
 		return
 	}
 	e := Event{AppID: ev.AppID, Kind: string(ev.Kind), Channel: ev.Channel, UserID: ev.UserID}
@@ -138,44 +140,43 @@ func (c *Console) Observe(ev hub.Event) {
 		n := ev.Count
 		e.Count = &n
 	}
-	c.publish(e)
+	c.publish(e, remote)
 }
 
 // Triggered records an event published through the HTTP API on one channel.
 func (c *Console) Triggered(appID, channel, event, data string) {
-	if !c.wanted(appID) {
-		return
+	if want, remote := c.wanted(appID); want {
+		c.publish(Event{AppID: appID, Kind: httpapi.KindTrigger, Channel: channel, Event: event, Data: data}, remote)
 	}
-	c.publish(Event{AppID: appID, Kind: httpapi.KindTrigger, Channel: channel, Event: event, Data: data})
 }
 
 // WebhookAttempt records the outcome of a webhook request; it has the
 // signature of webhook.Options.OnAttempt.
 func (c *Console) WebhookAttempt(a webhook.Attempt) {
-	if !c.wanted(a.AppID) {
-		return
+	if want, remote := c.wanted(a.AppID); want {
+		c.publish(Event{AppID: a.AppID, Kind: httpapi.KindWebhook, URL: a.URL, Status: a.Status, Error: a.Error}, remote)
 	}
-	c.publish(Event{AppID: a.AppID, Kind: httpapi.KindWebhook, URL: a.URL, Status: a.Status, Error: a.Error})
 }
 
 // wanted reports whether a stream here or, through the relay, on another
-// node watches appID: with none open anywhere, an event costs an atomic
-// load or two.
-func (c *Console) wanted(appID string) bool {
-	return c.watching.Load() != 0 || (c.relay != nil && c.relay.Wanted(appID))
+// node (remote) watches appID: with none open anywhere, an event costs an
+// atomic load or two. The relay is asked once per event.
+func (c *Console) wanted(appID string) (want, remote bool) {
+	remote = c.relay != nil && c.relay.Wanted(appID)
+	return remote || c.watching.Load() != 0, remote
 }
 
-func (c *Console) publish(e Event) {
+// publish shows e on this node's streams of its app and, when remote, sends
+// it to the other nodes.
+func (c *Console) publish(e Event, remote bool) {
 	e.Time = c.now().UnixMilli()
 	e.Node = c.node
-	if len(e.Data) > maxDataBytes {
-		e.Data = e.Data[:maxDataBytes] + "…"
-	}
+	e.Data = text.Truncate(e.Data, maxDataBytes) // whole UTF-8 characters
 	b, err := json.Marshal(e)
 	if err != nil {
 		return
 	}
-	if c.relay != nil && c.relay.Wanted(e.AppID) {
+	if remote {
 		c.relay.Send(e.AppID, b)
 	}
 	c.fanOut(e.AppID, b, 0)

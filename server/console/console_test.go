@@ -149,7 +149,8 @@ func TestStream(t *testing.T) {
 	c.Observe(hub.Event{AppID: "1", Kind: hub.ClientEvent, Channel: "private-chat", Name: "client-typing", Data: "{}", SocketID: "1.2", UserID: "u1"})
 	c.Observe(hub.Event{AppID: "1", Kind: hub.SubscriptionCount, Channel: "news", Count: 0})
 	c.WebhookAttempt(webhook.Attempt{AppID: "1", URL: "http://hooks.example/x", Status: 500, Error: "status 500"})
-	c.Triggered("1", "news", "big", strings.Repeat("x", maxDataBytes+10))
+	// Two-byte characters after one byte: maxDataBytes falls inside one.
+	c.Triggered("1", "news", "big", "x"+strings.Repeat("é", maxDataBytes))
 
 	want := []string{
 		`{"time_ms":1700000000123,"app_id":"1","kind":"trigger","channel":"news","event":"breaking","data":"{\"headline\":\"hi\"}"}`,
@@ -166,8 +167,8 @@ func TestStream(t *testing.T) {
 	got := readEvent(t, r)
 	var big Event
 	if len(got) != 1 || json.Unmarshal([]byte(strings.TrimPrefix(got[0], "data: ")), &big) != nil ||
-		big.Data != strings.Repeat("x", maxDataBytes)+"…" {
-		t.Fatalf("long data not cut at %d bytes: %.120q", maxDataBytes, got)
+		big.Data != "x"+strings.Repeat("é", (maxDataBytes-1)/2)+"…" {
+		t.Fatalf("long data not cut at the last whole character within %d bytes: %.120q", maxDataBytes, got)
 	}
 
 	// Close ends the stream, and the watcher goes away.

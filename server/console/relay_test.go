@@ -19,11 +19,13 @@ type fakeRelay struct {
 	wanted  map[string]bool
 	sent    []string // app: event
 	watches []string // +app, -app
+	asked   int      // calls of Wanted
 }
 
 func (f *fakeRelay) Wanted(appID string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.asked++
 	return f.wanted[appID]
 }
 
@@ -63,6 +65,12 @@ func TestRelay(t *testing.T) {
 	c.Triggered("1", "news", "elsewhere", "{}")
 	if sent, watches := relay.state(); sent != `1: {"time_ms":1700000000123,"app_id":"1","kind":"trigger","channel":"news","event":"elsewhere","data":"{}","node":"node-a"}` || watches != "" {
 		t.Fatalf("sent %q, watches %q", sent, watches)
+	}
+	relay.mu.Lock()
+	asked := relay.asked
+	relay.mu.Unlock()
+	if asked != 2 {
+		t.Fatalf("the relay was asked %d times whether two events were wanted, want once each", asked)
 	}
 
 	res := get(t, base+"/console/events?app=2", "Authorization", "Bearer "+token)

@@ -9,9 +9,10 @@
 // nothing.
 //
 // Figures reach a Recorder two ways: counts of things as they happen
-// (Count: a trigger, a webhook attempt, a push delivery), which cost one
-// map read and one atomic add, and readings taken at each sample (Sources:
-// the connections of each app, the frames the hub delivered so far).
+// (Count: a webhook attempt, a push delivery), which cost one map read and
+// one atomic add, and readings taken at each sample (Sources: the
+// connections of each app, the running totals of frames delivered and
+// events triggered, which the hub keeps anyway).
 //
 // The history is the node's own: in a cluster, each node keeps the figures
 // of what it served.
@@ -21,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldrt/herald/server/hub"
 )
 
 // Defaults of Options.
@@ -42,8 +45,8 @@ const (
 // The series of an app, in Series order: a gauge, then rates per second.
 const (
 	AppConnections    = iota // open connections at the sample
-	AppTriggered             // events triggered through the HTTP API (or the admin API), per channel
-	AppDelivered             // frames queued to the app's connections
+	AppTriggered             // events triggered through the HTTP API (or the admin API), per channel; read (AppReading)
+	AppDelivered             // frames queued to the app's connections; read (AppReading)
 	AppWebhooksSent          // webhook requests answered 2xx
 	AppWebhooksFailed        // webhook attempts that failed
 	appSeries
@@ -65,6 +68,18 @@ var (
 	InstanceSeriesNames = [instanceSeries]string{"delivered", "failed", "retried", "deadToken"}
 )
 
+// Names returns the names of k's series, in order.
+func Names(k Kind) []string {
+	if k == App {
+		return AppSeriesNames[:]
+	}
+	return InstanceSeriesNames[:]
+}
+
+// Gauge reports whether series s of k is a gauge (a reading at the sample:
+// AppConnections) rather than a rate per second.
+func Gauge(k Kind, s int) bool { return k == App && s == AppConnections }
+
 func seriesOf(k Kind) int {
 	if k == App {
 		return appSeries
@@ -73,10 +88,41 @@ func seriesOf(k Kind) int {
 }
 
 // AppReading is what a sample reads of one app.
+//
+// Delivered and Triggered are running totals that start at zero when the
+// source first has the app (as the hub's do) and never go back: a rate is
+// the difference between two readings, and an app's first reading counts
+// from zero.
 type AppReading struct {
 	AppID       string
 	Connections int
-	Delivered   int64 // frames delivered since the node started (a running total)
+	Delivered   int64 // frames delivered since the app was first used (a running total)
+	Triggered   int64 // events triggered since the app was first used (a running total)
+}
+
+// totals are the app series read as running totals, whose rates come from
+// the difference between two readings.
+var totals = [...]int{AppDelivered, AppTriggered}
+
+// total is the running total of series s (one of totals) in a.
+func (a *AppReading) total(s int) int64 {
+	if s == AppDelivered {
+		return a.Delivered
+	}
+	return a.Triggered
+}
+
+// HubApps reads a node's hub as Sources.Apps does: its registry's read
+// lock and a few atomics per app (hub.AppCounters), whatever the traffic.
+func HubApps(h *hub.Hub) func() []AppReading {
+	return func() []AppReading {
+		counters := h.AppCounters()
+		out := make([]AppReading, len(counters))
+		for i, c := range counters {
+			out[i] = AppReading{AppID: c.AppID, Connections: c.Connections, Delivered: c.Delivered, Triggered: c.Triggered}
+		}
+		return out
+	}
 }
 
 // Sources are read at each sample. Nil fields are skipped.
@@ -112,10 +158,7 @@ type pending [appSeries]atomic.Int64
 // float64 (at most MaxKeys × Points × 5 values: 14 MB with the defaults)
 // and is precise enough for a chart.
 type track struct {
-	vals      []float32
-	delivered int64 // the last reading of AppReading.Delivered
-	read      bool  // delivered holds a reading
-	seen      bool  // read at the last sample (Apps): cleared before each
+	vals []float32
 }
 
 // Recorder keeps the history. Its methods are safe for concurrent use.
@@ -133,7 +176,12 @@ type Recorder struct {
 	head   int     // next slot of the ring
 	filled int     // slots written, at most Points
 	tracks map[key]*track
-	last   time.Time // the previous sample
+	// readings are the last running totals of every app the source has
+	// (tracked or not, so that an app tracked later starts with no spike),
+	// kept as long as the source keeps the app: the hub keeps every app
+	// used since the node started.
+	readings map[string][len(totals)]int64
+	last     time.Time // the previous sample
 }
 
 // New returns a recorder reading src.
@@ -147,13 +195,13 @@ func New(src Sources, opts Options) *Recorder {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = DefaultMaxKeys
 	}
-	return &Recorder{opts: opts, src: src, times: make([]int64, opts.Points), tracks: make(map[key]*track)}
+	return &Recorder{opts: opts, src: src, times: make([]int64, opts.Points), tracks: make(map[key]*track), readings: make(map[string][len(totals)]int64)}
 }
 
 // Interval is the time between two points.
 func (r *Recorder) Interval() time.Duration { return r.opts.Interval }
 
-// Count adds n to one series of an app or instance (AppTriggered,
+// Count adds n to one series of an app or instance (AppWebhooksSent,
 // InstanceFailed, …) for the current interval. It never blocks; once
 // MaxKeys keys are counted, counts of further ones are lost.
 func (r *Recorder) Count(k Kind, id string, series int, n int64) {
@@ -214,27 +262,38 @@ func (r *Recorder) Sample(now time.Time) {
 	for _, t := range r.tracks {
 		n := len(t.vals) / r.opts.Points
 		clear(t.vals[slot*n : (slot+1)*n])
-		t.seen = false
 	}
 	for _, a := range readings {
+		prev := r.readings[a.AppID] // zeros for an app not read before
+		var cur [len(totals)]int64
+		for i, s := range totals {
+			cur[i] = a.total(s)
+		}
+		r.readings[a.AppID] = cur
 		t := r.trackOf(key{App, a.AppID})
 		if t == nil {
 			continue
 		}
 		v := t.vals[slot*appSeries : (slot+1)*appSeries]
 		v[AppConnections] = float32(a.Connections)
-		if t.read && a.Delivered >= t.delivered {
-			v[AppDelivered] = float32(float64(a.Delivered-t.delivered) / secs)
+		for i, s := range totals {
+			if cur[i] >= prev[i] {
+				v[s] = float32(float64(cur[i]-prev[i]) / secs)
+			}
 		}
-		t.delivered, t.read, t.seen = a.Delivered, true, true
 	}
 	r.counts.Range(func(k, p any) bool {
 		kk := k.(key)
+		n := seriesOf(kk.kind)
 		t := r.trackOf(kk)
 		if t == nil {
+			// No room to keep them: they go anyway, so that a track the
+			// key gets later does not start with their sum.
+			for i := range n {
+				p.(*pending)[i].Store(0)
+			}
 			return true
 		}
-		n := seriesOf(kk.kind)
 		v := t.vals[slot*n : (slot+1)*n]
 		for i := range n {
 			if c := p.(*pending)[i].Swap(0); c != 0 {
@@ -260,14 +319,9 @@ func (r *Recorder) trackOf(k key) *track {
 	return t
 }
 
-// drop forgets the keys that no longer exist, and an app's last reading
-// when the app was not read (a node's hub keeps its apps, but a source may
-// not).
+// drop forgets the keys that no longer exist.
 func (r *Recorder) drop() {
-	for k, t := range r.tracks {
-		if k.kind == App && !t.seen {
-			t.read = false
-		}
+	for k := range r.tracks {
 		if r.src.Exists != nil && !r.src.Exists(k.kind, k.id) {
 			delete(r.tracks, k)
 			if _, ok := r.counts.LoadAndDelete(k); ok {

@@ -2,13 +2,13 @@ package history
 
 import "testing"
 
-// BenchmarkCount is the cost a trigger, webhook attempt or push delivery
+// BenchmarkCount is the cost a webhook attempt or push delivery
 // pays to be counted, on many goroutines at once.
 func BenchmarkCount(b *testing.B) {
 	r := New(Sources{}, Options{})
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			r.Count(App, "42", AppTriggered, 1)
+			r.Count(App, "42", AppWebhooksSent, 1)
 		}
 	})
 }
@@ -23,7 +23,7 @@ func BenchmarkSample(b *testing.B) {
 	now := t0
 	for b.Loop() {
 		for _, a := range readings {
-			r.Count(App, a.AppID, AppTriggered, 1)
+			r.Count(App, a.AppID, AppWebhooksSent, 1)
 		}
 		now = now.Add(DefaultInterval)
 		r.Sample(now)

@@ -32,16 +32,13 @@ func (f *fakeApps) sources() Sources {
 }
 
 func TestRatesAndGauges(t *testing.T) {
-	src := &fakeApps{readings: []AppReading{{AppID: "1", Connections: 3, Delivered: 100}}, gone: map[string]bool{}}
+	src := &fakeApps{readings: []AppReading{{AppID: "1", Connections: 3, Delivered: 100, Triggered: 5}}, gone: map[string]bool{}}
 	r := New(src.sources(), Options{Interval: 5 * time.Second, Points: 10})
-	r.Sample(t0) // the first reading of Delivered: no rate yet
-	for range 10 {
-		r.Count(App, "1", AppTriggered, 1)
-	}
+	r.Sample(t0) // the first reading of the running totals counts from zero, over Interval
 	r.Count(App, "1", AppWebhooksSent, 5)
 	r.Count(App, "1", AppWebhooksFailed, 1)
 	r.Count(Instance, "in-1", InstanceFailed, 20)
-	src.readings = []AppReading{{AppID: "1", Connections: 4, Delivered: 150}}
+	src.readings = []AppReading{{AppID: "1", Connections: 4, Delivered: 150, Triggered: 15}}
 	r.Sample(t0.Add(5 * time.Second))
 
 	h := r.Get(App, "1")
@@ -50,8 +47,8 @@ func TestRatesAndGauges(t *testing.T) {
 	}
 	want := map[int][2]float32{
 		AppConnections:    {3, 4},
-		AppTriggered:      {0, 2},   // 10 in 5 s
-		AppDelivered:      {0, 10},  // 50 in 5 s
+		AppTriggered:      {1, 2},   // 5, then 10, in 5 s
+		AppDelivered:      {20, 10}, // 100, then 50, in 5 s
 		AppWebhooksSent:   {0, 1},   // 5 in 5 s
 		AppWebhooksFailed: {0, 0.2}, // 1 in 5 s
 	}
@@ -64,9 +61,10 @@ func TestRatesAndGauges(t *testing.T) {
 	if in.Series[InstanceFailed][1] != 4 || in.Series[InstanceDelivered][1] != 0 || len(in.Series) != len(InstanceSeriesNames) {
 		t.Fatalf("instance %v", in.Series)
 	}
-	// Counts are taken once: the next point is back to 0.
+	// Counts are taken once, running totals that did not move are no
+	// rate: the next point is back to 0.
 	r.Sample(t0.Add(10 * time.Second))
-	if h := r.Get(App, "1"); h.Series[AppTriggered][2] != 0 || h.Series[AppConnections][2] != 4 {
+	if h := r.Get(App, "1"); h.Series[AppTriggered][2] != 0 || h.Series[AppWebhooksSent][2] != 0 || h.Series[AppConnections][2] != 4 {
 		t.Fatalf("third point %v", h.Series)
 	}
 	// An app with no figures yet has zeros at every point.
@@ -83,7 +81,7 @@ func TestRingIsBounded(t *testing.T) {
 	r := New(src.sources(), Options{Interval: time.Second, Points: 10})
 	now := t0
 	for i := range 35 {
-		r.Count(App, "1", AppTriggered, int64(i))
+		r.Count(App, "1", AppWebhooksSent, int64(i))
 		now = now.Add(time.Second)
 		r.Sample(now)
 	}
@@ -91,14 +89,14 @@ func TestRingIsBounded(t *testing.T) {
 	if len(h.Times) != 10 || h.Times[0] != t0.Add(26*time.Second).UnixMilli() || h.Times[9] != now.UnixMilli() {
 		t.Fatalf("times %v", h.Times)
 	}
-	for i, v := range h.Series[AppTriggered] {
+	for i, v := range h.Series[AppWebhooksSent] {
 		if want := float32(25 + i); v != want {
 			t.Fatalf("point %d = %v, want %v (oldest first)", i, v, want)
 		}
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		r.Count(App, "1", AppTriggered, 1)
-		r.Count(App, "2", AppWebhooksSent, 1)
+		r.Count(App, "1", AppWebhooksSent, 1)
+		r.Count(App, "2", AppWebhooksFailed, 1)
 		now = now.Add(time.Second)
 		r.Sample(now)
 	})
@@ -113,7 +111,7 @@ func TestDeletedKeysAreDropped(t *testing.T) {
 	src := &fakeApps{readings: []AppReading{{AppID: "1"}, {AppID: "2"}}, gone: map[string]bool{}}
 	r := New(src.sources(), Options{Points: 4})
 	r.Count(Instance, "in-1", InstanceDelivered, 1)
-	r.Count(App, "2", AppTriggered, 1)
+	r.Count(App, "2", AppWebhooksSent, 1)
 	r.Sample(t0)
 	if st := r.Stats(); st.Tracked != 3 || st.Counted != 2 {
 		t.Fatalf("stats %+v", st)
@@ -126,7 +124,7 @@ func TestDeletedKeysAreDropped(t *testing.T) {
 	if st := r.Stats(); st.Tracked != 1 || st.Counted != 0 {
 		t.Fatalf("after deleting app 2 and in-1: %+v", st)
 	}
-	if h := r.Get(App, "2"); h.Series[AppTriggered][0] != 0 {
+	if h := r.Get(App, "2"); h.Series[AppWebhooksSent][0] != 0 {
 		t.Fatalf("deleted app kept its points: %v", h.Series)
 	}
 }
@@ -153,5 +151,46 @@ func TestKeysAreCapped(t *testing.T) {
 	}
 	if h := r.Get(App, "app-0"); !h.Tracked || h.Series[AppConnections][0] != 1 {
 		t.Fatalf("first app %+v", h)
+	}
+}
+
+// TestUntrackedKeysStartClean: what happens to a key while MaxKeys keys are
+// tracked is forgotten at each sample, counts and running totals alike, so
+// when the key gets a track its first point shows only its last interval.
+func TestUntrackedKeysStartClean(t *testing.T) {
+	src := &fakeApps{readings: []AppReading{{AppID: "a"}}, gone: map[string]bool{}}
+	set := func(readings []AppReading, gone string) {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		src.readings = readings
+		src.gone[gone] = true
+	}
+	r := New(src.sources(), Options{Interval: time.Second, Points: 4, MaxKeys: 1})
+	now := t0
+	sample := func() {
+		now = now.Add(time.Second)
+		r.Sample(now)
+	}
+	// Counts: in-1 is counted while app a holds the only track.
+	r.Count(Instance, "in-1", InstanceDelivered, 50)
+	sample()
+	if st := r.Stats(); st.Tracked != 1 || st.Counted != 1 {
+		t.Fatalf("stats %+v, want 1 tracked, 1 counted", st)
+	}
+	set(nil, "a")
+	sample() // a's track goes
+	r.Count(Instance, "in-1", InstanceDelivered, 4)
+	sample() // in-1 takes it
+	if got := r.Get(Instance, "in-1").Series[InstanceDelivered]; got[len(got)-1] != 4 {
+		t.Errorf("in-1's points %v, want 4 last (its counts while untracked dropped)", got)
+	}
+
+	// Running totals: app b's frames grow while in-1 holds the track.
+	set([]AppReading{{AppID: "b", Delivered: 100}}, "in-1")
+	sample() // b read, untracked; in-1's track goes
+	set([]AppReading{{AppID: "b", Delivered: 103}}, "")
+	sample() // b takes it
+	if got := r.Get(App, "b").Series[AppDelivered]; got[len(got)-1] != 3 {
+		t.Errorf("b's delivered points %v, want 3 last (103 - 100)", got)
 	}
 }

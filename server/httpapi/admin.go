@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/admin"
-	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/manage"
@@ -37,17 +36,15 @@ type AdminAPI struct {
 	token string
 	log   *zap.Logger
 
-	// The debug console's parts (admin_console.go), set by ForConsole.
-	channels *ChannelsAPI
-	history  *history.Recorder
-	node     string
+	console ConsoleParts // the debug console's endpoints (admin_console.go)
 }
 
 var _ admin.StrictServerInterface = (*AdminAPI)(nil)
 
-// NewAdminAPI returns the admin API guarded by token, which must not be empty.
-func NewAdminAPI(db *storage.DB, h *hub.Hub, token string, log *zap.Logger) *AdminAPI {
-	return &AdminAPI{db: db, hub: h, token: token, log: log.Named("admin")}
+// NewAdminAPI returns the admin API guarded by token, which must not be
+// empty, with the parts of the debug console's endpoints (every field set).
+func NewAdminAPI(db *storage.DB, h *hub.Hub, console ConsoleParts, token string, log *zap.Logger) *AdminAPI {
+	return &AdminAPI{db: db, hub: h, console: console, token: token, log: log.Named("admin")}
 }
 
 // Register mounts the API on r behind the token check.

@@ -47,15 +47,15 @@ func newAdminServer(t *testing.T) *adminServer {
 	s := &adminServer{db: db, hub: hub.New(log), spec: newSpecChecker(t, admin.GetSpec)}
 	engine := NewEngine(log)
 	engine.Use(s.spec.middleware)
-	s.history = history.New(history.Sources{}, history.Options{})
+	// The node's history source: triggers and deliveries as the hub counts them.
+	s.history = history.New(history.Sources{Apps: history.HubApps(s.hub)}, history.Options{})
 	channels := NewChannelsAPI(s.hub, testApps, log)
 	channels.OnTrigger(func(appID, channel, event, data string) {
-		s.history.Count(history.App, appID, history.AppTriggered, 1)
 		s.triggeredMu.Lock()
 		defer s.triggeredMu.Unlock()
 		s.triggered = append(s.triggered, strings.Join([]string{appID, channel, event, data}, " "))
 	})
-	NewAdminAPI(db, s.hub, adminToken, log).ForConsole(channels, s.history, "node-a").Register(engine)
+	NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.history, Node: "node-a"}, adminToken, log).Register(engine)
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
@@ -149,17 +149,8 @@ func TestAdminApps(t *testing.T) {
 		}
 	})
 	t.Run("OKLive", func(t *testing.T) {
-		c, err := s.hub.Connect("42", hub.ConnectOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := subscriber(t, s.hub, "42", "alice", "news", "presence-room")
 		defer s.hub.Remove(c)
-		if err := s.hub.Subscribe(c, "news", hub.SubscribeOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.hub.Subscribe(c, "presence-room", hub.SubscribeOptions{Member: &hub.Member{UserID: "alice"}}); err != nil {
-			t.Fatal(err)
-		}
 		res, err := s.client.GetAppLiveWithResponse(ctx, "42")
 		if err != nil || res.JSON200 == nil {
 			t.Fatalf("live: %v %s", err, res.Body)

@@ -376,6 +376,8 @@ func (api *ChannelsAPI) publish(appID string, evs ...event) error {
 	if err := api.hub.Publish(ms...); err != nil {
 		return stateError(err)
 	}
+	// One running total, read by the metrics and the console's history.
+	api.hub.CountTriggered(appID, len(ms))
 	for _, m := range ms {
 		api.onTrigger(appID, m.Channel, m.Event, m.Data)
 	}

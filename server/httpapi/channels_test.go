@@ -65,7 +65,20 @@ func newTestServer(t *testing.T) *testServer {
 // (presence ones as user), and returns it with its opening frames drained.
 func (s *testServer) subscriber(t *testing.T, appID, user string, chans ...string) *hub.Conn {
 	t.Helper()
-	c, err := s.hub.Connect(appID, hub.ConnectOptions{})
+	return subscriber(t, s.hub, appID, user, chans...)
+}
+
+// received returns, once delivery has caught up, the event names and data queued for c, as "event:data".
+func (s *testServer) received(t *testing.T, c *hub.Conn) []string {
+	t.Helper()
+	return received(t, s.hub, c)
+}
+
+// subscriber attaches a registry connection of appID to h, subscribed to
+// chans (presence ones as user), with its opening frames drained.
+func subscriber(t *testing.T, h *hub.Hub, appID, user string, chans ...string) *hub.Conn {
+	t.Helper()
+	c, err := h.Connect(appID, hub.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +87,7 @@ func (s *testServer) subscriber(t *testing.T, appID, user string, chans ...strin
 		if hub.IsPresence(ch) {
 			opts.Member = &hub.Member{UserID: user}
 		}
-		if err := s.hub.Subscribe(c, ch, opts); err != nil {
+		if err := h.Subscribe(c, ch, opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,10 +95,11 @@ func (s *testServer) subscriber(t *testing.T, appID, user string, chans ...strin
 	return c
 }
 
-// received returns, once delivery has caught up, the event names and data queued for c, as "event:data".
-func (s *testServer) received(t *testing.T, c *hub.Conn) []string {
+// received returns, once h's delivery has caught up, the events queued for
+// c, as "channel:event:data", sorted.
+func received(t *testing.T, h *hub.Hub, c *hub.Conn) []string {
 	t.Helper()
-	s.hub.Flush() // delivery is asynchronous
+	h.Flush() // delivery is asynchronous
 	frames, reason := c.Take(nil)
 	if reason != nil {
 		t.Fatalf("connection closing: %v", reason)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldrt/herald/server/clientauth"
 	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
 )
@@ -36,8 +37,10 @@ func allAPIs(t *testing.T) string {
 	h := hub.New(log)
 	NewDeviceAPI(db, dir, log).Register(engine)
 	NewReportingAPI(db, dir, log).Register(engine)
-	NewChannelsAPI(h, testApps, log).Register(engine)
-	NewAdminAPI(db, h, adminToken, log).Register(engine)
+	channels := NewChannelsAPI(h, testApps, log)
+	channels.Register(engine)
+	console := ConsoleParts{Channels: channels, History: history.New(history.Sources{Apps: history.HubApps(h)}, history.Options{})}
+	NewAdminAPI(db, h, console, adminToken, log).Register(engine)
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -89,6 +89,10 @@ type appState struct {
 	// delivered counts the event frames queued to the app's connections
 	// on this node, for the console's history.
 	delivered atomic.Int64
+	// triggered counts the events published through the HTTP API on this
+	// node, once per channel (CountTriggered), for the metrics and the
+	// console's history.
+	triggered atomic.Int64
 
 	mu       sync.RWMutex
 	channels map[string]*channel

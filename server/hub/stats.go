@@ -12,6 +12,38 @@ type AppStats struct {
 	// Delivered is how many event frames were queued to the app's
 	// connections on this node since it started (a running total).
 	Delivered int64
+	// Triggered is how many events were published through the HTTP API on
+	// this node since it started, once per channel (a running total).
+	Triggered int64
+}
+
+// AppCounters are the running figures of one app on this node, read
+// without touching its channels or connections.
+type AppCounters struct {
+	AppID       string
+	Connections int   // open connections
+	Delivered   int64 // as in AppStats
+	Triggered   int64 // as in AppStats
+}
+
+// CountTriggered adds n events published through the HTTP API to appID's
+// running total (AppStats.Triggered): one atomic add, so the trigger path
+// counts once for every reader.
+func (h *Hub) CountTriggered(appID string, n int) {
+	h.app(appID, true).triggered.Add(int64(n))
+}
+
+// AppCounters returns the counters of every app used on this node, in no
+// particular order: the registry's read lock and a few atomic loads per
+// app, cheap enough to call every few seconds whatever the traffic.
+func (h *Hub) AppCounters() []AppCounters {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]AppCounters, 0, len(h.apps))
+	for _, a := range h.apps {
+		out = append(out, AppCounters{AppID: a.id, Connections: int(a.conns.Load()), Delivered: a.delivered.Load(), Triggered: a.triggered.Load()})
+	}
+	return out
 }
 
 // AppStats returns the live size of every app that has been used on this
@@ -27,7 +59,7 @@ func (h *Hub) AppStats() []AppStats {
 	h.mu.RUnlock()
 	out := make([]AppStats, 0, len(apps))
 	for _, a := range apps {
-		st := AppStats{AppID: a.id, Connections: int(a.conns.Load()), Delivered: a.delivered.Load()}
+		st := AppStats{AppID: a.id, Connections: int(a.conns.Load()), Delivered: a.delivered.Load(), Triggered: a.triggered.Load()}
 		a.mu.RLock()
 		chans := make([]*channel, 0, len(a.channels))
 		for _, ch := range a.channels {

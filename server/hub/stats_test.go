@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap"
@@ -21,5 +23,28 @@ func TestAppStatsDelivered(t *testing.T) {
 	st := h.AppStats()
 	if len(st) != 2 || st[0].Delivered != 3 || st[1].Delivered != 0 {
 		t.Fatalf("stats %+v, want 3 frames delivered to app 1 and none to app 2", st)
+	}
+}
+
+// AppCounters reads what AppStats does of each app's running figures:
+// connections, frames delivered and events triggered (CountTriggered).
+func TestAppCounters(t *testing.T) {
+	h := New(zap.NewNop())
+	a := connect(t, h, "1")
+	subscribe(t, h, a, "news", nil)
+	connect(t, h, "1")
+	h.CountTriggered("1", 2)
+	h.publishNow(Message{AppID: "1", Channel: "news", Event: "e", Data: "{}"})
+	h.CountTriggered("3", 1) // no connection yet: the count is kept
+	got := h.AppCounters()
+	slices.SortFunc(got, func(x, y AppCounters) int { return strings.Compare(x.AppID, y.AppID) })
+	want := []AppCounters{{AppID: "1", Connections: 2, Delivered: 1, Triggered: 2}, {AppID: "3", Triggered: 1}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("AppCounters() = %+v, want %+v", got, want)
+	}
+	for _, st := range h.AppStats() {
+		if st.AppID == "1" && st.Triggered != 2 {
+			t.Errorf("AppStats' Triggered of app 1 = %d, want 2", st.Triggered)
+		}
 	}
 }

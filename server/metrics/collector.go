@@ -18,6 +18,7 @@ type collector struct {
 	src Sources
 
 	connections, channels, subscriptions, members *prometheus.Desc
+	triggered                                     *prometheus.Desc
 	opened, closed, rejected                      *prometheus.Desc
 	clientEvents, delivered, slow                 *prometheus.Desc
 	outbox, webhookRequests, webhookAbandoned     *prometheus.Desc
@@ -42,6 +43,7 @@ func newCollector(src Sources) *collector {
 		channels:         d("channels", "Occupied channels, by app.", "app_id"),
 		subscriptions:    d("subscriptions", "Channel subscriptions (a connection on a channel), by app.", "app_id"),
 		members:          d("presence_members", "Distinct presence members summed over presence channels, by app.", "app_id"),
+		triggered:        d("events_triggered_total", "Events published through the Channels HTTP API (trigger and batch), counted once per channel.", "app_id"),
 		opened:           d("connections_opened_total", "Connections opened, by transport: ws (WebSocket) or xhr (the HTTP fallback's sessions).", "transport"),
 		closed:           d("connections_closed_total", "WebSocket connections that ended, by close code (0: the client left; other: a code not listed).", "code"),
 		rejected:         d("connections_rejected_total", "WebSocket connections refused at connect time, by close code.", "code"),
@@ -78,7 +80,7 @@ func newCollector(src Sources) *collector {
 // Describe sends every descriptor.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.connections, c.channels, c.subscriptions, c.members, c.opened, c.closed, c.rejected,
+		c.connections, c.channels, c.subscriptions, c.members, c.triggered, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
@@ -102,6 +104,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.channels, float64(a.Channels), a.AppID)
 			gauge(c.subscriptions, float64(a.Subscriptions), a.AppID)
 			gauge(c.members, float64(a.PresenceMembers), a.AppID)
+			count(c.triggered, a.Triggered, a.AppID)
 		}
 		count(c.panics, h.ObserverPanics(), "hub_observer")
 	}

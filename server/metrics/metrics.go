@@ -2,8 +2,8 @@
 // (connections, channels, outbox depth, …) are read from the node's parts at
 // scrape time by a collector; counters kept by the parts themselves (the
 // WebSocket transport, the webhook dispatcher) are read the same way, so the hot paths only ever
-// pay one atomic add. What only this package counts (HTTP requests, triggers,
-// SQLite transactions) is recorded through its methods.
+// pay one atomic add. What only this package counts (HTTP requests, SQLite
+// transactions) is recorded through its methods.
 //
 // Labels are bounded: app ids (as many as the operator creates), close codes,
 // routes (the route patterns, never raw paths), methods, statuses, gateways
@@ -103,7 +103,6 @@ type Sources struct {
 type Metrics struct {
 	reg          *prometheus.Registry
 	httpDuration *prometheus.HistogramVec
-	triggers     *prometheus.CounterVec
 	dbDuration   *prometheus.HistogramVec
 }
 
@@ -117,10 +116,6 @@ func New(src Sources) *Metrics {
 			Help:    "Time to answer HTTP requests, by route pattern, method and status. WebSocket and event-stream routes are left out.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route", "method", "status"}),
-		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "events_triggered_total",
-			Help: "Events published through the Channels HTTP API (trigger and batch), counted once per channel.",
-		}, []string{"app_id"}),
 		dbDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "sqlite_transaction_duration_seconds",
 			Help:    "Time of SQLite transactions run by the storage layer, waiting for the connection included, by kind (read, write).",
@@ -130,7 +125,7 @@ func New(src Sources) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpDuration, m.triggers, m.dbDuration,
+		m.httpDuration, m.dbDuration,
 		newCollector(src),
 	)
 	return m
@@ -142,11 +137,6 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
-
-// Triggered counts an event published through the HTTP API on one channel.
-func (m *Metrics) Triggered(appID string) {
-	m.triggers.WithLabelValues(appID).Inc()
 }
 
 // ObserveTransaction records one SQLite transaction; it has the signature

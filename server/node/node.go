@@ -22,6 +22,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/docs"
+	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/netguard"
@@ -84,7 +85,7 @@ type Node struct {
 	// single node.
 	cluster *cluster.Cluster
 	// relay carries the console's events to and from the other nodes; nil
-	// on a single node.
+	// on a single node and without an admin token (no console to show them).
 	relay *cluster.ConsoleRelay
 
 	// ready is what GET /readyz checks; cluster mode adds Redis here,
@@ -101,6 +102,7 @@ type Option func(*options)
 
 type options struct {
 	push     push.Options
+	history  history.Options
 	certPoll time.Duration
 
 	clusterPrefix                    string
@@ -122,6 +124,11 @@ func WithClusterHeartbeat(every, ttl time.Duration) Option {
 // WithCertPoll sets how often the TLS certificate files are checked for a
 // change (default certPollInterval); tests of SIGHUP make it long.
 func WithCertPoll(d time.Duration) Option { return func(opts *options) { opts.certPoll = d } }
+
+// WithHistory sets the console's history tuning (interval, points, keys);
+// zero fields take history's defaults. Tests make the interval long and
+// call the recorder's Sample themselves.
+func WithHistory(h history.Options) Option { return func(opts *options) { opts.history = h } }
 
 // WithPush sets the push delivery tuning; zero fields take push.Options'
 // defaults.
@@ -166,7 +173,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		_, err := db.DataVersion(ctx) // one row from a reader: the file answers
 		return err
 	}}}
-	n.ops = newOps(cfg, db, n.hub, apps, instances, log)
+	n.ops = newOps(cfg, db, n.hub, apps, instances, log, o.history)
 	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
 	if cfg.WebhookBlockPrivate {
 		// Webhook URLs are the operator's, so private ones are allowed by
@@ -179,6 +186,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.hook = webhook.New(db, apps, log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
+	nodeID := "" // the node's id in a cluster, named by the console's events and history
 	if cfg.RedisURL != "" {
 		n.cluster, err = cluster.New(log.Named("cluster"), n.hub, cluster.Options{
 			URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
@@ -196,9 +204,12 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 			db.Close()
 			return nil, err
 		}
-		// The console's live list shows what every node sees.
-		n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
-		n.ops.console.SetRelay(n.cluster.ID(), n.relay)
+		nodeID = n.cluster.ID()
+		if cfg.AdminToken != "" {
+			// The console's live list shows what every node sees.
+			n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
+			n.ops.console.SetRelay(nodeID, n.relay)
+		}
 		n.cluster.Start()
 		n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: n.cluster.Ready})
 	}
@@ -213,7 +224,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	engine.Use(n.ops.middleware())
 	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
-	channelsAPI.OnTrigger(n.ops.triggered)
+	channelsAPI.OnTrigger(n.ops.console.Triggered)
 	channelsAPI.Register(engine)
 	// One budget per client address over both anonymous Push APIs.
 	anon := httpapi.NewAnonLimiter(cfg.AnonRateLimit)
@@ -266,10 +277,6 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		Log:           log.Named("upgrade"),
 	})
 	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster)
-	nodeID := ""
-	if n.cluster != nil {
-		nodeID = n.cluster.ID()
-	}
 	n.ops.register(engine, channelsAPI, nodeID)
 	n.http = &http.Server{
 		Handler:           engine,
@@ -290,8 +297,10 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	n.bg.Add(2)
 	go func() { defer n.bg.Done(); apps.Run(bgCtx, appReloadInterval) }()
 	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
-	n.bg.Add(1)
-	go func() { defer n.bg.Done(); n.ops.history.Run(bgCtx.Done()) }()
+	if h := n.ops.history; h != nil {
+		n.bg.Add(1)
+		go func() { defer n.bg.Done(); h.Run(bgCtx.Done()) }()
+	}
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); instances.Run(bgCtx, appReloadInterval) }()
 	if cert != nil {

@@ -34,8 +34,10 @@ type ops struct {
 	hub     *hub.Hub
 	metrics *metrics.Metrics
 	console *console.Console
-	history *history.Recorder // the console's charts
-	timer   gin.HandlerFunc   // times HTTP requests; set by start
+	// history is the console's charts; nil without an admin token, where
+	// nothing could read it, so nothing pays for it.
+	history *history.Recorder
+	timer   gin.HandlerFunc // times HTTP requests; set by start
 
 	mu  sync.Mutex
 	srv *http.Server // the separate metrics listener, when HERALD_METRICS_ADDR is set
@@ -44,17 +46,13 @@ type ops struct {
 // routes that stay open for a connection's life; timing them says nothing.
 var longLivedRoutes = []string{"/app/:key", FallbackRoute, "/console/events"}
 
-func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger) *ops {
+func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger, historyOpts history.Options) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
+	if cfg.AdminToken == "" {
+		return o
+	}
 	o.history = history.New(history.Sources{
-		Apps: func() []history.AppReading {
-			stats := h.AppStats()
-			out := make([]history.AppReading, len(stats))
-			for i, st := range stats {
-				out[i] = history.AppReading{AppID: st.AppID, Connections: st.Connections, Delivered: st.Delivered}
-			}
-			return out
-		},
+		Apps: history.HubApps(h),
 		// The directories follow the database within a second: a deleted
 		// app's or instance's series go at the next sample after that.
 		Exists: func(k history.Kind, id string) bool {
@@ -63,7 +61,7 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps,
 			}
 			return instances.ByID(id) != nil
 		},
-	}, history.Options{})
+	}, historyOpts)
 	return o
 }
 
@@ -84,37 +82,32 @@ func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook
 
 // webhookAttempt goes into webhook.Options.OnAttempt.
 func (o *ops) webhookAttempt(a webhook.Attempt) {
-	series := history.AppWebhooksSent
-	if a.Error != "" {
-		series = history.AppWebhooksFailed
+	if o.history != nil {
+		series := history.AppWebhooksSent
+		if a.Error != "" {
+			series = history.AppWebhooksFailed
+		}
+		o.history.Count(history.App, a.AppID, series, 1)
 	}
-	o.history.Count(history.App, a.AppID, series, 1)
 	o.console.WebhookAttempt(a)
 }
 
 // pushOutcome goes into push.Options.OnOutcome.
-func (o *ops) pushOutcome(instanceID, outcome string) {
-	var series int
-	switch outcome {
-	case push.OutcomeDelivered:
-		series = history.InstanceDelivered
-	case push.OutcomeFailed:
-		series = history.InstanceFailed
-	case push.OutcomeRetried:
-		series = history.InstanceRetried
-	case push.OutcomeDeadToken:
-		series = history.InstanceDeadToken
-	default:
+func (o *ops) pushOutcome(instanceID string, outcome storage.DeliveryOutcome) {
+	if o.history == nil {
 		return
 	}
-	o.history.Count(history.Instance, instanceID, series, 1)
+	if series, ok := instanceSeries[outcome]; ok {
+		o.history.Count(history.Instance, instanceID, series, 1)
+	}
 }
 
-// triggered goes into ChannelsAPI.OnTrigger.
-func (o *ops) triggered(appID, channel, event, data string) {
-	o.metrics.Triggered(appID)
-	o.history.Count(history.App, appID, history.AppTriggered, 1)
-	o.console.Triggered(appID, channel, event, data)
+// instanceSeries is the history's series of each recorded push outcome.
+var instanceSeries = map[storage.DeliveryOutcome]int{
+	storage.DeliverySent:      history.InstanceDelivered,
+	storage.DeliveryFailed:    history.InstanceFailed,
+	storage.DeliveryRetry:     history.InstanceRetried,
+	storage.DeliveryDeadToken: history.InstanceDeadToken,
 }
 
 // middleware times requests; install it on the engine before any route. It
@@ -133,7 +126,8 @@ func (o *ops) register(engine *gin.Engine, channelsAPI *httpapi.ChannelsAPI, nod
 	if o.cfg.AdminToken == "" {
 		return
 	}
-	httpapi.NewAdminAPI(o.db, o.hub, o.cfg.AdminToken, o.log).ForConsole(channelsAPI, o.history, node).Register(engine)
+	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.history, Node: node}
+	httpapi.NewAdminAPI(o.db, o.hub, console, o.cfg.AdminToken, o.log).Register(engine)
 	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken))
 }
 

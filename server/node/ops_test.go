@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 	dto "github.com/prometheus/client_model/go"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
 
@@ -275,5 +278,24 @@ func TestConsoleStream(t *testing.T) {
 	if !strings.Contains(all, `"kind":"channel_occupied","channel":"news"`) ||
 		!strings.Contains(all, `"kind":"trigger","channel":"news","event":"flash","data":"{\"msg\":\"hello\"}"`) {
 		t.Fatalf("stream carried:\n%s", all)
+	}
+}
+
+// Without an admin token nothing can read the console's history or relayed
+// events: the node keeps no recorder and, in a cluster, no console relay,
+// so triggers and samples pay nothing for them.
+func TestNoConsoleWithoutToken(t *testing.T) {
+	rs := testredis.Start(t)
+	for _, token := range []string{"", testAdminToken} {
+		n, _ := serveNode(t, config.Config{
+			DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
+			AdminToken: token, RedisURL: rs.URL(), NodeID: "a",
+		}, WithClusterKeys(fmt.Sprintf("noconsole%d:", time.Now().UnixNano())))
+		if got, want := n.ops.history != nil, token != ""; got != want {
+			t.Errorf("admin token %q: history recorder kept = %v, want %v", token, got, want)
+		}
+		if got, want := n.relay != nil, token != ""; got != want {
+			t.Errorf("admin token %q: console relay made = %v, want %v", token, got, want)
+		}
 	}
 }

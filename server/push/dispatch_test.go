@@ -213,10 +213,10 @@ func TestDeadTokenFoundOnRetry(t *testing.T) {
 				dead, live := register(gw.token(t, true, retried)), register(gw.token(t, false, false))
 				var outcomesMu sync.Mutex
 				outcomes := map[string]int64{} // instance and outcome, as OnOutcome told them
-				onOutcome := func(instanceID, outcome string) {
+				onOutcome := func(instanceID string, outcome storage.DeliveryOutcome) {
 					outcomesMu.Lock()
 					defer outcomesMu.Unlock()
-					outcomes[instanceID+" "+outcome]++
+					outcomes[instanceID+" "+outcomeName(outcome)]++
 				}
 				d := startDispatcher(t, db, in, Options{Workers: 4, BaseBackoff: 10 * time.Millisecond,
 					MaxBackoff: 50 * time.Millisecond, RootCAs: roots, WebPushAllowedHosts: []string{"127.0.0.1"}, OnOutcome: onOutcome})

@@ -62,9 +62,11 @@ type Options struct {
 	// be https to a public address. Default none.
 	WebPushAllowedHosts []string
 	// OnOutcome, when set, is told the recorded outcome of every delivery
-	// attempt (OutcomeDelivered, …) with its instance id: the debug
-	// console's history counts them per instance. It must return at once.
-	OnOutcome func(instanceID, outcome string)
+	// attempt (storage.DeliverySent, DeliveryFailed, DeliveryRetry or
+	// DeliveryDeadToken) with its instance id: the debug console's history
+	// counts them per instance. It must return at once; a panic of it is
+	// recovered and counted in the dispatcher's panics.
+	OnOutcome func(instanceID string, outcome storage.DeliveryOutcome)
 }
 
 // withDefaults fills in the zero fields.

@@ -50,8 +50,15 @@ func (d *Dispatcher) record() {
 // other results are recorded and the recorder goes on. The dropped result's
 // delivery stays unrecorded, so the next start sends it again.
 func (d *Dispatcher) applyRecovered(rows []storage.DeliveryResult, o outcome) []storage.DeliveryResult {
-	d.panics.Do(d.log, "delivery result (its delivery is sent again at the next start)", func() { rows = d.apply(rows, o) },
-		zap.String("publish", o.d.PublishID), zap.String("device", o.d.DeviceID))
+	var recorded storage.DeliveryOutcome
+	if d.panics.Do(d.log, "delivery result (its delivery is sent again at the next start)", func() { rows, recorded = d.apply(rows, o) },
+		zap.String("publish", o.d.PublishID), zap.String("device", o.d.DeviceID)) {
+		return rows
+	}
+	// The hook is told once the result is counted and its page or row
+	// updated, so that its panic (recovered in tellOutcome) loses none of
+	// that bookkeeping.
+	d.tellOutcome(o.d, recorded)
 	return rows
 }
 
@@ -63,8 +70,9 @@ func (d *Dispatcher) writeRecovered(rows []storage.DeliveryResult) {
 		zap.Int("rows", len(rows)))
 }
 
-// apply counts one result: into its page, or as a stored row's result.
-func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.DeliveryResult {
+// apply counts one result: into its page, or as a stored row's result. It
+// returns the outcome recorded (a retry past MaxAttempts is a failure).
+func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) ([]storage.DeliveryResult, storage.DeliveryOutcome) {
 	del, outcome := o.d, o.res.Outcome
 	var retryAt time.Time
 	if outcome == storage.DeliveryRetry {
@@ -75,11 +83,6 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.D
 		}
 	}
 	d.counters.delivery(del.Platform, outcome)
-	if on := d.opts.OnOutcome; on != nil {
-		if name := outcomeName(outcome); name != "" {
-			on(del.InstanceID, name)
-		}
-	}
 	if outcome != storage.DeliverySent {
 		d.log.Debug("delivery not sent", zap.String("publish", del.PublishID), zap.String("device", del.DeviceID),
 			zap.Int("outcome", int(outcome)), zap.String("reason", o.res.Reason))
@@ -87,7 +90,7 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.D
 	d.platformInFlight[del.Platform].Add(-1)
 	pg := o.page
 	if pg == nil {
-		return append(rows, storage.DeliveryResult{Delivery: del, Outcome: outcome, RetryAt: retryAt})
+		return append(rows, storage.DeliveryResult{Delivery: del, Outcome: outcome, RetryAt: retryAt}), outcome
 	}
 	d.pageInFlight.Add(-1)
 	pg.pending--
@@ -103,7 +106,16 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) []storage.D
 	default:
 		pg.result.Failed++
 	}
-	return rows
+	return rows, outcome
+}
+
+// tellOutcome hands one recorded outcome to Options.OnOutcome, a panic of
+// the hook logged and counted.
+func (d *Dispatcher) tellOutcome(del storage.Delivery, outcome storage.DeliveryOutcome) {
+	if on := d.opts.OnOutcome; on != nil {
+		d.panics.Do(d.log, "delivery outcome report", func() { on(del.InstanceID, outcome) },
+			zap.String("publish", del.PublishID), zap.String("device", del.DeviceID))
+	}
 }
 
 // write records the rows' results and the pages done, each stream's in

@@ -83,3 +83,28 @@ func TestRecorderPanicDropsOnlyThatResult(t *testing.T) {
 	publishTo(t, db, d, "pub-2", "apns-2")
 	waitPublishDone(t, db, "pub-2")
 }
+
+// A panicking OnOutcome hook costs nothing but its own report: every
+// result is still counted and recorded, the publish completes, and the
+// panic is logged and counted.
+func TestOutcomeHookPanicKeepsTheBookkeeping(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	hook := func(string, storage.DeliveryOutcome) { panic("hook bug") }
+	db, d := dispatchTo(t, Options{OnOutcome: hook}, zap.New(core), func(context.Context, storage.Delivery, *Prepared) Result { return sent() }, "apns-1", "apns-2")
+	publishTo(t, db, d, "pub-1", "news")
+	if p := waitPublishDone(t, db, "pub-1"); p.Targeted != 2 || p.Sent != 2 {
+		t.Fatalf("publish targeted %d, sent %d; want 2 and 2", p.Targeted, p.Sent)
+	}
+	if got := deliveryCount(d, storage.PlatformAPNs, OutcomeDelivered); got != 2 {
+		t.Fatalf("delivered counted %d, want 2", got)
+	}
+	if got := d.PushCounters().Panics; got != 2 {
+		t.Fatalf("Panics = %d, want 2", got)
+	}
+	if n := d.InFlight(); n != 0 {
+		t.Fatalf("%d deliveries still in flight", n)
+	}
+	if entries := logs.FilterMessageSnippet("delivery outcome report").All(); len(entries) != 2 {
+		t.Fatalf("logged %d hook panics, want 2", len(entries))
+	}
+}

@@ -11,6 +11,10 @@ let liveTimer = null;
 let publishesTimer = null;
 let historyTimer = null;
 let instanceHistoryTimer = null;
+// The current history polls (pollHistory): a new selection starts a new one
+// and the old one stops at its next step.
+let appPoll = null;
+let instancePoll = null;
 
 function token() { return sessionStorage.getItem(tokenKey) || ''; }
 
@@ -68,8 +72,8 @@ function logout() {
   stopStream();
   clearInterval(liveTimer);
   clearInterval(publishesTimer);
-  clearInterval(historyTimer);
-  clearInterval(instanceHistoryTimer);
+  clearTimeout(historyTimer);
+  clearTimeout(instanceHistoryTimer);
   location.reload();
 }
 
@@ -106,28 +110,45 @@ function describe(ev) {
   return parts.join('  ');
 }
 
-// The live list keeps the last maxRows() events in `events` (newest
-// first) and shows those the filters let through; while paused, events are
-// kept but the list is not redrawn.
+// The live list keeps the last maxRows events in `events` (newest first)
+// and shows those the filters let through, shownCount of them; while
+// paused, events are kept but the list is not redrawn.
 let events = [];
+let shownCount = 0;
 let paused = false;
+
+// The filters and the row limit, read from their inputs when they change
+// (readFilters), not for every event.
+const filter = { prefix: '', name: '', kind: '' };
+let maxRows = 500;
+
+function readFilters() {
+  filter.prefix = $('filter-channel').value.trim();
+  filter.name = $('filter-event').value.trim();
+  filter.kind = $('filter-kind').value;
+  const n = parseInt($('max-rows').value, 10);
+  maxRows = Number.isFinite(n) ? Math.min(Math.max(n, 10), 5000) : 500;
+}
 
 // Kinds the "subscribe" filter covers: what subscribing and leaving cause.
 const subscribeKinds = new Set(['channel_occupied', 'channel_vacated', 'member_added', 'member_removed', 'subscription_count', 'cache_miss']);
 
-function maxRows() {
-  const n = parseInt($('max-rows').value, 10);
-  return Number.isFinite(n) ? Math.min(Math.max(n, 10), 5000) : 500;
+function shown(ev) {
+  if (filter.prefix && !(ev.channel || '').startsWith(filter.prefix)) return false;
+  if (filter.name && ev.event !== filter.name) return false;
+  if (filter.kind === 'subscribe') return subscribeKinds.has(ev.kind);
+  return !filter.kind || ev.kind === filter.kind;
 }
 
-function shown(ev) {
-  const prefix = $('filter-channel').value.trim();
-  const name = $('filter-event').value.trim();
-  const kind = $('filter-kind').value;
-  if (prefix && !(ev.channel || '').startsWith(prefix)) return false;
-  if (name && ev.event !== name) return false;
-  if (kind === 'subscribe') return subscribeKinds.has(ev.kind);
-  return !kind || ev.kind === kind;
+function showCount() {
+  $('events-count').textContent = shownCount + ' of ' + events.length + ' kept' + (paused ? ', paused' : '');
+}
+
+// trimEvents drops the oldest events past maxRows, keeping shownCount.
+function trimEvents() {
+  while (events.length > maxRows) {
+    if (shown(events.pop())) shownCount--;
+  }
 }
 
 function eventRow(ev) {
@@ -156,20 +177,21 @@ function renderEvents() {
   list.textContent = '';
   const rows = events.filter(shown);
   for (const ev of rows) list.appendChild(eventRow(ev));
-  $('events-count').textContent = rows.length + ' of ' + events.length + ' kept' + (paused ? ', paused' : '');
+  shownCount = rows.length;
+  showCount();
 }
 
 function addEvent(ev) {
   events.unshift(ev);
-  if (events.length > maxRows()) events.length = maxRows();
-  if (paused) {
-    $('events-count').textContent = events.filter(shown).length + ' of ' + events.length + ' kept, paused';
-    return;
+  const show = shown(ev);
+  if (show) shownCount++;
+  trimEvents();
+  if (!paused) {
+    const list = $('events');
+    if (show) list.prepend(eventRow(ev));
+    while (list.children.length > shownCount) list.lastChild.remove();
   }
-  const list = $('events');
-  if (shown(ev)) list.prepend(eventRow(ev));
-  while (list.children.length > maxRows()) list.lastChild.remove();
-  $('events-count').textContent = list.children.length + ' of ' + events.length + ' kept';
+  showCount();
 }
 
 function clearEvents() {
@@ -231,10 +253,10 @@ function selectApp(appID) {
   $('status').textContent = 'connecting…';
   clearEvents();
   refreshLive(appID);
-  refreshAppHistory(appID);
   liveTimer = setInterval(() => refreshLive(appID), 1000);
-  clearInterval(historyTimer);
-  historyTimer = setInterval(() => refreshAppHistory(appID), 5000);
+  clearTimeout(historyTimer);
+  const poll = appPoll = {};
+  pollHistory(appID, refreshAppHistory, () => poll === appPoll, (t) => { historyTimer = t; });
   streamApp = appID;
   openStream(appID);
 }
@@ -295,21 +317,35 @@ async function refreshPublishes(instanceID) {
 }
 
 // The publishes of the selected instance, refreshed every 3 s, and its
-// deliveries chart, every 5 s.
+// deliveries chart, once per the history's interval.
 function selectInstance(instanceID) {
   clearInterval(publishesTimer);
-  clearInterval(instanceHistoryTimer);
+  clearTimeout(instanceHistoryTimer);
+  instancePoll = null;
   $('publishes').tBodies[0].textContent = '';
   if (!instanceID) return;
   sessionStorage.setItem('herald.instance', instanceID);
   refreshPublishes(instanceID);
   publishesTimer = setInterval(() => refreshPublishes(instanceID), 3000);
-  refreshInstanceHistory(instanceID);
-  instanceHistoryTimer = setInterval(() => refreshInstanceHistory(instanceID), 5000);
+  const poll = instancePoll = {};
+  pollHistory(instanceID, refreshInstanceHistory, () => poll === instancePoll, (t) => { instanceHistoryTimer = t; });
 }
 
-// Charts: the history endpoints give one point per interval for the last
-// hour; each chart is an SVG polyline per series drawn here, no library.
+// Charts: the history endpoints give one point per intervalSeconds for the
+// last hour; each chart is an SVG polyline per series drawn here, no
+// library, redrawn once per interval.
+let historyInterval = 5; // seconds, until the API has said
+
+// pollHistory refreshes the history of id with refresh (which returns the
+// API's answer, or null) now and then once per the API's interval, while
+// current() holds (the poll is the selection's latest); setTimer keeps the
+// pending timer, for clearTimeout.
+async function pollHistory(id, refresh, current, setTimer) {
+  const h = await refresh(id);
+  if (h && h.intervalSeconds > 0) historyInterval = h.intervalSeconds;
+  if (!current() || !token()) return;
+  setTimer(setTimeout(() => pollHistory(id, refresh, current, setTimer), historyInterval * 1000));
+}
 const palette = { connections: '#0b6bcb', triggered: '#0b6bcb', delivered: '#1a7f37', webhooksSent: '#1a7f37', webhooksFailed: '#cf222e',
   failed: '#cf222e', retried: '#b25e00', deadToken: '#8a3ffc' };
 const svgNS = 'http://www.w3.org/2000/svg';
@@ -333,9 +369,9 @@ function drawChart(id, h, names) {
   let peak = 0;
   for (const s of series) for (const v of s.values) peak = Math.max(peak, v);
   const top = peak > 0 ? peak * 1.1 : 1;
-  // The x axis is the last hour (720 intervals) whatever the number of
-  // points so far, so a young node's chart fills from the right.
-  const span = 720;
+  // The x axis is the last hour (its number of intervals) whatever the
+  // number of points so far, so a young node's chart fills from the right.
+  const span = Math.max(2, Math.round(3600 / (h.intervalSeconds || historyInterval)));
   for (const s of series) {
     if (n === 0) break;
     const pts = s.values.map((v, i) => {
@@ -387,8 +423,10 @@ async function refreshAppHistory(appID) {
     drawChart('chart-connections', h, ['connections']);
     drawChart('chart-messages', h, ['triggered', 'delivered']);
     drawChart('chart-webhooks', h, ['webhooksSent', 'webhooksFailed']);
+    return h;
   } catch (e) {
     $('history-scope').textContent = '(history unavailable: ' + e.message + ')';
+    return null;
   }
 }
 
@@ -396,9 +434,12 @@ async function refreshInstanceHistory(instanceID) {
   try {
     const h = await api('/admin/v1/instances/' + encodeURIComponent(instanceID) + '/history');
     if (instanceID !== $('instance').value) return;
+    $('push-history-status').textContent = '';
     drawChart('chart-push', h, ['delivered', 'failed', 'retried', 'deadToken']);
+    return h;
   } catch (e) {
-    $('status').textContent = 'push history unavailable: ' + e.message;
+    $('push-history-status').textContent = '(history unavailable: ' + e.message + ')';
+    return null;
   }
 }
 
@@ -438,9 +479,11 @@ $('pause').addEventListener('click', () => {
   renderEvents();
 });
 for (const id of ['filter-channel', 'filter-event', 'filter-kind', 'max-rows']) $(id).addEventListener('input', () => {
-  if (events.length > maxRows()) events.length = maxRows();
+  readFilters();
+  if (events.length > maxRows) events.length = maxRows;
   renderEvents();
 });
+readFilters();
 $('filters').addEventListener('submit', (e) => e.preventDefault());
 $('creator').addEventListener('submit', sendEvent);
 if (token()) login(token());
