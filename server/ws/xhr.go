@@ -169,41 +169,49 @@ func (s *Handler) xhrReceive(w http.ResponseWriter, r *http.Request, clientIP, k
 	if streaming {
 		out = append(out, streamPrelude...)
 	}
-	x, opened := s.xhrSession(id), false
-	for attempt := 0; ; attempt++ {
-		if x == nil {
-			var refusal *hub.CloseReason
-			x, refusal = s.openXHR(w, r, clientIP, key, id)
-			if x == nil {
-				if refusal != nil {
-					s.stats.connRejected(refusal.Code)
-					out = append(out, openFrame...)
-					out = appendMessages(out, [][]byte{errorFrame(refusal.Code, refusal.Message)})
-					_ = xw.write(append(out, closeFrame(refusal.Code, refusal.Message)...))
-				}
-				return
-			}
-			opened = true
-		}
-		recv, err := x.attach(r.Context().Done())
-		switch {
-		case err == nil:
-			defer x.detach(recv)
-		case errors.Is(err, errReceiverBusy):
-			_ = xw.write(append(out, anotherConnectionFrame...))
-			return
-		case attempt == 0 && r.Context().Err() == nil:
-			x = nil // ended meanwhile: a new session, whose open frame tells pusher-js
-			continue
-		default:
-			return
-		}
-		break
+	x, recv, opened, refusal, err := s.attachOrOpen(w, r, clientIP, key, id)
+	switch {
+	case refusal != nil:
+		s.stats.connRejected(refusal.Code)
+		out = append(out, openFrame...)
+		out = appendMessages(out, [][]byte{errorFrame(refusal.Code, refusal.Message)})
+		_ = xw.write(append(out, closeFrame(refusal.Code, refusal.Message)...))
+		return
+	case errors.Is(err, errReceiverBusy):
+		_ = xw.write(append(out, anotherConnectionFrame...))
+		return
+	case x == nil || err != nil:
+		return // answered already (429), the client left, or the session ended twice
 	}
+	defer x.detach(recv)
 	if opened {
 		out = append(out, openFrame...)
 	}
 	s.xhrServe(x, xw, r, out, streaming)
+}
+
+// attachOrOpen attaches the request to the session id: the one open, or a
+// new one where there is none or it has ended (opened then reports that
+// this request opened it, so its answer starts with the open frame). It
+// tries twice: a session may end between the look-up and the attach, and
+// then the next one is opened. A session that cannot be opened has x nil
+// and refusal the close reason to send, or nil when the answer is written
+// already (over the connect rate).
+func (s *Handler) attachOrOpen(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, recv *xhrReceiver, opened bool, refusal *hub.CloseReason, err error) {
+	x = s.xhrSession(id)
+	for range 2 {
+		if x == nil || x.ended() {
+			x, opened, refusal = s.openXHR(w, r, clientIP, key, id)
+			if x == nil {
+				return nil, nil, false, refusal, nil
+			}
+		}
+		recv, err = x.attach(r.Context())
+		if !errors.Is(err, errSessionEnded) {
+			break
+		}
+	}
+	return x, recv, opened, nil, err
 }
 
 // xhrServe writes to the attached receiver what the session takes, after
@@ -254,37 +262,37 @@ func (s *Handler) xhrServe(x *xhrSession, xw *xhrWriter, r *http.Request, buf []
 // openXHR opens the session id of the app whose key is key, or answers why
 // not: refusal is the close reason to send, or nil when the answer is
 // written already (over the connect rate). Another request that opened id
-// first wins, and its session is returned.
-func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, refusal *hub.CloseReason) {
+// first wins, and its session is returned, with opened false.
+func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, opened bool, refusal *hub.CloseReason) {
 	if s.connects != nil {
 		if ok, wait := s.connects.take(clientIP, time.Now()); !ok {
 			s.stats.connectRefused()
 			s.connects.refuse(w, wait)
-			return nil, nil
+			return nil, false, nil
 		}
 	}
 	app, found := s.apps.ByKey(key)
 	switch {
 	case r.URL.Query().Get("protocol") != "7":
-		return nil, &hub.CloseUnsupportedProtocol
+		return nil, false, &hub.CloseUnsupportedProtocol
 	case !found:
-		return nil, &hub.CloseUnknownApp
+		return nil, false, &hub.CloseUnknownApp
 	case !app.Enabled:
-		return nil, &hub.CloseAppDisabled
+		return nil, false, &hub.CloseAppDisabled
 	}
 	x = newXHRSession(s, id, app.ID)
 	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: x})
 	if err != nil {
-		return nil, &hub.CloseOverConnectionQuota
+		return nil, false, &hub.CloseOverConnectionQuota
 	}
 	x.conn = conn // before anything can be queued: conn is in no channel yet
 	switch got := s.addXHR(x); {
 	case got == nil:
 		s.hub.Remove(conn)
-		return nil, &hub.CloseShuttingDown
+		return nil, false, &hub.CloseShuttingDown
 	case got != x:
 		s.hub.Remove(conn)
-		return got, nil
+		return got, false, nil
 	}
 	s.stats.connOpened()
 	s.stats.httpSessionOpened()
@@ -292,7 +300,7 @@ func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key,
 	x.mu.Lock()
 	x.armLocked() // finished unless a receiver attaches in time
 	x.mu.Unlock()
-	return x, nil
+	return x, true, nil
 }
 
 // xhrWriter writes a receiving request's answer, each write flushed and
@@ -334,15 +342,18 @@ func (s *Handler) xhrSession(id string) *xhrSession {
 	return s.xhr[id]
 }
 
-// addXHR registers x, unless a session of its id is there already (that one
-// is returned) or the fallback is shutting down (nil).
+// addXHR registers x, unless a session of its id that has not ended is
+// there already (that one is returned) or the fallback is shutting down
+// (nil). One that has ended is replaced: it is finishing, and leaves the map
+// only once it is done (removeXHR then leaves x in place), while the
+// client's next receiving request must open x at once.
 func (s *Handler) addXHR(x *xhrSession) *xhrSession {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || s.xhrClosing {
 		return nil
 	}
-	if got := s.xhr[x.id]; got != nil {
+	if got := s.xhr[x.id]; got != nil && !got.ended() { // lock order: s.mu, then x.mu
 		return got
 	}
 	s.xhr[x.id] = x

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -81,8 +82,9 @@ func (x *xhrSession) signal() {
 }
 
 // attach makes the request the session's receiver: after the one attached
-// detaches (takeoverWait at most) and while the session has not ended.
-func (x *xhrSession) attach(stop <-chan struct{}) (*xhrReceiver, error) {
+// detaches (takeoverWait at most) and while the session has not ended. A
+// request cancelled meanwhile gets its context's error.
+func (x *xhrSession) attach(ctx context.Context) (*xhrReceiver, error) {
 	r := &xhrReceiver{done: make(chan struct{})}
 	x.mu.Lock()
 	for x.recv != nil && !x.finished {
@@ -94,9 +96,9 @@ func (x *xhrSession) attach(stop <-chan struct{}) (*xhrReceiver, error) {
 			t.Stop()
 		case <-t.C:
 			return nil, errReceiverBusy
-		case <-stop:
+		case <-ctx.Done():
 			t.Stop()
-			return nil, errSessionEnded
+			return nil, ctx.Err()
 		}
 		x.mu.Lock()
 	}

@@ -363,3 +363,39 @@ func TestXHRConnectRateLimit(t *testing.T) {
 		t.Fatalf("%d refused by the connect rate, want 1", n)
 	}
 }
+
+// A receiving request that arrives while its session is finishing (ended,
+// not yet out of the handler's map) opens a new session and gets its open
+// frame; the old session, once done, leaves the new one in place.
+func TestXHRReceiverWhileFinishingOpensNewSession(t *testing.T) {
+	s := newWSServer(t, Options{})
+	c := s.xhrOpen(t, "key1", transportStreaming) // one request: no poll arrives late
+	c.established()
+	c.stopReceiving()
+	old := s.handler.xhrSession(c.id())
+	wait.Until(t, "the stream has detached", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return old.recv == nil
+	})
+	old.drain.Lock() // finish waits here, after it ended the session and before removeXHR
+	finished := make(chan struct{})
+	go func() { old.finish(); close(finished) }()
+	wait.Until(t, "the session has ended", old.ended)
+
+	c.receive(transportStreaming, "protocol=7")
+	if l := c.line(); !strings.HasPrefix(l, "hhhh") {
+		t.Fatalf("first line %.40q, want the prelude", l)
+	}
+	if l := c.line(); l != "o" {
+		t.Fatalf("second line %.40q, want the open frame of a new session", l)
+	}
+	c.established()
+	old.drain.Unlock()
+	<-finished
+	if x := s.handler.xhrSession(c.id()); x == nil || x == old {
+		t.Fatalf("session after the old one finished: %p (old %p), want the new one", x, old)
+	}
+	c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
+	c.expect("pusher:pong", "")
+}
