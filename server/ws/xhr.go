@@ -286,17 +286,19 @@ func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key,
 		return nil, false, &hub.CloseOverConnectionQuota
 	}
 	x.conn = conn // before anything can be queued: conn is in no channel yet
+	// Started before others can reach it: finish, from any request, stops
+	// the timers start sets.
+	x.start(app)
 	switch got := s.addXHR(x); {
 	case got == nil:
-		s.hub.Remove(conn)
+		x.leave()
 		return nil, false, &hub.CloseShuttingDown
 	case got != x:
-		s.hub.Remove(conn)
+		x.leave()
 		return got, false, nil
 	}
 	s.stats.connOpened()
 	s.stats.httpSessionOpened()
-	x.start(app)
 	x.mu.Lock()
 	x.armLocked() // finished unless a receiver attaches in time
 	x.mu.Unlock()
