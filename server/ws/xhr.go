@@ -2,7 +2,6 @@ package ws
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -42,15 +41,6 @@ const (
 // maxSessionIDPart bounds <server> and <session>: pusher-js sends at most 3
 // digits and 8 characters.
 const maxSessionIDPart = 64
-
-// Error kinds of the fallback's HTTP errors: the ones httpapi uses for the
-// same refusals, so that a client sees one shape everywhere.
-const (
-	kindNotFound         = "not_found"
-	kindMethodNotAllowed = "method_not_allowed"
-	kindBodyTooLarge     = "body_too_large"
-	kindInvalidBody      = "invalid_body"
-)
 
 // ServeFallback serves the HTTP fallback (POST, and OPTIONS for the CORS
 // preflight browsers make before it) for the client at clientIP; the path
@@ -126,7 +116,7 @@ func (s *Handler) xhrSend(w http.ResponseWriter, r *http.Request, id string) {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			writeHTTPError(w, http.StatusRequestEntityTooLarge, kindBodyTooLarge, "The body is larger than "+itoa(int(s.xhrSendLimit()))+" bytes.")
 		} else {
-			writeHTTPError(w, http.StatusBadRequest, kindInvalidBody, "The body could not be read.")
+			writeHTTPError(w, http.StatusBadRequest, kindUnreadableBody, "The request body could not be read.")
 		}
 		return
 	}
@@ -323,18 +313,6 @@ func (xw *xhrWriter) write(b []byte) error {
 		err = xw.rc.Flush()
 	}
 	return err
-}
-
-// writeHTTPError answers with status and the error body of Herald's HTTP
-// APIs.
-func writeHTTPError(w http.ResponseWriter, status int, kind, description string) {
-	body, _ := json.Marshal(struct {
-		Error       string `json:"error"`
-		Description string `json:"description"`
-	}{kind, description})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
 }
 
 // xhrSession is the open session id, or nil.

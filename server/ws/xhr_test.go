@@ -1,9 +1,11 @@
 package ws
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -282,6 +284,27 @@ func TestXHRSendRefusals(t *testing.T) {
 			}
 		})
 	}
+	t.Run("ErrUnreadable", func(t *testing.T) {
+		// A chunked body whose chunk size is not hex: net/http fails the read.
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.httpURL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		path := c.base[len(s.httpURL()):] + "/" + transportSend
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", path); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct{ Error, Description string }
+		if resp.StatusCode != http.StatusBadRequest || json.NewDecoder(resp.Body).Decode(&e) != nil || e.Error != kindUnreadableBody {
+			t.Fatalf("status %d body %+v, want 400 %s", resp.StatusCode, e, kindUnreadableBody)
+		}
+	})
 	if status, _ := c.sendRaw(`["` + strings.Repeat("x", 101) + `"]`); status != http.StatusNoContent {
 		t.Fatalf("a message over the limit: status %d, want 204 (and a pusher:error)", status)
 	}
