@@ -106,8 +106,7 @@ func (x *xhrSession) attach(ctx context.Context) (*xhrReceiver, error) {
 	if x.finished {
 		return nil, errSessionEnded
 	}
-	x.recv = r
-	x.goneGen++ // disarms the disconnect timer
+	x.recv = r // the disconnect timer, if one runs, finds it and does nothing
 	return r, nil
 }
 
@@ -203,7 +202,6 @@ func (x *xhrSession) finish() {
 		return
 	}
 	x.finished = true
-	x.goneGen++
 	x.mu.Unlock()
 	x.signal() // an attached receiver ends
 	defer x.s.removeXHR(x)
