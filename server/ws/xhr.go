@@ -164,8 +164,7 @@ func (s *Handler) xhrReceive(w http.ResponseWriter, r *http.Request, clientIP, k
 	case refusal != nil:
 		s.stats.connRejected(refusal.Code)
 		out = append(out, openFrame...)
-		out = appendMessages(out, [][]byte{errorFrame(refusal.Code, refusal.Message)})
-		_ = xw.write(append(out, closeFrame(refusal.Code, refusal.Message)...))
+		_ = xw.write(appendClose(out, *refusal))
 		return
 	case errors.Is(err, errReceiverBusy):
 		_ = xw.write(append(out, anotherConnectionFrame...))

@@ -23,7 +23,7 @@ var (
 	streamPrelude = append(bytes.Repeat([]byte{'h'}, 2048), '\n')
 	// anotherConnectionFrame answers a receiving request made while another
 	// one is attached to the session (SockJS's code 2010).
-	anotherConnectionFrame = closeFrame(2010, "Another connection still open")
+	anotherConnectionFrame = appendCloseFrame(nil, 2010, "Another connection still open")
 )
 
 // appendMessages appends the frame a[...] of the server frames given: a
@@ -43,12 +43,22 @@ func appendMessages(dst []byte, frames [][]byte) []byte {
 	return append(dst, ']', '\n')
 }
 
-// closeFrame is c[code,"reason"], how the fallback carries a close code.
-func closeFrame(code int, reason string) []byte {
-	b := append([]byte("c["), strconv.Itoa(code)...)
-	b = append(b, ',')
-	b = hub.AppendJSONString(b, reason)
-	return append(b, ']', '\n')
+// appendCloseFrame appends c[code,"reason"], how the fallback carries a
+// close code.
+func appendCloseFrame(dst []byte, code int, reason string) []byte {
+	dst = append(dst, 'c', '[')
+	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = append(dst, ',')
+	dst = hub.AppendJSONString(dst, reason)
+	return append(dst, ']', '\n')
+}
+
+// appendClose appends how the fallback closes a session with reason: its
+// pusher:error, as a WebSocket sends it before closing, then its close
+// frame.
+func appendClose(dst []byte, reason hub.CloseReason) []byte {
+	dst = appendMessages(dst, [][]byte{errorFrame(reason.Code, reason.Message)})
+	return appendCloseFrame(dst, reason.Code, reason.Message)
 }
 
 // Why an xhr_send body is refused.

@@ -178,8 +178,7 @@ func (x *xhrSession) take(dst []byte) (out []byte, reason *hub.CloseReason) {
 				continue // a Wake since may have claimed again
 			}
 			if reason.Code != 0 {
-				dst = appendMessages(dst, [][]byte{errorFrame(reason.Code, reason.Message)})
-				dst = append(dst, closeFrame(reason.Code, reason.Message)...)
+				dst = appendClose(dst, *reason)
 			}
 			return dst, reason
 		}
