@@ -253,28 +253,14 @@ func (s *Handler) xhrServe(x *xhrSession, xw *xhrWriter, r *http.Request, buf []
 // written already (over the connect rate). Another request that opened id
 // first wins, and its session is returned, with opened false.
 func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, opened bool, refusal *hub.CloseReason) {
-	if s.connects != nil {
-		if ok, wait := s.connects.take(clientIP, time.Now()); !ok {
-			s.stats.connectRefused()
-			s.connects.refuse(w, wait)
-			return nil, false, nil
-		}
+	if !s.allowConnect(w, clientIP) {
+		return nil, false, nil
 	}
-	app, found := s.apps.ByKey(key)
-	switch {
-	case r.URL.Query().Get("protocol") != "7":
-		return nil, false, &hub.CloseUnsupportedProtocol
-	case !found:
-		return nil, false, &hub.CloseUnknownApp
-	case !app.Enabled:
-		return nil, false, &hub.CloseAppDisabled
+	x = newXHRSession(s, id)
+	app, refusal := s.admit(r, key, &x.peer, x)
+	if refusal != nil {
+		return nil, false, refusal
 	}
-	x = newXHRSession(s, id, app.ID)
-	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: x})
-	if err != nil {
-		return nil, false, &hub.CloseOverConnectionQuota
-	}
-	x.conn = conn // before anything can be queued: conn is in no channel yet
 	// Started before others can reach it: finish, from any request, stops
 	// the timers start sets.
 	x.start(app)

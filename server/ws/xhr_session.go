@@ -57,8 +57,8 @@ var (
 	errSessionEnded = errors.New("the session has ended")
 )
 
-func newXHRSession(s *Handler, id, appID string) *xhrSession {
-	return &xhrSession{peer: peer{s: s, appID: appID}, id: id, wake: make(chan struct{}, 1)}
+func newXHRSession(s *Handler, id string) *xhrSession {
+	return &xhrSession{peer: peer{s: s}, id: id, wake: make(chan struct{}, 1)}
 }
 
 // Wake records the writer's part the hub hands over (hub.Writer) and tells
