@@ -88,8 +88,8 @@ func (l *connectLimiter) take(ip string, t time.Time) (bool, time.Duration) {
 
 // refuse answers a connection over the limit: 429 with Retry-After (whole
 // seconds, at least 1) and the error body of Herald's HTTP APIs. No upgrade
-// has happened, so a client sees an HTTP error, which pusher-js retries
-// with its backoff.
+// has happened and no session is open, so a client sees an HTTP error,
+// which pusher-js retries with its backoff.
 func (l *connectLimiter) refuse(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Retry-After", clientrate.RetryAfter(wait))
 	writeHTTPError(w, http.StatusTooManyRequests, kindRateLimited, "More than "+
