@@ -7,8 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -216,6 +221,59 @@ func TestXHRSecondReceiverRefused(t *testing.T) {
 	}
 	c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
 	c.expect("pusher:pong", "")
+}
+
+// A receiving request that arrives while the one before it is still
+// attached (pusher-js reopening its stream before the server has seen the
+// old request go) waits for it to detach, and then takes the session's
+// frames. In fake time: the second request is still waiting halfway through
+// takeoverWait when the first is cancelled.
+func TestXHRTakeoverWaitsForTheAttachedReceiver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := hub.New(zap.NewNop())
+		defer h.Close()
+		s := memHandler(h, Options{})
+		s.xhr = make(map[string]*xhrSession)
+		r := httptest.NewRequest(http.MethodPost, "/pusher/app/key1/1/takeover/xhr_streaming?protocol=7", nil)
+		x, opened, refusal := s.openXHR(httptest.NewRecorder(), r, "192.0.2.1", "key1", "key1/1/takeover")
+		if !opened || refusal != nil {
+			t.Fatalf("openXHR: opened %v, refusal %v", opened, refusal)
+		}
+		defer x.finish()
+		first, err := x.attach(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		type attached struct {
+			recv *xhrReceiver
+			err  error
+		}
+		second := make(chan attached, 1)
+		go func() {
+			recv, err := x.attach(context.Background())
+			second <- attached{recv, err}
+		}()
+		time.Sleep(takeoverWait / 2)
+		synctest.Wait()
+		select {
+		case a := <-second:
+			t.Fatalf("the second receiver did not wait for the first: %v", a.err)
+		default:
+		}
+		x.detach(first) // the first request is cancelled
+		a := <-second
+		if a.err != nil {
+			t.Fatalf("second receiver: %v, want it attached", a.err)
+		}
+		defer x.detach(a.recv)
+		out, reason := x.take(nil)
+		if reason != nil || !strings.HasPrefix(string(out), "a[") {
+			t.Fatalf("second receiver took %q (closing: %v), want the frames queued", out, reason)
+		}
+		if f := decodeMessages(t, strings.TrimSuffix(string(out), "\n")); len(f) != 1 || f[0].Event != "pusher:connection_established" {
+			t.Fatalf("frames %+v, want pusher:connection_established", f)
+		}
+	})
 }
 
 // A stream ends after StreamLimitBytes; the next one on the session goes on
