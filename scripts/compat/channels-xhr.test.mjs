@@ -3,8 +3,10 @@
 // (enabledTransports: ['xhr_streaming'], then ['xhr_polling']) with httpHost
 // and httpPort pointing at herald: the same protocol 7 as over a WebSocket,
 // for every channel kind, client events both ways with a WebSocket client,
-// sign-in and server-to-user events, terminate_connections (4009) and a
-// server restart. The node build carries its own XMLHttpRequest.
+// sign-in and server-to-user events, terminate_connections (4009), an
+// unknown app key (4001, no reconnection), the server's ping answered over
+// xhr_send and a server restart. The node build carries its own
+// XMLHttpRequest.
 //
 // Run: cd scripts/compat && HERALD_BIN=$PWD/herald node --test --test-concurrency=1 channels-xhr.test.mjs
 //
@@ -16,7 +18,7 @@ import { randomBytes } from 'node:crypto'
 import PusherServer from 'pusher'
 
 import { APP, startHerald, freshDB, freePort } from './herald.mjs'
-import { WAIT_MS, Clients, sdkAuthorizer, connected, subscribe, roundTrip, errorCode, once } from './helpers.mjs'
+import { WAIT_MS, Clients, sdkAuthorizer, connected, subscribe, roundTrip, errorCode, once, sleep } from './helpers.mjs'
 
 /** Encryption master key of the server SDK (for private-encrypted- channels). */
 const MASTER_KEY = randomBytes(32).toString('base64')
@@ -149,6 +151,16 @@ for (const transport of ['xhr_streaming', 'xhr_polling']) {
       await miss
     })
 
+    it('unknown app key: pusher:error 4001, and pusher-js does not come back', async () => {
+      const c = connect({ key: 'no-such-key' })
+      await c.errors.waitFor((e) => errorCode(e) === 4001, { label: 'an error with code 4001' })
+      // Codes 4000-4099 mean "refused": pusher-js disconnects for good, as
+      // over a WebSocket ('failed' is only for a transport it cannot use).
+      await c.states.waitFor((s) => s === 'disconnected', { label: 'state disconnected' })
+      assert.deepEqual(c.states.items, ['disconnected'])
+      assert.ok(!c.pusher.connection.retryTimer?.isRunning(), 'pusher-js has a reconnection scheduled')
+    })
+
     it('sign-in: a server-to-user event arrives; terminate_connections closes with 4009', async () => {
       const c = connect({ userData: { id: 'erin' } })
       await connected(c)
@@ -162,6 +174,31 @@ for (const transport of ['xhr_streaming', 'xhr_polling']) {
       assert.equal((await server.terminateUserConnections('erin')).status, 200)
       await c.errors.waitFor((e) => errorCode(e) === 4009, { label: 'an error with code 4009' })
       await c.states.waitFor((s) => s === 'disconnected', { label: 'state disconnected' })
+    })
+  })
+
+  describe(`pusher-js over ${transport} pinged by the server (HERALD_ACTIVITY_TIMEOUT=1s, HERALD_PONG_TIMEOUT=1s)`, () => {
+    const clients = new Clients()
+    let herald
+    before(async () => {
+      herald = await startHerald({ env: { HERALD_ACTIVITY_TIMEOUT: '1s', HERALD_PONG_TIMEOUT: '1s' } })
+    })
+    after(async () => {
+      clients.closeAll()
+      await herald?.stop()
+    })
+
+    it('answers the ping over xhr_send: still connected, the same session, past the pong timeout', async () => {
+      const c = clients.connect(herald, { options: httpOptions(herald, transport) })
+      const socketId = await connected(c)
+      await c.frames.waitFor((f) => f.event === 'pusher:ping', { label: 'the server\'s pusher:ping' })
+      // Unanswered, the session would close with 4201 a second after the ping.
+      await sleep(2500) // the timeouts are what is under test
+      assert.equal(c.pusher.connection.state, 'connected')
+      assert.equal(c.pusher.connection.socket_id, socketId)
+      assert.equal(transportOf(c), transport)
+      assert.deepEqual(c.states.items, ['connected'])
+      assert.ok(!c.errors.items.some((e) => errorCode(e) === 4201), JSON.stringify(c.errors.items))
     })
   })
 

@@ -18,16 +18,16 @@ import (
 // with data (a string, written as a JSON string) and userID (omitted when empty).
 func appendEventFrame(dst []byte, event, channel, data, userID string) []byte {
 	dst = append(dst, `{"event":`...)
-	dst = appendJSONString(dst, event)
+	dst = AppendJSONString(dst, event)
 	if channel != "" {
 		dst = append(dst, `,"channel":`...)
-		dst = appendJSONString(dst, channel)
+		dst = AppendJSONString(dst, channel)
 	}
 	dst = append(dst, `,"data":`...)
-	dst = appendJSONString(dst, data)
+	dst = AppendJSONString(dst, data)
 	if userID != "" {
 		dst = append(dst, `,"user_id":`...)
-		dst = appendJSONString(dst, userID)
+		dst = AppendJSONString(dst, userID)
 	}
 	return append(dst, '}')
 }
@@ -52,9 +52,12 @@ func JSONFrame(event, channel string, v any) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString appends s as a JSON string literal. Invalid UTF-8 becomes
-// U+FFFD, as with encoding/json, so a frame is always valid JSON text.
-func appendJSONString(dst []byte, s string) []byte {
+// AppendJSONString appends s to dst as a JSON string literal, as frames
+// carry strings. Invalid UTF-8 becomes U+FFFD, as with encoding/json, so a
+// frame is always valid JSON text; nothing below a space is left raw, nor
+// U+2028 and U+2029, so a literal never ends a line early, even for a
+// JavaScript parser.
+func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {

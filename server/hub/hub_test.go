@@ -387,7 +387,7 @@ func TestConcurrentRegistry(t *testing.T) {
 
 func TestAppendJSONString(t *testing.T) {
 	for _, s := range []string{"", "plain", `q"b\s`, "\n\r\t\x00\x1f", "é✓😀", "\xff\xfe", "\u2028\u2029", "<script>&"} {
-		b := appendJSONString(nil, s)
+		b := AppendJSONString(nil, s)
 		var back string
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatalf("%q encoded as invalid JSON %s: %v", s, b, err)
@@ -403,7 +403,7 @@ func FuzzAppendJSONString(f *testing.F) {
 	f.Add("\xff\u2028")
 	f.Fuzz(func(t *testing.T, s string) {
 		var back string
-		if err := json.Unmarshal(appendJSONString(nil, s), &back); err != nil {
+		if err := json.Unmarshal(AppendJSONString(nil, s), &back); err != nil {
 			t.Fatalf("invalid JSON for %q: %v", s, err)
 		}
 		if want := replaceInvalidUTF8(s); back != want {

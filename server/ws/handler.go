@@ -111,12 +111,8 @@ func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handler must not return before the hijack, hence the wait; a panic is
 // raised again here, where the router's recovery sees it.
 func (s *Handler) ServeClient(w http.ResponseWriter, r *http.Request, clientIP string) {
-	if s.connects != nil {
-		if ok, wait := s.connects.take(clientIP, time.Now()); !ok {
-			s.stats.connectRefused()
-			s.connects.refuse(w, wait)
-			return
-		}
+	if !s.allowConnect(w, clientIP) {
+		return
 	}
 	if headHijackerOf(w) != nil {
 		// A request from server/upgrade, which runs them on this pool
@@ -147,31 +143,17 @@ func (s *Handler) upgrade(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered the HTTP request
 	}
 	ws.SetReadLimit(hardReadLimit)
-	key := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
-	app, found := s.apps.ByKey(key)
-	switch {
-	case r.URL.Query().Get("protocol") != "7":
-		s.reject(ws, hub.CloseUnsupportedProtocol)
-		return
-	case !found:
-		s.reject(ws, hub.CloseUnknownApp)
-		return
-	case !app.Enabled:
-		s.reject(ws, hub.CloseAppDisabled)
-		return
-	}
-	sess := &session{peer: peer{s: s, appID: app.ID}, ws: ws, sock: hj.sock, br: hj.br}
+	sess := &session{peer: peer{s: s}, ws: ws, sock: hj.sock, br: hj.br}
 	sess.writeLoopFn = sess.writeLoop // one closure for the connection's life
-	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: sess})
-	if err != nil {
-		s.reject(ws, hub.CloseOverConnectionQuota)
+	app, refusal := s.admit(r, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:], &sess.peer, sess)
+	if refusal != nil {
+		s.reject(ws, *refusal)
 		return
 	}
-	sess.conn = conn // before anything can be queued: conn is in no channel yet
 	sess.poll = socket.NewHandle(socket.FD(hj.sock.Conn), sess)
 	hj.sock.OnClose(sess.socketClosing)
 	if !s.add(sess) {
-		s.hub.Remove(conn)
+		s.hub.Remove(sess.conn)
 		s.reject(ws, hub.CloseShuttingDown)
 		return
 	}

@@ -27,11 +27,6 @@ const (
 	DefaultSubscribeBurst = 100
 )
 
-// kindRateLimited is the error kind of the 429 that refuses a connection over
-// the per-address rate: the one httpapi's rate limits answer with, so a
-// client sees one shape for every 429.
-const kindRateLimited = "rate_limited"
-
 // subscribeMakesWebhooks reports whether subscribing to (or leaving) the
 // channel called name can make app send a webhook: channel_occupied and
 // channel_vacated on every channel, member_added and member_removed on
@@ -93,15 +88,13 @@ func (l *connectLimiter) take(ip string, t time.Time) (bool, time.Duration) {
 
 // refuse answers a connection over the limit: 429 with Retry-After (whole
 // seconds, at least 1) and the error body of Herald's HTTP APIs. No upgrade
-// has happened, so a client sees an HTTP error, which pusher-js retries
-// with its backoff.
+// has happened and no session is open, so a client sees an HTTP error,
+// which pusher-js retries with its backoff.
 func (l *connectLimiter) refuse(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Retry-After", clientrate.RetryAfter(wait))
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write([]byte(`{"error":"` + kindRateLimited + `","description":"More than ` +
-		strconv.FormatFloat(l.perSecond, 'g', -1, 64) +
-		` new connections per second from this address; retry after the time in Retry-After."}`))
+	writeHTTPError(w, http.StatusTooManyRequests, kindRateLimited, "More than "+
+		strconv.FormatFloat(l.perSecond, 'g', -1, 64)+
+		" new connections per second from this address; retry after the time in Retry-After.")
 }
 
 // remoteIP is the address of the request's peer, for a handler reached

@@ -58,7 +58,7 @@ type stats struct {
 	closed       [len(CloseCodes) + 1]counter
 	rejected     [len(CloseCodes) + 1]counter // refused before they were opened
 
-	connectLimited counter // upgrades refused with 429: over the per-address connect rate
+	connectLimited counter // new connections (upgrades, HTTP fallback sessions) refused with 429: over the per-address connect rate
 	subsLimited    counter // subscribes refused: over the connection's subscribe rate
 	appSubsFull    counter // subscribes refused: over the app's subscription cap
 }
@@ -88,7 +88,7 @@ type Counters struct {
 	Closed             []CodeCount // opened connections that ended, by close code
 	Rejected           []CodeCount // connections refused at connect time, by close code
 
-	ConnectRateLimited     int64 // upgrades refused with HTTP 429: over Options.ConnectRateLimit for the client's address
+	ConnectRateLimited     int64 // new connections (WebSocket upgrades and HTTP fallback sessions) refused with HTTP 429: over Options.ConnectRateLimit for the client's address
 	SubscribeRateLimited   int64 // subscribes refused with status 429: over the connection's subscribe rate
 	AppSubscriptionsCapped int64 // subscribes refused with status 429: the app at Options.MaxSubscriptionsPerApp
 	// Panics is how many panics in the handling of a client's input were

@@ -88,8 +88,10 @@ type Options struct {
 	StreamLimitBytes int
 	// ConnectRateLimit is the new connections a second allowed per client
 	// address (config.ConnectRateLimit; IPv6 per /64), with bursts of a
-	// second's worth; beyond it the upgrade is refused with HTTP 429 and
-	// Retry-After. 0: no limit.
+	// second's worth; beyond it a WebSocket upgrade, or a request that would
+	// open an HTTP fallback session, is refused with HTTP 429 and
+	// Retry-After (the other requests of an open session do not count). 0:
+	// no limit.
 	ConnectRateLimit float64
 }
 

@@ -2,7 +2,6 @@ package ws
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -42,15 +41,6 @@ const (
 // maxSessionIDPart bounds <server> and <session>: pusher-js sends at most 3
 // digits and 8 characters.
 const maxSessionIDPart = 64
-
-// Error kinds of the fallback's HTTP errors: the ones httpapi uses for the
-// same refusals, so that a client sees one shape everywhere.
-const (
-	kindNotFound         = "not_found"
-	kindMethodNotAllowed = "method_not_allowed"
-	kindBodyTooLarge     = "body_too_large"
-	kindInvalidBody      = "invalid_body"
-)
 
 // ServeFallback serves the HTTP fallback (POST, and OPTIONS for the CORS
 // preflight browsers make before it) for the client at clientIP; the path
@@ -126,7 +116,7 @@ func (s *Handler) xhrSend(w http.ResponseWriter, r *http.Request, id string) {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			writeHTTPError(w, http.StatusRequestEntityTooLarge, kindBodyTooLarge, "The body is larger than "+itoa(int(s.xhrSendLimit()))+" bytes.")
 		} else {
-			writeHTTPError(w, http.StatusBadRequest, kindInvalidBody, "The body could not be read.")
+			writeHTTPError(w, http.StatusBadRequest, kindUnreadableBody, "The request body could not be read.")
 		}
 		return
 	}
@@ -169,41 +159,48 @@ func (s *Handler) xhrReceive(w http.ResponseWriter, r *http.Request, clientIP, k
 	if streaming {
 		out = append(out, streamPrelude...)
 	}
-	x, opened := s.xhrSession(id), false
-	for attempt := 0; ; attempt++ {
-		if x == nil {
-			var refusal *hub.CloseReason
-			x, refusal = s.openXHR(w, r, clientIP, key, id)
-			if x == nil {
-				if refusal != nil {
-					s.stats.connRejected(refusal.Code)
-					out = append(out, openFrame...)
-					out = appendMessages(out, [][]byte{errorFrame(refusal.Code, refusal.Message)})
-					_ = xw.write(append(out, closeFrame(refusal.Code, refusal.Message)...))
-				}
-				return
-			}
-			opened = true
-		}
-		recv, err := x.attach(r.Context().Done())
-		switch {
-		case err == nil:
-			defer x.detach(recv)
-		case errors.Is(err, errReceiverBusy):
-			_ = xw.write(append(out, anotherConnectionFrame...))
-			return
-		case attempt == 0 && r.Context().Err() == nil:
-			x = nil // ended meanwhile: a new session, whose open frame tells pusher-js
-			continue
-		default:
-			return
-		}
-		break
+	x, recv, opened, refusal, err := s.attachOrOpen(w, r, clientIP, key, id)
+	switch {
+	case refusal != nil:
+		s.stats.connRejected(refusal.Code)
+		out = append(out, openFrame...)
+		_ = xw.write(appendClose(out, *refusal))
+		return
+	case errors.Is(err, errReceiverBusy):
+		_ = xw.write(append(out, anotherConnectionFrame...))
+		return
+	case x == nil || err != nil:
+		return // answered already (429), the client left, or the session ended twice
 	}
+	defer x.detach(recv)
 	if opened {
 		out = append(out, openFrame...)
 	}
 	s.xhrServe(x, xw, r, out, streaming)
+}
+
+// attachOrOpen attaches the request to the session id: the one open, or a
+// new one where there is none or it has ended (opened then reports that
+// this request opened it, so its answer starts with the open frame). It
+// tries twice: a session may end between the look-up and the attach, and
+// then the next one is opened. A session that cannot be opened has x nil
+// and refusal the close reason to send, or nil when the answer is written
+// already (over the connect rate).
+func (s *Handler) attachOrOpen(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, recv *xhrReceiver, opened bool, refusal *hub.CloseReason, err error) {
+	x = s.xhrSession(id)
+	for range 2 {
+		if x == nil || x.ended() {
+			x, opened, refusal = s.openXHR(w, r, clientIP, key, id)
+			if x == nil {
+				return nil, nil, false, refusal, nil
+			}
+		}
+		recv, err = x.attach(r.Context())
+		if !errors.Is(err, errSessionEnded) {
+			break
+		}
+	}
+	return x, recv, opened, nil, err
 }
 
 // xhrServe writes to the attached receiver what the session takes, after
@@ -254,45 +251,33 @@ func (s *Handler) xhrServe(x *xhrSession, xw *xhrWriter, r *http.Request, buf []
 // openXHR opens the session id of the app whose key is key, or answers why
 // not: refusal is the close reason to send, or nil when the answer is
 // written already (over the connect rate). Another request that opened id
-// first wins, and its session is returned.
-func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, refusal *hub.CloseReason) {
-	if s.connects != nil {
-		if ok, wait := s.connects.take(clientIP, time.Now()); !ok {
-			s.stats.connectRefused()
-			s.connects.refuse(w, wait)
-			return nil, nil
-		}
+// first wins, and its session is returned, with opened false.
+func (s *Handler) openXHR(w http.ResponseWriter, r *http.Request, clientIP, key, id string) (x *xhrSession, opened bool, refusal *hub.CloseReason) {
+	if !s.allowConnect(w, clientIP) {
+		return nil, false, nil
 	}
-	app, found := s.apps.ByKey(key)
-	switch {
-	case r.URL.Query().Get("protocol") != "7":
-		return nil, &hub.CloseUnsupportedProtocol
-	case !found:
-		return nil, &hub.CloseUnknownApp
-	case !app.Enabled:
-		return nil, &hub.CloseAppDisabled
+	x = newXHRSession(s, id)
+	app, refusal := s.admit(r, key, &x.peer, x)
+	if refusal != nil {
+		return nil, false, refusal
 	}
-	x = newXHRSession(s, id, app.ID)
-	conn, err := s.hub.Connect(app.ID, hub.ConnectOptions{MaxConns: app.MaxConnections, MaxQueueBytes: s.opts.MaxQueueBytes, Writer: x})
-	if err != nil {
-		return nil, &hub.CloseOverConnectionQuota
-	}
-	x.conn = conn // before anything can be queued: conn is in no channel yet
+	// Started before others can reach it: finish, from any request, stops
+	// the timers start sets.
+	x.start(app)
 	switch got := s.addXHR(x); {
 	case got == nil:
-		s.hub.Remove(conn)
-		return nil, &hub.CloseShuttingDown
+		x.leave()
+		return nil, false, &hub.CloseShuttingDown
 	case got != x:
-		s.hub.Remove(conn)
-		return got, nil
+		x.leave()
+		return got, false, nil
 	}
 	s.stats.connOpened()
 	s.stats.httpSessionOpened()
-	x.start(app)
 	x.mu.Lock()
 	x.armLocked() // finished unless a receiver attaches in time
 	x.mu.Unlock()
-	return x, nil
+	return x, true, nil
 }
 
 // xhrWriter writes a receiving request's answer, each write flushed and
@@ -315,18 +300,6 @@ func (xw *xhrWriter) write(b []byte) error {
 	return err
 }
 
-// writeHTTPError answers with status and the error body of Herald's HTTP
-// APIs.
-func writeHTTPError(w http.ResponseWriter, status int, kind, description string) {
-	body, _ := json.Marshal(struct {
-		Error       string `json:"error"`
-		Description string `json:"description"`
-	}{kind, description})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
 // xhrSession is the open session id, or nil.
 func (s *Handler) xhrSession(id string) *xhrSession {
 	s.mu.Lock()
@@ -334,15 +307,18 @@ func (s *Handler) xhrSession(id string) *xhrSession {
 	return s.xhr[id]
 }
 
-// addXHR registers x, unless a session of its id is there already (that one
-// is returned) or the fallback is shutting down (nil).
+// addXHR registers x, unless a session of its id that has not ended is
+// there already (that one is returned) or the fallback is shutting down
+// (nil). One that has ended is replaced: it is finishing, and leaves the map
+// only once it is done (removeXHR then leaves x in place), while the
+// client's next receiving request must open x at once.
 func (s *Handler) addXHR(x *xhrSession) *xhrSession {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || s.xhrClosing {
 		return nil
 	}
-	if got := s.xhr[x.id]; got != nil {
+	if got := s.xhr[x.id]; got != nil && !got.ended() { // lock order: s.mu, then x.mu
 		return got
 	}
 	s.xhr[x.id] = x

@@ -80,6 +80,9 @@ func (c *xhrClient) receive(transport, query string) {
 	}()
 }
 
+// id is the session's id on the server: <key>/<server>/<session>.
+func (c *xhrClient) id() string { return c.base[strings.Index(c.base, "/app/")+len("/app/"):] }
+
 // stopReceiving ends the receiving request and waits until its reader has.
 func (c *xhrClient) stopReceiving() {
 	c.stop()

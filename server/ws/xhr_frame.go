@@ -6,6 +6,9 @@ import (
 	"errors"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
+
+	"github.com/heraldrt/herald/server/hub"
 )
 
 // The SockJS framing of the HTTP fallback, as pusher-js's HTTP socket reads
@@ -20,49 +23,42 @@ var (
 	streamPrelude = append(bytes.Repeat([]byte{'h'}, 2048), '\n')
 	// anotherConnectionFrame answers a receiving request made while another
 	// one is attached to the session (SockJS's code 2010).
-	anotherConnectionFrame = closeFrame(2010, "Another connection still open")
+	anotherConnectionFrame = appendCloseFrame(nil, 2010, "Another connection still open")
 )
 
 // appendMessages appends the frame a[...] of the server frames given: a
-// JSON array of strings, each the JSON text of one frame. Frames are JSON
-// text already (no raw control characters), so only quotes and backslashes
-// need escaping; anything below a space is escaped too, so that a frame
-// never ends the line early.
+// JSON array of strings, each the JSON text of one frame, on one line.
 func appendMessages(dst []byte, frames [][]byte) []byte {
 	dst = append(dst, 'a', '[')
 	for i, f := range frames {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, '"')
-		start := 0
-		for j, b := range f {
-			if b != '"' && b != '\\' && b >= 0x20 {
-				continue
-			}
-			dst = append(dst, f[start:j]...)
-			if b < 0x20 {
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			} else {
-				dst = append(dst, '\\', b)
-			}
-			start = j + 1
-		}
-		dst = append(dst, f[start:]...)
-		dst = append(dst, '"')
+		// Viewed as a string without a copy (string(f) would allocate one
+		// per frame and session): a frame is never written once queued
+		// (the hub shares its bytes among subscribers), and the view does
+		// not outlive the call.
+		dst = hub.AppendJSONString(dst, unsafe.String(unsafe.SliceData(f), len(f)))
 	}
 	return append(dst, ']', '\n')
 }
 
-const hexDigits = "0123456789abcdef"
+// appendCloseFrame appends c[code,"reason"], how the fallback carries a
+// close code.
+func appendCloseFrame(dst []byte, code int, reason string) []byte {
+	dst = append(dst, 'c', '[')
+	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = append(dst, ',')
+	dst = hub.AppendJSONString(dst, reason)
+	return append(dst, ']', '\n')
+}
 
-// closeFrame is c[code,"reason"], how the fallback carries a close code.
-func closeFrame(code int, reason string) []byte {
-	r, _ := json.Marshal(reason) // a string always encodes
-	b := append([]byte("c["), strconv.Itoa(code)...)
-	b = append(b, ',')
-	b = append(b, r...)
-	return append(b, ']', '\n')
+// appendClose appends how the fallback closes a session with reason: its
+// pusher:error, as a WebSocket sends it before closing, then its close
+// frame.
+func appendClose(dst []byte, reason hub.CloseReason) []byte {
+	dst = appendMessages(dst, [][]byte{errorFrame(reason.Code, reason.Message)})
+	return appendCloseFrame(dst, reason.Code, reason.Message)
 }
 
 // Why an xhr_send body is refused.

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -56,8 +57,8 @@ var (
 	errSessionEnded = errors.New("the session has ended")
 )
 
-func newXHRSession(s *Handler, id, appID string) *xhrSession {
-	return &xhrSession{peer: peer{s: s, appID: appID}, id: id, wake: make(chan struct{}, 1)}
+func newXHRSession(s *Handler, id string) *xhrSession {
+	return &xhrSession{peer: peer{s: s}, id: id, wake: make(chan struct{}, 1)}
 }
 
 // Wake records the writer's part the hub hands over (hub.Writer) and tells
@@ -81,8 +82,9 @@ func (x *xhrSession) signal() {
 }
 
 // attach makes the request the session's receiver: after the one attached
-// detaches (takeoverWait at most) and while the session has not ended.
-func (x *xhrSession) attach(stop <-chan struct{}) (*xhrReceiver, error) {
+// detaches (takeoverWait at most) and while the session has not ended. A
+// request cancelled meanwhile gets its context's error.
+func (x *xhrSession) attach(ctx context.Context) (*xhrReceiver, error) {
 	r := &xhrReceiver{done: make(chan struct{})}
 	x.mu.Lock()
 	for x.recv != nil && !x.finished {
@@ -94,9 +96,9 @@ func (x *xhrSession) attach(stop <-chan struct{}) (*xhrReceiver, error) {
 			t.Stop()
 		case <-t.C:
 			return nil, errReceiverBusy
-		case <-stop:
+		case <-ctx.Done():
 			t.Stop()
-			return nil, errSessionEnded
+			return nil, ctx.Err()
 		}
 		x.mu.Lock()
 	}
@@ -104,8 +106,7 @@ func (x *xhrSession) attach(stop <-chan struct{}) (*xhrReceiver, error) {
 	if x.finished {
 		return nil, errSessionEnded
 	}
-	x.recv = r
-	x.goneGen++ // disarms the disconnect timer
+	x.recv = r // the disconnect timer, if one runs, finds it and does nothing
 	return r, nil
 }
 
@@ -177,8 +178,7 @@ func (x *xhrSession) take(dst []byte) (out []byte, reason *hub.CloseReason) {
 				continue // a Wake since may have claimed again
 			}
 			if reason.Code != 0 {
-				dst = appendMessages(dst, [][]byte{errorFrame(reason.Code, reason.Message)})
-				dst = append(dst, closeFrame(reason.Code, reason.Message)...)
+				dst = appendClose(dst, *reason)
 			}
 			return dst, reason
 		}
@@ -201,7 +201,6 @@ func (x *xhrSession) finish() {
 		return
 	}
 	x.finished = true
-	x.goneGen++
 	x.mu.Unlock()
 	x.signal() // an attached receiver ends
 	defer x.s.removeXHR(x)

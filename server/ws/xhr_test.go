@@ -1,12 +1,19 @@
 package ws
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -110,9 +117,10 @@ func TestXHRConnectRefusals(t *testing.T) {
 	})
 }
 
-// terminate_connections and a bad sign-in close the session with 4009,
-// shutdown with 4200, a pong timeout with 4201; a poller that is not
-// polling gets the close frame with its next poll.
+// terminate_connections and a bad sign-in close the session with 4009, a
+// pong timeout with 4201 (shutdown's 4200: TestXHRShutdown); a client that
+// is not receiving when its session closes gets the close frame with its
+// next receiving request.
 func TestXHRCloseCodes(t *testing.T) {
 	s := newWSServer(t, Options{})
 	signedIn := s.xhrOpen(t, "key1", transportStreaming)
@@ -126,6 +134,29 @@ func TestXHRCloseCodes(t *testing.T) {
 	}
 	if code, errCode := signedIn.expectClose(); code != 4009 || errCode != 4009 {
 		t.Fatalf("terminated: closed with %d after pusher:error %d, want 4009", code, errCode)
+	}
+
+	// Between two receiving requests (a stream: no poll in flight arrives
+	// late and takes the close frame first).
+	away := s.xhrOpen(t, "key1", transportStreaming)
+	away.established()
+	userData = `{"id":"dave"}`
+	away.send(map[string]any{"event": "pusher:signin", "data": map[string]string{
+		"auth": signing.UserAuth("key1", "secret1", away.socketID, userData), "user_data": userData}})
+	away.expect("pusher:signin_success", "")
+	away.stopReceiving()
+	x := s.handler.xhrSession(away.id())
+	wait.Until(t, "the stream has detached", func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.recv == nil
+	})
+	if n := s.hub.TerminateUser("1", "dave"); n != 1 {
+		t.Fatalf("terminated %d connections, want 1", n)
+	}
+	away.receive(transportPolling, "protocol=7")
+	if code, errCode := away.expectClose(); code != 4009 || errCode != 4009 {
+		t.Fatalf("terminated while away: closed with %d after pusher:error %d, want 4009", code, errCode)
 	}
 
 	badSignIn := s.xhrOpen(t, "key1", transportPolling)
@@ -192,6 +223,59 @@ func TestXHRSecondReceiverRefused(t *testing.T) {
 	c.expect("pusher:pong", "")
 }
 
+// A receiving request that arrives while the one before it is still
+// attached (pusher-js reopening its stream before the server has seen the
+// old request go) waits for it to detach, and then takes the session's
+// frames. In fake time: the second request is still waiting halfway through
+// takeoverWait when the first is cancelled.
+func TestXHRTakeoverWaitsForTheAttachedReceiver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := hub.New(zap.NewNop())
+		defer h.Close()
+		s := memHandler(h, Options{})
+		s.xhr = make(map[string]*xhrSession)
+		r := httptest.NewRequest(http.MethodPost, "/pusher/app/key1/1/takeover/xhr_streaming?protocol=7", nil)
+		x, opened, refusal := s.openXHR(httptest.NewRecorder(), r, "192.0.2.1", "key1", "key1/1/takeover")
+		if !opened || refusal != nil {
+			t.Fatalf("openXHR: opened %v, refusal %v", opened, refusal)
+		}
+		defer x.finish()
+		first, err := x.attach(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		type attached struct {
+			recv *xhrReceiver
+			err  error
+		}
+		second := make(chan attached, 1)
+		go func() {
+			recv, err := x.attach(context.Background())
+			second <- attached{recv, err}
+		}()
+		time.Sleep(takeoverWait / 2)
+		synctest.Wait()
+		select {
+		case a := <-second:
+			t.Fatalf("the second receiver did not wait for the first: %v", a.err)
+		default:
+		}
+		x.detach(first) // the first request is cancelled
+		a := <-second
+		if a.err != nil {
+			t.Fatalf("second receiver: %v, want it attached", a.err)
+		}
+		defer x.detach(a.recv)
+		out, reason := x.take(nil)
+		if reason != nil || !strings.HasPrefix(string(out), "a[") {
+			t.Fatalf("second receiver took %q (closing: %v), want the frames queued", out, reason)
+		}
+		if f := decodeMessages(t, strings.TrimSuffix(string(out), "\n")); len(f) != 1 || f[0].Event != "pusher:connection_established" {
+			t.Fatalf("frames %+v, want pusher:connection_established", f)
+		}
+	})
+}
+
 // A stream ends after StreamLimitBytes; the next one on the session goes on
 // where it stopped, without an open frame.
 func TestXHRStreamLimit(t *testing.T) {
@@ -215,6 +299,12 @@ func TestXHRStreamLimit(t *testing.T) {
 	c.receive(transportStreaming, "protocol=7")
 	if l := c.line(); !strings.HasPrefix(l, "hhhh") {
 		t.Fatalf("reopened stream: first line %.40q, want the prelude", l)
+	}
+	// Read as a line: next would skip an open frame.
+	if l := c.line(); !strings.HasPrefix(l, "a[") {
+		t.Fatalf("reopened stream: line %.40q after the prelude, want the frame of e1 (no open frame)", l)
+	} else {
+		c.pending = decodeMessages(t, l)
 	}
 	c.expect("e1", "news")
 }
@@ -282,6 +372,27 @@ func TestXHRSendRefusals(t *testing.T) {
 			}
 		})
 	}
+	t.Run("ErrUnreadable", func(t *testing.T) {
+		// A chunked body whose chunk size is not hex: net/http fails the read.
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.httpURL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		path := c.base[len(s.httpURL()):] + "/" + transportSend
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", path); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct{ Error, Description string }
+		if resp.StatusCode != http.StatusBadRequest || json.NewDecoder(resp.Body).Decode(&e) != nil || e.Error != kindUnreadableBody {
+			t.Fatalf("status %d body %+v, want 400 %s", resp.StatusCode, e, kindUnreadableBody)
+		}
+	})
 	if status, _ := c.sendRaw(`["` + strings.Repeat("x", 101) + `"]`); status != http.StatusNoContent {
 		t.Fatalf("a message over the limit: status %d, want 204 (and a pusher:error)", status)
 	}
@@ -345,13 +456,15 @@ func TestXHRClientEventRate(t *testing.T) {
 }
 
 // Opening a session counts against the connect rate limit, like a
-// WebSocket upgrade: over it, HTTP 429 with Retry-After and the error body;
-// the requests of an open session do not count.
+// WebSocket upgrade: over it, HTTP 429 with Retry-After and the error body.
+// The receiving and sending requests of an open session do not count: a
+// poller's polls all come through, and the only request refused is the one
+// opening a second session.
 func TestXHRConnectRateLimit(t *testing.T) {
 	s := newWSServer(t, Options{ConnectRateLimit: 0.01}) // one now, the next in 100 s
-	c := s.xhrOpen(t, "key1", transportStreaming)
+	c := s.xhrOpen(t, "key1", transportPolling)
 	c.established()
-	for range 3 {
+	for range 3 { // each pong is the answer of a poll of its own
 		c.send(map[string]any{"event": "pusher:ping", "data": map[string]any{}})
 		c.expect("pusher:pong", "")
 	}
@@ -360,6 +473,6 @@ func TestXHRConnectRateLimit(t *testing.T) {
 		t.Fatalf("a second session: %q, want status 429", l)
 	}
 	if n := s.handler.Counters().ConnectRateLimited; n != 1 {
-		t.Fatalf("%d refused by the connect rate, want 1", n)
+		t.Fatalf("%d refused by the connect rate, want 1 (the second session)", n)
 	}
 }
