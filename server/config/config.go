@@ -69,7 +69,7 @@ type Config struct {
 	WebhookBlockPrivate bool          // HERALD_WEBHOOK_ALLOW_PRIVATE=false sets it: webhook URLs may not reach loopback, private or link-local addresses; default false (allowed)
 	WebhookMaxQueued    int           // HERALD_WEBHOOK_MAX_QUEUED: webhook requests queued per app before the oldest are dropped; 0 means 10000
 	AnonRateLimit       float64       // HERALD_ANON_RATE_LIMIT: requests per second per client IP on the anonymous Device and Reporting APIs; 0 turns the limit off
-	ConnectRateLimit    float64       // HERALD_WS_CONNECT_RATE_LIMIT: new WebSocket connections per second per client IP; 0 is off (users behind one NAT share an address)
+	ConnectRateLimit    float64       // HERALD_WS_CONNECT_RATE_LIMIT: new WebSocket connections and HTTP fallback sessions per second per client IP; 0 is off (users behind one NAT share an address)
 	MaxSubscriptions    int           // HERALD_MAX_SUBSCRIPTIONS_PER_APP: channel subscriptions an app may hold over all its connections; 0 is no cap
 	TrustedProxies      []string      // HERALD_TRUSTED_PROXIES: IPs or CIDRs of proxies whose X-Forwarded-For is believed; default none
 	BodyReadTimeout     time.Duration // HERALD_HTTP_READ_TIMEOUT: time to read a request's headers and body (not the WebSocket upgrade); 0 means 30s

@@ -43,7 +43,7 @@ var Vars = []Var{
 	{Name: "HERALD_VAPID_SUBJECT", Doc: "mailto: or https: URI sent in Web Push VAPID tokens"},
 	{Name: "HERALD_ACTIVITY_TIMEOUT", Default: "120s", Doc: "sent to clients as activity_timeout; a silent client is pinged after it"},
 	{Name: "HERALD_PONG_TIMEOUT", Default: "30s", Doc: "time a pinged client has to answer before it is closed (4201)"},
-	{Name: "HERALD_WS_CONNECT_RATE_LIMIT", Default: "0", Doc: "new WebSocket connections per second per client address; 0 is off"},
+	{Name: "HERALD_WS_CONNECT_RATE_LIMIT", Default: "0", Doc: "new WebSocket connections and HTTP fallback sessions per second per client address; 0 is off"},
 	{Name: "HERALD_MAX_SUBSCRIPTIONS_PER_APP", Default: "0", Doc: "channel subscriptions one app may hold over all its connections; 0 is no cap"},
 	{Name: "HERALD_METRICS_ADDR", Doc: "serve GET /metrics on this address only (unset: on HERALD_ADDR)"},
 	{Name: "HERALD_ADMIN_TOKEN", Doc: "enables the admin API and the console (at least 16 characters)"},
