@@ -85,6 +85,7 @@ const (
 	KindTooManyRequests               = "too_many_requests"
 	KindTrigger                       = "trigger"
 	KindUnauthorized                  = "unauthorized"
+	KindUnexpectedBody                = "unexpected_body"
 	KindUnknownAuthKey                = "unknown_auth_key"
 	KindUnreadableBody                = "unreadable_body"
 	KindUserAlreadySet                = "user_already_set"

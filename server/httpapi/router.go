@@ -129,7 +129,18 @@ func Ready(checks ...ReadyCheck) gin.HandlerFunc {
 // and both on a hijack, but its documentation does not promise the latter.
 // A handler behind LongLived bounds its own writes where it needs to (the
 // console gives each write of its stream a deadline).
+//
+// A request that announces a body (Content-Length above 0, or chunked) is
+// refused first, with 400 and Connection: close, while the deadlines still
+// hold: none of these routes takes a body, and net/http reads what is left
+// of one before it answers or hijacks, a read that would otherwise have no
+// deadline and could hold the connection for as long as the client likes.
 func LongLived(c *gin.Context) {
+	if c.Request.ContentLength != 0 {
+		c.Header("Connection", "close")
+		writeError(c, badRequest(KindUnexpectedBody, "%s %s takes no request body.", c.Request.Method, c.Request.URL.Path))
+		return
+	}
 	rc := http.NewResponseController(c.Writer)
 	// Errors only mean that this writer has no connection deadlines (a
 	// test recorder): there is nothing to lift then.

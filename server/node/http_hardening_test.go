@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	pusher "github.com/pusher/pusher-http-go/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -288,4 +289,120 @@ func TestHTTPTimeoutDefaults(t *testing.T) {
 			t.Errorf("httpTimeouts(%v, %v) = %v, %v; want %v, %v", tt.read, tt.write, r, w, tt.wantRead, tt.wantWrite)
 		}
 	}
+}
+
+// upgradeHead is a valid WebSocket upgrade of app 77's key, up to the blank
+// line that ends it (the caller adds headers and that line).
+const upgradeHead = "GET /app/go-sdk-key?protocol=7 HTTP/1.1\r\nHost: herald\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+
+// A request to a long-lived route (the WebSocket upgrade, the fallback's
+// receiving requests) that announces a body and never sends it is refused at
+// once with 400 and Connection: close, rather than held: those routes lift
+// the read deadline, and net/http would wait for the body with none.
+func TestStalledBodyOnLongLivedRoutesRefused(t *testing.T) {
+	addr := startTimeoutNode(t, shortTimeout, shortTimeout)
+	for _, tt := range []struct{ name, head string }{
+		{"GetApp", "GET /app/anything HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"},
+		{"GetAppChunked", "GET /app/anything HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"},
+		{"Upgrade", upgradeHead + "Content-Length: 1\r\n\r\n"},
+		{"XHRStreaming", "POST /pusher/app/go-sdk-key/123/stalled1/xhr_streaming HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"},
+		{"XHRPolling", "POST /pusher/app/go-sdk-key/123/stalled2/xhr HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"},
+		{"XHRChunked", "POST /pusher/app/go-sdk-key/123/stalled3/xhr HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn := dialRaw(t, addr)
+			if _, err := io.WriteString(conn, tt.head); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(wait.Limit))
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			var e struct{ Error, Description string }
+			if res.StatusCode != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || e.Error != "unexpected_body" || e.Description == "" {
+				t.Fatalf("answered %d %s, want 400 unexpected_body", res.StatusCode, body)
+			}
+			if !res.Close {
+				t.Errorf("the answer does not close the connection")
+			}
+			waitClosed(t, conn)
+		})
+	}
+}
+
+// An upgrade refused with an HTTP answer closes its connection, whichever
+// path serves it (the fast path takes heads up to 4 KiB, net/http the
+// rest): a request pipelined behind it is never answered.
+func TestRefusedUpgradeClosesConnection(t *testing.T) {
+	addr := startTimeoutNode(t, wait.Limit, wait.Limit)
+	// Without Sec-WebSocket-Key the WebSocket library refuses with 400.
+	refused := strings.Replace(upgradeHead, "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "", 1)
+	for _, tt := range []struct {
+		name    string
+		padding int
+	}{{"ShortHead", 0}, {"LongHead", 5000}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn := dialRaw(t, addr)
+			req := refused + "X-Padding: " + strings.Repeat("p", tt.padding) + "\r\n\r\n" + "GET /healthz HTTP/1.1\r\nHost: herald\r\n\r\n"
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			got := waitClosed(t, conn)
+			if !strings.HasPrefix(got, "HTTP/1.1 400 ") {
+				t.Fatalf("answered %q, want a 400", got)
+			}
+			if n := strings.Count(got, "HTTP/1.1 "); n != 1 {
+				t.Fatalf("%d answers on the connection, want only the refusal: %q", n, got)
+			}
+		})
+	}
+}
+
+// A fallback session whose receiving request announces a body it never
+// sends is not held open by it: the request is refused, the session has no
+// receiver, and it ends after the disconnect delay, leaving its channels.
+func TestStalledReceiverDoesNotHoldFallbackSession(t *testing.T) {
+	addr := startTimeoutNode(t, shortTimeout, shortTimeout)
+	base := "http://" + addr + "/pusher/app/go-sdk-key/123/stalled/"
+	post := func(transport, body string) string {
+		t.Helper()
+		res, err := http.Post(base+transport+"?protocol=7", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode/100 != 2 {
+			t.Fatalf("%s: %d %s", transport, res.StatusCode, b)
+		}
+		return string(b)
+	}
+	if got := post("xhr", ""); !strings.HasPrefix(got, "o\n") {
+		t.Fatalf("opening poll: %q", got)
+	}
+	post("xhr_send", `["{\"event\":\"pusher:subscribe\",\"data\":{\"channel\":\"news\"}}"]`)
+	client := goClient(addr, "go-sdk-key", "go-sdk-secret")
+	occupied := func() bool {
+		ch, err := client.Channel("news", pusher.ChannelParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch.Occupied
+	}
+	wait.Until(t, "the fallback session to subscribe", occupied)
+
+	conn := dialRaw(t, addr)
+	if _, err := io.WriteString(conn, "POST /pusher/app/go-sdk-key/123/stalled/xhr?protocol=7 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitClosed(t, conn); !strings.HasPrefix(got, "HTTP/1.1 400 ") {
+		t.Fatalf("the stalled receiving request was answered %q, want a 400", got)
+	}
+	wait.Until(t, "the session to end and leave its channel", func() bool { return !occupied() })
 }

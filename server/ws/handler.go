@@ -110,7 +110,13 @@ func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // accepting a connection. A pooled goroutine has the stack already. The
 // handler must not return before the hijack, hence the wait; a panic is
 // raised again here, where the router's recovery sees it.
+//
+// Every answer but the 101 closes the connection (Connection: close, which
+// the WebSocket library replaces with Upgrade when it accepts): a client
+// refused an upgrade has nothing more to ask on it, and nothing it sent
+// after the head is read as another request.
 func (s *Handler) ServeClient(w http.ResponseWriter, r *http.Request, clientIP string) {
+	w.Header().Set("Connection", "close")
 	if !s.allowConnect(w, clientIP) {
 		return
 	}

@@ -15,6 +15,7 @@ const (
 	kindBodyTooLarge     = "body_too_large"
 	kindInvalidBody      = "invalid_body"
 	kindUnreadableBody   = "unreadable_body"
+	kindUnexpectedBody   = "unexpected_body"
 	kindRateLimited      = "rate_limited"
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -145,7 +146,16 @@ func (s *Handler) xhrSend(w http.ResponseWriter, r *http.Request, id string) {
 // none, then attaches to it and answers with what waits. A stream stays
 // until the client leaves, the session ends or Options.StreamLimitBytes have
 // gone; a poll answers once there is something.
+//
+// A receiving request that announces a body is refused (400, Connection:
+// close) before the server's deadlines are lifted: pusher-js sends none, and
+// net/http would read a stalled one, with no deadline, before answering.
 func (s *Handler) xhrReceive(w http.ResponseWriter, r *http.Request, clientIP, key, id string, streaming bool) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		writeHTTPError(w, http.StatusBadRequest, kindUnexpectedBody, "A "+path.Base(r.URL.Path)+" request takes no body.")
+		return
+	}
 	rc := http.NewResponseController(w)
 	// The request lives on; each write has its own deadline (xhrWriter).
 	_ = rc.SetReadDeadline(time.Time{})
