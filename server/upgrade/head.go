@@ -38,9 +38,10 @@ type parser struct {
 
 // head is what readHead found at the start of a connection.
 type head struct {
-	buf  *[]byte       // every byte read so far, from headBuffers
-	req  *http.Request // the upgrade request to serve here; nil to hand the connection over
-	rest []byte        // bytes after the head (the client's first frames), within buf
+	deadline time.Time     // when the connection's head must be complete: HeaderTimeout from accept
+	buf      *[]byte       // every byte read so far, from headBuffers
+	req      *http.Request // the upgrade request to serve here; nil to hand the connection over
+	rest     []byte        // bytes after the head (the client's first frames), within buf
 }
 
 // errHeadTooSlow is a head that did not come in HeaderTimeout; the
@@ -50,14 +51,13 @@ var errHeadTooSlow = errors.New("upgrade: no complete request head in time")
 // readHead reads c's first request head, within opts.HeaderTimeout, and
 // judges it. It reads no more than it must to tell: a head that cannot be an
 // upgrade for here is given up on as soon as its first bytes show it, and is
-// returned with req nil for net/http to read again. An error means the
-// connection is done.
+// returned with req nil for net/http to read again, the head's deadline still
+// set on c. An error means the connection is done.
 func readHead(c net.Conn, opts Options) (head, error) {
-	h := head{buf: headBuffers.Get().(*[]byte)}
-	if err := c.SetReadDeadline(time.Now().Add(opts.HeaderTimeout)); err != nil {
+	h := head{deadline: time.Now().Add(opts.HeaderTimeout), buf: headBuffers.Get().(*[]byte)}
+	if err := c.SetReadDeadline(h.deadline); err != nil {
 		return h, err
 	}
-	defer c.SetReadDeadline(time.Time{}) //nolint:errcheck // a failed socket fails its next call too
 	b := *h.buf
 	for {
 		n, err := c.Read(b[len(b):cap(b)])
@@ -70,7 +70,12 @@ func readHead(c net.Conn, opts Options) (head, error) {
 			if end := headEnd(b); end > 0 {
 				h.req = parseUpgrade(b[:end], opts.PathPrefix, c)
 				h.rest = b[end:]
-				return h, nil
+				if h.req != nil {
+					// Served here: the connection outlives the head's
+					// deadline. One handed over keeps it (replayConn).
+					err = c.SetReadDeadline(time.Time{})
+				}
+				return h, err
 			}
 			if len(b) == cap(b) {
 				return h, nil // too long for here

@@ -300,3 +300,43 @@ func TestShutdownWaitsForRequestsUnderWay(t *testing.T) {
 	}
 	wait.NoError(t, func() error { return ts.server.Wait(ctx) })
 }
+
+// A connection handed over to net/http keeps the head deadline it had from
+// accept: a head left unfinished is dropped by HeaderTimeout, behind an
+// http.Server with no timeouts of its own (which would wait for ever) as
+// behind one whose ReadHeaderTimeout is longer (which would start another).
+func TestHandedOverHeadKeepsItsDeadline(t *testing.T) {
+	for _, headerTimeout := range []time.Duration{0, 10 * wait.Limit} {
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := NewServer(http.NotFoundHandler(), Options{HeaderTimeout: 100 * time.Millisecond})
+		hs := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: headerTimeout}
+		go func() { _ = hs.Serve(server.Listen(inner)) }()
+		t.Cleanup(func() { _ = hs.Close() })
+
+		for _, partial := range []string{
+			"GET /elsewhere HTTP/1.1\r\nHost: x\r\n",                            // handed over at its first bytes
+			"GET /app/key HTTP/1.1\r\nX: " + strings.Repeat("x", 5000) + "\r\n", // too long for here
+		} {
+			c, err := net.Dial("tcp", inner.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, partial); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
+			got, err := io.ReadAll(c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("ReadHeaderTimeout %v: the unfinished head %.30q held its connection past HeaderTimeout", headerTimeout, partial)
+			}
+			if len(got) > 0 && !strings.HasPrefix(string(got), "HTTP/1.1 4") {
+				t.Fatalf("answered %q", got)
+			}
+		}
+	}
+}
