@@ -137,6 +137,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer log.Sync() //nolint:errcheck // stderr may not support sync
 	v := buildVersion()
 	log.Info("starting", zap.String("version", v.Version), zap.String("commit", v.Commit), zap.String("go", v.Go))
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
 
 	n, err := node.New(ctx, cfg, log, nodeOptions...)
 	if err != nil {

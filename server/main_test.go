@@ -215,6 +215,34 @@ func TestRunServeErrors(t *testing.T) {
 	}
 }
 
+// A setting refused at start is named in the error without the password or
+// query it holds.
+func TestRunServeErrorsShowNoSecret(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "herald.db")
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		setting string
+	}{
+		{"RedisURLUnparsable", map[string]string{"HERALD_DB": db, "HERALD_REDIS_URL": "redis://:hunter2%zz@127.0.0.1:1"}, "HERALD_REDIS_URL"},
+		{"WebhookURLNotHTTP", map[string]string{"HERALD_DB": db, "HERALD_APP_ID": "1", "HERALD_APP_WEBHOOK_URL": "ftp://u:hunter2@example.test/h?token=hunter2"}, "HERALD_APP_WEBHOOK_URL"},
+		{"PostgresURLUnparsable", map[string]string{"HERALD_DB": "postgres://u:hunter2%zz@127.0.0.1:1/herald"}, "opening database"},
+		{"PostgresURLBadOption", map[string]string{"HERALD_DB": "postgres://u:hunter2@127.0.0.1:1/herald?sslmode=bogus&password=hunter2"}, "opening database"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.env["HERALD_ADDR"] = "127.0.0.1:0"
+			useEnv(t, tt.env)
+			code, _, stderr := herald("serve")
+			if code != 1 || !strings.Contains(stderr, tt.setting) {
+				t.Fatalf("exit code %d, stderr %q: want 1 and an error naming %s", code, stderr, tt.setting)
+			}
+			if strings.Contains(stderr, "hunter2") {
+				t.Fatalf("the error shows the secret: %q", stderr)
+			}
+		})
+	}
+}
+
 // checkBootstrapped checks that the database at path has one app and one
 // instance.
 func checkBootstrapped(t *testing.T, path string) {

@@ -149,7 +149,7 @@ type Cluster struct {
 func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	ropts, err := redis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("HERALD_REDIS_URL: %w", err)
+		return nil, fmt.Errorf("HERALD_REDIS_URL: %w", text.URLError(opts.URL, err))
 	}
 	if ropts.TLSConfig != nil {
 		// rediss://: go-redis verifies the certificate against the host of

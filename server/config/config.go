@@ -20,6 +20,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/heraldrt/herald/server/internal/text"
 )
 
 // Config is everything `herald serve` needs. Every field names its variable;
@@ -87,6 +89,10 @@ type Config struct {
 	// the node reading it without renewal: how soon, on a shared PostgreSQL
 	// database, another node takes over a dead one's publishes. 0 means 30s.
 	PushLease time.Duration
+
+	// Warnings are what the loading noticed and let pass (a configuration
+	// file others can read), for the caller to log once it has a logger.
+	Warnings []string
 }
 
 // Defaults.
@@ -137,6 +143,12 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	getenv, err := WithFile(getenv, path)
 	if err != nil {
 		return Config{}, err
+	}
+	var warnings []string
+	if path != "" {
+		if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o004 != 0 {
+			warnings = append(warnings, fmt.Sprintf("configuration file %s has mode %04o: anyone on the machine can read the secrets it may hold (admin token, app secrets, database password); chmod o-r it", path, info.Mode().Perm()))
+		}
 	}
 	// env is a setting's value: the environment's, the file's, or the
 	// default of Vars.
@@ -227,6 +239,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	c.WebPushAllowedHosts = list(env("HERALD_WEBPUSH_ALLOWED_HOSTS"))
 	c.TrustedProxies = list(env("HERALD_TRUSTED_PROXIES"))
+	c.Warnings = warnings
 	if err := errors.Join(parseErrs...); err != nil {
 		return Config{}, err
 	}
@@ -256,7 +269,8 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("HERALD_APP_KEY, HERALD_APP_SECRET and HERALD_APP_WEBHOOK_URL need HERALD_APP_ID"))
 	}
 	if c.AppWebhookURL != "" && !strings.HasPrefix(c.AppWebhookURL, "http://") && !strings.HasPrefix(c.AppWebhookURL, "https://") {
-		errs = append(errs, fmt.Errorf("HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL, not %q", c.AppWebhookURL))
+		// Shown without user info and query, where credentials go.
+		errs = append(errs, fmt.Errorf("HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL, not %q", text.RedactURL(c.AppWebhookURL)))
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		errs = append(errs, errors.New("HERALD_TLS_CERT_FILE and HERALD_TLS_KEY_FILE go together: set both or neither"))

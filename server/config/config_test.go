@@ -240,6 +240,12 @@ func TestLoad(t *testing.T) {
 			wantErr: "HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL",
 		},
 		{
+			// Named without user info and query, where credentials go.
+			name:    "ErrAppWebhookURLNotHTTPRedacted",
+			env:     map[string]string{"HERALD_APP_ID": "1", "HERALD_APP_WEBHOOK_URL": "ftp://user:hunter2@example.com/hook?token=hunter3"},
+			wantErr: `HERALD_APP_WEBHOOK_URL must be an http:// or https:// URL, not "ftp://example.com/hook"`,
+		},
+		{
 			name:    "ErrInstanceSecretWithoutInstanceID",
 			env:     map[string]string{"HERALD_INSTANCE_SECRET_KEY": "s"},
 			wantErr: "HERALD_INSTANCE_SECRET_KEY needs HERALD_INSTANCE_ID",

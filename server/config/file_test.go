@@ -213,3 +213,24 @@ func TestHelpListsEveryVariableLoadReads(t *testing.T) {
 		}
 	}
 }
+
+// A configuration file others can read starts, with a warning to log (it
+// may hold the admin token and secrets); one only its owner reads does not.
+func TestLoadWarnsOfReadableConfigFile(t *testing.T) {
+	for _, tt := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o640, false}, {0o604, true}, {0o644, true}} {
+		path := writeFile(t, `HERALD_ADMIN_TOKEN = "an-admin-token-of-thirty-two-characters"`)
+		if err := os.Chmod(path, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load([]string{"--config", path}, getenv(nil), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("mode %04o: %v", tt.mode, err)
+		}
+		if got := len(c.Warnings) == 1 && strings.Contains(c.Warnings[0], path) && strings.Contains(c.Warnings[0], "chmod o-r"); got != tt.warn {
+			t.Errorf("mode %04o: warnings %q, want a warning: %v", tt.mode, c.Warnings, tt.warn)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -86,8 +87,10 @@ func ValidateApp(a storage.App) error {
 // ValidateWebhook checks one webhook endpoint.
 func ValidateWebhook(w storage.Webhook) error { return validateWebhook(w, w.URL) }
 
-// validateWebhook checks w; errors name it as label.
+// validateWebhook checks w; errors name it as label, shown without user
+// info and query (text.RedactURL), where credentials go.
 func validateWebhook(w storage.Webhook, label string) error {
+	label = text.RedactURL(label)
 	if len(w.URL) > maxURLLength || len(w.ChannelPrefix) > 200 {
 		return invalid("webhook %.64q: the URL is limited to %d characters and the channel prefix to 200", label, maxURLLength)
 	}
@@ -116,7 +119,7 @@ func ParseWebhook(spec string) (storage.Webhook, error) {
 		case "batch":
 			w.Batch = true
 		default:
-			return w, invalid("webhook %q: unknown option %q (events=, prefix=, batch)", spec, k)
+			return w, invalid("webhook %q: unknown option %q (events=, prefix=, batch)", text.RedactURL(spec), k)
 		}
 	}
 	return w, validateWebhook(w, spec)

@@ -93,6 +93,12 @@ func TestParseWebhook(t *testing.T) {
 			t.Errorf("ParseWebhook(%q) = %v, want an invalid error", spec, err)
 		}
 	}
+	// Refusals name the endpoint without the credentials it may carry.
+	for _, spec := range []string{"ftp://u:hunter2@example.com/h", "https://u:hunter2@example.com/h?token=hunter2,color=red", "https://example.com/h?token=hunter2,events=nope"} {
+		if _, err := ParseWebhook(spec); !IsInvalid(err) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("ParseWebhook(%q) = %v, want an invalid error without the secret", spec, err)
+		}
+	}
 }
 
 func TestValidateInstance(t *testing.T) {

@@ -4,6 +4,8 @@
 package text
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"unicode/utf8"
 )
@@ -35,4 +37,15 @@ func RedactURL(raw string) string {
 	u.RawQuery, u.ForceQuery = "", false
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// URLError is err, returned by parsing the URL raw, as it may be shown: the
+// parser's *url.Error quotes the URL whole, password and query included, so
+// it is given as its cause after the URL as RedactURL shows it.
+func URLError(raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", RedactURL(raw), ue.Err)
+	}
+	return err
 }

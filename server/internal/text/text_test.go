@@ -1,6 +1,9 @@
 package text
 
 import (
+	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -44,5 +47,21 @@ func TestRedactURL(t *testing.T) {
 		if got := RedactURL(tt.in); got != tt.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// A URL parse error names the URL without its password or query, and keeps
+// the parser's reason.
+func TestURLError(t *testing.T) {
+	for _, raw := range []string{"redis://:p%zz@example.test:6379", "redis://user:secret@example.test/%zz?password=secret"} {
+		_, err := url.Parse(raw)
+		got := URLError(raw, err).Error()
+		if strings.Contains(got, "secret") || strings.Contains(got, "p%zz") || !strings.Contains(got, "invalid URL escape") {
+			t.Errorf("URLError(%q) = %q: shows a secret or lost the reason", raw, got)
+		}
+	}
+	other := errors.New("redis: invalid database number")
+	if got := URLError("redis://x/y", other); got != other {
+		t.Errorf("another error came back as %v", got)
 	}
 }
