@@ -73,6 +73,10 @@ var refusedRanges = []refusedRange{
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved address"},
 	// IPv4-compatible IPv6 (deprecated; :: and ::1 are judged before).
 	{netip.MustParsePrefix("::/96"), "IPv4-compatible IPv6 address"},
+	// IPv4-translated (RFC 2765's ::ffff:0:a.b.c.d, not routed on the
+	// Internet; a stack that honours it reaches the IPv4 address). The
+	// IPv4-mapped ::ffff:a.b.c.d is its IPv4 address (Unmap, above).
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated IPv6 address"},
 	{netip.MustParsePrefix("100::/64"), "discard-only address"},
 	{netip.MustParsePrefix("2001::/32"), "Teredo address"},
 	{netip.MustParsePrefix("2001:db8::/32"), "documentation address"},
@@ -91,8 +95,9 @@ var (
 // it refuses the unspecified, loopback, private (RFC 1918, fc00::/7),
 // link-local (169.254.0.0/16, fe80::/10), multicast, broadcast, carrier-grade
 // NAT (100.64.0.0/10), "this network" (0.0.0.0/8), reserved, documentation
-// and benchmarking addresses, and IPv6 forms that embed one of those
-// (IPv4-mapped, NAT64, 6to4).
+// and benchmarking addresses, IPv4-compatible and IPv4-translated IPv6
+// addresses, and IPv6 forms that embed one of those (IPv4-mapped, NAT64,
+// 6to4).
 func CheckAddr(ip netip.Addr) error {
 	if reason := refusal(ip); reason != "" {
 		return refused(ip.String(), reason)

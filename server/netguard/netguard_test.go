@@ -65,6 +65,8 @@ func TestCheckAddr(t *testing.T) {
 		{"2001:0:4136:e378::1", "Teredo address"},
 		{"100::1", "discard-only address"},
 		{"::127.0.0.1", "IPv4-compatible IPv6 address"},
+		{"::ffff:0:127.0.0.1", "IPv4-translated IPv6 address"},
+		{"::ffff:0:8.8.8.8", "IPv4-translated IPv6 address"},
 		// IPv4 inside IPv6.
 		{"::ffff:127.0.0.1", "loopback address"},
 		{"::ffff:10.1.2.3", "private address"},
