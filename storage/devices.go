@@ -290,7 +290,7 @@ func encodeMetadata(md map[string]string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode device metadata: %w", err)
 	}
-	return string(b), nil
+	return string(b), checkJSONText(b)
 }
 
 func decodeMetadata(s string) map[string]string {

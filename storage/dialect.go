@@ -178,6 +178,53 @@ func conflict(err error) error {
 	return err
 }
 
+// checkText is ErrInvalidText when a string argument of a query holds the
+// NUL character, on either database (see ErrInvalidText): a write is
+// refused, and so is a look-up, which could match nothing stored.
+func checkText(args []any) error {
+	for _, a := range args {
+		// Strings only: []byte goes to binary columns, which hold any byte.
+		if s, ok := a.(string); ok && strings.IndexByte(s, 0) >= 0 {
+			return ErrInvalidText
+		}
+	}
+	return nil
+}
+
+// invalidText turns PostgreSQL's refusal of a NUL character (22021: a raw
+// one in text; 22P05: JSON's \u0000 escape cast to jsonb, as the CHECKs on
+// JSON columns do) into ErrInvalidText. Other errors are returned unchanged.
+func invalidText(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05") {
+		return fmt.Errorf("%w: %s", ErrInvalidText, pe.Message)
+	}
+	return err
+}
+
+// row is a *sql.Row, or the error that refused its query's arguments
+// before it ran.
+type row struct {
+	*sql.Row
+	err error
+}
+
+// Scan is sql.Row's, with invalidText's mapping.
+func (r *row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return invalidText(r.Row.Scan(dest...))
+}
+
+// Err is sql.Row's.
+func (r *row) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	return invalidText(r.Row.Err())
+}
+
 // handle is a connection pool that speaks the dialect.
 type handle struct {
 	*sql.DB
@@ -185,15 +232,26 @@ type handle struct {
 }
 
 func (h *handle) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return h.DB.ExecContext(ctx, h.d.rebind(q), h.d.args(args)...)
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
+	res, err := h.DB.ExecContext(ctx, h.d.rebind(q), h.d.args(args)...)
+	return res, invalidText(err)
 }
 
 func (h *handle) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return h.DB.QueryContext(ctx, h.d.rebind(q), h.d.args(args)...)
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
+	rows, err := h.DB.QueryContext(ctx, h.d.rebind(q), h.d.args(args)...)
+	return rows, invalidText(err)
 }
 
-func (h *handle) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return h.DB.QueryRowContext(ctx, h.d.rebind(q), h.d.args(args)...)
+func (h *handle) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	if err := checkText(args); err != nil {
+		return &row{err: err}
+	}
+	return &row{Row: h.DB.QueryRowContext(ctx, h.d.rebind(q), h.d.args(args)...)}
 }
 
 // tx is a transaction that speaks the dialect.
@@ -203,15 +261,26 @@ type tx struct {
 }
 
 func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return t.Tx.ExecContext(ctx, t.d.rebind(q), t.d.args(args)...)
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
+	res, err := t.Tx.ExecContext(ctx, t.d.rebind(q), t.d.args(args)...)
+	return res, invalidText(err)
 }
 
 func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return t.Tx.QueryContext(ctx, t.d.rebind(q), t.d.args(args)...)
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
+	rows, err := t.Tx.QueryContext(ctx, t.d.rebind(q), t.d.args(args)...)
+	return rows, invalidText(err)
 }
 
-func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return t.Tx.QueryRowContext(ctx, t.d.rebind(q), t.d.args(args)...)
+func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *row {
+	if err := checkText(args); err != nil {
+		return &row{err: err}
+	}
+	return &row{Row: t.Tx.QueryRowContext(ctx, t.d.rebind(q), t.d.args(args)...)}
 }
 
 // PrepareContext prepares q; the statement's arguments must be in the
@@ -231,9 +300,16 @@ type stmt struct {
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
-	return s.Stmt.ExecContext(ctx, s.d.args(args)...)
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
+	res, err := s.Stmt.ExecContext(ctx, s.d.args(args)...)
+	return res, invalidText(err)
 }
 
-func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
-	return s.Stmt.QueryRowContext(ctx, s.d.args(args)...)
+func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *row {
+	if err := checkText(args); err != nil {
+		return &row{err: err}
+	}
+	return &row{Row: s.Stmt.QueryRowContext(ctx, s.d.args(args)...)}
 }

@@ -102,6 +102,9 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 	if err != nil {
 		return Publish{}, err
 	}
+	if err := errors.Join(checkJSONText(targets), checkJSONText(p.Payload)); err != nil {
+		return Publish{}, ErrInvalidText
+	}
 	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed, p.LeaseEpoch = PublishAccepted, "", false, 0, 0, 0, 0
 	p.CreatedAt = now()
 	err = db.write(ctx, func(tx *tx) error {

@@ -32,6 +32,10 @@ var (
 	// ErrNewerSchema means the database was migrated by a newer Herald:
 	// this one would misread it.
 	ErrNewerSchema = errors.New("storage: the database's schema is newer than this Herald")
+	// ErrInvalidText means a string to be written holds the NUL character,
+	// which PostgreSQL's text cannot store (raw, or as JSON's \u0000
+	// escape): it is refused on SQLite too, so both give one answer.
+	ErrInvalidText = errors.New("storage: text holds the NUL character")
 )
 
 // DB is an open Herald database: one writer connection and a pool of reader

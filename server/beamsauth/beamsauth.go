@@ -29,7 +29,8 @@ var (
 	ErrExpired = errors.New("token expired")
 	// ErrMissingClaim means exp, sub or iss is absent.
 	ErrMissingClaim = errors.New("missing claim")
-	// ErrInvalidSubject means sub is not 1 to MaxUserIDLength characters.
+	// ErrInvalidSubject means sub is not 1 to MaxUserIDLength characters,
+	// or holds the NUL character.
 	ErrInvalidSubject = errors.New("invalid sub claim")
 	// ErrInvalidIssuer means iss is not one this instance accepts.
 	ErrInvalidIssuer = errors.New("invalid issuer")
@@ -88,6 +89,9 @@ func (v Verifier) Verify(authorization string) (string, error) {
 		return "", &MissingClaimError{Claim: "iss"}
 	case utf8.RuneCountInString(claims.Subject) > MaxUserIDLength:
 		return "", fmt.Errorf("%w: %d characters, at most %d allowed", ErrInvalidSubject, utf8.RuneCountInString(claims.Subject), MaxUserIDLength)
+	case strings.IndexByte(claims.Subject, 0) >= 0:
+		// A user id is stored, and PostgreSQL's text cannot hold NUL.
+		return "", fmt.Errorf("%w: it holds the NUL character", ErrInvalidSubject)
 	case claims.Issuer != Issuer(v.InstanceID) && (v.ExtraIssuer == "" || claims.Issuer != v.ExtraIssuer):
 		return "", fmt.Errorf("%w: %q", ErrInvalidIssuer, claims.Issuer)
 	}

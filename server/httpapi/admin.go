@@ -80,12 +80,15 @@ func RequireAdminToken(token string) gin.HandlerFunc {
 // limitBody reads the request body, at most limit bytes, before the
 // generated binding decodes it: a larger body is answered with 413 and one
 // that cannot be read (a client that stops sending meets the server's read
-// timeout) with 400, as in the other APIs.
+// timeout) with 400, as in the other APIs, and so is a request holding the
+// NUL character (refuseNUL).
 func limitBody(limit int) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := c.Request
 		if r.Body == nil || r.Body == http.NoBody {
-			c.Next()
+			if !refuseNUL(c, nil) {
+				c.Next()
+			}
 			return
 		}
 		rb, err := readBody(r.Body, r.ContentLength, limit)
@@ -98,6 +101,9 @@ func limitBody(limit int) gin.HandlerFunc {
 			r.Body = http.NoBody
 			rb.release()
 		}()
+		if refuseNUL(c, rb.buf) {
+			return
+		}
 		r.Body = rb
 		c.Next()
 	}

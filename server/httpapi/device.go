@@ -167,12 +167,15 @@ func requestScope(ctx context.Context) (*storage.Instance, context.Context) {
 // jsonBody reads a request body of at most limit bytes and, when it is not
 // empty, requires Content-Type: application/json. Requests without a body
 // (GET, DELETE, add interest, set user) need no content type: the Web and
-// Android SDKs send none.
+// Android SDKs send none. A request holding the NUL character is refused
+// (refuseNUL).
 func jsonBody(limit int64) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := c.Request
 		if r.Body == nil || r.Body == http.NoBody {
-			c.Next()
+			if !refuseNUL(c, nil) {
+				c.Next()
+			}
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, limit))
@@ -190,6 +193,9 @@ func jsonBody(limit int64) gin.HandlerFunc {
 				writeError(c, badRequest(KindInvalidContentType, "A request body must be sent with Content-Type: application/json."))
 				return
 			}
+		}
+		if refuseNUL(c, body) {
+			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		c.Next()
@@ -537,7 +543,7 @@ func tokenError(err error) *Error {
 	case errors.Is(err, beamsauth.ErrInvalidIssuer):
 		return newError(http.StatusForbidden, KindInvalidIssuer, "The token's iss claim is not this instance's issuer.")
 	case errors.Is(err, beamsauth.ErrInvalidSubject):
-		return badRequest(KindInvalidSub, "The token's sub claim (the user id) must be 1 to %d characters.", beamsauth.MaxUserIDLength)
+		return badRequest(KindInvalidSub, "The token's sub claim (the user id) must be 1 to %d characters, none of them NUL.", beamsauth.MaxUserIDLength)
 	}
 	claim := "required"
 	var missing *beamsauth.MissingClaimError

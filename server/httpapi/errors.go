@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/common"
+	"github.com/heraldrt/herald/storage"
 )
 
 // Error is an API error: an HTTP status and the body {"error","description"}.
@@ -48,6 +49,12 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 		var apiErr *Error
 		if errors.As(err, &apiErr) {
 			writeError(c, apiErr)
+			return
+		}
+		if errors.Is(err, storage.ErrInvalidText) {
+			// What the API's own checks let through (refuseNUL): still the
+			// client's mistake, and the same answer on both databases.
+			writeError(c, nulRefused)
 			return
 		}
 		log.Error("request failed", zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err))

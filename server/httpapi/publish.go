@@ -176,11 +176,14 @@ func (api *PublishAPI) allow(ctx context.Context, instanceID string) bool {
 }
 
 // publishBody reads a body of at most the route's limit (10 KiB for
-// interests, 200 KiB for users; 400 beyond) and requires JSON for it.
+// interests, 200 KiB for users; 400 beyond) and requires JSON for it. A
+// request holding the NUL character is refused (refuseNUL).
 func publishBody(c *gin.Context) {
 	r := c.Request
 	if r.Body == nil || r.Body == http.NoBody || r.Method == http.MethodGet || r.Method == http.MethodDelete {
-		c.Next()
+		if !refuseNUL(c, nil) {
+			c.Next()
+		}
 		return
 	}
 	limit := int64(MaxInterestsPublishBytes)
@@ -199,6 +202,9 @@ func publishBody(c *gin.Context) {
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeError(c, badRequest(KindInvalidContentType, "A request body must be sent with Content-Type: application/json."))
+		return
+	}
+	if refuseNUL(c, body) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
