@@ -5,7 +5,11 @@
 // wrong secret or changed after signing is refused; a device registers,
 // subscribes to an interest and receives a publish (through the fake gateways),
 // binds itself to a user with a token from beamsUserToken; the admin client
-// lists the apps and reads the publish's counts.
+// lists the apps and reads the publish's counts. Then the same package in
+// headless Chromium (Debian's chromium, driven by playwright-core; skipped
+// when it is missing, a failure under CI=true): it signs a trigger and mints
+// a user token with the browser's Web Crypto, and registers and binds a device
+// cross-origin; Herald accepts the trigger replayed as the page signed it.
 //
 // Run: make test-compat (which builds the package with make build-ts), or
 //   (cd gen/typescript && npm ci && npm run build)
@@ -13,7 +17,11 @@
 
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { chromium } from 'playwright-core'
 import Pusher from 'pusher-js'
 
 import { startFakes } from './fakegateways.mjs'
@@ -29,6 +37,7 @@ const { adminClient, beamsUserToken, channelsClient, deviceClient, publishClient
 const INSTANCE_ID = '3c4b5a69-7d8e-4f10-9a2b-3c4d5e6f7a8b'
 const SECRET_KEY = 'TSCLIENT0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF012345'
 const ADMIN_TOKEN = 'ts-client-admin-token-0123456789'
+const CHROMIUM = '/usr/bin/chromium'
 
 describe('TypeScript client package (@heraldrt/client)', () => {
   let fakes, herald, baseUrl, channels, pusher
@@ -196,5 +205,99 @@ describe('TypeScript client package (@heraldrt/client)', () => {
     }, WAIT_MS)
     const wrongAdmin = adminClient({ baseUrl, token: 'not-the-admin-token-0123456789' })
     assert.equal((await wrongAdmin.GET('/admin/v1/apps')).response.status, 401)
+  })
+})
+
+const noBrowser = !existsSync(CHROMIUM) && `${CHROMIUM} is not installed`
+if (noBrowser && process.env.CI === 'true') throw new Error(`CI=true: ${noBrowser}`)
+
+/**
+ * Serves a blank page whose import map resolves openapi-fetch, the package's
+ * built files under /pkg/ and openapi-fetch's ESM build, from an origin of its
+ * own (so the page's calls to Herald are cross-origin, as a web app's are).
+ */
+async function startPageServer () {
+  const pkg = fileURLToPath(new URL('../../gen/typescript/', import.meta.url))
+  const files = {
+    '/openapi-fetch.mjs': join(pkg, 'node_modules/openapi-fetch/dist/index.mjs')
+  }
+  const srv = createServer((req, res) => {
+    const path = new URL(req.url, 'http://x').pathname
+    let file = files[path]
+    if (!file && /^\/pkg\/[\w/.-]+\.js$/.test(path) && !path.includes('..')) file = join(pkg, 'dist', path.slice('/pkg/'.length))
+    if (file && existsSync(file)) {
+      res.writeHead(200, { 'Content-Type': 'text/javascript' })
+      res.end(readFileSync(file))
+      return
+    }
+    if (path !== '/') {
+      res.writeHead(404).end()
+      return
+    }
+    res.writeHead(200, { 'Content-Type': 'text/html' })
+    res.end('<!doctype html><title>@heraldrt/client</title><script type="importmap">{"imports":{"openapi-fetch":"/openapi-fetch.mjs"}}</script>')
+  })
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve))
+  return { url: `http://127.0.0.1:${srv.address().port}/`, close: () => new Promise((resolve) => srv.close(resolve)) }
+}
+
+describe('TypeScript client package in Chromium', { skip: noBrowser }, () => {
+  let herald, pages, browser
+
+  before(async () => {
+    herald = await startHerald({ env: { HERALD_INSTANCE_ID: INSTANCE_ID, HERALD_INSTANCE_SECRET_KEY: SECRET_KEY } })
+    pages = await startPageServer()
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync']
+    })
+  })
+  after(async () => {
+    await browser?.close()
+    await pages?.close()
+    await herald?.stop()
+  })
+
+  it('signs with Web Crypto and the MD5 of its own, mints a user token and binds a device, as in Node', async () => {
+    const page = await browser.newPage()
+    await page.goto(pages.url)
+    const baseUrl = `http://${herald.host}:${herald.port}`
+    const out = await page.evaluate(async ({ baseUrl, app, instanceId, secretKey }) => {
+      const m = await import('/pkg/index.js')
+      // The signed trigger is recorded, not sent: the Channels API is for servers (no CORS).
+      const recorded = []
+      const channels = m.channelsClient({
+        ...app,
+        baseUrl,
+        fetch: async (request) => {
+          recorded.push({ url: request.url, method: request.method, contentType: request.headers.get('content-type'), body: await request.text() })
+          return new Response('{}', { headers: { 'Content-Type': 'application/json' } })
+        }
+      })
+      await channels.POST('/apps/{app_id}/events', { body: { name: 'from-browser', channel: 'ts-browser', data: '{"é":"ü 🎉"}' } })
+      const devices = m.deviceClient({ baseUrl, instanceId })
+      const registered = await devices.POST('/device_api/v1/instances/{instance_id}/devices/fcm', { body: { token: 'fcm-ts-browser:1' } })
+      const path = { platform: 'fcm', device_id: registered.data.id }
+      const { token } = await m.beamsUserToken({ instanceId, secretKey, userId: 'ts-browser-user' })
+      const bound = await devices.PUT('/device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user', {
+        params: { path }, headers: { Authorization: `Bearer ${token}` }
+      })
+      const device = await devices.GET('/device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}', { params: { path } })
+      return { recorded, boundStatus: bound.response.status, boundError: bound.error, userId: device.data?.userId, node: typeof process }
+    }, { baseUrl, app: { appId: herald.appId, key: herald.key, secret: herald.secret }, instanceId: INSTANCE_ID, secretKey: SECRET_KEY })
+
+    assert.equal(out.node, 'undefined', 'the page has a process object: not a browser environment')
+    assert.equal(out.boundStatus, 200, JSON.stringify(out.boundError))
+    assert.equal(out.userId, 'ts-browser-user')
+    assert.equal(out.recorded.length, 1)
+    const [trigger] = out.recorded
+    assert.ok(new URL(trigger.url).searchParams.has('body_md5'), trigger.url)
+    // Herald takes the trigger exactly as the page signed it.
+    const res = await fetch(trigger.url, { method: trigger.method, headers: { 'Content-Type': trigger.contentType }, body: trigger.body })
+    assert.equal(res.status, 200, await res.text())
+    // And refuses it with one byte of the body changed.
+    const changed = await fetch(trigger.url, { method: trigger.method, headers: { 'Content-Type': trigger.contentType }, body: trigger.body.replace('ü', 'u') })
+    assert.equal(changed.status, 401)
   })
 })
