@@ -18,15 +18,13 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, readFileSync } from 'node:fs'
-import { createServer } from 'node:http'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { chromium } from 'playwright-core'
 import Pusher from 'pusher-js'
 
 import { startFakes } from './fakegateways.mjs'
 import { startHerald } from './herald.mjs'
-import { clientOptions, eventually, once, WAIT_MS } from './helpers.mjs'
+import { browserMissing, clientOptions, eventually, launchChromium, once, servePage, WAIT_MS } from './helpers.mjs'
 
 const dist = new URL('../../gen/typescript/dist/index.js', import.meta.url)
 if (!existsSync(dist)) {
@@ -37,7 +35,6 @@ const { adminClient, beamsUserToken, channelsClient, deviceClient, publishClient
 const INSTANCE_ID = '3c4b5a69-7d8e-4f10-9a2b-3c4d5e6f7a8b'
 const SECRET_KEY = 'TSCLIENT0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF012345'
 const ADMIN_TOKEN = 'ts-client-admin-token-0123456789'
-const CHROMIUM = '/usr/bin/chromium'
 
 describe('TypeScript client package (@heraldrt/client)', () => {
   let fakes, herald, baseUrl, channels, pusher
@@ -208,37 +205,24 @@ describe('TypeScript client package (@heraldrt/client)', () => {
   })
 })
 
-const noBrowser = !existsSync(CHROMIUM) && `${CHROMIUM} is not installed`
-if (noBrowser && process.env.CI === 'true') throw new Error(`CI=true: ${noBrowser}`)
+const noBrowser = browserMissing()
 
 /**
- * Serves a blank page whose import map resolves openapi-fetch, the package's
- * built files under /pkg/ and openapi-fetch's ESM build, from an origin of its
- * own (so the page's calls to Herald are cross-origin, as a web app's are).
+ * Serves a blank page whose import map resolves openapi-fetch, with the
+ * package's built files under /pkg/ and openapi-fetch's ESM build, from an
+ * origin of its own (so the page's calls to Herald are cross-origin, as a
+ * web app's are).
  */
-async function startPageServer () {
+function servePackagePage () {
   const pkg = fileURLToPath(new URL('../../gen/typescript/', import.meta.url))
-  const files = {
-    '/openapi-fetch.mjs': join(pkg, 'node_modules/openapi-fetch/dist/index.mjs')
-  }
-  const srv = createServer((req, res) => {
-    const path = new URL(req.url, 'http://x').pathname
-    let file = files[path]
-    if (!file && /^\/pkg\/[\w/.-]+\.js$/.test(path) && !path.includes('..')) file = join(pkg, 'dist', path.slice('/pkg/'.length))
-    if (file && existsSync(file)) {
-      res.writeHead(200, { 'Content-Type': 'text/javascript' })
-      res.end(readFileSync(file))
-      return
-    }
-    if (path !== '/') {
-      res.writeHead(404).end()
-      return
-    }
-    res.writeHead(200, { 'Content-Type': 'text/html' })
-    res.end('<!doctype html><title>@heraldrt/client</title><script type="importmap">{"imports":{"openapi-fetch":"/openapi-fetch.mjs"}}</script>')
+  const html = '<!doctype html><title>@heraldrt/client</title>' +
+    '<script type="importmap">{"imports":{"openapi-fetch":"/openapi-fetch.mjs"}}</script>'
+  return servePage(html, (path) => {
+    let file
+    if (path === '/openapi-fetch.mjs') file = join(pkg, 'node_modules/openapi-fetch/dist/index.mjs')
+    else if (/^\/pkg\/[\w/.-]+\.js$/.test(path) && !path.includes('..')) file = join(pkg, 'dist', path.slice('/pkg/'.length))
+    return file && existsSync(file) ? readFileSync(file) : undefined
   })
-  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve))
-  return { url: `http://127.0.0.1:${srv.address().port}/`, close: () => new Promise((resolve) => srv.close(resolve)) }
 }
 
 describe('TypeScript client package in Chromium', { skip: noBrowser }, () => {
@@ -246,12 +230,8 @@ describe('TypeScript client package in Chromium', { skip: noBrowser }, () => {
 
   before(async () => {
     herald = await startHerald({ env: { HERALD_INSTANCE_ID: INSTANCE_ID, HERALD_INSTANCE_SECRET_KEY: SECRET_KEY } })
-    pages = await startPageServer()
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync']
-    })
+    pages = await servePackagePage()
+    browser = await launchChromium()
   })
   after(async () => {
     await browser?.close()

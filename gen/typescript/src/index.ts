@@ -75,8 +75,11 @@ function bindPathParam<Bound extends {}> (client: Client<any>, name: string, val
   return bound as unknown as Client<Bound>
 }
 
+/** Throws a TypeError unless options has a string baseUrl and a non-empty string of each of names. */
 function required (factory: string, options: Record<string, unknown>, names: string[]): void {
   if (options === null || typeof options !== 'object') throw new TypeError(`${factory}: options are required`)
+  // '' is a base URL: the page's own origin, for a web app served behind the same host.
+  if (typeof options['baseUrl'] !== 'string') throw new TypeError(`${factory}: baseUrl is required`)
   for (const name of names) {
     const v = options[name]
     if (typeof v !== 'string' || v === '') throw new TypeError(`${factory}: ${name} is required`)
@@ -100,7 +103,7 @@ export interface ChannelsClientOptions extends ExtraOptions {
  *   await channels.POST('/apps/{app_id}/events', { body: { name: 'e', channel: 'c', data: '{}' } })
  */
 export function channelsClient (options: ChannelsClientOptions): ChannelsClient {
-  required('channelsClient', options as unknown as Record<string, unknown>, ['baseUrl', 'appId', 'key', 'secret'])
+  required('channelsClient', options as unknown as Record<string, unknown>, ['appId', 'key', 'secret'])
   const { baseUrl, appId, key, secret, ...extra } = options
   const client = createClient<ChannelsPaths>({ ...extra, baseUrl })
   const sign = channelsSigner({ key, secret })
@@ -123,7 +126,7 @@ export interface PublishClientOptions extends ExtraOptions {
  *   await publish.POST('/publish_api/v1/instances/{instance_id}/publishes/interests', { body: { interests: ['news'], fcm: {…} } })
  */
 export function publishClient (options: PublishClientOptions): PublishClient {
-  required('publishClient', options as unknown as Record<string, unknown>, ['baseUrl', 'instanceId', 'secretKey'])
+  required('publishClient', options as unknown as Record<string, unknown>, ['instanceId', 'secretKey'])
   const { baseUrl, instanceId, secretKey, ...extra } = options
   const client = createClient<PublishPaths>({ ...extra, baseUrl, headers: { ...plainHeaders(extra.headers), Authorization: `Bearer ${secretKey}` } })
   return bindPathParam(client, 'instance_id', instanceId)
@@ -144,7 +147,7 @@ export interface InstanceClientOptions extends ExtraOptions {
  *   const { data } = await devices.POST('/device_api/v1/instances/{instance_id}/devices/fcm', { body: { token } })
  */
 export function deviceClient (options: InstanceClientOptions): DeviceClient {
-  required('deviceClient', options as unknown as Record<string, unknown>, ['baseUrl', 'instanceId'])
+  required('deviceClient', options as unknown as Record<string, unknown>, ['instanceId'])
   const { baseUrl, instanceId, ...extra } = options
   return bindPathParam(createClient<DevicePaths>({ ...extra, baseUrl }), 'instance_id', instanceId)
 }
@@ -154,7 +157,7 @@ export function deviceClient (options: InstanceClientOptions): DeviceClient {
  * delivery and open reports the device SDKs send.
  */
 export function reportingClient (options: InstanceClientOptions): ReportingClient {
-  required('reportingClient', options as unknown as Record<string, unknown>, ['baseUrl', 'instanceId'])
+  required('reportingClient', options as unknown as Record<string, unknown>, ['instanceId'])
   const { baseUrl, instanceId, ...extra } = options
   return bindPathParam(createClient<ReportingPaths>({ ...extra, baseUrl }), 'instance_id', instanceId)
 }
@@ -170,7 +173,7 @@ export interface AdminClientOptions extends ExtraOptions {
  * (HERALD_ADMIN_TOKEN) as a bearer token.
  */
 export function adminClient (options: AdminClientOptions): AdminClient {
-  required('adminClient', options as unknown as Record<string, unknown>, ['baseUrl', 'token'])
+  required('adminClient', options as unknown as Record<string, unknown>, ['token'])
   const { baseUrl, token, ...extra } = options
   return createClient<AdminPaths>({ ...extra, baseUrl, headers: { ...plainHeaders(extra.headers), Authorization: `Bearer ${token}` } })
 }
