@@ -4,7 +4,6 @@
 // each, with the API's authentication, and the Beams user token.
 
 import createClient, { type Client, type ClientOptions, type Middleware } from 'openapi-fetch'
-import type { HttpMethod } from 'openapi-typescript-helpers'
 
 import type { paths as AdminPaths } from './generated/admin.js'
 import type { paths as ChannelsPaths } from './generated/channels.js'
@@ -32,6 +31,10 @@ export type ExtraOptions = Omit<ClientOptions, 'baseUrl' | 'pathSerializer'>
 // Operation types with path parameter K taken out: the client fills it in.
 // A `path` left empty becomes optional (`path?: never`), so that calls whose
 // only path parameter is K need no params at all.
+// The operations of a path item (its other key is `parameters`). Spelled out
+// rather than imported from openapi-fetch's helper package, which is not a
+// dependency of this one.
+type HttpMethod = 'get' | 'put' | 'post' | 'delete' | 'options' | 'head' | 'patch' | 'trace'
 type Simplify<T> = { [K in keyof T]: T[K] } & {}
 type WithoutPathParam<Params, K extends PropertyKey> = Params extends { path: infer Path }
   ? Simplify<Omit<Params, 'path'> & ([Exclude<keyof Path, K>] extends [never] ? { path?: never } : { path: Simplify<Omit<Path, K>> })>
