@@ -5,6 +5,7 @@ GO         ?= go
 TOOL       := $(GO) tool -modfile=tools/go.mod
 COMPAT_DIR := scripts/compat
 SPEC_DIR   := scripts/spec
+TS_DIR     := gen/typescript
 
 # Stamped into the binary (herald version) by build; the Dockerfile takes the same values as build args.
 VERSION    ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo devel)
@@ -12,7 +13,7 @@ COMMIT     ?= $(shell git describe --always --dirty=+modified --abbrev=40 --excl
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 
-.PHONY: run build test test-go test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout bench-cluster mutate clean
+.PHONY: run build build-ts test test-go test-ts test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout bench-cluster mutate clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
@@ -22,15 +23,27 @@ run:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o herald ./server
 
-## test: every test — Go (with the race detector), the real-SDK compatibility suites, a load-tool smoke run
-test: test-go test-compat test-load-smoke
+## test: every test — Go (with the race detector), the TypeScript client package, the real-SDK compatibility suites, a load-tool smoke run
+test: test-go test-ts test-compat test-load-smoke
 
 test-go:
 	$(GO) test -race -count=1 ./...
 	@# The storage suite again on PostgreSQL (a real server the tests start, see storage/testpg).
 	HERALD_TEST_DB=postgres $(GO) test -race -count=1 ./storage/
 
-test-compat: $(COMPAT_DIR)/node_modules/.installed
+## build-ts: the TypeScript client package (gen/typescript): npm ci, type-check and build its dist/
+build-ts: $(TS_DIR)/node_modules/.installed
+	cd $(TS_DIR) && npm run build
+
+## test-ts: the TypeScript client package's own tests (signing, MD5, user tokens, type-level errors); its tests against a live Herald are in test-compat
+test-ts: build-ts
+	cd $(TS_DIR) && npm test
+
+$(TS_DIR)/node_modules/.installed: $(TS_DIR)/package.json $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+test-compat: $(COMPAT_DIR)/node_modules/.installed build-ts
 	@# Built as make build and the Dockerfile build it (TestImageContract too, which shares the build cache).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(COMPAT_DIR)/herald ./server
 	$(GO) build -o bin/fakegateways ./server/push/pushtest/cmd/fakegateways
@@ -40,12 +53,12 @@ $(COMPAT_DIR)/node_modules/.installed: $(COMPAT_DIR)/package.json $(COMPAT_DIR)/
 	cd $(COMPAT_DIR) && npm ci --no-audit --no-fund
 	touch $@
 
-## generate: regenerate gen/ from spec/
-generate:
+## generate: regenerate gen/ from spec/ (the Go packages, and the TypeScript package's types)
+generate: $(TS_DIR)/node_modules/.installed
 	scripts/generate.sh
 
 ## check-generated: fail when gen/ is stale
-check-generated:
+check-generated: $(TS_DIR)/node_modules/.installed
 	scripts/check-generated.sh
 
 ## check-tidy: fail when go mod tidy would change a go.mod or go.sum (the server's, tools/ and its programs')

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates gen/ from spec/ with the oapi-codegen pinned in tools/go.mod.
+# Regenerates gen/ from spec/: the Go packages with the oapi-codegen pinned in
+# tools/go.mod, and the types of the TypeScript package (gen/typescript/src/generated)
+# with the openapi-typescript pinned in gen/typescript/package.json (installed by
+# `npm ci` there, which the Makefile's generate and check-generated do first).
 # Usage: scripts/generate.sh [output-root]   (default: the repository root)
 # check-generated passes a temporary root and compares the result with gen/.
 set -euo pipefail
@@ -25,3 +28,12 @@ gen publish publish gen/publish/publish.gen.go
 gen publish-client publish gen/publishclient/publishclient.gen.go
 gen admin admin gen/admin/admin.gen.go
 gen admin-client admin gen/adminclient/adminclient.gen.go
+
+# The TypeScript types of the APIs (paths, components, operations), which
+# gen/typescript/src/index.ts puts an openapi-fetch client over; see gen/typescript/generate.mjs.
+ts=gen/typescript
+if [ ! -d "$ts/node_modules/openapi-typescript" ]; then
+  echo "scripts/generate.sh: $ts/node_modules is missing: run 'make generate' (or 'npm ci' in $ts)" >&2
+  exit 1
+fi
+node "$ts/generate.mjs" "$out/$ts/src/generated" spec/channels.yaml spec/device.yaml spec/publish.yaml spec/reporting.yaml spec/admin.yaml

@@ -13,42 +13,23 @@
 
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, readFileSync } from 'node:fs'
-import { createServer } from 'node:http'
+import { readFileSync } from 'node:fs'
 import { randomBytes } from 'node:crypto'
 import { createRequire } from 'node:module'
 import PusherServer from 'pusher'
-import { chromium } from 'playwright-core'
 
 import { APP, startHerald, freshDB, freePort } from './herald.mjs'
-import { Clients, connected, subscribe, once } from './helpers.mjs'
+import { Clients, browserMissing, connected, launchChromium, servePage, subscribe, once } from './helpers.mjs'
 
-const CHROMIUM = '/usr/bin/chromium'
 const WAIT_MS = 10_000
 const MASTER_KEY = randomBytes(32).toString('base64')
 // The build with encryption: the plain one refuses private-encrypted- channels.
 const PUSHER_JS = readFileSync(createRequire(import.meta.url).resolve('pusher-js/dist/web/pusher-with-encryption.min.js'), 'utf8')
 
-const missing = !existsSync(CHROMIUM) && `${CHROMIUM} is not installed`
-if (missing && process.env.CI === 'true') throw new Error(`CI=true: ${missing}`)
+const missing = browserMissing()
 
 function sdk (herald) {
   return new PusherServer({ ...APP, host: '127.0.0.1', port: String(herald.port), useTLS: false, encryptionMasterKeyBase64: MASTER_KEY })
-}
-
-/** Serves the page and pusher-js from an origin of its own. */
-async function startPageServer () {
-  const srv = createServer((req, res) => {
-    if (req.url === '/pusher.js') {
-      res.writeHead(200, { 'Content-Type': 'text/javascript' })
-      res.end(PUSHER_JS)
-      return
-    }
-    res.writeHead(200, { 'Content-Type': 'text/html' })
-    res.end('<!doctype html><title>fallback</title><script src="/pusher.js"></script>')
-  })
-  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve))
-  return { url: `http://127.0.0.1:${srv.address().port}/`, close: () => new Promise((resolve) => srv.close(resolve)) }
 }
 
 describe('pusher-js in Chromium without WebSocket', { skip: missing }, () => {
@@ -59,12 +40,10 @@ describe('pusher-js in Chromium without WebSocket', { skip: missing }, () => {
   before(async () => {
     addr = `127.0.0.1:${await freePort()}`
     herald = await startHerald({ db, env: { HERALD_ADDR: addr } })
-    pages = await startPageServer()
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync']
-    })
+    // The page and pusher-js, from an origin of their own.
+    pages = await servePage('<!doctype html><title>fallback</title><script src="/pusher.js"></script>',
+      (path) => path === '/pusher.js' ? PUSHER_JS : undefined)
+    browser = await launchChromium()
   })
   after(async () => {
     clients.closeAll()

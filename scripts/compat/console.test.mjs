@@ -16,12 +16,11 @@ import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
 import Pusher from 'pusher-js'
 import PusherServer from 'pusher'
-import { chromium } from 'playwright-core'
 import PushNotifications from '@pusher/push-notifications-server'
 
 import { APP, startHerald, heraldCli, freshDB } from './herald.mjs'
+import { CHROMIUM, launchChromium } from './helpers.mjs'
 
-const CHROMIUM = '/usr/bin/chromium'
 const TOKEN = 'console-test-token-0123456789'
 /** How long any single expected change may take to show. */
 const WAIT_MS = 10_000
@@ -54,11 +53,7 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     // A second app, managed from the CLI on the same database file.
     await heraldCli('apps', 'create', '--db', db, '--id', 'second', '--key', 'second-key', '--secret', 'second-secret')
     herald = await startHerald({ db, env: { HERALD_ADMIN_TOKEN: TOKEN } })
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-        '--disable-background-networking', '--disable-component-update', '--disable-sync']
-    })
+    browser = await launchChromium()
     page = await browser.newPage()
     page.on('request', (req) => urls.push(req.url()))
   })

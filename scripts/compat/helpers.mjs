@@ -9,7 +9,9 @@
 
 import assert from 'node:assert/strict'
 import { createHmac, timingSafeEqual } from 'node:crypto'
+import { existsSync } from 'node:fs'
 import { createServer } from 'node:http'
+import { chromium } from 'playwright-core'
 import Pusher from 'pusher-js'
 import PusherServer from 'pusher'
 
@@ -351,4 +353,51 @@ export async function startReceiver ({ key = APP.key, secret = APP.secret, respo
     server.closeAllConnections()
   })
   return receiver
+}
+
+/** Debian's chromium, which the browser suites drive with playwright-core (.ci/run installs it). */
+export const CHROMIUM = '/usr/bin/chromium'
+
+/**
+ * Why a browser suite skips: a message when CHROMIUM is missing, else false.
+ * Under CI=true a missing browser throws instead.
+ */
+export function browserMissing () {
+  const missing = !existsSync(CHROMIUM) && `${CHROMIUM} is not installed`
+  if (missing && process.env.CI === 'true') throw new Error(`CI=true: ${missing}`)
+  return missing
+}
+
+/** Headless CHROMIUM as the browser suites run it. */
+export function launchChromium () {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync']
+  })
+}
+
+/**
+ * Serves a page from an origin of its own on 127.0.0.1: html at /, and the
+ * JavaScript that script(path) returns (a string or bytes) at any other
+ * path; 404 where it returns undefined. Resolves with {url, close}.
+ */
+export async function servePage (html, script = () => undefined) {
+  const srv = createServer((req, res) => {
+    const path = new URL(req.url, 'http://page').pathname
+    if (path === '/') {
+      res.writeHead(200, { 'Content-Type': 'text/html' })
+      res.end(html)
+      return
+    }
+    const body = script(path)
+    if (body === undefined) {
+      res.writeHead(404).end()
+      return
+    }
+    res.writeHead(200, { 'Content-Type': 'text/javascript' })
+    res.end(body)
+  })
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve))
+  return { url: `http://127.0.0.1:${srv.address().port}/`, close: () => new Promise((resolve) => srv.close(resolve)) }
 }
