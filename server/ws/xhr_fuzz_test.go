@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -135,7 +136,10 @@ func FuzzFallbackRequest(f *testing.F) {
 			return // not a request line a client can send
 		}
 		u.RawQuery = url.PathEscape(query)
-		ctx, cancel := context.WithCancel(t.Context())
+		// A poll on a session an earlier input opened waits for frames (up to
+		// the 25 s heartbeat); the deadline only ends that wait, and what
+		// is checked below holds whenever the request ends.
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		req := httptest.NewRequestWithContext(ctx, methods[int(method)%len(methods)], "/", bytes.NewReader(body))
 		req.URL = u
