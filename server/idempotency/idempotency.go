@@ -113,7 +113,8 @@ type Options struct {
 	Lock    time.Duration // how long an unfinished claim holds; DefaultLock when 0
 }
 
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with the defaults in place of its zero fields.
+func (o Options) WithDefaults() Options {
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
 	}
@@ -149,7 +150,7 @@ type Guard struct {
 
 // NewGuard returns a Guard over store with opts' bounds.
 func NewGuard(store Store, opts Options) *Guard {
-	return &Guard{store: store, opts: opts.withDefaults(), now: time.Now}
+	return &Guard{store: store, opts: opts.WithDefaults(), now: time.Now}
 }
 
 // Options returns the guard's bounds, defaults filled in.

@@ -39,7 +39,7 @@ var _ Store = (*Memory)(nil)
 // NewMemory returns an empty store keeping at most opts.MaxKeys keys per
 // scope, an unfinished claim for at most opts.Lock.
 func NewMemory(opts Options) *Memory {
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	return &Memory{maxKeys: opts.MaxKeys, lock: opts.Lock, scopes: map[string]*memScope{}}
 }
 
