@@ -12,7 +12,9 @@
 #   fanout    1,000 subscribers on 1 channel, 4 publishers as fast as possible: deliveries/s, loss
 #   http      wrk, 2 threads, 16 keep-alive connections, BENCH_WRK_DURATION (10s), no subscribers:
 #             Herald's signed trigger (signed once; a signature stays valid for 600 s) against
-#             the baseline's bare handler ({} to any POST) and its unsigned trigger
+#             the baseline's bare handler ({} to any POST) and its unsigned trigger; Herald's
+#             signed trigger again with an Idempotency-Key of its own on every request, against
+#             the same with an X-Request-Id it ignores (the same work for wrk)
 #
 # It prints each tool's table on stderr, one JSON line per run on stdout (the tool's line with
 # "server" and "scenario" added; wrk runs as their own line), appends them to BENCH_OUT when set,
@@ -148,14 +150,34 @@ scenario() {
 	return 0
 }
 
-# wrk_run SERVER NAME URL BODY runs wrk with a POST of BODY and emits its figures.
+# wrk_run SERVER NAME URL BODY [HEADER] runs wrk with a POST of BODY and emits its figures; with
+# HEADER, every request carries that header with a value of its own (thread number and a
+# counter): Idempotency-Key makes each one claim and keep a new key, as a publisher that sets
+# one on every trigger does; X-Request-Id is the same work for wrk and nothing for Herald.
 wrk_run() {
-	local server=$1 name=$2 url=$3 body=$4 out
+	local server=$1 name=$2 url=$3 body=$4 header=${5:-} out
 	cat >"$tmp/post.lua" <<LUA
 wrk.method = "POST"
 wrk.body = [[$body]]
 wrk.headers["Content-Type"] = "application/json"
 LUA
+	if [[ -n $header ]]; then
+		cat >>"$tmp/post.lua" <<LUA
+local header = "$header"
+LUA
+		cat >>"$tmp/post.lua" <<'LUA'
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local n = 0
+function request()
+  n = n + 1
+  return wrk.format(nil, nil, {["Content-Type"] = "application/json", [header] = tid .. "-" .. n})
+end
+LUA
+	fi
 	out=$(wrk -t2 -c16 -d"$WRK_DURATION" --latency -s "$tmp/post.lua" "$url")
 	echo "$out" >&2
 	local rps non2xx errs p50 p99
@@ -200,6 +222,15 @@ http_scenario() { # http_scenario herald|before|baseline
 	say "http: $1 signed trigger, pid $server_pid on $addr"
 	wrk_run "$1" http "$url" "$body"
 	stop_server
+	# With a header of its own on every request, on fresh servers: Idempotency-Key, and for
+	# the same work in wrk an X-Request-Id Herald ignores.
+	for h in X-Request-Id Idempotency-Key; do
+		start_server "$1"
+		url=$(signed_url "$addr" "$body")
+		say "http: $1 signed trigger with an $h of its own, pid $server_pid on $addr"
+		if [[ $h == Idempotency-Key ]]; then wrk_run "$1" http-key "$url" "$body" "$h"; else wrk_run "$1" http-nokey "$url" "$body" "$h"; fi
+		stop_server
+	done
 }
 
 for s in $SCENARIOS; do
@@ -273,6 +304,8 @@ ms_to_num() { awk '{ v = $1; if (v ~ /us$/) { sub(/us$/, "", v); v /= 1000 } els
 		http)
 			srow "wrk 16 conns: req/s, Herald signed trigger / bare handler" http requests_per_s \
 				"baseline unsigned trigger $(get baseline/http-trigger requests_per_s)/s; non-2xx $(get herald/http non_2xx)/$(get baseline/http non_2xx)"
+			row "wrk 16 conns: req/s, Herald with Idempotency-Key / without" "$(get herald/http-key requests_per_s)" "$(get herald/http-nokey requests_per_s)" \
+				"columns: a new key / an X-Request-Id per request (both Herald); non-2xx $(get herald/http-key non_2xx)/$(get herald/http-nokey non_2xx)"
 			row "wrk 16 conns: latency p99 ms [low]" "$(ms_to_num "$(get herald/http latency_p99)")" "$(ms_to_num "$(get baseline/http latency_p99)")" "" \
 				"$(ms_to_num "$(get before/http latency_p99)")"
 			;;

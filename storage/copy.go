@@ -21,6 +21,7 @@ var copyTables = []struct {
 	{"apps", false},
 	{"app_webhooks", true},
 	{"instances", false},
+	{"idempotency_keys", false},
 	{"devices", false},
 	{"device_interests", false},
 	{"publishes", false},

@@ -53,6 +53,7 @@ func TestCopyMovesEveryTable(t *testing.T) {
 		`INSERT INTO publish_report_counts VALUES ('` + instanceID + `', 'pub-1', 1, 0)`,
 		`INSERT INTO deliveries VALUES (9, 'pub-1', '` + instanceID + `', 'apns-1', 'apns', 'tok2', 'com.x', '', 2, 0, 10, 0)`,
 		`INSERT INTO publish_webhook_outbox VALUES (11, '` + instanceID + `', 'https://example.com/p', 'pub-1', 'publish_started', 'delivering', 2, 1, 0, 12, 0, 13, 14)`,
+		`INSERT INTO idempotency_keys VALUES ('` + instanceID + `', 'key-1', 'ab12', 'tok', 200, X'7b7d', 18, 19)`,
 		`INSERT INTO webhook_outbox (id, app_id, url, body, attempts, next_attempt_at_ms, created_at_ms, claimed_until_ms, order_key)
 			VALUES (15, '1', 'https://example.com/a', X'00ff7b7d', 1, 16, 17, NULL, 'news')`,
 	} {

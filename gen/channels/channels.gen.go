@@ -276,6 +276,9 @@ type AppID = string
 // `private-cache-`, `private-encrypted-cache-`, `presence-cache-`.
 type ChannelNameParam = ChannelName
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // BadRequest The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -291,6 +294,16 @@ type ClusterUnavailable = externalRef0.Error
 // sentence for people.
 type Forbidden = externalRef0.Error
 
+// IdempotencyKeyInUse The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type IdempotencyKeyInUse = externalRef0.Error
+
+// IdempotencyKeyReused The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type IdempotencyKeyReused = externalRef0.Error
+
 // InternalError The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -305,6 +318,21 @@ type PayloadTooLarge = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unauthorized = externalRef0.Error
+
+// TriggerBatchEventsParams defines parameters for TriggerBatchEvents.
+type TriggerBatchEventsParams struct {
+	// IdempotencyKey A key the client makes up for this request (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per application for 24 hours (the
+	// server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+	// with a key is processed; a repeat with the same key and the same request
+	// (method, path, unsigned query and body; the signature may differ) is
+	// answered with the first answer and the header `Idempotent-Replayed: true`,
+	// and delivers nothing again, on any node of a cluster. The same key with
+	// another request is 422; a repeat while the first is still being processed
+	// is 409. Only successful (2xx) answers are kept: after an error the key may
+	// be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // ListChannelsParams defines parameters for ListChannels.
 type ListChannelsParams struct {
@@ -343,6 +371,18 @@ type TriggerEventParams struct {
 
 	// Info Attributes to return, when the event is given in the query string.
 	Info *InfoAttributes `form:"info,omitempty" json:"info,omitempty"`
+
+	// IdempotencyKey A key the client makes up for this request (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per application for 24 hours (the
+	// server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+	// with a key is processed; a repeat with the same key and the same request
+	// (method, path, unsigned query and body; the signature may differ) is
+	// answered with the first answer and the header `Idempotent-Replayed: true`,
+	// and delivers nothing again, on any node of a cluster. The same key with
+	// another request is 422; a repeat while the first is still being processed
+	// is 409. Only successful (2xx) answers are kept: after an error the key may
+	// be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // TriggerBatchEventsJSONRequestBody defines body for TriggerBatchEvents for application/json ContentType.
@@ -355,7 +395,7 @@ type TriggerEventJSONRequestBody = TriggerEventRequest
 type ServerInterface interface {
 	// TriggerBatchEvents Trigger up to 10 events in one request.
 	// (POST /apps/{app_id}/batch_events)
-	TriggerBatchEvents(c *gin.Context, appId AppID)
+	TriggerBatchEvents(c *gin.Context, appId AppID, params TriggerBatchEventsParams)
 	// ListChannels List occupied channels.
 	// (GET /apps/{app_id}/channels)
 	ListChannels(c *gin.Context, appId AppID, params ListChannelsParams)
@@ -397,6 +437,30 @@ func (siw *ServerInterfaceWrapper) TriggerBatchEvents(c *gin.Context) {
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params TriggerBatchEventsParams
+
+	headers := c.Request.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandler(c, fmt.Errorf("Expected one value for Idempotency-Key, got %d", n), http.StatusBadRequest)
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter Idempotency-Key: %w", err), http.StatusBadRequest)
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	for _, middleware := range siw.HandlerMiddlewares {
 		middleware(c)
 		if c.IsAborted() {
@@ -404,7 +468,7 @@ func (siw *ServerInterfaceWrapper) TriggerBatchEvents(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.TriggerBatchEvents(c, appId)
+	siw.Handler.TriggerBatchEvents(c, appId, params)
 }
 
 // ListChannels operation middleware
@@ -596,6 +660,27 @@ func (siw *ServerInterfaceWrapper) TriggerEvent(c *gin.Context) {
 		return
 	}
 
+	headers := c.Request.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandler(c, fmt.Errorf("Expected one value for Idempotency-Key, got %d", n), http.StatusBadRequest)
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter Idempotency-Key: %w", err), http.StatusBadRequest)
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	for _, middleware := range siw.HandlerMiddlewares {
 		middleware(c)
 		if c.IsAborted() {
@@ -681,6 +766,10 @@ type ClusterUnavailableJSONResponse externalRef0.Error
 
 type ForbiddenJSONResponse externalRef0.Error
 
+type IdempotencyKeyInUseJSONResponse externalRef0.Error
+
+type IdempotencyKeyReusedJSONResponse externalRef0.Error
+
 type InternalErrorJSONResponse externalRef0.Error
 
 type PayloadTooLargeJSONResponse externalRef0.Error
@@ -688,8 +777,9 @@ type PayloadTooLargeJSONResponse externalRef0.Error
 type UnauthorizedJSONResponse externalRef0.Error
 
 type TriggerBatchEventsRequestObject struct {
-	AppId AppID `json:"app_id"`
-	Body  *TriggerBatchEventsJSONRequestBody
+	AppId  AppID `json:"app_id"`
+	Params TriggerBatchEventsParams
+	Body   *TriggerBatchEventsJSONRequestBody
 }
 
 type TriggerBatchEventsResponseObject interface {
@@ -752,6 +842,22 @@ func (response TriggerBatchEvents403JSONResponse) VisitTriggerBatchEventsRespons
 	return err
 }
 
+type TriggerBatchEvents409JSONResponse struct {
+	IdempotencyKeyInUseJSONResponse
+}
+
+func (response TriggerBatchEvents409JSONResponse) VisitTriggerBatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type TriggerBatchEvents413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response TriggerBatchEvents413JSONResponse) VisitTriggerBatchEventsResponse(w http.ResponseWriter) error {
@@ -762,6 +868,22 @@ func (response TriggerBatchEvents413JSONResponse) VisitTriggerBatchEventsRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerBatchEvents422JSONResponse struct {
+	IdempotencyKeyReusedJSONResponse
+}
+
+func (response TriggerBatchEvents422JSONResponse) VisitTriggerBatchEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(422)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1140,6 +1262,22 @@ func (response TriggerEvent403JSONResponse) VisitTriggerEventResponse(w http.Res
 	return err
 }
 
+type TriggerEvent409JSONResponse struct {
+	IdempotencyKeyInUseJSONResponse
+}
+
+func (response TriggerEvent409JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type TriggerEvent413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response TriggerEvent413JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
@@ -1150,6 +1288,22 @@ func (response TriggerEvent413JSONResponse) VisitTriggerEventResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerEvent422JSONResponse struct {
+	IdempotencyKeyReusedJSONResponse
+}
+
+func (response TriggerEvent422JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(422)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1355,10 +1509,11 @@ type strictHandler struct {
 }
 
 // TriggerBatchEvents operation middleware
-func (sh *strictHandler) TriggerBatchEvents(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) TriggerBatchEvents(ctx *gin.Context, appId AppID, params TriggerBatchEventsParams) {
 	var request TriggerBatchEventsRequestObject
 
 	request.AppId = appId
+	request.Params = params
 
 	var body TriggerBatchEventsJSONRequestBody
 	var err error
@@ -1560,113 +1715,124 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7Dxrc9s2tn8Fw+5M7FlKlvyIE3kyu26TbbN9ZWPn9t4NfU2IPLKwpgAVAG2rGf33O+cAJEGJkpUm7e7c",
-	"6SdbFAgcnPdTH6JMzeZKgrQmGn2I5lzzGVjQ9Ol8Pn/9Ev/JwWRazK1QMhpFl1NgfD4vRMbxCRM5SCsm",
-	"AnQ/iiN44LN5AdEoOoriSOALc26nURxJPsPHfD6/FnkURxp+LoWGPBpZXUIcmWwKM47nzfjDdyBv7DQa",
-	"HQ4GcTQTsvo8jCO7mOM+xmohb6LlMo6+mnIpofiBz+AN3mAd5nOWuTUMoWB7795+1wOT8TnkTEhmp8AQ",
-	"yv32DeYaDMgMelqpWfdt/LbX9HHbnf6kYRKNoi8OGowfuG/NQQB/tMQLaTBzJQ0QGb7k+Vv4uQRj8VOm",
-	"pAVJ/wZEOPiXwXt+qICnF2fCGCFv/O706I4XJayj52txB4QEfx3DrGJWi5sb0AxJLJtvlK7+J2RprXQ0",
-	"qs66rpYRXaSybzwKtxz+zoA2LOOSKVks2BhYIYyFHA+uKVCfHx4qlb2uVlQnOwTuhvdMzWZKXr+i7ei9",
-	"dU7XDvVMGDbjxUTpGUKm2VgDvzWMs0LMhO1HyIZFaSzod5LfcVHwcQG7E6xbzDK34xPD3kIuDMsVGCaV",
-	"ZVyae9AxM4rZqcBnOSAK8TsNPJsSNZWdgjZn+MZUyBt2zw0zIG2fvQWrF6zg1gutR6g/77oMrvDZsOnR",
-	"w2YIK5J6tAl2uixdTlhiDAkCr4LA53QzuANpiUmnkEi6J+2Du2mPHTZRGr+f9dkPKwg4o00q0s44cZ0G",
-	"qwXkMfJdDVji9qMT+olEbPxN6bHIc5CfSl0+nyNb5cIgovOQEKgkq+fRZ+XnluYOD1/G0WtpQUteuA0+",
-	"8XYG9B0SgYsCciTVlMu8gBDzZ0jfKTdsDCBZoW5u2lgQHp5r9+Cz4eFcslLCwxwyVDMeUDqD0PCGLwrF",
-	"80ulvuP65pOE+BXxac4tR2QPB4fHQzZeWDCOA0l3VN8MwqvjK9dWqeuCQPhsVw8AUnjr4YB9+2WMCo3X",
-	"8jBW+cJ9e3jylH0rviSsvJO8tFOlxS9o3j7KEBlxI7kt9TYrgJtf1wsbTTfj1muzmmlwFfv+1eU3P75M",
-	"Evnm/PKbJJH/ePfq7f+we2HdYpQtA5kG22aoO16IvDmHzJQVMzCWz+aPgVcvJGugNDIzl+zpYIBnKZkb",
-	"xu/5gk20mhEUjrWeGIZvsr3h0cnR4Nmz09Pn+2csm0J264xuIUDaJ4Zlhcpuu+Btn/5bmTgvqngYenSO",
-	"oGcsJWhS8pyM9xIc6Lx6px81EHmfxWZT4jVyK7Wag7bCcUNlqD/GKYpJIB57hQ58iQuX6KxN1GMvvJYT",
-	"dW6tFuPSgsG3nFu3wzEVXEZlt2DRo33krQta+Ppl5By8yk98H3nXkS4Y19i5qh1dNf4XZJYcDJ5N4bW/",
-	"V4e3gF/n3jaqCePuSeU6kZTLsijY/RScz+u+F4bBbG4XyHn4vfNcnAPbJl1FhPbZL0mbTJxG48ZW1tn5",
-	"j86RC5xLPGbFh48ja4v1jS+8UBUwsWwMEydxKxeFh7nQQH7hTEgxK2fRaFCfgCbkBvQa0j228dhOTDtQ",
-	"A97oxLiXHBSaeqXHvNvgzGHWYVwqCewedPAeQt1GsSnH9SnXmSqdBK14UkpKyPCDYX79GHK2J5XsVf5w",
-	"7TDvP4aZOCoN6E1nvRTGCplZVpKbHh738UctN6O6YusVXYGUflRT1GKxjCOVZeVcOBPVvslPUyA/kVtW",
-	"ALIpkiOrUYli0NwuYNKxUgVwcv26ifMxyP0IFq1vsoVBvxNms4al/3meCwSXF29aa3ZQvW3NuALCCrD1",
-	"kVuA/cHr1m2h+YiVc3QWDwcDfK55ZpHt1ISl571/Mt77hQ16z9k167EX7K8sZn12lqJmS2T6hTO3Pat6",
-	"iPReUg4GRxn+y0ROHyDtszcaJuIBDJsLb39vhcxHLJ1rccct9NI4kfUHkJlezC3kvTTGJT4cTWPGfSji",
-	"dCjuYVhKH9o7VI9Yx57hd35n/whjjfiRRMicW/SPo1H0v3urd9//y/vz3j9575dB7/l1kvRe/DXun139",
-	"+U9duvcVqqgfHbXWySO9Cvv7xY8/MEfTQDgaIjfGd4sXHLPSlLwoFoy7DXOVlTNS4zJTOSpSjKkdbDHL",
-	"oRB3ZEKsSmQtndoweOCZxW0MuxF3IPvs3LKZMtZ5tCM2HMSHxwPnbCP7vLv8W+8Z2zseHiVyDAsl8/0+",
-	"S2sEp4xE1ARM51x03MD76T5GHUOCwYMGY5rskROddvroQxIZNYMkGiVkb5Jo2aYpef1dBKkdjA2oREmJ",
-	"2bASlPYlY/KbjeXaUsyLLnE6L80U9Ch1kuI+XVfx1SjdCRWHg0GvQUcia3ywndAxUepRll5DxYqH1mEK",
-	"ZzPeMzDnmrfssHdX99JG/6KcrWtwfEpCl65k/5oX4w69v36TNdir3Nc7A3pdSTuPcT2ZGWpV0a38w43N",
-	"+s5l9VhYmD2q7FtQNnqea80XawC5rbtgqt3bLgVfG9knhjmHOcgax8zeK+atoGH/UkJCzsaoInJFuibA",
-	"9NPjlt57P+g9v/pzkvTdP53q7dL5oRSSBInUNs7G+O3OOAvCmyWB99q9NXQMXX16BJnuzC5ktkE2ZdGh",
-	"mElrs1IWYAzjkiHg7IbfAUsx9EnXXcv6jiv0abmugaOOHykfh1vHKNpVpKh07hKHO2FrmzvRYGYTEgjN",
-	"fxNQ5Buc8Al9R263DBKD7u3Y3UDNnQ9EyWxrmLqXZ4lMwyM8a6TM8IVh91ORTRn3vrpwJugGqjRg/Fli",
-	"2tBPa9/rRwl4iaHzglzim/ksvaAcfOqfpx9LhurwkGu3s+3/t+B7K6cFGoIXxY+TaPR++9YdbLq86sg4",
-	"rnLmiKV4XzQ/iF7vUVZ+DcYm6PRW1E/x20TWVGd7Y2Wn5Puw48GApXw2FjelKk1dgkn3+4lM5DegeZEz",
-	"XhjFeJbB3KKHRTk+yuAUwO/AVFLkUurs5xL0wrthbM8AJJIKCnPQ3Ovxpla4f+a40mGEuZuPfa7ofqqK",
-	"Kl/vnINE4uGxFzGBssatT4IZZqaqLHLK9PcZivcNSHC2/WvFkHT4Cm1jrC4zynSk60RIYzxUL9zFagXg",
-	"SybcMlOigBMicCtRFCwH9EGNE3AlwVN/Y5wjbBHUAJGFOxd3rCUW2ZQEuoqjh96N6nk+7WKwVZ7dwUQ4",
-	"q0AlEOcxb1JinzdsXNdrIK1esDloVkrxc9mYmyZhZFVHiNEluT/BeKrUbZ1pXD/t3q1wHNhnDoHoXfio",
-	"ryrgVtE2uYP+2R3PkPEonCMX8XomjElHgfJl6QxmY9DXPM/dy/6zhpm6gzxcjNuQUylyfNFx/DUB1lrG",
-	"Uves0Qxpreicmgg2Cqukga3ocnRXQOlY8flMW3em8LLOdjt6PDEUFXZmBKGbph1boOx0blHZE5DlLJDH",
-	"mtZNurUiNTqbAT2bj56c+EZANvxY80XUmR+66oDrV5itT8g97RJoePWzLfnsRS2wj+uEcZWjCeO12L35",
-	"8eKyzy6QXC4Q/cqVjXqXizmM2GrliBjzv3tvKD7tfQuLlO3ZlarlLSz2yVY2Cy+qek7K9qbwkMhvvj//",
-	"qnfxzfnhyVPv1BpwttUFyzHuAnmrXlQf4OpG+13CQFTfPbZqqaflI06WFTO4nnU4g9+LohBVgckIFHQE",
-	"+Z0UDwzmKps2Cf0K7ajlMw3cp5gnSs+4dbzx9Dh6NPVYgRJXF+5iiFZpqZMd0Imh4lHNGM4ke5fk/M3r",
-	"fl1dEpT3mSpt2YxnUyGhp4HnfFxAIlFXs72J0syH52jNVkp5qCalstcTVco83T9jaQAQ7a8kOg2A/JcB",
-	"dQfMQc0L6CJ06zJddqXeh5wJeJgXXEjvyyD277Wqki9B8bKdYfhNa57rCrWbUBeEc8KwD/9oIcV7RvJb",
-	"uM64gTbg63XU+BEF4w5vuwNXXSbeQFZqYRcXKEKOFoimb2HxeCfaLVANi9q0yIMNus4Q1bewaADlc4Gb",
-	"LmP67iIsUbdP+QYe2Lo+IYpAHvrI9Pj8zWsWvL/fZ+cVFRNJpOJMKtlzSVWSC3LNM661AMNSfHQ9y0/S",
-	"mPabwgP7/uVJdSq5zokU0ogcQjjovo6TN96/g1xtLFyGlfDuWlyX/jljs9JQIhAvKNoV8QpdVSm8LnJv",
-	"BLMpdG8A879Am07BPC/uMXhPh/1BuvWIO7/D2gHLIHjd1NPSI9x/c3n5hqitJpVCqzrtYnYvNPTQIHAr",
-	"xgU0MuoMViKrpfU2o7rfzqncuP5MaRs0WS4oqxvx0ARWnl8iKTPnqxKgZ0JyC4xT1Q6R3lQMKSj84gvm",
-	"DTnxj5A3+PQVaecqyVNxZBMPNiEfSyuBQrXbphrZ8BDLKdsjiuzHAXeToQ4521tnFAhvoqkdEE2bCz7p",
-	"K2rL8tLjvYA2a6cuamy0qosW2apbsIMHEDM1QbSkaZpIp3tZEiWJTCKGGrj+QHrYr0vk/RQ0uGdUWiek",
-	"riCQwQNG4mvAE1SGFeoedA/1bh4n0ihtXUb0FjBu1sJakCy9hcULaldJ2R79ddYj6G11GGoyqmlSDgaH",
-	"T9HPf9PQUkjGyVHz6kiDqyCQYjlzZGiYQBhUaU0rzExpyg7s1ghD0h8zHnICWdC28WsojmtvwXmVvtEv",
-	"oBQyPCvlrVT30i3T6HyS7W1YgCOEGialqQh+PBgSargMHRTJZ1QxocSEa3Lx/S3svO6US2TIKTdgDTse",
-	"HJFUvXIGsuXWsvQodWcieOnh6bP8+PBknE+GTwfZ6dHzZ4Mjyu14nktkesrzo9PTo+HxIX/69Pnh+PBk",
-	"/CyttIGprUAi0w8JKTUqME2USqI4qYP4JBq9T9CpQcvaO0qiq7iqQo2S6EOS+OJUgp8T/1WSRMskWqaJ",
-	"3EPJTCE7enrCT09P+HGWD06eP59wGJ8eHZ0cHw6G46eTdJ9x6wwBdTj5Bqfh6XMvhWQcE2mVc2CEqeUJ",
-	"+S2RB3w+NwdHB07nJbLSKi+68OSYt61sXjRHBl97xfNi2B+4pxWzvXjsRrUUV+Xdpv+3BTprQ/6Xfz/g",
-	"zSY147/I+fHJ8bPD4+z56ZgPnw350WGWZcNTfnr49PBkzAeHp6fDyclgfDKAIZweHw3g+JQPJ0eT45NT",
-	"eJrV2PjiC/admAlrvJkImhp5WHdle2Hd9YwdD4+Yr7aeMV6bNFeb828mMkxz4zKyeGyqiry1vUP1Watf",
-	"wJC6qhYdDgaJ3LltgO0pzXbqGtg/SyTUlVd35kr1FfllxhdN7XXXwuvbpusSrS31e2rXWOjbL30ZIlRf",
-	"Q6dwvqyrsWZE3EpEoTwyQtujYQf3vSvqrpWKna77+8WPPyTywuVvfVnX13RJkIX2yV1DXoEzBwY3l+Vs",
-	"jCrZhAXkGI0g6dDVQrJLv8KDx86sLKxwNeWAatQEDsZ7VU9MIl39PegAc9A8cdCROuwZ8UvQUIs3QLsm",
-	"F1Ut2rOxD8lNkBpHeTYsbSc40oogVrkSUqbkRNyUGmngo+x3b7+r/YdEToHn5Br9JvmLwD/aKXnh9K8j",
-	"WiKRg0qZg2bpepoC/bOVy8c1OkjYU58MqbLYK/5u7cRGcVR51qNo2B/0B9SSNQfJ5yIaRUf9Qf8oogru",
-	"lEI7p0U/uJmg5QEJ/nWTZJmrrkzTKySH0xFU9EQPr04dF+IW/V4j5E0BvUpV+OzvTySSLhGuiDsS6Yqb",
-	"hEYaG3iCMRhunjoNFKN2ETKHByb8uk0F00T6zwRW8xrb41UXjYt0q4QNLqGl5hZyykhIJcEjuy62vM6b",
-	"KkBTeTaEx2Zea0OZqlly4Oa5qsoDGPulyhcf2cpdxUamnM24XtRxETp99V0MXUU4yUfEPDEUiLCqdaJu",
-	"svYl6fdBmrnxWap6yKZOGh/QTZSiyku4Q3tuq9kFVQ/tMoWiUG4bd6WwT6/eegbG8BsMl4OUbTQ8PDru",
-	"nzw9fRYtr6gqca9e1SwbIOZeeZNFDbD3qrZxvwcG3A7HrR3Ife7eYsw13WbnxvKuroplO+tjdQmrw2yH",
-	"g8FHcpyrWbqGzga5P6hVySEyNogNA/mtzOpfb5F/nTqI3rCT8/ATkEXFug29+J5hyKnxF29sHGq69MMy",
-	"3dr1sYyjY4fkLohqYhwEY4X0yvDxV1ojIPTS0eMvNeNS+MZwhzdW52+WcXSyy43a40v01g6ndUztEWEb",
-	"nvFOq2tMrf1QdC+UbGV2Lb8xlOz0SXPcZ8XChTXWG+gwbm/BllpWaYOgE2fV0JP1mHLT6mcOmiTzIOkT",
-	"1/Vvai2geF4ZKs4b1ynnfFbjfAqeyDl1yTqLqUpbGU3nCXmgZnxO7tGKcTujTRJJr7wI2u86OsYJmH23",
-	"rfP3G1dVTRKZt7rPu+zid8LYrxq9+qssYrye4C+CRNsGLFHPg8dT99jwhgzkRBQW9PV4ce3ejrbNPq+l",
-	"1be0b82hmc1ldIew+5GCtYrHXaYwyLClq1ClrcsGrc9nbq70XhhqPXFE6Wqb3HB9r6h305yrTULOe/k0",
-	"g1IUbaNQ8fiKBWn1Q7RditGHZRxYabQ2S3rSDDs3268i9kUz1Iw0WJGSXQFYsUbLj7BG4ezABjNUVchr",
-	"IfB9dKv1rPbkC8XTH5bp/n+4Ffp3WhPE+jp6Q+vRtBhtsR8HH8JfHlhuNCcXrpnRTb6EvZ3CNFBwmcde",
-	"zEnNx0x7K0SBbRet++wrF9ujp4KYKC11f+cwB5mDpB62CRtrxfOMoxK/GVFSd8EkQE7xOfxc8sJzUybm",
-	"rv+LugeoQakK2oIBEeW9oJaZs6oK+Kts7oi5JECKPq+/ZBKN2IQXBpZplxn5Gior8glG5JGFaz9TsVWZ",
-	"W+WpMGpr8U1GdENLD9tznoRLndejgBSAgqSMdjUoj+7FftVnSB3xbK81QehP6rNzWW+oZmMhfS5c3IHp",
-	"Mgmd7fP/iaahHjdr5PW8PUTpxIR0tlscquvq7SbimmuRYdB2fLj004aj4enxoDWnRmHSMo7Ih/pqBwjI",
-	"HWmPbnaAIcuiCI9xzL8yIReeMi/Hhcg6LtpJvvq49kW6+5SONlvH87XuteDkbrO4euKqJfxIO+gmB7vt",
-	"YAWSsdzCH1Zto1X7GqzLyyKeUIfTbGUw7/sJtu2gnmfZGjBR3q3pN1gbV8VAZY3XYmfhhBRW8KIBPxxX",
-	"ZpRvpPwVn8+Ba1SDGcRsqu5Rt7IZ5RGDEjsjOzfld4DWq2sqN9CV7JLfUukzkUF9fQxG5L74XtdznmyM",
-	"gNoTQb+jBfsknRsMK713A1HRkMCgf3khMoiWVzvLcxsJ2yXaZyTNHzK93VPdXZR2FvPH0vsXIHPT/pUf",
-	"58I0859NKyFqiLyRZt9WQUIdjHa7VeNF2EjdZy/ddCml1bhZyGyqlVSlLyq5w91YRCL9WMLYNf65KVUa",
-	"YEWP9MwJ/IwvmJDGAqeFzon1A5HhQEUi96xv2HTdFnOu7UpbGa3fd1E69zMMfivyge+FNPQbLa5Tgmpx",
-	"rVWuHyyseIRFDp9saUVyiWwXNijg29aiv7lK8co3R3+ebEw481p3uvqJErMZzV3Tp11Op+993k3HBONH",
-	"mwB1c86/GtDuTH8X4P43LD4CcDee1ZXvgpXQ4NdAHpYtuuDN6gDr1/ws3hrQTbcdOhv1pNT7qxeuhE+t",
-	"Ma5+H2bGfv0F37du2JRYrnDNvFB5/aspW25v3l+1EPAZRvdWG8mNXXiW110xZvPrIaRaH7KizD9Fsppy",
-	"WPfFm9LZroQPp/V2iZA/AfjfMzT9fDXXCzR+vAiyc9zcCnlTRfJCs/Bivg+jO7X4PrIiuwXdg1JTiZ8+",
-	"lIZGzzdFsr5m2ok9jzB6oVfOc26dZ9Ed/6HqWffKC+B3eB9V+rgCZL7SyNpxm9+19IuCRrZ6+yhMZdPx",
-	"NtXwgufKlVbxPnttTSK/f3kS79B5F7MbBVSEajopnUVu4zYMdFYBeWIIzE180Wi7q4+oQ390VbQ1drut",
-	"LNpnrkHZNc2wi5ffEl+sz5lOQUPQd4+OGbXMk2dGI7PCdqkG16sTRGF8rO5g37dnypyCNOfwhVO1M9A3",
-	"0DlUi6jqmqyl2VX6hZPKoXtST+DeC4k08j82+ZsVz+VENdXvR+vmP+2YDAorFoFa2fC7VkfLlr7ZsGq4",
-	"rbjyU0euiFp71pTK71BY6ZjJ3cbPFHc8WuRfn9v9o8L/G1X469+PUK60r7T7lceuKs2WGj/Fywcf/PDl",
-	"8qCex7gOckRb2ttc5b/x0nxIKCSGnVVAjmySFapuCc1UTuVY33mNSxKJEakGv1WTaQpU3JlXWzETEwpt",
-	"43qWx9f0XUmvM9ir7vXOgA5+k+6zBX6X9V3rH4vxfh134wk9IVcm6ihn1PlL3dUs7Of74fFPzX3trFfC",
-	"H+jalNYKso9cAxsD2jPHIOu65Y+s10Zd8BWirOq+CSKlihUbYVQy1Af+l5GW4Qwj8X49vfj+am3UsHoU",
-	"zN1Vj+oZt/dXyGiuSd1JU6nR051aOx8dHAwPT/uD/qA/HD0bPBtQQtaDtCZNrfky1HGhXvNS4tXauiz+",
-	"Ixw+q+oha8FtV0kz8wa5YxStLZ0mWl4t/y8AAP//",
+	"7H1tc9s2tvBfwbA7E3uWkiXZjhN5Mrtukm28TZts7Dx9dkNfESKPLKxJgAVA22pG//0ODkASlChZadzu",
+	"zp1+ikmRwMF5f2U+B4nIC8GBaxWMPwcFlTQHDRKvzori/JX5IwWVSFZoJngwDi7nQGhRZCyh5g5hKXDN",
+	"ZgxkPwgDuKd5kUEwDg6DMGDmhYLqeRAGnObmNi2KCUuDMJDwc8kkpMFYyxLCQCVzyKnZL6f3b4Ff63kw",
+	"Hg0GYZAzXl0Pw0AvCrOO0pLx62C5DIOXc8o5ZD/SHN6bE6zDfEYS+wwxUJC9jx/e9kAltICUME70HIiB",
+	"cr99gkKCAp5ATwqRd5/GLTvBy21n+pOEWTAOvjloMH5gf1UHHvx4nvMU8kJo4Mnie1h0neYGFgh0kjHg",
+	"muT0BhQpCzITkug5U8QAAkqTPUo+fjx/FRJFF/tjMiRakNHxccQLybim0wzI2cXL83ODH0kTQ/qQ3ECh",
+	"SQGyRWaz9OiIzEUpFdnTc4i4AnkL8okib15/OHv7anL+6vUP799dvv7x5T8nl5dv98lMihzhnDGpdAVU",
+	"n1yu3or4HdNzQvFgTJFCigSUgvSUUCKhAKoJPmEWU4aE5kHK0+ZGvdJeDnou0hApGpKSK3bNISU/lyDt",
+	"O1ORLk7tm+yaU11KIDldkJTNZiD3CVMRp1zdgYS02dYCbO/XW8+BpiBJXJNM9z5AkdEFpGNieCAOzVop",
+	"SSFjtyAV4ULPGb8m9JoyHhLBCeULwkUKRMwIJUlWKg3SIqk+qoHCLCT0HGRNXabI0Wjk42jOMvCgZYoo",
+	"zbKMTMHsWaM14ubVwfM+ecezBVFlYu7Pyozsje7v990pFaESkBvGhM40HpuAlMhkFq6cLiI+BVIqSO2R",
+	"+uSME8ZvacbSipxHg0E/4i3ZOp4Np4PkBHrPZkeHvaP0BHrP6fFxb5iMZqPpIX2eDgeVyFkkN0LnyUfP",
+	"CMgm3XF8vKo7Cqo1SLPm/3yKovvRoBdF9yevr/78p2BdsSyNPKtCcAWoD7+l6QeLeHOVCG7Ibf70xOTg",
+	"38qI6OfqpPhizpRi/NqJOd66pVkJ65L9Hbu15HN6RRl51ZJdX4M0rMJ484uQ1d+otQxZgnG116R6DBUK",
+	"F/q902VbNv+oDMkTyokwTDEFkjGlITUb16qw3t/flAs9qZ6odrYI3E0BJiLPBZ+8xuXwvXWT4/F8TrOZ",
+	"kLmBTJKpBHqjCCUZy5nuB8YeWBH6yOktZZlRcrsTrNveOaF8osgHSJkiqQCUZCcoIVHC6l2U44Ry85sE",
+	"mljVgVKrTmvZv6OKKOC6Tz6AlguSUe2sp0Oo229Sekd4NGw69JAcdQ7PFuNNsONh8XBMI2NwYKiAFDj9",
+	"B7fG/hgmNQbBaiezjllNVsrSWiXI++THFQRYLVyR1ujgqbnUkkGKurEGLLLr4Q5GlyzD4G9CTlmaAv9a",
+	"6tKiMGyVMmUQnfqEMN5KdT94VH5uuVD+5msOwDn/qL6Kg89qDDtjxhRZ0aEbLcUpkmNBBE/AcAFTpDKN",
+	"Pp5Ys9zkBhYTxielekSeXTuCs42Pcow1jH8AY8++jq06cGy4Hg2lEQjaPlFl2q1vUioglHC4QwtqHzdX",
+	"lQe1BfPSwv6ovPprD0L2hLR+177FMjfWl2Z2s6+UWut9khllGaRGBc0pT5334yA6NaSeU0WmAJxk4vp6",
+	"hWsdPBN74/G4lZOSw30BiTGfDlDcA9Hwni4yQdNLId5Sef1Vov0a9W9KNTUsPRyMjoZkutCgrGZFm1j9",
+	"MvCPbl6ZaCEmGYLwaEf3ABLm1MMB+f7bkLT4BFkDfx0dPyXfs28RKx85LfVcSPbLl4geelO1G7/FuzGL",
+	"Txp/v7bgOdXOStdMY54iP7y+fPPuVRTx92eXb6KI/+Pj6w//bLSPsRkKEgltYbR+b7MPul+a5aA0zYuH",
+	"wKsfRC9HSMPMlJOng4HZS/BUEXpHF01cVUdg5k2yNzw8Phw8e3Zy8nz/lCRzSG68KPGJIkkmkpsueNu7",
+	"/1aumxNVsxlw7Qh6SmKEJsbQXDnv14JOq3f6QQOR88V1Mkdew7yFFAVIzSw3VA7ol0TdIQrEQ6/ghq/M",
+	"g0sTmszEQy+c85k401qyaalBmbdsCLPDNhVcSiQ3oCcsfeitC3zw/FVgA5cqEfEpcLkJPGBYY+eqDnjE",
+	"9N+QaHScaTKHc3euDi/Y/Jw6n88Gq+ZOFRKglPMyy8jdHGxSxf7OFIG80AvDeeZ365HbDEmbdBUR2nu/",
+	"Qm0ysxqNKl15nTYusgGKFzT112O5MNA6W1/4wglVBjNNpjCzErdyULgvmASMd3LGWV7mwXhQ72BMyDXI",
+	"NaQ7bJttOzFtQfV4oxPjTnKM0NRPOszbBU4tZi3GueBAjE/TvGegbqNYldN6l0kiSitBKxGC4BwSc6GI",
+	"e34KKdnjgveqOK8OBPcfwkwYlArkpr1eMaUZT7RxKGR7uy/farkZ1RVbr+gKQ+kHNUUtFsswEElSFsya",
+	"qPZJfpoDej5UkwwMmxpyJDUq0TetT+cx6VSIDCiGNN3E+RLkfgGL1ifZwqBvmdqsYfFvmqbMgEuz961n",
+	"dlC9bc24AsIKsPWWW4D90enWbbnfMSkLTIIOBl7O08hUfNb7F6G9X8ig95xMSI+8IH8lIemT09hotojH",
+	"31hz29OiZ5Dei8rB4DAxfxKW4gXEffJewozdgyIFc/b3hvF0TOJCsluqoReHEa8vgCdyUWhIe3FoHnFp",
+	"ljisU4xWh5o1FInxor1CdYt0rOn/5lZ2t2w+bnum3cuW7a2eff8vn856/6K9Xwa955Mo6r34a9g/7cyj",
+	"hcFro6LeWWqtk4c7Ffb3i3c/EktTTzgaIjfGd4sXHJJSlTTLFoTaBVORlDmqcZ6I1ChSRSixsIVVVhbj",
+	"h4jX0ikVgXuaaLOMItfsFnifnGmSC6WtRzsmw0E4OhpYZ9uwz8fLv/Wekb2j4WHEp7AQPN3vk7hGcExQ",
+	"RJXHdNZFNws4P93lXqYQmeBBYuBalSes6LTrE5+jQIkcomAcob2JgmWbpuj1dxGkdjA2oNJISuiqBYPV",
+	"Q4boNytNpcZcjnGJ46JUc5Dj2EqKvZpU8dU43gkVo8Gg16Aj4jU+yE7omAnxIEuvoWLFQ+swhXlOewoK",
+	"KmnLDjt3dS9u9K+Rs3UNbu6i0MUr5aXmxbBD76+fZA32Kqf7UYFcV9LWY1yvlvlalXUrf39htb5yWd1m",
+	"GvIHlX0LykbPUynpYg0gu3QXTLV726XgayP7RBHrMHtlyZDoO0GcFVTk34JxSMnUqIhUoK7xMP30qF0l",
+	"GPSeX/05ivr2j071dmn9UAxJvAJBG2dT8+vOOPPCmyWCd27fGlqGrq4eQKbdswuZbZBVmXUoZtTapOQZ",
+	"KEUoJwZwck1vgcQm9InXXcv6jCv0abmunqNuLjHPbJYOjWhXkaKQqU2I74Stbe5Eg5lNSEA0/41Blm5w",
+	"wmf4G7rd3Et427dDewJRWB8IizRaEXHHTyMe+1s41oiJogtF7uYsmWN9raIY0eIaqvR2+Cgxre+ntc/1",
+	"joM5xNB6QbagQ1z1iWFtKXb34y8lQ7W5z7Xb2fb/WvC9ldM8DUGz7N0sGH/avnQHmy6vOjKOq5w5JrE5",
+	"rzE/Br3Oo6z8GhObGKe3on5sfo14TXWyNxV6jr4PORoMSEzzKbsuRanq0mK83494xN+ApFlKaKYEoUkC",
+	"hTYeFub4MIOTAb0FVUmRLRW5YrzVoWRPAUQcC2UFSOr0eNOMsn9qudJihNiTT12u6G4usqoOZZ2DiJvN",
+	"QydizMga1S4JpoiaizJLsYJla+zXwMHa9u8EMaQzr9j+Bi3LBDMd8ToR4tBsKhf2YLUCcKVAqokqjYAj",
+	"IsxSLMtICsYHVVbABQdH/Y1xDtOZ12RiWLjz4Y5nkUU2JYGuwuC+dy16jk+7GGyVZ3cwEdYqYG3Aesyb",
+	"lNjjho3reg24lgvsXyk5+7lszE2TMNKiI8ToktyfYDoX4qbONK7vdmefsBzYJxaBxrtwUV/VIVRF2+gO",
+	"unu3NDGMh+EcuoiTnCkVjz3lS+Ic8inICU1T+7K7lpCLW0j9h80y6FSy1LxoOX6CgLUeI7G912iGuFZ0",
+	"Vk14C/nVf89WdDm6K6B0PPF4pq07U3jZ9EThEZ8ojAo7M4LQTdOOJYzsdC5R2RPgZe7JY03rJt1akdo4",
+	"mx49m0tHTvOGRzZzWfNF0JkfuuqA61eYra/IPe0SaDj1sy357ETNs4/rhLGVoxmhtdi9f3dx2ScXhlw2",
+	"EH1py0a9y0UBY7JaOULG/P+99xif9r6HRYy9bK1q/A0s9tFWNg9eVPWcmOzN4T7ib344e9m7eHM2On7q",
+	"nFoF1rbaYDk0q/jdY/4Gtm603yUMSPXdY6uWelo+4GRplsMk73AGf2BZxqoCk2JG0A3IHzm7J1CIZN4k",
+	"9Cu0Gy2fSKAuxTwTMqfa8sbTo+DB1GMFSlgduIshWqWlTnYwToztR6sYw5pk55KcvT/v19UlhnmfuZCa",
+	"5DSZMw49CTSl0wwibnQ12ZsJSVx4bqzZSinPqEku9GQmSp7G+6ck9gDC9QXHpkjDfwlgbbwAUWTQRejW",
+	"YbrsSr0OOhNwX2SUcefLGOzfSVElX7ziZTvD8JvWPNcVajehLhDniGEX/uGDGO8pTm9gklAFbcDX66jh",
+	"AwrGbt52B666TLyCpJRMLy6MCFlaGDR1NtpermuGftWUiB6s19ZsUH2DzYiV3BXMLLoM8bcLv0Td3uUN",
+	"3JN1fUJc26rnI+Pts/fnxHt/v0/O1rpoueA9m1RFuUDXPKFSMlAkNrcmeXoch66D9Z788Oq42hVd54gz",
+	"rlgKPhx4XsvJG8/fQa42Fi79Snh3La5L/5ySvFSYCDQHZO2KeIWuqhReF7k3gtkUujeA+f9Aqk7BPMvu",
+	"TPAeD/uDeOsWt26FtQ2WXvC6qaelh7h/c3n5HqktZpVCqzpIQ3LHJPSMQaCaTTNoZNQarIhXj9bLjOs+",
+	"Uqtyw/oa0zbGZNmgrG4wNSaw8vwijpk5V5UAmTNONRCKVTuD9KZiiEHhN98QZ8iRfxi/Nndfo3aukjwV",
+	"RzbxYBPykbgSKKN221RDG+5jOSZ7SJH90ONuNNQ+ZzvrbATCmWhsczWmzQaf+BO2GzrpcV5Am7Vj15ld",
+	"a1UbLZJVt2AHDyAkYmbQEsdxxK3uJVEQRTwKiNHA9QXqYfdcxO/mIMHew9I6InUFgQTuTSS+BjxCpUgm",
+	"7kD2jN5Nw4grIbXNiN6AiZsl0xo4iW9g8QLbVWKyh/9a6+ENT1gMNRnVOCoHg9FT4+e/b2jJOKHoqDl1",
+	"JMFWEFCxnFoyNEzAlFFpTStMLiRmB3ZrhEHpDwn1OQEtaNv4NRQP3dQBpvds65pHKcPwpOQ3XNxx+5g0",
+	"zifa3oYFqIFQwgx74pDgR4MhoqZumMeTc5pjxQQTE7bJxfW3kLO6AzTiPqdcg1bkaHCIUvXaGsiWW0vi",
+	"w9juacCLRyfP0qPR8TSdDZ8OkpPD588Gh5jbcTwX8fiEpocnJ4fDoxF9+vT5aDo6nj6LK22gaisQ8fhz",
+	"hEoNC0wzIaIgjOogPgrGnyLj1BjL2juMgquwqkKNo+BzFLniVGSuI/dTFAXLKFjGEd8zkhlDcvj0mJ6c",
+	"HNOjJB0cP38+ozA9OTw8PhoNhtOns3ifUG0NAXY4uQan4clzJ4VoHCOuhXVgmKrlyfBbxA9oUaiDwwOr",
+	"8yJeaZUXXXiyzNtWNi+aLb2fneJ5MewP7N2K2V48dKJaiqvybtPX3gKdtCH/y38e8GaRmvFfpPTo+OjZ",
+	"6Ch5fjKlw2dDejhKkmR4Qk9GT0fHUzoYnZwMZ8eD6fEAhnBydDiAoxM6nB3Ojo5P4GlSY+Obb8hbljOt",
+	"nJnwmhqpX3cle37d9ZQcDQ+Jq7aeElqbNFubc29G3E9zm8fQ4pG5yNLW8hbVp61+ATsDUz00GgwivnPb",
+	"ALa/7tQ1sH8acagrr3bPleqr4ZecLpra666F1w9N16WxttjvKW1joWu/dGUIX30NrcL5tq7GqjFyKxIF",
+	"88gG2h5O09nfbVF3rVRsdd3fL979GPELm791ZV1X00VBZtIldxV6BYumwZuX+dSoZOUXkENjBFGHrhaS",
+	"bfoV7h128jLTzNaUParhcAMo51U9URG39XevA8xC88RCh+qwp9gvXkOtOQGzs1uuFu3Y2IXkykuNG3lW",
+	"JG4nOOKKIFrYElIi+Ixdlzhz5qLsjx/e1v5DxO0YlCK/Tf7C8492Sl5Y/WuJFnHDQSXHUbj1NIXxz1YO",
+	"H9boQGGPXTKkymKv+Lu1ExuEQeVZj4Nhf9AfYEtWAZwWLBgHh/1B/zDACu4cQzurRT/bodPlAQr+pEmy",
+	"FKIr0/TakMPqCCx6Gg+vTh1n7Mb4vYrx6wx6lapw2d+fUCRtItxO9kXcFjcRjThx8MTEYGbx2Gqg0GgX",
+	"xlO4J8w9t6lgGnF3jWA1r5E9WnXR2Ei3StiYR/BRdeO69bngYJD9k+3V9yYXbW9/7EYaw2ao0O3pDWDV",
+	"w5GG9M204R1VztMwDlpr0LGJX2sX1ZG8Lvmcp00toql/K6RmM5a8oVjWPHJgx5aX4YMProzZVhUTUPpb",
+	"kS6+sAW9iulUmedULup4zjirNQ0UkoBZjWUI+gTnKCSpWj7q5nBXSv/kpccbX6uq42zqAHKB6EwIRIO/",
+	"QnuguVnFqExcZQ5ZJuwy9kh+f2G9dA5K0WsT5nup5mA4OjzqHz89eRYsr7Cacide16LmIeZOOFOLjbt3",
+	"orbNvwcG7ApHrRXQ7e9eYkolnmbnhviubpBlO1ulZQmrw6WjweALOc7WWm0jaoPcH8WqxCMZG8T6CYit",
+	"zOpeb5F/nToGvX4H6ugrkIVFxg0zBI5h0BlzB29ss9FJ8edlvKVbxQ1J42R2NZe4ZzyMiK+pwLA1Ub5f",
+	"RfhWyQkOTzAB42yjVZf+Kmsj4G5e8ciSuAsfNSsceEPG+Mrw4VdagzP40uHDLzXDk/jG84ff6BpKNO8O",
+	"d9htdeLJvDcafemeH+rRtuNdUNmeNsO3dgC1Y3gY+bkRFRdj2D7iOmww3qDgrUS8ptcKc9OuxmHWWXFI",
+	"/JL4NXT4Ih9Al5JXWR6vcWrVL0NjP6eq1X7u9bSmXo4urNsVsBME0y9CYS+Fso2NNsRQbqQv4gU2NVsH",
+	"R5S68nGs4+qAymmB3uyKL3LqPl6Ar7zwuiU7GvwRmH27rA3PmshCzCKetoYFuhyIt0zpl405+bWuw2o9",
+	"JvPyohuwhC0qDk/dnxHZkDCesUyDnEwXE/t2sO1bKGtVkC3ddgU0nwiwH3rwm1XRkat43CZ2vYRovApV",
+	"3Dqs16l+asfb75iCrg89tOxH1/GdfdrNYKz2dFmn7evsaJa1bWHF4yuGs9W+0vakxp+XoeecGCO7xDvN",
+	"Nxea5VcR+6L5toKhwYqU7ArAihFefoER9kc9NljfqqGhFgLX9rhafmwPKmH64/MytsO//73m7z9pTQzW",
+	"19HrW4+mI2yL/Tj47H+JaLnRnFzY3lM7qOS34jLVQEF56hwcq+ZDIp0VwjxEF6375KVNxRgHzWCi1Nis",
+	"n0IBPAWOLYczMpWCpgk1Svx6jKHjgnCAFNMp8HNJM8dNCStsux42e2A/WRVje/M8wjl/LTOnRZWfqZLv",
+	"YzfxHxtX3x0yCsZkRjMFy7jLjHwHlRX57eLPtc9WbVXmWjgqjNtafJMR3dCBRfasJ2ErHfXkJuYLgGMB",
+	"ovpeh3Ev9qu2UBxgIHutgU+3U5+c8XpBkU8Zd6ULdgud3/7pnHb4bzQN9XRgI69n7ZlXKyaos+3Dvrqu",
+	"3m4CzUKyxMSqR6OlGw4dD0+OBq2xQowOl2GAPtTLHSBAd6Q9adsBBi+zzN/GMv/KQKO/S1FOM5Z0HLST",
+	"fPV27YN0t5UdbraOZ2vNht7O3WZxdcdVS/iFdtAOenbbwQokpamGP6zaRqv2HWibRjd4MjocR2G98eyv",
+	"sG0H9fjR1oAJ06RNe8jadLEJVNZ4LbQWjnGmGc0a8P3pcoLpYUzb0aIAKhV+VSYkc3FndCvJMe3rdUQQ",
+	"tHNzegvGenUNUXu6klzix/y4iLjXDjEFxVLXK1GX355sjIDaA1y/owX7Kp3rzZZ9svNrwRDBwD9pxhII",
+	"llc7y3MbCdsl2iVi1R8yvd1T3V2Udhbzh6oxF1hNaH1szLowzbhu0/lpNETaSLPrgkGh9ibx7VPThd/3",
+	"3iev7DAwZhOpWvBkLgUXpasB2s3tFEvE3RTJ1PZp2qFinDeuvy2J30YkjCsNFB+0TqybX/XnXyK+p11/",
+	"rW2OKajUK12A9iNKNkqnbuTELYU+8B3jCj+pY+sxmL9sPWXb9/wClV+TcsmWViQX8XYdCgO+bRMVZGNN",
+	"qapd7lpUIhtqShH/mqLSa9dR/zuVk8Jto9V1Q7UbXFKb2aNryLnLWXYt9rvpRm/KbROgdpz+VwPaXZjp",
+	"Atx9KuULALdTgF15OlgJaX4N5H6VqQvepA4Mf9XnfdcmzOuUinGS6oG8T1cvbKcIdmDZNhE/o/frD/ip",
+	"dcKmInZlnikykdYf59lyevXpqoWAR5gQXZ1XUHrhWF52xcbNR2rQJNwnWZl+jWQ11cvugzeVzl0J7w+F",
+	"7hLZfwXwv2dI/Xgl8gtjtGnmZRWpujHq3WUgmCT+wVy7T3dK9FOgWXIDsgelxE4SvCgVfuFgUwTuStyd",
+	"2HMIwxd6ZZFSbT2i7rjVqJ71aCIDemvOI0oXDwFPV/qlO07zu1bqjaChj7F94qryRcxpqhkZx5UrEwl9",
+	"cq5VxH94dRzu0OAZkmsBWDxrGnatDW/j1g/QVgF5ohDMTXzRaLurL2gb+OIidmu6e1sVu09sH7ztzSIX",
+	"r753HTOr48xzkOCNd9iPbVceJU5mM92lGmxLmBc90qm4hf3aj8Lg0jqq/vB2DvIaOme3Daq6BrhxRBo/",
+	"pFM5ok/qQe87xg2NXO37N+t14DPRNCs82Obw045JLL/S4qmVDZ9PO1y29M2Gp4bbikI/deS4sINsTan8",
+	"DgWhjtHvbfyMzvuDPRmr4+F/NGT80ZDxuA0Z9ddZhO3EENJ+Q7WrqLalJQPTGwef3Wjz8qCedpp4Kb0t",
+	"zaO2UaNxTl0Ez3gV2NrWbxxVqRuuE5Fi9dzNNZhHIp7TBZHglmoSg55mP3XaOiRshpmIsJ6Ucy0YtgLb",
+	"GRVX5/qoQHpffHy0ronL+qz1p5icO0vt8E+P8ZV5VUzxdf5HK9Wk+eP9vzFfm6rcWZ36n7/blIX0ksVU",
+	"gvt6uWWQdZX6R5Jyoy54aVBWNUt5AWLFio0wCu7rA/fdsaU/IYy8X88Gf7paG+StbnlTrdWteoL005Vh",
+	"NDsCYqWplMbBn2tdjA8OhqOT/qA/6A/HzwbPBpg/dyCtSVNretPoOF+vOSlxam1dFv/hj3ZW5au1mL6r",
+	"Ap04P6Rj0LMtnSpYXi3/NwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -269,6 +269,9 @@ type AppID = string
 // `private-cache-`, `private-encrypted-cache-`, `presence-cache-`.
 type ChannelNameParam = ChannelName
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // BadRequest The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -284,6 +287,16 @@ type ClusterUnavailable = externalRef0.Error
 // sentence for people.
 type Forbidden = externalRef0.Error
 
+// IdempotencyKeyInUse The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type IdempotencyKeyInUse = externalRef0.Error
+
+// IdempotencyKeyReused The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type IdempotencyKeyReused = externalRef0.Error
+
 // InternalError The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -298,6 +311,21 @@ type PayloadTooLarge = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unauthorized = externalRef0.Error
+
+// TriggerBatchEventsParams defines parameters for TriggerBatchEvents.
+type TriggerBatchEventsParams struct {
+	// IdempotencyKey A key the client makes up for this request (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per application for 24 hours (the
+	// server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+	// with a key is processed; a repeat with the same key and the same request
+	// (method, path, unsigned query and body; the signature may differ) is
+	// answered with the first answer and the header `Idempotent-Replayed: true`,
+	// and delivers nothing again, on any node of a cluster. The same key with
+	// another request is 422; a repeat while the first is still being processed
+	// is 409. Only successful (2xx) answers are kept: after an error the key may
+	// be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // ListChannelsParams defines parameters for ListChannels.
 type ListChannelsParams struct {
@@ -336,6 +364,18 @@ type TriggerEventParams struct {
 
 	// Info Attributes to return, when the event is given in the query string.
 	Info *InfoAttributes `form:"info,omitempty" json:"info,omitempty"`
+
+	// IdempotencyKey A key the client makes up for this request (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per application for 24 hours (the
+	// server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+	// with a key is processed; a repeat with the same key and the same request
+	// (method, path, unsigned query and body; the signature may differ) is
+	// answered with the first answer and the header `Idempotent-Replayed: true`,
+	// and delivers nothing again, on any node of a cluster. The same key with
+	// another request is 422; a repeat while the first is still being processed
+	// is 409. Only successful (2xx) answers are kept: after an error the key may
+	// be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // TriggerBatchEventsJSONRequestBody defines body for TriggerBatchEvents for application/json ContentType.
@@ -423,22 +463,26 @@ type ClientInterface interface {
 	// Each batch item is triggered like a single-channel event. With `info` on any
 	// item, the answer's `batch` holds, at index i, the attributes of the channel
 	// of the item at index i (an empty object when that item asked for none).
+	// With an `Idempotency-Key` header, a repeat of the request is answered as
+	// the first was and sends nothing again (see the parameter).
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEventsWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerBatchEventsWithBody(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TriggerBatchEvents Trigger up to 10 events in one request.
 	//
 	// Each batch item is triggered like a single-channel event. With `info` on any
 	// item, the answer's `batch` holds, at index i, the attributes of the channel
 	// of the item at index i (an empty object when that item asked for none).
+	// With an `Idempotency-Key` header, a repeat of the request is answered as
+	// the first was and sends nothing again (see the parameter).
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEvents(ctx context.Context, appId AppID, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerBatchEvents(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListChannels List occupied channels.
 	//
@@ -478,7 +522,9 @@ type ClientInterface interface {
 	// should be sent as a JSON body; they may instead be given in the query string
 	// (then they are part of the signed query), and a field in the body wins over
 	// the same field in the query. With `info`, the answer holds the requested
-	// attributes of each unique channel triggered to.
+	// attributes of each unique channel triggered to. With an `Idempotency-Key`
+	// header, a repeat of the request is answered as the first was and sends
+	// nothing again (see the parameter).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -492,7 +538,9 @@ type ClientInterface interface {
 	// should be sent as a JSON body; they may instead be given in the query string
 	// (then they are part of the signed query), and a field in the body wins over
 	// the same field in the query. With `info`, the answer holds the requested
-	// attributes of each unique channel triggered to.
+	// attributes of each unique channel triggered to. With an `Idempotency-Key`
+	// header, a repeat of the request is answered as the first was and sends
+	// nothing again (see the parameter).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -513,12 +561,14 @@ type ClientInterface interface {
 // Each batch item is triggered like a single-channel event. With `info` on any
 // item, the answer's `batch` holds, at index i, the attributes of the channel
 // of the item at index i (an empty object when that item asked for none).
+// With an `Idempotency-Key` header, a repeat of the request is answered as
+// the first was and sends nothing again (see the parameter).
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *Client) TriggerBatchEventsWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerBatchEventsRequestWithBody(c.Server, appId, contentType, body)
+func (c *Client) TriggerBatchEventsWithBody(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerBatchEventsRequestWithBody(c.Server, appId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -534,12 +584,14 @@ func (c *Client) TriggerBatchEventsWithBody(ctx context.Context, appId AppID, co
 // Each batch item is triggered like a single-channel event. With `info` on any
 // item, the answer's `batch` holds, at index i, the attributes of the channel
 // of the item at index i (an empty object when that item asked for none).
+// With an `Idempotency-Key` header, a repeat of the request is answered as
+// the first was and sends nothing again (see the parameter).
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *Client) TriggerBatchEvents(ctx context.Context, appId AppID, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerBatchEventsRequest(c.Server, appId, body)
+func (c *Client) TriggerBatchEvents(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerBatchEventsRequest(c.Server, appId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -618,7 +670,9 @@ func (c *Client) ListPresenceUsers(ctx context.Context, appId AppID, channelName
 // should be sent as a JSON body; they may instead be given in the query string
 // (then they are part of the signed query), and a field in the body wins over
 // the same field in the query. With `info`, the answer holds the requested
-// attributes of each unique channel triggered to.
+// attributes of each unique channel triggered to. With an `Idempotency-Key`
+// header, a repeat of the request is answered as the first was and sends
+// nothing again (see the parameter).
 //
 // Takes any type of body and a specified content type.
 //
@@ -642,7 +696,9 @@ func (c *Client) TriggerEventWithBody(ctx context.Context, appId AppID, params *
 // should be sent as a JSON body; they may instead be given in the query string
 // (then they are part of the signed query), and a field in the body wins over
 // the same field in the query. With `info`, the answer holds the requested
-// attributes of each unique channel triggered to.
+// attributes of each unique channel triggered to. With an `Idempotency-Key`
+// header, a repeat of the request is answered as the first was and sends
+// nothing again (see the parameter).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -678,18 +734,18 @@ func (c *Client) TerminateUserConnections(ctx context.Context, appId AppID, user
 }
 
 // NewTriggerBatchEventsRequest calls the generic TriggerBatchEvents builder with application/json body
-func NewTriggerBatchEventsRequest(server string, appId AppID, body TriggerBatchEventsJSONRequestBody) (*http.Request, error) {
+func NewTriggerBatchEventsRequest(server string, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewTriggerBatchEventsRequestWithBody(server, appId, "application/json", bodyReader)
+	return NewTriggerBatchEventsRequestWithBody(server, appId, params, "application/json", bodyReader)
 }
 
 // NewTriggerBatchEventsRequestWithBody constructs an http.Request for the TriggerBatchEvents method, with any body, and a specified content type
-func NewTriggerBatchEventsRequestWithBody(server string, appId AppID, contentType string, body io.Reader) (*http.Request, error) {
+func NewTriggerBatchEventsRequestWithBody(server string, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -720,6 +776,21 @@ func NewTriggerBatchEventsRequestWithBody(server string, appId AppID, contentTyp
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -1037,6 +1108,21 @@ func NewTriggerEventRequestWithBody(server string, appId AppID, params *TriggerE
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
@@ -1130,22 +1216,26 @@ type ClientWithResponsesInterface interface {
 	// Each batch item is triggered like a single-channel event. With `info` on any
 	// item, the answer's `batch` holds, at index i, the attributes of the channel
 	// of the item at index i (an empty object when that item asked for none).
+	// With an `Idempotency-Key` header, a repeat of the request is answered as
+	// the first was and sends nothing again (see the parameter).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
+	TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
 
 	// TriggerBatchEventsWithResponse Trigger up to 10 events in one request.
 	//
 	// Each batch item is triggered like a single-channel event. With `info` on any
 	// item, the answer's `batch` holds, at index i, the attributes of the channel
 	// of the item at index i (an empty object when that item asked for none).
+	// With an `Idempotency-Key` header, a repeat of the request is answered as
+	// the first was and sends nothing again (see the parameter).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEventsWithResponse(ctx context.Context, appId AppID, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
+	TriggerBatchEventsWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
 
 	// ListChannelsWithResponse List occupied channels.
 	//
@@ -1191,7 +1281,9 @@ type ClientWithResponsesInterface interface {
 	// should be sent as a JSON body; they may instead be given in the query string
 	// (then they are part of the signed query), and a field in the body wins over
 	// the same field in the query. With `info`, the answer holds the requested
-	// attributes of each unique channel triggered to.
+	// attributes of each unique channel triggered to. With an `Idempotency-Key`
+	// header, a repeat of the request is answered as the first was and sends
+	// nothing again (see the parameter).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1205,7 +1297,9 @@ type ClientWithResponsesInterface interface {
 	// should be sent as a JSON body; they may instead be given in the query string
 	// (then they are part of the signed query), and a field in the body wins over
 	// the same field in the query. With `info`, the answer holds the requested
-	// attributes of each unique channel triggered to.
+	// attributes of each unique channel triggered to. With an `Idempotency-Key`
+	// header, a repeat of the request is answered as the first was and sends
+	// nothing again (see the parameter).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1234,8 +1328,12 @@ type TriggerBatchEventsResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *IdempotencyKeyInUse
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -1262,9 +1360,19 @@ func (r TriggerBatchEventsResponse) GetJSON403() *Forbidden {
 	return r.JSON403
 }
 
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TriggerBatchEventsResponse) GetJSON409() *IdempotencyKeyInUse {
+	return r.JSON409
+}
+
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r TriggerBatchEventsResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TriggerBatchEventsResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -1545,8 +1653,12 @@ type TriggerEventResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *IdempotencyKeyInUse
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *IdempotencyKeyReused
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -1573,9 +1685,19 @@ func (r TriggerEventResponse) GetJSON403() *Forbidden {
 	return r.JSON403
 }
 
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TriggerEventResponse) GetJSON409() *IdempotencyKeyInUse {
+	return r.JSON409
+}
+
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r TriggerEventResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TriggerEventResponse) GetJSON422() *IdempotencyKeyReused {
+	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -1698,12 +1820,14 @@ func (r TerminateUserConnectionsResponse) ContentType() string {
 // Each batch item is triggered like a single-channel event. With `info` on any
 // item, the answer's `batch` holds, at index i, the attributes of the channel
 // of the item at index i (an empty object when that item asked for none).
+// With an `Idempotency-Key` header, a repeat of the request is answered as
+// the first was and sends nothing again (see the parameter).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *ClientWithResponses) TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
-	rsp, err := c.TriggerBatchEventsWithBody(ctx, appId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
+	rsp, err := c.TriggerBatchEventsWithBody(ctx, appId, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1715,12 +1839,14 @@ func (c *ClientWithResponses) TriggerBatchEventsWithBodyWithResponse(ctx context
 // Each batch item is triggered like a single-channel event. With `info` on any
 // item, the answer's `batch` holds, at index i, the attributes of the channel
 // of the item at index i (an empty object when that item asked for none).
+// With an `Idempotency-Key` header, a repeat of the request is answered as
+// the first was and sends nothing again (see the parameter).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *ClientWithResponses) TriggerBatchEventsWithResponse(ctx context.Context, appId AppID, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
-	rsp, err := c.TriggerBatchEvents(ctx, appId, body, reqEditors...)
+func (c *ClientWithResponses) TriggerBatchEventsWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
+	rsp, err := c.TriggerBatchEvents(ctx, appId, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1789,7 +1915,9 @@ func (c *ClientWithResponses) ListPresenceUsersWithResponse(ctx context.Context,
 // should be sent as a JSON body; they may instead be given in the query string
 // (then they are part of the signed query), and a field in the body wins over
 // the same field in the query. With `info`, the answer holds the requested
-// attributes of each unique channel triggered to.
+// attributes of each unique channel triggered to. With an `Idempotency-Key`
+// header, a repeat of the request is answered as the first was and sends
+// nothing again (see the parameter).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -1809,7 +1937,9 @@ func (c *ClientWithResponses) TriggerEventWithBodyWithResponse(ctx context.Conte
 // should be sent as a JSON body; they may instead be given in the query string
 // (then they are part of the signed query), and a field in the body wins over
 // the same field in the query. With `info`, the answer holds the requested
-// attributes of each unique channel triggered to.
+// attributes of each unique channel triggered to. With an `Idempotency-Key`
+// header, a repeat of the request is answered as the first was and sends
+// nothing again (see the parameter).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -1880,12 +2010,26 @@ func ParseTriggerBatchEventsResponse(rsp *http.Response) (*TriggerBatchEventsRes
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -2131,12 +2275,26 @@ func ParseTriggerEventResponse(rsp *http.Response) (*TriggerEventResponse, error
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError

@@ -277,6 +277,9 @@ type WebPayload = json.RawMessage
 // `invalid_webhook_url` otherwise). An empty string means none.
 type WebhookURL = string
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // InstanceID defines model for InstanceID.
 type InstanceID = string
 
@@ -287,6 +290,11 @@ type BadRequest = externalRef0.Error
 
 // Done An empty JSON object.
 type Done = map[string]interface{}
+
+// IdempotencyKeyInUse The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type IdempotencyKeyInUse = externalRef0.Error
 
 // InternalError The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
@@ -321,6 +329,51 @@ type Unauthorized = externalRef0.Error
 // sentence for people.
 type Unprocessable = externalRef0.Error
 
+// PublishToInterestsBareParams defines parameters for PublishToInterestsBare.
+type PublishToInterestsBareParams struct {
+	// IdempotencyKey A key the client makes up for this publish (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per instance for 24 hours (the server's
+	// HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+	// restarts and every node sharing it. The first request with a key is
+	// processed; a repeat with the same key and the same body is answered with
+	// the first answer (the same `publishId`) and the header
+	// `Idempotent-Replayed: true`, and publishes nothing again. The same key
+	// with another body is 422 (`idempotency_key_reused`); a repeat while the
+	// first is still being processed is 409. Only successful (200) answers are
+	// kept: after an error the key may be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// PublishToInterestsParams defines parameters for PublishToInterests.
+type PublishToInterestsParams struct {
+	// IdempotencyKey A key the client makes up for this publish (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per instance for 24 hours (the server's
+	// HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+	// restarts and every node sharing it. The first request with a key is
+	// processed; a repeat with the same key and the same body is answered with
+	// the first answer (the same `publishId`) and the header
+	// `Idempotent-Replayed: true`, and publishes nothing again. The same key
+	// with another body is 422 (`idempotency_key_reused`); a repeat while the
+	// first is still being processed is 409. Only successful (200) answers are
+	// kept: after an error the key may be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// PublishToUsersParams defines parameters for PublishToUsers.
+type PublishToUsersParams struct {
+	// IdempotencyKey A key the client makes up for this publish (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per instance for 24 hours (the server's
+	// HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+	// restarts and every node sharing it. The first request with a key is
+	// processed; a repeat with the same key and the same body is answered with
+	// the first answer (the same `publishId`) and the header
+	// `Idempotent-Replayed: true`, and publishes nothing again. The same key
+	// with another body is 422 (`idempotency_key_reused`); a repeat while the
+	// first is still being processed is 409. Only successful (200) answers are
+	// kept: after an error the key may be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // PublishToInterestsBareJSONRequestBody defines body for PublishToInterestsBare for application/json ContentType.
 type PublishToInterestsBareJSONRequestBody = InterestsPublishRequest
 
@@ -337,13 +390,13 @@ type ServerInterface interface {
 	DeleteUser(c *gin.Context, instanceId InstanceID, userId UserID)
 	// PublishToInterestsBare Publish to interests (the path the Beams Go SDK uses).
 	// (POST /publish_api/v1/instances/{instance_id}/publishes)
-	PublishToInterestsBare(c *gin.Context, instanceId InstanceID)
+	PublishToInterestsBare(c *gin.Context, instanceId InstanceID, params PublishToInterestsBareParams)
 	// PublishToInterests Publish to the devices subscribed to any of the interests.
 	// (POST /publish_api/v1/instances/{instance_id}/publishes/interests)
-	PublishToInterests(c *gin.Context, instanceId InstanceID)
+	PublishToInterests(c *gin.Context, instanceId InstanceID, params PublishToInterestsParams)
 	// PublishToUsers Publish to every device of the users.
 	// (POST /publish_api/v1/instances/{instance_id}/publishes/users)
-	PublishToUsers(c *gin.Context, instanceId InstanceID)
+	PublishToUsers(c *gin.Context, instanceId InstanceID, params PublishToUsersParams)
 	// GetPublish The state and counts of a publish (a Herald extension).
 	// (GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id})
 	GetPublish(c *gin.Context, instanceId InstanceID, publishId string)
@@ -410,6 +463,30 @@ func (siw *ServerInterfaceWrapper) PublishToInterestsBare(c *gin.Context) {
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PublishToInterestsBareParams
+
+	headers := c.Request.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandler(c, fmt.Errorf("Expected one value for Idempotency-Key, got %d", n), http.StatusBadRequest)
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter Idempotency-Key: %w", err), http.StatusBadRequest)
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	for _, middleware := range siw.HandlerMiddlewares {
 		middleware(c)
 		if c.IsAborted() {
@@ -417,7 +494,7 @@ func (siw *ServerInterfaceWrapper) PublishToInterestsBare(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.PublishToInterestsBare(c, instanceId)
+	siw.Handler.PublishToInterestsBare(c, instanceId, params)
 }
 
 // PublishToInterests operation middleware
@@ -435,6 +512,30 @@ func (siw *ServerInterfaceWrapper) PublishToInterests(c *gin.Context) {
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PublishToInterestsParams
+
+	headers := c.Request.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandler(c, fmt.Errorf("Expected one value for Idempotency-Key, got %d", n), http.StatusBadRequest)
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter Idempotency-Key: %w", err), http.StatusBadRequest)
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	for _, middleware := range siw.HandlerMiddlewares {
 		middleware(c)
 		if c.IsAborted() {
@@ -442,7 +543,7 @@ func (siw *ServerInterfaceWrapper) PublishToInterests(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.PublishToInterests(c, instanceId)
+	siw.Handler.PublishToInterests(c, instanceId, params)
 }
 
 // PublishToUsers operation middleware
@@ -460,6 +561,30 @@ func (siw *ServerInterfaceWrapper) PublishToUsers(c *gin.Context) {
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PublishToUsersParams
+
+	headers := c.Request.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandler(c, fmt.Errorf("Expected one value for Idempotency-Key, got %d", n), http.StatusBadRequest)
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter Idempotency-Key: %w", err), http.StatusBadRequest)
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	for _, middleware := range siw.HandlerMiddlewares {
 		middleware(c)
 		if c.IsAborted() {
@@ -467,7 +592,7 @@ func (siw *ServerInterfaceWrapper) PublishToUsers(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.PublishToUsers(c, instanceId)
+	siw.Handler.PublishToUsers(c, instanceId, params)
 }
 
 // GetPublish operation middleware
@@ -576,6 +701,8 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 type BadRequestJSONResponse externalRef0.Error
 
 type DoneJSONResponse map[string]interface{}
+
+type IdempotencyKeyInUseJSONResponse externalRef0.Error
 
 type InternalErrorJSONResponse externalRef0.Error
 
@@ -686,6 +813,7 @@ func (response DeleteUser500JSONResponse) VisitDeleteUserResponse(w http.Respons
 
 type PublishToInterestsBareRequestObject struct {
 	InstanceId InstanceID `json:"instance_id"`
+	Params     PublishToInterestsBareParams
 	Body       *PublishToInterestsBareJSONRequestBody
 }
 
@@ -763,6 +891,22 @@ func (response PublishToInterestsBare404JSONResponse) VisitPublishToInterestsBar
 	return err
 }
 
+type PublishToInterestsBare409JSONResponse struct {
+	IdempotencyKeyInUseJSONResponse
+}
+
+func (response PublishToInterestsBare409JSONResponse) VisitPublishToInterestsBareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PublishToInterestsBare422JSONResponse struct{ UnprocessableJSONResponse }
 
 func (response PublishToInterestsBare422JSONResponse) VisitPublishToInterestsBareResponse(w http.ResponseWriter) error {
@@ -807,6 +951,7 @@ func (response PublishToInterestsBare500JSONResponse) VisitPublishToInterestsBar
 
 type PublishToInterestsRequestObject struct {
 	InstanceId InstanceID `json:"instance_id"`
+	Params     PublishToInterestsParams
 	Body       *PublishToInterestsJSONRequestBody
 }
 
@@ -884,6 +1029,22 @@ func (response PublishToInterests404JSONResponse) VisitPublishToInterestsRespons
 	return err
 }
 
+type PublishToInterests409JSONResponse struct {
+	IdempotencyKeyInUseJSONResponse
+}
+
+func (response PublishToInterests409JSONResponse) VisitPublishToInterestsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PublishToInterests422JSONResponse struct{ UnprocessableJSONResponse }
 
 func (response PublishToInterests422JSONResponse) VisitPublishToInterestsResponse(w http.ResponseWriter) error {
@@ -928,6 +1089,7 @@ func (response PublishToInterests500JSONResponse) VisitPublishToInterestsRespons
 
 type PublishToUsersRequestObject struct {
 	InstanceId InstanceID `json:"instance_id"`
+	Params     PublishToUsersParams
 	Body       *PublishToUsersJSONRequestBody
 }
 
@@ -1001,6 +1163,22 @@ func (response PublishToUsers404JSONResponse) VisitPublishToUsersResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishToUsers409JSONResponse struct {
+	IdempotencyKeyInUseJSONResponse
+}
+
+func (response PublishToUsers409JSONResponse) VisitPublishToUsersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1340,10 +1518,11 @@ func (sh *strictHandler) DeleteUser(ctx *gin.Context, instanceId InstanceID, use
 }
 
 // PublishToInterestsBare operation middleware
-func (sh *strictHandler) PublishToInterestsBare(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) PublishToInterestsBare(ctx *gin.Context, instanceId InstanceID, params PublishToInterestsBareParams) {
 	var request PublishToInterestsBareRequestObject
 
 	request.InstanceId = instanceId
+	request.Params = params
 
 	var body PublishToInterestsBareJSONRequestBody
 	var err error
@@ -1384,10 +1563,11 @@ func (sh *strictHandler) PublishToInterestsBare(ctx *gin.Context, instanceId Ins
 }
 
 // PublishToInterests operation middleware
-func (sh *strictHandler) PublishToInterests(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) PublishToInterests(ctx *gin.Context, instanceId InstanceID, params PublishToInterestsParams) {
 	var request PublishToInterestsRequestObject
 
 	request.InstanceId = instanceId
+	request.Params = params
 
 	var body PublishToInterestsJSONRequestBody
 	var err error
@@ -1428,10 +1608,11 @@ func (sh *strictHandler) PublishToInterests(ctx *gin.Context, instanceId Instanc
 }
 
 // PublishToUsers operation middleware
-func (sh *strictHandler) PublishToUsers(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) PublishToUsers(ctx *gin.Context, instanceId InstanceID, params PublishToUsersParams) {
 	var request PublishToUsersRequestObject
 
 	request.InstanceId = instanceId
+	request.Params = params
 
 	var body PublishToUsersJSONRequestBody
 	var err error
@@ -1530,114 +1711,123 @@ func (sh *strictHandler) DeleteUserViaUserAPI(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H39ctvIse+rzEVStVJdkCJpyrGpSlXktb2r7NpWLClbdxe6xBBokhOBMwhmKJrrYlUe4jxDHixPcqp7",
-	"ZvBBgvqwnZOciv+yQAAzPT093b/+gj8GiVrkSoI0Ohh9DHJe8AUYKOjqTGrDZQJnL/EqBZ0UIjdCyWAU",
-	"XM6BnS/1nAn3EBMpSCOmAoqQcXZ1dfayG4QBfOCLPINgFDybPudPYTDoDIbPnnSGzznvPDs+HnT6g+Np",
-	"nw+T49896wdhIHD0nJt5EAaSL/BNP8VYpEEYFPDXpSggDUamWEIY6GQOC44ULviHH0HOzDwYPXkaBgsh",
-	"65c5NwYKHP3//9LrPD/tvOad6fXHZ5tO/XL4mMv+YPPbIAzMOkcytSmEnAWbTRhcaSj2cW2poWAiZQdX",
-	"73/sgE54DulhyPrMKNZ/OmSTtQHN1JRdXb7uPGvyEN/t9Hp7+IR37+PRbwuYBqPgN0fVxh/Zu/rIUb3B",
-	"FRSgcyU1kCC84Ol7+OsStMGrREkDkv7keZ6JhOPqjv6icYkfK2rbFl/YYZgESDXjkp0uzVwV4lcaY8Re",
-	"AC+gYNGy13uSaEgKMOwG1nQNbA48hYJYUhSqCEbBQmgt5GzM68MEm4euOFGLhZLjVzQarXuX5AaFjgQm",
-	"NHNTh8zMgTmeMBQFvCmVYX+8ePeW7kaydkj8XXtE7NsTla7xd6MUy3gxA3bQ77EfxAs2VQUT0kAB2ugw",
-	"koNe9Ttutz5kqnDj4XxMTf4CiQnxV85QPFh5pnEGIW95JtJuREx6qSQ8akcbjG2y6lQyWORmXSejWx0O",
-	"+0Mbj5GILrussSH+uIm7SN8ZrlzyzO7PZ4qehuIWCjblIoMUD9ucyzQD2gAnlidMGDbnmk0AJMvUbAZp",
-	"XdqEo2dsf/hiYnYq2VLChxwSA6knlOYgNrxV5rVayvQzOVA4yaxU9kNUcnP9ThFLZcZTIumL8eCtYnqZ",
-	"VPYktIJtf8yXk0zoOVOSCUM8Obe/wCOZ4gY6S1F5Lici7Tx5Mn0yffoMOpNectwZPnk27UyOe9POlMPz",
-	"J9OnyfBZOn34Kh1Z70EvM7NPo/jVCM20UQWkjMuUrUSWsQmwFDJxCwVK3iYM/rRUhr/6kACk8LkCUG08",
-	"yvhSQ8qE0eyvOAUanH6v1/PEgSYdY1TK1+zg6vLbw7og0Ctj8GR9UX3bTmTKRbYuOUfzE38ulXrD5dqZ",
-	"J/05HHqjCtQGXCIjvErQLIeCaUiUTFH8zJy0qCXxhOlMrViqVrLOHaPUeMHleuzH+HIMejyNxKUr6Q3k",
-	"5wvRxJpoo25AemPWmPEbzSrL3VQfiSoKSMyY52J8A+svKzjthME+uogteaES0JpPMvgcvpyWkumAjWEZ",
-	"cG2YkoAni+dSh2yaLOxJh0kbhsn5OlP8C58mb1PJKk+WhqUKLGsW3CRzYpAdr0vI1Y2NU5/mUp87mpAh",
-	"aSpwYJ6dFyqHwggEhxZftqCm87c0jZg6JjK3vJBpBEpc1w2vJdMoem3EYp7rOJLIKy7XLFlqoxa4a5od",
-	"fA8Fz1LG01SzOOWGd/OlnkMRH1oQoXJLJIstVMOBLPjwMkHzC1kiL7L6GoyliAj3ZLkhIhnjDnZwpg4C",
-	"mpgdpDDly8ywmGdQmJjMVTzhyc2sQMMYs9UcpF0Jm6ssxUGceHX4LRcZylzMVsLM1bI2TKzt63a4dAbx",
-	"YVjOXwhVCLOuTd/v0czHpK2r6Q9DZl+BD7koaANilD0/UqKyjOcaOiKNu+5Ro3KRxIRD52iGbgWdmcmS",
-	"YFLdvVNFJLdOVqLkVMyWBUGrXCTdSEbyXQ6SCIMPpuC0gSMGt1Cs8W8Sx3KXWAE8QbNDG8A1m4lbkGFJ",
-	"tI79/iVzSG4gZRNYo8KbgJAzdCUc5iQpmIGEgiOa+k55UB7JGA9y9z1fvcEzP4M4ZFqxJBN4rOhoOuyV",
-	"c2254CTHzAu1nM0juZTJnEuEhZEMwiCvnQRUGfpxB+U0zzNknl1eKhJ6rViHRIBFqQ122MXRQZgAmh5e",
-	"QCTdMCfMnY0CeKqZktl6R6xCL1SOr7sSGeKkuUhunBRYMUPJJz62rhvnaDcWdIsZ+OBcEr9LJPcsNsLQ",
-	"lLFeTsq/8UwSfczzJ1MJz7wHhqtH9akkvJsGo18+bvvf4d1b0KQdJ8N/t8cIPEWtN/fd2ez4O9ebMCCO",
-	"t/NHLhcTKKzRBsbznIlEyROGtn2hbkET3qVYhlgsF8GoV86AzsgMyAtJuIGZKtoXsrPFu5T06ZDymv5g",
-	"yzzlBshMSZz3l/5128yLpcEhOzXDuT10hpqVN20BHjORAOoFkBp/sceq7kvfO7f2PtG2LaYbbCoyYJIv",
-	"YEvycKlJIYxIeGbl87PEqWW/zRxPYEekD5KQMEAr9jjF8a21iPiihelWeLqsYR2dYWQHeHsBhtPzeHHx",
-	"8gc0crkq7Ek8DPEq4wmp0upN1NKkeBi6jy3ufBg4/f1IxddiZE9ajXOXvTNzKKzO4+jCzqQqrFu+rX2b",
-	"dm1XMt7WRFBbDUTwhy8oMGM5AAztEFM0qzuX1hZ22amJ5EJpw8ow3UFcBh1jlqgl2pFkzgueGFoSLWNt",
-	"gGViIQxLuJTKRHKCop8XQErerdYiL3KzaoHMp8Nw90hvWfbdlV5J8cE5BJrxqYGCreYimVtroo3KNTPF",
-	"WsjZCYt7McmQQp8LjQaxthksvf6/LXFOR4cHJbtUxP1ezA7EYgGp4AayNaKS45gd5GoFRUfzWyFnFMCK",
-	"+zE7yNQKtDmsnfug3wvC4DgIg35wvXd+D8paVIGzH6X1YgeVQaxhtZDFt0rkccj+8be/H1YI1drc1gjv",
-	"dlhr+5cw+NCZKUdXsIU7kPbXyeKTwPUpey0KmHANHlF7AcpgxpM1e/3tG6bnPIeQmYJLnREMMgpV4PeX",
-	"l+fsth/JhSVkZCF0zG55tgQEFYlaALPr1OxAKtnxF+hBdEAmKoX00MKHGRdyj5oJfUDSvn54wuK6BYjd",
-	"VAStZVookXYb908QHCxgbNQ4E7cIuJ04H/o3WfmiMVmMGLkGj2OpigXPYnbE4rmYzePD6vHysZDFXl+g",
-	"NxrXaGn8vh/LklZCtZUJjVymIBtqKZ4kkBsX2fF6rRvJfdiUPQqaWvTdxKbsTmhaX08rSvgsG3TiQD1J",
-	"UQnkPaLhaP7tTN1KWgQaAFpTWpowLzythqYuHo/3R2uHoz5Q0xstj0e7TKL2sL+PkdUSsrFI40oeaz8e",
-	"diP5w2OFY9ek7czWjiLd4hDsMDVtENJt09t7QS/eGGcqGfNiRhQIAwvdDoHtD7wo+Lrx6j4Jay5i93Ym",
-	"kpsxT/z2tuDYzCYBdu4gZG6/seCzdgBfYsfddfHZHsif3EDxKG/A3flEhlbvtnO0DUnWbbG3oVYTBmGA",
-	"erDVjNYV7a6AXTgYgUfnBiDX7qiSmrKOg2RqOs2E9EiJHXDDCCgN2QrgRntUY32YwbD/fNDr3e3VPN6i",
-	"nrk82VvKhrbkp3wizXkFZca1Amx0ek47PzPe+ZX1Os/ZmHXY79kfWMi67CTewmZ9BGe1LHO/iZtOOz/z",
-	"zq+9zvNxFHV+/4ewe7IHRnnCtcsevBaQpbr9qE/pHsUUy5ijUVWO8ITF28O52HhsvQIz52VYEjfSgQht",
-	"FbJNG7eD6/vCkfV44SYMpsnivjdqGAhPq6e7cU7uer+x4xvamzP7Xt+Jl7/cPV4rmNw3/E8wqZG3gslc",
-	"qZurInvAe/Tk+x8Dm0r3yfhfamu8bjm+e3bOxlgy554+hCFbkrS5DgMu126AOj20r9elCrPX6PLWH8Kd",
-	"rD2Dl9uPIDdrj+AlTrovSl6X2JE7iL1e9RtZxu0gOkUpCehNk4UNEMUrmMTsYDgYsHgrjB5bF24lNByi",
-	"52b1kUurq2kkbXqeO8+s8sCck+YdtP3xRJva16ZYJoboa+d+bC17XXnt26Yyrenyh6OPW8ewlr5sze+V",
-	"MdrydNsX2n2Y+gZWI7cJpiPrwnDTolpjD2jikUtohszwYgbG4p8CtMoQ563BnLDYJTiFnMUj/1wkERjZ",
-	"UG75uINHuKAU31MSYh8/tu+xFdflIxSWnvFbYMvc8tybQE9fgBLpJ8cLJaHVItbWu9S725AUgLJwSjs0",
-	"RftqghFCaOigLW3T8WVWd5d9L8lmOs1sgzLosM2hGTOr5YXbomG2ruG+oAdnM25gxdesgCklVwl6c8Mc",
-	"41y0oABTCNB7phKSUu+PWb/KQX7G4u3r7eQ0DsUu0msNS+7jipeU9pm0l/8HlADYs0KAEiX17rVXNQGl",
-	"8BuFDuCUF+yAAlIOWSmZwGEbdXvPsye7RonjSik0dfEstyqsifkdOsEZuz25YpWum1jFWVEf/NtFGnDr",
-	"NswfXvfmWBteWOL9L14OW49wdR5299HnrfaIzMME6p8gHrtD4nF60wIFf5qDDfoQu9ic57RpIROSUfBv",
-	"IbJMuJAJMrk8pUKap8P75cduQ4NV4WOFyhHfJjz7CiRPfXnk/oJIdn/INZI7MVe2P+R6P6rfkQEk/zPQ",
-	"OlXunbC4Psz/FpROtD8YofuS0i1s/u8Jzu3S9onrJ4PyFmH5dwTktPoKjPf8SfzngXFfzPrPQeO7bG9B",
-	"4m17EwY12XpkbP4nmNiyeLfw0VbYO3QB99ByrBHijqSPcTejkvHl5Y+xy5KdlBn5MrJiS2cLtdJQRLKA",
-	"BMQtaBZ/jBoh0ygYsX/87e8hiyjWi5cf3bUNyfpfNptNHDKQSbFGJBRJSpRx0P3Bs5mrYKqqyao0Wq0Y",
-	"5M+n52cvqcpqb+R8KxtQjxm7tTD4wBOTrRnXkXTFIMJotpQ3Uq1sHQATMsmWKboHNmFnVN7J4BayKmFY",
-	"j7ZGsgy3sk8PxUfy7jKRu0PxXybbm/MZtKd7Pz2V++kR9p/QXCFZL4AvNJ2Ci5c/MD1XK31ihdmoxubW",
-	"s2sPrMhIAfJxJmQL1rx6/6NzEWzZ1Y7/IDSjAHMD2VdDz0VKRc3lC2MxHWthYDznejxVybLFwF/M1Qpn",
-	"mSOnaVrODJ94k42vUw0rvV6bdqJUBlzWI9ctq5nuLOIbTcUhrQt4eEHKQ8O91inR87JW497Yr9/af0nw",
-	"t2bW20K/8dyYfHR0ZOvq8ELTFbLa6jc2R5KdG+p0KI9k3HRz4kq+vOkkv8QaSbonDHOOiSZjGMnYdV2M",
-	"HUoZL4tsyyL65gm7b2wBXGomlYQtcDroDZ+FbbmRWiVoKxJFs00Fp6VPZuMoToOcnp91WUwPUGqO49kt",
-	"DFvwZC4kdArgKZ9kEMkbIVN2YNU5VcOycnlazCQ3y4KquMoWgfiQYj4lQTS+kmisQRqQiRWkHFSetZaX",
-	"NRazvbZ3Elg5Du0efMgzLqRmK7xacc1WhcIT6g1VzfWsOqvQolULaKuSLXtE8Cn25tXl9+9eRpE8P738",
-	"Porkn65evf9/1Rw8z12xcetxhfaNuiCeE4fd+acHyavTkt/AOOEamoTvMP/eUJ+dvKnCr9sqGjQky0KY",
-	"9QUiMbsXdk0/wPruBoOdEnACc6T8qEi7ohGPoq1dFnKq2kc9PT9jtXJslwmn5gAKk4BMraqSjaiOszg2",
-	"cKIjqZcTHHligytVrJnOxFKmJQimEsipyqjA0p9zi9iMimQKGRhgnB7+RvsJuuwnUUAHHQBuxCSDShrO",
-	"yQY74+gUCq7Kljgb1xTYoYFxgSDTXAlEG04M7JsOdVy8/EETsPrNb6g5DaTxGE9G8hUdazw/llmG3yAa",
-	"fEyfXVxSXnWuNXZ0xLhvf6s1xA17PUTw9rQh3Bj2+p5O35+Bl54BE5UKsBiNKkVsSei3rlzxcp3DiG1X",
-	"4cfsgJO3r8FEstHaxnG/qJWSN4P9pJXdLiLFjc0nOOcdkZYnSSDYwbDXc/XGIcvEDe6+LVlHHVN29OEy",
-	"fLU5avXmM/eX4LN//O2/GLdRA7f1kbT8xOMSMqkoXqsUW3C5bsqwE10ufZNfM99J0fEyuCKbbhzb9uKQ",
-	"ENzSwaDL2ntOItlsOsEBy9Yd3FMfYKZtHQ6en1jS3BPO6FJbTyQbfT3uTV1rRXKl3sLVDQ97A7aURmQW",
-	"I8EHw64uv2UpR4fjYpkkoClS4j2IQa9HgviijArpGtf1lo85qnoytfgVJXSibsGef+8TR1JNKznbCVLV",
-	"6wJHeD9uhpxc3CqSVeCKnAzkEO38YpkZ0aEoVi077b0ka7S/0XYtkdRKSSicK+hC2ZrN+S3QCvySrUSJ",
-	"gqH7dEClgEOS+xw9x2ZZzOtv37ibaspsQVfp2/KJWhp316YLnLcolDwcIWrylWkK9ZWZw8IWtGunDUsF",
-	"SDydcpFRy4wLQq+90njprsmJJLGqt85xqVdQeAHDIyxM1VJnN9Fnoaw82si6Vbpl0sjXmpbVgHajUQoJ",
-	"2ZVw3irfAvRyAQguoED1aKiaMoeUYK8PkSSourY8EMmmmZjNDa6Us6Tges4WfM0mFsBEks+4kKQ2XKy/",
-	"abA0AjaeeXqqruCGAbNWKZJ45FNmViKBkBEP8IDWKeqyVzav4CL/ZTlhwotCgAuoNMqGrQ+8Uz3MDhqN",
-	"OCNEhD5qbAvzfNwYNc2c65dC5xlfI6B06t7fqMVGcB1nro+m1BB1rUysKhM3JA1M8zU9gnvv+8BS4KkX",
-	"934vkqpgV7KAmdCG1n3EXvDU5mIu8R0r/Fdv37/67uzi8tX7Vy+Rw8PesHYEhr0hKdRhv3fILCCot814",
-	"CXZeA5m9n8i8VYHKOPTg+/zdxSVC7h1fw1oM1xpFZuTq/Y+R3OeCVLnNVm8kJORaC9lE0hnv2M3YufAg",
-	"csT0nA+On/7eIoQ5fGDfvzn9tnPx/eng+GmJTlG/EoEhGvwyWLS3687hiy57bbuwt7JB/qCaQjgyI4kH",
-	"U02nrkNhCiu2EHJpQFtXwQc4PStxc2oKJggDhIquF6Hb6/Z8MpLnIhgFT7q97hNb7zwngHtkm82gGPNc",
-	"HN32j/w69NHH2ncoNkckgkcf3TcXNha5ohy05fmsfFiPyx3u8sR6+BeW+yLqPf9oFnDrbc0n2R+XWGcL",
-	"NMxNzGutIi8nEeTKK6uDScF0I0n02PAQjed70ByQZRotKKSOwyWUpKZpu5YrTRi+/rmQPUHw6pGj2udE",
-	"NuG9T/vMwfXWtygGvd6+EH/53BF92GATBsOHPFz7ugW90r//lUY/Lb00vP+lso0fXxg8v/+F7d7mTRgc",
-	"P2RBzc8mkCe3XCx4sS73z+88Wbosc0Ln9//ABhjdQba+x3eKInqIy2z6mc90LWeCkxz5vOw9J6eEdVRY",
-	"ofSe1jFqy6j8GE4RTnrzUpUFNDGh/VZ6yygtRSIBD0IFKBs+gFFtkn6+M9kLTt71p0v9tXXEQZsXLsj5",
-	"sIZj12WXfeegHXni5Za+kxUaCLdhBwVqSO/kGTdTVSxQJfJsCfWEoe9c9I18NgYbfA9ZpkK2UkWW/p+G",
-	"ss0yZb12lz/cDh0/cIBG0d8vwZx+vi7zfw8ctRYYDnxob7VaOTzSTdSijfYqa9hk5+VK1dXvqa3Bps6Y",
-	"0Lst/sUaKx0jfHRfz1UejILhoC2w7tbxugA9Z6mSSxc/zL0/LGyU15H8FlaIn6kip1nla2t6t0O6T572",
-	"etustbOg9OIg182Mack1J2/IsqMJnqOOX+lm8+C29H1VjJtmIMoUS9h8inKvPv3xP6rhB/e/1PxYx6fZ",
-	"hcFDaKt/tuBfaU3OW+o5H2U+KlvwaSbkqFE03G5MLtAhbFZZ2S8LoMfg+gDRPRbpST1g2HS/0Gtce9zb",
-	"VrBKMRKQdziWXXYayUe5dnscN9tG5L/ssBXtwqXR9wb2peyrWE8kKdhzUuHFmf8KQunAT4k1aiVL+2Hd",
-	"M88kNSV/390roSQvR0DG6BuBLvLDrOxXC/vVwn61sF8t7FcLu2Vh99omVjNNpUh+UStbFv19voVtD4JQ",
-	"PnjLuvZ88sWpBPJY//jTZcg02C9F2KAdOz0/O3QVYNLHsdsju7a1XyZbHxzkWwVpZBsfaERtwqTrg9VV",
-	"HFVTIHVt4zauXcGmD2Tjw0VdF+i80zpSndq/zjKalaNgR4+7rJN4d+E/bfXlrF/55ZT+pio8/aX+EVT3",
-	"5+DxFu1BFT/uCx87dm3zmC+qflXS/0lKuqHenEIjyf2i+vijf8NFnmfQ3uPC8loGy3pip+dnI1fcoGsJ",
-	"tWmhFqxq5Kq+eFVv18IF2jassFLqrgTfNqt0y/YuHITUo63LiyNJD9at2DcuiVSWarynSyFnVI/Uog+/",
-	"A+N4/bnR571f5TxLa1wpwCwL13hUldw84sOhrd9prjbvoZ+z7g+e3dOTsC9O/gglX2uNa6j5F9SVV+8Q",
-	"KvV7rREuGPQGw07vuNMbXPZ7o/7x6Env50Zn0ei4P6j6cp5UPWHDXvipH2b17ThPcQzXf9Ps8av6a/qD",
-	"Xo8+kui+elwLiuMvn7ysPjUb+3UdN/vjWt4f/lw1WY2e/e6z197vPz+uLd6uZXvZj/2CrWt9vPsLtt2v",
-	"OZY2c0DZC9wOUoBOPzZ6gA64z/2WX0C7MyxGWcYvl5Dck15Jy9ze3rTKW5X6UohI+oje3XnCPwuO/9hk",
-	"7NeM4X9MxpBE5e6cYa3GlMShVl36yzXuo6v0pJvLMo4yOjrqD37X7XV73f7oWe9Zj/bcjb5bz15W+5Tt",
-	"vjL15Z1mDovujmUG3YIRaqWWkFaYrvZ/L+hgc7357wAAAP//",
+	"7H3pctvI9e+r9EVSNVJdkCJpyiNTlarI21gZL4olZSoz8CWawCHZEdiNoJuiOS5V5SHuM+TB8iS3zulu",
+	"LCSoxfbcJPX3JwsEej/L72ztT0GiFrmSII0ORp+CnBd8AQYKejpNYZErAzJZ/whr/CUFnRQiN0LJYBSc",
+	"sCtYMzMHlmQCpGELfgWaLXM2VQUzc6FZvpxkQs/ZHmeXl6fPQ6b5en/E+swoNjg8jGReCGn4JAN2cv7s",
+	"9JQlc17wBGcQsivIDcuhYEJqw2UC1O9gyOZqWWi2hyNrKK6h+E5H8tWL9yevn49Pn794c/bu4sXbZ38d",
+	"X1y83mfTQi1oklNRaMMK+PsStAmZkPRryg2fcA0h04rxpFBaR7IAbXhhNOMyZXANxZpJlQLTc14IOWPC",
+	"dNnFZpdsJcyccdoUoXFpKgGtIT1mnBWQA3ef0Lz5AuhLHKH8YaJSbMu41CsoIKXvI1nN3r5wS8cWsdvh",
+	"0zTeL/uaA0+hiGRcnqDpvIc842tIR8wUS4hD+tg1Bs2kMnNcGZ9xIe3i/BQjaReGn0BRznE4GLC9WFQ0",
+	"Mr6C9biApYY03q+veS4ywHlF0i5CaKaNyDI2ARyy3Cfqtfeky97JbM30MsGfp8uM7Q16vX23ds14AZFE",
+	"2hgxPjVQMC4ZFAWRnN3TBV+zCTCciV/QiWRCXvNMpO582LDX60YyCAP4yBd5BsEoOJz2J73ke+gcTYeP",
+	"OsP0e+g84YeHnX4ymA4mj/iTtN8LwkAg8ds9DsJA8gW2rTFLB7klDHQyhwVHtlnwj69Bzsw8GA0OD8Ng",
+	"IaR/7odBzo2BAvv8P79E0cdBrxNFH79/8eF//z4IA7POsXdtkO6Cm5swOHXMcPp8myPx2M6Wel5xjEhB",
+	"GjEVUITM8mC3seSj6RP+GAaDzmB49KgzfMJ55+jwcNDpDw6nfT5MDr8/6vsl59zMqwX7IcYiDcIAeUAU",
+	"kAYjJK8di3/0uLF2fKwvvtd5ctJ5yTvTD5+Objr1x+FDHvuDm/adu9RQ7Nq1pUY5k7K9y/evO6ATnkO6",
+	"H1pB1X88ZJO1Ac3UlF1evOwcNfcQ23Z6vR37hG/v2qPfFzANRsHvDipxfGDf6gM36xtcQQE6V1IDieen",
+	"PH1vJQ8+JUoin+OfPM8zkXBc3cHfNC7xUzXbtsV7ASYBUhQ+7GRp5qoQv1IfI/YUeAEFi5a93qNEQ1KA",
+	"IcGAz17a0JYgFwajYCG0FnI25vVugpv7rjhRi4WS4xfUG617e8qNGbopIFe7oUOrluyeMCQFfCmVYX86",
+	"f/c2tNKoxiT+rVdT2NoLOqMUy3gxA7bX77EfxVNSQ0IaQDWhw0gOetXveNx6n6nC9YfjMTX5GyQmxF85",
+	"Q/JgpabFEZxkQnF0EwbPlYQHnWhjYzdUtGSwyM26Po1uxRz2h7Y9xklYNeC3If50E3dxfk1YcCovNXwJ",
+	"AZ409SfBhg1hulNjHLMCTLFmik7R1FVnnR43lZSQ46WGr0eQJyXOaer3r7IMEvkoI3lmJ/CFzG4RE5ty",
+	"kUGK4m3OZWoVtD+JY5zEnGs2AZAsU7PZxn66+YztD19vHyVbSviYQ2Ig9ROlMWgb3irzUi1l+oU7UDhZ",
+	"UCnJ+yjB5vqd6pPKjKc0pa+2B28VIp9Kg4dWlNgfPZkpiRAUBz1zCO6Bm1KiRlRXy4lIO48eTR9NHx9B",
+	"Z9JLDjvDR0fTzuSwN+1MOTx5NH2cDI/S6f1X6ab1HvQyM7tkuF8NsYVCuIuYdGUZhKWQiWtiAYYiwqLX",
+	"EgAjf9UBruWwOKxw9D7J7hI5Kwnf6bBi0HtgZCeP/7xUhr/4mACk8KW0V9EcshcBVGE0+zsOgeii3+v1",
+	"aqic7CiV8jXbu7x4tl+nQWoyBj+tr6pc2yeZcpGty0Oj8YkEL5R6w+XaYRH9JTv0RhUoiLjEjfDSSJMN",
+	"qCFRMkXKJw3hp3jMdKZWLFUrWd8do9R4wSXaI25WX22DHj5H2qVL6dHQlxPRxOIxo65AeuTSGPE7zSqY",
+	"1pRciSoKSMyY5wJ14dclnPaJwa550bY4Lcgn2QNgBFGZg0345zXPlq3YwpOrg7aGZcCtNEB247nUIZsm",
+	"Cyt5YNKGYnO+zhRPyYS4gvV7snBvGfSiDcGsPCdNCQM2XQY1y/oYv2KcSViRoWo/xyfX5DZcY41vezhf",
+	"8VAdACQIOVkalirrMGALbhIHd6g/0lX4uLH6SG4svwGX6ssnkVvOnk75JJf6zB0BEkWaCpwcz84KlUNh",
+	"BBKDNahazISztzRVMXWExNxphkyjZcB1HffYpRpFzUYs5rmOI4mkweWaJUtt1AJPRbO9V1DwLGU8TTWL",
+	"U254N1/qORTxvkXNKreTZLFVNNiRRdueL2h854SyJy/wR2NnRBP303JdRDJGgu3gSB1E8DHbS2HKl5lh",
+	"Mc+gMDGdQDzhydWsQFwSs9UcpF0Jm6ssxU4ci3X4NRcZ8l1MB6GWtW5ibZvb7tIZxPthOX4hVCHMujZ8",
+	"v0cjH9L5VsPvh8w2gY+5KOgAYmQ131OisoznGjoijbvuU6NykcReeadwLUhuTJaEUuv+DFVY11hNuiRK",
+	"TsVsWRCyzUXSjWQk3+UgaWLw0RTkn9Mj59VDFkOSLk+JFcATVL10AFyzmbgGGZaT1rE/v2QOyRWkbAJr",
+	"FPoW0nPpjSyighlIKDiC2R+Ut0IjGaMw677nqzco92YQk+/R+lCty9FB35xruwuOcsy8UMvZPJJLmcy5",
+	"RFROHqy8xgkoNvXDGOUkzzPcPLu8VCTUrFiHNAFrJDS2wy6OGGECqH7JJee6OWaONwrgqWZKZustsgo9",
+	"Ubl93abIEAfNRXLlqMCSGVI+7WPrunGMdoVJr5iBj84G96dkBVBshKEhY72clH8jT9L8mN+fTCU88y4H",
+	"XD3KYiXh3TQY/fJp0+EU3n4EzbnjYPjvZh+Bn1Hry11vbrYM/A83YUA73r4/crmYQGGBCzCe50wkSh4z",
+	"xDcLdQ2azA1y3onFchGMeuUIaAvOgIzAhBuYqaJ9IVtHvD2TvtMOlfxgyzzlBkjnSRz3l/6HtpEXS4oh",
+	"dGrgYbPrDCUrb+oCZDORAMoFkBp/sWxVdx7dObb2Jukm9KAXbCoyYJIvYIPycKlJIYxIeGbp84vIqeW8",
+	"zRw5sGMB0p0UEgaoxR4mOJ5ZjYgNXciHiKfLGtrRKUYbtFiA4fQ9Ppw//xGVXK4Ky4n7oTX0EhKlVUuU",
+	"0iR4GFrvLf6r0LnjHyr4WpTscaty7rJ3hFFI5vECmJhJ5bxMm9K3qde2KeNtjQT1hsdIpG4HgKEeYhYZ",
+	"Ob60urDLTkwkF0obVvql9+LSyx6zRC1Rj1SRtGO7jLUBlomFMCzhUioTyQmSfl644IusITkyNWue+8fD",
+	"cJulNzT79kovpfjojCLtYjWruUjmVptoo3LNTLEWcnbM4l5MNEQ+MFQatLXN6EBrSMTNw4OS7VnE/V7M",
+	"9sRiAangBrI1opLDmO3lagVFR/NrIWfksY37MdvL1Aq02a/xfUBRn8MgDPrBh53je1DWIgqc/ii1F9ur",
+	"FGINq4UsvlYij0P2r3/8c79CqFbntoY0Nv24m7+EwcfOTLl5BRu4A+f+Mll8Frg+YS9FAROuwSNqT0AZ",
+	"zHiyZi+fvWF6znMImSm41BnBIKNQBL66uDhj1/1ILuxERhZCx4wsKgQViVoAs+vUbE8q2fEPaIV0QCYq",
+	"hXTfwocZF3KHmAm9B9423z9mcV0DxG4ogtYyLZRIu433xwgOFjA2apyJawTcjpz3fUtWNjQmixEj1+Bx",
+	"LFWx4FnMDlg8F7N5vF99Xn4WstjLC7Ti4tpcGr/vxrIklVBsZULjLpOPE6UUTxLIjXOsebnWjeQubMoe",
+	"BE0t+m5iU3YrNK2vpxUlfJEOOnagnqioBPIe0XBU/3akbkUtAhUArSktVZgnnlZFUyePh9ujNeaod9S0",
+	"Rkv2aKdJlB729zFutYRsLNK4osfaj/vdSP74UOLYVmlbo7WjSLc4BDtMTRsT6bbJ7Z2gF1+MM5WMeTGz",
+	"nh4DC90Oge0PvCj4utF0F4U1F7H9OhPJ1Zgn/nhbcGxmYzBbbxAyt79Y8Fk7gC+x4/a6+GwH5E+uoHiQ",
+	"NeDefOaGVm3bd7QNSdZ1sdehVhIGYYBysFWN1gXtNoGdOxiBrHMFkGvHqiSmrOEgmZpOMyE9UmJ73DAC",
+	"SkO2ArjSHtVYG2Yw7D8Z9Hq3WzUP16inLjD8lsL/LQFZHzl2VkGZYlABNuKek87PjHd+Zb3OEzZmHfYH",
+	"9kcWsi47jjewWR/B2e6UkpPOz7zza6/zZBxFnT/8Mewe74BRfuLaBW9eCshS3c7qU3pHLtTSmWdUFRQ/",
+	"ZvFmdy4+EFurwMx56YXFg3QgQluBbPMk2sH1XS7Nur/wJgymyeKuFjUMhNzq593gk9vaN078hs7m1Lbr",
+	"O/Lyj9vstYLJXd3/BJPa9FYwmSt1dVlk92hHX75/HdjcEZ998kttjR9a2HfHyVkfS+bM0/tsyAYl3XwI",
+	"Ay7XroP6fOhcP5QizD6jyVv/CE+y9g0+bn6Cu1n7BB9x0F1BgTrFuqTEfq9X/UaacTNmQF5KAnrTZGEd",
+	"RPEKJjHbGw4GLN6IGsTWhFsJDftouVl55PJI1DSSNh+FO8usssCckeYNtN3+RJvLok2xTAzNr333Y6vZ",
+	"68Jr1zGVUWUXvh192mDDWvS4NcZZ+mhL7rYN2m2Y+gFWPbcRppvWueGmRbTGHtDEIxdPDpnhxQyMxT8F",
+	"aJUhzluDOWaxiy8LOYtH/rtIIjCyrtzycwePcEEptlMSYu8/tu0ouuM/Ibf0jF8DW+YuwdCpQD+/ACnS",
+	"D44PSkKrRqytd6m3jyEpAGnhhE5oivrVBCOE0NBBXdom48ug+vb2PSed6SSzdcqATSdt+MyqsHzQ5g2z",
+	"aSV3OT04m3EDK75mBUwpLkTQmxvmNs55CwowhQC9YyghKfPhIetXOcgvWLxt3j6dBlNsI71Wt+SuXfGU",
+	"0j6S9vR/jwwMyysEKJFSb197lZJREr9RaABOecH2yCHlkJWSCey3zW4nP/tp12bidqUkmjp5lkcV1sj8",
+	"FpnglN2OeLlK102s4rRoPaja5C24dgfmmde1HFNiOM3L/+LpsJWFK37YPkcft9pBMvcjqN+APLa7RHZ6",
+	"0wIFf5qDdfrQdrE5z+nQKLmenH8LkWXCuUxwk0suFdI8Ht5NP/YYGlsVPpSo3OTbiGdXRvCJzwfenQHM",
+	"7na5RnLL58p2u1zvRvVbNIDT/wK0Tqmqxyyud/PfgtJp7vdG6D6HegOb/2eCc7u0XeT62aC8hVj+EwE5",
+	"rb4C4z3Pib8dGPfZ278NGt/e9hYk3nY2YVCjrQf65n+Cia0DcQsfbbi9Q+dwt1VATRd3JL2Pu+mVjC8u",
+	"XscuSnZcRuRLz4rNFS/USkMRyQISENegWfwparhMo2DE/vWPf4YsIl8vPn5yz9Yl63+5ubmJQwYyKdaI",
+	"hHwREuj+4GjmEraqjLoqjFZLBvnLydnpc8o02+k534gG1H3Gbi0MPvLEZGvGdSRdMogwmi3llVQrmwfA",
+	"hEyyZYrmgQ3YGZV3MriGrAoY1r2tkSzdrezzXfGRvD1N5HZX/NeJ9uZ8Bu3h3s8P5X6+h/0nVFc4rafA",
+	"F5q44Pz5j0zP1UofW2I2qnG49ejaPTMyUoB8nAnZgjUv3792JoJNu9qyH4Rm5GBuIPuq67lIKae8bDAW",
+	"07EWBsZzrsdTlSxbFPz5XK3K8j0aljPDJ15lY3PK46XmtWEnSmXAZd1z3bKa6dYivtOUHNK6gPsnpNzX",
+	"3WuNEj0vczXu9P36o/23OH9rar3N9RvPjclHBwc2rw4fND3hVrvq0TlO2ZmhTobySMZNMyeu6MurzlrB",
+	"Kr0ThjnDRJMyjGTs8mXHDqWMl0W2oRF9tZA9N7YALjWTSsIGOB30hkdhW2yklk3aikRRbdtaTW+TWT+K",
+	"kyAnZ6ddFtMHFJrjyLuFYQuezIWETgE85ZMMInklZMr2rDinjGBWLk+LmeRmWVAWV1mhEe+Tz6ecEPWv",
+	"JCprkAZ8dXEOKs9a08sai9lc2zsJrOyHTg8+5hkXUrMVPq24ZqtCIYd6RVXP5y1LCVGjVQtoy7QtS3Tw",
+	"K/bmxcWrd8+jSJ6dXLyKIvnnyxfv/1qNwfPcJVy3siu0H9Q57TntsON/+pCsOi35FYwTrqE58a3Nv9PV",
+	"ZwdvivAPbRkNGpJlIcz6HJGYPQu7ptai9Ivd6eYurZiEHyWqV3NEVrT5z0JOVXuvJ2enrJaS7iLhlNdM",
+	"bhKggmo9b0hL7TWOdZzoSOrlBHueWOdK5WsmnljKtATBlAI5VRklWHo+t4jNqEimkIEBxunj77QfoMt+",
+	"EgV00ADgRkwyqKjhjHSwU45OoOCqbIqzcVWwHeoYFwgyzZVAtOHIwLZ0qOP8+Y+agNXvfkfVmCCNx3gy",
+	"ki+IrZF/7GYZuhogfkhhaVzOvCrVbJzoiHFf71mrAB32eojgLbch3Bj2+n6evkYFH/0GTFQqwGI0yhSx",
+	"KaHPXLrixTqHEdusRIjZHidrX4OJZKOWk+N5Ue0wbzr7SSq7U8QZNw6f4Jw3RFq+JIJge8Nez+UbhywT",
+	"V3j6NmUdZUxZworL8NnmKNWb39ydxs/+9Y//y7j1Grijj6TdT2SXkElF/lql2ILLdZOGHenyqt6+Ee8k",
+	"73jpXJFNM45tWnE4EXvVQJe1191Esll4gx2W5Ut4pt7BTMc6HDw5tlNzXzilS6VNkWzUNrmWulaO5VK9",
+	"hcsbHvYGbCmNyCxGgo+GXV48YylHg+PcXl+A0/cWxIBuHIjk09IrpGu7rjdszFFVhKzFr0ihE3UNlv+9",
+	"TRxJNa3obMtJVc8LHOH7uOlycn6rSNZv3dCUoiXo5BfLzIgOebFq0WlvJVml/Z22a4mkVkpC4UxB58rW",
+	"bM6vgVbgl2wpShQMzac9SgUcEt3naDk202JePnvjXqopswldpW3LJ2pp3FsbLnDWolByf4SoyWemKZRX",
+	"Zg4Lm9CunTQsBSDt6ZSLjCqEnBN67YXGc/dMRiSRVb1ysXFVB/kShKkqGu0h+iiUpUfrWbdCtwwa+VzT",
+	"MhvQHjRSISG7Es5b4VuAXi4AwQUUKB4NZVPmkBLs9S6SBEXXhgUi2TQTs7nBlXKWFFzP/X0ZCGAiSRdm",
+	"kNhwvv6mwtII2Hjm51OVwTcUmNVKkUSWT5lZiQRCRnuADFqfUZe9sHEF5/kv0wkTXhQCnEOlkTbsbpvZ",
+	"zB5me41CnBEiQu81tol55VUpIYvnXD8XOs/4GgGlE/f+Rc03gus4dXU0pYSoS2XaqjJwY8tTNV/TJ3j2",
+	"vhYuBZ56cu/3IqkKdikLmAltaN0H7ClPbSzmAttY4r98+/7FD6fnFy/ev3iOOzzsDWssMOwNSaAO+719",
+	"ZgFBvWzGU7CzGkjt/UTqrXJUxqEH32fvzi8Qcm/ZGlZjuNIoUiOX719HcpcJUsU2W62RkJBrzWUTSae8",
+	"Yzdi59yDyBHTcz44fPwHixDm8JG9enPyrHP+6mRw+LhEpyhfaYIhKvzSWbSz8tDhiy57aYvgN6JBnlFN",
+	"IcoreJAx1XTqKhSmsGILIZcGtDUVvIPTbyUeTk3ABGGAUNHVInR73Z4PRvJcBKPgUbfXfWTznecEcA9s",
+	"sRkUY56Lg+v+gV+HPvhUu3jl5oBI8OCTu2TkxiJXpIO2OJ+lD2txOeYuOdbDv6pEWtQvuUC1gEdvcz5J",
+	"/7jAOlugYm5iXqsVeTmIIFNeWRlsb+SJJM3HuoeoP1+D5oCsvQAIUrfDJZSkmnW7lktNGL5+a9UOJ3j1",
+	"yUHt/pyb8M6vfeTgw8blK4Neb5eLv/zugG7yuAmD4X0+rl3nQk36dzdp1BRTo+HdjcpbFLDB4MndDTbr",
+	"u2/C4PA+C2reWkGW3HKx4MW6PD9/8qTpsswRnT//PetgdIxsbY8fFHn0EJfZ8DOf6VrMBAc58HHZOzin",
+	"hHWUWKH0jtIxKsuo7Biuyyu3LlSZQBMT2m+db+mlJU8kICNUgLJhAxjVRulnW4M95WRd/5ZUv3Hzm6V+",
+	"Ov6nzi36gDJtnmU/ODBItntJBO9khR/CTaBCrh2SVHnGzVQVCxSivuLahxh9raMv/bNe2+AVZJkK2UoV",
+	"Wfq/GuI5y5S1813EcdPZfM8OGmmCvwRz+vlDGTG8Z681V3LgnYGr1cohmG6iFm1zr+KMze28WKm6wD6x",
+	"WdtUSxN6Q8c3rG2l2wgfD9BzlQejYDhoc8W7dbwsQM9ZquTSeRxzb0EL6xd2U34LK0TclMPTzAu2WcCb",
+	"TuBHj3u9za21oyC9YycfmjHWctccveGWHUyQ8zp+pQ8oht+V93jTdF2ZYgk3n6MOqrta/r/qhMHdjZpX",
+	"nHyWJundQ5O03RxFWmhwn3XVL4r4d+qus5bs0Qcpq0rzfJ7COmikKLerrnM0P5s5XfYeA3uHIokDNMZF",
+	"elx3TzaNPbRR1x5lt6XHkkcG5C1mbJedRPJBhuQOM9EWLZUXZDZ9a7g0ut1gV4JA5VmKJLmWjit0OvN3",
+	"LpTugiltjVrJUvdYY9BvkpqSd8G9K4ErL3vAjdFXAg3y++n0b/r8mz7/ps+/6fNv+vzfqs93akJWU4Ql",
+	"OX9VnV4mNH65Pm938FCse0OX93xgyYkTssb/9NNFyDTYWzCsQ5KdnJ36+/Sk99G3e63ttQUy2bg9lG8k",
+	"25EmvqfKtsGgrnfEVz5iTU7itfVJuVIMGxqRjUuZus6Je6suphy8/yY9bFZuzltaw8XgxLtzf6/Z19O1",
+	"5T0y/ZsqDfeX+h3I7s/Bw/XnvfKf3H0nW1r05iEXKn9TCd9Uwv1UQkOYOvFJVP9Vpf8n38L58GfQXi3E",
+	"8los0FqZJ2enI5cmomuhSfpvD6qSuOrusHrhGy7QFrSFlQpxxQy27KdbFsphJySMbYZjHEn6sK4zv3Ph",
+	"uDLp5T09CjmjzK4W6fsDGLfXXyp5d14ve5rWdqUAsyxcCVeVvPSAG3Bbr3ivDu++N+H3B0d3VHfsijg8",
+	"QEHUigwbKuIp1TfWa61K3VArKQwGvcGw0zvs9AYX/d6ofzh61Pu5UaM1OuwPqgqnR1V13bAXfu4Nw76w",
+	"6TH24SqZmtWSVaVSf9Dr0ZWV7sL0WngBf/nsZfWpbNuv67BZadjSfvhzVa42Ovr+i9fe7z85rC3ermVz",
+	"2Q+9itkVkd5+FXP3W7SqTR1QHAiPgwSgk4+Naqo97qPo5V1yt7r8KF779UK7OwJVaRkl3Rmgekv/rQ1F",
+	"qCLpvZW3R1z/Ijj+Y8Pa32Kv/2Nir0Qqt0dfa9m6RA61PN1fPuA5upxZerksPT6jg4P+4Ptur9vr9kdH",
+	"vaMenbnrfbsyoMybKgunZeoTZc0cFt0tzQy6BSPUklYhrTBd7b9t0cHNh5v/FwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

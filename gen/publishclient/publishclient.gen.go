@@ -233,6 +233,9 @@ type WebPayload = json.RawMessage
 // `invalid_webhook_url` otherwise). An empty string means none.
 type WebhookURL = string
 
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
+
 // InstanceID defines model for InstanceID.
 type InstanceID = string
 
@@ -243,6 +246,11 @@ type BadRequest = externalRef0.Error
 
 // Done An empty JSON object.
 type Done = map[string]interface{}
+
+// IdempotencyKeyInUse The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type IdempotencyKeyInUse = externalRef0.Error
 
 // InternalError The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
@@ -276,6 +284,51 @@ type Unauthorized = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unprocessable = externalRef0.Error
+
+// PublishToInterestsBareParams defines parameters for PublishToInterestsBare.
+type PublishToInterestsBareParams struct {
+	// IdempotencyKey A key the client makes up for this publish (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per instance for 24 hours (the server's
+	// HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+	// restarts and every node sharing it. The first request with a key is
+	// processed; a repeat with the same key and the same body is answered with
+	// the first answer (the same `publishId`) and the header
+	// `Idempotent-Replayed: true`, and publishes nothing again. The same key
+	// with another body is 422 (`idempotency_key_reused`); a repeat while the
+	// first is still being processed is 409. Only successful (200) answers are
+	// kept: after an error the key may be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// PublishToInterestsParams defines parameters for PublishToInterests.
+type PublishToInterestsParams struct {
+	// IdempotencyKey A key the client makes up for this publish (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per instance for 24 hours (the server's
+	// HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+	// restarts and every node sharing it. The first request with a key is
+	// processed; a repeat with the same key and the same body is answered with
+	// the first answer (the same `publishId`) and the header
+	// `Idempotent-Replayed: true`, and publishes nothing again. The same key
+	// with another body is 422 (`idempotency_key_reused`); a repeat while the
+	// first is still being processed is 409. Only successful (200) answers are
+	// kept: after an error the key may be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// PublishToUsersParams defines parameters for PublishToUsers.
+type PublishToUsersParams struct {
+	// IdempotencyKey A key the client makes up for this publish (a UUID, say): 1 to 255
+	// printable ASCII characters, kept per instance for 24 hours (the server's
+	// HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+	// restarts and every node sharing it. The first request with a key is
+	// processed; a repeat with the same key and the same body is answered with
+	// the first answer (the same `publishId`) and the header
+	// `Idempotent-Replayed: true`, and publishes nothing again. The same key
+	// with another body is 422 (`idempotency_key_reused`); a repeat while the
+	// first is still being processed is 409. Only successful (200) answers are
+	// kept: after an error the key may be used again. An invalid key is 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // PublishToInterestsBareJSONRequestBody defines body for PublishToInterestsBare for application/json ContentType.
 type PublishToInterestsBareJSONRequestBody = InterestsPublishRequest
@@ -377,7 +430,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBareWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterestsBareWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterestsBare Publish to interests (the path the Beams Go SDK uses).
 	//
@@ -387,7 +440,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBare(ctx context.Context, instanceId InstanceID, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterestsBare(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterestsWithBody Publish to the devices subscribed to any of the interests.
 	//
@@ -401,7 +454,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterests Publish to the devices subscribed to any of the interests.
 	//
@@ -415,7 +468,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterests(ctx context.Context, instanceId InstanceID, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterests(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToUsersWithBody Publish to every device of the users.
 	//
@@ -428,7 +481,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToUsers Publish to every device of the users.
 	//
@@ -441,7 +494,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsers(ctx context.Context, instanceId InstanceID, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToUsers(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetPublish The state and counts of a publish (a Herald extension).
 	//
@@ -488,8 +541,8 @@ func (c *Client) DeleteUser(ctx context.Context, instanceId InstanceID, userId U
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsBareRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsBareRequestWithBody(c.Server, instanceId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -508,8 +561,8 @@ func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceId 
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *Client) PublishToInterestsBare(ctx context.Context, instanceId InstanceID, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsBareRequest(c.Server, instanceId, body)
+func (c *Client) PublishToInterestsBare(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsBareRequest(c.Server, instanceId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -532,8 +585,8 @@ func (c *Client) PublishToInterestsBare(ctx context.Context, instanceId Instance
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsRequestWithBody(c.Server, instanceId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -556,8 +609,8 @@ func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceId Inst
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *Client) PublishToInterests(ctx context.Context, instanceId InstanceID, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsRequest(c.Server, instanceId, body)
+func (c *Client) PublishToInterests(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsRequest(c.Server, instanceId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -579,8 +632,8 @@ func (c *Client) PublishToInterests(ctx context.Context, instanceId InstanceID, 
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToUsersRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToUsersRequestWithBody(c.Server, instanceId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -602,8 +655,8 @@ func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceId Instance
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *Client) PublishToUsers(ctx context.Context, instanceId InstanceID, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToUsersRequest(c.Server, instanceId, body)
+func (c *Client) PublishToUsers(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToUsersRequest(c.Server, instanceId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -693,18 +746,18 @@ func NewDeleteUserRequest(server string, instanceId InstanceID, userId UserID) (
 }
 
 // NewPublishToInterestsBareRequest calls the generic PublishToInterestsBare builder with application/json body
-func NewPublishToInterestsBareRequest(server string, instanceId InstanceID, body PublishToInterestsBareJSONRequestBody) (*http.Request, error) {
+func NewPublishToInterestsBareRequest(server string, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPublishToInterestsBareRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewPublishToInterestsBareRequestWithBody(server, instanceId, params, "application/json", bodyReader)
 }
 
 // NewPublishToInterestsBareRequestWithBody constructs an http.Request for the PublishToInterestsBare method, with any body, and a specified content type
-func NewPublishToInterestsBareRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublishToInterestsBareRequestWithBody(server string, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -736,22 +789,37 @@ func NewPublishToInterestsBareRequestWithBody(server string, instanceId Instance
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublishToInterestsRequest calls the generic PublishToInterests builder with application/json body
-func NewPublishToInterestsRequest(server string, instanceId InstanceID, body PublishToInterestsJSONRequestBody) (*http.Request, error) {
+func NewPublishToInterestsRequest(server string, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPublishToInterestsRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewPublishToInterestsRequestWithBody(server, instanceId, params, "application/json", bodyReader)
 }
 
 // NewPublishToInterestsRequestWithBody constructs an http.Request for the PublishToInterests method, with any body, and a specified content type
-func NewPublishToInterestsRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublishToInterestsRequestWithBody(server string, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -783,22 +851,37 @@ func NewPublishToInterestsRequestWithBody(server string, instanceId InstanceID, 
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublishToUsersRequest calls the generic PublishToUsers builder with application/json body
-func NewPublishToUsersRequest(server string, instanceId InstanceID, body PublishToUsersJSONRequestBody) (*http.Request, error) {
+func NewPublishToUsersRequest(server string, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPublishToUsersRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewPublishToUsersRequestWithBody(server, instanceId, params, "application/json", bodyReader)
 }
 
 // NewPublishToUsersRequestWithBody constructs an http.Request for the PublishToUsers method, with any body, and a specified content type
-func NewPublishToUsersRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublishToUsersRequestWithBody(server string, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -829,6 +912,21 @@ func NewPublishToUsersRequestWithBody(server string, instanceId InstanceID, cont
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -978,7 +1076,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
+	PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
 
 	// PublishToInterestsBareWithResponse Publish to interests (the path the Beams Go SDK uses).
 	//
@@ -988,7 +1086,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBareWithResponse(ctx context.Context, instanceId InstanceID, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
+	PublishToInterestsBareWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
 
 	// PublishToInterestsWithBodyWithResponse Publish to the devices subscribed to any of the interests.
 	//
@@ -1002,7 +1100,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
+	PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
 
 	// PublishToInterestsWithResponse Publish to the devices subscribed to any of the interests.
 	//
@@ -1016,7 +1114,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterestsWithResponse(ctx context.Context, instanceId InstanceID, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
+	PublishToInterestsWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
 
 	// PublishToUsersWithBodyWithResponse Publish to every device of the users.
 	//
@@ -1029,7 +1127,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
+	PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
 
 	// PublishToUsersWithResponse Publish to every device of the users.
 	//
@@ -1042,7 +1140,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsersWithResponse(ctx context.Context, instanceId InstanceID, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
+	PublishToUsersWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
 
 	// GetPublishWithResponse The state and counts of a publish (a Herald extension).
 	//
@@ -1155,6 +1253,8 @@ type PublishToInterestsBareResponse struct {
 	JSON402 *QuotaExceeded
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *IdempotencyKeyInUse
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -1186,6 +1286,11 @@ func (r PublishToInterestsBareResponse) GetJSON402() *QuotaExceeded {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PublishToInterestsBareResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PublishToInterestsBareResponse) GetJSON409() *IdempotencyKeyInUse {
+	return r.JSON409
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -1245,6 +1350,8 @@ type PublishToInterestsResponse struct {
 	JSON402 *QuotaExceeded
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *IdempotencyKeyInUse
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -1276,6 +1383,11 @@ func (r PublishToInterestsResponse) GetJSON402() *QuotaExceeded {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PublishToInterestsResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PublishToInterestsResponse) GetJSON409() *IdempotencyKeyInUse {
+	return r.JSON409
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -1335,6 +1447,8 @@ type PublishToUsersResponse struct {
 	JSON402 *QuotaExceeded
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *IdempotencyKeyInUse
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -1366,6 +1480,11 @@ func (r PublishToUsersResponse) GetJSON402() *QuotaExceeded {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PublishToUsersResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PublishToUsersResponse) GetJSON409() *IdempotencyKeyInUse {
+	return r.JSON409
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -1589,8 +1708,8 @@ func (c *ClientWithResponses) DeleteUserWithResponse(ctx context.Context, instan
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
-	rsp, err := c.PublishToInterestsBareWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
+	rsp, err := c.PublishToInterestsBareWithBody(ctx, instanceId, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1605,8 +1724,8 @@ func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Context, instanceId InstanceID, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
-	rsp, err := c.PublishToInterestsBare(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
+	rsp, err := c.PublishToInterestsBare(ctx, instanceId, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1625,8 +1744,8 @@ func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Con
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
-	rsp, err := c.PublishToInterestsWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
+	rsp, err := c.PublishToInterestsWithBody(ctx, instanceId, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1645,8 +1764,8 @@ func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context, instanceId InstanceID, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
-	rsp, err := c.PublishToInterests(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
+	rsp, err := c.PublishToInterests(ctx, instanceId, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1664,8 +1783,8 @@ func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
-	rsp, err := c.PublishToUsersWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
+	rsp, err := c.PublishToUsersWithBody(ctx, instanceId, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1683,8 +1802,8 @@ func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *ClientWithResponses) PublishToUsersWithResponse(ctx context.Context, instanceId InstanceID, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
-	rsp, err := c.PublishToUsers(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) PublishToUsersWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
+	rsp, err := c.PublishToUsers(ctx, instanceId, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1834,6 +1953,13 @@ func ParsePublishToInterestsBareResponse(rsp *http.Response) (*PublishToInterest
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -1909,6 +2035,13 @@ func ParsePublishToInterestsResponse(rsp *http.Response) (*PublishToInterestsRes
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -1983,6 +2116,13 @@ func ParsePublishToUsersResponse(rsp *http.Response) (*PublishToUsersResponse, e
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable

@@ -52,7 +52,7 @@ func ExampleBearerToken_publishclient() {
 		log.Fatal(err)
 	}
 	fcm := publishclient.FcmPayload(`{"notification":{"title":"Hello","body":"Hello, world!"}}`)
-	res, err := c.PublishToInterestsWithResponse(ctx, instanceID, publishclient.PublishToInterestsJSONRequestBody{
+	res, err := c.PublishToInterestsWithResponse(ctx, instanceID, nil, publishclient.PublishToInterestsJSONRequestBody{
 		Interests: []string{"hello"},
 		Fcm:       &fcm,
 	})

@@ -90,6 +90,10 @@ type Config struct {
 	// database, another node takes over a dead one's publishes. 0 means 30s.
 	PushLease time.Duration
 
+	// Idempotent publishing (README, Idempotent publishing).
+	IdempotencyTTL     time.Duration // HERALD_IDEMPOTENCY_TTL: how long an Idempotency-Key is remembered; 0 means 24h
+	IdempotencyMaxKeys int           // HERALD_IDEMPOTENCY_MAX_KEYS: keys kept per app and per instance; 0 means 10000
+
 	// Warnings are what the loading noticed and let pass (a configuration
 	// file others can read), for the caller to log once it has a logger.
 	Warnings []string
@@ -208,6 +212,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	duration("HERALD_HTTP_READ_TIMEOUT", &c.BodyReadTimeout)
 	duration("HERALD_HTTP_WRITE_TIMEOUT", &c.WriteTimeout)
 	duration("HERALD_PUSH_LEASE", &c.PushLease)
+	duration("HERALD_IDEMPOTENCY_TTL", &c.IdempotencyTTL)
 	number := func(name string, dst *float64) {
 		if v := env(name); v != "" {
 			f, err := strconv.ParseFloat(v, 64)
@@ -230,6 +235,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	count("HERALD_WEBHOOK_MAX_QUEUED", &c.WebhookMaxQueued)
 	count("HERALD_MAX_SUBSCRIPTIONS_PER_APP", &c.MaxSubscriptions)
+	count("HERALD_IDEMPOTENCY_MAX_KEYS", &c.IdempotencyMaxKeys)
 	switch v := env("HERALD_WEBHOOK_ALLOW_PRIVATE"); v {
 	case "true", "1", "on", "yes":
 	case "false", "0", "off", "no":

@@ -26,6 +26,7 @@ var defaults = Config{
 	Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info", AnonRateLimit: DefaultAnonRateLimit,
 	ActivityTimeout: 120 * time.Second, PongTimeout: 30 * time.Second, WebhookMaxQueued: 10000,
 	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, PushLease: 30 * time.Second,
+	IdempotencyTTL: 24 * time.Hour, IdempotencyMaxKeys: 10000,
 }
 
 func TestLoad(t *testing.T) {
@@ -63,6 +64,8 @@ func TestLoad(t *testing.T) {
 		"HERALD_HTTP_READ_TIMEOUT":         "5s",
 		"HERALD_HTTP_WRITE_TIMEOUT":        "20s",
 		"HERALD_PUSH_LEASE":                "5s",
+		"HERALD_IDEMPOTENCY_TTL":           "1h",
+		"HERALD_IDEMPOTENCY_MAX_KEYS":      "50",
 	}
 	fromEveryVar := Config{
 		Addr:                  "0.0.0.0:9000",
@@ -98,6 +101,8 @@ func TestLoad(t *testing.T) {
 		BodyReadTimeout:       5 * time.Second,
 		WriteTimeout:          20 * time.Second,
 		PushLease:             5 * time.Second,
+		IdempotencyTTL:        time.Hour,
+		IdempotencyMaxKeys:    50,
 	}
 	with := func(c Config, change func(*Config)) Config {
 		change(&c)

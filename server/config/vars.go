@@ -57,6 +57,8 @@ var Vars = []Var{
 	{Name: "HERALD_REDIS_URL", Doc: "redis:// or rediss:// URL (password, db number): run as one node of the cluster sharing that Redis"},
 	{Name: "HERALD_REDIS_CA_FILE", Doc: "PEM file of CA certificates trusted, besides the system's, for the rediss:// HERALD_REDIS_URL only"},
 	{Name: "HERALD_PUSH_LEASE", Default: "30s", Doc: "how long a node reading a push publish holds it without renewing (every second): on a shared PostgreSQL database, how soon another node takes over a dead one's publishes"},
+	{Name: "HERALD_IDEMPOTENCY_TTL", Default: "24h", Doc: "how long an Idempotency-Key of a trigger, batch or Beams publish is remembered from its first request"},
+	{Name: "HERALD_IDEMPOTENCY_MAX_KEYS", Default: "10000", Doc: "Idempotency-Key values kept per app and per instance; past it the oldest are forgotten first"},
 	{Name: "HERALD_NODE_ID", Doc: "this node's id in the cluster and in the push publishes' leases, unique among its nodes (unset: random at each start)"},
 }
 

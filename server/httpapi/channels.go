@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/channels"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
 )
@@ -48,6 +49,9 @@ type ChannelsAPI struct {
 	now  func() time.Time
 
 	onTrigger TriggerHook // told of every published event (admin_hooks.go)
+	// idem honours Idempotency-Key on triggers and batches; nil until
+	// Idempotency sets it, and then the header is ignored.
+	idem *idempotency.Guard
 }
 
 var _ channels.StrictServerInterface = (*ChannelsAPI)(nil)
@@ -66,9 +70,43 @@ func (api *ChannelsAPI) Register(r gin.IRouter) {
 		ResponseErrorHandlerFunc: onError,
 	})
 	server := channelsServer{ServerInterface: strict, api: api, onError: onError}
-	channels.RegisterHandlersWithOptions(r.Group("", api.authenticate), server, channels.GinServerOptions{
+	group := r.Group("", api.authenticate)
+	if api.idem != nil {
+		group.Use(idempotent(api.idem, api.log, idempotentRequest{
+			applies: func(c *gin.Context) bool {
+				p := c.FullPath()
+				return c.Request.Method == http.MethodPost && (p == triggerRoute || p == batchRoute)
+			},
+			scope:       func(c *gin.Context) string { return appFrom(c).ID },
+			body:        func(c *gin.Context) []byte { return requestBodyBytes(c.Request) },
+			unavailable: clusterUnavailable,
+		}))
+	}
+	channels.RegisterHandlersWithOptions(group, server, channels.GinServerOptions{
 		ErrorHandler: paramErrorHook,
 	})
+}
+
+// The routes of the publishing operations, as gin names them.
+const (
+	triggerRoute = "/apps/:app_id/events"
+	batchRoute   = "/apps/:app_id/batch_events"
+)
+
+// Idempotency makes the API honour the Idempotency-Key header on triggers
+// and batches, with g's keys scoped per app; call it before Register.
+func (api *ChannelsAPI) Idempotency(g *idempotency.Guard) *ChannelsAPI {
+	api.idem = g
+	return api
+}
+
+// requestBodyBytes returns the body authenticate read, whole, whatever the
+// handlers have read of it.
+func requestBodyBytes(r *http.Request) []byte {
+	if rb, ok := r.Body.(*requestBody); ok {
+		return rb.bytes()
+	}
+	return nil
 }
 
 // channelsServer is the generated strict handler with one operation taken

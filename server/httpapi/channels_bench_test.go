@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,19 +15,32 @@ import (
 
 	"github.com/heraldrt/herald/server/clientauth"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/idempotency"
 )
 
 // BenchmarkSignedTrigger measures the signed trigger path in process: body
 // read, signature check, JSON decoding, validation, hand-off to the registry
 // and the response, through the gin engine — everything but the network.
 // The channel has one subscriber whose queue the benchmark drains.
-func BenchmarkSignedTrigger(b *testing.B) {
+func BenchmarkSignedTrigger(b *testing.B) { benchSignedTrigger(b, false) }
+
+// BenchmarkSignedTriggerIdempotencyKey is BenchmarkSignedTrigger with an
+// Idempotency-Key of its own on every request (the node's memory store, as
+// on one node): each request claims a key and keeps its answer, and once
+// the app holds its 10,000 keys each one also forgets the oldest. Making up
+// the key (strconv) is counted too: one allocation of the client's.
+func BenchmarkSignedTriggerIdempotencyKey(b *testing.B) { benchSignedTrigger(b, true) }
+
+func benchSignedTrigger(b *testing.B, keyed bool) {
 	log := zap.NewNop()
 	h := hub.New(log)
 	engine := NewEngine(log)
 	api := NewChannelsAPI(h, testApps, log)
 	at := time.Unix(1_700_000_000, 0)
 	api.now = func() time.Time { return at }
+	if keyed {
+		api.Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
+	}
 	api.Register(engine)
 
 	sub, _ := h.Connect("1", hub.ConnectOptions{})
@@ -48,6 +62,9 @@ func BenchmarkSignedTrigger(b *testing.B) {
 		reader.Reset(body)
 		req.URL.RawQuery = rawQuery // authentication strips the signing parameters
 		req.Body = io.NopCloser(reader)
+		if keyed {
+			req.Header[IdempotencyKeyHeader] = []string{strconv.Itoa(i)}
+		}
 		rec.status = 0
 		engine.ServeHTTP(rec, req)
 		if rec.status != http.StatusOK {

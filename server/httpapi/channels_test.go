@@ -22,6 +22,7 @@ import (
 	"github.com/heraldrt/herald/gen/channelsclient"
 	"github.com/heraldrt/herald/server/clientauth"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -38,6 +39,7 @@ var testApps = staticApps{
 }
 
 type testServer struct {
+	api    *ChannelsAPI
 	hub    *hub.Hub
 	url    string
 	client *channelsclient.ClientWithResponses // signs as app 1
@@ -51,14 +53,15 @@ func newTestServer(t *testing.T) *testServer {
 	engine := NewEngine(log)
 	spec := newSpecChecker(t, channels.GetSpec)
 	engine.Use(spec.middleware)
-	NewChannelsAPI(h, testApps, log).Register(engine)
+	api := NewChannelsAPI(h, testApps, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
+	api.Register(engine)
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	client, err := channelsclient.NewClientWithResponses(srv.URL, channelsclient.WithRequestEditorFn(clientauth.ChannelsSigner("key1", "secret1")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testServer{hub: h, url: srv.URL, client: client, spec: spec}
+	return &testServer{api: api, hub: h, url: srv.URL, client: client, spec: spec}
 }
 
 // subscriber attaches a connection to the hub, subscribed to the channels
@@ -196,7 +199,7 @@ func TestTriggerParamsInQueryString(t *testing.T) {
 func TestBatch(t *testing.T) {
 	s := newTestServer(t)
 	c := s.subscriber(t, "1", "u", "a", "presence-p")
-	res, err := s.client.TriggerBatchEventsWithResponse(context.Background(), "1", channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{
+	res, err := s.client.TriggerBatchEventsWithResponse(context.Background(), "1", nil, channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{
 		{Name: "e1", Data: "1", Channel: "a"},
 		{Name: "e2", Data: "2", Channel: "presence-p", Info: ptr("user_count")},
 		{Name: "e3", Data: "3", Channel: "a", Info: ptr("subscription_count"), SocketId: ptr(c.SocketID())},
@@ -211,7 +214,7 @@ func TestBatch(t *testing.T) {
 	if got := strings.Join(s.received(t, c), " "); got != "a:e1:1 presence-p:e2:2" {
 		t.Fatalf("received %s", got)
 	}
-	res, err = s.client.TriggerBatchEventsWithResponse(context.Background(), "1", channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{{Name: "e", Data: "", Channel: "a"}}})
+	res, err = s.client.TriggerBatchEventsWithResponse(context.Background(), "1", nil, channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{{Name: "e", Data: "", Channel: "a"}}})
 	if err != nil || res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
 		t.Fatalf("batch without info: %v %d %s", err, res.StatusCode(), res.Body)
 	}
@@ -470,7 +473,7 @@ func TestEveryOperationAndStatusIsExercised(t *testing.T) {
 	s := newTestServer(t)
 	ctx := context.Background()
 	s.client.TriggerEventWithResponse(ctx, "1", nil, channelsclient.TriggerEventRequest{Name: ptr("e"), Data: ptr("d"), Channel: ptr("c")})
-	s.client.TriggerBatchEventsWithResponse(ctx, "1", channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{{Name: "e", Data: "d", Channel: "c"}}})
+	s.client.TriggerBatchEventsWithResponse(ctx, "1", nil, channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{{Name: "e", Data: "d", Channel: "c"}}})
 	s.client.ListChannelsWithResponse(ctx, "1", nil)
 	s.client.GetChannelWithResponse(ctx, "1", "c", nil)
 	s.client.ListPresenceUsersWithResponse(ctx, "1", "presence-c")

@@ -90,7 +90,7 @@ func TestTriggerRefusedWhileTheClusterIsUnavailable(t *testing.T) {
 	}
 	batch := func(name string) (int, string) {
 		t.Helper()
-		res, err := client.TriggerBatchEventsWithResponse(ctx, "1", channelsclient.TriggerBatchEventsJSONRequestBody{
+		res, err := client.TriggerBatchEventsWithResponse(ctx, "1", nil, channelsclient.TriggerBatchEventsJSONRequestBody{
 			Batch: []channelsclient.BatchEvent{{Name: name, Channel: "news", Data: `{}`}},
 		})
 		if err != nil {

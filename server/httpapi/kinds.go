@@ -14,6 +14,8 @@ const (
 	KindDeviceNotFound                = "device_not_found"
 	KindEmptyBatch                    = "empty_batch"
 	KindEndpointNotAllowed            = "endpoint_not_allowed"
+	KindIdempotencyKeyInUse           = "idempotency_key_in_use" // 409: the key's first request is still being processed
+	KindIdempotencyKeyReused          = "idempotency_key_reused" // 422: the key was used with another body
 	KindIncorrectApiKey               = "incorrect_api_key"
 	KindInstanceExists                = "instance_exists"
 	KindInstanceNotFound              = "instance_not_found"
@@ -30,6 +32,7 @@ const (
 	KindInvalidEvent                  = "invalid_event"
 	KindInvalidEventName              = "invalid_event_name"
 	KindInvalidGatewayToken           = "invalid_gateway_token"
+	KindInvalidIdempotencyKey         = "invalid_idempotency_key"
 	KindInvalidInfo                   = "invalid_info"
 	KindInvalidInstance               = "invalid_instance"
 	KindInvalidInstanceId             = "invalid_instance_id"

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/publish"
+	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/internal/clientrate"
 	"github.com/heraldrt/herald/server/internal/text"
 	"github.com/heraldrt/herald/server/push"
@@ -70,6 +71,9 @@ type PublishAPI struct {
 	limitErrors  atomic.Uint64 // database failures of the shared rate limit
 	limitWarned  atomic.Int64  // when the last of them was logged, unix ms
 	now          func() time.Time
+	// idem honours Idempotency-Key on publishes; nil until Idempotency
+	// sets it, and then the header is ignored.
+	idem *idempotency.Guard
 }
 
 // limitWarnEvery spaces the warnings of the shared rate limit's database
@@ -111,7 +115,34 @@ func (api *PublishAPI) Register(r gin.IRouter) {
 		ResponseErrorHandlerFunc: onError,
 	})
 	g := r.Group("", pushInstance(api.instances), secretKeyAuth, api.rateLimit, publishBody)
+	if api.idem != nil {
+		g.Use(idempotent(api.idem, api.log, idempotentRequest{
+			applies: func(c *gin.Context) bool {
+				return c.Request.Method == http.MethodPost && strings.HasPrefix(c.FullPath(), publishesRoute)
+			},
+			scope: func(c *gin.Context) string { return c.Value(instanceContextKey).(*storage.Instance).ID },
+			body: func(c *gin.Context) []byte {
+				b, _ := c.Value(publishBodyKey).([]byte)
+				return b
+			},
+			unavailable: internalError,
+		}))
+	}
 	publish.RegisterHandlersWithOptions(g, strict, publish.GinServerOptions{ErrorHandler: paramErrorHook})
+}
+
+// publishesRoute starts the routes of the three publishing operations (and
+// of GET …/publishes/{publish_id}, which is not a POST).
+const publishesRoute = "/publish_api/v1/instances/:instance_id/publishes"
+
+// publishBodyKey is where publishBody leaves the bytes of the body it read.
+const publishBodyKey = "herald.publish.body"
+
+// Idempotency makes the API honour the Idempotency-Key header on publishes,
+// with g's keys scoped per instance; call it before Register.
+func (api *PublishAPI) Idempotency(g *idempotency.Guard) *PublishAPI {
+	api.idem = g
+	return api
 }
 
 // secretKeyAuth requires Authorization: Bearer <the instance's secret key>:
@@ -208,6 +239,7 @@ func publishBody(c *gin.Context) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	c.Set(publishBodyKey, body)
 	c.Next()
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/gen/publishclient"
 	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
@@ -57,7 +58,7 @@ func newPublishEngine(t testing.TB, db *storage.DB, log *zap.Logger, notifier Pu
 	if check != nil {
 		engine.Use(check)
 	}
-	api := NewPublishAPI(db, dir, notifier, log)
+	api := NewPublishAPI(db, dir, notifier, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
 	api.Register(engine)
 	return engine, api
 }
@@ -220,7 +221,7 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 		call func() (result, error)
 	}{
 		{"Interests", func() (result, error) {
-			r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, publishclient.InterestsPublishRequest{
+			r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, publishclient.InterestsPublishRequest{
 				Interests: []string{"news", "sport@home"}, Apns: raw(`{"aps":{"alert":{"title":"t","body":"b"}},"headers":{"apns-collapse-id":"c"}}`),
 				Fcm: raw(`{"notification":{"title":"t"},"data":{"n":1},"time_to_live":60,"priority":"high"}`), Web: raw(`{"notification":{"title":"t","deep_link":"https://x"}}`), WebhookUrl: &hook,
 			})
@@ -230,14 +231,14 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 			return result{r.StatusCode(), r.Body, r.JSON200}, nil
 		}},
 		{"InterestsBare", func() (result, error) {
-			r, err := s.pclient.PublishToInterestsBareWithResponse(ctx, pushInstanceID, publishclient.InterestsPublishRequest{Interests: []string{"news"}, Web: raw(`{"data":{"a":"b"}}`)})
+			r, err := s.pclient.PublishToInterestsBareWithResponse(ctx, pushInstanceID, nil, publishclient.InterestsPublishRequest{Interests: []string{"news"}, Web: raw(`{"data":{"a":"b"}}`)})
 			if err != nil {
 				return result{}, err
 			}
 			return result{r.StatusCode(), r.Body, r.JSON200}, nil
 		}},
 		{"Users", func() (result, error) {
-			r, err := s.pclient.PublishToUsersWithResponse(ctx, pushInstanceID, publishclient.UsersPublishRequest{Users: []string{"u-1", "u-1", "ünïcode"}, Apns: raw(`{"aps":{"content-available":1}}`)})
+			r, err := s.pclient.PublishToUsersWithResponse(ctx, pushInstanceID, nil, publishclient.UsersPublishRequest{Users: []string{"u-1", "u-1", "ünïcode"}, Apns: raw(`{"aps":{"content-available":1}}`)})
 			if err != nil {
 				return result{}, err
 			}
@@ -307,7 +308,7 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 func TestPublishStatusCounts(t *testing.T) {
 	s := newPublishServer(t)
 	ctx := context.Background()
-	r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, publishclient.InterestsPublishRequest{Interests: []string{"a"}, Fcm: raw(goodFCM)})
+	r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, publishclient.InterestsPublishRequest{Interests: []string{"a"}, Fcm: raw(goodFCM)})
 	if err != nil || r.JSON200 == nil {
 		t.Fatalf("%v %s", err, r.Body)
 	}
@@ -339,24 +340,24 @@ func TestPublishQuota(t *testing.T) {
 	s := newPublishServer(t)
 	ctx := context.Background()
 	body := publishclient.InterestsPublishRequest{Interests: []string{"a"}, Fcm: raw(goodFCM)}
-	first, err := s.pclient.PublishToInterestsWithResponse(ctx, quotaInstanceID, body)
+	first, err := s.pclient.PublishToInterestsWithResponse(ctx, quotaInstanceID, nil, body)
 	if err != nil || first.StatusCode() != 200 {
 		t.Fatalf("first: %v %d %s", err, first.StatusCode(), first.Body)
 	}
-	second, err := s.pclient.PublishToInterestsWithResponse(ctx, quotaInstanceID, body)
+	second, err := s.pclient.PublishToInterestsWithResponse(ctx, quotaInstanceID, nil, body)
 	if err != nil || second.StatusCode() != 402 || second.JSON402 == nil || second.JSON402.Error != "quota_exceeded" {
 		t.Fatalf("second: %v %d %s", err, second.StatusCode(), second.Body)
 	}
-	users, err := s.pclient.PublishToUsersWithResponse(ctx, quotaInstanceID, publishclient.UsersPublishRequest{Users: []string{"u"}, Fcm: raw(goodFCM)})
+	users, err := s.pclient.PublishToUsersWithResponse(ctx, quotaInstanceID, nil, publishclient.UsersPublishRequest{Users: []string{"u"}, Fcm: raw(goodFCM)})
 	if err != nil || users.StatusCode() != 402 {
 		t.Fatalf("users: %v %d %s", err, users.StatusCode(), users.Body)
 	}
 	// The default instance has no quota; the next UTC day resets it.
-	if r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, body); r.StatusCode() != 200 {
+	if r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, body); r.StatusCode() != 200 {
 		t.Fatalf("no quota: %d %s", r.StatusCode(), r.Body)
 	}
 	s.api.now = func() time.Time { return time.Now().Add(24 * time.Hour) }
-	if r, _ := s.pclient.PublishToInterestsBareWithResponse(ctx, quotaInstanceID, body); r.StatusCode() != 200 {
+	if r, _ := s.pclient.PublishToInterestsBareWithResponse(ctx, quotaInstanceID, nil, body); r.StatusCode() != 200 {
 		t.Fatalf("next day: %d %s", r.StatusCode(), r.Body)
 	}
 }
@@ -372,7 +373,7 @@ func TestPublishRateLimit(t *testing.T) {
 		var status int
 		switch i % 3 {
 		case 0:
-			r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, body)
+			r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, body)
 			status = r.StatusCode()
 		case 1:
 			r, _ := s.pclient.GetPublishWithResponse(ctx, pushInstanceID, "pubid-none")
@@ -387,11 +388,11 @@ func TestPublishRateLimit(t *testing.T) {
 	}
 	for _, call := range []func() (int, []byte){
 		func() (int, []byte) {
-			r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, body)
+			r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, body)
 			return r.StatusCode(), r.Body
 		},
 		func() (int, []byte) {
-			r, _ := s.pclient.PublishToUsersWithResponse(ctx, pushInstanceID, publishclient.UsersPublishRequest{Users: []string{"u"}, Web: raw(`{}`)})
+			r, _ := s.pclient.PublishToUsersWithResponse(ctx, pushInstanceID, nil, publishclient.UsersPublishRequest{Users: []string{"u"}, Web: raw(`{}`)})
 			return r.StatusCode(), r.Body
 		},
 		func() (int, []byte) {
@@ -405,11 +406,11 @@ func TestPublishRateLimit(t *testing.T) {
 		checkStatus(t, status, e, 429, "too_many_requests")
 	}
 	// Another instance has its own budget; the next second starts afresh.
-	if r, _ := s.pclient.PublishToInterestsWithResponse(ctx, quotaInstanceID, body); r.StatusCode() != 200 {
+	if r, _ := s.pclient.PublishToInterestsWithResponse(ctx, quotaInstanceID, nil, body); r.StatusCode() != 200 {
 		t.Fatalf("other instance: %d %s", r.StatusCode(), r.Body)
 	}
 	now = now.Add(time.Second)
-	if r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, body); r.StatusCode() != 200 {
+	if r, _ := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, body); r.StatusCode() != 200 {
 		t.Fatalf("next second: %d %s", r.StatusCode(), r.Body)
 	}
 }
@@ -537,7 +538,7 @@ func TestPublishSecretKeyComparedExactly(t *testing.T) {
 		}
 	}
 	// The refused key cannot read a publish either.
-	r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, publishclient.InterestsPublishRequest{Interests: []string{"a"}, Fcm: raw(goodFCM)})
+	r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, publishclient.InterestsPublishRequest{Interests: []string{"a"}, Fcm: raw(goodFCM)})
 	if err != nil || r.JSON200 == nil {
 		t.Fatalf("publish: %v %d %s", err, r.StatusCode(), r.Body)
 	}

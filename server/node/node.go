@@ -25,6 +25,7 @@ import (
 	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/upgrade"
@@ -87,6 +88,10 @@ type Node struct {
 	// relay carries the console's events to and from the other nodes; nil
 	// on a single node and without an admin token (no console to show them).
 	relay *cluster.ConsoleRelay
+
+	// keys are the stores of the Idempotency-Key headers that the node
+	// sweeps of expired keys (idempotency.go).
+	keys keySweepers
 
 	// ready is what GET /readyz checks; cluster mode adds Redis here,
 	// before the route is registered.
@@ -223,7 +228,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		return nil, fmt.Errorf("HERALD_TRUSTED_PROXIES: %w", err)
 	}
 	engine.Use(n.ops.middleware())
-	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log)
+	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys}
+	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log).Idempotency(n.channelKeys(idem))
 	channelsAPI.OnTrigger(n.ops.console.Triggered)
 	channelsAPI.Register(engine)
 	// One budget per client address over both anonymous Push APIs.
@@ -247,7 +253,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		db.Close()
 		return nil, fmt.Errorf("starting push delivery: %w", err)
 	}
-	publishAPI := httpapi.NewPublishAPI(db, instances, n.push, log)
+	publishAPI := httpapi.NewPublishAPI(db, instances, n.push, log).Idempotency(n.publishKeys(idem))
 	publishAPI.Register(engine)
 	n.ws = ws.NewHandler(n.hub, socketApps{apps}, log.Named("ws"), ws.Options{
 		ActivityTimeout:        cfg.ActivityTimeout,
@@ -390,6 +396,7 @@ func (n *Node) sweepCache(ctx context.Context) {
 			return
 		case <-t.C:
 			n.hub.SweepCache()
+			n.keys.sweep(ctx, n.log)
 		}
 	}
 }

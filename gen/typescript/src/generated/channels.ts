@@ -20,7 +20,9 @@ export interface paths {
          *     should be sent as a JSON body; they may instead be given in the query string
          *     (then they are part of the signed query), and a field in the body wins over
          *     the same field in the query. With `info`, the answer holds the requested
-         *     attributes of each unique channel triggered to.
+         *     attributes of each unique channel triggered to. With an `Idempotency-Key`
+         *     header, a repeat of the request is answered as the first was and sends
+         *     nothing again (see the parameter).
          */
         post: operations["triggerEvent"];
         delete?: never;
@@ -43,6 +45,8 @@ export interface paths {
          * @description Each batch item is triggered like a single-channel event. With `info` on any
          *     item, the answer's `batch` holds, at index i, the attributes of the channel
          *     of the item at index i (an empty object when that item asked for none).
+         *     With an `Idempotency-Key` header, a repeat of the request is answered as
+         *     the first was and sends nothing again (see the parameter).
          */
         post: operations["triggerBatchEvents"];
         delete?: never;
@@ -369,6 +373,36 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description A request with the same Idempotency-Key is still being processed; retry once it is answered. */
+        IdempotencyKeyInUse: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "idempotency_key_in_use",
+                 *       "description": "A request with this Idempotency-Key is still being processed; retry once it is answered."
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The Idempotency-Key was used for a request with another body (or query). */
+        IdempotencyKeyReused: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "idempotency_key_reused",
+                 *       "description": "This Idempotency-Key was used for a request with another body; use a new key for a new request."
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /**
          * @description Cluster mode only: this node cannot reach Redis, so it can neither send the event to the
          *     other nodes nor answer for them. Nothing was sent; the request may be retried, on this node
@@ -395,6 +429,20 @@ export interface components {
          * @example 3
          */
         AppID: string;
+        /**
+         * @description A key the client makes up for this request (a UUID, say): 1 to 255
+         *     printable ASCII characters, kept per application for 24 hours (the
+         *     server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+         *     with a key is processed; a repeat with the same key and the same request
+         *     (method, path, unsigned query and body; the signature may differ) is
+         *     answered with the first answer and the header `Idempotent-Replayed: true`,
+         *     and delivers nothing again, on any node of a cluster. The same key with
+         *     another request is 422; a repeat while the first is still being processed
+         *     is 409. Only successful (2xx) answers are kept: after an error the key may
+         *     be used again. An invalid key is 400.
+         * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+         */
+        IdempotencyKey: string;
         /**
          * @description A channel name (URL-escaped in the path).
          * @example presence-room
@@ -444,7 +492,22 @@ export interface operations {
                  */
                 info?: components["schemas"]["InfoAttributes"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description A key the client makes up for this request (a UUID, say): 1 to 255
+                 *     printable ASCII characters, kept per application for 24 hours (the
+                 *     server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+                 *     with a key is processed; a repeat with the same key and the same request
+                 *     (method, path, unsigned query and body; the signature may differ) is
+                 *     answered with the first answer and the header `Idempotent-Replayed: true`,
+                 *     and delivers nothing again, on any node of a cluster. The same key with
+                 *     another request is 422; a repeat while the first is still being processed
+                 *     is 409. Only successful (2xx) answers are kept: after an error the key may
+                 *     be used again. An invalid key is 400.
+                 * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description The application identifier.
@@ -466,7 +529,11 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The event is accepted. The body is `{}` unless `info` was given. */
+            /**
+             * @description The event is accepted. The body is `{}` unless `info` was given; a replayed answer (same
+             *     `Idempotency-Key`, same request) is the first one's, with the header
+             *     `Idempotent-Replayed: true`.
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -478,7 +545,9 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["IdempotencyKeyInUse"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ClusterUnavailable"];
         };
@@ -486,7 +555,22 @@ export interface operations {
     triggerBatchEvents: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description A key the client makes up for this request (a UUID, say): 1 to 255
+                 *     printable ASCII characters, kept per application for 24 hours (the
+                 *     server's HERALD_IDEMPOTENCY_TTL) from the first request. The first request
+                 *     with a key is processed; a repeat with the same key and the same request
+                 *     (method, path, unsigned query and body; the signature may differ) is
+                 *     answered with the first answer and the header `Idempotent-Replayed: true`,
+                 *     and delivers nothing again, on any node of a cluster. The same key with
+                 *     another request is 422; a repeat while the first is still being processed
+                 *     is 409. Only successful (2xx) answers are kept: after an error the key may
+                 *     be used again. An invalid key is 400.
+                 * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description The application identifier.
@@ -502,7 +586,11 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The events are accepted. The body is `{}` unless an item gave `info`. */
+            /**
+             * @description The events are accepted. The body is `{}` unless an item gave `info`; a replayed answer (same
+             *     `Idempotency-Key`, same request) is the first one's, with the header
+             *     `Idempotent-Replayed: true`.
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -514,7 +602,9 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["IdempotencyKeyInUse"];
             413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ClusterUnavailable"];
         };

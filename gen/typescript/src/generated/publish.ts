@@ -412,7 +412,11 @@ export interface components {
         };
     };
     responses: {
-        /** @description The publish is stored and will be delivered. */
+        /**
+         * @description The publish is stored and will be delivered. A replayed answer (same
+         *     `Idempotency-Key`, same body) is the first one's, with the header
+         *     `Idempotent-Replayed: true`.
+         */
         Published: {
             headers: {
                 [name: string]: unknown;
@@ -500,16 +504,28 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The body is JSON but does not match the schema. */
+        /**
+         * @description The body is JSON but does not match the schema, or the Idempotency-Key
+         *     was used for a publish with another body.
+         */
         Unprocessable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description A publish with the same Idempotency-Key is still being processed; retry once it is answered. */
+        IdempotencyKeyInUse: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 /**
                  * @example {
-                 *       "error": "missing_payload",
-                 *       "description": "A publish needs at least one of apns, fcm and web."
+                 *       "error": "idempotency_key_in_use",
+                 *       "description": "A request with this Idempotency-Key is still being processed; retry once it is answered."
                  *     }
                  */
                 "application/json": components["schemas"]["Error"];
@@ -553,6 +569,20 @@ export interface components {
          */
         InstanceID: string;
         /**
+         * @description A key the client makes up for this publish (a UUID, say): 1 to 255
+         *     printable ASCII characters, kept per instance for 24 hours (the server's
+         *     HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+         *     restarts and every node sharing it. The first request with a key is
+         *     processed; a repeat with the same key and the same body is answered with
+         *     the first answer (the same `publishId`) and the header
+         *     `Idempotent-Replayed: true`, and publishes nothing again. The same key
+         *     with another body is 422 (`idempotency_key_reused`); a repeat while the
+         *     first is still being processed is 409. Only successful (200) answers are
+         *     kept: after an error the key may be used again. An invalid key is 400.
+         * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+         */
+        IdempotencyKey: string;
+        /**
          * @description The user id (URL-escaped), 1 to 164 bytes of UTF-8.
          * @example user-001
          */
@@ -567,7 +597,22 @@ export interface operations {
     publishToInterests: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description A key the client makes up for this publish (a UUID, say): 1 to 255
+                 *     printable ASCII characters, kept per instance for 24 hours (the server's
+                 *     HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+                 *     restarts and every node sharing it. The first request with a key is
+                 *     processed; a repeat with the same key and the same body is answered with
+                 *     the first answer (the same `publishId`) and the header
+                 *     `Idempotent-Replayed: true`, and publishes nothing again. The same key
+                 *     with another body is 422 (`idempotency_key_reused`); a repeat while the
+                 *     first is still being processed is 409. Only successful (200) answers are
+                 *     kept: after an error the key may be used again. An invalid key is 400.
+                 * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description The Push instance identifier, a UUID.
@@ -588,6 +633,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["QuotaExceeded"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["IdempotencyKeyInUse"];
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -596,7 +642,22 @@ export interface operations {
     publishToInterestsBare: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description A key the client makes up for this publish (a UUID, say): 1 to 255
+                 *     printable ASCII characters, kept per instance for 24 hours (the server's
+                 *     HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+                 *     restarts and every node sharing it. The first request with a key is
+                 *     processed; a repeat with the same key and the same body is answered with
+                 *     the first answer (the same `publishId`) and the header
+                 *     `Idempotent-Replayed: true`, and publishes nothing again. The same key
+                 *     with another body is 422 (`idempotency_key_reused`); a repeat while the
+                 *     first is still being processed is 409. Only successful (200) answers are
+                 *     kept: after an error the key may be used again. An invalid key is 400.
+                 * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description The Push instance identifier, a UUID.
@@ -617,6 +678,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["QuotaExceeded"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["IdempotencyKeyInUse"];
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
@@ -625,7 +687,22 @@ export interface operations {
     publishToUsers: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description A key the client makes up for this publish (a UUID, say): 1 to 255
+                 *     printable ASCII characters, kept per instance for 24 hours (the server's
+                 *     HERALD_IDEMPOTENCY_TTL) from the first request, in the database, so across
+                 *     restarts and every node sharing it. The first request with a key is
+                 *     processed; a repeat with the same key and the same body is answered with
+                 *     the first answer (the same `publishId`) and the header
+                 *     `Idempotent-Replayed: true`, and publishes nothing again. The same key
+                 *     with another body is 422 (`idempotency_key_reused`); a repeat while the
+                 *     first is still being processed is 409. Only successful (200) answers are
+                 *     kept: after an error the key may be used again. An invalid key is 400.
+                 * @example 5f1b0c7e-8f43-4d7e-9a55-1c2f2b3a9d10
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description The Push instance identifier, a UUID.
@@ -646,6 +723,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["QuotaExceeded"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["IdempotencyKeyInUse"];
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];

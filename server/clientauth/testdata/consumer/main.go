@@ -95,7 +95,7 @@ func run() error {
 		return err
 	}
 	fcm := publishclient.FcmPayload(`{"notification":{"title":"Hi","body":"from another module"}}`)
-	pub, err := publishes.PublishToInterestsWithResponse(ctx, *instance, publishclient.PublishToInterestsJSONRequestBody{
+	pub, err := publishes.PublishToInterestsWithResponse(ctx, *instance, nil, publishclient.PublishToInterestsJSONRequestBody{
 		Interests: []string{"consumer-interest"},
 		Fcm:       &fcm,
 	})

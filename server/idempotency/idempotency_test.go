@@ -1,0 +1,100 @@
+package idempotency_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/server/idempotency"
+	"github.com/heraldrt/herald/server/idempotency/idempotencytest"
+)
+
+func TestMemory(t *testing.T) {
+	idempotencytest.Run(t, func(t *testing.T, opts idempotency.Options) idempotency.Store {
+		return idempotency.NewMemory(opts)
+	})
+}
+
+func TestGuard(t *testing.T) {
+	ctx := context.Background()
+	g := idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{})
+	fp, other := idempotency.Sum([]byte("POST"), []byte("body")), idempotency.Sum([]byte("POST"), []byte("other"))
+
+	out, c, _, err := g.Begin(ctx, "app", "k", fp)
+	if err != nil || out != idempotency.Proceed {
+		t.Fatalf("first request: %v, %v; want Proceed", out, err)
+	}
+	if out, _, _, _ := g.Begin(ctx, "app", "k", fp); out != idempotency.InFlight {
+		t.Fatalf("repeat in flight: %v, want InFlight", out)
+	}
+	if out, _, _, _ := g.Begin(ctx, "app", "k", other); out != idempotency.Mismatch {
+		t.Fatalf("other body in flight: %v, want Mismatch", out)
+	}
+	// A failed answer is not kept: the key is free again.
+	if err := g.Finish(ctx, c, idempotency.Response{Status: 503, Body: []byte(`{"error":"x"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	out, c, _, _ = g.Begin(ctx, "app", "k", other)
+	if out != idempotency.Proceed {
+		t.Fatalf("after a failed answer: %v, want Proceed", out)
+	}
+	if err := g.Finish(ctx, c, idempotency.Response{Status: 200, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, res, _ := g.Begin(ctx, "app", "k", other)
+	if out != idempotency.Replay || res.Status != 200 || string(res.Body) != "{}" {
+		t.Fatalf("repeat after success: %v %d %q, want Replay 200 {}", out, res.Status, res.Body)
+	}
+	if out, _, _, _ := g.Begin(ctx, "app", "k", fp); out != idempotency.Mismatch {
+		t.Fatalf("other body after success: %v, want Mismatch", out)
+	}
+	if out, _, _, _ := g.Begin(ctx, "other-app", "k", fp); out != idempotency.Proceed {
+		t.Fatalf("same key, other scope: %v, want Proceed", out)
+	}
+}
+
+func TestSumSeparatesParts(t *testing.T) {
+	if idempotency.Sum([]byte("ab"), []byte("c")) == idempotency.Sum([]byte("a"), []byte("bc")) {
+		t.Fatal("parts split differently hash the same")
+	}
+}
+
+func TestMemorySweep(t *testing.T) {
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.Options{})
+	t0 := time.Now()
+	for _, scope := range []string{"a", "b"} {
+		c := idempotency.Claim{Scope: scope, Key: "k", Token: "t", Expires: t0.Add(time.Hour)}
+		if _, err := m.Begin(ctx, c, idempotency.Sum(), t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Complete(ctx, c, idempotency.Response{Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Sweep(t0.Add(time.Hour - time.Second))
+	if m.Len() != 2 {
+		t.Fatalf("%d keys after a sweep before they expire, want 2", m.Len())
+	}
+	m.Sweep(t0.Add(time.Hour))
+	if m.Len() != 0 {
+		t.Fatalf("%d keys after a sweep once they expired, want 0", m.Len())
+	}
+}
+
+func TestValidKey(t *testing.T) {
+	for key, want := range map[string]bool{
+		"":                        false,
+		"8e03978e-40d5-43e8-bc93": true,
+		strings.Repeat("k", 255):  true,
+		strings.Repeat("k", 256):  false,
+		"tab\there":               false,
+		"é":                       false,
+		"with space ~":            true,
+	} {
+		if got := idempotency.ValidKey(key); got != want {
+			t.Errorf("ValidKey(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
