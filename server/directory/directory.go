@@ -8,6 +8,7 @@ package directory
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +27,9 @@ type Directory[T any] struct {
 	list  func(context.Context) ([]T, error) // reads the whole table
 	keys  []func(*T) string                  // one per index
 	index atomic.Pointer[[]map[string]*T]    // index[i] maps keys[i]
-	ver   int64                              // storage.DataVersion at the last load; used only by Run
+
+	mu  sync.Mutex // one Reload at a time: the last to store has read the newest rows
+	ver int64      // storage.DataVersion at the last load, under mu
 }
 
 func newDirectory[T any](ctx context.Context, db *storage.DB, log *zap.Logger, what string,
@@ -41,8 +44,12 @@ func newDirectory[T any](ctx context.Context, db *storage.DB, log *zap.Logger, w
 // lookup returns the value whose i-th key is key, or nil.
 func (d *Directory[T]) lookup(i int, key string) *T { return (*d.index.Load())[i][key] }
 
-// Reload replaces the in-memory copy with the database's rows.
+// Reload replaces the in-memory copy with the database's rows. Run calls
+// it on a change; a caller that has just changed the table may too, to see
+// the change at once. Reloads run one at a time.
 func (d *Directory[T]) Reload(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	ver, err := d.db.DataVersion(ctx)
 	if err != nil {
 		return err
@@ -68,7 +75,10 @@ func (d *Directory[T]) Reload(ctx context.Context) error {
 // Run checks the database every interval and reloads when it changed, until
 // ctx ends. Errors are logged and retried at the next tick.
 func (d *Directory[T]) Run(ctx context.Context, interval time.Duration) {
-	d.db.PollChanges(ctx, interval, d.ver, func(ctx context.Context) error {
+	d.mu.Lock()
+	seen := d.ver
+	d.mu.Unlock()
+	d.db.PollChanges(ctx, interval, seen, func(ctx context.Context) error {
 		if err := d.Reload(ctx); err != nil {
 			return err
 		}

@@ -37,6 +37,10 @@ type AdminAPI struct {
 	log   *zap.Logger
 
 	console ConsoleParts // the debug console's endpoints (admin_console.go)
+
+	// changed runs after a change to apps or instances is stored and before
+	// it is answered (OnChange); nil: nothing to run.
+	changed func(context.Context) error
 }
 
 var _ admin.StrictServerInterface = (*AdminAPI)(nil)
@@ -45,6 +49,23 @@ var _ admin.StrictServerInterface = (*AdminAPI)(nil)
 // empty, with the parts of the debug console's endpoints (every field set).
 func NewAdminAPI(db *storage.DB, h *hub.Hub, console ConsoleParts, token string, log *zap.Logger) *AdminAPI {
 	return &AdminAPI{db: db, hub: h, console: console, token: token, log: log.Named("admin")}
+}
+
+// OnChange has f run after each change to apps or instances is stored and
+// before it is answered: the node reloads its directories there, so that the
+// node that answered acts on the change at once (refuses a rotated-out
+// secret, a disabled app), not at its next reload. An error of f is logged;
+// the change is stored, and the next reload picks it up.
+func (api *AdminAPI) OnChange(f func(context.Context) error) { api.changed = f }
+
+// stored runs the OnChange function after a stored change.
+func (api *AdminAPI) stored(ctx context.Context) {
+	if api.changed == nil {
+		return
+	}
+	if err := api.changed(ctx); err != nil {
+		api.log.Warn("reloading after a change", zap.Error(err))
+	}
 }
 
 // Register mounts the API on r behind the token check.
@@ -244,6 +265,7 @@ func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestOb
 	if err != nil {
 		return nil, storeError(appResource, a.ID, err)
 	}
+	api.stored(requestCtx(ctx))
 	return admin.CreateApp201JSONResponse(appOut(created)), nil
 }
 
@@ -270,6 +292,7 @@ func (api *AdminAPI) changeApp(ctx context.Context, id string, change func(*stor
 	if err := api.db.UpdateApp(ctx, a); err != nil {
 		return admin.App{}, storeError(appResource, id, err)
 	}
+	api.stored(ctx)
 	// Read back: defaults and webhook ids are filled in by storage.
 	if a, err = api.db.GetApp(ctx, id); err != nil {
 		return admin.App{}, storeError(appResource, id, err)
@@ -291,6 +314,7 @@ func (api *AdminAPI) DeleteApp(ctx context.Context, req admin.DeleteAppRequestOb
 	if err := api.db.DeleteApp(requestCtx(ctx), req.AppId); err != nil {
 		return nil, storeError(appResource, req.AppId, err)
 	}
+	api.stored(requestCtx(ctx))
 	return admin.DeleteApp200JSONResponse{}, nil
 }
 
@@ -434,6 +458,7 @@ func (api *AdminAPI) CreateInstance(ctx context.Context, req admin.CreateInstanc
 	if err != nil {
 		return nil, storeError(instanceResource, in.ID, err)
 	}
+	api.stored(ctx)
 	out, err := api.instanceOut(ctx, created)
 	if err != nil {
 		return nil, err
@@ -471,6 +496,7 @@ func (api *AdminAPI) changeInstance(ctx context.Context, id string, change func(
 	if err := api.db.UpdateInstance(ctx, in); err != nil {
 		return admin.Instance{}, storeError(instanceResource, id, err)
 	}
+	api.stored(ctx)
 	if in, err = api.db.GetInstance(ctx, id); err != nil {
 		return admin.Instance{}, storeError(instanceResource, id, err)
 	}
@@ -491,6 +517,7 @@ func (api *AdminAPI) DeleteInstance(ctx context.Context, req admin.DeleteInstanc
 	if err := api.db.DeleteInstance(requestCtx(ctx), req.InstanceId); err != nil {
 		return nil, storeError(instanceResource, req.InstanceId, err)
 	}
+	api.stored(requestCtx(ctx))
 	return admin.DeleteInstance200JSONResponse{}, nil
 }
 

@@ -4,6 +4,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -109,6 +110,7 @@ type options struct {
 	push     push.Options
 	history  history.Options
 	certPoll time.Duration
+	reload   time.Duration // how often the directories check the database; 0: appReloadInterval
 
 	clusterPrefix                    string
 	clusterHeartbeat, clusterNodeTTL time.Duration
@@ -129,6 +131,11 @@ func WithClusterHeartbeat(every, ttl time.Duration) Option {
 // WithCertPoll sets how often the TLS certificate files are checked for a
 // change (default certPollInterval); tests of SIGHUP make it long.
 func WithCertPoll(d time.Duration) Option { return func(opts *options) { opts.certPoll = d } }
+
+// WithDirectoryReload sets how often the directories of apps and instances
+// check the database for changes (default appReloadInterval); tests of what
+// takes effect without that check make it long.
+func WithDirectoryReload(d time.Duration) Option { return func(opts *options) { opts.reload = d } }
 
 // WithHistory sets the console's history tuning (interval, points, keys);
 // zero fields take history's defaults. Tests make the interval long and
@@ -301,14 +308,15 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	bgCtx, stop := context.WithCancel(context.Background())
 	n.stop = stop
 	n.bg.Add(2)
-	go func() { defer n.bg.Done(); apps.Run(bgCtx, appReloadInterval) }()
+	reload := cmp.Or(o.reload, appReloadInterval)
+	go func() { defer n.bg.Done(); apps.Run(bgCtx, reload) }()
 	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
 	if h := n.ops.history; h != nil {
 		n.bg.Add(1)
 		go func() { defer n.bg.Done(); h.Run(bgCtx.Done()) }()
 	}
 	n.bg.Add(1)
-	go func() { defer n.bg.Done(); instances.Run(bgCtx, appReloadInterval) }()
+	go func() { defer n.bg.Done(); instances.Run(bgCtx, reload) }()
 	if cert != nil {
 		n.bg.Add(1)
 		go func() { defer n.bg.Done(); cert.watch(bgCtx, o.certPoll) }()

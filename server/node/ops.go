@@ -38,6 +38,9 @@ type ops struct {
 	// nothing could read it, so nothing pays for it.
 	history *history.Recorder
 	timer   gin.HandlerFunc // times HTTP requests; set by start
+	// reload re-reads the node's directories of apps and instances, after
+	// the admin API changed one (httpapi.AdminAPI.OnChange).
+	reload func(context.Context) error
 
 	mu  sync.Mutex
 	srv *http.Server // the separate metrics listener, when HERALD_METRICS_ADDR is set
@@ -48,6 +51,7 @@ var longLivedRoutes = []string{"/app/:key", FallbackRoute, "/console/events"}
 
 func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger, historyOpts history.Options) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
+	o.reload = func(ctx context.Context) error { return errors.Join(apps.Reload(ctx), instances.Reload(ctx)) }
 	if cfg.AdminToken == "" {
 		return o
 	}
@@ -127,7 +131,9 @@ func (o *ops) register(engine *gin.Engine, channelsAPI *httpapi.ChannelsAPI, nod
 		return
 	}
 	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.history, Node: node}
-	httpapi.NewAdminAPI(o.db, o.hub, console, o.cfg.AdminToken, o.log).Register(engine)
+	adminAPI := httpapi.NewAdminAPI(o.db, o.hub, console, o.cfg.AdminToken, o.log)
+	adminAPI.OnChange(o.reload)
+	adminAPI.Register(engine)
 	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken))
 }
 

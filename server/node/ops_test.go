@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -297,5 +298,61 @@ func TestNoConsoleWithoutToken(t *testing.T) {
 		if got, want := n.relay != nil, token != ""; got != want {
 			t.Errorf("admin token %q: console relay made = %v, want %v", token, got, want)
 		}
+	}
+}
+
+// A change made through the admin API takes effect on the node that answered
+// it before the answer, not at its next look at the database (made an hour
+// here): the rotated-out secret of an app and of an instance are refused at
+// once, and the new ones work.
+func TestAdminChangesTakeEffectOnTheNodeAtOnce(t *testing.T) {
+	const instance = "6c1a2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	_, url := serveNode(t, config.Config{
+		DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
+		InstanceID: instance, InstanceSecretKey: "instance-secret-before", AdminToken: testAdminToken,
+	}, WithDirectoryReload(time.Hour))
+	rotate := func(path string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+"/admin/v1/"+path+"/rotate-secret", nil)
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
+			t.Fatalf("rotate %s: %d %v", path, res.StatusCode, err)
+		}
+		return out
+	}
+	addr := strings.TrimPrefix(url, "http://")
+
+	newSecret, _ := rotate("apps/77")["secret"].(string)
+	if err := goClient(addr, "go-sdk-key", "go-sdk-secret").Trigger("news", "e", "{}"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("a trigger signed with the rotated-out app secret: %v, want 401", err)
+	}
+	if err := goClient(addr, "go-sdk-key", newSecret).Trigger("news", "e", "{}"); err != nil {
+		t.Fatalf("a trigger signed with the new app secret: %v", err)
+	}
+
+	newKey, _ := rotate("instances/" + instance)["secretKey"].(string)
+	publish := func(key string) int {
+		req, _ := http.NewRequest("POST", url+"/publish_api/v1/instances/"+instance+"/publishes/interests",
+			strings.NewReader(`{"interests":["news"],"fcm":{"notification":{"title":"t"}}}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := publish("instance-secret-before"); got != http.StatusUnauthorized {
+		t.Fatalf("a publish with the rotated-out instance key: %d, want 401", got)
+	}
+	if got := publish(newKey); got != http.StatusOK {
+		t.Fatalf("a publish with the new instance key: %d, want 200", got)
 	}
 }
