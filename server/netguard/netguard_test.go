@@ -124,7 +124,8 @@ func TestControl(t *testing.T) {
 }
 
 func TestPolicyAllows(t *testing.T) {
-	p := NewPolicy([]string{"push.internal", "Fake.Example.", "127.0.0.1:8443", "[::1]", "fd00::1", "[fd00::2]:9000", "10.0.0.5", " ", "host:notaport", "host:0"})
+	p := NewPolicy([]string{"push.internal", "Fake.Example.", "127.0.0.1:8443", "[::1]", "fd00::1", "[fd00::2]:9000", "10.0.0.5", " ", "host:notaport", "host:0",
+		"low.internal:1", "high.internal:65535", "over.internal:65536"})
 	for _, tc := range []struct {
 		host, port string
 		want       bool
@@ -148,6 +149,11 @@ func TestPolicyAllows(t *testing.T) {
 		{"10.0.0.6", "443", false},
 		{"host", "443", false},
 		{"push.internal", "x", false},
+		// The ports at either end are ports; past them the entry is dropped.
+		{"low.internal", "1", true},
+		{"high.internal", "65535", true},
+		{"over.internal", "65536", false},
+		{"over.internal", "443", false},
 	} {
 		if got := p.Allows(tc.host, tc.port); got != tc.want {
 			t.Errorf("Allows(%q, %q) = %v, want %v", tc.host, tc.port, got, tc.want)
@@ -160,7 +166,7 @@ func TestPolicyAllows(t *testing.T) {
 }
 
 func TestCheckURL(t *testing.T) {
-	p := NewPolicy([]string{"127.0.0.1", "push.internal:8080", "[fd00::1]"})
+	p := NewPolicy([]string{"127.0.0.1", "push.internal:8080", "[fd00::1]", "web.internal:80", "10.9.9.9:443"})
 	for _, tc := range []struct {
 		url     string
 		refused bool // a RefusedError
@@ -177,6 +183,11 @@ func TestCheckURL(t *testing.T) {
 		{url: "https://[fd00::1]/x"},
 		{url: "http://fcm.googleapis.com/fcm/send/abc", refused: true},
 		{url: "http://push.internal/x", refused: true}, // allowed on 8080 only
+		// A URL without a port is on its scheme's.
+		{url: "http://web.internal/x"},
+		{url: "https://10.9.9.9/x"},
+		{url: "https://web.internal:8443/x"}, // a name over https is judged when dialled
+		{url: "http://10.9.9.9/x", refused: true},
 		{url: "https://10.1.2.3/x", refused: true},
 		{url: "https://169.254.169.254/latest/meta-data", refused: true},
 		{url: "https://[::1]/x", refused: true},
