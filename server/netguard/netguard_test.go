@@ -356,3 +356,45 @@ func TestTransportReplacesDialAndProxy(t *testing.T) {
 		t.Fatal("the request went through the proxy")
 	}
 }
+
+// closeRecorder is a request body that records whether it was closed.
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+// A request refused by its URL is never sent, and its body is closed as a
+// RoundTripper must; one without a body is refused the same.
+func TestGuardedRefusalClosesTheBody(t *testing.T) {
+	g := NewPolicy(nil).Transport(nil)
+	for _, u := range []string{"ftp://push.example/x", "http://push.example/x"} {
+		body := &closeRecorder{Reader: strings.NewReader("{}")}
+		req, err := http.NewRequest(http.MethodPost, u, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.RoundTrip(req); !errors.Is(err, ErrRefused) {
+			t.Fatalf("%s: err = %v, want a refusal", u, err)
+		}
+		if !body.closed {
+			t.Errorf("%s: the body of a refused request was not closed", u)
+		}
+		req, _ = http.NewRequest(http.MethodGet, u, nil)
+		if _, err := g.RoundTrip(req); !errors.Is(err, ErrRefused) {
+			t.Fatalf("%s without a body: err = %v, want a refusal", u, err)
+		}
+	}
+}
+
+// The guarded transport bounds a TLS handshake unless its caller already
+// did, and then keeps the caller's bound.
+func TestTransportTLSHandshakeTimeout(t *testing.T) {
+	if got := NewPolicy(nil).Transport(nil).Base().TLSHandshakeTimeout; got != tlsHandshakeTimeout || got <= 0 {
+		t.Errorf("a new transport's TLS handshake timeout is %v, want %v", got, tlsHandshakeTimeout)
+	}
+	if got := NewPolicy(nil).Transport(&http.Transport{TLSHandshakeTimeout: 3 * time.Second}).Base().TLSHandshakeTimeout; got != 3*time.Second {
+		t.Errorf("the caller's TLS handshake timeout became %v, want 3s", got)
+	}
+}
