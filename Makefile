@@ -26,9 +26,10 @@ build:
 test: test-go test-compat test-load-smoke
 
 test-go:
-	$(GO) test -race -count=1 ./...
+	@# -timeout 30m: on a loaded machine server/node alone runs past go test's default 10 minutes.
+	$(GO) test -race -count=1 -timeout 30m ./...
 	@# The storage suite again on PostgreSQL (a real server the tests start, see storage/testpg).
-	HERALD_TEST_DB=postgres $(GO) test -race -count=1 ./storage/
+	HERALD_TEST_DB=postgres $(GO) test -race -count=1 -timeout 30m ./storage/
 
 test-compat: $(COMPAT_DIR)/node_modules/.installed
 	@# Built as make build and the Dockerfile build it (TestImageContract too, which shares the build cache).

@@ -398,3 +398,17 @@ func TestTransportTLSHandshakeTimeout(t *testing.T) {
 		t.Errorf("the caller's TLS handshake timeout became %v, want 3s", got)
 	}
 }
+
+// At send time too, a URL without a port is on its scheme's: plain http to
+// a host allowed on port 80 is let through to the dial.
+func TestGuardedPlainHTTPOnDefaultPort(t *testing.T) {
+	g := NewPolicy([]string{"127.0.0.1:80"}).Transport(nil)
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/x", nil)
+	resp, err := g.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if errors.Is(err, ErrRefused) {
+		t.Fatalf("plain http to an allowed host on its default port: %v", err)
+	}
+}
