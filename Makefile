@@ -27,9 +27,10 @@ build:
 test: test-go test-ts test-compat test-load-smoke
 
 test-go:
-	$(GO) test -race -count=1 ./...
+	@# -timeout 30m: on a loaded machine server/node alone runs past go test's default 10 minutes.
+	$(GO) test -race -count=1 -timeout 30m ./...
 	@# The storage suite again on PostgreSQL (a real server the tests start, see storage/testpg).
-	HERALD_TEST_DB=postgres $(GO) test -race -count=1 ./storage/
+	HERALD_TEST_DB=postgres $(GO) test -race -count=1 -timeout 30m ./storage/
 
 ## build-ts: the TypeScript client package (gen/typescript): npm ci, type-check and build its dist/
 build-ts: $(TS_DIR)/node_modules/.installed
@@ -117,7 +118,7 @@ test-load-smoke:
 	cd tools/load && $(GO) test -race -count=1 ./...
 	cd tools/baseline && $(GO) test -race -count=1 ./...
 
-## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws; slow, not in test (one package: make mutate PKGS=./server/signing)
+## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, netguard, storage, config, upgrade, clientrate, history; slow, not in test (one package: make mutate PKGS=./server/signing)
 mutate:
 	GO=$(GO) scripts/mutate.sh $(PKGS)
 

@@ -20,7 +20,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-default_pkgs="./server/signing ./server/beamsauth ./server/webhook ./server/push ./server/httpapi ./server/hub ./server/ws"
+# Every package with logic of its own but server/node (the wiring, whose
+# every test starts a whole node: a run would take hours).
+default_pkgs="./server/signing ./server/beamsauth ./server/webhook ./server/push ./server/httpapi ./server/hub ./server/ws
+	./server/cluster ./server/netguard ./storage ./server/config ./server/upgrade ./server/internal/clientrate ./server/history"
 pkgs=${*:-${PKGS:-$default_pkgs}}
 workers=${WORKERS:-2}
 coefficient=${TIMEOUT_COEFFICIENT:-10}
@@ -36,6 +39,7 @@ excludes() {
 	case $1 in
 	server/push) echo '^pushtest/' ;;
 	server/ws) echo '_other\.go$' ;;
+	storage) echo '^testpg/' ;;
 	esac
 }
 

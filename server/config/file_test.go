@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -125,16 +126,32 @@ func TestReadFileErrors(t *testing.T) {
 		})
 	}
 
-	t.Run("ErrWritableByOthers", func(t *testing.T) {
-		path := writeFile(t, `HERALD_ADDR = "x"`)
-		if err := os.Chmod(path, 0o666); err != nil {
-			t.Fatal(err)
-		}
-		_, err := ReadFile(path)
-		if err == nil || !strings.Contains(err.Error(), "has mode 0666: others could change any setting") {
-			t.Fatalf("ReadFile: got error %v, want the mode refused", err)
-		}
-	})
+	// A file that the group or anyone may write, in any combination, is
+	// refused at start (Load, as serve reads it); one only its owner may
+	// write is read, whoever may read it.
+	for _, mode := range []os.FileMode{0o602, 0o620, 0o622, 0o646, 0o664, 0o666, 0o777} {
+		t.Run(fmt.Sprintf("ErrWritableByOthers%04o", mode), func(t *testing.T) {
+			path := writeFile(t, `HERALD_ADDR = "x"`)
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(nil, getenv(map[string]string{"HERALD_CONFIG": path}), &bytes.Buffer{})
+			if want := fmt.Sprintf("has mode %04o: others could change any setting", mode); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Load: got error %v, want the mode refused", err)
+			}
+		})
+	}
+	for _, mode := range []os.FileMode{0o400, 0o600, 0o640, 0o644, 0o700, 0o755} {
+		t.Run(fmt.Sprintf("OKWritableByOwnerOnly%04o", mode), func(t *testing.T) {
+			path := writeFile(t, `HERALD_ADDR = "x"`)
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := Load(nil, getenv(map[string]string{"HERALD_CONFIG": path}), &bytes.Buffer{}); err != nil || got.Addr != "x" {
+				t.Fatalf("Load: %v, addr %q", err, got.Addr)
+			}
+		})
+	}
 
 	t.Run("ErrBadValueNamesTheSetting", func(t *testing.T) {
 		_, err := Load(nil, getenv(map[string]string{"HERALD_CONFIG": writeFile(t, `HERALD_PONG_TIMEOUT = 30`)}), &bytes.Buffer{})

@@ -50,6 +50,13 @@ func anonEngine(t *testing.T, limiter *AnonLimiter) *gin.Engine {
 // so gin's ClientIP is the connection's address whatever proxies it trusts).
 func anonCall(t *testing.T, engine http.Handler, ip, method, path string) *httptest.ResponseRecorder {
 	t.Helper()
+	return anonCallVia(t, engine, ip, "", method, path)
+}
+
+// anonCallVia is anonCall from the peer ip with the X-Forwarded-For header
+// forwardedFor (none when empty), as a proxy sends it.
+func anonCallVia(t *testing.T, engine http.Handler, ip, forwardedFor, method, path string) *httptest.ResponseRecorder {
+	t.Helper()
 	var body string
 	if method == http.MethodPost {
 		body = `{"event":"delivery","publishId":"p","deviceId":"d","timestampSecs":1700000000}`
@@ -57,6 +64,9 @@ func anonCall(t *testing.T, engine http.Handler, ip, method, path string) *httpt
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if forwardedFor != "" {
+		req.Header.Set("X-Forwarded-For", forwardedFor)
 	}
 	req.RemoteAddr = ip + ":40000"
 	if strings.Contains(ip, ":") {
@@ -138,6 +148,54 @@ func TestAnonRateLimit(t *testing.T) {
 	// An IPv4-mapped IPv6 address is the IPv4 address.
 	if got := status("::ffff:192.0.2.1", http.MethodGet, vapid); got != 429 {
 		t.Errorf("192.0.2.1 written as IPv6: %d", got)
+	}
+}
+
+// Behind a trusted proxy the budget is the client's, as X-Forwarded-For
+// names it, not the proxy's: two clients behind one proxy each have their
+// own. From any other peer the header is ignored, so a client cannot buy a
+// fresh budget by naming another address.
+func TestAnonRateLimitBehindTrustedProxy(t *testing.T) {
+	const (
+		vapid  = "/device_api/v1/instances/" + pushInstanceID + "/web-vapid-public-key"
+		report = "/reporting_api/v2/instances/" + pushInstanceID + "/events"
+		proxy  = "192.0.2.10"
+	)
+	limiter := NewAnonLimiter(1) // bursts of 2
+	limiter.now = func() time.Time { return time.Unix(1_800_000_000, 0) }
+	engine := anonEngine(t, limiter)
+	if err := engine.SetTrustedProxies([]string{proxy}); err != nil {
+		t.Fatal(err)
+	}
+	status := func(peer, client, method, path string) int {
+		t.Helper()
+		return anonCallVia(t, engine, peer, client, method, path).Code
+	}
+	for _, client := range []string{"203.0.113.7", "203.0.113.8"} {
+		if got := status(proxy, client, http.MethodGet, vapid); got != 200 {
+			t.Fatalf("%s's first request: %d", client, got)
+		}
+		if got := status(proxy, client, http.MethodPost, report); got != 200 {
+			t.Fatalf("%s's second request: %d", client, got)
+		}
+	}
+	for _, client := range []string{"203.0.113.7", "203.0.113.8"} {
+		if got := status(proxy, client, http.MethodGet, vapid); got != 429 {
+			t.Errorf("%s's third request: %d, want 429", client, got)
+		}
+	}
+	// The proxy's own requests (no header) have the proxy's budget.
+	if got := status(proxy, "", http.MethodGet, vapid); got != 200 {
+		t.Errorf("the proxy's own request: %d", got)
+	}
+	// An untrusted peer naming a fresh client is limited as itself.
+	for i, want := range []int{200, 200, 429} {
+		if got := status("198.51.100.5", fmt.Sprintf("203.0.113.%d", 20+i), http.MethodGet, vapid); got != want {
+			t.Errorf("untrusted peer's request %d: %d, want %d", i+1, got, want)
+		}
+	}
+	if s := limiter.Stats(); s.Refused != 3 || s.Tracked != 4 {
+		t.Errorf("stats %+v, want 3 refused and 4 addresses", s)
 	}
 }
 

@@ -59,6 +59,13 @@ func TestRegisterWebDeviceEndpoint(t *testing.T) {
 		{"ErrUnspecified", nil, "https://0.0.0.0/x", 400, KindEndpointNotAllowed},
 		{"ErrLocalhost", nil, "https://localhost/x", 400, KindEndpointNotAllowed},
 		{"ErrDecimalAddress", nil, "https://2130706433/x", 400, KindEndpointNotAllowed},
+		// The other numeric IPv4 forms resolvers accept (inet_aton's).
+		{"ErrHexAddress", nil, "https://0x7f000001/x", 400, KindEndpointNotAllowed},
+		{"ErrHexAddressUpperCase", nil, "https://0X7F000001:8443/x", 400, KindEndpointNotAllowed},
+		{"ErrOctalAddress", nil, "https://0177.0.0.1/x", 400, KindEndpointNotAllowed},
+		{"ErrShortAddress", nil, "https://127.1/x", 400, KindEndpointNotAllowed},
+		{"ErrHexParts", nil, "https://0x7f.0x0.0x0.0x1/x", 400, KindEndpointNotAllowed},
+		{"OKNumbersInsideAName", nil, "https://10.0x7f.push.example/x", 200, ""},
 		{"ErrNotHTTP", nil, "ftp://push.example/x", 400, KindInvalidToken},
 		{"OKAllowedAddressPlainHTTP", []string{"127.0.0.1"}, "http://127.0.0.1:9999/push/x", 200, ""},
 		{"OKAllowedNameOnItsPort", []string{"push.internal:8080"}, "http://push.internal:8080/x", 200, ""},

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
@@ -68,6 +69,12 @@ func (fakePublishLimit) LimitStats() httpapi.PublishLimitStats {
 	return httpapi.PublishLimitStats{Refused: 17, DatabaseErrors: 18}
 }
 
+type fakeCluster struct{}
+
+func (fakeCluster) Stats() cluster.Stats {
+	return cluster.Stats{Up: true, Nodes: 2, Received: 20, Panics: 19}
+}
+
 type fakeAnon struct{}
 
 func (fakeAnon) Stats() httpapi.AnonLimiterStats {
@@ -121,7 +128,7 @@ next:
 }
 
 func TestCollector(t *testing.T) {
-	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}, Publish: fakePublishLimit{}})
+	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}, Publish: fakePublishLimit{}, Cluster: fakeCluster{}})
 	fams := gather(t, m)
 	for _, tt := range []struct {
 		name   string
@@ -157,6 +164,10 @@ func TestCollector(t *testing.T) {
 		{"herald_panics_total", []string{"part", "ws"}, 2},
 		{"herald_panics_total", []string{"part", "push"}, 3},
 		{"herald_panics_total", []string{"part", "webhook"}, 16},
+		{"herald_panics_total", []string{"part", "cluster"}, 19},
+		{"herald_cluster_up", nil, 1},
+		{"herald_cluster_nodes", nil, 2},
+		{"herald_cluster_messages_received_total", nil, 20},
 		{"herald_webhook_requests_dropped_total", []string{"reason", "over_cap"}, 13},
 		{"herald_webhook_requests_dropped_total", []string{"reason", "expired"}, 14},
 		{"herald_webhook_requests_dropped_total", []string{"reason", "unwritten"}, 15},

@@ -126,7 +126,8 @@ func TestControl(t *testing.T) {
 }
 
 func TestPolicyAllows(t *testing.T) {
-	p := NewPolicy([]string{"push.internal", "Fake.Example.", "127.0.0.1:8443", "[::1]", "fd00::1", "[fd00::2]:9000", "10.0.0.5", " ", "host:notaport", "host:0"})
+	p := NewPolicy([]string{"push.internal", "Fake.Example.", "127.0.0.1:8443", "[::1]", "fd00::1", "[fd00::2]:9000", "10.0.0.5", " ", "host:notaport", "host:0",
+		"low.internal:1", "high.internal:65535", "over.internal:65536"})
 	for _, tc := range []struct {
 		host, port string
 		want       bool
@@ -150,6 +151,11 @@ func TestPolicyAllows(t *testing.T) {
 		{"10.0.0.6", "443", false},
 		{"host", "443", false},
 		{"push.internal", "x", false},
+		// The ports at either end are ports; past them the entry is dropped.
+		{"low.internal", "1", true},
+		{"high.internal", "65535", true},
+		{"over.internal", "65536", false},
+		{"over.internal", "443", false},
 	} {
 		if got := p.Allows(tc.host, tc.port); got != tc.want {
 			t.Errorf("Allows(%q, %q) = %v, want %v", tc.host, tc.port, got, tc.want)
@@ -162,7 +168,7 @@ func TestPolicyAllows(t *testing.T) {
 }
 
 func TestCheckURL(t *testing.T) {
-	p := NewPolicy([]string{"127.0.0.1", "push.internal:8080", "[fd00::1]"})
+	p := NewPolicy([]string{"127.0.0.1", "push.internal:8080", "[fd00::1]", "web.internal:80", "10.9.9.9:443"})
 	for _, tc := range []struct {
 		url     string
 		refused bool // a RefusedError
@@ -179,6 +185,11 @@ func TestCheckURL(t *testing.T) {
 		{url: "https://[fd00::1]/x"},
 		{url: "http://fcm.googleapis.com/fcm/send/abc", refused: true},
 		{url: "http://push.internal/x", refused: true}, // allowed on 8080 only
+		// A URL without a port is on its scheme's.
+		{url: "http://web.internal/x"},
+		{url: "https://10.9.9.9/x"},
+		{url: "https://web.internal:8443/x"}, // a name over https is judged when dialled
+		{url: "http://10.9.9.9/x", refused: true},
 		{url: "https://10.1.2.3/x", refused: true},
 		{url: "https://169.254.169.254/latest/meta-data", refused: true},
 		{url: "https://[::1]/x", refused: true},
@@ -345,5 +356,61 @@ func TestTransportReplacesDialAndProxy(t *testing.T) {
 	}
 	if proxied.Load() != 0 {
 		t.Fatal("the request went through the proxy")
+	}
+}
+
+// closeRecorder is a request body that records whether it was closed.
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+// A request refused by its URL is never sent, and its body is closed as a
+// RoundTripper must; one without a body is refused the same.
+func TestGuardedRefusalClosesTheBody(t *testing.T) {
+	g := NewPolicy(nil).Transport(nil)
+	for _, u := range []string{"ftp://push.example/x", "http://push.example/x"} {
+		body := &closeRecorder{Reader: strings.NewReader("{}")}
+		req, err := http.NewRequest(http.MethodPost, u, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.RoundTrip(req); !errors.Is(err, ErrRefused) {
+			t.Fatalf("%s: err = %v, want a refusal", u, err)
+		}
+		if !body.closed {
+			t.Errorf("%s: the body of a refused request was not closed", u)
+		}
+		req, _ = http.NewRequest(http.MethodGet, u, nil)
+		if _, err := g.RoundTrip(req); !errors.Is(err, ErrRefused) {
+			t.Fatalf("%s without a body: err = %v, want a refusal", u, err)
+		}
+	}
+}
+
+// The guarded transport bounds a TLS handshake unless its caller already
+// did, and then keeps the caller's bound.
+func TestTransportTLSHandshakeTimeout(t *testing.T) {
+	if got := NewPolicy(nil).Transport(nil).Base().TLSHandshakeTimeout; got != tlsHandshakeTimeout || got <= 0 {
+		t.Errorf("a new transport's TLS handshake timeout is %v, want %v", got, tlsHandshakeTimeout)
+	}
+	if got := NewPolicy(nil).Transport(&http.Transport{TLSHandshakeTimeout: 3 * time.Second}).Base().TLSHandshakeTimeout; got != 3*time.Second {
+		t.Errorf("the caller's TLS handshake timeout became %v, want 3s", got)
+	}
+}
+
+// At send time too, a URL without a port is on its scheme's: plain http to
+// a host allowed on port 80 is let through to the dial.
+func TestGuardedPlainHTTPOnDefaultPort(t *testing.T) {
+	g := NewPolicy([]string{"127.0.0.1:80"}).Transport(nil)
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/x", nil)
+	resp, err := g.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if errors.Is(err, ErrRefused) {
+		t.Fatalf("plain http to an allowed host on its default port: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
 )
 
@@ -161,6 +162,16 @@ func TestAppSubscriptionCap(t *testing.T) {
 	other.expect("pusher_internal:subscription_succeeded", "y")
 
 	_ = a.ws.Close(websocket.StatusNormalClosure, "")
+	// The server lets a's subscriptions go after the close handshake, on
+	// its own time: wait for that rather than race it.
+	wait.Until(t, "a's subscriptions to end", func() bool {
+		for _, st := range s.hub.AppStats() {
+			if st.AppID == "1" {
+				return st.Subscriptions == 1
+			}
+		}
+		return false
+	})
 	b.subscribe("y", "", "")
 	b.expect("pusher_internal:subscription_succeeded", "y")
 	if got := s.handler.Counters().AppSubscriptionsCapped; got != 1 {

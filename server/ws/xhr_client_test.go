@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // xhrClient is a raw client of the HTTP fallback, as pusher-js's HTTP socket
@@ -103,14 +105,14 @@ func (c *xhrClient) post(ctx context.Context, transport, query, body string) (*h
 }
 
 // line is the next line received (or "end" once the receiver stopped),
-// failing the test after 5 s.
+// failing the test after wait.Limit.
 func (c *xhrClient) line() string {
 	c.t.Helper()
 	select {
 	case l := <-c.lines:
 		return l
-	case <-time.After(5 * time.Second):
-		c.t.Fatal("no line from the server in 5 s")
+	case <-time.After(wait.Limit):
+		c.t.Fatalf("no line from the server in %v", wait.Limit)
 		return ""
 	}
 }

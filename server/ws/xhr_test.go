@@ -476,3 +476,50 @@ func TestXHRConnectRateLimit(t *testing.T) {
 		t.Fatalf("%d refused by the connect rate, want 1 (the second session)", n)
 	}
 }
+
+// A request whose <session> part is empty, "." or "..", or longer than 64
+// characters is refused with 404 on every transport and opens no session;
+// one of 64 characters is a session like any other.
+func TestXHRSessionPartRefused(t *testing.T) {
+	s := newWSServer(t, Options{})
+	post := func(path string) (int, string) {
+		t.Helper()
+		// Sent as written: a client's URL parsing would clean up "." and "..".
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.httpURL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", path); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A stream's first line, or the error body. The deferred close of
+		// the connection ends a stream (closing the body would read it all).
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		return resp.StatusCode, line
+	}
+	for _, session := range []string{"", ".", "..", strings.Repeat("s", maxSessionIDPart+1)} {
+		for _, transport := range []string{transportStreaming, transportPolling, transportSend} {
+			path := "/pusher/app/key1/123/" + session + "/" + transport + "?protocol=7&client=js&version=8.6.0"
+			status, body := post(path)
+			var e struct{ Error, Description string }
+			if status != http.StatusNotFound || json.Unmarshal([]byte(body), &e) != nil || e.Error != kindNotFound {
+				t.Errorf("POST %s: %d %.80q, want 404 %s", path, status, body, kindNotFound)
+			}
+		}
+	}
+	if n := s.handler.HTTPSessions(); n != 0 {
+		t.Fatalf("%d sessions opened by refused requests", n)
+	}
+	longest := "/pusher/app/key1/123/" + strings.Repeat("s", maxSessionIDPart) + "/" + transportPolling + "?protocol=7"
+	if status, body := post(longest); status != http.StatusOK || body != "o\n" {
+		t.Fatalf("POST %s: %d %q, want 200 and the open frame", longest, status, body)
+	}
+	if n := s.handler.HTTPSessions(); n != 1 {
+		t.Fatalf("%d sessions after a 64-character session id, want 1", n)
+	}
+}

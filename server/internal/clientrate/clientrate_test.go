@@ -146,6 +146,12 @@ func TestBucketsWait(t *testing.T) {
 			}
 		}
 	}
+	// A bucket part refilled waits only for the rest of its token.
+	b := New(1, 1)
+	b.Take("k", t0)
+	if ok, wait := b.Take("k", t0.Add(250*time.Millisecond)); ok || wait != 750*time.Millisecond {
+		t.Fatalf("a quarter refilled: %v, wait %v; want refused, 750ms", ok, wait)
+	}
 }
 
 // Tiny rates do not overflow time.Duration: the refill time and the wait
