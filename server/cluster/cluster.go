@@ -103,12 +103,14 @@ type Cluster struct {
 	ops opQueue
 
 	// The publish loop's own: the generation it publishes under, the
-	// number of its last message, what it published lately.
+	// number of its last message in each stream (the slots', then the
+	// cluster-wide one's), what it published lately.
 	pubGen    string
-	seq       uint64
+	seq       [Slots + 1]uint64
 	ring      replayRing
-	replayNow chan struct{} // the generation may have changed: check, and replay
-	seen      origins       // the receive loop's own
+	replayNow chan struct{}      // the generation may have changed: check, and replay
+	seen      [Slots + 1]origins // per stream; the receive loop's own
+	interest  interest           // what the node reads
 
 	// healthy: the last heartbeat reached Redis; while false, publishes are
 	// refused at once. needResync: the node's record in Redis must be

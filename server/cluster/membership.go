@@ -188,7 +188,7 @@ func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
 		return err
 	}
 	pipe := c.rdb.TxPipeline()
-	pipe.Del(ctx, c.key("nc:", node))
+	pipe.Del(ctx, c.key("nc:", node), c.key("in:", node))
 	pipe.SRem(ctx, c.key("nodes"), node)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
