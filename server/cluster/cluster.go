@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,15 @@ type Cluster struct {
 
 	stats counters
 
+	// shardIndex of shardCount is the Redis this membership is on (0 of 1
+	// without shards); shards are those of a node on several, whose
+	// Cluster only routes to them (shards.go).
+	shardIndex, shardCount int
+	shards                 []*Cluster
+	// refused is why the Redis refuses this node (another list of shards
+	// is running on it), or nil.
+	refused atomic.Pointer[error]
+
 	redisLog *zap.Logger // the Redis client's own lines, while this is the newest cluster
 
 	ctx    context.Context
@@ -148,10 +158,33 @@ type Cluster struct {
 // New connects to Redis and returns the node's cluster membership; Start
 // joins the cluster. Redis need not answer yet: the node starts outside the
 // cluster and joins when it does.
+//
+// Options.URL may list several Redis URLs, comma-separated: the shards the
+// channels are spread over (shards.go).
 func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
+	urls, err := shardURLs(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = randomID()
+	}
+	if len(urls) == 1 {
+		return newShard(log, h, opts, 0, 1)
+	}
+	return newSharded(log, h, opts, urls)
+}
+
+// newShard returns the node's membership of the cluster on one Redis, the
+// shard index of count (opts.URL is its URL alone).
+func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Cluster, error) {
 	ropts, err := redis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("HERALD_REDIS_URL: %w", err)
+		where := text.RedactURL(opts.URL)
+		if count > 1 {
+			where = fmt.Sprintf("shard %d of %d (%s)", index+1, count, where)
+		}
+		return nil, fmt.Errorf("HERALD_REDIS_URL: %s: %w", where, parseError(err))
 	}
 	if ropts.TLSConfig != nil {
 		// rediss://: go-redis verifies the certificate against the host of
@@ -195,9 +228,6 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	if opts.Settings == nil {
 		opts.Settings = func(string) AppSettings { return AppSettings{} }
 	}
-	if opts.NodeID == "" {
-		opts.NodeID = randomID()
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{
 		log:          log.With(zap.String("node", opts.NodeID)),
@@ -212,6 +242,8 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 		replayNow:    make(chan struct{}, 1),
 		elsewhere:    make(map[string]int),
 		countPending: make(map[string]bool),
+		shardIndex:   index,
+		shardCount:   count,
 		ctx:          ctx,
 		cancel:       cancel,
 	}
@@ -250,7 +282,22 @@ func (c *Cluster) ID() string { return c.id }
 // reachable Redis is in use at once.
 func (c *Cluster) Start() {
 	c.hub.SetCluster(c)
-	c.log.Info("cluster mode", zap.String("redis", text.RedactURL(c.opts.URL)), zap.String("prefix", c.p))
+	redacted := make([]string, 0, 1)
+	for _, u := range strings.Split(c.opts.URL, ",") {
+		redacted = append(redacted, text.RedactURL(strings.TrimSpace(u)))
+	}
+	c.log.Info("cluster mode", zap.Strings("redis", redacted), zap.String("prefix", c.p))
+	if c.shards == nil {
+		c.join()
+		return
+	}
+	for _, s := range c.shards {
+		s.join()
+	}
+}
+
+// join starts the goroutines of the node's membership on one Redis.
+func (c *Cluster) join() {
 	c.heartbeat()
 	c.run(c.publishLoop)
 	c.run(c.receiveLoop)
@@ -286,6 +333,15 @@ func (c *Cluster) run(f func()) {
 // announced now rather than after the heartbeat expires) and disconnects.
 // The hub's connections must be closed first.
 func (c *Cluster) Close() error {
+	if c.shards != nil {
+		errs := make([]error, len(c.shards))
+		var wg sync.WaitGroup
+		for i, s := range c.shards {
+			wg.Go(func() { errs[i] = s.Close() })
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 	c.cancel()
 	defer c.healthy.Store(false) // publishes after Close are refused at once
 	c.wg.Wait()
@@ -309,6 +365,18 @@ func (c *Cluster) Close() error {
 
 // Ready reports whether Redis answers, for /readyz.
 func (c *Cluster) Ready(ctx context.Context) error {
+	if c.shards != nil {
+		errs := make([]error, len(c.shards))
+		for i, s := range c.shards {
+			if err := s.Ready(ctx); err != nil {
+				errs[i] = fmt.Errorf("shard %d: %w", i+1, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := c.refused.Load(); err != nil {
+		return *err
+	}
 	return c.rdb.Ping(ctx).Err()
 }
 

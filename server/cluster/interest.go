@@ -31,8 +31,13 @@ import (
 // of a cluster must use the same number.
 const Slots = 16
 
-// slotOf is the slot of an app's channel (FNV-1a).
+// slotOf is the slot of an app's channel.
 func slotOf(app, channel string) int {
+	return int(channelHash(app, channel) % Slots)
+}
+
+// channelHash is the FNV-1a hash of an app's channel.
+func channelHash(app, channel string) uint32 {
 	h := uint32(2166136261)
 	for i := 0; i < len(app); i++ {
 		h = (h ^ uint32(app[i])) * 16777619
@@ -41,7 +46,7 @@ func slotOf(app, channel string) int {
 	for i := 0; i < len(channel); i++ {
 		h = (h ^ uint32(channel[i])) * 16777619
 	}
-	return int(h % Slots)
+	return h
 }
 
 // slotStreams are the keys' suffixes of the slots' streams.

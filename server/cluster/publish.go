@@ -66,6 +66,9 @@ type pubReq struct {
 // Redis has them. It returns hub.ErrUnavailable at once while Redis does
 // not answer.
 func (c *Cluster) Publish(ms ...hub.Message) error {
+	if c.shards != nil && len(ms) > 0 {
+		return c.publishSharded(ms)
+	}
 	out := make([]*outMsg, len(ms))
 	for i, m := range ms {
 		out[i] = &outMsg{slot: slotOf(m.AppID, m.Channel), msg: encodeEvent(m)}
@@ -79,6 +82,9 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 // Terminate publishes the request to close userID's connections on every
 // node.
 func (c *Cluster) Terminate(appID, userID string) error {
+	if c.shards != nil {
+		return c.home().Terminate(appID, userID)
+	}
 	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}})
 }
 

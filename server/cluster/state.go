@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,21 +70,29 @@ func (q *opQueue) clear() {
 
 // Join records a subscription; the cluster answers with a snapshot.
 func (c *Cluster) Join(j hub.Join) {
+	if c.shards != nil {
+		c.shardFor(j.AppID, j.Channel).Join(j)
+		return
+	}
 	c.interest.join(j)
 	c.ops.push(op{join: &j, reply: true})
 }
 
 // Leave records an unsubscription.
 func (c *Cluster) Leave(l hub.Leave) {
+	if c.shards != nil {
+		c.shardFor(l.AppID, l.Channel).Leave(l)
+		return
+	}
 	c.interest.leave(l.AppID, l.Channel, l.SocketID)
 	c.ops.push(op{leave: &l})
 }
 
 // SignIn records a sign-in; the cluster answers with the watchlist's state.
-func (c *Cluster) SignIn(s hub.SignInRequest) { c.ops.push(op{signIn: &s}) }
+func (c *Cluster) SignIn(s hub.SignInRequest) { c.home().ops.push(op{signIn: &s}) }
 
 // SignOut records the end of a signed-in connection.
-func (c *Cluster) SignOut(s hub.SignOutRequest) { c.ops.push(op{signOut: &s}) }
+func (c *Cluster) SignOut(s hub.SignOutRequest) { c.home().ops.push(op{signOut: &s}) }
 
 // writeLoop applies the queued changes in order, a pipeline at a time, and
 // rebuilds the node's record whenever it lost touch with Redis.
@@ -310,6 +319,13 @@ func (c *Cluster) resync(ctx context.Context) error {
 	c.needResync.Store(false)
 	c.ops.clear()
 	entries, signins := c.hub.Share(func(appID string) int { return c.opts.Settings(appID).MaxPresenceMembers })
+	if c.shardCount > 1 {
+		// This shard's share: its channels, and the sign-ins on the first.
+		entries = slices.DeleteFunc(entries, func(e hub.ShareEntry) bool { return !c.owns(e.AppID, e.Channel) })
+		if c.shardIndex > 0 {
+			signins = nil
+		}
+	}
 	have, err := c.rdb.SMembers(ctx, c.key("ns:", c.id)).Result()
 	if err != nil {
 		c.needResync.Store(true)
