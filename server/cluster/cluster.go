@@ -118,6 +118,9 @@ type Cluster struct {
 	// rebuilt from its hub before further changes are written.
 	healthy    atomic.Bool
 	needResync atomic.Bool
+	// forceReplay: Redis answers again after an outage; the publish loop
+	// publishes its ring again before anything new (see replay).
+	forceReplay atomic.Bool
 	// readerReady: the reader knows where it reads the stream from, so the
 	// answers of a resync will reach it. readerLost: its connection failed;
 	// it must check whether Redis lost its data before reading on.
@@ -178,6 +181,73 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 // newShard returns the node's membership of the cluster on one Redis, the
 // shard index of count (opts.URL is its URL alone).
 func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Cluster, error) {
+	var rdb *redis.Client
+	if strings.HasPrefix(opts.URL, sentinelScheme) {
+		if opts.CAFile != "" {
+			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: Sentinel is reached without TLS")
+		}
+		fo, err := sentinelOptions(opts.URL)
+		if err != nil {
+			return nil, err
+		}
+		rdb = redis.NewFailoverClient(fo)
+	} else {
+		ropts, err := redisOptions(opts, index, count)
+		if err != nil {
+			return nil, err
+		}
+		rdb = redis.NewClient(ropts)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.NodeTTL <= 0 {
+		opts.NodeTTL = DefaultNodeTTL
+	}
+	if opts.Hold <= 0 {
+		opts.Hold = DefaultHold
+	}
+	if opts.ReplayWindow <= 0 {
+		opts.ReplayWindow = DefaultReplayWindow
+	}
+	if opts.ReplayBytes <= 0 {
+		opts.ReplayBytes = DefaultReplayBytes
+	}
+	if opts.Settings == nil {
+		opts.Settings = func(string) AppSettings { return AppSettings{} }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{
+		log:          log.With(zap.String("node", opts.NodeID)),
+		rdb:          rdb,
+		opts:         opts,
+		id:           opts.NodeID,
+		epoch:        randomID(),
+		hub:          h,
+		p:            opts.Prefix,
+		pub:          make(chan *pubReq, 1024),
+		ring:         replayRing{window: opts.ReplayWindow, max: opts.ReplayBytes},
+		replayNow:    make(chan struct{}, 1),
+		elsewhere:    make(map[string]int),
+		countPending: make(map[string]bool),
+		shardIndex:   index,
+		shardCount:   count,
+		ctx:          ctx,
+		cancel:       cancel,
+	}
+	c.ops.init()
+	c.needResync.Store(true)
+	c.redisLog = c.log.Named("redis")
+	redisLogger.Store(c.redisLog)
+	return c, nil
+}
+
+// redisOptions are the client's options of a redis:// or rediss:// URL, the
+// shard index of count.
+func redisOptions(opts Options, index, count int) (*redis.Options, error) {
 	ropts, err := redis.ParseURL(opts.URL)
 	if err != nil {
 		where := text.RedactURL(opts.URL)
@@ -207,51 +277,7 @@ func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Clu
 	ropts.ReadTimeout = 2 * time.Second
 	ropts.WriteTimeout = 2 * time.Second
 	ropts.MaxRetries = 1
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = DefaultHeartbeat
-	}
-	if opts.NodeTTL <= 0 {
-		opts.NodeTTL = DefaultNodeTTL
-	}
-	if opts.Hold <= 0 {
-		opts.Hold = DefaultHold
-	}
-	if opts.ReplayWindow <= 0 {
-		opts.ReplayWindow = DefaultReplayWindow
-	}
-	if opts.ReplayBytes <= 0 {
-		opts.ReplayBytes = DefaultReplayBytes
-	}
-	if opts.Settings == nil {
-		opts.Settings = func(string) AppSettings { return AppSettings{} }
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{
-		log:          log.With(zap.String("node", opts.NodeID)),
-		rdb:          redis.NewClient(ropts),
-		opts:         opts,
-		id:           opts.NodeID,
-		epoch:        randomID(),
-		hub:          h,
-		p:            opts.Prefix,
-		pub:          make(chan *pubReq, 1024),
-		ring:         replayRing{window: opts.ReplayWindow, max: opts.ReplayBytes},
-		replayNow:    make(chan struct{}, 1),
-		elsewhere:    make(map[string]int),
-		countPending: make(map[string]bool),
-		shardIndex:   index,
-		shardCount:   count,
-		ctx:          ctx,
-		cancel:       cancel,
-	}
-	c.ops.init()
-	c.needResync.Store(true)
-	c.redisLog = c.log.Named("redis")
-	redisLogger.Store(c.redisLog)
-	return c, nil
+	return ropts, nil
 }
 
 // redisRoots returns the system's roots (Mozilla's when the system has
@@ -400,6 +426,8 @@ func (c *Cluster) setHealthy(ok bool, err error) {
 	}
 	if ok {
 		c.log.Info("Redis answers: in the cluster")
+		c.forceReplay.Store(true)
+		c.askReplay()
 		return
 	}
 	c.stats.outages.Add(1)

@@ -187,6 +187,11 @@ func (c *Cluster) send(msgs []*outMsg) error {
 		}
 		c.pubGen = g
 	}
+	if c.forceReplay.Load() {
+		if err := c.replay(); err != nil {
+			return err
+		}
+	}
 	err := c.sendUnder(c.pubGen, msgs)
 	if !isGenerationLost(err) {
 		return err
@@ -198,17 +203,30 @@ func (c *Cluster) send(msgs []*outMsg) error {
 }
 
 // replay publishes the ring again when Redis's generation is no longer the
-// one the node published under, then publishes under the new one.
-func (c *Cluster) replay() error {
+// one the node published under, or after an outage (forceReplay: the Redis
+// that answers may be a promoted replica that lacks the last writes), then
+// publishes under the generation Redis has.
+func (c *Cluster) replay() (err error) {
+	force := c.forceReplay.Swap(false)
+	defer func() {
+		if err != nil && force {
+			c.forceReplay.Store(true)
+		}
+	}()
 	ctx, cancel := c.queryContext()
 	g, err := c.generation(ctx)
 	cancel()
-	if err != nil || g == c.pubGen {
+	if err != nil || (g == c.pubGen && !force) {
 		return err
 	}
 	msgs := c.ring.msgs
-	c.log.Warn("Redis lost its data: publishing again what this node published in the last moments, for the nodes that had not read it",
-		zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	if g != c.pubGen {
+		c.log.Warn("Redis lost its data: publishing again what this node published in the last moments, for the nodes that had not read it",
+			zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	} else if len(msgs) > 0 {
+		c.log.Info("Redis answers again: publishing again what this node published in the last moments, in case it lost some (a failover)",
+			zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	}
 	for len(msgs) > 0 {
 		n := min(len(msgs), 512)
 		if err := c.sendUnder(g, msgs[:n]); err != nil {

@@ -39,9 +39,19 @@ import (
 
 // shardURLs splits a HERALD_REDIS_URL into its shards' URLs.
 func shardURLs(raw string) ([]string, error) {
+	if strings.HasPrefix(raw, sentinelScheme) {
+		// Its commas separate Sentinels, not shards.
+		if strings.Contains(raw[len(sentinelScheme):], "://") {
+			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
+		}
+		return []string{raw}, nil
+	}
 	parts := strings.Split(raw, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
+		if strings.HasPrefix(p, sentinelScheme) {
+			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
+		}
 		if !strings.HasPrefix(p, "redis://") && !strings.HasPrefix(p, "rediss://") {
 			what := "the URL"
 			if len(parts) > 1 {
