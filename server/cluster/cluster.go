@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,18 +104,23 @@ type Cluster struct {
 	ops opQueue
 
 	// The publish loop's own: the generation it publishes under, the
-	// number of its last message, what it published lately.
+	// number of its last message in each stream (the slots', then the
+	// cluster-wide one's), what it published lately.
 	pubGen    string
-	seq       uint64
+	seq       [Slots + 1]uint64
 	ring      replayRing
-	replayNow chan struct{} // the generation may have changed: check, and replay
-	seen      origins       // the receive loop's own
+	replayNow chan struct{}      // the generation may have changed: check, and replay
+	seen      [Slots + 1]origins // per stream; the receive loop's own
+	interest  interest           // what the node reads
 
 	// healthy: the last heartbeat reached Redis; while false, publishes are
 	// refused at once. needResync: the node's record in Redis must be
 	// rebuilt from its hub before further changes are written.
 	healthy    atomic.Bool
 	needResync atomic.Bool
+	// forceReplay: Redis answers again after an outage; the publish loop
+	// publishes its ring again before anything new (see replay).
+	forceReplay atomic.Bool
 	// readerReady: the reader knows where it reads the stream from, so the
 	// answers of a resync will reach it. readerLost: its connection failed;
 	// it must check whether Redis lost its data before reading on.
@@ -136,6 +142,15 @@ type Cluster struct {
 
 	stats counters
 
+	// shardIndex of shardCount is the Redis this membership is on (0 of 1
+	// without shards); shards are those of a node on several, whose
+	// Cluster only routes to them (shards.go).
+	shardIndex, shardCount int
+	shards                 []*Cluster
+	// refused is why the Redis refuses this node (another list of shards
+	// is running on it), or nil.
+	refused atomic.Pointer[error]
+
 	redisLog *zap.Logger // the Redis client's own lines, while this is the newest cluster
 
 	ctx    context.Context
@@ -146,10 +161,100 @@ type Cluster struct {
 // New connects to Redis and returns the node's cluster membership; Start
 // joins the cluster. Redis need not answer yet: the node starts outside the
 // cluster and joins when it does.
+//
+// Options.URL may list several Redis URLs, comma-separated: the shards the
+// channels are spread over (shards.go).
 func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
+	urls, err := shardURLs(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = randomID()
+	}
+	if len(urls) == 1 {
+		return newShard(log, h, opts, 0, 1)
+	}
+	return newSharded(log, h, opts, urls)
+}
+
+// newShard returns the node's membership of the cluster on one Redis, the
+// shard index of count (opts.URL is its URL alone).
+func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Cluster, error) {
+	var rdb *redis.Client
+	if strings.HasPrefix(opts.URL, sentinelScheme) {
+		if opts.CAFile != "" {
+			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: Sentinel is reached without TLS")
+		}
+		fo, err := sentinelOptions(opts.URL)
+		if err != nil {
+			return nil, err
+		}
+		rdb = redis.NewFailoverClient(fo)
+	} else {
+		ropts, err := redisOptions(opts, index, count)
+		if err != nil {
+			return nil, err
+		}
+		rdb = redis.NewClient(ropts)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.NodeTTL <= 0 {
+		opts.NodeTTL = DefaultNodeTTL
+	}
+	if opts.Hold <= 0 {
+		opts.Hold = DefaultHold
+	}
+	if opts.ReplayWindow <= 0 {
+		opts.ReplayWindow = DefaultReplayWindow
+	}
+	if opts.ReplayBytes <= 0 {
+		opts.ReplayBytes = DefaultReplayBytes
+	}
+	if opts.Settings == nil {
+		opts.Settings = func(string) AppSettings { return AppSettings{} }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{
+		log:          log.With(zap.String("node", opts.NodeID)),
+		rdb:          rdb,
+		opts:         opts,
+		id:           opts.NodeID,
+		epoch:        randomID(),
+		hub:          h,
+		p:            opts.Prefix,
+		pub:          make(chan *pubReq, 1024),
+		ring:         replayRing{window: opts.ReplayWindow, max: opts.ReplayBytes},
+		replayNow:    make(chan struct{}, 1),
+		elsewhere:    make(map[string]int),
+		countPending: make(map[string]bool),
+		shardIndex:   index,
+		shardCount:   count,
+		ctx:          ctx,
+		cancel:       cancel,
+	}
+	c.ops.init()
+	c.needResync.Store(true)
+	c.redisLog = c.log.Named("redis")
+	redisLogger.Store(c.redisLog)
+	return c, nil
+}
+
+// redisOptions are the client's options of a redis:// or rediss:// URL, the
+// shard index of count.
+func redisOptions(opts Options, index, count int) (*redis.Options, error) {
 	ropts, err := redis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("HERALD_REDIS_URL: %w", text.URLError(opts.URL, err))
+		where := "HERALD_REDIS_URL"
+		if count > 1 {
+			where = fmt.Sprintf("HERALD_REDIS_URL, shard %d of %d", index+1, count)
+		}
+		return nil, fmt.Errorf("%s: %w", where, text.URLError(opts.URL, err))
 	}
 	if ropts.TLSConfig != nil {
 		// rediss://: go-redis verifies the certificate against the host of
@@ -172,52 +277,7 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	ropts.ReadTimeout = 2 * time.Second
 	ropts.WriteTimeout = 2 * time.Second
 	ropts.MaxRetries = 1
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = DefaultHeartbeat
-	}
-	if opts.NodeTTL <= 0 {
-		opts.NodeTTL = DefaultNodeTTL
-	}
-	if opts.Hold <= 0 {
-		opts.Hold = DefaultHold
-	}
-	if opts.ReplayWindow <= 0 {
-		opts.ReplayWindow = DefaultReplayWindow
-	}
-	if opts.ReplayBytes <= 0 {
-		opts.ReplayBytes = DefaultReplayBytes
-	}
-	if opts.Settings == nil {
-		opts.Settings = func(string) AppSettings { return AppSettings{} }
-	}
-	if opts.NodeID == "" {
-		opts.NodeID = randomID()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{
-		log:          log.With(zap.String("node", opts.NodeID)),
-		rdb:          redis.NewClient(ropts),
-		opts:         opts,
-		id:           opts.NodeID,
-		epoch:        randomID(),
-		hub:          h,
-		p:            opts.Prefix,
-		pub:          make(chan *pubReq, 1024),
-		ring:         replayRing{window: opts.ReplayWindow, max: opts.ReplayBytes},
-		replayNow:    make(chan struct{}, 1),
-		elsewhere:    make(map[string]int),
-		countPending: make(map[string]bool),
-		ctx:          ctx,
-		cancel:       cancel,
-	}
-	c.ops.init()
-	c.needResync.Store(true)
-	c.redisLog = c.log.Named("redis")
-	redisLogger.Store(c.redisLog)
-	return c, nil
+	return ropts, nil
 }
 
 // redisRoots returns the system's roots (Mozilla's when the system has
@@ -248,7 +308,22 @@ func (c *Cluster) ID() string { return c.id }
 // reachable Redis is in use at once.
 func (c *Cluster) Start() {
 	c.hub.SetCluster(c)
-	c.log.Info("cluster mode", zap.String("redis", text.RedactURL(c.opts.URL)), zap.String("prefix", c.p))
+	redacted := make([]string, 0, 1)
+	for _, u := range strings.Split(c.opts.URL, ",") {
+		redacted = append(redacted, text.RedactURL(strings.TrimSpace(u)))
+	}
+	c.log.Info("cluster mode", zap.Strings("redis", redacted), zap.String("prefix", c.p))
+	if c.shards == nil {
+		c.join()
+		return
+	}
+	for _, s := range c.shards {
+		s.join()
+	}
+}
+
+// join starts the goroutines of the node's membership on one Redis.
+func (c *Cluster) join() {
 	c.heartbeat()
 	c.run(c.publishLoop)
 	c.run(c.receiveLoop)
@@ -284,6 +359,15 @@ func (c *Cluster) run(f func()) {
 // announced now rather than after the heartbeat expires) and disconnects.
 // The hub's connections must be closed first.
 func (c *Cluster) Close() error {
+	if c.shards != nil {
+		errs := make([]error, len(c.shards))
+		var wg sync.WaitGroup
+		for i, s := range c.shards {
+			wg.Go(func() { errs[i] = s.Close() })
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 	c.cancel()
 	defer c.healthy.Store(false) // publishes after Close are refused at once
 	c.wg.Wait()
@@ -307,6 +391,18 @@ func (c *Cluster) Close() error {
 
 // Ready reports whether Redis answers, for /readyz.
 func (c *Cluster) Ready(ctx context.Context) error {
+	if c.shards != nil {
+		errs := make([]error, len(c.shards))
+		for i, s := range c.shards {
+			if err := s.Ready(ctx); err != nil {
+				errs[i] = fmt.Errorf("shard %d: %w", i+1, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := c.refused.Load(); err != nil {
+		return *err
+	}
 	return c.rdb.Ping(ctx).Err()
 }
 
@@ -330,6 +426,8 @@ func (c *Cluster) setHealthy(ok bool, err error) {
 	}
 	if ok {
 		c.log.Info("Redis answers: in the cluster")
+		c.forceReplay.Store(true)
+		c.askReplay()
 		return
 	}
 	c.stats.outages.Add(1)

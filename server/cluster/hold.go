@@ -33,7 +33,7 @@ func (c *Cluster) releaseHeld(ctx context.Context, all bool) {
 		flag = "a"
 	}
 	for {
-		cl := &call{script: releaseScript, args: []any{c.p, StreamLength, page, flag}}
+		cl := &call{script: releaseScript, args: []any{c.p, globalStream, page, flag}}
 		c.exec(ctx, []*call{cl})
 		if cl.err != nil {
 			if ctx.Err() == nil {

@@ -15,6 +15,10 @@ import (
 func (c *Cluster) heartbeat() {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.NodeTTL)
 	defer cancel()
+	if err := c.checkShard(ctx); err != nil {
+		c.setHealthy(false, err)
+		return
+	}
 	if err := c.beat(ctx); err != nil {
 		c.setHealthy(false, err)
 		return
@@ -96,6 +100,9 @@ func (c *Cluster) beat(ctx context.Context) error {
 // ConnectionsElsewhere is the number of connections of appID on the other
 // live nodes, as of the last heartbeat.
 func (c *Cluster) ConnectionsElsewhere(appID string) int {
+	if c.shards != nil {
+		return c.home().ConnectionsElsewhere(appID)
+	}
 	c.elsewhereMu.RLock()
 	defer c.elsewhereMu.RUnlock()
 	return c.elsewhere[appID]
@@ -188,7 +195,7 @@ func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
 		return err
 	}
 	pipe := c.rdb.TxPipeline()
-	pipe.Del(ctx, c.key("nc:", node))
+	pipe.Del(ctx, c.key("nc:", node), c.key("in:", node))
 	pipe.SRem(ctx, c.key("nodes"), node)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 // numbers its messages in order and sends what its callers queued in one
 // script call (publishScript): the messages of consecutive plain calls
 // packed in one stream entry, a cache channel's message in an entry of its
-// own. The script runs only while Redis still has the state's generation
+// own, each in the stream of its channel's slot (interest.go). The script runs only while Redis still has the state's generation
 // the node last published under, so nothing is appended to a Redis that
 // lost its data before the node knows.
 //
@@ -23,9 +23,11 @@ import (
 // it published for a while (the replay ring), and when it finds Redis lost
 // its data it publishes that again, under the new generation, before
 // anything new. Every entry carries its origin (the publishing process) and
-// the sequence number of its first message; a node delivers a message only
-// when its number is above the last it delivered from that origin, so a
-// message it already had is dropped and one it missed is delivered, late.
+// the sequence number of its first message, in its stream's numbering (a
+// node reads each stream in order, but not the streams in one order); a
+// node delivers a message only when its number is above the last it
+// delivered from that origin in that stream, so a message it already had is
+// dropped and one it missed is delivered, late.
 
 // Defaults of Options.ReplayWindow and Options.ReplayBytes.
 const (
@@ -35,6 +37,7 @@ const (
 
 // outMsg is one message this node publishes.
 type outMsg struct {
+	slot  int // the stream's: a channel slot, or Slots for the cluster-wide stream
 	seq   uint64
 	msg   string
 	cache *cacheUpdate // a cache channel's event: its new last event
@@ -63,9 +66,12 @@ type pubReq struct {
 // Redis has them. It returns hub.ErrUnavailable at once while Redis does
 // not answer.
 func (c *Cluster) Publish(ms ...hub.Message) error {
+	if c.shards != nil && len(ms) > 0 {
+		return c.publishSharded(ms)
+	}
 	out := make([]*outMsg, len(ms))
 	for i, m := range ms {
-		out[i] = &outMsg{msg: encodeEvent(m)}
+		out[i] = &outMsg{slot: slotOf(m.AppID, m.Channel), msg: encodeEvent(m)}
 		if m.Cache {
 			out[i].cache = &cacheUpdate{app: m.AppID, channel: m.Channel, value: cacheValue(m.Event, m.Data)}
 		}
@@ -76,13 +82,24 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 // Terminate publishes the request to close userID's connections on every
 // node.
 func (c *Cluster) Terminate(appID, userID string) error {
-	return c.publish([]*outMsg{{msg: encodeFields(kindTerminate, appID, userID)}})
+	if c.shards != nil {
+		return c.home().Terminate(appID, userID)
+	}
+	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}})
 }
 
-// StreamLength is about how many messages the cluster's stream keeps (XADD
-// MAXLEN ~): how far a node that lost touch with Redis for a moment can
-// catch up. At 10,000 messages/s it is 10 s of history.
-const StreamLength = 100000
+// StreamHistory is about how long the cluster's streams keep a message
+// (XADD MINID ~, by Redis's clock): how far a node that lost touch with
+// Redis for a moment can catch up.
+const StreamHistory = 10 * time.Second
+
+// streamOf is the key suffix of a slot's stream.
+func streamOf(slot int) string {
+	if slot == Slots {
+		return globalStream
+	}
+	return slotStreams[slot]
+}
 
 func (c *Cluster) publish(msgs []*outMsg) error {
 	if !c.healthy.Load() {
@@ -136,8 +153,8 @@ func (c *Cluster) publishLoop() {
 		msgs = msgs[:0]
 		for _, r := range batch {
 			for _, m := range r.msgs {
-				c.seq++
-				m.seq = c.seq
+				c.seq[m.slot]++
+				m.seq = c.seq[m.slot]
 				msgs = append(msgs, m)
 			}
 		}
@@ -170,6 +187,11 @@ func (c *Cluster) send(msgs []*outMsg) error {
 		}
 		c.pubGen = g
 	}
+	if c.forceReplay.Load() {
+		if err := c.replay(); err != nil {
+			return err
+		}
+	}
 	err := c.sendUnder(c.pubGen, msgs)
 	if !isGenerationLost(err) {
 		return err
@@ -181,17 +203,30 @@ func (c *Cluster) send(msgs []*outMsg) error {
 }
 
 // replay publishes the ring again when Redis's generation is no longer the
-// one the node published under, then publishes under the new one.
-func (c *Cluster) replay() error {
+// one the node published under, or after an outage (forceReplay: the Redis
+// that answers may be a promoted replica that lacks the last writes), then
+// publishes under the generation Redis has.
+func (c *Cluster) replay() (err error) {
+	force := c.forceReplay.Swap(false)
+	defer func() {
+		if err != nil && force {
+			c.forceReplay.Store(true)
+		}
+	}()
 	ctx, cancel := c.queryContext()
 	g, err := c.generation(ctx)
 	cancel()
-	if err != nil || g == c.pubGen {
+	if err != nil || (g == c.pubGen && !force) {
 		return err
 	}
 	msgs := c.ring.msgs
-	c.log.Warn("Redis lost its data: publishing again what this node published in the last moments, for the nodes that had not read it",
-		zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	if g != c.pubGen {
+		c.log.Warn("Redis lost its data: publishing again what this node published in the last moments, for the nodes that had not read it",
+			zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	} else if len(msgs) > 0 {
+		c.log.Info("Redis answers again: publishing again what this node published in the last moments, in case it lost some (a failover)",
+			zap.Int("messages", len(msgs)), zap.Duration("window", c.opts.ReplayWindow))
+	}
 	for len(msgs) > 0 {
 		n := min(len(msgs), 512)
 		if err := c.sendUnder(g, msgs[:n]); err != nil {
@@ -212,25 +247,33 @@ func isGenerationLost(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, errGenerationLost)
 }
 
-// sendUnder runs publishScript for msgs, which are in sequence order.
+// sendUnder runs publishScript for msgs, which are in sequence order in
+// each stream.
 func (c *Cluster) sendUnder(gen string, msgs []*outMsg) error {
-	args := make([]any, 0, 4+3*len(msgs))
-	args = append(args, c.p, StreamLength, gen, c.epoch)
-	for i := 0; i < len(msgs); {
-		m := msgs[i]
-		if m.cache != nil {
-			args = append(args, "c", m.seq, m.msg, m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
-			i++
-			continue
+	args := make([]any, 0, 4+4*len(msgs))
+	args = append(args, c.p, globalStream, gen, c.epoch)
+	var bySlot [Slots + 1][]*outMsg
+	for _, m := range msgs {
+		bySlot[m.slot] = append(bySlot[m.slot], m)
+	}
+	for slot, msgs := range bySlot {
+		stream := streamOf(slot)
+		for i := 0; i < len(msgs); {
+			m := msgs[i]
+			if m.cache != nil {
+				args = append(args, "c", stream, m.seq, m.msg, m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
+				i++
+				continue
+			}
+			// The plain messages that follow with consecutive numbers go in
+			// one entry, numbered by its first.
+			j := i + 1
+			for j < len(msgs) && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 {
+				j++
+			}
+			args = append(args, "x", stream, m.seq, packed(msgs[i:j]))
+			i = j
 		}
-		// The plain messages that follow with consecutive numbers go in one
-		// entry, numbered by its first.
-		j := i + 1
-		for j < len(msgs) && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 {
-			j++
-		}
-		args = append(args, "x", m.seq, packed(msgs[i:j]))
-		i = j
 	}
 	cl := &call{script: publishScript, args: args}
 	c.exec(c.ctx, []*call{cl})

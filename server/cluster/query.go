@@ -25,6 +25,9 @@ func unavailable(err error) error { return fmt.Errorf("%w: %v", hub.ErrUnavailab
 
 // Channel returns the state of one channel over the cluster.
 func (c *Cluster) Channel(appID, name string) (hub.ChannelStats, error) {
+	if c.shards != nil {
+		return c.shardFor(appID, name).Channel(appID, name)
+	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	st := hub.ChannelStats{Name: name}
@@ -52,6 +55,9 @@ func (c *Cluster) Channel(appID, name string) (hub.ChannelStats, error) {
 // Channels returns the occupied channels of appID over the cluster whose
 // names start with prefix, sorted by name.
 func (c *Cluster) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
+	if c.shards != nil {
+		return c.channelsSharded(appID, prefix)
+	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	all, err := c.rdb.HGetAll(ctx, c.key("ch:", appID)).Result()
@@ -87,6 +93,9 @@ func (c *Cluster) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
 // PresenceUsers returns the distinct users of a presence channel over the
 // cluster, sorted.
 func (c *Cluster) PresenceUsers(appID, name string) ([]string, error) {
+	if c.shards != nil {
+		return c.shardFor(appID, name).PresenceUsers(appID, name)
+	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	ids, err := c.rdb.HKeys(ctx, c.key("pm:", appID, ":", name)).Result()
@@ -99,6 +108,9 @@ func (c *Cluster) PresenceUsers(appID, name string) ([]string, error) {
 
 // CachedEvent returns a cache channel's last event and its time to live.
 func (c *Cluster) CachedEvent(appID, name string) (string, time.Duration, bool, error) {
+	if c.shards != nil {
+		return c.shardFor(appID, name).CachedEvent(appID, name)
+	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	k := c.key("cache:", appID, ":", name)
@@ -123,6 +135,9 @@ func (c *Cluster) CachedEvent(appID, name string) (string, time.Duration, bool, 
 // Connections returns the connections of appID over the cluster: this
 // node's now, the others' as of the last heartbeat.
 func (c *Cluster) Connections(appID string) (int, error) {
+	if c.shards != nil {
+		return c.home().Connections(appID)
+	}
 	if !c.healthy.Load() {
 		return 0, hub.ErrUnavailable
 	}
@@ -150,6 +165,9 @@ type Stats struct {
 
 // Stats returns the cluster's figures.
 func (c *Cluster) Stats() Stats {
+	if c.shards != nil {
+		return c.statsSharded()
+	}
 	return Stats{
 		Up:            c.healthy.Load(),
 		Nodes:         c.nodes.Load(),

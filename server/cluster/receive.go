@@ -9,21 +9,31 @@ import (
 	"github.com/heraldrt/herald/server/internal/recovery"
 )
 
-// receiveLoop reads the cluster's stream from where it stopped and hands
-// each message to the hub in the stream's order.
+// receiveLoop reads the cluster's streams — the cluster-wide one, the
+// node's wake-up stream and the streams of the slots it has subscriptions
+// in (interest.go) — from where it stopped, and hands each stream's
+// messages to the hub in the stream's order.
 func (c *Cluster) receiveLoop() {
 	backoff := 50 * time.Millisecond
-	last, gen := "", ""
+	var global, wake, gen string
+	streams := make([]string, 0, 2*(Slots+2))
 	for c.ctx.Err() == nil {
-		if last == "" || c.readerLost.Swap(false) {
+		if global == "" || c.readerLost.Swap(false) {
 			var err error
-			if last, gen, err = c.position(last, gen); err != nil {
+			if global, wake, gen, err = c.position(global, wake, gen); err != nil {
 				c.sleep(&backoff)
 				continue
 			}
 			c.readerReady.Store(true)
 		}
-		res, err := c.rdb.XRead(c.ctx, &redis.XReadArgs{Streams: []string{c.key("msgs"), last}, Count: 1000, Block: 2 * c.opts.Heartbeat}).Result()
+		slots, from := c.interest.reading()
+		streams = append(streams[:0], c.key(globalStream), c.key("in:", c.id))
+		for _, s := range slots {
+			streams = append(streams, c.key(slotStreams[s]))
+		}
+		streams = append(streams, global, wake)
+		streams = append(streams, from...)
+		res, err := c.rdb.XRead(c.ctx, &redis.XReadArgs{Streams: streams, Count: 1000, Block: 2 * c.opts.Heartbeat}).Result()
 		if err != nil {
 			if isNil(err) || c.ctx.Err() != nil {
 				continue // nothing new, or closing
@@ -35,51 +45,88 @@ func (c *Cluster) receiveLoop() {
 		backoff = 50 * time.Millisecond
 		now := time.Now()
 		for _, st := range res {
+			if len(st.Messages) == 0 {
+				continue
+			}
+			last := st.Messages[len(st.Messages)-1].ID
+			slot := -1
+			switch st.Stream {
+			case streams[0]:
+				global, slot = last, Slots
+			case streams[1]:
+				wake = last
+				continue // only wakes the reader
+			default:
+				for i, s := range slots {
+					if st.Stream == streams[2+i] {
+						slot = s
+						break
+					}
+				}
+			}
+			if slot < 0 {
+				continue
+			}
 			for _, m := range st.Messages {
-				last = m.ID
 				payload, ok := m.Values["m"].(string)
 				if !ok {
 					continue
 				}
 				origin, seq := entryOrigin(m.Values)
-				c.handleEntry(payload, origin, seq, now)
+				c.handleEntry(&c.seen[slot], payload, origin, seq, now)
+			}
+			if slot < Slots {
+				c.interest.advance(slot, last)
 			}
 		}
-		c.seen.sweep(now)
+		for i := range c.seen {
+			c.seen[i].sweep(now)
+		}
 	}
 }
 
-// position returns where to read the stream from: on after last, or at the
-// first call after the stream's newest message. It asks for a rebuild of
-// the node's record when Redis lost its data (its generation changed).
-func (c *Cluster) position(last, gen string) (string, string, error) {
+// position returns where to read the cluster-wide and wake-up streams
+// from: on after global and wake, or at the first call after their newest
+// messages. It asks for a rebuild of the node's record when Redis lost its
+// data (its generation changed).
+func (c *Cluster) position(global, wake, gen string) (string, string, string, error) {
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	now, err := c.generation(ctx)
 	if err != nil {
-		return last, gen, err
+		return global, wake, gen, err
 	}
 	switch {
-	case last == "":
-		msgs, err := c.rdb.XRevRangeN(ctx, c.key("msgs"), "+", "-", 1).Result()
-		if err != nil {
-			return last, gen, err
+	case global == "":
+		pipe := c.rdb.Pipeline()
+		g := pipe.XRevRangeN(ctx, c.key(globalStream), "+", "-", 1)
+		w := pipe.XRevRangeN(ctx, c.key("in:", c.id), "+", "-", 1)
+		if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+			return global, wake, gen, err
 		}
-		last = "0-0"
-		if len(msgs) > 0 {
-			last = msgs[0].ID
-		}
+		global, wake = newestID(g.Val()), newestID(w.Val())
 	case now != gen:
 		// Redis lost its data, the nodes' records included: rebuild this
-		// node's record. Reading goes on after last: the new stream's ids
-		// come from Redis's clock, so all of it is after last (going back to
-		// its start would deliver again what the reader already took from
-		// it, when the client's retry hid the restart).
+		// node's record. Reading goes on after where it was in each stream:
+		// the new streams' ids come from Redis's clock, so all of them are
+		// after (going back to their start would deliver again what the
+		// reader already took from them, when the client's retry hid the
+		// restart).
 		c.log.Warn("Redis lost its data: the node's record is rebuilt")
 		c.needResync.Store(true)
 		c.askReplay()
 	}
-	return last, now, nil
+	return global, wake, now, nil
+}
+
+// newestID is the id of the newest of msgs (at most one, newest first), or
+// 0-0 when there is none: where to read a stream from to read what comes
+// next.
+func newestID(msgs []redis.XMessage) string {
+	if len(msgs) > 0 {
+		return msgs[0].ID
+	}
+	return "0-0"
 }
 
 func (c *Cluster) sleep(backoff *time.Duration) {
@@ -90,12 +137,13 @@ func (c *Cluster) sleep(backoff *time.Duration) {
 	*backoff = min(2**backoff, 2*time.Second)
 }
 
-// handleEntry delivers the messages of one stream entry: itself, or those
+// handleEntry delivers the messages of one stream entry, whose origins
+// seen tracks: itself, or those
 // of a batch. An entry a node published (origin set) numbers its messages
 // from seq, and only those this node has not delivered yet are: an entry
 // published again after Redis lost its data may hold some it had.
-func (c *Cluster) handleEntry(payload, origin string, seq uint64, now time.Time) {
-	fresh := func(i int) bool { return origin == "" || c.seen.fresh(origin, seq+uint64(i), now) }
+func (c *Cluster) handleEntry(seen *origins, payload, origin string, seq uint64, now time.Time) {
+	fresh := func(i int) bool { return origin == "" || seen.fresh(origin, seq+uint64(i), now) }
 	if len(payload) == 0 || payload[0] != kindBatch {
 		if fresh(0) {
 			c.handle(payload)
@@ -148,6 +196,7 @@ func (c *Cluster) handle(payload string) {
 			c.log.Warn("malformed subscription answer dropped")
 			return
 		}
+		c.interest.answered(s)
 		c.hub.ReceiveSnapshot(s)
 	case kindSignIn:
 		if len(f) >= 3 && f[0] == c.id {

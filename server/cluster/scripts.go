@@ -23,6 +23,9 @@ import (
 //	P nu:<node>              set    the node's signed-in connections: app \31 socket \31 user
 //	P nc:<node>              hash   the node's connections per app
 //	P node:<node>            string the node's heartbeat (expires)
+//	P msgs                   stream terminations, watchlist changes, sign-in answers: every node reads it
+//	P msgs:<slot>            stream the messages of the channels of a slot (interest.go)
+//	P in:<node>              stream wakes the node's reader when it starts reading a slot
 //	P nodes                  set    the nodes that have state
 //	P gen                    string the state's generation: gone when Redis lost its data
 //	P ch:<app>               hash   channel → subscriptions in the cluster
@@ -41,19 +44,26 @@ import (
 // neither, and every node releases, with releaseScript, those whose time
 // has come (a node that died holding none).
 //
-// Every script takes the prefix as ARGV[1] and the stream's length (MAXLEN ~)
-// as ARGV[2]; their own arguments follow.
+// Every script takes the prefix as ARGV[1] and, as ARGV[2], the stream it
+// publishes to (after the prefix: msgs:<slot> for a channel's, msgs for the
+// cluster-wide one; see interest.go); their own arguments follow. Streams
+// keep StreamHistory of messages (XADD MINID ~, by Redis's clock).
 const prelude = `
 local P = ARGV[1]
 local COUNT_ABOVE, COUNT_EVERY_MS = {{count_above}}, {{count_every_ms}}
 local function ns(s) s = tostring(s); return #s .. ':' .. s end
-local function publish(msg) redis.call('XADD', P .. 'msgs', 'MAXLEN', '~', ARGV[2], '*', 'm', msg) end
-local function event(app, channel, name, data, exclude)
-  return 'E' .. ns(app) .. ns(channel) .. ns(name) .. ns(data) .. ns('') .. ns(exclude) .. ns('')
-end
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local minid
+local function xadd(stream, ...)
+  if not minid then minid = nowms() - {{history_ms}} end
+  redis.call('XADD', stream, 'MINID', '~', minid, '*', ...)
+end
+local function publish(msg) xadd(P .. ARGV[2], 'm', msg) end
+local function event(app, channel, name, data, exclude)
+  return 'E' .. ns(app) .. ns(channel) .. ns(name) .. ns(data) .. ns('') .. ns(exclude) .. ns('')
 end
 -- held names a held-back webhook: v (channel_vacated) or m (member_removed),
 -- then the app, channel and user.
@@ -94,6 +104,7 @@ func newScript(body string) *redis.Script {
 	return redis.NewScript(strings.NewReplacer(
 		"{{count_above}}", strconv.Itoa(hub.CountThrottleAbove),
 		"{{count_every_ms}}", strconv.FormatInt(hub.CountThrottleEvery.Milliseconds(), 10),
+		"{{history_ms}}", strconv.FormatInt(StreamHistory.Milliseconds(), 10),
 	).Replace(prelude) + body)
 }
 
@@ -239,28 +250,27 @@ end
 return {}
 `)
 
-// publishScript appends a node's messages to the stream, each entry with
-// its origin (o) and the number of its first message (s), and keeps a
-// cache channel's event as its last, all only while Redis still has the
-// generation the node publishes under (see publish.go).
-// ARGV gen origin, then per entry either
+// publishScript appends a node's messages to their streams, each entry
+// with its origin (o) and the number of its first message (s) in the
+// stream's numbering, and keeps a cache channel's event as its last, all
+// only while Redis still has the generation the node publishes under (see
+// publish.go). ARGV[2] is unused. ARGV gen origin, then per entry either
 //
-//	x seq message                                a plain entry
-//	c seq message app channel value ttl_ms       a cache channel's event
+//	x stream seq message                                a plain entry
+//	c stream seq message app channel value ttl_ms       a cache channel's event
 var publishScript = newScript(`
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
 end
-local stream = P .. 'msgs'
 local i = 5
 while i <= #ARGV do
   if ARGV[i] == 'c' then
-    redis.call('SET', P .. 'cache:' .. ARGV[i+3] .. ':' .. ARGV[i+4], ARGV[i+5], 'PX', ARGV[i+6])
-    redis.call('XADD', stream, 'MAXLEN', '~', ARGV[2], '*', 'm', ARGV[i+2], 'o', ARGV[4], 's', ARGV[i+1])
-    i = i + 7
+    redis.call('SET', P .. 'cache:' .. ARGV[i+4] .. ':' .. ARGV[i+5], ARGV[i+6], 'PX', ARGV[i+7])
+    xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
+    i = i + 8
   else
-    redis.call('XADD', stream, 'MAXLEN', '~', ARGV[2], '*', 'm', ARGV[i+2], 'o', ARGV[4], 's', ARGV[i+1])
-    i = i + 3
+    xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
+    i = i + 4
   end
 end
 return 1

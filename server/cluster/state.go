@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,16 +69,30 @@ func (q *opQueue) clear() {
 }
 
 // Join records a subscription; the cluster answers with a snapshot.
-func (c *Cluster) Join(j hub.Join) { c.ops.push(op{join: &j, reply: true}) }
+func (c *Cluster) Join(j hub.Join) {
+	if c.shards != nil {
+		c.shardFor(j.AppID, j.Channel).Join(j)
+		return
+	}
+	c.interest.join(j)
+	c.ops.push(op{join: &j, reply: true})
+}
 
 // Leave records an unsubscription.
-func (c *Cluster) Leave(l hub.Leave) { c.ops.push(op{leave: &l}) }
+func (c *Cluster) Leave(l hub.Leave) {
+	if c.shards != nil {
+		c.shardFor(l.AppID, l.Channel).Leave(l)
+		return
+	}
+	c.interest.leave(l.AppID, l.Channel, l.SocketID)
+	c.ops.push(op{leave: &l})
+}
 
 // SignIn records a sign-in; the cluster answers with the watchlist's state.
-func (c *Cluster) SignIn(s hub.SignInRequest) { c.ops.push(op{signIn: &s}) }
+func (c *Cluster) SignIn(s hub.SignInRequest) { c.home().ops.push(op{signIn: &s}) }
 
 // SignOut records the end of a signed-in connection.
-func (c *Cluster) SignOut(s hub.SignOutRequest) { c.ops.push(op{signOut: &s}) }
+func (c *Cluster) SignOut(s hub.SignOutRequest) { c.home().ops.push(op{signOut: &s}) }
 
 // writeLoop applies the queued changes in order, a pipeline at a time, and
 // rebuilds the node's record whenever it lost touch with Redis.
@@ -128,13 +143,29 @@ func (c *Cluster) writeLoop() {
 	}
 }
 
-// apply runs the ops in one pipeline and reports what they caused.
+// apply runs the ops in one pipeline and reports what they caused. The
+// reader reads the slots of its joins first, so that it reads their answers.
 func (c *Cluster) apply(ctx context.Context, ops []op) error {
-	calls := make([]*call, len(ops))
+	wake, err := c.readSlots(ctx, ops)
+	if err != nil {
+		return err
+	}
+	calls := make([]*call, len(ops), len(ops)+1)
 	for i, o := range ops {
 		calls[i] = c.callOf(o)
 	}
+	if wake != nil {
+		calls = append(calls, wake)
+		copy(calls[1:], calls)
+		calls[0] = wake
+	}
 	c.exec(ctx, calls)
+	if wake != nil {
+		if wake.err != nil {
+			return wake.err
+		}
+		calls = calls[1:]
+	}
 	for i, cl := range calls {
 		if cl.err != nil {
 			return cl.err
@@ -176,7 +207,7 @@ func (c *Cluster) callOf(o op) *call {
 		if o.reply {
 			flags = append(flags, 'r')
 		}
-		return &call{script: joinScript, args: []any{c.p, StreamLength, c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}}
+		return &call{script: joinScript, args: []any{c.p, streamOf(slotOf(j.AppID, j.Channel)), c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}}
 	case o.leave != nil:
 		return c.leaveCall(c.id, *o.leave)
 	case o.signIn != nil:
@@ -185,7 +216,7 @@ func (c *Cluster) callOf(o op) *call {
 		if o.silent {
 			flags = "rs"
 		}
-		args := []any{c.p, StreamLength, c.id, s.AppID, s.SocketID, s.UserID, flags}
+		args := []any{c.p, globalStream, c.id, s.AppID, s.SocketID, s.UserID, flags}
 		for _, w := range s.Watchlist {
 			args = append(args, w)
 		}
@@ -193,7 +224,7 @@ func (c *Cluster) callOf(o op) *call {
 	case o.signOut != nil:
 		return c.signOutCall(c.id, *o.signOut)
 	default:
-		return &call{script: flushCountScript, args: []any{c.p, StreamLength, o.flush[0], o.flush[1]}}
+		return &call{script: flushCountScript, args: []any{c.p, streamOf(slotOf(o.flush[0], o.flush[1])), o.flush[0], o.flush[1]}}
 	}
 }
 
@@ -204,11 +235,11 @@ func (c *Cluster) leaveCall(node string, l hub.Leave) *call {
 	} else if c.opts.Settings(l.AppID).SubscriptionCount {
 		flags = "n"
 	}
-	return &call{script: leaveScript, args: []any{c.p, StreamLength, node, l.AppID, l.Channel, l.SocketID, l.UserID, flags, c.opts.Hold.Milliseconds()}}
+	return &call{script: leaveScript, args: []any{c.p, streamOf(slotOf(l.AppID, l.Channel)), node, l.AppID, l.Channel, l.SocketID, l.UserID, flags, c.opts.Hold.Milliseconds()}}
 }
 
 func (c *Cluster) signOutCall(node string, s hub.SignOutRequest) *call {
-	return &call{script: signOutScript, args: []any{c.p, StreamLength, node, s.AppID, s.SocketID, s.UserID}}
+	return &call{script: signOutScript, args: []any{c.p, globalStream, node, s.AppID, s.SocketID, s.UserID}}
 }
 
 // transitions hands the channel events a script reported to the hub's
@@ -288,6 +319,13 @@ func (c *Cluster) resync(ctx context.Context) error {
 	c.needResync.Store(false)
 	c.ops.clear()
 	entries, signins := c.hub.Share(func(appID string) int { return c.opts.Settings(appID).MaxPresenceMembers })
+	if c.shardCount > 1 {
+		// This shard's share: its channels, and the sign-ins on the first.
+		entries = slices.DeleteFunc(entries, func(e hub.ShareEntry) bool { return !c.owns(e.AppID, e.Channel) })
+		if c.shardIndex > 0 {
+			signins = nil
+		}
+	}
 	have, err := c.rdb.SMembers(ctx, c.key("ns:", c.id)).Result()
 	if err != nil {
 		c.needResync.Store(true)

@@ -37,6 +37,10 @@ type Server struct {
 	cmd   *exec.Cmd
 	files *TLS        // nil: plain TCP
 	ping  *tls.Config // how start's client checks the server: trusts files.CAFile only
+	extra []string    // more arguments of redis-server (StartWith)
+	// sentinel is the configuration of a Sentinel (StartSentinel): it
+	// starts in sentinel mode, from a file it may rewrite.
+	sentinel string
 }
 
 // TLS names the PEM files of a server that speaks TLS: its certificate
@@ -63,7 +67,31 @@ func StartTLS(t testing.TB, files TLS) *Server {
 	return startServer(t, &files)
 }
 
-func startServer(t testing.TB, files *TLS) *Server {
+// StartWith is Start with more arguments of redis-server: a replica of
+// another server, say ("--replicaof", "127.0.0.1", port).
+func StartWith(t testing.TB, args ...string) *Server {
+	t.Helper()
+	return startServer(t, nil, func(s *Server) { s.extra = args })
+}
+
+// StartSentinel starts a Sentinel (redis-server --sentinel) that monitors
+// the primary at addr as master, with a quorum of one, taking it for down
+// after a second without an answer and promoting a replica at once.
+func StartSentinel(t testing.TB, master, addr string) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, nil, func(s *Server) {
+		s.sentinel = fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
+			"sentinel down-after-milliseconds %[1]s 1000\n"+
+			"sentinel failover-timeout %[1]s 5000\n"+
+			"sentinel parallel-syncs %[1]s 1\n", master, host, port)
+	})
+}
+
+func startServer(t testing.TB, files *TLS, tune ...func(*Server)) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -81,6 +109,9 @@ func startServer(t testing.TB, files *TLS) *Server {
 		t.Skip("redis-server is not installed (Debian package redis-server): skipping the cluster test")
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), files: files}
+	for _, f := range tune {
+		f(s)
+	}
 	if files != nil {
 		pem, err := os.ReadFile(files.CAFile)
 		if err != nil {
@@ -167,10 +198,19 @@ func (s *Server) start() error {
 			"--tls-cert-file", s.files.CertFile, "--tls-key-file", s.files.KeyFile,
 			"--tls-ca-cert-file", s.files.CAFile, "--tls-auth-clients", "no"}
 	}
-	cmd := exec.Command(s.bin, append(args,
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis.log"))...)
+	args = append(args, "--dir", s.dir, "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+		"--logfile", filepath.Join(s.dir, "redis.log"))
+	if s.sentinel != "" {
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(s.sentinel), 0o600); err != nil {
+			return err
+		}
+		args = append([]string{conf, "--sentinel"}, args...)
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no")
+		args = append(args, s.extra...)
+	}
+	cmd := exec.Command(s.bin, args...)
 	// Its own process group, so a signal to the test's group leaves it be
 	// until Stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -40,12 +40,12 @@ func RedactURL(raw string) string {
 }
 
 // URLError is err, returned by parsing the URL raw, as it may be shown: the
-// parser's *url.Error quotes the URL whole, password and query included, so
-// it is given as its cause after the URL as RedactURL shows it.
+// URL as RedactURL shows it, then the parser's reason. A *url.Error quotes
+// the URL whole, password and query included, so only its cause is kept.
 func URLError(raw string, err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: %w", RedactURL(raw), ue.Err)
+		err = ue.Err
 	}
-	return err
+	return fmt.Errorf("%s: %w", RedactURL(raw), err)
 }

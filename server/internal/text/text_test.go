@@ -61,7 +61,7 @@ func TestURLError(t *testing.T) {
 		}
 	}
 	other := errors.New("redis: invalid database number")
-	if got := URLError("redis://x/y", other); got != other {
+	if got := URLError("redis://:secret@x/y?password=secret", other); !errors.Is(got, other) || got.Error() != "redis://x/y: redis: invalid database number" {
 		t.Errorf("another error came back as %v", got)
 	}
 }

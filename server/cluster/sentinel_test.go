@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// sentinelSetup starts a primary, a replica of it and a Sentinel that
+// watches them as master "herald", and waits until the Sentinel knows the
+// replica (it could not promote it otherwise).
+func sentinelSetup(t *testing.T) (primary, sentinel *testredis.Server) {
+	t.Helper()
+	primary = testredis.Start(t)
+	_, port, _ := net.SplitHostPort(primary.Addr())
+	replica := testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	sentinel = testredis.StartSentinel(t, "herald", primary.Addr())
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rc.Close()
+	wait.Until(t, "the replica is in sync", func() bool {
+		info, err := rc.Info(t.Context(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
+	defer sc.Close()
+	wait.Until(t, "the Sentinel knows the replica", func() bool {
+		replicas, err := sc.Replicas(t.Context(), "herald").Result()
+		return err == nil && len(replicas) == 1
+	})
+	return primary, sentinel
+}
+
+// Three nodes on a Sentinel-managed Redis, a steady stream of triggers, the
+// primary SIGKILLed: the Sentinel promotes the replica, the nodes move to
+// it by themselves, every trigger answered 200 reaches every subscriber
+// exactly once (what the promotion lost is published again), the others
+// were refused as unavailable, and the presence lists agree afterwards.
+func TestNodesFollowASentinelFailover(t *testing.T) {
+	primary, sentinel := sentinelSetup(t)
+	url := "redis-sentinel://" + sentinel.Addr() + "/herald"
+	ns := cluster(t, primary, 3, withURL(url))
+	subs := make([]*client, len(ns))
+	for i, n := range ns {
+		subs[i] = n.connect("app")
+		subs[i].subscribe("news", nil)
+		subs[i].subscribe("presence-room", &hub.Member{UserID: fmt.Sprint("u", i)})
+		subs[i].wait("news", "pusher_internal:subscription_succeeded")
+		subs[i].wait("presence-room", "pusher_internal:subscription_succeeded")
+	}
+
+	var (
+		mu               sync.Mutex
+		ok               []string
+		refused          int
+		okAfterKill      int
+		killed           bool
+		firstRefused     time.Time
+		lastRefused      time.Time
+		stop             = make(chan struct{})
+		done             = make(chan struct{})
+		unexpectedErrors []error
+	)
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ev := fmt.Sprint("e", i)
+			err := ns[i%len(ns)].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
+			mu.Lock()
+			switch {
+			case err == nil:
+				ok = append(ok, ev)
+				if killed {
+					okAfterKill++
+				}
+			case errors.Is(err, hub.ErrUnavailable):
+				refused++
+				if firstRefused.IsZero() {
+					firstRefused = time.Now()
+				}
+				lastRefused = time.Now()
+			default:
+				unexpectedErrors = append(unexpectedErrors, err)
+			}
+			mu.Unlock()
+			if err != nil {
+				time.Sleep(10 * time.Millisecond) // a client retrying, not spinning
+			}
+		}
+	}()
+	count := func(f func() int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return f()
+	}
+	wait.Until(t, "triggers flow", func() bool { return count(func() int { return len(ok) }) >= 50 })
+	primary.Stop() // SIGKILL
+	mu.Lock()
+	killed = true
+	mu.Unlock()
+	wait.Until(t, "triggers flow again after the failover", func() bool { return count(func() int { return okAfterKill }) >= 50 })
+	close(stop)
+	<-done
+	if len(unexpectedErrors) > 0 {
+		t.Fatalf("publishes failed otherwise than unavailable: %v", unexpectedErrors)
+	}
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "end", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range subs {
+		s.wait("news", "end")
+		var got []string
+		for _, e := range s.events("news") {
+			if strings.HasPrefix(e, "e") {
+				got = append(got, e)
+			}
+		}
+		seen := make(map[string]int)
+		for _, e := range got {
+			seen[e]++
+			if seen[e] > 1 {
+				t.Fatalf("subscriber on node %d got %s twice", i+1, e)
+			}
+		}
+		for _, e := range ok {
+			if seen[e] != 1 {
+				t.Fatalf("subscriber on node %d missed %s, answered 200 (of %d answered 200, %d refused)", i+1, e, len(ok), refused)
+			}
+		}
+	}
+	t.Logf("%d triggers answered 200, %d refused as unavailable over %v", len(ok), refused, lastRefused.Sub(firstRefused))
+	want := []string{"u0", "u1", "u2"}
+	wait.Until(t, "the presence lists agree", func() bool {
+		for _, n := range ns {
+			users, err := n.hub.State().PresenceUsers("app", "presence-room")
+			if err != nil || !slices.Equal(users, want) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A Sentinel that does not know the master, a redis-sentinel:// URL mixed
+// with others, or a malformed one stop the start, naming the setting and
+// never printing the password.
+func TestBadSentinelSettingsStopTheStart(t *testing.T) {
+	_, sentinel := sentinelSetup(t)
+	for _, url := range []string{
+		"redis-sentinel://:s3cret@" + sentinel.Addr() + "/nosuchmaster",
+		"redis-sentinel://:s3cret@" + sentinel.Addr() + "/herald,redis://:s3cret@127.0.0.1:6379",
+		"redis://:s3cret@127.0.0.1:6379,redis-sentinel://:s3cret@" + sentinel.Addr() + "/herald",
+		"redis-sentinel://:s3cret@" + sentinel.Addr(),
+		"redis-sentinel://:s3cret@" + sentinel.Addr() + ",nohost/herald",
+		"redis-sentinel://user:s3cret@" + sentinel.Addr() + "/herald",
+	} {
+		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
+		if err == nil {
+			t.Fatalf("%s: accepted", url)
+		}
+		if !strings.HasPrefix(err.Error(), "HERALD_REDIS_URL") || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("%s: %v", url, err)
+		}
+	}
+	c, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis-sentinel://" + sentinel.Addr() + "/herald"})
+	if err != nil {
+		t.Fatalf("a good redis-sentinel:// URL: %v", err)
+	}
+	c.rdb.Close()
+}
+
+// A Redis that answers again after an outage may be a promoted replica
+// that lacks the last writes of the primary, with the state's generation
+// all the same: the publishers publish what they published lately again,
+// so a trigger answered 200 that a node had not read still reaches it, and
+// the nodes that had it do not deliver it twice. Here the lost writes are
+// the stream's entries, deleted while both nodes were away.
+func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
+	rs := testredis.Start(t)
+	pxA, pxB := newCutProxy(t, rs.Addr()), newCutProxy(t, rs.Addr())
+	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
+	long := func(o *Options) { o.ReplayWindow = time.Minute }
+	a := startNode(t, rs, prefix, "a", withURL(pxA.url()), long)
+	b := startNode(t, rs, prefix, "b", withURL(pxB.url()), long)
+	subA, subB := a.connect("app"), b.connect("app")
+	for _, s := range []*client{subA, subB} {
+		s.subscribe("news", nil)
+		s.wait("news", "pusher_internal:subscription_succeeded")
+	}
+	publish := func(event string) {
+		t.Helper()
+		if err := a.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"}); err != nil {
+			t.Fatalf("publish %s: %v", event, err)
+		}
+	}
+	publish("before")
+	subB.wait("news", "before")
+
+	pxB.cut()
+	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
+	publish("taken-1")
+	publish("taken-2")
+	subA.wait("news", "taken-2")
+	// The failover: a loses Redis too, and the Redis that comes back has
+	// the generation but not the entries.
+	pxA.cut()
+	wait.Until(t, "a sees Redis down", func() bool { return !a.c.Stats().Up })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.Del(t.Context(), prefix+slotStreams[slotOf("app", "news")]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pxA.resume()
+	pxB.resume()
+	wait.Until(t, "both are back", func() bool { return a.c.Stats().Up && b.c.Stats().Up })
+	subB.wait("news", "taken-2")
+	publish("after")
+	subA.wait("news", "after")
+	subB.wait("news", "after")
+	want := []string{"pusher_internal:subscription_succeeded", "before", "taken-1", "taken-2", "after"}
+	for name, s := range map[string]*client{"a": subA, "b": subB} {
+		if got := s.events("news"); !slices.Equal(got, want) {
+			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
+		}
+	}
+}

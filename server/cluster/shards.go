@@ -1,0 +1,230 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/text"
+)
+
+// Shards. Options.URL may list several Redis instances, comma-separated,
+// the same list in the same order on every node: each one is a shard, and
+// a channel lives on one of them (shardOf), with everything that concerns
+// it — its streams, its subscriptions, presence members, cached event,
+// held-back webhooks and its share of each node's record. The first shard
+// is also the home of what is not a channel's: signed-in users and the
+// watchlist, terminations, the nodes' connection counts and the console's
+// relay.
+//
+// The node is a member of the cluster on each shard as it would be on one
+// Redis (its own heartbeat, reader, writer, replay and rebuild per shard),
+// and the node's Cluster routes each call to the shard it concerns; so a
+// shard that fails or loses its data costs its channels only, and its
+// recovery is the one of a single Redis. Cluster-wide answers that span
+// channels (GET /channels) merge the shards' answers, which never overlap.
+//
+// Each shard records, in P shard, which shard of how many it is. A node
+// whose list gives it another place is refused by that shard (it stays out
+// of the cluster there, /readyz says why) while a node of the running list
+// lives; once none does, the first node of the new list takes it over.
+
+// shardURLs splits a HERALD_REDIS_URL into its shards' URLs.
+func shardURLs(raw string) ([]string, error) {
+	if strings.HasPrefix(raw, sentinelScheme) {
+		// Its commas separate Sentinels, not shards.
+		if strings.Contains(raw[len(sentinelScheme):], "://") {
+			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
+		}
+		return []string{raw}, nil
+	}
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if strings.HasPrefix(p, sentinelScheme) {
+			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
+		}
+		if !strings.HasPrefix(p, "redis://") && !strings.HasPrefix(p, "rediss://") {
+			what := "the URL"
+			if len(parts) > 1 {
+				what = fmt.Sprintf("shard %d of %d", i+1, len(parts))
+			}
+			if p == "" {
+				return nil, fmt.Errorf("HERALD_REDIS_URL: %s is empty", what)
+			}
+			return nil, fmt.Errorf("HERALD_REDIS_URL: %s (%s) must be a redis:// or rediss:// URL", what, text.RedactURL(p))
+		}
+		parts[i] = p
+	}
+	return parts, nil
+}
+
+// newSharded returns the node's membership of a cluster over the shards
+// at urls.
+func newSharded(log *zap.Logger, h *hub.Hub, opts Options, urls []string) (*Cluster, error) {
+	c := &Cluster{log: log.With(zap.String("node", opts.NodeID)), opts: opts, id: opts.NodeID, hub: h, shardCount: len(urls)}
+	for i, u := range urls {
+		o := opts
+		o.URL = u
+		s, err := newShard(log.With(zap.Int("shard", i+1)), h, o, i, len(urls))
+		if err != nil {
+			for _, s := range c.shards {
+				s.rdb.Close()
+			}
+			return nil, err
+		}
+		c.shards = append(c.shards, s)
+	}
+	c.p = c.shards[0].p
+	return c, nil
+}
+
+// shardOf is the shard of an app's channel among n. It hashes as slotOf
+// does, but takes other bits, so that the slots of a shard are not a
+// fixed subset.
+func shardOf(app, channel string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return int((channelHash(app, channel) / Slots) % uint32(n))
+}
+
+// shardFor is the shard of a channel: c itself without shards.
+func (c *Cluster) shardFor(app, channel string) *Cluster {
+	if c.shards == nil {
+		return c
+	}
+	return c.shards[shardOf(app, channel, len(c.shards))]
+}
+
+// home is the shard of what is not a channel's.
+func (c *Cluster) home() *Cluster {
+	if c.shards == nil {
+		return c
+	}
+	return c.shards[0]
+}
+
+// owns reports whether a channel's state is kept on this shard.
+func (c *Cluster) owns(app, channel string) bool {
+	return shardOf(app, channel, c.shardCount) == c.shardIndex
+}
+
+// publishSharded publishes messages over the shards of their channels, each
+// shard's in order; the messages of one shard, the common case, as on one
+// Redis. An error means the messages of at least one shard may not have
+// reached any node (those of the others may have).
+func (c *Cluster) publishSharded(ms []hub.Message) error {
+	first := shardOf(ms[0].AppID, ms[0].Channel, len(c.shards))
+	by := make(map[int][]hub.Message)
+	for _, m := range ms {
+		k := shardOf(m.AppID, m.Channel, len(c.shards))
+		by[k] = append(by[k], m)
+	}
+	if len(by) == 1 {
+		return c.shards[first].Publish(ms...)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.shards))
+	for k, part := range by {
+		wg.Go(func() { errs[k] = c.shards[k].Publish(part...) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// channelsSharded merges the occupied channels of every shard.
+func (c *Cluster) channelsSharded(appID, prefix string) ([]hub.ChannelStats, error) {
+	var wg sync.WaitGroup
+	parts := make([][]hub.ChannelStats, len(c.shards))
+	errs := make([]error, len(c.shards))
+	for i, s := range c.shards {
+		wg.Go(func() { parts[i], errs[i] = s.Channels(appID, prefix) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := slices.Concat(parts...)
+	slices.SortFunc(out, func(a, b hub.ChannelStats) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// statsSharded adds up the shards' figures; the cluster is up when every
+// shard is.
+func (c *Cluster) statsSharded() Stats {
+	out := Stats{Up: true, Nodes: c.home().nodes.Load(), Console: c.relay.Load().Stats()}
+	for _, s := range c.shards {
+		st := s.Stats()
+		out.Up = out.Up && st.Up
+		out.Published += st.Published
+		out.PublishErrors += st.PublishErrors
+		out.Received += st.Received
+		out.Resyncs += st.Resyncs
+		out.Replayed += st.Replayed
+		out.Reaped += st.Reaped
+		out.Outages += st.Outages
+		out.Panics += st.Panics
+	}
+	return out
+}
+
+// checkShard has this Redis take the node as its shard, or refuse it: the
+// Redis is another shard of the running cluster (the node has another list
+// of shards) and a node of that list lives.
+func (c *Cluster) checkShard(ctx context.Context) error {
+	want := fmt.Sprintf("%d/%d", c.shardIndex+1, c.shardCount)
+	k := c.key("shard")
+	got, err := c.rdb.Get(ctx, k).Result()
+	if err != nil && !isNil(err) {
+		return err
+	}
+	if got == want {
+		c.refused.Store(nil)
+		return nil
+	}
+	if got != "" {
+		live, err := c.otherNodesLive(ctx)
+		if err != nil {
+			return err
+		}
+		if live {
+			err := fmt.Errorf("HERALD_REDIS_URL: %s is shard %s of the running cluster, but this node's list makes it shard %s: every node needs the same list of Redis URLs in the same order (to change it, stop every node first)",
+				text.RedactURL(c.opts.URL), got, want)
+			c.refused.Store(&err)
+			return err
+		}
+		c.log.Warn("this Redis was another shard of a cluster none of whose nodes live: it is this list's now", zap.String("was", got), zap.String("now", want))
+	}
+	if err := c.rdb.Set(ctx, k, want, 0).Err(); err != nil {
+		return err
+	}
+	c.refused.Store(nil)
+	return nil
+}
+
+// otherNodesLive reports whether a node other than this one has a live
+// heartbeat on this Redis.
+func (c *Cluster) otherNodesLive(ctx context.Context) (bool, error) {
+	nodes, err := c.rdb.SMembers(ctx, c.key("nodes")).Result()
+	if err != nil {
+		return false, err
+	}
+	nodes = slices.DeleteFunc(nodes, func(n string) bool { return n == c.id })
+	if len(nodes) == 0 {
+		return false, nil
+	}
+	keys := make([]string, len(nodes))
+	for i, n := range nodes {
+		keys[i] = c.key("node:", n)
+	}
+	n, err := c.rdb.Exists(ctx, keys...).Result()
+	return n > 0, err
+}

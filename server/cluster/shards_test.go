@@ -1,0 +1,245 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// shardList starts n redis-servers and returns them with their URLs as
+// one HERALD_REDIS_URL.
+func shardList(t *testing.T, n int) ([]*testredis.Server, string) {
+	t.Helper()
+	servers := make([]*testredis.Server, n)
+	urls := make([]string, n)
+	for i := range servers {
+		servers[i] = testredis.Start(t)
+		urls[i] = servers[i].URL()
+	}
+	return servers, strings.Join(urls, ",")
+}
+
+func withURL(url string) func(*Options) { return func(o *Options) { o.URL = url } }
+
+// Channels spread over three Redis shards: events reach every subscriber
+// on every node once, in order per channel, batches spanning shards
+// included; each shard holds some of the channels and no other's; the
+// cluster's answers (channels with counts, presence users, connections)
+// are exact over all of them; sign-ins, the watchlist and terminations
+// work across nodes.
+func TestChannelsSpreadOverShards(t *testing.T) {
+	servers, url := shardList(t, 3)
+	ns := cluster(t, servers[0], 2, withURL(url))
+	const channels = 12
+	names := make([]string, channels)
+	for i := range names {
+		names[i] = fmt.Sprint("ch", i)
+	}
+	names[0], names[1] = "presence-a", "presence-b"
+	subs := []*client{ns[0].connect("app"), ns[1].connect("app")}
+	for i, cl := range subs {
+		for _, name := range names {
+			var m *hub.Member
+			if hub.IsPresence(name) {
+				m = &hub.Member{UserID: fmt.Sprint("u", i), Info: json.RawMessage(`{}`)}
+			}
+			cl.subscribe(name, m)
+		}
+		for _, name := range names {
+			cl.wait(name, "pusher_internal:subscription_succeeded")
+		}
+	}
+	// One batch over every channel, then one event per channel.
+	batch := make([]hub.Message, 0, channels)
+	for _, name := range names {
+		batch = append(batch, hub.Message{AppID: "app", Channel: name, Event: "first", Data: "{}"})
+	}
+	if err := ns[0].hub.Publish(batch...); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if err := ns[1].hub.Publish(hub.Message{AppID: "app", Channel: name, Event: "second", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cl := range subs {
+		for _, name := range names {
+			cl.wait(name, "second")
+			var got []string
+			for _, e := range cl.events(name) {
+				if !strings.HasPrefix(e, "pusher_internal:member") {
+					got = append(got, e)
+				}
+			}
+			if want := []string{"pusher_internal:subscription_succeeded", "first", "second"}; !slices.Equal(got, want) {
+				t.Fatalf("client on node %d, %s: %v, want %v", i+1, name, got, want)
+			}
+		}
+	}
+
+	// Each shard holds its channels only, and every channel is on one;
+	// also once a shard lost its data and the nodes rebuilt their records.
+	shardsHold(t, servers, ns[0].c.p, names)
+	servers[1].Restart()
+	wait.Until(t, "the records are rebuilt", func() bool {
+		st, err := ns[1].hub.State().Channels("app", "")
+		if err != nil || len(st) != channels {
+			return false
+		}
+		for _, s := range st {
+			if s.Subscriptions != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	shardsHold(t, servers, ns[0].c.p, names)
+
+	for i, n := range ns {
+		st, err := n.hub.State().Channels("app", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st) != channels {
+			t.Fatalf("node %d lists %d channels, want %d: %+v", i+1, len(st), channels, st)
+		}
+		for _, s := range st {
+			if s.Subscriptions != 2 || (hub.IsPresence(s.Name) && s.Users != 2) {
+				t.Fatalf("node %d: %+v", i+1, s)
+			}
+		}
+		if !slices.IsSortedFunc(st, func(a, b hub.ChannelStats) int { return strings.Compare(a.Name, b.Name) }) {
+			t.Fatalf("node %d lists channels out of order", i+1)
+		}
+		users, err := n.hub.State().PresenceUsers("app", "presence-b")
+		if err != nil || !slices.Equal(users, []string{"u0", "u1"}) {
+			t.Fatalf("node %d: presence users %v %v", i+1, users, err)
+		}
+	}
+	wait.Until(t, "each node counts the other's connection", func() bool {
+		a, errA := ns[0].hub.State().Connections("app")
+		b, errB := ns[1].hub.State().Connections("app")
+		return errA == nil && errB == nil && a == 2 && b == 2
+	})
+
+	// Sign-in and the watchlist across nodes, then a termination.
+	watcher := ns[0].connect("app")
+	if err := ns[0].hub.SignIn(watcher.conn, "w", []string{"bob"}); err != nil {
+		t.Fatal(err)
+	}
+	bob := ns[1].connect("app")
+	if err := ns[1].hub.SignIn(bob.conn, "bob", nil); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "the watcher hears bob is online", func() bool {
+		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"online","user_ids":["bob"]`)
+	})
+	if err := ns[0].hub.Terminate("app", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "bob's connection is closed with 4009", func() bool { return bob.conn.CloseCode() == hub.CloseTerminated.Code })
+}
+
+// shardsHold checks that each shard holds the channels of names that are
+// its own, and that every one is held.
+func shardsHold(t *testing.T, servers []*testredis.Server, prefix string, names []string) {
+	t.Helper()
+	var all []string
+	for i, rs := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+		held, err := rdb.HKeys(t.Context(), prefix+"ch:app").Result()
+		rdb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) == 0 {
+			t.Errorf("shard %d holds no channel", i+1)
+		}
+		for _, name := range held {
+			if k := shardOf("app", name, len(servers)); k != i {
+				t.Errorf("%s is on shard %d, its shard is %d", name, i+1, k+1)
+			}
+		}
+		all = append(all, held...)
+	}
+	slices.Sort(all)
+	if want := slices.Sorted(slices.Values(names)); !slices.Equal(all, want) {
+		t.Fatalf("the shards hold %v, want %v", all, want)
+	}
+}
+
+// A node whose list of shards is not the running cluster's (another
+// number, another order) is refused by the shards it disagrees with: it
+// does not join, its publishes are refused, /readyz says why without a
+// password. Once every node of the old list is gone, a new list takes over.
+func TestAChangedShardListIsRefused(t *testing.T) {
+	servers, url := shardList(t, 3)
+	prefix := fmt.Sprintf("s%d:", time.Now().UnixNano())
+	a := startNode(t, servers[0], prefix, "a", withURL(url))
+	wait.Until(t, "a is up", func() bool { return a.c.Stats().Up })
+	urls := strings.Split(url, ",")
+	for name, list := range map[string][]string{
+		"fewer":     urls[:2],
+		"reordered": {urls[1], urls[0], urls[2]},
+		"one":       urls[:1],
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := startNode(t, servers[0], prefix, "b-"+name, withURL(strings.Join(list, ",")))
+			var err error
+			wait.Until(t, "b is refused", func() bool {
+				err = b.c.Ready(t.Context())
+				return err != nil
+			})
+			if !strings.Contains(err.Error(), "HERALD_REDIS_URL") || !strings.Contains(err.Error(), "of the running cluster") {
+				t.Fatalf("readiness: %v", err)
+			}
+			if b.c.Stats().Up {
+				t.Fatal("a refused node counts as up")
+			}
+			// A channel of b's first shard, which disagrees in every case.
+			channel := "x"
+			for i := 0; shardOf("app", channel, len(list)) != 0; i++ {
+				channel = fmt.Sprint("x", i)
+			}
+			if err := b.hub.Publish(hub.Message{AppID: "app", Channel: channel, Event: "e", Data: "{}"}); !errors.Is(err, hub.ErrUnavailable) {
+				t.Fatalf("publish through a refused shard: %v", err)
+			}
+		})
+	}
+	// The old list's last node leaves: a node of a new list takes over.
+	a.c.Close()
+	a.c = nil
+	c := startNode(t, servers[0], prefix, "c", withURL(strings.Join(urls[:2], ",")))
+	wait.Until(t, "the new list's node is up", func() bool { return c.c.Stats().Up && c.c.Ready(t.Context()) == nil })
+}
+
+// A bad HERALD_REDIS_URL stops the start naming the setting, never with
+// the password.
+func TestBadShardURLsAreRefusedWithoutTheirPassword(t *testing.T) {
+	for _, url := range []string{
+		"redis://:s3cret@127.0.0.1:6379/0,http://:s3cret@127.0.0.1:6380",
+		"redis://:s3cret@127.0.0.1:6379/0,",
+		"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@host:port:x/0",
+		"redis://:s3cret@127.0.0.1:6379/notadb",
+		"redis://:s3cret@[::1/0",
+	} {
+		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
+		if err == nil {
+			t.Fatalf("%s: accepted", url)
+		}
+		if !strings.HasPrefix(err.Error(), "HERALD_REDIS_URL") || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("%s: %v", url, err)
+		}
+	}
+}
