@@ -123,17 +123,7 @@ func TestPublishesArePackedPerSlot(t *testing.T) {
 		sub.subscribe(ch, nil)
 		sub.wait(ch, "pusher_internal:subscription_succeeded")
 	}
-	entries := func() int64 {
-		var n int64
-		for s := range Slots {
-			k, err := ns[0].c.rdb.XLen(t.Context(), ns[0].c.key(slotStreams[s])).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += k
-		}
-		return n
-	}
+	entries := func() int64 { return slotEntries(t, ns[0].c) }
 	entries0 := entries()
 	const publishers, batches, perBatch = 4, 20, 20
 	var wg sync.WaitGroup
@@ -163,4 +153,18 @@ func TestPublishesArePackedPerSlot(t *testing.T) {
 	if n := entries() - entries0; n > int64(len(channels)*publishers*batches) || n == 0 {
 		t.Fatalf("%d messages took %d stream entries", publishers*batches*perBatch, n)
 	}
+}
+
+// slotEntries is how many entries the slot streams of c's Redis hold.
+func slotEntries(t *testing.T, c *Cluster) int64 {
+	t.Helper()
+	var n int64
+	for s := range Slots {
+		k, err := c.rdb.XLen(t.Context(), c.key(slotStreams[s])).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += k
+	}
+	return n
 }
