@@ -192,9 +192,9 @@ func (g *Guard) Finish(ctx context.Context, c Claim, res Response) error {
 	return g.store.Release(ctx, c)
 }
 
-// claimEnd is when an unfinished claim made at now stops holding its key:
-// after lock, but never after the key itself would be forgotten.
-func claimEnd(c Claim, now time.Time, lock time.Duration) time.Time {
+// LockEnd is when the claim, made at now and unfinished, stops holding its
+// key: after lock, but never after the key itself would be forgotten.
+func (c Claim) LockEnd(now time.Time, lock time.Duration) time.Time {
 	if end := now.Add(lock); end.Before(c.Expires) {
 		return end
 	}

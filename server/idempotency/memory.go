@@ -66,7 +66,7 @@ func (m *Memory) Begin(_ context.Context, c Claim, fp Fingerprint, now time.Time
 		m.remove(s, s.order.Front())
 		m.evicted.Add(1)
 	}
-	s.keys[c.Key] = s.order.PushBack(&memEntry{key: c.Key, token: c.Token, expires: claimEnd(c, now, m.lock), entry: Entry{Fingerprint: fp}})
+	s.keys[c.Key] = s.order.PushBack(&memEntry{key: c.Key, token: c.Token, expires: c.LockEnd(now, m.lock), entry: Entry{Fingerprint: fp}})
 	m.keys.Add(1)
 	return nil, nil
 }

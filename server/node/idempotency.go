@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/idempotency"
+	"github.com/heraldrt/herald/server/idempotency/dbstore"
 )
 
 // channelKeys returns the guard of the Channels API's Idempotency-Key
@@ -25,7 +26,7 @@ func (n *Node) channelKeys(opts idempotency.Options) *idempotency.Guard {
 // headers, kept in the database: across restarts, and over every node that
 // shares a PostgreSQL one.
 func (n *Node) publishKeys(opts idempotency.Options) *idempotency.Guard {
-	n.keys.db = idempotency.NewDB(n.db, opts)
+	n.keys.db = dbstore.New(n.db, opts)
 	return idempotency.NewGuard(n.keys.db, opts)
 }
 
@@ -33,7 +34,7 @@ func (n *Node) publishKeys(opts idempotency.Options) *idempotency.Guard {
 // themselves until a request comes for the same app or instance.
 type keySweepers struct {
 	memory *idempotency.Memory // nil in cluster mode
-	db     *idempotency.DB
+	db     *dbstore.Store
 }
 
 // sweep forgets the expired keys of every store.

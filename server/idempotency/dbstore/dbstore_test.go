@@ -1,4 +1,4 @@
-package idempotency_test
+package dbstore_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/server/idempotency"
+	"github.com/heraldrt/herald/server/idempotency/dbstore"
 	"github.com/heraldrt/herald/server/idempotency/idempotencytest"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testpg"
@@ -32,13 +33,13 @@ func openDB(t *testing.T, dsn string) *storage.DB {
 
 func TestDBSQLite(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T, opts idempotency.Options) idempotency.Store {
-		return idempotency.NewDB(openDB(t, filepath.Join(t.TempDir(), "herald.db")), opts)
+		return dbstore.New(openDB(t, filepath.Join(t.TempDir(), "herald.db")), opts)
 	})
 }
 
 func TestDBPostgres(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T, opts idempotency.Options) idempotency.Store {
-		return idempotency.NewDB(openDB(t, testpg.Start(t)), opts)
+		return dbstore.New(openDB(t, testpg.Start(t)), opts)
 	})
 }
 
@@ -51,7 +52,7 @@ func TestDBAcrossRestart(t *testing.T) {
 	now := time.Now()
 	c := idempotency.Claim{Scope: "s1", Key: "k", Token: "a", Expires: now.Add(time.Hour)}
 	fp := idempotency.Sum([]byte("body"))
-	s := idempotency.NewDB(db, idempotency.Options{})
+	s := dbstore.New(db, idempotency.Options{})
 	if e, err := s.Begin(ctx, c, fp, now); err != nil || e != nil {
 		t.Fatalf("Begin: %v %v", e, err)
 	}
@@ -64,7 +65,7 @@ func TestDBAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db2.Close()
-	s2 := idempotency.NewDB(db2, idempotency.Options{})
+	s2 := dbstore.New(db2, idempotency.Options{})
 	e, err := s2.Begin(ctx, idempotency.Claim{Scope: "s1", Key: "k", Token: "b", Expires: now.Add(time.Hour)}, fp, now.Add(time.Minute))
 	if err != nil || e == nil || !e.Done || e.Fingerprint != fp || string(e.Response.Body) != `{"publishId":"p"}` {
 		t.Fatalf("after a restart: %+v %v, want the kept answer", e, err)
