@@ -160,11 +160,10 @@ func TestOutboxFloodAgainstABlackHole(t *testing.T) {
 	if len(lines) != 1 || lines[0].ContextMap()["app_id"] != "1" || lines[0].ContextMap()["over_cap"].(int64) == 0 {
 		t.Errorf("drop log lines %v, want one for app 1 (the next is due in a minute)", lines)
 	}
-	// Sent one by one, each waiting out its 100 ms timeout, the 3,000
-	// requests would take 5 minutes; 8 at a time, 37 s.
-	if limit := opts.MaxAge + 10*time.Second; took > limit {
-		t.Errorf("the outbox drained %v after the flood, want within %v", took, limit)
-	}
+	// That the requests to the black hole go 8 at a time, not one by one
+	// (each waiting out its timeout), TestEightRequestsInFlightPerEndpoint
+	// shows by the requests in flight, not by the clock.
+	t.Logf("the outbox drained %v after the flood", took)
 }
 
 // A slow endpoint has eight requests in flight at once, never more, and the
