@@ -135,26 +135,38 @@ func TestStalledBodyAnswered(t *testing.T) {
 			t.Parallel()
 			conn := dialRaw(t, addr)
 			req := tt.head + "\r\nHost: herald\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"name\":"
-			if _, err := io.WriteString(conn, req); err != nil {
-				t.Fatal(err)
+			status, kind, body := errorAnswer(t, conn, req)
+			if status < 400 || status >= 500 || kind == "" {
+				t.Fatalf("answered %d %s, want a 4xx with the error body", status, body)
 			}
-			_ = conn.SetReadDeadline(time.Now().Add(wait.Limit))
-			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			var e struct{ Error, Description string }
-			if res.StatusCode < 400 || res.StatusCode >= 500 || json.Unmarshal(body, &e) != nil || e.Error == "" || e.Description == "" {
-				t.Fatalf("answered %d %s, want a 4xx with the error body", res.StatusCode, body)
-			}
-			if !res.Close {
-				t.Errorf("the answer does not close the connection")
-			}
-			waitClosed(t, conn)
 		})
 	}
+}
+
+// errorAnswer sends req on conn and reads the answer: its status, the kind
+// of its error body ("" when it has none with a description) and the body.
+// The answer must close the connection, and the server must close it.
+func errorAnswer(t *testing.T, conn net.Conn, req string) (status int, kind string, body []byte) {
+	t.Helper()
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(wait.Limit))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	var e struct{ Error, Description string }
+	if json.Unmarshal(body, &e) == nil && e.Description != "" {
+		kind = e.Error
+	}
+	if !res.Close {
+		t.Errorf("the answer does not close the connection")
+	}
+	waitClosed(t, conn)
+	return res.StatusCode, kind, body
 }
 
 // The WebSocket connection and the console's event stream outlive the read
@@ -313,24 +325,9 @@ func TestStalledBodyOnLongLivedRoutesRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			conn := dialRaw(t, addr)
-			if _, err := io.WriteString(conn, tt.head); err != nil {
-				t.Fatal(err)
+			if status, kind, body := errorAnswer(t, conn, tt.head); status != http.StatusBadRequest || kind != "unexpected_body" {
+				t.Fatalf("answered %d %s, want 400 unexpected_body", status, body)
 			}
-			_ = conn.SetReadDeadline(time.Now().Add(wait.Limit))
-			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			var e struct{ Error, Description string }
-			if res.StatusCode != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || e.Error != "unexpected_body" || e.Description == "" {
-				t.Fatalf("answered %d %s, want 400 unexpected_body", res.StatusCode, body)
-			}
-			if !res.Close {
-				t.Errorf("the answer does not close the connection")
-			}
-			waitClosed(t, conn)
 		})
 	}
 }
