@@ -51,8 +51,10 @@ var errHeadTooSlow = errors.New("upgrade: no complete request head in time")
 // readHead reads c's first request head, within opts.HeaderTimeout, and
 // judges it. It reads no more than it must to tell: a head that cannot be an
 // upgrade for here is given up on as soon as its first bytes show it, and is
-// returned with req nil for net/http to read again, the head's deadline still
-// set on c. An error means the connection is done.
+// returned with req nil for net/http to read again. Either way the head's
+// deadline stays set on c: a hand-over keeps it (replayConn), and an upgrade
+// served here lifts it when it hijacks (HijackWithHead) or ends with its
+// refusal. An error means the connection is done.
 func readHead(c net.Conn, opts Options) (head, error) {
 	h := head{deadline: time.Now().Add(opts.HeaderTimeout), buf: headBuffers.Get().(*[]byte)}
 	if err := c.SetReadDeadline(h.deadline); err != nil {
@@ -70,12 +72,7 @@ func readHead(c net.Conn, opts Options) (head, error) {
 			if end := headEnd(b); end > 0 {
 				h.req = parseUpgrade(b[:end], opts.PathPrefix, c)
 				h.rest = b[end:]
-				if h.req != nil {
-					// Served here: the connection outlives the head's
-					// deadline. One handed over keeps it (replayConn).
-					err = c.SetReadDeadline(time.Time{})
-				}
-				return h, err
+				return h, nil
 			}
 			if len(b) == cap(b) {
 				return h, nil // too long for here

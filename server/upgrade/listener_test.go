@@ -138,6 +138,39 @@ func TestUpgradeIsServedHereWithTheHeadLeavingWithTheFirstBytes(t *testing.T) {
 	}
 }
 
+// An upgraded connection outlives the head's deadline: the new owner still
+// reads from it after HeaderTimeout has passed.
+func TestUpgradedConnectionOutlivesTheHeadDeadline(t *testing.T) {
+	const headerTimeout = 20 * time.Millisecond
+	kinds := make(chan string, 1)
+	ts := startServer(t, echoUpgrade(kinds), Options{HeaderTimeout: headerTimeout})
+	c := ts.dial(t)
+	if _, err := io.WriteString(c, upgradeHead("/app/key?protocol=7")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	if resp := readResponse(t, br); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("answer %d, want 101", resp.StatusCode)
+	}
+	if kind := <-kinds; kind != "here" {
+		t.Fatalf("served by %s, want here", kind)
+	}
+	got := make([]byte, len("hello|"))
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline is the property under test: let it pass (any longer wait
+	// only makes a deadline left in place surer to show).
+	time.Sleep(10 * headerTimeout)
+	if _, err := io.WriteString(c, "late"); err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "late" {
+		t.Fatalf("echo after the head's deadline: %q, %v", got, err)
+	}
+}
+
 // Everything that is not plainly an upgrade for the prefix goes to net/http
 // with the bytes read put back, and is answered exactly as net/http
 // answers it.
