@@ -23,19 +23,7 @@ func TestMessagesRedisLostBeforeANodeReadThemAreDelivered(t *testing.T) {
 	prefix := fmt.Sprintf("r%d:", time.Now().UnixNano())
 	a := startNode(t, rs, prefix, "a")
 	b := startNode(t, rs, prefix, "b", func(o *Options) { o.URL = px.url() })
-	subA, subB := a.connect("app"), b.connect("app")
-	for _, s := range []*client{subA, subB} {
-		s.subscribe("news", nil)
-		s.wait("news", "pusher_internal:subscription_succeeded")
-	}
-	publish := func(event string) {
-		t.Helper()
-		if err := a.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"}); err != nil {
-			t.Fatalf("publish %s: %v", event, err)
-		}
-	}
-	publish("before")
-	subB.wait("news", "before")
+	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
 	// Node b loses touch with Redis; a's publishes are taken and read by a
 	// alone; then Redis restarts without them.
@@ -172,4 +160,25 @@ func (p *cutProxy) resume() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
+}
+
+// newsOnTwoNodes subscribes a client of each node to "news" and returns
+// them with publish, which publishes an event there through a; the event
+// "before" has reached b's client already.
+func newsOnTwoNodes(t *testing.T, a, b *node) (subA, subB *client, publish func(event string)) {
+	t.Helper()
+	subA, subB = a.connect("app"), b.connect("app")
+	for _, s := range []*client{subA, subB} {
+		s.subscribe("news", nil)
+		s.wait("news", "pusher_internal:subscription_succeeded")
+	}
+	publish = func(event string) {
+		t.Helper()
+		if err := a.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"}); err != nil {
+			t.Fatalf("publish %s: %v", event, err)
+		}
+	}
+	publish("before")
+	subB.wait("news", "before")
+	return subA, subB, publish
 }

@@ -198,19 +198,7 @@ func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
 	long := func(o *Options) { o.ReplayWindow = time.Minute }
 	a := startNode(t, rs, prefix, "a", withURL(pxA.url()), long)
 	b := startNode(t, rs, prefix, "b", withURL(pxB.url()), long)
-	subA, subB := a.connect("app"), b.connect("app")
-	for _, s := range []*client{subA, subB} {
-		s.subscribe("news", nil)
-		s.wait("news", "pusher_internal:subscription_succeeded")
-	}
-	publish := func(event string) {
-		t.Helper()
-		if err := a.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"}); err != nil {
-			t.Fatalf("publish %s: %v", event, err)
-		}
-	}
-	publish("before")
-	subB.wait("news", "before")
+	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
 	pxB.cut()
 	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
