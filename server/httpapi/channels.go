@@ -72,6 +72,8 @@ func (api *ChannelsAPI) Register(r gin.IRouter) {
 	server := channelsServer{ServerInterface: strict, api: api, onError: onError}
 	group := r.Group("", api.authenticate)
 	if api.idem != nil {
+		// After authenticate, which drops the signing parameters from the
+		// query: a retry signed anew has the same fingerprint.
 		group.Use(idempotent(api.idem, api.log, idempotentRequest{
 			applies: func(c *gin.Context) bool {
 				p := c.FullPath()

@@ -1,10 +1,13 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldrt/herald/gen/channelsclient"
 	"github.com/heraldrt/herald/gen/publishclient"
@@ -153,5 +156,37 @@ func TestPublishIdempotencyKey(t *testing.T) {
 	}
 	if s.notified != 2 {
 		t.Fatalf("%d publishes stored, want 2", s.notified)
+	}
+}
+
+// A retry signed anew (another auth_timestamp, so another auth_signature,
+// as an SDK retrying after a timeout sends it) is the same request: it is
+// replayed, not refused as the key reused for another.
+func TestTriggerRetrySignedAnewIsReplayed(t *testing.T) {
+	s := newTestServer(t)
+	sub := s.subscriber(t, "1", "", "news")
+	body := []byte(`{"name":"e","data":"once","channel":"news"}`)
+	send := func(at time.Time) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.url+"/apps/1/events", bytes.NewReader(body))
+		req.URL.RawQuery = clientauth.SignQuery("POST", "/apps/1/events", url.Values{}, body, "key1", "secret1", at)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(IdempotencyKeyHeader, "retry-1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	now := time.Now()
+	if res := send(now.Add(-time.Minute)); res.StatusCode != 200 || res.Header.Get(IdempotentReplayedHeader) != "" {
+		t.Fatalf("first: %d, replayed %q", res.StatusCode, res.Header.Get(IdempotentReplayedHeader))
+	}
+	if res := send(now); res.StatusCode != 200 || res.Header.Get(IdempotentReplayedHeader) != "true" {
+		t.Fatalf("retry signed anew: %d, replayed %q; want the first answer replayed", res.StatusCode, res.Header.Get(IdempotentReplayedHeader))
+	}
+	if got := strings.Join(s.received(t, sub), " "); got != "news:e:once" {
+		t.Fatalf("subscriber received %q, want the event once", got)
 	}
 }
