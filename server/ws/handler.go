@@ -111,12 +111,11 @@ func (s *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handler must not return before the hijack, hence the wait; a panic is
 // raised again here, where the router's recovery sees it.
 //
-// Every answer but the 101 closes the connection (Connection: close, which
-// the WebSocket library replaces with Upgrade when it accepts): a client
+// Every answer but the 101 closes the connection (the connect limiter's
+// refusal, and hijacker.WriteHeader for the WebSocket library's): a client
 // refused an upgrade has nothing more to ask on it, and nothing it sent
 // after the head is read as another request.
 func (s *Handler) ServeClient(w http.ResponseWriter, r *http.Request, clientIP string) {
-	w.Header().Set("Connection", "close")
 	if !s.allowConnect(w, clientIP) {
 		return
 	}
@@ -185,6 +184,15 @@ type hijacker struct {
 	http.ResponseWriter
 	sock *socket.Conn
 	br   *bufio.Reader
+}
+
+// WriteHeader closes the connection after any answer but the 101 (a
+// refused handshake), and writes the status.
+func (h *hijacker) WriteHeader(code int) {
+	if code != http.StatusSwitchingProtocols {
+		h.Header().Set("Connection", "close")
+	}
+	h.ResponseWriter.WriteHeader(code)
 }
 
 // Hijack implements http.Hijacker.

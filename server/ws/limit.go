@@ -91,7 +91,9 @@ func (l *connectLimiter) take(ip string, t time.Time) (bool, time.Duration) {
 // has happened and no session is open, so a client sees an HTTP error,
 // which pusher-js retries with its backoff.
 func (l *connectLimiter) refuse(w http.ResponseWriter, wait time.Duration) {
-	w.Header().Set("Retry-After", clientrate.RetryAfter(wait))
+	h := w.Header()
+	h.Set("Retry-After", clientrate.RetryAfter(wait))
+	h.Set("Connection", "close") // a refused connection has nothing more to ask on this one
 	writeHTTPError(w, http.StatusTooManyRequests, kindRateLimited, "More than "+
 		strconv.FormatFloat(l.perSecond, 'g', -1, 64)+
 		" new connections per second from this address; retry after the time in Retry-After.")
