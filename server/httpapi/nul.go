@@ -21,9 +21,8 @@ var nulRefused = badRequest(KindInvalidRequest, `The request holds the NUL chara
 // refuseNUL answers 400 and reports true when the request's path, query or
 // body (read already, nil when there is none) holds a NUL character.
 func refuseNUL(c *gin.Context, body []byte) bool {
-	u := c.Request.URL
-	if strings.IndexByte(u.Path, 0) >= 0 || strings.Contains(u.RawPath, "%00") || strings.Contains(u.RawQuery, "%00") ||
-		strings.IndexByte(u.RawQuery, 0) >= 0 || storage.JSONHoldsNUL(body) {
+	u := c.Request.URL // Path is decoded; the query is not yet
+	if strings.IndexByte(u.Path, 0) >= 0 || strings.Contains(u.RawQuery, "%00") || storage.JSONHoldsNUL(body) {
 		writeError(c, nulRefused)
 		return true
 	}
