@@ -137,6 +137,7 @@ type Dispatcher struct {
 	panics                       recovery.Counter
 	drops                        *dropLog
 	purgeEvery                   time.Duration               // how often requests older than MaxAge are looked for
+	idlePoll                     time.Duration               // the longest a sender waits unwoken: requests other nodes wrote to a shared outbox are found this way
 	beforeAttempt                func(storage.OutboxWebhook) // tests: runs before each request is sent
 	beforeRound                  func()                      // tests: runs at the start of each sender round
 
@@ -157,6 +158,7 @@ func New(db *storage.DB, apps AppLookup, log *zap.Logger, opts Options) *Dispatc
 		// attempt); the sweep only frees their room, so a thirtieth of
 		// MaxAge (10 s by default) is often enough.
 		purgeEvery: min(max(opts.MaxAge/30, 10*time.Millisecond), 10*time.Second),
+		idlePoll:   time.Second,
 	}
 }
 
@@ -499,7 +501,7 @@ func (d *Dispatcher) round(ctx context.Context, slots chan struct{}, inflight *s
 			wait = min(wait, max(time.Until(next), 10*time.Millisecond))
 		}
 	}
-	return min(wait, time.Second)
+	return min(wait, d.idlePoll)
 }
 
 // purge deletes the requests older than MaxAge that no sender holds, without
