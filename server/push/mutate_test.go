@@ -687,7 +687,8 @@ func TestVAPIDToken(t *testing.T) {
 
 // Publishes still being delivered do not keep a new one from starting: with
 // 64 publishes each holding a delivery at its gateway, a 65th is read and
-// delivered.
+// delivered. The held sends last until the test ends (their SendTimeout is
+// an hour), so a new publish that waited for one of them would never be done.
 func TestNewPublishStartsBehindBusyOnes(t *testing.T) {
 	const busy = 64
 	release := make(chan struct{})
@@ -707,17 +708,12 @@ func TestNewPublishStartsBehindBusyOnes(t *testing.T) {
 	for i := range busy + 1 {
 		ids = append(ids, fmt.Sprintf("apns-%02d", i))
 	}
-	// Held sends end at SendTimeout; the new publish must not wait for that.
-	db, d := dispatchTo(t, Options{SendTimeout: 3 * time.Second}, zap.NewNop(), send, ids...)
+	db, d := dispatchTo(t, Options{SendTimeout: time.Hour}, zap.NewNop(), send, ids...)
 	t.Cleanup(func() { close(release) })
 	for i := range busy {
 		publishTo(t, db, d, fmt.Sprintf("pub-%02d", i), ids[i])
 	}
 	wait.Until(t, "64 deliveries held", func() bool { return held.Load() == busy })
-	began := time.Now()
 	publishTo(t, db, d, "pub-new", ids[busy])
 	waitPublishDone(t, db, "pub-new")
-	if took := time.Since(began); took > 2*time.Second {
-		t.Fatalf("the new publish took %v, want it started while the others are held", took)
-	}
 }
