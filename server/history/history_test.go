@@ -194,3 +194,57 @@ func TestUntrackedKeysStartClean(t *testing.T) {
 		t.Errorf("b's delivered points %v, want 3 last (103 - 100)", got)
 	}
 }
+
+// TestOptionsDefaults: a zero option takes its default, a set one is kept.
+func TestOptionsDefaults(t *testing.T) {
+	if got := New(Sources{}, Options{}).Interval(); got != DefaultInterval {
+		t.Errorf("default interval %v, want %v", got, DefaultInterval)
+	}
+	if got := New(Sources{}, Options{Interval: 2 * time.Second}).Interval(); got != 2*time.Second {
+		t.Errorf("interval %v, want the 2 s set", got)
+	}
+	r := New(Sources{}, Options{})
+	now := t0
+	for range DefaultPoints + 1 {
+		now = now.Add(time.Second)
+		r.Sample(now)
+	}
+	if got := len(r.Get(App, "1").Times); got != DefaultPoints {
+		t.Errorf("%d points kept, want the default %d", got, DefaultPoints)
+	}
+}
+
+// TestSeriesOutOfRangeIgnored: a count for a series its kind does not have
+// (an instance's series past its last, an app's, a negative one) or for no
+// id is ignored: nothing is counted and nothing panics.
+func TestSeriesOutOfRangeIgnored(t *testing.T) {
+	r := New(Sources{}, Options{Points: 4})
+	r.Count(Instance, "in-1", seriesOf(Instance), 7)
+	r.Count(App, "1", seriesOf(App), 7)
+	r.Count(App, "1", -1, 7)
+	r.Count(App, "", AppWebhooksSent, 7)
+	if st := r.Stats(); st.Counted != 0 || st.Lost != 0 {
+		t.Fatalf("stats %+v, want nothing counted", st)
+	}
+}
+
+// TestUntrackedCountedKeysDroppedWhenGone: a key counted but never tracked
+// (MaxKeys keys tracked) goes when it no longer exists, freeing its room for
+// the counts of another.
+func TestUntrackedCountedKeysDroppedWhenGone(t *testing.T) {
+	src := &fakeApps{readings: []AppReading{{AppID: "a"}}, gone: map[string]bool{}}
+	r := New(src.sources(), Options{Points: 4, MaxKeys: 1})
+	r.Count(Instance, "in-1", InstanceDelivered, 1)
+	r.Sample(t0) // a takes the only track; in-1 stays counted
+	if st := r.Stats(); st.Tracked != 1 || st.Counted != 1 {
+		t.Fatalf("stats %+v, want 1 tracked, 1 counted", st)
+	}
+	src.mu.Lock()
+	src.gone["in-1"] = true
+	src.mu.Unlock()
+	r.Sample(t0.Add(5 * time.Second))
+	r.Count(Instance, "in-2", InstanceDelivered, 1)
+	if st := r.Stats(); st.Counted != 1 || st.Lost != 0 {
+		t.Fatalf("stats %+v, want in-1 gone and in-2 counted in its room", st)
+	}
+}
