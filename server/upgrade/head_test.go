@@ -59,3 +59,37 @@ func FuzzParseUpgrade(f *testing.F) {
 		}
 	})
 }
+
+// A handed-over connection keeps the head's pooled buffer while any of its
+// bytes are still to be replayed, however small net/http's reads, and gives
+// it back once the last is read: a buffer given back early would be reused
+// by another connection's head under the bytes still to come.
+func TestReplayConnKeepsItsBufferUntilReplayed(t *testing.T) {
+	buf := headBuffers.Get().(*[]byte)
+	*buf = append((*buf)[:0], "GET /x HTTP/1.1\r\n"...)
+	rc := newReplayConn(pipeConn(t), head{buf: buf})
+	var got []byte
+	p := make([]byte, 5)
+	for len(got) < len("GET /x HTTP/1.1\r\n") {
+		if rc.h.buf == nil {
+			t.Fatalf("buffer given back with %q still to replay", rc.pending)
+		}
+		n, err := rc.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p[:n]...)
+	}
+	if string(got) != "GET /x HTTP/1.1\r\n" {
+		t.Fatalf("replayed %q", got)
+	}
+	if rc.h.buf != nil {
+		t.Fatal("buffer kept after the last byte was replayed")
+	}
+
+	empty := headBuffers.Get().(*[]byte)
+	*empty = (*empty)[:0]
+	if rc := newReplayConn(pipeConn(t), head{buf: empty}); rc.h.buf != nil {
+		t.Fatal("an empty head's buffer kept by the handed-over connection")
+	}
+}
