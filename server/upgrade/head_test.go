@@ -93,3 +93,51 @@ func TestReplayConnKeepsItsBufferUntilReplayed(t *testing.T) {
 		t.Fatal("an empty head's buffer kept by the handed-over connection")
 	}
 }
+
+// readHead over a connection that delivers each of the client's writes as
+// it was written (net.Pipe): a head that comes in pieces, split anywhere,
+// even inside "GET ", is read whole and judged; a GET for another path is
+// given up on at its first bytes, without waiting for more.
+func TestReadHeadInPieces(t *testing.T) {
+	opts := Options{}.withDefaults()
+	full := upgradeHead("/app/key")
+	for _, split := range []int{2, 4, 9, len(full) - 2} {
+		server, client := net.Pipe()
+		go func() {
+			_, _ = client.Write([]byte(full[:split]))
+			_, _ = client.Write([]byte(full[split:]))
+		}()
+		h, err := readHead(server, opts)
+		if err != nil || h.req == nil || h.req.URL.Path != "/app/key" {
+			t.Errorf("split at %d: request %v, error %v; want the upgrade read whole", split, h.req, err)
+		}
+		h.release()
+		server.Close()
+		client.Close()
+	}
+
+	// The client sends no more and hangs up: only a reader that waited for
+	// more would see the end.
+	server, client := net.Pipe()
+	defer server.Close()
+	go func() {
+		_, _ = client.Write([]byte("GET /other HTTP/1.1\r\n"))
+		client.Close()
+	}()
+	h, err := readHead(server, opts)
+	if err != nil || h.req != nil || string(*h.buf) != "GET /other HTTP/1.1\r\n" {
+		t.Fatalf("another path: request %v, error %v, read %q; want it handed over after its first bytes", h.req, err, *h.buf)
+	}
+	h.release()
+}
+
+// An upgrade is served here when its path starts with the prefix, the
+// prefix alone included.
+func TestServedHereByPathPrefix(t *testing.T) {
+	for path, want := range map[string]bool{"/app/": true, "/app/key": true, "/app": false, "/ap": false, "/other/key": false} {
+		req := parseUpgrade([]byte(upgradeHead(path)), "/app/", pipeConn(t))
+		if got := req != nil; got != want {
+			t.Errorf("%s served here: %v, want %v", path, got, want)
+		}
+	}
+}
