@@ -4,24 +4,204 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/heraldrt/herald/gen/channels"
-	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
+
+// blackHole is a webhook URL whose server accepts connections and never
+// answers them.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String() + "/hook"
+}
+
+// held is an endpoint that keeps every request open until released, and
+// counts them.
+type held struct {
+	srv                 *httptest.Server
+	release             func()
+	mu                  sync.Mutex
+	open, most, arrived int
+}
+
+func newHeld(t *testing.T) *held {
+	h := &held{}
+	gate := make(chan struct{})
+	h.release = sync.OnceFunc(func() { close(gate) })
+	h.srv = httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		h.mu.Lock()
+		h.open++
+		h.arrived++
+		h.most = max(h.most, h.open)
+		h.mu.Unlock()
+		<-gate
+		h.mu.Lock()
+		h.open--
+		h.mu.Unlock()
+	}))
+	t.Cleanup(h.srv.Close)
+	t.Cleanup(h.release) // before the server closes: it waits for its handlers
+	return h
+}
+
+func (h *held) counts() (open, most, arrived int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open, h.most, h.arrived
+}
+
+func occupied(channel string) []byte {
+	return []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"` + channel + `"}]}`)
+}
+
+// panicky panics when asked for app "boom".
+type panicky struct{ apps }
+
+func (p panicky) ByID(id string) *storage.App {
+	if id == "boom" {
+		panic("lookup")
+	}
+	return p.apps.ByID(id)
+}
+
+// attempts records what OnAttempt is told.
+type attempts struct {
+	mu  sync.Mutex
+	all []Attempt
+}
+
+func (a *attempts) add(at Attempt) { a.mu.Lock(); a.all = append(a.all, at); a.mu.Unlock() }
+
+func (a *attempts) get() []Attempt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.all)
+}
+
+// noErrors fails t when the dispatcher logged anything at error level.
+func noErrors(t *testing.T, logs *observer.ObservedLogs) {
+	t.Helper()
+	for _, e := range logs.FilterLevelExact(zap.ErrorLevel).All() {
+		t.Errorf("logged an error: %s %v", e.Message, e.ContextMap())
+	}
+}
+
+// The tests in fake time (testing/synctest), where instants are exact,
+// send the dispatcher's requests to a fakeEndpoint instead of the network.
+
+// hookURL is the one endpoint of app "1" in the fake-time tests.
+const hookURL = "http://hook.test/"
+
+// fakeEndpoint answers the dispatcher's requests in a synctest bubble. It
+// records when each request came (since the bubble's start), answers with
+// the next of statuses (200 once they run out), and, while gate is set, holds
+// each request until gate is closed or the sender stops.
+type fakeEndpoint struct {
+	mu       sync.Mutex
+	statuses []int
+	gate     chan struct{}
+	at       []time.Duration
+	start    time.Time
+}
+
+func (e *fakeEndpoint) RoundTrip(r *http.Request) (*http.Response, error) {
+	e.mu.Lock()
+	e.at = append(e.at, time.Since(e.start))
+	status := http.StatusOK
+	if len(e.statuses) > 0 {
+		status, e.statuses = e.statuses[0], e.statuses[1:]
+	}
+	gate := e.gate
+	e.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return &http.Response{StatusCode: status, Body: http.NoBody, Request: r}, nil
+}
+
+// came returns when the requests came, since the bubble's start.
+func (e *fakeEndpoint) came() []time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.at)
+}
+
+// fakeTimeDispatcher returns a dispatcher, not started, whose requests go to
+// e, with a new outbox holding a request to e for each of channels, written
+// now, and what the dispatcher logs. Call it in a synctest bubble.
+func fakeTimeDispatcher(t *testing.T, opts Options, e *fakeEndpoint, channels ...string) (*Dispatcher, *storage.DB, *observer.ObservedLogs) {
+	t.Helper()
+	e.start = time.Now()
+	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	var items []storage.OutboxWebhook
+	for _, c := range channels {
+		items = append(items, storage.OutboxWebhook{AppID: "1", URL: hookURL, Key: c, Body: occupied(c)})
+	}
+	if _, err := db.EnqueueWebhooks(context.Background(), items, 0); err != nil {
+		t.Fatal(err)
+	}
+	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: hookURL}}}}
+	core, logs := observer.New(zapcore.InfoLevel)
+	d := New(db, a, zap.New(core), opts)
+	d.client.Transport = e
+	return d, db, logs
+}
+
+// dueNow tells whether the outbox has a request that a sender may claim now,
+// with the default 8 requests in flight per endpoint.
+func dueNow(t *testing.T, db *storage.DB) bool {
+	t.Helper()
+	next, ok, err := db.NextWebhookDue(context.Background(), time.Now(), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok && !next.After(time.Now())
+}
 
 type apps map[string]*storage.App
 
@@ -119,231 +299,10 @@ func start(t *testing.T, db *storage.DB, a apps, opts Options) *Dispatcher {
 	return d
 }
 
-func TestScriptedSessionSequence(t *testing.T) {
-	r := newReceiver(t, "k", "s")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	// With several requests in flight per endpoint, one channel's still
-	// arrive in order.
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, fast)
-	for _, ev := range []hub.Event{
-		{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-r"},
-		{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-r", UserID: "u1"},
-		{AppID: "1", Kind: hub.ClientEvent, Channel: "presence-r", Name: "client-hi", Data: `{"a":1}`, SocketID: "1.2", UserID: "u1"},
-		{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-r", UserID: "u1"},
-		{AppID: "1", Kind: hub.ChannelVacated, Channel: "presence-r"},
-		{AppID: "2", Kind: hub.ChannelOccupied, Channel: "unknown-app"},
-	} {
-		d.Observe(ev)
-	}
-	got := strings.Join(r.waitFor(5), " ")
-	want := `channel_occupied:presence-r member_added:presence-r:u1 client_event:presence-r:u1:client-hi={"a":1}@1.2 member_removed:presence-r:u1 channel_vacated:presence-r`
-	if got != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
-	}
-}
-
-func TestFlipWithinHoldIsDropped(t *testing.T) {
-	r := newReceiver(t, "k", "s")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-c", UserID: "u"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "other"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.CacheMiss, Channel: "cache-x"})
-	// Held after the others, so released after any of them that leaked.
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "marker"})
-	r.waitFor(3)
-	if got := strings.Join(r.events(), " "); got != "cache_miss:cache-x member_removed:presence-c:other channel_vacated:marker" {
-		t.Fatalf("got %s; only the unmatched removal and the markers should arrive", got)
-	}
-}
-
-func TestEventsHeldByTheClusterGoAtOnce(t *testing.T) {
-	r := newReceiver(t, "k", "s")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "held-here"})
-	// Held by the cluster already: neither held again nor cancelled by the
-	// channel's next occupation.
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c", Held: true})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u", Held: true})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-c", UserID: "u"})
-	r.waitFor(5)
-	want := "channel_vacated:c member_removed:presence-c:u channel_occupied:c member_added:presence-c:u channel_vacated:held-here"
-	if got := strings.Join(r.events(), " "); got != want {
-		t.Fatalf("got %s, want %s", got, want)
-	}
-}
-
-func TestFiltersAndBatching(t *testing.T) {
-	presenceOnly := newReceiver(t, "k", "s")
-	counts := newReceiver(t, "k", "s")
-	batched := newReceiver(t, "k", "s")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{
-		{URL: presenceOnly.srv.URL, ChannelPrefix: "presence-"},
-		{URL: counts.srv.URL, EventTypes: []string{"subscription_count"}},
-		{URL: batched.srv.URL, Batch: true, EventTypes: []string{"channel_occupied"}},
-	}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, fast)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-a"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "news"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.SubscriptionCount, Channel: "news", Count: 3})
-	if got := strings.Join(presenceOnly.waitFor(1), " "); got != "channel_occupied:presence-a" {
-		t.Fatalf("presence endpoint got %s", got)
-	}
-	if got := strings.Join(counts.waitFor(1), " "); got != "subscription_count:news:3" {
-		t.Fatalf("count endpoint got %s", got)
-	}
-	batched.waitFor(2)
-	batched.mu.Lock()
-	n := len(batched.requests)
-	batched.mu.Unlock()
-	if n != 1 {
-		t.Fatalf("batched endpoint got %d requests, want 1 with both events", n)
-	}
-}
-
-func TestRetriesUntilTheReceiverRecovers(t *testing.T) {
-	r := newReceiver(t, "k", "s")
-	r.failFirst.Store(3)
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
-	d := start(t, db, a, fast)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "b"})
-	got := r.waitFor(2)
-	if len(got) != 2 {
-		t.Fatalf("got %v", got)
-	}
-	// A request leaves the outbox only after its receiver answered, so once
-	// it is empty every delivery has been counted.
-	waitOutboxEmpty(t, db)
-	if n := len(r.events()); n != 2 {
-		t.Fatalf("delivered %d times, want each event once", n)
-	}
-}
-
 func waitOutboxEmpty(t *testing.T, db *storage.DB) {
 	t.Helper()
 	wait.Until(t, "an empty outbox", func() bool {
 		n, err := db.CountWebhookOutbox(context.Background())
 		return err == nil && n == 0
 	})
-}
-
-func TestOutboxSurvivesRestart(t *testing.T) {
-	down := newReceiver(t, "k", "s")
-	down.failFirst.Store(1 << 30)
-	path := filepath.Join(t.TempDir(), "h.db")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: down.srv.URL}}}}
-	db := openDB(t, path)
-	d := New(db, a, zap.NewNop(), inOrder)
-	d.Start()
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "kept"})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "held-at-close"})
-	d.Close() // held events are written, not lost
-	if n, _ := db.CountWebhookOutbox(context.Background()); n != 2 {
-		t.Fatalf("outbox holds %d, want 2", n)
-	}
-	db.Close()
-
-	// The receiver recovers and the node restarts on the same file.
-	down.failFirst.Store(0)
-	db2 := openDB(t, path)
-	start(t, db2, a, inOrder)
-	got := strings.Join(down.waitFor(2), " ")
-	if got != "channel_occupied:kept channel_vacated:held-at-close" {
-		t.Fatalf("after restart got %s", got)
-	}
-	waitOutboxEmpty(t, db2)
-}
-
-// Requests a crashed run had claimed are sent at once by the next run, not
-// once the claim runs out.
-func TestClaimsOfACrashedRunAreSentAtOnce(t *testing.T) {
-	r := newReceiver(t, "k", "s")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
-	body := []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"claimed"}]}`)
-	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{{AppID: "1", URL: r.srv.URL, Body: body}}, 0); err != nil {
-		t.Fatal(err)
-	}
-	// The crashed run's claim would hold for an hour.
-	if got, err := db.ClaimWebhooks(context.Background(), time.Now(), time.Hour, 10, 8); err != nil || len(got) != 1 {
-		t.Fatalf("claim: %+v (%v)", got, err)
-	}
-	start(t, db, a, fast)
-	if got := strings.Join(r.waitFor(1), " "); got != "channel_occupied:claimed" {
-		t.Fatalf("got %s", got)
-	}
-	waitOutboxEmpty(t, db)
-}
-
-func TestGivesUpAfterMaxAge(t *testing.T) {
-	r := newReceiver(t, "k", "s")
-	r.failFirst.Store(1 << 30)
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
-	opts := fast
-	opts.MaxAge = 200 * time.Millisecond
-	d := start(t, db, a, opts)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
-	waitOutboxEmpty(t, db)
-}
-
-func TestObserveNeverBlocks(t *testing.T) {
-	d := New(nil, apps{}, zap.NewNop(), Options{Buffer: 2})
-	for i := 0; i < 10; i++ { // not started: nothing drains the buffer
-		d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
-	}
-	if d.Dropped() != 8 {
-		t.Fatalf("dropped %d, want 8", d.Dropped())
-	}
-}
-
-// TestEachRequestSentOnce keeps several endpoints busy with a stream of
-// single-event requests and checks that none is POSTed twice: a request read
-// as due while its endpoint was still busy, and delivered and deleted by that
-// endpoint's sender before being looked at again, must not be sent again.
-func TestEachRequestSentOnce(t *testing.T) {
-	const endpoints, events = 4, 400
-	var hooks []storage.Webhook
-	var receivers []*receiver
-	for range endpoints {
-		r := newReceiver(t, "k", "s")
-		receivers = append(receivers, r)
-		hooks = append(hooks, storage.Webhook{URL: r.srv.URL})
-	}
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: hooks}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
-	d := start(t, db, a, fast)
-	for i := range events {
-		d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c-" + itoa(i)})
-		if i%10 == 9 {
-			// Keep a short backlog, so the outbox is read again and again
-			// while the endpoints' senders are busy with what came before.
-			receivers[i%endpoints].waitFor(i - 30)
-		}
-	}
-	for _, r := range receivers {
-		got := r.waitFor(events)
-		seen := map[string]bool{}
-		for _, e := range got {
-			if seen[e] {
-				t.Fatalf("%s was delivered twice", e)
-			}
-			seen[e] = true
-		}
-	}
-	// Once the outbox is empty every delivery has been counted, duplicates
-	// included.
-	waitOutboxEmpty(t, db)
-	for _, r := range receivers {
-		if n := len(r.events()); n != events {
-			t.Fatalf("endpoint received %d events, want %d", n, events)
-		}
-	}
 }

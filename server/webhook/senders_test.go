@@ -16,155 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
-
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
-
-// Tests of issue 15: a bounded outbox that drains fast, parallel delivery,
-// URLs kept out of the logs, and panics that stop only one request.
-
-// blackHole is a webhook URL whose server accepts connections and never
-// answers them.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String() + "/hook"
-}
-
-// held is an endpoint that keeps every request open until released, and
-// counts them.
-type held struct {
-	srv                 *httptest.Server
-	release             func()
-	mu                  sync.Mutex
-	open, most, arrived int
-}
-
-func newHeld(t *testing.T) *held {
-	h := &held{}
-	gate := make(chan struct{})
-	h.release = sync.OnceFunc(func() { close(gate) })
-	h.srv = httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-		h.mu.Lock()
-		h.open++
-		h.arrived++
-		h.most = max(h.most, h.open)
-		h.mu.Unlock()
-		<-gate
-		h.mu.Lock()
-		h.open--
-		h.mu.Unlock()
-	}))
-	t.Cleanup(h.srv.Close)
-	t.Cleanup(h.release) // before the server closes: it waits for its handlers
-	return h
-}
-
-func (h *held) counts() (open, most, arrived int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.open, h.most, h.arrived
-}
-
-func occupied(channel string) []byte {
-	return []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"` + channel + `"}]}`)
-}
-
-// One socket's churn floods the outbox of one app whose endpoint accepts
-// connections and never answers. The outbox stays within the app's cap, the
-// oldest requests are dropped and counted, the drops are logged once (the
-// next line is due a minute later), and every request is accounted for once
-// the outbox has drained, which takes about MaxAge plus a timeout after the
-// flood, not a timeout per request.
-func TestOutboxFloodAgainstABlackHole(t *testing.T) {
-	const events, maxQueued = 3000, 50
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: blackHole(t)}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
-	opts := fast
-	// MaxAge well above the flood's own duration (3,000 capped inserts take
-	// the database writer a second or two on a loaded machine), so that
-	// requests live long enough to be attempted and fail.
-	opts.Timeout, opts.MaxAge, opts.MaxQueued = 100*time.Millisecond, 5*time.Second, maxQueued
-	core, logs := observer.New(zapcore.InfoLevel)
-	d := New(db, a, zap.New(core), opts)
-	d.Start()
-	t.Cleanup(d.Close)
-
-	// The outbox's depth, watched from the side all along.
-	var most atomic.Int64
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			if n, err := db.CountWebhookOutbox(context.Background()); err == nil && int64(n) > most.Load() {
-				most.Store(int64(n))
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	for i := range events {
-		d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c-" + itoa(i)})
-	}
-	flooded := time.Now()
-	wait.Until(t, "every request dropped or given up", func() bool {
-		s := d.Stats()
-		return s.OverCap+s.Expired+s.Abandoned >= events
-	})
-	waitOutboxEmpty(t, db)
-	took := time.Since(flooded)
-	close(stop)
-	<-watched
-
-	if n := most.Load(); n > maxQueued {
-		t.Errorf("the outbox held %d requests, over its cap of %d", n, maxQueued)
-	}
-	s := d.Stats()
-	if s.Delivered != 0 || s.OverCap == 0 || s.Failed == 0 || s.OverCap+s.Expired+s.Abandoned != events {
-		t.Errorf("stats %+v, want none delivered, some over the cap, failed attempts, and all %d accounted for", s, events)
-	}
-	lines := logs.FilterMessage("webhook requests dropped unsent").All()
-	if len(lines) != 1 || lines[0].ContextMap()["app_id"] != "1" || lines[0].ContextMap()["over_cap"].(int64) == 0 {
-		t.Errorf("drop log lines %v, want one for app 1 (the next is due in a minute)", lines)
-	}
-	// That the requests to the black hole go 8 at a time, not one by one
-	// (each waiting out its timeout), TestEightRequestsInFlightPerEndpoint
-	// shows by the requests in flight, not by the clock.
-	t.Logf("the outbox drained %v after the flood", took)
-}
 
 // A slow endpoint has eight requests in flight at once, never more, and the
 // ninth sender serves another endpoint meanwhile, although its request was
@@ -251,52 +109,6 @@ func TestOneChannelsEventsArriveInOrder(t *testing.T) {
 	defer mu.Unlock()
 	if most < 2 {
 		t.Errorf("at most %d request in flight, want several", most)
-	}
-}
-
-// Requests older than MaxAge are dropped without an attempt and counted:
-// swept from the outbox while they wait, or at their turn when the sweep has
-// not come yet. The request in flight as they expire is delivered.
-func TestExpiredRequestsDroppedWithoutAttempt(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		sweep bool
-	}{{"swept while waiting", true}, {"at their turn", false}} {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newHeld(t)
-			a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: h.srv.URL}}}}
-			db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
-			opts := inOrder
-			// A second: the first request is sent well within it even on
-			// a loaded machine, and the two behind it expire meanwhile.
-			opts.MaxAge, opts.Timeout = time.Second, wait.Limit
-			d := New(db, a, zap.NewNop(), opts)
-			if !tt.sweep {
-				d.purgeEvery = time.Hour
-			}
-			d.Start()
-			t.Cleanup(d.Close)
-			t.Cleanup(h.release) // before Close, which waits for the request in flight
-			for _, c := range []string{"a", "b", "c"} {
-				d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: c})
-			}
-			wait.Until(t, "the first request sent", func() bool { _, _, arrived := h.counts(); return arrived == 1 })
-			// All three were written before the first was sent.
-			sent := time.Now()
-			if tt.sweep {
-				wait.Until(t, "two requests expired", func() bool { return d.Stats().Expired == 2 })
-			} else {
-				wait.Until(t, "MaxAge to pass", func() bool { return time.Since(sent) > opts.MaxAge })
-			}
-			h.release()
-			waitOutboxEmpty(t, db)
-			if _, _, arrived := h.counts(); arrived != 1 {
-				t.Fatalf("%d requests arrived, want only the first", arrived)
-			}
-			if s := d.Stats(); s.Expired != 2 || s.Delivered != 1 || s.Abandoned != 0 || s.Failed != 0 {
-				t.Fatalf("stats %+v, want 2 expired and 1 delivered", s)
-			}
-		})
 	}
 }
 
@@ -448,16 +260,6 @@ func TestPanicsOutsideARequestAreRecovered(t *testing.T) {
 	})
 }
 
-// panicky panics when asked for app "boom".
-type panicky struct{ apps }
-
-func (p panicky) ByID(id string) *storage.App {
-	if id == "boom" {
-		panic("lookup")
-	}
-	return p.apps.ByID(id)
-}
-
 // Options.DialContext makes the webhook client's connections: the node plugs
 // its address guard in there. What it refuses is a failed attempt that says
 // why. The environment's proxies are not used then.
@@ -501,58 +303,30 @@ func TestDialContextMakesTheConnections(t *testing.T) {
 	}
 }
 
-// Drops are logged at once for an app's first, then at most once per
-// interval per app, with the numbers since the app's previous line; a flush
-// writes what waits once the interval has passed, and at shutdown all of it.
-func TestDropLogOncePerIntervalPerApp(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
-	l := &dropLog{log: zap.New(core), every: time.Minute, apps: map[string]*dropCount{}}
-	t0 := time.Now()
-	l.add("1", 5, 0, t0)
-	l.add("1", 3, 0, t0.Add(10*time.Second))
-	l.add("2", 0, 4, t0.Add(20*time.Second))
-	l.add("1", 0, 2, t0.Add(30*time.Second))
-	l.flush(t0.Add(59*time.Second), false)
-	l.flush(t0.Add(60*time.Second), false)
-	l.add("2", 1, 0, t0.Add(61*time.Second))
-	l.flush(t0.Add(3*time.Minute), false) // nothing waits: forgets both apps
-	l.add("1", 7, 0, t0.Add(4*time.Minute))
-	l.add("1", 1, 1, t0.Add(4*time.Minute+time.Second))
-	l.flush(t0.Add(4*time.Minute+2*time.Second), true)
-	var got []string
-	for _, e := range logs.FilterMessage("webhook requests dropped unsent").All() {
-		m := e.ContextMap()
-		got = append(got, fmt.Sprintf("%s:%d/%d", m["app_id"], m["over_cap"], m["expired"]))
+func TestDefaults(t *testing.T) {
+	o := Options{}.withDefaults()
+	if o.Hold != 3*time.Second || o.Flush != 100*time.Millisecond || o.MaxAge != 5*time.Minute ||
+		o.BaseBackoff != time.Second || o.MaxBackoff != time.Minute || o.Buffer != 65536 || o.Senders != 64 ||
+		o.PerEndpoint != 8 || o.MaxQueued != 10000 || o.Timeout != 5*time.Second || o.Lease != time.Minute {
+		t.Fatalf("defaults %+v", o)
 	}
-	want := []string{"1:5/0", "2:0/4", "1:3/2", "2:1/0", "1:7/0", "1:1/1"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("lines %v, want %v", got, want)
+	if c := o.client(); c.Timeout != 5*time.Second || c.Transport.(*http.Transport).MaxIdleConnsPerHost != 8 {
+		t.Fatalf("client timeout %v, idle connections per host %d", c.Timeout, c.Transport.(*http.Transport).MaxIdleConnsPerHost)
 	}
-	if len(l.apps) != 1 {
-		t.Fatalf("remembers %d apps, want only the one that dropped since", len(l.apps))
-	}
-}
-
-// A redirect is not followed: the endpoint's 3xx is a failed attempt, and
-// the place it points to hears nothing (following it would turn the POST
-// into a GET whose 2xx counted as delivered).
-func TestRedirectIsAFailedAttempt(t *testing.T) {
-	var elsewhere atomic.Int32
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
-	t.Cleanup(target.Close)
-	redirect := httptest.NewServer(http.RedirectHandler(target.URL, http.StatusFound))
-	t.Cleanup(redirect.Close)
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: redirect.URL}}}}
-	var seen attempts
-	opts := fast
-	opts.OnAttempt = seen.add
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, opts)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
-	wait.Until(t, "an attempt", func() bool { return len(seen.get()) > 0 })
-	if at := seen.get()[0]; at.Status != http.StatusFound || at.Error == "" {
-		t.Fatalf("attempt %+v, want a failed one with status 302", at)
-	}
-	if n := elsewhere.Load(); n != 0 {
-		t.Fatalf("the redirect's target received %d requests, want none", n)
+	// The lease is six timeouts by default, at least 1 min, and never under
+	// two timeouts.
+	for _, tt := range []struct {
+		lease, timeout, want time.Duration
+	}{
+		{0, 30 * time.Second, 3 * time.Minute},
+		{0, time.Second, time.Minute},
+		{time.Second, 10 * time.Second, time.Minute},
+		{time.Minute, 40 * time.Second, 80 * time.Second},
+		{5 * time.Minute, 10 * time.Second, 5 * time.Minute},
+	} {
+		o := Options{Lease: tt.lease, Timeout: tt.timeout}.withDefaults()
+		if o.Lease != tt.want {
+			t.Errorf("lease %v with a %v timeout: %v, want %v", tt.lease, tt.timeout, o.Lease, tt.want)
+		}
 	}
 }
