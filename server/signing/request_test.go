@@ -9,6 +9,51 @@ import (
 	"github.com/heraldrt/herald/server/clientauth"
 )
 
+func TestParseQueryWithoutSeparator(t *testing.T) {
+	for _, tt := range []struct {
+		raw  string
+		want string // StringToSign's query line
+	}{
+		{"", ""},
+		{"auth_key=k", "auth_key=k"},
+		{"&", ""},
+	} {
+		p, err := ParseQuery(tt.raw)
+		if err != nil {
+			t.Fatalf("ParseQuery(%q): %v", tt.raw, err)
+		}
+		if got, want := p.StringToSign("GET", "/p"), "GET\n/p\n"+tt.want; got != want {
+			t.Fatalf("ParseQuery(%q): string to sign %q, want %q", tt.raw, got, want)
+		}
+	}
+}
+
+func TestKey(t *testing.T) {
+	for _, tt := range []struct {
+		raw, want string
+	}{
+		{"auth_key=278d&auth_timestamp=1", "278d"},
+		{"AUTH_KEY=278d", "278d"},
+		{"auth_key=", ""},
+		{"auth_timestamp=1", ""},
+	} {
+		p, err := ParseQuery(tt.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, ferr := p.Key()
+		if tt.want != "" && (key != tt.want || ferr != nil) {
+			t.Fatalf("%q: Key() = %q, %v; want %q", tt.raw, key, ferr, tt.want)
+		}
+		if tt.want == "" && (ferr == nil || ferr.Kind != KindMissingParam) {
+			t.Fatalf("%q: Key() = %q, %v; want %s", tt.raw, key, ferr, KindMissingParam)
+		}
+	}
+	if got, want := fail(KindBadVersion, "auth_version must be %s.", AuthVersion).Error(), "invalid_auth_version: auth_version must be 1.0."; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+}
+
 // The test vector published with the Pusher HTTP API documentation.
 const (
 	vectorKey    = "278d425bdf160c739803"
