@@ -9,6 +9,37 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 )
 
+// Each waiting goroutine is let go once it has waited linger, counted from
+// when it began to wait, not a linger after the one before it went. Fake
+// time (testing/synctest): the instants are exact.
+func TestGoPoolLetsEachGoAfterItsOwnLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const linger = time.Second
+		p := NewPool(4, linger)
+		first, second := make(chan struct{}), make(chan struct{})
+		p.Go(func() { <-first })
+		p.Go(func() { <-second })
+		close(first)
+		synctest.Wait()
+		time.Sleep(linger / 2)
+		close(second) // waits from linger/2 on
+		synctest.Wait()
+		if n := p.waiting(); n != 2 {
+			t.Fatalf("%d goroutines waiting, want 2", n)
+		}
+		time.Sleep(linger * 3 / 4) // 1.25 linger
+		synctest.Wait()
+		if n := p.waiting(); n != 1 {
+			t.Fatalf("at 1.25 linger: %d goroutines waiting, want 1 (the first let go)", n)
+		}
+		time.Sleep(linger / 2) // 1.75 linger: the second has waited 1.25 linger
+		synctest.Wait()
+		if n := p.waiting(); n != 0 {
+			t.Fatalf("at 1.75 linger: %d goroutines waiting, want 0", n)
+		}
+	})
+}
+
 // A goroutine whose work ended runs the next work started while it waits,
 // at most maxIdle goroutines wait, and they are gone after linger.
 func TestGoPoolReusesAndLetsGo(t *testing.T) {
