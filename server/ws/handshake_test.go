@@ -147,3 +147,17 @@ func testParkedConnections(t *testing.T, noPoller bool) {
 		return nil
 	})
 }
+
+// A request to the endpoint that is not a WebSocket upgrade is answered by
+// the library (426), and the handler returns normally.
+func TestPlainHTTPRequestIsAnswered(t *testing.T) {
+	s := newWSServer(t, Options{})
+	resp, err := http.Get("http" + strings.TrimPrefix(s.url, "ws") + "/app/key1?protocol=7")
+	if err != nil {
+		t.Fatalf("plain GET: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("plain GET: status %d, want 426", resp.StatusCode)
+	}
+}

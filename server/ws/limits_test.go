@@ -299,3 +299,49 @@ func TestConnectLimiterBucket(t *testing.T) {
 		t.Fatal("a limiter for a rate of 0 or less")
 	}
 }
+
+// user_info of exactly the app's limit is accepted (one byte more is refused:
+// TestSubscribeKinds).
+func TestPresenceUserInfoAtTheLimit(t *testing.T) {
+	s := newWSServer(t, Options{})
+	c := s.dial(t, "key1")
+	info := `"` + strings.Repeat("x", 1024-2) + `"` // 1,024 bytes of JSON, app 1's limit
+	data := `{"user_id":"u","user_info":` + info + `}`
+	c.subscribe("presence-full", signing.ChannelAuth("key1", "secret1", c.socketID, "presence-full", data), data)
+	c.expect("pusher_internal:subscription_succeeded", "presence-full")
+}
+
+// A watchlist of exactly MaxWatchlist ids is taken whole, without the 4302
+// warning that a longer one gets (TestWatchlist).
+func TestWatchlistOfExactlyTheMaximum(t *testing.T) {
+	s := newWSServer(t, Options{})
+	ids := make([]string, hub.MaxWatchlist)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("u%d", i)
+	}
+	list, _ := json.Marshal(ids)
+	c := s.dial(t, "key1")
+	c.signin(`{"id":"watcher","watchlist":` + string(list) + `}`)
+	c.expect("pusher:signin_success", "")
+	if got := watchlist(t, c.next()); !strings.HasPrefix(got, "offline:u0,u1,") || !strings.HasSuffix(got, ",u99") {
+		t.Fatalf("watchlist: %.40s…", got)
+	}
+	c.ping() // no pusher:error before the pong
+}
+
+// A client event name of exactly hub.MaxEventNameLength characters is
+// relayed.
+func TestClientEventNameOfTheMaximumLength(t *testing.T) {
+	s := newWSServer(t, Options{})
+	const ch = "private-names"
+	sender, receiver := s.dial(t, "key1"), s.dial(t, "key1")
+	for _, c := range []*client{sender, receiver} {
+		c.subscribe(ch, signing.ChannelAuth("key1", "secret1", c.socketID, ch, ""), "")
+		c.expect("pusher_internal:subscription_succeeded", ch)
+	}
+	name := "client-" + strings.Repeat("n", hub.MaxEventNameLength-len("client-"))
+	if f := sender.clientEvent([]byte(`{"event":"` + name + `","channel":"` + ch + `","data":{}}`)); f != nil {
+		t.Fatalf("a %d-character event name was refused: %s", len(name), f.Data)
+	}
+	receiver.expect(name, ch)
+}
