@@ -364,3 +364,39 @@ func TestAdminInstances(t *testing.T) {
 		}
 	})
 }
+
+// The admin API caps request bodies, shows whether an APNs CA is set, and
+// lists up to 100 recent publishes.
+func TestAdminLimitsAndFlags(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	big := `{"id":"x","pad":"` + strings.Repeat(" ", MaxAdminBodyBytes) + `"}`
+	req, _ := http.NewRequest("POST", s.url+"/admin/v1/apps", strings.NewReader(big))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a body over %d bytes: status %d, want 413", MaxAdminBodyBytes, res.StatusCode)
+	}
+
+	for _, tc := range []struct {
+		id, ca string
+		want   bool
+	}{{"8b4d0c0a-5e3f-4c77-9c20-3e4f5a6b7c8d", "-----BEGIN CERTIFICATE-----\n...", true}, {"9c5e1d1b-6f4a-4d88-8d31-4f5a6b7c8d9e", "", false}} {
+		if _, err := s.db.CreateInstance(ctx, storage.Instance{ID: tc.id, SecretKey: "s", Enabled: true, APNs: storage.APNsConfig{CAPEM: tc.ca}}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.client.GetInstanceWithResponse(ctx, tc.id)
+		if err != nil || got.JSON200 == nil || got.JSON200.Apns.CaConfigured != tc.want {
+			t.Errorf("instance with CA %q: %v %s, want caConfigured %v", tc.ca, err, got.Body, tc.want)
+		}
+		list, err := s.client.ListInstancePublishesWithResponse(ctx, tc.id, &adminclient.ListInstancePublishesParams{Limit: ptr(100)})
+		if err != nil || list.StatusCode() != 200 {
+			t.Errorf("100 recent publishes: %v %d %s", err, list.StatusCode(), list.Body)
+		}
+	}
+}

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
 )
 
 func TestReadBody(t *testing.T) {
@@ -93,5 +98,48 @@ func TestRequestBodyUnreadAndReuse(t *testing.T) {
 			t.Fatalf("reused body reads %q", got)
 		}
 		b.release()
+	}
+}
+
+// A body that fails to decode is answered with a description naming what
+// is wrong: the field and the type it needs, or the body's own type.
+func TestDecodeErrorDescriptions(t *testing.T) {
+	s := newPushServer(t)
+	path := "/device_api/v1/instances/" + pushInstanceID + "/devices/fcm"
+	for body, want := range map[string]string{
+		`{"token":5}`: `Field "token" must be a string, not number.`,
+		`["token"]`:   `The body must be a JSON object, not array.`,
+	} {
+		status, got, _ := s.do(t, pushRequest{method: "POST", path: path, body: body, contentType: "application/json"})
+		checkStatus(t, status, got, 400, "invalid_request")
+		if got["description"] != want {
+			t.Errorf("%s: description %q, want %q", body, got["description"], want)
+		}
+	}
+}
+
+// A request whose body is empty (but not http.NoBody, as with chunked
+// encoding) needs no content type.
+func TestJSONBodyEmptyNeedsNoContentType(t *testing.T) {
+	engine := NewEngine(zap.NewNop())
+	engine.POST("/x", jsonBody(64), func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	req := httptest.NewRequest("POST", "/x", strings.NewReader(""))
+	req.Body = io.NopCloser(strings.NewReader("")) // not http.NoBody
+	rec := httptest.NewRecorder()
+	engine.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNoContent {
+		t.Fatalf("status %d (%s), want 204", rec.Code, rec.Body)
+	}
+}
+
+// A declared Content-Length beyond the limit does not size the buffer.
+func TestReadBodyIgnoresDeclaredSizeOverLimit(t *testing.T) {
+	b, err := readBody(strings.NewReader("{}"), 1<<50, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.release()
+	if string(b.bytes()) != "{}" {
+		t.Fatalf("read %q", b.bytes())
 	}
 }

@@ -553,3 +553,15 @@ func TestTruncatedSignatureRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestValidSocketID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"1.2": true, "123456.7890": true, strings.Repeat("1", 32) + "." + strings.Repeat("2", 31): true,
+		"": false, "12": false, ".5": false, "5.": false, "a.1": false, "1.a": false, "1.2.3": false, "1 .2": false,
+		strings.Repeat("1", 32) + "." + strings.Repeat("2", 32): false,
+	} {
+		if got := validSocketID(s); got != want {
+			t.Errorf("validSocketID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -594,3 +594,56 @@ func TestEveryDeviceOperationIsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// Every Device and Reporting API limit accepts its maximum (and refuses one
+// more where no other test does).
+func TestDeviceAndReportingLimitsInclusive(t *testing.T) {
+	s := newPushServer(t)
+	fcm := s.registerFCM(t, "fcm:limits")
+	root := "/device_api/v1/instances/" + pushInstanceID
+	post := func(path, body string) pushRequest {
+		return pushRequest{method: "POST", path: path, body: body, contentType: "application/json"}
+	}
+	report := "/reporting_api/v2/instances/" + pushInstanceID + "/events"
+	reportBody := func(publishID, deviceID, userID string) string {
+		b, _ := json.Marshal(map[string]any{"event": "delivery", "publishId": publishID, "deviceId": deviceID, "timestampSecs": 1_700_000_000, "userId": userID})
+		return string(b)
+	}
+	previous := func(n int) string {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("old-%d", i)
+		}
+		b, _ := json.Marshal(ids)
+		return string(b)
+	}
+	tests := []struct {
+		name     string
+		req      pushRequest
+		status   int
+		wantKind string
+	}{
+		{"OKDeviceID64", pushRequest{method: "GET", path: root + "/devices/fcm/" + strings.Repeat("d", 64)}, 404, "device_not_found"},
+		{"OKMetadata100", post(root+"/devices/fcm", `{"token":"t:md","metadata":{"sdkVersion":"`+strings.Repeat("é", 100)+`"}}`), 200, ""},
+		{"OKToken8192", post(root+"/devices/fcm", `{"token":"`+strings.Repeat("a", 8192)+`"}`), 200, ""},
+		{"ErrFcmTokenWithDEL", post(root+"/devices/fcm", `{"token":"a\u007fb"}`), 401, "invalid_gateway_token"},
+		{"OKFcmTokenTilde", post(root+"/devices/fcm", `{"token":"a~!b"}`), 200, ""},
+		{"OKKnownPreviousIDs100", post(root+"/devices/fcm", `{"token":"t:prev","knownPreviousClientIds":`+previous(100)+`}`), 200, ""},
+		{"OKApnsBundle255", post(root+"/devices/apns", `{"token":"0a0b","bundleIdentifier":"`+strings.Repeat("b", 255)+`"}`), 200, ""},
+		{"ErrApnsBundle256", post(root+"/devices/apns", `{"token":"0a0b","bundleIdentifier":"`+strings.Repeat("b", 256)+`"}`), 400, "invalid_bundle_identifier"},
+		{"OKFcmBundle255", post(root+"/devices/fcm", `{"token":"t:bundle","bundleIdentifier":"`+strings.Repeat("b", 255)+`"}`), 200, ""},
+		{"ErrFcmBundle256", post(root+"/devices/fcm", `{"token":"t:bundle2","bundleIdentifier":"`+strings.Repeat("b", 256)+`"}`), 400, "invalid_bundle_identifier"},
+		{"OKListLimit100", pushRequest{method: "GET", path: root + "/devices/fcm/" + fcm + "/interests?limit=100"}, 200, ""},
+		{"OKReportIDs128", post(report, reportBody(strings.Repeat("p", 128), strings.Repeat("d", 128), "u")), 200, ""},
+		{"ErrReportDeviceID129", post(report, reportBody("p", strings.Repeat("d", 129), "u")), 400, "invalid_device_id"},
+		{"OKReportUserID164Runes", post(report, reportBody("p", "d", strings.Repeat("é", 164))), 200, ""},
+		{"OKReportUserID164FourByteRunes", post(report, reportBody("p", "d", strings.Repeat("😀", 164))), 200, ""},
+		{"OKReportUserID100Bytes", post(report, reportBody("p", "d", strings.Repeat("u", 100))), 200, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body, _ := s.do(t, tt.req)
+			checkStatus(t, status, body, tt.status, tt.wantKind)
+		})
+	}
+}

@@ -23,6 +23,37 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
+// A publish body over the limit is refused with the limit in KiB.
+func TestPublishBodyTooLargeNamesLimit(t *testing.T) {
+	s := newPublishServer(t)
+	big := `{"interests":["a"],"fcm":{"data":{"x":"` + strings.Repeat("y", MaxInterestsPublishBytes) + `"}}}`
+	status, body, _ := s.do(t, pushRequest{"POST", publishPrefix + pushInstanceID + "/publishes/interests", "application/json", big, "Bearer " + pushSecret})
+	checkStatus(t, status, body, 400, "body_too_large")
+	if want := "The request body is larger than 10 KiB."; body["description"] != want {
+		t.Fatalf("description %q, want %q", body["description"], want)
+	}
+}
+
+// A publish stores exactly the payloads given (null ones left out), and
+// accepts a webhook URL of the longest allowed length.
+func TestPublishStoresGivenPayloadsOnly(t *testing.T) {
+	s := newPublishServer(t)
+	webhook := "https://hooks.example/" + strings.Repeat("w", maxWebhookURLLength-len("https://hooks.example/"))
+	body := `{"interests":["a"],"apns":{"aps":{"alert":"hi"}},"fcm":null,"webhookUrl":"` + webhook + `"}`
+	status, res, _ := s.do(t, pushRequest{"POST", publishPrefix + pushInstanceID + "/publishes/interests", "application/json", body, "Bearer " + pushSecret})
+	checkStatus(t, status, res, 200, "")
+	p, err := s.db.GetPublish(context.Background(), pushInstanceID, res["publishId"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(p.Payload), `{"apns":{"aps":{"alert":"hi"}}}`; got != want {
+		t.Errorf("stored payload %s, want %s", got, want)
+	}
+	if p.WebhookURL != webhook {
+		t.Errorf("stored webhook URL of %d bytes, want %d", len(p.WebhookURL), len(webhook))
+	}
+}
+
 // quotaInstanceID is an instance with a daily quota of one publish.
 const quotaInstanceID = "3b7e6f2a-1c3d-4e5f-8a9b-0c1d2e3f4a5b"
 

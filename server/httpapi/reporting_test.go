@@ -2,14 +2,76 @@ package httpapi
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/heraldrt/herald/gen/reportingclient"
 	"github.com/heraldrt/herald/storage"
 )
+
+// A delivery report keeps the device's flags; an open drops them.
+func TestReportFlagsKeptForDeliveriesOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	db, err := storage.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.CreateInstance(context.Background(), storage.Instance{ID: pushInstanceID, SecretKey: pushSecret, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	// A device the publish targets, so that its reports are stored.
+	d, _, err := db.RegisterDevice(context.Background(), storage.Device{InstanceID: pushInstanceID, Platform: storage.PlatformFCM, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AddDeviceInterest(context.Background(), pushInstanceID, storage.PlatformFCM, d.ID, "news"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreatePublish(context.Background(), storage.Publish{ID: "p", InstanceID: pushInstanceID, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newPushEngine(t, db, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), nil))
+	t.Cleanup(srv.Close)
+	s := &pushServer{url: srv.URL}
+	for _, ev := range []string{"delivery", "open"} {
+		body := `{"event":"` + ev + `","publishId":"p","deviceId":"` + d.ID + `","timestampSecs":1700000000,"appInBackground":true,"hasDisplayableContent":true,"hasData":false}`
+		status, res, _ := s.do(t, pushRequest{method: "POST", path: "/reporting_api/v2/instances/" + pushInstanceID + "/events", body: body, contentType: "application/json"})
+		checkStatus(t, status, res, 200, "")
+	}
+	raw, err := sql.Open("sqlite", path+"?_pragma=query_only(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	rows, err := raw.Query(`SELECT event, app_in_background, has_displayable_content, has_data FROM report_events ORDER BY event`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var kind string
+		var bg, disp, data sql.NullBool
+		if err := rows.Scan(&kind, &bg, &disp, &data); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %v/%v %v/%v %v/%v", kind, bg.Valid, bg.Bool, disp.Valid, disp.Bool, data.Valid, data.Bool))
+	}
+	if want := "delivery true/true true/true true/false|open false/false false/false false/false"; strings.Join(got, "|") != want {
+		t.Fatalf("stored %q, want %q", strings.Join(got, "|"), want)
+	}
+}
 
 // A report counts only for a publish of the instance that targeted the
 // device, once per device and kind; one that does not count is answered 200

@@ -11,6 +11,16 @@ import (
 	"github.com/heraldrt/herald/gen/channels"
 )
 
+// Every prefix of a trigger body is refused by the fast decoder or decoded
+// as encoding/json does, without a panic.
+func TestDecodeTriggerEventPrefixes(t *testing.T) {
+	for _, tt := range triggerBodies {
+		for i := range len(tt.body) {
+			checkLikeEncodingJSON(t, []byte(tt.body[:i]))
+		}
+	}
+}
+
 // triggerBodies are bodies for the decoder tests: whether decodeTriggerEvent
 // takes them (fast) or leaves them to encoding/json.
 var triggerBodies = []struct {
