@@ -520,3 +520,115 @@ func (h *Hub) publishNow(m Message) {
 	h.Publish(m)
 	h.Flush()
 }
+
+// watchlistEvents decodes the pusher_internal:watchlist_events frames of fs
+// as "online:a,b offline:c" per frame.
+func watchlistEvents(t *testing.T, fs []frame) []string {
+	t.Helper()
+	var out []string
+	for _, f := range fs {
+		if f.Event != "pusher_internal:watchlist_events" {
+			continue
+		}
+		var d struct {
+			Events []struct {
+				Name    string   `json:"name"`
+				UserIDs []string `json:"user_ids"`
+			} `json:"events"`
+		}
+		if err := json.Unmarshal([]byte(f.Data), &d); err != nil {
+			t.Fatal(err)
+		}
+		var groups []string
+		for _, e := range d.Events {
+			groups = append(groups, e.Name+":"+strings.Join(e.UserIDs, ","))
+		}
+		out = append(out, strings.Join(groups, " "))
+	}
+	return out
+}
+
+// A watcher learns on sign-in which watched users are online and which are
+// not (a group left out when empty), then each user's first connection
+// coming and last one going. A connection without a watchlist gets none.
+func TestWatchlist(t *testing.T) {
+	h := New(zap.NewNop())
+	bob := connect(t, h, "1")
+	if err := h.SignIn(bob, "bob", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchlistEvents(t, takeFrames(t, bob)); len(got) != 0 {
+		t.Fatalf("no watchlist, yet %v", got)
+	}
+	alice := connect(t, h, "1")
+	if err := h.SignIn(alice, "alice", []string{"bob", "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	watcher := connect(t, h, "1")
+	if err := h.SignIn(watcher, "dave", []string{"carol"}); err != nil {
+		t.Fatal(err)
+	}
+	onlyOnline := connect(t, h, "1")
+	if err := h.SignIn(onlyOnline, "erin", []string{"bob"}); err != nil {
+		t.Fatal(err)
+	}
+	carol1, carol2 := connect(t, h, "1"), connect(t, h, "1")
+	for _, c := range []*Conn{carol1, carol2} {
+		if err := h.SignIn(c, "carol", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Remove(carol1) // carol still has a connection
+	h.Remove(carol2)
+	h.Remove(bob)
+	for _, tc := range []struct {
+		c    *Conn
+		want string
+	}{
+		{alice, "online:bob offline:carol|online:carol|offline:carol|offline:bob"},
+		{watcher, "offline:carol|online:carol|offline:carol"},
+		{onlyOnline, "online:bob|offline:bob"},
+	} {
+		if got := strings.Join(watchlistEvents(t, takeFrames(t, tc.c)), "|"); got != tc.want {
+			t.Errorf("%s saw %s, want %s", tc.c.UserID(), got, tc.want)
+		}
+	}
+	// A watcher going leaves the others watching.
+	h.Remove(alice)
+	carol3 := connect(t, h, "1")
+	if err := h.SignIn(carol3, "carol", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(watchlistEvents(t, takeFrames(t, watcher)), "|"); got != "online:carol" {
+		t.Errorf("after another watcher went, dave saw %q, want online:carol", got)
+	}
+	// The watchers are forgotten with their connections.
+	h.Remove(carol3)
+	h.Remove(watcher)
+	h.Remove(onlyOnline)
+	a := h.app("1", false)
+	a.usersMu.Lock()
+	defer a.usersMu.Unlock()
+	if len(a.users) != 0 || len(a.watchers) != 0 {
+		t.Fatalf("users %v and watchers %v left after every connection went", a.users, a.watchers)
+	}
+}
+
+// member_added carries the member's user_info, null when it has none.
+func TestMemberAddedUserInfo(t *testing.T) {
+	h := New(zap.NewNop())
+	first := connect(t, h, "1")
+	subscribe(t, h, first, "presence-r", &Member{UserID: "u1"})
+	takeFrames(t, first)
+	subscribe(t, h, connect(t, h, "1"), "presence-r", &Member{UserID: "u2", Info: json.RawMessage(`{"name":"Two"}`)})
+	subscribe(t, h, connect(t, h, "1"), "presence-r", &Member{UserID: "u3"})
+	var got []string
+	for _, f := range takeFrames(t, first) {
+		if f.Event == "pusher_internal:member_added" {
+			got = append(got, f.Data)
+		}
+	}
+	if want := `{"user_id":"u2","user_info":{"name":"Two"}}|{"user_id":"u3","user_info":null}`; strings.Join(got, "|") != want {
+		t.Fatalf("member_added %s, want %s", strings.Join(got, "|"), want)
+	}
+}

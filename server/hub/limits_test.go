@@ -169,3 +169,22 @@ func TestObserverPanicLeavesRegistryUsable(t *testing.T) {
 		t.Fatalf("ObserverPanics = %d, want 2", got)
 	}
 }
+
+// A connection's queue takes frames up to its byte bound exactly; one byte
+// more closes it with 4100.
+func TestQueueBoundInclusive(t *testing.T) {
+	h := New(zap.NewNop())
+	c, err := h.Connect("1", ConnectOptions{MaxQueueBytes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CloseCode() != 0 {
+		t.Fatalf("an open connection has close code %d", c.CloseCode())
+	}
+	if !c.Send([]byte("123456")) || !c.Send([]byte("7890")) {
+		t.Fatal("frames of 10 bytes in all refused by a 10-byte queue")
+	}
+	if c.Send([]byte("x")) || c.CloseCode() != 4100 {
+		t.Fatalf("the 11th byte: queue kept it or closed with %d, want 4100", c.CloseCode())
+	}
+}

@@ -8,6 +8,36 @@ import (
 	"go.uber.org/zap"
 )
 
+// AppStats counts the connections, occupied channels, subscriptions and
+// presence members of each app, sorted by app id.
+func TestAppStats(t *testing.T) {
+	h := New(zap.NewNop())
+	for _, app := range []string{"2", "1"} {
+		c := connect(t, h, app)
+		subscribe(t, h, c, "presence-r", &Member{UserID: "u"})
+		subscribe(t, h, c, "news", nil)
+		subscribe(t, h, connect(t, h, app), "news", nil)
+	}
+	connect(t, h, "3")
+	got := h.AppStats()
+	want := []AppStats{
+		{AppID: "1", Connections: 2, Channels: 2, Subscriptions: 3, PresenceMembers: 1},
+		{AppID: "2", Connections: 2, Channels: 2, Subscriptions: 3, PresenceMembers: 1},
+		{AppID: "3", Connections: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("stats %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("stats %+v, want %+v", got, want)
+		}
+	}
+	if user, ok := connect(t, h, "1").Subscription("news"); ok || user != "" {
+		t.Fatal("a fresh connection reports a subscription")
+	}
+}
+
 // AppStats.Delivered counts the event frames queued to each app's
 // connections, the excluded sender left out, as a running total.
 func TestAppStatsDelivered(t *testing.T) {

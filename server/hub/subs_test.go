@@ -3,8 +3,31 @@ package hub
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
+	"time"
 )
+
+// A count is throttled only within CountThrottleEvery of the last one: a
+// join exactly that long after it is counted at once.
+func TestSubscriptionCountThrottleWindowEnds(t *testing.T) {
+	h := New(nopLogger())
+	now := time.Unix(1000, 0)
+	h.now = func() time.Time { return now }
+	h.SetSubscriptionCount("1", true)
+	first := connect(t, h, "1")
+	subscribe(t, h, first, "big", nil)
+	for range CountThrottleAbove {
+		subscribe(t, h, connect(t, h, "1"), "big", nil)
+	}
+	first.Take(nil)
+	now = now.Add(CountThrottleEvery)
+	subscribe(t, h, connect(t, h, "1"), "big", nil)
+	frames, _ := first.Take(nil)
+	if len(frames) != 1 || !strings.Contains(string(frames[0]), `\"subscription_count\":102`) {
+		t.Fatalf("frames %q, want the count of 102 at once", frames)
+	}
+}
 
 // subscriptions behaves as the map it stands for, below and above
 // smallSubscriptions, as channels come and go.
