@@ -241,7 +241,12 @@ func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
 	const devices = 10_000
 	gw := startGateways(t)
 	db := testpg.Start(t)
-	env := append(crashEnv(t, gw, db), "HERALD_PUSH_LEASE=2s")
+	// A lease a live node renews in time on a loaded machine (renewals come
+	// every quarter of it): a shorter one, run out while node-a was only
+	// slow, let node-b take over pages node-a went on sending, and the
+	// duplicates passed what the kill left in flight. node-b takes over
+	// this long after the kill.
+	env := append(crashEnv(t, gw, db), "HERALD_PUSH_LEASE=10s")
 	dispatching, base := startChild(t, append(env, "HERALD_NODE_ID=node-a"))
 	_, other := startChild(t, append(env, "HERALD_NODE_ID=node-b"))
 
