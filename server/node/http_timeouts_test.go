@@ -27,7 +27,7 @@ import (
 // the tests are quick, and long enough for a loopback request to be sent.
 const shortTimeout = 300 * time.Millisecond
 
-const hardeningInstance = "5b1a2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+const timeoutsInstance = "5b1a2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 
 // startTimeoutNode runs a node with app 77, a Push instance, the admin token
 // and the timeouts, and returns its host:port.
@@ -35,7 +35,7 @@ func startTimeoutNode(t *testing.T, read, write time.Duration) string {
 	t.Helper()
 	return startOpsNode(t, func(c *config.Config) {
 		c.BodyReadTimeout, c.WriteTimeout = read, write
-		c.InstanceID, c.InstanceSecretKey = hardeningInstance, "hardening-secret-key"
+		c.InstanceID, c.InstanceSecretKey = timeoutsInstance, "hardening-secret-key"
 	})
 }
 
@@ -44,7 +44,7 @@ func startTimeoutNode(t *testing.T, read, write time.Duration) string {
 // the admin API, and a path with no route.
 var slowRequests = []struct{ name, head string }{
 	{"Trigger", "POST /apps/77/events?auth_key=go-sdk-key HTTP/1.1"},
-	{"Device", "POST /device_api/v1/instances/" + hardeningInstance + "/devices/fcm HTTP/1.1"},
+	{"Device", "POST /device_api/v1/instances/" + timeoutsInstance + "/devices/fcm HTTP/1.1"},
 	{"Admin", "POST /admin/v1/apps HTTP/1.1\r\nAuthorization: Bearer " + testAdminToken},
 	{"NoRoute", "POST /nowhere HTTP/1.1"},
 }
