@@ -23,7 +23,22 @@ var (
 	ClosePongTimeout         = CloseReason{4201, "Pong reply not received in time"}
 )
 
+// The close reasons of the WebSocket protocol itself (RFC 6455 §7.4.1),
+// sent like the Pusher ones: as a pusher:error and as the close code.
+var (
+	CloseInvalidUTF8   = CloseReason{1007, "Invalid UTF-8 in a text message"}
+	CloseInternalError = CloseReason{1011, "Internal server error while handling a message"}
+)
+
 // CloseGone is the reason of a connection whose client went away (its
 // socket failed or closed): there is nobody left to tell, so a writer sends
 // nothing and only closes. Its code, 0, is never sent.
 var CloseGone = CloseReason{0, "client went away"}
+
+// CloseCodes are the distinct codes of the reasons above, CloseGone's 0
+// first: the transport counts the connections closed with each.
+var CloseCodes = [...]int{
+	CloseGone.Code, CloseUnknownApp.Code, CloseAppDisabled.Code, CloseOverConnectionQuota.Code,
+	CloseUnsupportedProtocol.Code, CloseUnauthorized.Code, CloseOverCapacity.Code,
+	CloseShuttingDown.Code, ClosePongTimeout.Code, CloseInvalidUTF8.Code, CloseInternalError.Code,
+}

@@ -115,7 +115,7 @@ func (p *peer) handleSafely(what string, msg []byte) bool {
 func (p *peer) closeAfterPanic() {
 	p.s.log.Warn("closing a connection whose message handling panicked",
 		zap.String("app_id", p.appID), zap.String("socket_id", p.conn.SocketID()))
-	p.conn.Close(closeInternalError)
+	p.conn.Close(hub.CloseInternalError)
 }
 
 // activitySeconds is the activity timeout in whole seconds, at least 1, as

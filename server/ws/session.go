@@ -223,13 +223,6 @@ func (sess *session) readLoop() {
 	}
 }
 
-// The close reasons of the WebSocket protocol itself (RFC 6455 §7.4.1),
-// sent like the Pusher ones: as a pusher:error and as the close code.
-var (
-	closeInvalidUTF8   = hub.CloseReason{Code: 1007, Message: "Invalid UTF-8 in a text message"}
-	closeInternalError = hub.CloseReason{Code: 1011, Message: "Internal server error while handling a message"}
-)
-
 // readMessages reads and handles client messages. With untilDrained it
 // returns true once no more input is buffered (it may still wait inside the
 // library for the rest of a frame); otherwise, or on a failed or closed
@@ -267,7 +260,7 @@ func (sess *session) readInput(untilDrained bool) bool {
 		case !utf8.Valid(buf):
 			// RFC 6455 §8.1: a text message that is not UTF-8 fails the
 			// connection, with 1007. Nothing more of it is read.
-			sess.conn.Close(closeInvalidUTF8)
+			sess.conn.Close(hub.CloseInvalidUTF8)
 			return false
 		default:
 			sess.handle(buf)

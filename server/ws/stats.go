@@ -1,6 +1,10 @@
 package ws
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/heraldrt/herald/server/hub"
+)
 
 // counter is an atomic counter alone on its cache line, so that writers on
 // different cores bumping different counters do not slow each other down.
@@ -10,40 +14,20 @@ type counter struct {
 }
 
 // CloseCodes are the close codes the transport counts separately, in the order
-// Counters reports them. Code 0 stands for connections the client ended (or
-// that failed) without a Pusher close code; any code not listed is counted
-// under CloseCodeOther.
-var CloseCodes = [...]int{0, 4001, 4003, 4004, 4007, 4009, 4100, 4200, 4201, 1007, 1011}
+// Counters reports them: hub.CloseCodes, the codes of every close reason. Code
+// 0 stands for connections the client ended (or that failed) without a close
+// code of the server's; any code not listed is counted under CloseCodeOther.
+var CloseCodes = hub.CloseCodes
 
 // CloseCodeOther is the code Counters uses for close codes not in CloseCodes.
 const CloseCodeOther = -1
 
-// closeIndex maps a close code to its slot in stats.closed and stats.rejected
-// without a map lookup.
+// closeIndex maps a close code to its slot in stats.closed and stats.rejected.
 func closeIndex(code int) int {
-	switch code {
-	case 0:
-		return 0
-	case 4001:
-		return 1
-	case 4003:
-		return 2
-	case 4004:
-		return 3
-	case 4007:
-		return 4
-	case 4009:
-		return 5
-	case 4100:
-		return 6
-	case 4200:
-		return 7
-	case 4201:
-		return 8
-	case 1007:
-		return 9
-	case 1011:
-		return 10
+	for i, c := range CloseCodes {
+		if c == code {
+			return i
+		}
 	}
 	return len(CloseCodes)
 }
