@@ -21,10 +21,6 @@
 // malformed or unusual request, TLS — goes to the http.Server with the bytes
 // already read put back in front, and net/http answers it exactly as it
 // would have.
-//
-// Files: listener.go (the accept loop and the hand-over), head.go (reading
-// and judging a request head), writer.go (the ResponseWriter), replay.go
-// (the connection with its first bytes put back).
 package upgrade
 
 import (

@@ -14,16 +14,6 @@
 // is the hub.Writer of its connection: the hub wakes it when there is
 // something to write.
 //
-// Files: handler.go (the endpoint: upgrade, refusals, shutdown), peer.go
-// (what every client has, whatever carries it: the registry's Conn, the
-// idle ping, the user-authentication timeout), session.go (one WebSocket
-// connection: read loop, writer), protocol.go (the client messages, handled
-// by the peer), limit.go (the subscribe and connect rate limits), stats.go
-// (the transport's counters), release.go (memory given back after a
-// connect storm), xhr.go (the HTTP fallback's endpoints),
-// xhr_session.go (one fallback session: its receivers, its disconnect
-// timer), xhr_frame.go (the SockJS framing and the xhr_send body).
-//
 // # Locks
 //
 // Handler.mu (the set of sessions) is taken on its own or before a hub
