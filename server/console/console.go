@@ -67,6 +67,13 @@ const (
 //go:embed static
 var static embed.FS
 
+// The kinds of the stream's entries that are not hub events (whose kinds
+// are the hub's: client_event, channel_occupied, …).
+const (
+	KindTrigger = "trigger" // an event triggered through the HTTP API
+	KindWebhook = "webhook" // a webhook attempt
+)
+
 // Event is one entry of the live stream, as JSON.
 type Event struct {
 	Time    int64  `json:"time_ms"`
@@ -146,7 +153,7 @@ func (c *Console) Observe(ev hub.Event) {
 // Triggered records an event published through the HTTP API on one channel.
 func (c *Console) Triggered(appID, channel, event, data string) {
 	if want, remote := c.wanted(appID); want {
-		c.publish(Event{AppID: appID, Kind: httpapi.KindTrigger, Channel: channel, Event: event, Data: data}, remote)
+		c.publish(Event{AppID: appID, Kind: KindTrigger, Channel: channel, Event: event, Data: data}, remote)
 	}
 }
 
@@ -154,7 +161,7 @@ func (c *Console) Triggered(appID, channel, event, data string) {
 // signature of webhook.Options.OnAttempt.
 func (c *Console) WebhookAttempt(a webhook.Attempt) {
 	if want, remote := c.wanted(a.AppID); want {
-		c.publish(Event{AppID: a.AppID, Kind: httpapi.KindWebhook, URL: a.URL, Status: a.Status, Error: a.Error}, remote)
+		c.publish(Event{AppID: a.AppID, Kind: KindWebhook, URL: a.URL, Status: a.Status, Error: a.Error}, remote)
 	}
 }
 
