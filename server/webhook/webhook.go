@@ -32,6 +32,10 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
+// DefaultMaxQueued is Options.MaxQueued's default, and HERALD_WEBHOOK_MAX_QUEUED's
+// (a node test checks that they agree).
+const DefaultMaxQueued = 10000
+
 // Options tune the dispatcher. Zero values take the defaults.
 type Options struct {
 	Hold        time.Duration // how long vacated / member_removed wait, unless already Held by the cluster; default 3 s
@@ -100,7 +104,7 @@ func (o Options) withDefaults() Options {
 	o.Buffer = cmp.Or(o.Buffer, 65536)
 	o.Senders = cmp.Or(o.Senders, 64)
 	o.PerEndpoint = cmp.Or(o.PerEndpoint, 8)
-	o.MaxQueued = cmp.Or(o.MaxQueued, 10000)
+	o.MaxQueued = cmp.Or(o.MaxQueued, DefaultMaxQueued)
 	o.Timeout = cmp.Or(o.Timeout, 5*time.Second)
 	// A claim shorter than two timeouts would leave room for less than one
 	// attempt.

@@ -85,10 +85,18 @@ type Options struct {
 	ConnectRateLimit float64
 }
 
+// Defaults of Options.ActivityTimeout and PongTimeout, which the node's
+// HERALD_ACTIVITY_TIMEOUT and HERALD_PONG_TIMEOUT default to as well (a node
+// test checks that they agree).
+const (
+	DefaultActivityTimeout = 120 * time.Second // Pusher's own
+	DefaultPongTimeout     = 30 * time.Second
+)
+
 // withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
-	o.ActivityTimeout = cmp.Or(o.ActivityTimeout, 120*time.Second)
-	o.PongTimeout = cmp.Or(o.PongTimeout, 30*time.Second)
+	o.ActivityTimeout = cmp.Or(o.ActivityTimeout, DefaultActivityTimeout)
+	o.PongTimeout = cmp.Or(o.PongTimeout, DefaultPongTimeout)
 	o.WriteTimeout = cmp.Or(o.WriteTimeout, 10*time.Second)
 	o.MaxQueueBytes = cmp.Or(o.MaxQueueBytes, hub.DefaultMaxQueueBytes)
 	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, 16*1024)
