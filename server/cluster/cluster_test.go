@@ -91,9 +91,20 @@ func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...fu
 // crash stops the node as SIGKILL would: no goodbye, its record stays in
 // Redis until another node finds its heartbeat expired.
 func (n *node) crash() {
-	n.c.cancel()
-	n.c.wg.Wait()
-	n.c.rdb.Close()
+	members := n.c.shards
+	if members == nil {
+		members = []*Cluster{n.c}
+	}
+	for _, m := range members {
+		m.cancel()
+		m.wg.Wait()
+		if !m.sharedRDB {
+			m.rdb.Close()
+		}
+	}
+	if n.c.shards != nil && n.c.rdb != nil {
+		n.c.rdb.Close()
+	}
 	n.c = nil
 }
 
@@ -198,8 +209,11 @@ func cluster(t *testing.T, rs *testredis.Server, n int, tune ...func(*Options)) 
 }
 
 func TestEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 3)
+	onEachTopology(t, testEventsReachEverySubscriberOnEveryNodeOnce)
+}
+
+func testEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T, cluster func(int, ...func(*Options)) []*node) {
+	ns := cluster(3)
 	var clients []*client
 	for _, n := range ns {
 		cl := n.connect("app")

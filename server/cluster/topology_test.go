@@ -1,0 +1,46 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/heraldrt/herald/server/internal/testredis"
+)
+
+// topology is a kind of Redis a test cluster can run on.
+type topology struct {
+	name string
+	// start starts a fresh one for t and returns one of its servers (where
+	// a test's startNode needs one) and its HERALD_REDIS_URL.
+	start func(t *testing.T) (*testredis.Server, string)
+}
+
+// topologies are the kinds of Redis the cluster's main tests run on: one
+// Redis, three shards, and a Redis Cluster of three primaries (its sixteen
+// shards over them).
+var topologies = []topology{
+	{"one Redis", func(t *testing.T) (*testredis.Server, string) {
+		rs := testredis.Start(t)
+		return rs, rs.URL()
+	}},
+	{"3 shards", func(t *testing.T) (*testredis.Server, string) {
+		servers, url := shardList(t, 3)
+		return servers[0], url
+	}},
+	{"Redis Cluster", func(t *testing.T) (*testredis.Server, string) {
+		rc := testredis.StartCluster(t, 3)
+		return rc.Nodes[0], rc.URL()
+	}},
+}
+
+// onEachTopology runs test on each topology, as a subtest named after it;
+// nodes(n) starts n nodes of a fresh cluster there.
+func onEachTopology(t *testing.T, test func(t *testing.T, nodes func(n int, tune ...func(*Options)) []*node)) {
+	for _, tp := range topologies {
+		t.Run(tp.name, func(t *testing.T) {
+			rs, url := tp.start(t)
+			test(t, func(n int, tune ...func(*Options)) []*node {
+				return cluster(t, rs, n, append([]func(*Options){withURL(url)}, tune...)...)
+			})
+		})
+	}
+}
