@@ -32,9 +32,13 @@ var topologies = []topology{
 	}},
 }
 
-// onEachTopology runs test on each topology, as a subtest named after it;
-// nodes(n) starts n nodes of a fresh cluster there.
-func onEachTopology(t *testing.T, test func(t *testing.T, nodes func(n int, tune ...func(*Options)) []*node)) {
+// startCluster starts n nodes of a fresh cluster, as cluster does, on a
+// topology's Redis.
+type startCluster func(n int, tune ...func(*Options)) []*node
+
+// onEachTopology runs test on each topology, as a subtest named after it,
+// with a fresh Redis of that kind.
+func onEachTopology(t *testing.T, test func(t *testing.T, cluster startCluster)) {
 	for _, tp := range topologies {
 		t.Run(tp.name, func(t *testing.T) {
 			rs, url := tp.start(t)
