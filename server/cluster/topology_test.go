@@ -9,26 +9,25 @@ import (
 // topology is a kind of Redis a test cluster can run on.
 type topology struct {
 	name string
-	// start starts a fresh one for t and returns one of its servers (where
-	// a test's startNode needs one) and its HERALD_REDIS_URL.
-	start func(t *testing.T) (*testredis.Server, string)
+	// start starts a fresh one for t and returns its servers and its
+	// HERALD_REDIS_URL.
+	start func(t *testing.T) ([]*testredis.Server, string)
 }
 
 // topologies are the kinds of Redis the cluster's main tests run on: one
 // Redis, three shards, and a Redis Cluster of three primaries (its sixteen
 // shards over them).
 var topologies = []topology{
-	{"one Redis", func(t *testing.T) (*testredis.Server, string) {
+	{"one Redis", func(t *testing.T) ([]*testredis.Server, string) {
 		rs := testredis.Start(t)
-		return rs, rs.URL()
+		return []*testredis.Server{rs}, rs.URL()
 	}},
-	{"3 shards", func(t *testing.T) (*testredis.Server, string) {
-		servers, url := shardList(t, 3)
-		return servers[0], url
+	{"3 shards", func(t *testing.T) ([]*testredis.Server, string) {
+		return shardList(t, 3)
 	}},
-	{"Redis Cluster", func(t *testing.T) (*testredis.Server, string) {
+	{"Redis Cluster", func(t *testing.T) ([]*testredis.Server, string) {
 		rc := testredis.StartCluster(t, 3)
-		return rc.Nodes[0], rc.URL()
+		return rc.Nodes, rc.URL()
 	}},
 }
 
@@ -41,9 +40,9 @@ type startCluster func(n int, tune ...func(*Options)) []*node
 func onEachTopology(t *testing.T, test func(t *testing.T, cluster startCluster)) {
 	for _, tp := range topologies {
 		t.Run(tp.name, func(t *testing.T) {
-			rs, url := tp.start(t)
+			servers, url := tp.start(t)
 			test(t, func(n int, tune ...func(*Options)) []*node {
-				return cluster(t, rs, n, append([]func(*Options){withURL(url)}, tune...)...)
+				return cluster(t, servers[0], n, append([]func(*Options){withURL(url)}, tune...)...)
 			})
 		})
 	}
