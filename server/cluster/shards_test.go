@@ -18,7 +18,7 @@ import (
 
 // shardList starts n redis-servers and returns them with their URLs as
 // one HERALD_REDIS_URL.
-func shardList(t *testing.T, n int) ([]*testredis.Server, string) {
+func shardList(t testing.TB, n int) ([]*testredis.Server, string) {
 	t.Helper()
 	servers := make([]*testredis.Server, n)
 	urls := make([]string, n)

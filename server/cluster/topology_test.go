@@ -11,21 +11,21 @@ type topology struct {
 	name string
 	// start starts a fresh one for t and returns its servers and its
 	// HERALD_REDIS_URL.
-	start func(t *testing.T) ([]*testredis.Server, string)
+	start func(t testing.TB) ([]*testredis.Server, string)
 }
 
 // topologies are the kinds of Redis the cluster's main tests run on: one
 // Redis, three shards, and a Redis Cluster of three primaries (its sixteen
 // shards over them).
 var topologies = []topology{
-	{"one Redis", func(t *testing.T) ([]*testredis.Server, string) {
+	{"one Redis", func(t testing.TB) ([]*testredis.Server, string) {
 		rs := testredis.Start(t)
 		return []*testredis.Server{rs}, rs.URL()
 	}},
-	{"3 shards", func(t *testing.T) ([]*testredis.Server, string) {
+	{"3 shards", func(t testing.TB) ([]*testredis.Server, string) {
 		return shardList(t, 3)
 	}},
-	{"Redis Cluster", func(t *testing.T) ([]*testredis.Server, string) {
+	{"Redis Cluster", func(t testing.TB) ([]*testredis.Server, string) {
 		rc := testredis.StartCluster(t, 3)
 		return rc.Nodes, rc.URL()
 	}},
