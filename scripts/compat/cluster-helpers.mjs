@@ -8,6 +8,7 @@
 //   await redis.restart()                     // a new, empty redis-server on the same port
 //   const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(redis.port)] })
 //   const sentinel = await startSentinel('herald', redis.port)   // then startNodes({ url: 'redis-sentinel://…' }, 3)
+//   const shards = await startRedisShards(3)  // or startRedisCluster(3); startNodes(shards, 3)
 //
 // Like server/internal/testredis (the Go tests' helper): where redis-server
 // is not installed the suite is skipped with one line, except under CI=true,
@@ -165,6 +166,42 @@ export function startSentinel (master, primaryPort) {
       `sentinel failover-timeout ${master} 5000\n` +
       `sentinel parallel-syncs ${master} 1\n`
   })
+}
+
+/**
+ * Starts n redis-servers as startRedis does: the shards of one
+ * HERALD_REDIS_URL (url, their URLs comma-separated); stop stops them all.
+ */
+export async function startRedisShards (n) {
+  const servers = []
+  for (let i = 0; i < n; i++) servers.push(await startRedis())
+  return { servers, url: servers.map((s) => s.url).join(','), stop: () => Promise.all(servers.map((s) => s.stop())) }
+}
+
+/**
+ * Starts n redis-servers in cluster mode (each with a free bus port) and
+ * makes them one Redis Cluster with redis-cli --cluster create (an equal run
+ * of slots each, no replicas); resolves once every one says the cluster is
+ * ok, with the same object as startRedisShards, url being the
+ * redis-cluster:// URL with every node a seed.
+ */
+export async function startRedisCluster (n) {
+  const servers = []
+  for (let i = 0; i < n; i++) {
+    servers.push(await startRedis({
+      args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-port', String(await freePort()), '--cluster-node-timeout', '2000']
+    }))
+  }
+  const addrs = servers.map((s) => `127.0.0.1:${s.port}`)
+  await redisCli(servers[0].port, '--cluster', 'create', ...addrs, '--cluster-replicas', '0', '--cluster-yes')
+  for (const s of servers) {
+    const deadline = Date.now() + REDIS_START_TIMEOUT_MS
+    while (!/^cluster_state:ok/m.test(await redisCli(s.port, 'CLUSTER', 'INFO'))) {
+      if (Date.now() > deadline) throw new Error(`Redis Cluster node 127.0.0.1:${s.port}: the cluster is not ok after ${REDIS_START_TIMEOUT_MS} ms`)
+      await sleep(50)
+    }
+  }
+  return { servers, url: `redis-cluster://${addrs.join(',')}`, stop: () => Promise.all(servers.map((s) => s.stop())) }
 }
 
 /** The answer of redis-cli to args asked of the server on 127.0.0.1:port (redis-cli beside redis-server). */

@@ -1,6 +1,7 @@
 // Cluster mode of the real herald binary, driven by the real clients:
 // three nodes (node-a, node-b, node-c) share one real redis-server
-// (HERALD_REDIS_URL), each on its own SQLite file with the same app, and
+// (HERALD_REDIS_URL; the healthy suite also on three shards and on a Redis
+// Cluster of three primaries), each on its own SQLite file with the same app, and
 // pusher-js 8, laravel-echo and the `pusher` server SDK are spread over them.
 // What one node is asked, every node must answer and deliver as a single
 // node would: events, presence members, users, cache channels, subscription
@@ -35,7 +36,7 @@ import {
   WAIT_MS, Log, Clients, sdk, clientOptions, sdkAuthorizer, connected, subscribe, roundTrip, errorCode,
   eventually, once, withTimeout, sleep, startReceiver
 } from './helpers.mjs'
-import { redisCli, redisServerBin, startRedis, startNodes, startSentinel } from './cluster-helpers.mjs'
+import { redisCli, redisServerBin, startRedis, startRedisCluster, startRedisShards, startNodes, startSentinel } from './cluster-helpers.mjs'
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -267,12 +268,13 @@ if (!redisBin && CI) {
 }
 
 /**
- * Starts a Redis and three nodes on it (each with env, and the apps given
- * as `herald apps create` arguments), with a webhook receiver every node
- * posts to when webhooks is set.
+ * Starts a Redis (of topology: 'one Redis', '3 shards' or 'Redis Cluster')
+ * and three nodes on it (each with env, and the apps given as `herald apps
+ * create` arguments), with a webhook receiver every node posts to when
+ * webhooks is set.
  */
-async function startCluster ({ webhooks = false, env = {}, apps } = {}) {
-  const redis = await startRedis()
+async function startCluster ({ webhooks = false, env = {}, apps, topology = 'one Redis' } = {}) {
+  const redis = await { 'one Redis': startRedis, '3 shards': () => startRedisShards(3), 'Redis Cluster': () => startRedisCluster(3) }[topology]()
   const receiver = webhooks ? await startReceiver({ label: 'the webhook receiver of every node' }) : undefined
   const nodes = await startNodes(redis, 3, receiver ? { ...env, HERALD_APP_WEBHOOK_URL: receiver.url } : env, { apps })
   return { redis, nodes, receiver }
@@ -287,13 +289,19 @@ async function stopCluster ({ clients, redis, nodes, receiver, dead = [] }) {
 }
 
 function clusterSuites () {
-  // -------------------------------------------------------------------------
-  // Three healthy nodes
+  for (const topology of ['one Redis', '3 shards', 'Redis Cluster']) healthySuite(topology)
+  failureSuites()
+}
 
-  describe('cluster: three nodes on one Redis, clients spread over them', () => {
+// ---------------------------------------------------------------------------
+// Three healthy nodes, on one Redis, on three shards (HERALD_REDIS_URL a list)
+// and on a Redis Cluster of three primaries (redis-cluster://)
+
+function healthySuite (topology) {
+  describe(`cluster: three nodes on ${topology}, clients spread over them`, () => {
     let redis, nodes, receiver
     const clients = new Clients()
-    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true })))
+    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true, topology })))
     after(() => stopCluster({ clients, redis, nodes, receiver }))
     afterEach(() => clients.closeAll())
 
@@ -767,7 +775,9 @@ function clusterSuites () {
       ])
     })
   })
+}
 
+function failureSuites () {
   // -------------------------------------------------------------------------
   // The app's limits, held over the cluster
 
