@@ -188,6 +188,53 @@ func waitFramesEach(b *testing.B, h *hub.Hub, conns []*hub.Conn, want func(int) 
 	}
 }
 
+// subscribedNode starts a node of the cluster at url (its hub and
+// membership, closed when b ends) with subs subscribers over the channels
+// ch0, ch1, … of app (channels of them), and waits until each has its
+// subscription_succeeded.
+func subscribedNode(b *testing.B, url, id, prefix string, subs, channels int) (*hub.Hub, []*hub.Conn) {
+	h := hub.New(zap.NewNop())
+	b.Cleanup(h.Close)
+	c, err := New(zap.NewNop(), h, Options{URL: url, NodeID: id, Prefix: prefix, Settings: testSettings})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Start()
+	b.Cleanup(func() { c.Close() }) // before the hub's
+	conns := make([]*hub.Conn, subs)
+	for i := range conns {
+		conn, err := h.Connect("app", hub.ConnectOptions{MaxQueueBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Subscribe(conn, "ch"+strconv.Itoa(i%channels), hub.SubscribeOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = conn
+	}
+	waitFrames(b, h, conns, 1)
+	return h, conns
+}
+
+// publishSpread publishes b.N messages over the channels of subscribedNode
+// from publishers goroutines at once, as HTTP triggers in flight would be,
+// and waits until every subscriber has its share.
+func publishSpread(b *testing.B, h *hub.Hub, conns []*hub.Conn, publishers, channels int) {
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Go(func() {
+			for i := p; i < b.N; i += publishers {
+				if err := h.Publish(hub.Message{AppID: "app", Channel: "ch" + strconv.Itoa(i%channels), Event: "e", Data: `{"n":1}`}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFramesEach(b, h, conns, func(i int) int { return b.N/channels + btoi(i%channels < b.N%channels) })
+}
+
 // commandsProcessed is the total_commands_processed of the Redis rs (its
 // INFO stats), the commands it ran since it started.
 func commandsProcessed(b *testing.B, rs *testredis.Server) int64 {
@@ -246,44 +293,13 @@ func BenchmarkShards(b *testing.B) {
 func benchShards(b *testing.B, tp topology, publishers, subs, channels int) {
 	servers, url := tp.start(b)
 	n := len(servers)
-	h := hub.New(zap.NewNop())
-	defer h.Close()
-	c, err := New(zap.NewNop(), h, Options{URL: url, NodeID: "bench", Prefix: fmt.Sprintf("s%d:", time.Now().UnixNano()), Settings: testSettings})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.Start()
-	defer c.Close()
-	conns := make([]*hub.Conn, subs)
-	for i := range conns {
-		conn, err := h.Connect("app", hub.ConnectOptions{MaxQueueBytes: 1 << 30})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := h.Subscribe(conn, "ch"+strconv.Itoa(i%channels), hub.SubscribeOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		conns[i] = conn
-	}
-	waitFrames(b, h, conns, 1)
+	h, conns := subscribedNode(b, url, "bench", fmt.Sprintf("s%d:", time.Now().UnixNano()), subs, channels)
 	redis0, cmds0 := make([]int64, n), make([]int64, n)
 	for i, rs := range servers {
 		redis0[i], cmds0[i] = cpuTime(rs.PID()), commandsProcessed(b, rs)
 	}
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Go(func() {
-			for i := p; i < b.N; i += publishers {
-				if err := h.Publish(hub.Message{AppID: "app", Channel: "ch" + strconv.Itoa(i%channels), Event: "e", Data: `{"n":1}`}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	waitFramesEach(b, h, conns, func(i int) int { return b.N/channels + btoi(i%channels < b.N%channels) })
+	publishSpread(b, h, conns, publishers, channels)
 	b.StopTimer()
 	var total, busiest, busiestCmds int64
 	for i, rs := range servers {
