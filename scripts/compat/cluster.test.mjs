@@ -153,7 +153,8 @@ async function stayedConnected (c, socketId) {
  * the nodes in turn, until stop() (which resolves when the last is
  * answered). results are their answers, in order: { i, node, status, body,
  * at: ms since the stream started }; ok and refused those from index from
- * on answered 200 and otherwise; since() the ms since the stream started.
+ * on answered 200 and otherwise; since() the ms since the stream started;
+ * flowingAgain waits for the stream to flow again after an outage.
  */
 function triggerStream (nodes, channel) {
   const results = []
@@ -170,12 +171,21 @@ function triggerStream (nodes, channel) {
       }
     }
   })()
+  const ok = (from = 0) => results.slice(from).filter((r) => r.status === 200)
   return {
     results,
-    ok: (from = 0) => results.slice(from).filter((r) => r.status === 200),
+    ok,
     refused: (from = 0) => results.slice(from).filter((r) => r.status !== 200),
     since: () => Date.now() - t0,
-    stop: () => { stopped = true; return done }
+    stop: () => { stopped = true; return done },
+    // After an outage (what), from results[from] on: every node accepts
+    // again, and goes on accepting until every one of subs has had a tick
+    // accepted since delivered.
+    flowingAgain: (subs, from, what, timeout) => waitFor(
+      () => nodes.every((node) => ok(from).filter((r) => r.node === node.id).length >= 10) &&
+        subs.every((s) => s.frames.items.some((f) => f.event === 'tick' && f.data?.i >= from)),
+      () => `10 triggers accepted by every node after the ${what}, and one delivered to every subscriber; the last results: ${JSON.stringify(results.slice(-20))}`,
+      timeout)
   }
 }
 
@@ -1059,9 +1069,7 @@ function failureSuites () {
         restartedAt = stream.since()
         // Back: each node accepts again, and goes on accepting until every
         // subscriber has had an event accepted after the restart.
-        await waitFor(() => nodes.every((node) => ok(restartedFrom).filter((r) => r.node === node.id).length >= 10) &&
-          subs.every((s) => s.frames.items.some((f) => f.event === 'tick' && f.data?.i >= restartedFrom)),
-          () => `10 triggers accepted by every node after the restart, and one delivered to every subscriber; the last results: ${JSON.stringify(results.slice(-20))}`, 30_000)
+        await stream.flowingAgain(subs, restartedFrom, 'restart', 30_000)
       } finally {
         await stream.stop()
       }
@@ -1155,9 +1163,7 @@ function failureSuites () {
         killedFrom = results.length
         // No one restarts the primary: the nodes must find the promoted
         // replica through the Sentinel by themselves.
-        await waitFor(() => nodes.every((node) => ok(killedFrom).filter((r) => r.node === node.id).length >= 10) &&
-          subs.every((s) => s.frames.items.some((f) => f.event === 'tick' && f.data?.i >= killedFrom)),
-        () => `10 triggers accepted by every node after the failover, and one delivered to every subscriber; the last results: ${JSON.stringify(results.slice(-20))}`, 60_000)
+        await stream.flowingAgain(subs, killedFrom, 'failover', 60_000)
       } finally {
         await stream.stop()
       }

@@ -17,6 +17,10 @@
 // stops writing and, once Redis answers again, rebuilds its record from the
 // hub (resync), so that nothing that happened meanwhile is lost from the
 // cluster's answers.
+//
+// The Redis may be one server, a list of independent shards (shards.go), a
+// Sentinel-managed primary (sentinel.go) or a Redis Cluster, over which
+// the channels are spread as over sixteen shards (rediscluster.go).
 package cluster
 
 import (

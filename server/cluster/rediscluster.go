@@ -84,19 +84,22 @@ func redisClusterOptions(raw string) (*redis.ClusterOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &redis.ClusterOptions{
+	return quick(&redis.UniversalOptions{
 		Addrs:    addrs,
 		Password: password,
-		// As for one Redis (redisOptions): a trigger must turn into a 503
-		// quickly rather than hang.
-		DialTimeout:  2 * time.Second,
-		ReadTimeout:  2 * time.Second,
-		WriteTimeout: 2 * time.Second,
-		MaxRetries:   1,
 		// Each shard's reader holds a connection in a blocking XREAD; the
 		// shards of a Redis node must not take the pool the others need.
 		PoolSize: 10*runtime.GOMAXPROCS(0) + ClusterShards,
-	}, nil
+	}).Cluster(), nil
+}
+
+// quick sets the timeouts of a Sentinel's or a Redis Cluster's client as
+// redisOptions does one Redis's: a trigger waits on Redis, and an
+// unreachable Redis must turn into a 503 quickly rather than hang.
+func quick(o *redis.UniversalOptions) *redis.UniversalOptions {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	o.MaxRetries = 1
+	return o
 }
 
 // seedsURL reports a redis-sentinel:// or redis-cluster:// URL, whose

@@ -42,17 +42,7 @@ func sentinelOptions(raw string) (*redis.FailoverOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	fo := &redis.FailoverOptions{
-		MasterName:    master,
-		SentinelAddrs: addrs,
-		Password:      password,
-		// As for one Redis (redisOptions): a trigger must turn into a 503
-		// quickly rather than hang.
-		DialTimeout:  2 * time.Second,
-		ReadTimeout:  2 * time.Second,
-		WriteTimeout: 2 * time.Second,
-		MaxRetries:   1,
-	}
+	fo := quick(&redis.UniversalOptions{MasterName: master, Addrs: addrs, Password: password}).Failover()
 	if err := checkSentinels(fo); err != nil {
 		return nil, err
 	}
