@@ -435,6 +435,15 @@ func (c *Cluster) Ready(ctx context.Context) error {
 	if err := c.refused.Load(); err != nil {
 		return *err
 	}
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		// A Redis Cluster's PING goes to any node: ask the one that
+		// serves this shard's slot.
+		node, err := cc.MasterForKey(ctx, c.p)
+		if err != nil {
+			return err
+		}
+		return node.Ping(ctx).Err()
+	}
 	return c.rdb.Ping(ctx).Err()
 }
 

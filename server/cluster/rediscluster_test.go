@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,7 +16,8 @@ import (
 // The shards over a Redis Cluster: each one's keys in one slot (keySlot
 // agrees with Redis), the slots in equal parts of the range, so the
 // sixteen shards spread over three primaries five or six each; a node's
-// membership of every shard is on the primary of its slot.
+// membership of every shard is on the primary of its slot, and so is the
+// readiness check of each shard.
 func TestShardsSpreadOverARedisCluster(t *testing.T) {
 	rc := testredis.StartCluster(t, 3)
 	ns := cluster(t, rc.Nodes[0], 1, withURL(rc.URL()))
@@ -65,6 +68,32 @@ func TestShardsSpreadOverARedisCluster(t *testing.T) {
 		if got := keySlot(k); int64(got) != want {
 			t.Fatalf("keySlot(%q) %d, Redis says %d", k, got, want)
 		}
+	}
+
+	// Readiness asks each shard's own primary: with one primary gone, the
+	// shards it served, and only they, are not ready.
+	ctx := t.Context()
+	if err := c.Ready(ctx); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	gone := rc.Nodes[1].Addr()
+	var want []string
+	for i, s := range c.shards {
+		if primary, err := rdb.MasterForKey(ctx, s.p); err == nil && primary.Options().Addr == gone {
+			want = append(want, fmt.Sprintf("shard %d:", i+1))
+		}
+	}
+	rc.Nodes[1].Stop()
+	err := c.Ready(ctx)
+	if err == nil {
+		t.Fatal("ready with a primary gone")
+	}
+	var got []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		got = append(got, line[:strings.IndexByte(line, ':')+1])
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("not ready: %v\nwant the shards of %s: %v", err, gone, want)
 	}
 }
 
