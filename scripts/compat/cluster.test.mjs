@@ -1,6 +1,7 @@
 // Cluster mode of the real herald binary, driven by the real clients:
 // three nodes (node-a, node-b, node-c) share one real redis-server
-// (HERALD_REDIS_URL), each on its own SQLite file with the same app, and
+// (HERALD_REDIS_URL; the healthy suite also on three shards and on a Redis
+// Cluster of three primaries), each on its own SQLite file with the same app, and
 // pusher-js 8, laravel-echo and the `pusher` server SDK are spread over them.
 // What one node is asked, every node must answer and deliver as a single
 // node would: events, presence members, users, cache channels, subscription
@@ -8,7 +9,9 @@
 // to, each event once), and an app's max_presence_members and
 // max_connections over all of them. Then the failures: a node SIGKILLed in
 // the middle of a presence session, Redis restarted (empty) in the middle
-// of a stream of triggers, and restarted between two heartbeats.
+// of a stream of triggers, and restarted between two heartbeats; and the
+// primary of a Sentinel-managed Redis (a replica, a Sentinel) SIGKILLed in
+// the middle of a stream of triggers, the nodes following the promotion.
 //
 // Run: cd scripts/compat && HERALD_BIN=$PWD/herald node --test --test-concurrency=1 cluster.test.mjs
 // Without redis-server the suite is skipped with one line (a failure under CI=true).
@@ -33,7 +36,7 @@ import {
   WAIT_MS, Log, Clients, sdk, clientOptions, sdkAuthorizer, connected, subscribe, roundTrip, errorCode,
   eventually, once, withTimeout, sleep, startReceiver
 } from './helpers.mjs'
-import { redisServerBin, startRedis, startNodes } from './cluster-helpers.mjs'
+import { redisCli, redisServerBin, startRedis, startRedisCluster, startRedisShards, startNodes, startSentinel } from './cluster-helpers.mjs'
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -145,6 +148,93 @@ async function stayedConnected (c, socketId) {
   assert.ok(!c.states.items.some((s) => s !== 'connecting' && s !== 'connected'), `${c.label}: states ${c.states.items}`)
 }
 
+/**
+ * A stream of triggers of 'tick' ({ i }) on channel, one at a time, through
+ * the nodes in turn, until stop() (which resolves when the last is
+ * answered). results are their answers, in order: { i, node, status, body,
+ * at: ms since the stream started }; ok and refused those from index from
+ * on answered 200 and otherwise; since() the ms since the stream started;
+ * flowingAgain waits for the stream to flow again after an outage.
+ */
+function triggerStream (nodes, channel) {
+  const results = []
+  const t0 = Date.now()
+  let stopped = false
+  const done = (async () => {
+    for (let i = 0; !stopped; i++) {
+      const node = nodes[i % nodes.length]
+      try {
+        const res = await sdk(node).trigger(channel, 'tick', { i })
+        results.push({ i, node: node.id, status: res.status, at: Date.now() - t0 })
+      } catch (err) {
+        results.push({ i, node: node.id, status: err.status ?? `${err.message}: ${err.error?.message}`, body: err.body, at: Date.now() - t0 })
+      }
+    }
+  })()
+  const ok = (from = 0) => results.slice(from).filter((r) => r.status === 200)
+  return {
+    results,
+    ok,
+    refused: (from = 0) => results.slice(from).filter((r) => r.status !== 200),
+    since: () => Date.now() - t0,
+    stop: () => { stopped = true; return done },
+    // After an outage (what), from results[from] on: every node accepts
+    // again, and goes on accepting until every one of subs has had a tick
+    // accepted since delivered.
+    flowingAgain: (subs, from, what, timeout) => waitFor(
+      () => nodes.every((node) => ok(from).filter((r) => r.node === node.id).length >= 10) &&
+        subs.every((s) => s.frames.items.some((f) => f.event === 'tick' && f.data?.i >= from)),
+      () => `10 triggers accepted by every node after the ${what}, and one delivered to every subscriber; the last results: ${JSON.stringify(results.slice(-20))}`,
+      timeout)
+  }
+}
+
+/** Waits (15 s by default) until pred() holds; label (a string, or a function giving one when it fails) says what, and what was seen. */
+const waitFor = (pred, label, timeout = 15_000) =>
+  eventually(() => assert.ok(pred(), typeof label === 'function' ? label() : label), timeout)
+
+/** Asserts that each of the refused triggers of a stream was answered 503 cluster_unavailable. */
+function assertUnavailable (refused) {
+  for (const r of refused) {
+    assert.equal(r.status, 503, `trigger ${r.i} through ${r.node}: ${JSON.stringify(r)}`)
+    assert.equal(JSON.parse(r.body).error, 'cluster_unavailable', `trigger ${r.i} through ${r.node}: ${r.body}`)
+  }
+}
+
+/**
+ * Connects a pusher-js client on each node as user-<node id>, subscribed to
+ * name and to the presence channel room, and waits until every node lists
+ * them all. Returns the clients (subs), their socket ids, the member list
+ * every node gives (everyone) and where each client's frames of room start
+ * (roomFrom), for assertStateKept.
+ */
+async function subscribersOnEveryNode (clients, nodes, name, room) {
+  const subs = nodes.map((node) => clients.connect(node, { user: { user_id: `user-${node.id}` }, label: `subscriber on ${node.id}` }))
+  for (const s of subs) {
+    await subscribe(s, name)
+    await subscribe(s, room)
+  }
+  const everyone = { users: nodes.map((node) => ({ id: `user-${node.id}` })) }
+  await agree(nodes, `/channels/${room}/users`, undefined, everyone)
+  return { subs, everyone, sockets: subs.map((s) => s.pusher.connection.socket_id), roomFrom: subs.map((s) => s.frames.length) }
+}
+
+/**
+ * After an outage (what: 'restart', 'failover'), with the clients of
+ * subscribersOnEveryNode: reports what each node published again; the
+ * connections stayed open and the cluster's state is rebuilt: the same
+ * members and counts from every node, and no member came or went.
+ */
+async function assertStateKept (t, nodes, name, room, { subs, everyone, sockets, roomFrom }, what) {
+  const replays = await Promise.all(nodes.map((node) => metric(node, 'herald_cluster_messages_replayed_total')))
+  t.diagnostic(`messages published again after the ${what}, per node: ${replays}`)
+  for (const [k, s] of subs.entries()) await stayedConnected(s, sockets[k])
+  await agree(nodes, `/channels/${room}/users`, undefined, everyone, 15_000)
+  await agree(nodes, `/channels/${name}`, { info: 'subscription_count' }, { occupied: true, subscription_count: 3 }, 15_000)
+  const roomSeen = await marker(nodes[1], room, subs, { from: roomFrom })
+  for (const frames of roomSeen) assert.deepEqual(frames, [], `no member_added or member_removed from the ${what}`)
+}
+
 // Webhook kinds left out of the session counts (checked on their own).
 const COUNTS = new Set(['subscription_count', 'cache_miss'])
 
@@ -188,12 +278,13 @@ if (!redisBin && CI) {
 }
 
 /**
- * Starts a Redis and three nodes on it (each with env, and the apps given
- * as `herald apps create` arguments), with a webhook receiver every node
- * posts to when webhooks is set.
+ * Starts a Redis (of topology: 'one Redis', '3 shards' or 'Redis Cluster')
+ * and three nodes on it (each with env, and the apps given as `herald apps
+ * create` arguments), with a webhook receiver every node posts to when
+ * webhooks is set.
  */
-async function startCluster ({ webhooks = false, env = {}, apps } = {}) {
-  const redis = await startRedis()
+async function startCluster ({ webhooks = false, env = {}, apps, topology = 'one Redis' } = {}) {
+  const redis = await { 'one Redis': startRedis, '3 shards': () => startRedisShards(3), 'Redis Cluster': () => startRedisCluster(3) }[topology]()
   const receiver = webhooks ? await startReceiver({ label: 'the webhook receiver of every node' }) : undefined
   const nodes = await startNodes(redis, 3, receiver ? { ...env, HERALD_APP_WEBHOOK_URL: receiver.url } : env, { apps })
   return { redis, nodes, receiver }
@@ -208,13 +299,19 @@ async function stopCluster ({ clients, redis, nodes, receiver, dead = [] }) {
 }
 
 function clusterSuites () {
-  // -------------------------------------------------------------------------
-  // Three healthy nodes
+  for (const topology of ['one Redis', '3 shards', 'Redis Cluster']) healthySuite(topology)
+  failureSuites()
+}
 
-  describe('cluster: three nodes on one Redis, clients spread over them', () => {
+// ---------------------------------------------------------------------------
+// Three healthy nodes, on one Redis, on three shards (HERALD_REDIS_URL a list)
+// and on a Redis Cluster of three primaries (redis-cluster://)
+
+function healthySuite (topology) {
+  describe(`cluster: three nodes on ${topology}, clients spread over them`, () => {
     let redis, nodes, receiver
     const clients = new Clients()
-    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true })))
+    before(async () => ({ redis, nodes, receiver } = await startCluster({ webhooks: true, topology })))
     after(() => stopCluster({ clients, redis, nodes, receiver }))
     afterEach(() => clients.closeAll())
 
@@ -688,7 +785,9 @@ function clusterSuites () {
       ])
     })
   })
+}
 
+function failureSuites () {
   // -------------------------------------------------------------------------
   // The app's limits, held over the cluster
 
@@ -942,71 +1041,40 @@ function clusterSuites () {
     it('every trigger answered 200 reaches the subscribers on every node, every refused one is 503 cluster_unavailable; connections stay open', async (t) => {
       const name = 'cl-stream'
       const room = 'presence-cl-stream'
-      const subs = nodes.map((node) => clients.connect(node, { user: { user_id: `user-${node.id}` }, label: `subscriber on ${node.id}` }))
-      for (const s of subs) {
-        await subscribe(s, name)
-        await subscribe(s, room)
-      }
-      const sockets = subs.map((s) => s.pusher.connection.socket_id)
-      const everyone = { users: nodes.map((node) => ({ id: `user-${node.id}` })) }
-      await agree(nodes, `/channels/${room}/users`, undefined, everyone)
-      const roomFrom = subs.map((s) => s.frames.length)
+      const before = await subscribersOnEveryNode(clients, nodes, name, room)
+      const { subs } = before
 
-      // The stream: one trigger at a time, through node-a, node-b, node-c in turn.
-      const results = [] // { i, node, status, body, at: ms since the stream started }
-      let stop = false
-      let t0
-      const stream = (async () => {
-        t0 = Date.now()
-        for (let i = 0; !stop; i++) {
-          const node = nodes[i % nodes.length]
-          try {
-            const res = await sdk(node).trigger(name, 'tick', { i })
-            results.push({ i, node: node.id, status: res.status, at: Date.now() - t0 })
-          } catch (err) {
-            results.push({ i, node: node.id, status: err.status ?? `${err.message}: ${err.error?.message}`, body: err.body, at: Date.now() - t0 })
-          }
-        }
-      })()
-      const waitResults = (pred, label, timeout = 15_000) => eventually(() => assert.ok(pred(), label), timeout)
-      const ok = (from = 0) => results.slice(from).filter((r) => r.status === 200)
-      const refused = (from = 0) => results.slice(from).filter((r) => r.status !== 200)
+      const stream = triggerStream(nodes, name)
+      const { results, ok, refused } = stream
       let killedAt, restartedAt // ms since the stream started
       // Per subscriber, the ticks it had when Redis was killed; the first
       // trigger not answered before Redis was gone.
       const ticksOf = (s) => new Set(s.frames.items.filter((f) => f.event === 'tick').map((f) => f.data.i))
       let received, killedFrom
       try {
-        await waitResults(() => ok().length >= 30, '30 triggers answered before the restart')
+        await waitFor(() => ok().length >= 30, '30 triggers answered before the restart')
         received = subs.map(ticksOf)
         await redis.kill()
-        killedAt = Date.now() - t0
+        killedAt = stream.since()
         killedFrom = results.length
         // Kept down until every node has refused one and its heartbeat has
         // seen the outage (a restart between two heartbeats is the next test).
-        await waitResults(() => new Set(refused(killedFrom).map((r) => r.node)).size === nodes.length,
-          `every node refusing while Redis is down; results since the kill: ${JSON.stringify(results.slice(killedFrom).slice(-20))}`)
+        await waitFor(() => new Set(refused(killedFrom).map((r) => r.node)).size === nodes.length,
+          () => `every node refusing while Redis is down; results since the kill: ${JSON.stringify(results.slice(killedFrom).slice(-20))}`)
         await eventually(async () => {
           for (const node of nodes) assert.equal(await metric(node, 'herald_cluster_up'), 0, `${node.id}: herald_cluster_up`)
         }, 10_000)
         const restartedFrom = results.length
         await redis.start()
-        restartedAt = Date.now() - t0
+        restartedAt = stream.since()
         // Back: each node accepts again, and goes on accepting until every
         // subscriber has had an event accepted after the restart.
-        await waitResults(() => nodes.every((node) => ok(restartedFrom).filter((r) => r.node === node.id).length >= 10) &&
-          subs.every((s) => s.frames.items.some((f) => f.event === 'tick' && f.data?.i >= restartedFrom)),
-          `10 triggers accepted by every node after the restart, and one delivered to every subscriber; the last results: ${JSON.stringify(results.slice(-20))}`, 30_000)
+        await stream.flowingAgain(subs, restartedFrom, 'restart', 30_000)
       } finally {
-        stop = true
-        await stream
+        await stream.stop()
       }
 
-      for (const r of refused()) {
-        assert.equal(r.status, 503, `trigger ${r.i} through ${r.node}: ${JSON.stringify(r)}`)
-        const body = JSON.parse(r.body)
-        assert.equal(body.error, 'cluster_unavailable', `trigger ${r.i} through ${r.node}: ${r.body}`)
-      }
+      assertUnavailable(refused())
       const accepted = ok().map((r) => r.i)
       assert.ok(refused().length > 0)
 
@@ -1047,16 +1115,7 @@ function clusterSuites () {
           `${subs[k].label}: the accepted ticks in order (but for those Redis lost and their node published again)`)
         if (mayBeLate.size > 0) t.diagnostic(`${subs[k].label}: triggers ${[...mayBeLate]}, answered 200, had not arrived at the kill; all came`)
       }
-      const replays = await Promise.all(nodes.map((node) => metric(node, 'herald_cluster_messages_replayed_total')))
-      t.diagnostic(`messages published again after the restart, per node: ${replays}`)
-
-      // The connections stayed open and the cluster's state is rebuilt: the
-      // same members and counts from every node, and no member came or went.
-      for (const [k, s] of subs.entries()) await stayedConnected(s, sockets[k])
-      await agree(nodes, `/channels/${room}/users`, undefined, everyone, 15_000)
-      await agree(nodes, `/channels/${name}`, { info: 'subscription_count' }, { occupied: true, subscription_count: 3 }, 15_000)
-      const roomSeen = await marker(nodes[1], room, subs, { from: roomFrom })
-      for (const frames of roomSeen) assert.deepEqual(frames, [], 'no member_added or member_removed from the rebuild')
+      await assertStateKept(t, nodes, name, room, before, 'restart')
 
       // Still one cluster: a new subscriber on node-c is seen joining by the others.
       const late = clients.connect(nodes[2], { user: { user_id: 'late' }, label: 'late subscriber on node-c' })
@@ -1064,6 +1123,75 @@ function clusterSuites () {
       await subscribe(late, room)
       await Promise.all(joined)
       await agree(nodes, `/channels/${room}`, { info: 'user_count' }, { occupied: true, user_count: 4 })
+    })
+  })
+
+  // -------------------------------------------------------------------------
+  // A Sentinel failover
+
+  describe('cluster: the Sentinel-managed primary SIGKILLed in the middle of a stream of triggers', () => {
+    let primary, replica, sentinel, nodes
+    const clients = new Clients()
+    before(async () => {
+      primary = await startRedis()
+      replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(primary.port)] })
+      sentinel = await startSentinel('herald', primary.port)
+      // The Sentinel promotes only a replica it knows, and one in sync.
+      await eventually(async () => assert.match(await redisCli(replica.port, 'INFO', 'replication'), /master_link_status:up/), 15_000)
+      await eventually(async () => assert.match(await redisCli(sentinel.port, 'SENTINEL', 'MASTER', 'herald'), /^num-slaves\n1$/m), 30_000)
+      nodes = await startNodes({ url: `redis-sentinel://127.0.0.1:${sentinel.port}/herald` }, 3)
+    })
+    after(async () => {
+      await stopCluster({ clients, redis: primary, nodes })
+      await replica?.stop()
+      await sentinel?.stop()
+    })
+
+    it('the nodes follow the promotion: every trigger answered 200 reaches every subscriber once, the others are 503 cluster_unavailable; connections stay open; the presence lists agree', async (t) => {
+      const name = 'cl-failover'
+      const room = 'presence-cl-failover'
+      const before = await subscribersOnEveryNode(clients, nodes, name, room)
+      const { subs } = before
+
+      const stream = triggerStream(nodes, name)
+      const { results, ok, refused } = stream
+      let killedAt, killedFrom
+      try {
+        await waitFor(() => ok().length >= 30, '30 triggers answered before the failover')
+        await primary.kill()
+        killedAt = stream.since()
+        killedFrom = results.length
+        // No one restarts the primary: the nodes must find the promoted
+        // replica through the Sentinel by themselves.
+        await stream.flowingAgain(subs, killedFrom, 'failover', 60_000)
+      } finally {
+        await stream.stop()
+      }
+
+      assertUnavailable(refused())
+      const accepted = ok().map((r) => r.i)
+      const acceptedSet = new Set(accepted)
+      const ticksOf = (s) => s.frames.items.filter((f) => f.event === 'tick').map((f) => f.data.i)
+      for (const s of subs) {
+        await s.frames.waitUntil(() => { const got = new Set(ticksOf(s)); return accepted.every((i) => got.has(i)) },
+          { timeout: 15_000, label: `${s.label}: every accepted tick` })
+      }
+      // Once a marker triggered after them all has arrived, every tick that
+      // was coming has: each accepted one once, none twice. A refused one
+      // may have been taken by the primary just before it died, its answer
+      // lost with it, like any request whose answer is lost: reported.
+      const seen = await marker(nodes[0], name, subs)
+      for (const [k, frames] of seen.entries()) {
+        const got = frames.map((f) => f.data.i)
+        assert.equal(new Set(got).size, got.length, `${subs[k].label}: a tick twice: ${got}`)
+        assert.deepEqual(got.filter((i) => acceptedSet.has(i)).sort((x, y) => x - y), accepted, `${subs[k].label}: every accepted tick once`)
+        const refusedYetDelivered = got.filter((i) => !acceptedSet.has(i))
+        if (refusedYetDelivered.length > 0) t.diagnostic(`${subs[k].label}: triggers ${refusedYetDelivered}, answered 503 as the primary died, had reached it`)
+      }
+      const window = refused().map((r) => r.at - killedAt)
+      t.diagnostic(`primary SIGKILLed at ${killedAt} ms of the stream; ${accepted.length} triggers answered 200, ${window.length} answered 503, ` +
+        `from ${Math.min(...window)} ms to ${Math.max(...window)} ms after the kill (the 503 window)`)
+      await assertStateKept(t, nodes, name, room, before, 'failover')
     })
   })
 

@@ -17,6 +17,10 @@
 // stops writing and, once Redis answers again, rebuilds its record from the
 // hub (resync), so that nothing that happened meanwhile is lost from the
 // cluster's answers.
+//
+// The Redis may be one server, a list of independent shards (shards.go), a
+// Sentinel-managed primary (sentinel.go) or a Redis Cluster, over which
+// the channels are spread as over sixteen shards (rediscluster.go).
 package cluster
 
 import (
@@ -91,8 +95,12 @@ type Options struct {
 
 // Cluster is one node's membership of a cluster.
 type Cluster struct {
-	log   *zap.Logger
-	rdb   *redis.Client
+	log *zap.Logger
+	rdb redis.UniversalClient // a *redis.Client, or the *redis.ClusterClient every shard of a Redis Cluster shares
+	// route is the KEYS of every script call: a key of the node's prefix,
+	// whose hash tag sends the call to the Redis Cluster node that holds
+	// the shard's keys (rediscluster.go); elsewhere it changes nothing.
+	route []string
 	opts  Options
 	id    string
 	epoch string // this process's value of its heartbeat key
@@ -147,6 +155,9 @@ type Cluster struct {
 	// Cluster only routes to them (shards.go).
 	shardIndex, shardCount int
 	shards                 []*Cluster
+	// sharedRDB: rdb is the Redis Cluster's client, which every shard
+	// uses and the node's Cluster closes.
+	sharedRDB bool
 	// refused is why the Redis refuses this node (another list of shards
 	// is running on it), or nil.
 	refused atomic.Pointer[error]
@@ -172,6 +183,9 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 	if opts.NodeID == "" {
 		opts.NodeID = randomID()
 	}
+	if strings.HasPrefix(urls[0], redisClusterScheme) {
+		return newRedisCluster(log, h, opts)
+	}
 	if len(urls) == 1 {
 		return newShard(log, h, opts, 0, 1)
 	}
@@ -181,7 +195,7 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 // newShard returns the node's membership of the cluster on one Redis, the
 // shard index of count (opts.URL is its URL alone).
 func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Cluster, error) {
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	if strings.HasPrefix(opts.URL, sentinelScheme) {
 		if opts.CAFile != "" {
 			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: Sentinel is reached without TLS")
@@ -198,6 +212,12 @@ func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Clu
 		}
 		rdb = redis.NewClient(ropts)
 	}
+	return newMember(log, h, opts, rdb, index, count), nil
+}
+
+// newMember returns the node's membership of the cluster over rdb, the
+// shard index of count.
+func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalClient, index, count int) *Cluster {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -228,6 +248,7 @@ func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Clu
 		epoch:        randomID(),
 		hub:          h,
 		p:            opts.Prefix,
+		route:        []string{opts.Prefix},
 		pub:          make(chan *pubReq, 1024),
 		ring:         replayRing{window: opts.ReplayWindow, max: opts.ReplayBytes},
 		replayNow:    make(chan struct{}, 1),
@@ -242,7 +263,7 @@ func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Clu
 	c.needResync.Store(true)
 	c.redisLog = c.log.Named("redis")
 	redisLogger.Store(c.redisLog)
-	return c, nil
+	return c
 }
 
 // redisOptions are the client's options of a redis:// or rediss:// URL, the
@@ -308,9 +329,13 @@ func (c *Cluster) ID() string { return c.id }
 // reachable Redis is in use at once.
 func (c *Cluster) Start() {
 	c.hub.SetCluster(c)
-	redacted := make([]string, 0, 1)
-	for _, u := range strings.Split(c.opts.URL, ",") {
-		redacted = append(redacted, text.RedactURL(strings.TrimSpace(u)))
+	var redacted []string
+	if seedsURL(c.opts.URL) {
+		redacted = []string{redactURL(c.opts.URL)}
+	} else {
+		for _, u := range strings.Split(c.opts.URL, ",") {
+			redacted = append(redacted, redactURL(strings.TrimSpace(u)))
+		}
 	}
 	c.log.Info("cluster mode", zap.Strings("redis", redacted), zap.String("prefix", c.p))
 	if c.shards == nil {
@@ -366,6 +391,10 @@ func (c *Cluster) Close() error {
 			wg.Go(func() { errs[i] = s.Close() })
 		}
 		wg.Wait()
+		if c.rdb != nil { // the Redis Cluster's client, which the shards share
+			errs = append(errs, c.rdb.Close())
+			redisLogger.CompareAndSwap(c.redisLog, nil)
+		}
 		return errors.Join(errs...)
 	}
 	c.cancel()
@@ -383,6 +412,9 @@ func (c *Cluster) Close() error {
 			// they are due: they go now, as on one node at shutdown.
 			c.releaseHeld(ctx, true)
 		}
+	}
+	if c.sharedRDB {
+		return nil // the client is the Redis Cluster's, closed by its owner
 	}
 	err := c.rdb.Close()
 	redisLogger.CompareAndSwap(c.redisLog, nil)
@@ -402,6 +434,15 @@ func (c *Cluster) Ready(ctx context.Context) error {
 	}
 	if err := c.refused.Load(); err != nil {
 		return *err
+	}
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		// A Redis Cluster's PING goes to any node: ask the one that
+		// serves this shard's slot.
+		node, err := cc.MasterForKey(ctx, c.p)
+		if err != nil {
+			return err
+		}
+		return node.Ping(ctx).Err()
 	}
 	return c.rdb.Ping(ctx).Err()
 }
@@ -469,7 +510,7 @@ func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	pipe := c.rdb.Pipeline()
 	for i, cl := range calls {
 		if cl.script != nil {
-			cmds[i] = cl.script.EvalSha(ctx, pipe, nil, cl.args...)
+			cmds[i] = cl.script.EvalSha(ctx, pipe, c.route, cl.args...)
 		} else {
 			cmds[i] = pipe.Do(ctx, cl.args...)
 		}
@@ -493,7 +534,7 @@ func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	}
 	pipe = c.rdb.Pipeline()
 	for _, i := range retry {
-		cmds[i] = calls[i].script.Eval(ctx, pipe, nil, calls[i].args...)
+		cmds[i] = calls[i].script.Eval(ctx, pipe, c.route, calls[i].args...)
 	}
 	pipe.Exec(ctx)
 	for _, i := range retry {

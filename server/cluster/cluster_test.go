@@ -57,8 +57,9 @@ var testSettings = func(appID string) AppSettings {
 	return AppSettings{SubscriptionCount: appID == "counted", MaxPresenceMembers: 3}
 }
 
-// startNode starts a node of the cluster named by prefix on rs, with a
-// short webhook hold unless tune changes the options.
+// startNode starts a node of the cluster named by prefix on rs (or at
+// the URL tune sets), with a short webhook hold unless tune changes the
+// options.
 func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...func(*Options)) *node {
 	t.Helper()
 	h := hub.New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id))
@@ -67,8 +68,11 @@ func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...fu
 	opts := Options{
 		// A heartbeat lasts 20 beats: a live node stalled by the race
 		// detector on a busy machine is not taken for dead.
-		URL: rs.URL(), NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: 2 * time.Second,
+		NodeID: id, Prefix: prefix, Heartbeat: 100 * time.Millisecond, NodeTTL: 2 * time.Second,
 		Hold: 300 * time.Millisecond, Settings: testSettings,
+	}
+	if rs != nil {
+		opts.URL = rs.URL()
 	}
 	for _, f := range tune {
 		f(&opts)
@@ -91,9 +95,20 @@ func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...fu
 // crash stops the node as SIGKILL would: no goodbye, its record stays in
 // Redis until another node finds its heartbeat expired.
 func (n *node) crash() {
-	n.c.cancel()
-	n.c.wg.Wait()
-	n.c.rdb.Close()
+	members := n.c.shards
+	if members == nil {
+		members = []*Cluster{n.c}
+	}
+	for _, m := range members {
+		m.cancel()
+		m.wg.Wait()
+		if !m.sharedRDB {
+			m.rdb.Close()
+		}
+	}
+	if n.c.shards != nil && n.c.rdb != nil {
+		n.c.rdb.Close()
+	}
 	n.c = nil
 }
 
@@ -198,8 +213,11 @@ func cluster(t *testing.T, rs *testredis.Server, n int, tune ...func(*Options)) 
 }
 
 func TestEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 3)
+	onEachTopology(t, testEventsReachEverySubscriberOnEveryNodeOnce)
+}
+
+func testEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T, cluster startCluster) {
+	ns := cluster(3)
 	var clients []*client
 	for _, n := range ns {
 		cl := n.connect("app")
@@ -239,8 +257,11 @@ func TestEventsReachEverySubscriberOnEveryNodeOnce(t *testing.T) {
 }
 
 func TestPublishesPackedTogetherArriveInOrder(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
+	onEachTopology(t, testPublishesPackedTogetherArriveInOrder)
+}
+
+func testPublishesPackedTogetherArriveInOrder(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
 	const publishers, batches, perBatch = 6, 20, 10
 	sub := ns[1].connect("app")
 	for _, ch := range []string{"c0", "c1", "cache-c"} {
@@ -303,8 +324,11 @@ func TestPublishesPackedTogetherArriveInOrder(t *testing.T) {
 }
 
 func TestPresenceIsExactAcrossNodes(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
+	onEachTopology(t, testPresenceIsExactAcrossNodes)
+}
+
+func testPresenceIsExactAcrossNodes(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
 	watcher := ns[0].connect("app")
 	watcher.subscribe("presence-room", &hub.Member{UserID: "w", Info: json.RawMessage(`{"n":"W"}`)})
 	watcher.wait("presence-room", "pusher_internal:subscription_succeeded")
@@ -392,8 +416,11 @@ func TestPresenceLimitHoldsOverTheCluster(t *testing.T) {
 }
 
 func TestOccupiedAndVacatedOncePerCluster(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 3)
+	onEachTopology(t, testOccupiedAndVacatedOncePerCluster)
+}
+
+func testOccupiedAndVacatedOncePerCluster(t *testing.T, cluster startCluster) {
+	ns := cluster(3)
 	var clients []*client
 	for _, n := range ns {
 		cl := n.connect("app")
@@ -473,8 +500,11 @@ func TestComingBackOnAnotherNodeWithinTheHoldIsReportedAsNeither(t *testing.T) {
 }
 
 func TestSubscriptionCountOverTheCluster(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
+	onEachTopology(t, testSubscriptionCountOverTheCluster)
+}
+
+func testSubscriptionCountOverTheCluster(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
 	// What each client heard on room: events, with the counts' data.
 	heard := func(cl *client) string {
 		cl.take()
@@ -537,8 +567,11 @@ func TestCacheChannelOverTheCluster(t *testing.T) {
 }
 
 func TestUsersAcrossNodes(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
+	onEachTopology(t, testUsersAcrossNodes)
+}
+
+func testUsersAcrossNodes(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
 	watcher := ns[0].connect("app")
 	if err := ns[0].hub.SignIn(watcher.conn, "w", []string{"u", "v"}, hub.EventFrame("pusher:signin_success", "", "{}", "")); err != nil {
 		t.Fatal(err)
@@ -586,8 +619,11 @@ func (cl *client) datas(event string) []string {
 }
 
 func TestConnectionQuotaOverTheCluster(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
+	onEachTopology(t, testConnectionQuotaOverTheCluster)
+}
+
+func testConnectionQuotaOverTheCluster(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
 	for range 2 {
 		if _, err := ns[0].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
 			t.Fatal(err)
@@ -606,8 +642,11 @@ func TestConnectionQuotaOverTheCluster(t *testing.T) {
 }
 
 func TestDeadNodeConverges(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
+	onEachTopology(t, testDeadNodeConverges)
+}
+
+func testDeadNodeConverges(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
 	watcher := ns[0].connect("app")
 	watcher.subscribe("presence-room", &hub.Member{UserID: "w"})
 	watcher.wait("presence-room", "pusher_internal:subscription_succeeded")
@@ -629,7 +668,9 @@ func TestDeadNodeConverges(t *testing.T) {
 	wait.Until(t, "gone is offline", func() bool {
 		return strings.Contains(strings.Join(watcher.datas("pusher_internal:watchlist_events"), " "), `"offline","user_ids":["gone"]`)
 	})
+	// Over shards, the two channels may be reaped apart, in any order.
 	wait.Until(t, "lonely is vacated", func() bool { return len(ns[0].obs.kinds("lonely", hub.ChannelVacated)) == 1 })
+	wait.Until(t, "gone's member_removed webhook", func() bool { return len(ns[0].obs.kinds("presence-room", hub.MemberRemoved)) > 0 })
 	if got := ns[0].obs.kinds("presence-room", hub.MemberRemoved); !slices.Equal(got, []string{"member_removed:gone"}) {
 		t.Fatalf("member_removed webhook events %v", got)
 	}
@@ -638,11 +679,12 @@ func TestDeadNodeConverges(t *testing.T) {
 		t.Fatalf("users after the crash: %v %v", users, err)
 	}
 	// The reaper counts the node once its whole record is out, a moment
-	// after the events it reported went out.
-	wait.Until(t, "n2 counted as reaped", func() bool { return ns[0].c.Stats().Reaped == 1 })
+	// after the events it reported went out: once on each shard.
+	shards := int64(max(1, len(ns[0].c.shards)))
+	wait.Until(t, "n2 counted as reaped", func() bool { return ns[0].c.Stats().Reaped == shards })
 
 	// The node comes back with the same id: nothing of the old one returns.
-	back := startNode(t, rs, ns[0].c.p, "n2")
+	back := startNode(t, nil, ns[0].c.p, "n2", withURL(ns[0].c.opts.URL))
 	wait.Until(t, "the new n2 is live", func() bool { return back.c.Stats().Resyncs >= 1 })
 	if st, err := ns[0].hub.State().Channel("app", "lonely"); err != nil || st.Occupied {
 		t.Fatalf("lonely after n2 restarted: %+v %v", st, err)

@@ -183,7 +183,12 @@ func (r *ConsoleRelay) watchedNow() map[string]bool {
 func (r *ConsoleRelay) refresh(mine map[string]bool) {
 	ctx, cancel := context.WithTimeout(r.c.ctx, relayRefresh)
 	defer cancel()
-	pipe := r.c.rdb.Pipeline()
+	rdb, err := r.c.pubsubNode(ctx)
+	if err != nil {
+		r.wanted.Store(nil)
+		return
+	}
+	pipe := rdb.Pipeline()
 	all := pipe.PubSubChannels(ctx, globEscape(r.channel)+"*")
 	var counts *redis.MapStringIntCmd
 	if len(mine) > 0 {
@@ -243,6 +248,19 @@ func (r *ConsoleRelay) flush() {
 	}
 	r.published.Add(int64(len(batches)))
 	r.sent.Add(int64(events))
+}
+
+// pubsubNode is where the node asks PUBSUB which console channels have
+// subscribers: Redis itself; in a Redis Cluster, the node that serves the
+// slot of the console's channels, which is where every node's relay
+// subscribes (go-redis subscribes on the node of the first channel's
+// slot), as PUBSUB counts a node's own subscribers only.
+func (c *Cluster) pubsubNode(ctx context.Context) (redis.Cmdable, error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return c.rdb, nil
+	}
+	return cc.MasterForKey(ctx, c.key("console:"))
 }
 
 // receive hands the events of a message from another node to deliver. A

@@ -42,11 +42,15 @@ func (in *inbox) count() (events, dropped int) {
 
 // A node's console events go to another node while it watches the app,
 // never back to the node that sent them, and stop being wanted once
-// nobody watches.
+// nobody watches; on each topology (on a Redis Cluster, PUBSUB is asked of
+// the node the console's channels live on).
 func TestConsoleRelay(t *testing.T) {
-	rs := testredis.Start(t)
-	prefix := fmt.Sprintf("relay%d:", time.Now().UnixNano())
-	a, b := startNode(t, rs, prefix, "a"), startNode(t, rs, prefix, "b")
+	onEachTopology(t, testConsoleRelay)
+}
+
+func testConsoleRelay(t *testing.T, cluster startCluster) {
+	ns := cluster(2)
+	a, b := ns[0], ns[1]
 	var inA, inB inbox
 	ra, rb := a.c.ConsoleRelay(inA.deliver), b.c.ConsoleRelay(inB.deliver)
 
@@ -54,6 +58,17 @@ func TestConsoleRelay(t *testing.T) {
 	wait.Until(t, "node b to learn that node a watches app", func() bool { return rb.Wanted("app") })
 	if rb.Wanted("other") {
 		t.Fatal("node b wants the events of an app nobody watches")
+	}
+	// Where a node asks PUBSUB is where the watcher's subscription is,
+	// every time (a random node of a Redis Cluster would not know it).
+	for range 10 {
+		rdb, err := b.c.home().pubsubNode(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rdb.PubSubNumSub(t.Context(), ra.channel+"app").Result(); err != nil || n[ra.channel+"app"] != 1 {
+			t.Fatalf("PUBSUB NUMSUB where node b asks: %v %v, want node a's subscription", n, err)
+		}
 	}
 	rb.Send("app", []byte(`{"event":"one"}`))
 	wait.Until(t, "node a to get node b's event", func() bool { return inA.all() == `app: {"event":"one"}` })

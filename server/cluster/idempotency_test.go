@@ -5,24 +5,21 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/idempotency/idempotencytest"
-	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
+// The node's store of Idempotency-Key headers, on each topology: on a
+// list of shards it is the first shard's, on a Redis Cluster each app's
+// keys are where their hash tag puts them.
 func TestIdempotencyStore(t *testing.T) {
-	rs := testredis.Start(t)
-	opts, err := redis.ParseURL(rs.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { rdb.Close() })
-	var n atomic.Int64
-	idempotencytest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
-		// A prefix per test: one Redis serves them all.
-		return NewIdempotencyStore(rdb, fmt.Sprintf("idem-test-%d:", n.Add(1)), o)
+	onEachTopology(t, func(t *testing.T, cluster startCluster) {
+		c := cluster(1)[0].c
+		var n atomic.Int64
+		idempotencytest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+			s := c.Idempotency(o)
+			s.prefix += fmt.Sprintf("idem-test-%d:", n.Add(1)) // one Redis serves every test
+			return s
+		})
 	})
 }

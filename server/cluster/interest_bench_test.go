@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -91,46 +89,14 @@ func BenchmarkNodesWithoutSubscribers(b *testing.B) {
 		}
 		idle = append(idle, cmd)
 	}
-	h := hub.New(zap.NewNop())
-	defer h.Close()
-	c, err := New(zap.NewNop(), h, Options{URL: rs.URL(), NodeID: "n0", Prefix: prefix, Settings: testSettings})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.Start()
-	defer c.Close()
-	conns := make([]*hub.Conn, subs)
-	for i := range conns {
-		conn, err := h.Connect("app", hub.ConnectOptions{MaxQueueBytes: 1 << 30})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := h.Subscribe(conn, "ch"+strconv.Itoa(i%channels), hub.SubscribeOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		conns[i] = conn
-	}
-	waitFrames(b, h, conns, 1)
+	h, conns := subscribedNode(b, rs.URL(), "n0", prefix, subs, channels)
 	self0 := cpuTime(os.Getpid())
 	idle0 := make([]int64, len(idle))
 	for i, cmd := range idle {
 		idle0[i] = cpuTime(cmd.Process.Pid)
 	}
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for p := range publishers {
-		wg.Go(func() {
-			for i := p; i < b.N; i += publishers {
-				if err := h.Publish(hub.Message{AppID: "app", Channel: "ch" + strconv.Itoa(i%channels), Event: "e", Data: `{"n":1}`}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	want := func(i int) int { return b.N/channels + btoi(i%channels < b.N%channels) }
-	waitFramesEach(b, h, conns, want)
+	publishSpread(b, h, conns, publishers, channels)
 	// The idle nodes read on for a moment after the last publish: give
 	// them the time to finish what they were sent (a heartbeat's worth).
 	time.Sleep(time.Second)

@@ -155,16 +155,23 @@ func TestPublishesArePackedPerSlot(t *testing.T) {
 	}
 }
 
-// slotEntries is how many entries the slot streams of c's Redis hold.
+// slotEntries is how many entries the slot streams of c's Redis (of each
+// of its shards) hold.
 func slotEntries(t *testing.T, c *Cluster) int64 {
 	t.Helper()
+	members := c.shards
+	if members == nil {
+		members = []*Cluster{c}
+	}
 	var n int64
-	for s := range Slots {
-		k, err := c.rdb.XLen(t.Context(), c.key(slotStreams[s])).Result()
-		if err != nil {
-			t.Fatal(err)
+	for _, m := range members {
+		for s := range Slots {
+			k, err := m.rdb.XLen(t.Context(), m.key(slotStreams[s])).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += k
 		}
-		n += k
 	}
 	return n
 }

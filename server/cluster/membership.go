@@ -196,11 +196,14 @@ func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
 	}
 	pipe := c.rdb.TxPipeline()
 	pipe.Del(ctx, c.key("nc:", node), c.key("in:", node))
-	pipe.SRem(ctx, c.key("nodes"), node)
+	removed := pipe.SRem(ctx, c.key("nodes"), node)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
-	if !self {
+	// A heartbeat that listed the node before this reap took it out may
+	// start another, which finds nothing left: only the reap that took the
+	// node out of the set counts.
+	if !self && removed.Val() == 1 {
 		c.stats.reaped.Add(1)
 		c.log.Warn("a node's heartbeat expired: its clients are gone from the cluster", zap.String("dead_node", node),
 			zap.Int("subscriptions", subs), zap.Int("sign_ins", users))

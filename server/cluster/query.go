@@ -147,7 +147,9 @@ func (c *Cluster) Connections(appID string) (int, error) {
 // atomic64 is a counter.
 type atomic64 = atomic.Int64
 
-// Stats are the cluster's figures, for the metrics.
+// Stats are the cluster's figures, for the metrics. Over shards, each
+// count is the sum of the shards' own: a dead node reaped, a rebuild or an
+// outage counts once for each shard it concerned.
 type Stats struct {
 	Up            bool  // Redis answered the last heartbeat
 	Nodes         int64 // live nodes, this one included

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,13 +17,31 @@ import (
 // A trigger Redis took (answered 200) and then lost, with its data, before
 // another node read it still reaches that node: its publisher publishes
 // what it published lately again, and the nodes that had it already do not
-// deliver it twice.
+// deliver it twice. On three shards, the Redis that loses them is the
+// shard of the channel. (Not on a Redis Cluster: its clients follow the
+// addresses the cluster gives, so a proxy cannot cut one node off; a
+// shard there recovers as here, and TestChannelsSpreadOverShards has one
+// of its Redis nodes lose its data.)
 func TestMessagesRedisLostBeforeANodeReadThemAreDelivered(t *testing.T) {
-	rs := testredis.Start(t)
-	px := newCutProxy(t, rs.Addr())
+	for name, shards := range map[string]int{"one Redis": 1, "3 shards": 3} {
+		t.Run(name, func(t *testing.T) {
+			servers, url := shardList(t, shards)
+			k := shardOf("app", "news", shards)
+			px := newCutProxy(t, servers[k].Addr())
+			urlB := strings.Split(url, ",")
+			urlB[k] = px.url()
+			testMessagesRedisLost(t, servers[k], px, url, strings.Join(urlB, ","))
+		})
+	}
+}
+
+// testMessagesRedisLost runs the test above: rs is the Redis that loses
+// the messages, px cuts b off from it, urlA and urlB are a's and b's
+// HERALD_REDIS_URL.
+func testMessagesRedisLost(t *testing.T, rs *testredis.Server, px *cutProxy, urlA, urlB string) {
 	prefix := fmt.Sprintf("r%d:", time.Now().UnixNano())
-	a := startNode(t, rs, prefix, "a")
-	b := startNode(t, rs, prefix, "b", func(o *Options) { o.URL = px.url() })
+	a := startNode(t, nil, prefix, "a", withURL(urlA))
+	b := startNode(t, nil, prefix, "b", withURL(urlB))
 	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
 	// Node b loses touch with Redis; a's publishes are taken and read by a

@@ -38,33 +38,11 @@ func sentinelOptions(raw string) (*redis.FailoverOptions, error) {
 	if strings.ContainsAny(master, "?#") {
 		return nil, bad("a redis-sentinel:// URL takes no query or fragment")
 	}
-	password := ""
-	if at := strings.LastIndexByte(hosts, '@'); at >= 0 {
-		user, pw, _ := strings.Cut(hosts[:at], ":")
-		if user != "" {
-			return nil, bad("a redis-sentinel:// URL takes a password only (redis-sentinel://:password@…), not a user name")
-		}
-		password, hosts = pw, hosts[at+1:]
+	password, addrs, err := seedHosts(hosts, sentinelScheme, "a Sentinel's")
+	if err != nil {
+		return nil, err
 	}
-	var addrs []string
-	for _, h := range strings.Split(hosts, ",") {
-		host, port, err := net.SplitHostPort(strings.TrimSpace(h))
-		if err != nil || host == "" || port == "" {
-			return nil, bad(fmt.Sprintf("%q is not a Sentinel's host:port", h))
-		}
-		addrs = append(addrs, net.JoinHostPort(host, port))
-	}
-	fo := &redis.FailoverOptions{
-		MasterName:    master,
-		SentinelAddrs: addrs,
-		Password:      password,
-		// As for one Redis (redisOptions): a trigger must turn into a 503
-		// quickly rather than hang.
-		DialTimeout:  2 * time.Second,
-		ReadTimeout:  2 * time.Second,
-		WriteTimeout: 2 * time.Second,
-		MaxRetries:   1,
-	}
+	fo := quick(&redis.UniversalOptions{MasterName: master, Addrs: addrs, Password: password}).Failover()
 	if err := checkSentinels(fo); err != nil {
 		return nil, err
 	}

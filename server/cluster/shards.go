@@ -45,11 +45,21 @@ func shardURLs(raw string) ([]string, error) {
 		}
 		return []string{raw}, nil
 	}
+	if strings.HasPrefix(raw, redisClusterScheme) {
+		// Its commas separate seed nodes, not shards.
+		if strings.Contains(raw[len(redisClusterScheme):], "://") {
+			return nil, errors.New("HERALD_REDIS_URL: a redis-cluster:// URL cannot be mixed with other URLs (it is one Redis Cluster, its shards Herald's own)")
+		}
+		return []string{raw}, nil
+	}
 	parts := strings.Split(raw, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		if strings.HasPrefix(p, sentinelScheme) {
 			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
+		}
+		if strings.HasPrefix(p, redisClusterScheme) {
+			return nil, errors.New("HERALD_REDIS_URL: a redis-cluster:// URL cannot be mixed with other URLs (it is one Redis Cluster, its shards Herald's own)")
 		}
 		if !strings.HasPrefix(p, "redis://") && !strings.HasPrefix(p, "rediss://") {
 			what := "the URL"
@@ -197,7 +207,7 @@ func (c *Cluster) checkShard(ctx context.Context) error {
 		}
 		if live {
 			err := fmt.Errorf("HERALD_REDIS_URL: %s is shard %s of the running cluster, but this node's list makes it shard %s: every node needs the same list of Redis URLs in the same order (to change it, stop every node first)",
-				text.RedactURL(c.opts.URL), got, want)
+				redactURL(c.opts.URL), got, want)
 			c.refused.Store(&err)
 			return err
 		}

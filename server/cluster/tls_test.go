@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
@@ -57,7 +58,7 @@ func TestNodesShareARedisOverTLSWithAPrivateCA(t *testing.T) {
 
 	// The connection checks the certificate against the URL's host, at TLS
 	// 1.2 or newer.
-	tc := a.c.rdb.Options().TLSConfig
+	tc := a.c.rdb.(*redis.Client).Options().TLSConfig
 	if tc == nil {
 		t.Fatal("the Redis client of a rediss:// URL has no TLS config")
 	}

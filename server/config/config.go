@@ -78,7 +78,7 @@ type Config struct {
 	WriteTimeout        time.Duration // HERALD_HTTP_WRITE_TIMEOUT: time to write a response (not WebSockets or the console's stream); 0 means 30s
 
 	// Cluster (README, Running a cluster).
-	RedisURL string // HERALD_REDIS_URL: redis:// or rediss:// URL, a comma-separated list of them (shards), or a redis-sentinel:// URL; set, the node joins the cluster of nodes sharing that Redis
+	RedisURL string // HERALD_REDIS_URL: redis:// or rediss:// URL, a comma-separated list of them (shards), a redis-sentinel:// or a redis-cluster:// URL; set, the node joins the cluster of nodes sharing that Redis
 	NodeID   string // HERALD_NODE_ID: the node's id in the cluster, unique among its nodes; default random at each start
 	// RedisCAFile (HERALD_REDIS_CA_FILE) is a PEM file of CA certificates
 	// trusted, besides the system's roots, for the rediss:// connection to
@@ -299,8 +299,9 @@ func (c Config) validate() error {
 			}
 		}
 	}
-	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") && !strings.HasPrefix(c.RedisURL, "redis-sentinel://") {
-		errs = append(errs, errors.New("HERALD_REDIS_URL must be a redis://, rediss:// or redis-sentinel:// URL"))
+	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") &&
+		!strings.HasPrefix(c.RedisURL, "redis-sentinel://") && !strings.HasPrefix(c.RedisURL, "redis-cluster://") {
+		errs = append(errs, errors.New("HERALD_REDIS_URL must be a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL"))
 	}
 	if c.RedisCAFile != "" {
 		if !strings.HasPrefix(c.RedisURL, "rediss://") {

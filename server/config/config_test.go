@@ -481,18 +481,18 @@ func TestLogger(t *testing.T) {
 	})
 }
 
-// HERALD_REDIS_URL: one redis:// or rediss:// URL, a list of them (shards)
-// or a redis-sentinel:// URL (server/cluster checks each further); another
-// scheme stops the start, naming the variable.
+// HERALD_REDIS_URL: one redis:// or rediss:// URL, a list of them (shards),
+// a redis-sentinel:// or a redis-cluster:// URL (server/cluster checks each
+// further); another scheme stops the start, naming the variable.
 func TestLoadRedisURLForms(t *testing.T) {
-	for _, url := range []string{"redis://a:6379/0", "redis://a:6379,redis://b:6379", "redis-sentinel://a:26379,b:26379/herald"} {
+	for _, url := range []string{"redis://a:6379/0", "redis://a:6379,redis://b:6379", "redis-sentinel://a:26379,b:26379/herald", "redis-cluster://a:7000,b:7000"} {
 		got, err := Load(nil, getenv(map[string]string{"HERALD_REDIS_URL": url}), &bytes.Buffer{})
 		if err != nil || got.RedisURL != url {
 			t.Fatalf("%s: %v", url, err)
 		}
 	}
 	_, err := Load(nil, getenv(map[string]string{"HERALD_REDIS_URL": "http://a:6379"}), &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "HERALD_REDIS_URL must be a redis://, rediss:// or redis-sentinel:// URL") {
+	if err == nil || !strings.Contains(err.Error(), "HERALD_REDIS_URL must be a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL") {
 		t.Fatalf("http://: %v", err)
 	}
 }

@@ -41,6 +41,9 @@ type Server struct {
 	// sentinel is the configuration of a Sentinel (StartSentinel): it
 	// starts in sentinel mode, from a file it may rewrite.
 	sentinel string
+	// busPort is the cluster bus port of a server in cluster mode
+	// (StartClusterNode); 0 for one that is not.
+	busPort int
 }
 
 // TLS names the PEM files of a server that speaks TLS: its certificate
@@ -125,6 +128,9 @@ func startServer(t testing.TB, files *TLS, tune ...func(*Server)) *Server {
 	}
 	for attempt := 0; ; attempt++ {
 		s.port = freePort(t)
+		if s.busPort != 0 {
+			s.busPort = freePort(t)
+		}
 		if err := s.start(); err == nil {
 			break
 		} else if attempt == 4 {
@@ -208,6 +214,10 @@ func (s *Server) start() error {
 		args = append([]string{conf, "--sentinel"}, args...)
 	} else {
 		args = append(args, "--save", "", "--appendonly", "no")
+		if s.busPort != 0 {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
+				"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		}
 		args = append(args, s.extra...)
 	}
 	cmd := exec.Command(s.bin, args...)

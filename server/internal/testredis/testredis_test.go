@@ -71,3 +71,45 @@ func TestStartTLSServesRedissOnly(t *testing.T) {
 		t.Fatalf("after Restart: %v", err)
 	}
 }
+
+// A started Redis Cluster serves every slot over its nodes, and a key
+// written through one client is read through another.
+func TestStartClusterServesEverySlot(t *testing.T) {
+	c := StartCluster(t, 3)
+	if want := "redis-cluster://" + c.Nodes[0].Addr() + "," + c.Nodes[1].Addr() + "," + c.Nodes[2].Addr(); c.URL() != want {
+		t.Fatalf("URL %q, want %q", c.URL(), want)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Nodes[0].Addr()}})
+	defer rdb.Close()
+	shards, err := rdb.ClusterShards(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, owners := int64(0), map[string]bool{}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			served += r.End - r.Start + 1
+		}
+		if len(sh.Slots) > 0 {
+			owners[sh.Nodes[0].ID] = true
+		}
+	}
+	if served != 16384 || len(owners) != 3 {
+		t.Fatalf("%d slots served by %d nodes, want 16384 by 3", served, len(owners))
+	}
+	for _, k := range []string{"a", "b", "c", "d"} {
+		if err := rdb.Set(t.Context(), k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Nodes[2].Addr()}})
+	defer other.Close()
+	for _, k := range []string{"a", "b", "c", "d"} {
+		if v, err := other.Get(t.Context(), k).Result(); err != nil || v != k {
+			t.Fatalf("GET %s: %q %v", k, v, err)
+		}
+	}
+	if state, err := StartClusterNode(t).clusterState(); state != "fail" {
+		t.Fatalf("a node in no cluster: cluster_state %q %v, want fail", state, err)
+	}
+}
