@@ -140,6 +140,8 @@ type App struct {
 	ClientEvents             bool      `json:"clientEvents"`
 	CreatedAt                time.Time `json:"createdAt"`
 	Enabled                  bool      `json:"enabled"`
+	HistoryEvents            int       `json:"historyEvents"`
+	HistoryTtlMs             int       `json:"historyTtlMs"`
 	Id                       string    `json:"id"`
 	Key                      string    `json:"key"`
 	MaxConnections           int       `json:"maxConnections"`
@@ -157,6 +159,12 @@ type AppCreate struct {
 	// ClientEvents Allow client- events.
 	ClientEvents *bool `json:"clientEvents,omitempty"`
 	Enabled      *bool `json:"enabled,omitempty"`
+
+	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
+	HistoryEvents *int `json:"historyEvents,omitempty"`
+
+	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
 
 	// Id The app id (A-Z a-z 0-9 _ -); random digits when absent.
 	Id *string `json:"id,omitempty"`
@@ -205,6 +213,12 @@ type AppOptions struct {
 	// ClientEvents Allow client- events.
 	ClientEvents *bool `json:"clientEvents,omitempty"`
 	Enabled      *bool `json:"enabled,omitempty"`
+
+	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
+	HistoryEvents *int `json:"historyEvents,omitempty"`
+
+	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
 
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`

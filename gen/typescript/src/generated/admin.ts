@@ -472,6 +472,10 @@ export interface components {
             maxPresenceMembers?: number;
             /** @description Size limit of a presence member's user_info; 0 takes the default (1024). */
             maxPresenceUserInfoBytes?: number;
+            /** @description Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off. */
+            historyEvents?: number;
+            /** @description Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on. */
+            historyTtlMs?: number;
             webhooks?: components["schemas"]["Webhook"][];
         };
         AppCreate: components["schemas"]["AppOptions"] & {
@@ -490,6 +494,8 @@ export interface components {
             maxConnections: number;
             maxPresenceMembers: number;
             maxPresenceUserInfoBytes: number;
+            historyEvents: number;
+            historyTtlMs: number;
             webhooks: components["schemas"]["Webhook"][];
             /** Format: date-time */
             createdAt: string;
