@@ -1,0 +1,115 @@
+package httpapi
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/gen/channels"
+	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/storage"
+)
+
+// History makes the API keep the events triggered on the channels of the
+// apps that ask for it (storage.App.HistoryEvents) in store, and serve them
+// on GET /apps/{app_id}/channels/{channel_name}/events; call it before
+// Register.
+func (api *ChannelsAPI) History(store eventlog.Store) *ChannelsAPI {
+	api.history = store
+	return api
+}
+
+// historyPolicy is app's history setting as the store takes it.
+func historyPolicy(app *storage.App) eventlog.Policy {
+	return eventlog.Policy{Events: app.HistoryEvents, TTL: app.HistoryTTL}
+}
+
+// keep appends the published messages to app's history, when it keeps one.
+// The events are delivered by then, so a failure is logged, not answered:
+// a retried trigger would deliver them twice.
+func (api *ChannelsAPI) keep(ctx context.Context, app *storage.App, ms []hub.Message) {
+	p := historyPolicy(app)
+	if api.history == nil || !p.On() {
+		return
+	}
+	entries := make([]eventlog.Entry, len(ms))
+	for i, m := range ms {
+		entries[i] = eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data}
+	}
+	// Not the request's context alone: a client that hangs up once its
+	// trigger is sent must not cut the history short.
+	if err := api.history.Append(context.WithoutCancel(ctx), app.ID, p, entries, api.now()); err != nil {
+		api.log.Warn("an event was delivered but not kept in its channel's history", zap.String("app_id", app.ID), zap.Error(err))
+	}
+}
+
+// ListChannelEvents implements GET /apps/{app_id}/channels/{channel_name}/events.
+func (api *ChannelsAPI) ListChannelEvents(ctx context.Context, req channels.ListChannelEventsRequestObject) (channels.ListChannelEventsResponseObject, error) {
+	app := appFrom(ctx)
+	name := req.ChannelName
+	if !hub.ValidChannelName(name) {
+		return nil, badRequest(KindInvalidChannelName, "Channel name %q is invalid.", name)
+	}
+	p := historyPolicy(app)
+	if api.history == nil || !p.On() {
+		return nil, badRequest(KindHistoryDisabled, "This app keeps no channel history; turn it on with herald apps update %s --history-events N.", app.ID)
+	}
+	q, err := historyQuery(req.Params)
+	if err != nil {
+		return nil, err
+	}
+	page, err := api.history.Read(ctx, app.ID, name, p, q, api.now())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		api.log.Warn("reading a channel's history failed", zap.String("app_id", app.ID), zap.Error(err))
+		return nil, clusterUnavailable
+	}
+	out := channels.ListChannelEvents200JSONResponse{Events: make([]channels.HistoryEvent, len(page.Events))}
+	for i, ev := range page.Events {
+		out.Events[i] = channels.HistoryEvent{Id: ev.ID.String(), Event: ev.Name, Data: ev.Data, Timestamp: int64(ev.ID.MS)}
+	}
+	if page.More {
+		next := page.Events[len(page.Events)-1].ID.String()
+		out.NextCursor = &next
+	}
+	return out, nil
+}
+
+// historyQuery checks the parameters of a history read.
+func historyQuery(params channels.ListChannelEventsParams) (eventlog.Query, error) {
+	var q eventlog.Query
+	if l := params.Limit; l != nil {
+		if *l < 1 || *l > eventlog.MaxPage {
+			return q, badRequest(KindInvalidLimit, "limit must be 1 to %d, not %d.", eventlog.MaxPage, *l)
+		}
+		q.Limit = *l
+	}
+	if d := params.Direction; d != nil {
+		if !d.Valid() {
+			return q, badRequest(KindInvalidParameter, "direction must be newest_first or oldest_first, not %q.", *d)
+		}
+		q.OldestFirst = *d == channels.OldestFirst
+	}
+	from := params.Cursor
+	if params.After != nil {
+		if params.Cursor != nil {
+			return q, badRequest(KindInvalidParameter, "Give after or cursor, not both: the next page of an after read is cursor=<next_cursor> with direction=oldest_first.")
+		}
+		if params.Direction != nil && !q.OldestFirst {
+			return q, badRequest(KindInvalidParameter, "after reads oldest first; leave direction out or make it oldest_first.")
+		}
+		q.OldestFirst = true
+		from = params.After
+	}
+	if from != nil {
+		id, err := eventlog.ParseID(*from)
+		if err != nil || id.IsZero() {
+			return q, badRequest(KindInvalidEventId, "%q is not an event id (<milliseconds>-<sequence>, as an event's id or next_cursor).", *from)
+		}
+		q.After = id
+	}
+	return q, nil
+}
