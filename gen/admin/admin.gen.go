@@ -251,6 +251,26 @@ type AppOptions struct {
 // AppUpdate The options of an app, every one optional.
 type AppUpdate = AppOptions
 
+// ChannelHistory A page of a channel's history, as the Channels HTTP API's ChannelEvents.
+type ChannelHistory struct {
+	Events []ChannelHistoryEvent `json:"events"`
+
+	// NextCursor Set when more events follow; the cursor of the next page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// ChannelHistoryEvent defines model for ChannelHistoryEvent.
+type ChannelHistoryEvent struct {
+	Data  string `json:"data"`
+	Event string `json:"event"`
+
+	// Id The event id, <milliseconds>-<sequence>.
+	Id string `json:"id"`
+
+	// Timestamp Milliseconds since the Unix epoch.
+	Timestamp int64 `json:"timestamp"`
+}
+
 // History defines model for History.
 type History struct {
 	// IntervalSeconds Time between two points.
@@ -505,6 +525,15 @@ type PayloadTooLarge = externalRef0.Error
 // sentence for people.
 type Unauthorized = externalRef0.Error
 
+// GetAppChannelEventsParams defines parameters for GetAppChannelEvents.
+type GetAppChannelEventsParams struct {
+	// Limit Events per page, 1 to 100.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the page before.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListInstancePublishesParams defines parameters for ListInstancePublishes.
 type ListInstancePublishesParams struct {
 	// Limit How many publishes, at most; default 20.
@@ -543,6 +572,9 @@ type ServerInterface interface {
 	// UpdateApp Change the options given; the others keep their values.
 	// (PATCH /admin/v1/apps/{app_id})
 	UpdateApp(c *gin.Context, appId AppID)
+	// GetAppChannelEvents A channel's history, newest first, for the debug console.
+	// (GET /admin/v1/apps/{app_id}/channels/{channel_name}/events)
+	GetAppChannelEvents(c *gin.Context, appId AppID, channelName string, params GetAppChannelEventsParams)
 	// DisableApp Refuse the app's connections and API calls.
 	// (POST /admin/v1/apps/{app_id}/disable)
 	DisableApp(c *gin.Context, appId AppID)
@@ -701,6 +733,59 @@ func (siw *ServerInterfaceWrapper) UpdateApp(c *gin.Context) {
 	}
 
 	siw.Handler.UpdateApp(c, appId)
+}
+
+// GetAppChannelEvents operation middleware
+func (siw *ServerInterfaceWrapper) GetAppChannelEvents(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "app_id" -------------
+	var appId AppID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Path parameter "channel_name" -------------
+	var channelName string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "channel_name", c.Param("channel_name"), &channelName, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter channel_name: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetAppChannelEventsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", c.Request.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter limit: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", c.Request.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter cursor: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.GetAppChannelEvents(c, appId, channelName, params)
 }
 
 // DisableApp operation middleware
@@ -1127,6 +1212,7 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/enable", wrapper.EnableApp)
 	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/live", wrapper.GetAppLive)
 	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/events", wrapper.TriggerAppEvent)
+	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/channels/:channel_name/events", wrapper.GetAppChannelEvents)
 	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/history", wrapper.GetAppHistory)
 	router.GET(options.BaseURL+"/admin/v1/instances", wrapper.ListInstances)
 	router.POST(options.BaseURL+"/admin/v1/instances", wrapper.CreateInstance)
@@ -1526,6 +1612,100 @@ func (response UpdateApp500JSONResponse) VisitUpdateAppResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEventsRequestObject struct {
+	AppId       AppID  `json:"app_id"`
+	ChannelName string `json:"channel_name"`
+	Params      GetAppChannelEventsParams
+}
+
+type GetAppChannelEventsResponseObject interface {
+	VisitGetAppChannelEventsResponse(w http.ResponseWriter) error
+}
+
+type GetAppChannelEvents200JSONResponse ChannelHistory
+
+func (response GetAppChannelEvents200JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents400JSONResponse externalRef0.Error
+
+func (response GetAppChannelEvents400JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetAppChannelEvents401JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetAppChannelEvents404JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response GetAppChannelEvents500JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response GetAppChannelEvents503JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2699,6 +2879,9 @@ type StrictServerInterface interface {
 	// UpdateApp Change the options given; the others keep their values.
 	// (PATCH /admin/v1/apps/{app_id})
 	UpdateApp(ctx context.Context, request UpdateAppRequestObject) (UpdateAppResponseObject, error)
+	// GetAppChannelEvents A channel's history, newest first, for the debug console.
+	// (GET /admin/v1/apps/{app_id}/channels/{channel_name}/events)
+	GetAppChannelEvents(ctx context.Context, request GetAppChannelEventsRequestObject) (GetAppChannelEventsResponseObject, error)
 	// DisableApp Refuse the app's connections and API calls.
 	// (POST /admin/v1/apps/{app_id}/disable)
 	DisableApp(ctx context.Context, request DisableAppRequestObject) (DisableAppResponseObject, error)
@@ -2961,6 +3144,34 @@ func (sh *strictHandler) UpdateApp(ctx *gin.Context, appId AppID) {
 		sh.options.HandlerErrorFunc(ctx, err)
 	} else if validResponse, ok := response.(UpdateAppResponseObject); ok {
 		if err := validResponse.VisitUpdateAppResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetAppChannelEvents operation middleware
+func (sh *strictHandler) GetAppChannelEvents(ctx *gin.Context, appId AppID, channelName string, params GetAppChannelEventsParams) {
+	var request GetAppChannelEventsRequestObject
+
+	request.AppId = appId
+	request.ChannelName = channelName
+	request.Params = params
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetAppChannelEvents(ctx, request.(GetAppChannelEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetAppChannelEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(GetAppChannelEventsResponseObject); ok {
+		if err := validResponse.VisitGetAppChannelEventsResponse(ctx.Writer); err != nil {
 			sh.options.ResponseErrorHandlerFunc(ctx, err)
 		}
 	} else if response != nil {
@@ -3440,138 +3651,147 @@ func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rctu4muCroLhTFbuWkiVZThy5tmpkx0l80kncvnTO6ZbXgklIwjEJsAnQjjrlqnmIfYZ9sHmSLXwA",
-	"SJCCZPnSZzqz6T8di8Ttw3e/8VsQ8TTjjDApgsG3gHzFaZYQ+Pcwy9T/RJGmOJ8Hg2DIEM6yIAxucFIQ",
-	"9SxKKGHy8EYPl3lBwiDKCZYkHspgEPQ6vX6rs9Pq9M66nUF3Z7Dd+TUIA8LwVUJiO2JGheT53E7TKX85",
-	"k8lH/QONg0HQ7wVhcE3UVtJ5S/0jDFL89YAzRiJJORPBoNvpdDrw83FOBGER+UjSK5LrR7UH54LkR2zC",
-	"9+eSwONePwwEiXIi9Qrm32EgiisR5TRTaxzwgkm78yKL7ztrIUg+LOTsjKaEF9Kc55ZczTi/FsHgt2/B",
-	"FZbRLBhMcCIU/GaYMZIc52RCvwaDIDPbbSnAKRCdzTO139+CFE52ieOYxAoU+s+cpPyGxMFFGBR5EgyC",
-	"mZSZGGxtmbttSyLkllo9uLu4uwvVPb/X8K5f99ksJwRlnDIpEJ8gDNf/QiBzOy4iUCZJfoOTUxJxFotg",
-	"sBMGjMckGAQKfhHP1D/hFwXjnBJ9dIZT9SByrjAMCkYl/KggbRZRr2+H/bB/cReWw2ROp1OSw+nNoIzk",
-	"lwI24Y7shL2w066NjUlCb9Ybuxt22y/dsfb2TglscPXwdi/shB3f8LeYJuusD8MvwkDSFH7pvur2X/b7",
-	"r7cB18u/dty/+uqZGpPj6NqSmrntn6iQ9av+zEiTtHGW6Sv6U2gcaLFO5XCaH6T+55H6RXn9N8RH6Q4R",
-	"Is6QvOXIbFA0EOOovKLyBXW41IL/t6AbhAFOaETU3gzal6fLOU8boBbBoKcBqP7l0EqW83+SSLa2Fwd0",
-	"FU24nGOwrU54xITELCILsouaB+iWyhkaHn8SCLMYfSFX6LgQs/oZGYjACB9wNqHTQvEJe2vXZO7+qtHj",
-	"mswBKsP9g25v+83h23dBGEiCU/j17HD4sdvb7u+8VL/yjEbA39K2vShNfPoSg7u1CCwmNzQCbO4pbG/Q",
-	"2yRKAQAkV28NI2CmnsNUSwLd7U5e45ek12v1+rvbrf5rjFu7Ozu9Vre3M+nifrTzaldd7T9v5ZEQBck1",
-	"f8+Kq4SK2c8FlxhwXpPTB6Dft7vDg86bzmH/sLvf398+eD3svXl1+PLtzlD91XsTrEVbNzhTG/ym14r0",
-	"1PuHbw9+7py8PbmOj07Ps5/ODrufz7r7J+fJp/Nffvn171/eJvhL92v89+T19B9f/vbPX9/9kv7am2U4",
-	"leLqy85N9P7tPNo+6cYs7pO/Z68m77utSX+oUU2hnWIOmCaSD3gm/t1eVsTT4M5FNb/4vOV14Wnx78ES",
-	"VP2vhdeRo2sLtW6vIZMm68midr8+LCcyp2ssF3bavbr0xfEZvyZsDem3ruzzSTt7Q36RZ2+kfg/6Nw3X",
-	"H4zgByO4jxGAXD3WJz/V+OVHtwllVMxIjAyYXLQzPxm0W+vWLakPuqDuGApWfMMutGR8X43nGWHq9d1X",
-	"5bUBhmbFFY1b29uT7cnLXdK66kQ7rf727qR1tdOZtCaYvN6evIz6u/EEOJBSkLrd1zthICSWQNqcKYKS",
-	"OJ8S+YEyNSkwNyKkKB/AvgFf9d8g9i+Aq2Y4xymRoAqAFXr0Rv0jJqXwB5UFNFZE47ZSlvSFWK2Eqjcy",
-	"LBWEDcPBWXZJFWfJye8FdehVRDOSYrVAir/+RNhUzoLBy34YpJTZP7tqU1KSXM37v38btn7FrT86rdeX",
-	"o1Hr4n/+mzrUHBizkDll08DlPMs2X2ojNA4RRufnR2/qJ1mTAj1ntVM/4MDbL2sHVn+6J+60Xg9bb3Fr",
-	"cvFt967l/tl/yJ/d3p0PWHdqkyLjTGjHwz6OT8jvBdE0FHEmAc1A9UxohBUUt/4pFCi/VQBrAlmWGILS",
-	"Qkh0RVAXSY5e9pVam+NIYZgSzcPWrwi3/kCd1mt0iVohYlyiUZDO1fBRALeS5zwHyN7ghMaXikvfuaD8",
-	"t5xMgkHwP7Yqd8qWfirUTylnl4cwB5x2ERuueDxHVMDSsAT62+nnTyHiOcIImAS6ygm+FgijvEgI2lDH",
-	"c+ZBAs8Fup3RaLbZVns7SAohSX7O8A2miRIJTwGm2mOkZ3wh0AmJqUAxJ3rDmIlbkodIcCRncIiYoAgz",
-	"9SwnOJohtVkuZyQXe2rEjLIpusUCKf7RRidE5nOUYElyF9hmvcvCOcKzAd2AB6Vqr5wlc/Sf//F/lm0f",
-	"zgvno9I+0YdGE57D6cxmNeg5myQ0kk8FuMFenqNrAtiBk5zgeI4kvibMBZXibuQrVQz2WdFSr67OZ3Zg",
-	"Vgb+prgDTvT4J55UaScKmCDCFJHOMIsTAivnmhXsKdjPsEBXhDCU8OmUxHXS1Pu51D88GxiGDBWMfM1I",
-	"JElsNwprABg+cfmWFyx+CgQ+cbhqMEtpjEZBv1dnO+p6GZeXE1jp2Y72iSNRRDNYnOelRArtnSupoi49",
-	"xcmE56mCt9J08DzhSnvnPynJ/dSrN9dbcsBETarWxwz1Xva6/T66mksiXHiody8l55fw8vOi/Mr97LxE",
-	"H+g+gOGc4ULOeE7/IPHTYKBYDiGxAJjjOKUMSWUaDRR7jNHQLAPzDdA+wTnJ0ajodLaj94cnw5/eXA7f",
-	"fDz6dHn2+cPhJ/iduMAq3I0+K6hqO0MzgmOSA75QIRSH53klIyKc5/PmCdugKZklQdlTz860Vxe04pxn",
-	"JJdU6wWVs8krnsxTxT6MQos4C7XQ73Y6CiZUkhSGN1QQcBYe6YegTJvnOM/xXD2OscT+ZcFPh9RzhAXS",
-	"zlKBchIRekMQlSHCEqVcSNTtoA/7e6gQBU6SOQh4JMlX2V5Uiawqt3xB9RxkKRIS5xIEquIfWSFmJB8o",
-	"2Ot/XlrGOGhrH6rV8XrOOR29tVIXf9ObcJx8Bg4X5TiujSPtV/RcWM11XEL9ivOEYNYwb78FislgZbIo",
-	"I7ClLH4fZEr71jdfw81cvqKAoHDqrul19r1BYy+KgDvajzo1v7RvSp+T+p73Gj5r39vWg+3ZlMeP7YOX",
-	"Y3CvC3+Pl9u3t8rt/a0iu1Uc54seoMbWqa+BlGDU6IhA6bW3OBHWUc4HBt8BFu7Qe2ErbqeJeA0sc6Dh",
-	"orwL/iU0dQAvg1BJks8TcA6sAuIwyz4b//hd2CRHjddL9cyNhiG0uYdyzGKeophOqVTWBWEIX4HSXucl",
-	"yl5eZCWNA13Uo0/1velw05qoMtTm10o0gQmXQNVGQBa2cOSn/OWC53MUFRklcSl9lJWQK03xag482mX/",
-	"DRm06oRqhwd6ysWTNqIeC3vKCFsI5ljDxhE2JbEuQu4ISKlGECUMlsDUop0Xw3hmdmKjyKESY/kccWYf",
-	"4kRtbbX8aGjmScJvjcRtabEonOM5XO5hIqO+ygdCMtBbEiwk+mTWUScB09CApbQDzWxoeHyENt4dnqEt",
-	"hYhb37T/6W7LgnHrm/nXpcKSuy097eYe6igNik8mhsJoWqQ61AkOGv1nJ1xDrtWP8ZbnUyLRNcmkPQKe",
-	"SFBsQcNnc5TSJKHaAy/UPpStp5XSmExwkUi0oa5rxot8U/MCe1i1Y1bb8MtOf9fEc1fv2gjV+mbBmRqB",
-	"zdlkSqi9GaKC0d8L0uBB3d5uuI5wbvgByocooSmV5gIYZ3r+lZv3S/X6AuYBykiObATUYs0SKHc7nc0H",
-	"Lb6gKtS3cEr/IPp0QIDVNnTA9oVASiReUjbhS3fU66+xpUofaWwAfvfd5Vp36NVl6iscAoUj981LiHQg",
-	"dSqI865iEF6dpukw4qIeI5czLBEjVM5IjgSdMkQZYjy3u7giyvJQ/K60v0p2oSwgqjT4GrmvBO5TFKqV",
-	"1s2dn6Gfg27yg5//4Oc/+PkPfv6Dn3/X/NzJUGnYhM20kwV2T1OCroi8JUTnhOmcFp8dYRNWFiWGAiyP",
-	"yQuh7EzKELbxkj1E0kwquYEwEpRNE9I0Uxy80ekvPoGksxkEwjlBcqZulk8A5SGYAzerAzYmaMDUtfym",
-	"93vhW8qk1qx5NQa8p3qUx2Az6SvNrX9RXBfkDkAVYmIQYgnROaNfayw8RDyJiZBoQnMh90q78lWvblaW",
-	"XhzK5Mu+95oWdmfTZhakDE4E0bKhAqZ6WSAqlZgB8QBcKMt0Ol2ZPwN/gTRSUsbENnHK2VTNle7BjDrP",
-	"x1wbYegPknMvTTdsVI0Koc2EamJxdSQL+vJKL5ZTx2l56XUa8ftivyikkjp4RYlAwJ4E2hBEx63UDOAZ",
-	"3/Qis856ak46hlnGgzLqa9YA9NhD4ypJCt7JsSSI3xCtq1gooCsy4TlBVLq4btOpnTwrH+bbzKsFrwIz",
-	"t6UlH6Arn6AxgHfsc66zQkmjex01xskM8CiX992Sm9i5EKOzaNdGxzm9UWC5JnONWEyppignssgZiUMd",
-	"7b2dEeDzckbm8JYgclFhtelfDTW2lgzm00EbmWFLXlnibbLJYr5HOmPM8wTSt77d48+vb8vuoVzRzq9n",
-	"C+vn9N3II7z3ZbJa8w5PyJQqiUBiZN7xi5iVur9Jdqtf1/LUN69HfB1ALp1Sj/fBaklQwUmg8zyt59Mt",
-	"DwF8WBKaeIR7v8qvqwHRybbzRxt0ltx9gKumqQYtQsvn8a8O6rr7K/A1gBVq2tUoYU9Vod9D3PCW7zzU",
-	"F2/HPdwh78kNK33xy53w2y/XdMI3k2KbGmGZALum9lMy5ntDN+XUq+D8AE9ylbLgcT+gD2SOJjQx+sWU",
-	"3hCGrubIROr93P4AH5PUY498lTlGB0MUqdcnNMKSCLRxfPhxUxkFMi+UYsZzpOY4zxOvyFfPPli2vzp6",
-	"Ur7s3Q3ULrSzXR1FB1uFsqm2r9WWlq5+VoqWdZY/s9LGjRrvvFzy9rlmnJ6dXmFB0PnJT1bZpwLZQhWc",
-	"0XZWiFkbZyahdiFK3d99aBB4EqWnNQb9N5OE0VBuDz4iw8gR1i8CCBXKWCQRXlBOotR7WjXjisNOorQ9",
-	"5XyaEJxRsf5hazLCh5c4ikgmSYwovKaIQ1nA6G9fzkRjiZ1uL7xfznjcN2Km6ChJ+C2JQQWM8bx0rmhv",
-	"xLoOBSNF7sUqYNqnlWhpoBYyGdmI5wbE6PzkCHIKlY35y/D46I2mkHWAcLeCI63vCv3BkH4wpB8M6QdD",
-	"+pMYkpsWsKC4pctc1sd1/zCicZmmUEtPQBtNh7YAY3lzdepc05tk3SUr/b4rXfeicrnGfivQVIo2p3hD",
-	"haQskk2XuFh5tHvyIYyDor57nwJbrwHy+A0eYy6XVT4LZ9WmjHZu5iTTaSfaTWckAuUMlTP4AWmrhhZz",
-	"kqs5BMrJpBA6qQWjKZbkFs8hTVjLsCJbMrlTh+R1fZZxuNqWbWWAu8CesXlQwSRNwFmo1lwPirbW6ZEg",
-	"1MP9R3RKp3wYT3zBjTpsS17pAte/mCmx+lb69OzYqh5MLRzqGiyfd8+tyqqmccuzNGUtH7sKjnjxHg3O",
-	"K1XEf6ay/Ks56ZHdlEID2JX2hJrUXkWVYg3qrS6odvpqYQtW54Dm4sKqKtYtrDXY5LoQ7ucGflvbqfpb",
-	"09Zu8Jj7LO5qAd8WbURpYV+mTcFi3I/FSCjNFic26pyBbxVy5v2xuEaTg0W/cjKvePItxG7gbnVis6mK",
-	"kFZ7SQlmwijXZtQaec31dgo+Nf6aslhznTIklVuW466p3ls7i8/AFxCuFrV7tSg1C5/+9mVGclLG93OC",
-	"jj+fnpF4D9SLwdZWpWlsba2jujWwY5mv0t23wyZshgM3SY9VVuDlDVYGiNOaYkmnCpugewlnAh9zNCOX",
-	"KRXNbF0d7vUyolptgt8oY0TX6OgyDj4xt/deYW6MhsdHbTSGF8ZQV4XEjOcSpTiaUUZaOcGxUudHTF03",
-	"2lB2lCngQGNbA6iMHCyLnIxDNC6rc8abe2jsbGiskynIiClUAgVEzZYRrsyLEVuw+WqH8QVhynlAapGv",
-	"WYIpU5SDdfzwNue2GMApn6rXluJCzqoDVFUaqaL7etUVBMI/Hp69//xmNGLHw7P3oxH7+fzw5B/VGjjL",
-	"kNakvdYJ8V/UKcAcIGyCtfBiqHRlwfA1uYywIPWNLwA/uA/H9eL18hWvx1mQqMipnJ8q4jX2N5SjQJsC",
-	"L5rpeBifoMU6nHZgCluAG0LNTrVVRbK6qIayCffkmGCGpwRhi68mdn5guWQZbD0uxMyJuEIk8P3Z2XFY",
-	"3s2ICZwSqBkVCGsROp7padU0Y5jH/lJONUaKyDCEnbOkEHoqJQMRSMsq88tWol4VU2WjCp4o5MGxQFRu",
-	"tkdsxKBU6PhIEYKxkpWqI4iEqpXxIuzGaANLlBClGHZfjlhVrru5ZwjZVmlBZS9EjnWB0XhVtRSYXrpA",
-	"atwesVIDvcE5hXQTKlDBBJHWewMFcDpvQKB+p9+GK5gSHaRHZDIhkUScjRiQTMHA6wFRcgV/SHTQodYQ",
-	"ioPM4BSbF2D1g5+OUMwBUvs8psY59LfTz58GwMc0ksHrtnRWZ3q5tUWmMg1t9LvbI3ZF5pzFm210CMfQ",
-	"nNCWWAOkqMkIUgsYJKv4pWZLkkogOcszoWxreHwUhMENyYXG1G670+5YFRtnNBgE2+1OezuA+vEZUNEW",
-	"kNHWTXfLJvlPfUlFeq8ujlvZD1pkTJikOBFh6XFTiGuTaAC+Ll6jhAo5Vnz9Fk4Kno0yJA+dDpRKNlQ7",
-	"apSf9zqd9Qv6bOWA1e986oB9dctWP9ytXYZXjfBW4KmTuhUHVJdo9jvdZROXJ906b9QF7uhjrx5Ur/qF",
-	"c5QtLtRGDeEsuzy4M3N/ICrwVFTFGsqc4sKDGm8pSWKBEjKRiBdSU5+T0Abe19rta9Xc5EiwmKcj9qoF",
-	"ZSwQUzOxtGsyhx1p2RVa9hSaJNRS8WLxiHlS0TgLEeNODpn2OoXgS2l6IMIR63Z6ppjVOsQgR0+TWx03",
-	"daxxCM1gDK/b5/H8gXg5KZKk3obkQOnXrE5PeOEEABRsiavWHeeBzdm8PdZqHdH+5e0OwSGIG3DRzEdj",
-	"pmKqCm8NcjnHv3sQ4Zp48V1dI4HORAscp/twjrMOt3kYp1nBZRR7FZLnxDKYNXiF08bjsTyp33l9/6Cy",
-	"3YIa0N2+f0Czgv05mJ++bKMTeVjbXdiQg2UKuWZ3CfEFmN7A76JUsiHBTgpH7CX0uq7QIT3XuI3e5jzV",
-	"uhFniJHbWrJryZ2vTf5TlHBBYv17v9PpwlpKlwTdLcJJIsAWsO/YsVMiUb/TXRSveu+WhT1Wviqqc1G4",
-	"qbcvIKxeNm4jt63K+NvduP0ELOzfP6hsBPEc2KQPsRybQr8KZYn1KXqT0pjGKMuhcZ0OodTv9R2RT73U",
-	"/xIW9j3dv+nHqi+SOLLJrzQ5DbOW5CRVr2zphlp3F6Ch+7x8Y4sc41BnG4EPPkQ5yRIcGW50O1OGnlKy",
-	"0QZmxmUGf2qBLEZM79tMtunTcnRc/alaTrOqyGnBWOSsocvxyWR5A2tohXfXyM2vpjvRANDnN2/oK1Jm",
-	"FPhMlXVGWAzpse46viawpq/sGkrLQyjA5CqspXV0fmgdz0Lv35GaAi4Ik5+uxQFQ957TogtdmxI5mpv8",
-	"/AfpM1sxFbbd2KM5k9cM/GlR19FLjQcL+o1HpdkOm/qM1l22Q23v6ECfawxRsTCH5ohUIka+yipMLTz6",
-	"j97bdykrQwvZ+HuSmicQpbbK8gtRRwgWVzf/MITWboHnx+dzBo73cVxiytin0Ovlx4sYpovkvlMEM76W",
-	"7wm/hhBtXwe/EJ5iyh6IZaUC87xYViVLQVQMukdJrjMTc5TyvKyVM4cqO5lADTQRkrLpiGGrSClWyAuJ",
-	"bnMKDnxsm+ItBgJeCLMeuON4DkEwExlAR9KpTAVPu9lG6QK23PqFGLHx8efTheJrDbIx4iyq9QqEmF6h",
-	"TF8JiZHxwAmFgIdLoI2qj1aoW3Op9WMssfbfVWDQ/TjN3yMGwenNUJd+qQm14xwCyM6vE8xa4KvklZTI",
-	"BQQLtGIMYQKo3zW1kM7gyjxLicxppNELYNsysB0pRMjnaAOjsfkOxnhTW71OhzUkJAaIs7KiHW55xMoI",
-	"2h7CJbfXrYCqfB8j9rZ9yrtp0zbMskMTy328Cs8ZWWyXrC+IM0BVA/6a7l59eyBI5y37xoXt1hZ8GwUp",
-	"EQJPySgYjIIZSRI+Cu6qRrnpvKXj0A9Rsd0Wdc+tZT/Y22GJe7m/o/OU5oSGFIFKdEtcSwaBWsZEYwdI",
-	"iV3os9fTlLO8uy76X+jfUYjaaM/TVtdtofAv668ry556ZYfdsrbey440o6uo3mm9G5oQa042nyLYtp+l",
-	"c6xwlLh6L1H7+/PCeGHRR5lS3Scd/rDqxkgF6nX6ux0dcdEGjr5YKlC30+t3XLCoIX9WS9EVrURLDIQt",
-	"uy9okbQxrm9srPHqMaqMGrWG1enpG13XggzvU/ZSyaF92gPWNeJGObjlRRI/TCGaVT0LvN5OJSN0HbIW",
-	"qONGFfgYbexsgtgrMqiJsMmmM17kaONVrzNiupnBZr22PtRtVShDKUl5PkdXc6cztKBQmWcab5J4MGJj",
-	"RxEcow0wI93C7U1tYWYkN+kAizXbI1YWbZfynMRjo6YIm/YI6ak5L6Y6d6BkSUq3ssOsRB6HWjFSy5pr",
-	"2QzRuExltJOjidIlxYj9XpBCt1/2qrhqsPvlqzHasD0VUO/r100dJx3Xv241bqMjp9+DuSpdLgsNpS1c",
-	"XwiEE0iU2hhDdf8Afh5vDhAW17pJAsBfXSgg1gznpI2Gta4EJh9ixLqdTsfTlGBPARc6A0BiFjj8YEbo",
-	"UaAbTDOOcs7TEZvw3Kf4aAf4+/ITLk83vZzuHPdZYPbV9RWWaoSXORkq+57ssLMSO2WOJxMaVeRU0fdC",
-	"08Pn8Zqv4FeJ6SrpZ1bNpoyQCdHsHllmBVGn60xuWkuMGGbQvmCh75CxO6ryDkigKss6XAawHKGhKebz",
-	"pMJoONyfCnNDHpoKc0OW4XGVm/YXR+Vnk8MlFThpeRtVbKb6XANlJftNeUw2/zXkkHO1o1bVQ+p53Ron",
-	"bjRKL6KpB4Mv2GT4cEZ8LrXa3sZ75RcOhMRz0UYmgKCJ1LZ4wm5mYT0WDr7zxOYRge/ZWtATJwi/6ME7",
-	"gX0Ms+zU5sZ8bxGaMtSsgG5zgL8fUfJOkU6ZXeFijpPPvEJjrTVLWJHWWEvUrYBmEOaazENb+WMTY63L",
-	"B6pBQQDUYvVV0u9CouMTO+AsJkkelYd8Mn7SRuuJlYha61OxPsY2hvk/bGKP9FfMnqwhi4uBTv+M58mV",
-	"rLCoSpgcMUMB5+dHb8IygbKGq2Wi5CQnYmYqWxW6Lc9lPKq+tfd4P+GTcvcgrN/4KiiKdEIkNZzc9zHQ",
-	"h3wPr14hvPLjkQ9D5j8zmZA6jbXWIshHEON9hPgjwXDtBMP7OINfQG19cz4Lt3bS4aLIMh2UGlpVxUhs",
-	"+uGSfMAaG/iRFPi4pMClt7JcWCzNF1yc615F5Hk1jHdEPgtS/GVY2feWaHg/BqzQQR5k0znfxFyRf9jU",
-	"YBbSkZbyHt3HbbxOox1fIuKzqCi2ZaSjZBx/EiYa6wSl1VkbXxz/4Pt0sNt2J2ip//YP3x19QscnR78M",
-	"zw7Rh8N/wK8j9vHo3dlwejj8uP/x3f7893enH/uvh9PDdwcH5t+3h+/331/fxrdH+8Off57+53/83xGD",
-	"sYef3njmC+oteurfLnba8Sx8v1ih2O+2c4sDB+dDKKU/WyCMYjz3fArX9H5Rbz9CX/oz0yD/v9aXHhfP",
-	"+x4zHR+qUz0+8bHJF+/PfnT0rTIFUnFu3YkjRCYvAET3CTQ2oWzq5ifpr5f2O300Ls9QFbGDqwG6hzFU",
-	"sGvGb93WZroFiw6k2oreMuHJmwT530vAf/fZkfYgL4Q/JfLBmP/YDMm1EL+RJmnHjJeqAfckTP53Q8bv",
-	"O5PSh4uL6ZMPxsj7kgfe6Cj4HGEpSZqZRjYmOn81V4pnxFMSQmDYyTIYsYenGaBGlsGIPSbNwI3cj9iG",
-	"2zZKLWl09s0QjXXXojHaMEGIWqeuzXDExjmROYVXMJI5ZgIyO9W4Iichgof6EvRnuTd1l4iYKCF9TZja",
-	"gPYpglV4i63dH2/W4/06MFnCuDpeiuPFUP+S4KQlhWcLudPGhOuS74/ge533vBDwkVnbY47aFiTrReKf",
-	"zZJciyHUWm0t9YYobBeysk5CxMitkxjkxOeznE9zIgTasH3DQt3kJzTfMd80X8AgFj5z0/6AMNNsTpgc",
-	"Q5qXDpwRM8qw8avAN+i1V0V7r+qdVmzYh+o4kI+A3AhOmQseLAC8Dov3/FZ/RMqBhEkp2Cs/I6Q/PFL6",
-	"5HqdMKBq8O8FASo1WbaQdBe4FGO98zDE/SiW066z6+nsdvFkys+8TdlWEr+nj9v69O8d7GUFJaD/2vbc",
-	"c/OPnERK9FTuAIfCdNrLfx3LeGIGw1rKrS+N4ZrM10plqDTeej5DuzT/XIMvrlrwepMXbCOAh2Qu2CM+",
-	"V/rCX8Kz4klpUMD5LtMaKnfRYm6DPtQSHdtpiAa47rZC++1C4bNO7NWUUBUxD7a2ur1X7U670+4Odju7",
-	"HcB9s8SS8gLd0KxdSQzItLgLFyuZ3G5nzvvVzu8u7v5fAAAA//8=",
+	"7H3rctu4muCroLhTFbuWkiVZdhy5tmpkx0ncubkdu3NOt7wWTEISjkmATYB21ClXzUPsM+yDzZNM4QNA",
+	"ghQky7H7nM5M+k/HInH78N1v/BpEPM04I0yKYPA1IF9wmiUE/j3MMvU/UaQpzufBIBgyhLMsCIMbnBRE",
+	"PYsSSpg8utHDZV6QMIhygiWJhzIYBL1Or9/q7LQ6vbNuZ9DdGWx3fg3CgDB8lZDYjphRIXk+t9N0yl/O",
+	"ZPJe/0DjYBD0e0EYXBO1lXTeUv8IgxR/OeSMkUhSzkQw6HY6nQ78fJITQVhE3pP0iuT6Ue3BuSD5MZvw",
+	"g7kk8LjXDwNBopxIvYL5dxiI4kpEOc3UGoe8YNLuvMji+85aCJIPCzk7oynhhTTnuSVXM86vRTD47Wtw",
+	"hWU0CwYTnAgFvxlmjCQnOZnQL8EgyMx2WwpwCkRn80zt97cghZNd4jgmsQKF/jMnKb8hcXARBkWeBINg",
+	"JmUmBltb5m7bkgi5pVYP7i7u7kJ1z280vOvXfTbLCUEZp0wKxCcIw/U/E8jcjosIlEmS3+DkE4k4i0Uw",
+	"2AkDxmMSDAIFv4hn6p/wi4JxTok+OsOpehA5VxgGBaMSflSQNouo17fDfti/uAvLYTKn0ynJ4fRmUEby",
+	"SwGbcEd2wl7YadfGxiShN+uN3Qu77V13rL29TwQ2uHp4uxd2wo5v+CtMk3XWh+EXYSBpCr90n3f7u/3+",
+	"i23A9fKvHfevvnqmxuQ4urakZm77HRWyftUfGWmSNs4yfUV/Co0DLdapHE7zg9T/PFK/KK//hvgo3SFC",
+	"xBmStxyZDYoGYhyXV1S+oA6XWvD/FnSDMMAJjYjam0H78nQ552kD1CIY9DQA1b8cWsly/g8Sydb24oCu",
+	"ogmXcwy21QmPmZCYRWRBdlHzAN1SOUPDkw8CYRajz+QKnRRiVj8jAxEY4UPOJnRaKD5hb+2azN1fNXpc",
+	"kzlAZXhw2O1tvzx69ToIA0lwCr+eHQ3fd3vb/Z1d9SvPaAT8LW3bi9LEpy8xuFuLwGJyQyPA5p7C9ga9",
+	"TaIUAEBy9dYwAmbqOUy1JNDd3uQF3iW9XqvX39tu9V9g3Nrb2em1ur2dSRf3o53ne+pq/3Erj4UoSK75",
+	"e1ZcJVTMfi64xIDzmpzeAv2+2hsedl52jvpH3YP+wfbhi2Hv5fOj3Vc7Q/VX72WwFm3d4Ext8KteK9JT",
+	"Hxy9Ovy5c/rq9Do+/nSevTs76n486x6cnicfzn/55de/fX6V4M/dL/HfkhfTv3/+6R+/vv4l/bU3y3Aq",
+	"xdXnnZvozat5tH3ajVncJ3/Lnk/edFuT/lCjmkI7xRwwTSQf8Ez8u72siKfBnYtqfvF5y+vC0+LfgyWo",
+	"+l8LryNH1xZq3V5DJk3Wk0Xtfn1YTmRO11gu7LR7demL4zN+Tdga0m9d2eeTdvaG/CLP3kj9HvRvGq4/",
+	"GMEPRnAfIwC5eqJP/knjlx/dJpRRMSMxMmBy0c78ZNBurVu3pD7ogrpjKFjxDbvQkvF9NZ5nhKnX956X",
+	"1wYYmhVXNG5tb0+2J7t7pHXViXZa/e29SetqpzNpTTB5sT3Zjfp78QQ4kFKQut0XO2EgJJZA2pwpgpI4",
+	"nxL5ljI1KTA3IqQoH8C+AV/13yD2L4CrZjjHKZGgCoAVevxS/SMmpfAHlQU0VkTjtlKW9IVYrYSqNzIs",
+	"FYQNw8FZdkkVZ8nJ7wV16FVEM5JitUCKv7wjbCpnwWC3HwYpZfbPrtqUlCRX8/7f34atX3Hrj07rxeVo",
+	"1Lr43/+mDjUHxixkTtk0cDnPss2X2giNQ4TR+fnxy/pJ1qRAz1nt1A848PZu7cDqT/fEndaLYesVbk0u",
+	"vu7dtdw/+w/5s9u78wHrTm1SZJwJ7Xg4wPEp+b0gmoYiziSgGaieCY2wguLWP4QC5dcKYE0gyxJDUFoI",
+	"ia4I6iLJ0W5fqbU5jhSGKdE8bP2KcOsP1Gm9QJeoFSLGJRoF6VwNHwVwK3nOc4DsDU5ofKm49J0Lyn/L",
+	"ySQYBP9rq3KnbOmnQv2UcnZ5BHPAaRex4YrHc0QFLA1LoJ8+ffwQIp4jjIBJoKuc4GuBMMqLhKANdTxn",
+	"HiTwXKDbGY1mm221t8OkEJLk5wzfYJookfAYYKo9RnrGZwKdkpgKFHOiN4yZuCV5iARHcgaHiAmKMFPP",
+	"coKjGVKb5XJGcrGvRswom6JbLJDiH210SmQ+RwmWJHeBbda7LJwjPBnQDXhQqvbKWTJH//kf/2/Z9uG8",
+	"cD4q7RN9aDThOZzObFaDnrNJQiP5WIAb7OU5uiaAHTjJCY7nSOJrwlxQKe5GvlDFYJ8ULfXq6nxmB2Zl",
+	"4G+KO+BEj3/kSZV2ooAJIkwR6QyzOCGwcq5Zwb6C/QwLdEUIQwmfTklcJ029n0v9w5OBYchQwciXjESS",
+	"xHajsAaA4QOXr3jB4sdA4AOHqwazlMZoFPR7dbajrpdxeTmBlZ7saB84EkU0g8V5Xkqk0N65kirq0lOc",
+	"THieKngrTQfPE660d/5OSe7HXr253pIDJmpStT5mqLfb6/b76GouiXDhod69lJxfwstPi/Ir97Ozi97S",
+	"AwDDOcOFnPGc/kHix8FAsRxCYgEwx3FKGZLKNBoo9hijoVkG5hugA4JzkqNR0elsR2+OTofvXl4OX74/",
+	"/nB59vHt0Qf4nbjAKtyNPimoajtDM4JjkgO+UCEUh+d5JSMinOfz5gnboCmZJUHZU8/OtFcXtOKcZySX",
+	"VOsFlbPJK57MU8U+jEKLOAu10O92OgomVJIUhjdUEHAWHuuHoEyb5zjP8Vw9jrHE/mXBT4fUc4QF0s5S",
+	"gXISEXpDEJUhwhKlXEjU7aC3B/uoEAVOkjkIeCTJF9leVImsKrd8QfUcZCkSEucSBKriH1khZiQfKNjr",
+	"f15axjhoax+q1fF6zjkdvbVSF3/Tm3CcfAYOF+U4ro0j7Vf0XFjNdVxC/YrzhGDWMG+/BorJYGWyKCOw",
+	"pSx+H2RK+9Y3X8PNXL6igKBw6q7pdfa9QWMvioA72o86Nb+0b0qfk/qe9xo+a9/b1oPt2ZTHj+2Dl2Nw",
+	"rwt/j5fbt7fK7f21IrtVHOezHqDG1qmvgZRg1OiIQOm1tzgR1lHOBwbfARbu0HthK26niXgNLHOg4aK8",
+	"C/4lNHUIL4NQSZKPE3AOrALiMMs+Gv/4XdgkR43XS/XMjYYhtLmPcsxinqKYTqlU1gVhCF+B0l7nJcpe",
+	"XmQljQNd1KNP9b3pcNOaqDLU5tdKNIEJl0DVRkAWtnDsp/zlgudjFBUZJXEpfZSVkCtN8WoOPNpl/w0Z",
+	"tOqEaoeHesrFkzaiHgt7yghbCOZYw8YRNiWxLkLuGEipRhAlDJbA1KKdF8N4ZnZio8ihEmP5HHFmH+JE",
+	"bW21/Gho5knCb43EbWmxKJzjOVzuYSKjvspbQjLQWxIsJPpg1lEnAdPQgKW0A81saHhyjDZeH52hLYWI",
+	"W1+1/+luy4Jx66v516XCkrstPe3mPuooDYpPJobCaFqkOtQJDhr9ZydcQ67Vj/GK51Mi0TXJpD0CnkhQ",
+	"bEHDZ3OU0iSh2gMv1D6UraeV0phMcJFItKGua8aLfFPzAntYtWNW2/Bup79n4rmrd22Ean2z4EyNwOZs",
+	"MiXU3gxRwejvBWnwoG5vL1xHODf8AOVDlNCUSnMBjDM9/8rN+6V6fQHzAGUkRzYCarFmCZS7nc7mgxZf",
+	"UBXqW/hE/yD6dECA1TZ0wPaZQEokXlI24Ut31OuvsaVKH2lsAH733eVad+jVZeorHAGFI/fNS4h0IHUq",
+	"iPOuYhBenabpMOKiHiOXMywRI1TOSI4EnTJEGWI8t7u4IsryUPyutL9KdqEsIKo0+Bq5rwTuYxSqldbN",
+	"nZ+hn4Nu8oOf/+DnP/j5D37+g59/1/zc2BJOokqD96IMT4lGJ3OmKk0lRFjjz6F1sb05OztRLPGZsL8d",
+	"lbdRZ/mkZMNrnbG+T5h0De8cI1/kZVTkQkcimsgqNXdLeU4sr5xwJWz2degGBqqzq7/UXACMdnCfe8yc",
+	"7eJeeOtzLBic1qm46OKy7y88WWbCa6cgjUPjGHZ5v3YJt/QDQX4vFK+o/MQLa0CqjcRp5mF+zrRIUMVz",
+	"FMzOGf2CSMajmZqwdCNRJnf799ub4NDRRzYORncPPug6aNzwcDSTqBZgRVOCroi8JURnOOoMLZ9VbNOv",
+	"FsGt2ASPyTOBaKwoH9vo3z4iaSaVFoSwAs80IU2j2+GCOpnLd5s6N0cgnCv4Kj5lkZPHRPMpHX40ITCm",
+	"mMxver8XvqVMotiaRGjA+0mP8rgfTDJWc+ufFZWBFgVQhQgvBAxDjSEuUoaIJzEREk1oLuR+6SV53qs7",
+	"Se5FJs/ubBLYgs6EE0E0L6iAqV4WiEqlNIGyA0wwy3RyaJkNBn+BbqV0JhOpxylnUzVXqjmJzloz10YY",
+	"+oPk3CuhGhSgUSG0eX1NLK6OZEFfXukK6vhUXnqdRvyRhc8KqaQOxVIiEAhbgTYE0SSuZoA4z6YXmXUO",
+	"X3PSMcwyHpQ5DGYNQI99NK5S/uCdHEuC+A3RmreFAroiE8W5qXRx3RYHOFmDPsy3eYQLPjJmbkvrcYCu",
+	"fILGAN6xL1TECqVb3et2NCETgEe5vO+W3DTlhYizRbs2OsnpjQLLNZlrxGLK0EI5kUXOSBzq3IXbGQGt",
+	"Rc7IHN4SRC7KYpvM2DDKaqmNPouqkee45JUlvlOb+uh7pPMfPU8gGfHrPeK3vi27h3JFO7+eLayf03cj",
+	"3xCLKlMvm3d4SqZUSQQSI/OOX8SstGRN6mb9upYncnrjO+sAcumUerwPVktCZE46qOdpPTt0eUDr7ZJA",
+	"2zcEq6ps0RoQndxRf+xM53zeB7hqmmrQIrR86k51UDd4VYGvAaxQ065GCXuqCv0eElSyfOehkSU77uHh",
+	"JU+mYxlZWh5S2t5dM6TUTPFuaoRlOvea2k/JmO8NRJZTr4LzA+IiVQKOx5mG3pI5mtDE6BdTekMYupoj",
+	"k3fi5/aH+ISkHuv6i8wxOhyiSL0+oRGWRKCNk6P3m8rElXmhFDOeIzXHeZ54Rb569tay/dWxwPJl726g",
+	"Eqed7emcELC8KZtqb5Ha0tLVz0rRss7yZ1bauDkQO7tL3j7XjNOz0yssCDo/fWeVfSqQLbvCGW1nhZi1",
+	"cWbSwxdyLvp7D01pmETppxqD/smkFDWU28P3yDByhPWLAEKFMhZJhBeUkyj1nlbNuOKwkyhtTzmfJgRn",
+	"VKx/2JqM8OEljiKSSRIjCq8p4igEydFPn89EY4mdbi+8X854nJFipugoSfgtiUEFjPG8dBVq39q67jEj",
+	"Re7FKmDanyrR0nTAmPoCxHMDYnR+egwZssrG/GV4cvxSU8g6QLhbwZHWd+z/YEg/GNIPhvSDIf1JDMlN",
+	"cllQ3NJlAZiTerQD0bhMuqkl26CNZnhGgLG8uToRdMG3bNwlK6MYKwNRogogxH4r0NQ9N6d4SYWkLJLN",
+	"AI9YebR7vK3GQVHfvU+BrVe0efwG32IulzVrC2fVpox2buYk00lU2k1nJALlDJUz+AFpa+AWM+yrOQTK",
+	"yaQQOkULoymW5BbPIeldy7AiWzK5U1XndX2WUeXalm2di7vAvrF5UMEkTcBZWPOcr4Sirdz7RhDq4f4j",
+	"OoWAPownvlBdHbYlr3SB61/MFAx+LX16dmxV3agWDnVFoc+759YYVtO4xYaaspaPXQVHvHiPBueVKuI/",
+	"U1nM2Jz02G5KoQHsSntCTaK6okqxBvVWF1Q7fbWwBatzQHNxYVXj7ZaJG2xyXQj3cwO/re3UsK5pazd4",
+	"zH0Wd7WAb4s2PrqwL9N0YzEwyGIklGaLExsXzMC3ChUg/shyo2XHol85mVc8+RZiN3C3Ok3f1PhIq72k",
+	"BDNhlGszao0s/XpzEJ8af00hQEdYuZLSnTXLcddU762dk2rgCwhXi8k+X5SahU9/+zwjVQRW2QwnHz+d",
+	"kXgf1IvB1lalaWxtraO6NbBjma/S3bfDJmy+DjcpvFWO6+UNVgaI02hlSd8Vm25+aaOXEY5m5DKlopl7",
+	"rpMXvIyoVmnjN8oY0RVnuiiJT8ztvVGYG6PhyXEbjeGFMVQJIjHjuUQpjmaUkVZOcKzU+RFT1402lB1l",
+	"ypHQ2Fa0KiMHyyIn4xCNy1qz8eY+GjsbGuvUIDJiCpVAAVGzZYQr82LEFmy+2mF8QZhyHpBa5EuWYMoU",
+	"5WAdP7zNuS1tcYoB65XSuJCz6gBVzVGq6L5eQwhpHe+Pzt58fDkasZPh2ZvRiP18fnT692oNnGVIa9Je",
+	"64T4L+oTwBwgbIK18GKodGXB8DW5jLAg9Y0vAP/+lANYvF6M5fU4CxIVOZXzT4p4jf0NxVXQdMOLZjoe",
+	"xidosaqsHZgyLeCGUIFWbVWRrC4Ro2zCPUkDmOEpQdjiq4mdl8kkZbD1pBAzJ+IKkcA3Z2cnYXk3IyZw",
+	"SqACWtiklPFMT6umGcM89pdyqjFSRIYh7JwlhdBTKRmIQFpWeYy2rvqqmCobVfBEIQ+OBaJysz1iIwaF",
+	"byfHihCMlaxUHUEk1GCNF2E3RhtYooQoxbC7O2JV8fnmviFkW3MIdeoQOdblcuNVtX9geuk0jnF7xEoN",
+	"9AbnFJKnqEAFE0Ra7w2Uc+q8AYH6nX4brmBKdJAekcmERBJxNmJAMgUDrwdEyRX8IdFBh1ohISgyg1Ns",
+	"XtApQu+OUcwBUgc8psY59NOnjx8GwMc0ksHrthBc5y26lXKmzhJt9LvbI3ZF5pzFm210BMfQnNA2DABI",
+	"UZPfphYwSFbxS82WJJVAcpZnQhHi8OQ4CIMbkguNqd12p92xKjbOaDAIttud9nYA3RBmQEVbQEZbN90t",
+	"W7Iy9aXI6b26OG5lP2iRMWGS4kSEpcdNIa5NCQP4uniNEirkWPH1WzgpeDbKkDz07VAq2VDtqNFModfp",
+	"rF+eautgrH7nUwfsq1u2ludu7aLSaoS3nlSd1K2fobrguN/pLpu4POnWeaPKdUcfe/Wgeg07nKNs2KI2",
+	"aghn2eXBnZn7A1GBp6IqPVLmFBce1HhFSRILlJCJRLyQmvqc9EzwvtZuX6vmJkeCxTwdsectKMqCmJqJ",
+	"pV2TOexIy67QsqfQpFSXiheLR8yTWMlZiBh3MiK11ykEX0rTAxGOWLfTM6XZ1iEGGaea3Oq4qWONQ2ht",
+	"ZHjdAY/nD8TLSZEk9aY6h0q/ZnV6wgsnAKBgS1y1Xk8PbDXo7RhY6+/3T2/eCQ5B3ICLZj4aMxVTVXhr",
+	"kMs5/t2DCNfEi+/qGgn02VrgON2Hc5x1uM3DOM0KLqPYq5A8J5bBrMErnKY038qT+p0X9w8qm4eoAd3t",
+	"+wc0+zE8BfPTl210Ig9ruwsbcrAsiNDsLiG+ANNL+F2USjYk2EnhiL2EXtcVOqTnGrfRq5ynWjfiDDFy",
+	"W0vdLrnztcl/ihIuSKx/73c6XVjLZi2jCCeJAFvAvmPHTolE/U53UbzqvVsW9q3yVVGdi8JNvX0BYfWy",
+	"cRu5TYLGX+/G7UdgYf/+QWVbk6fAJn2I5dgU+lUoS6yP0ZuUxjRGWQ5tGHUIpX6vr4l87KX+S1jY93T/",
+	"pruwvkjiyCa/0uS0f1uSk1S9sqXbw91dgIbu8/KNLXKMQ51tBD74EOUkS3BkuNHtTBl6SslGG5gZlxn8",
+	"qQWyGDG9bzPZpk/L0XH1x2o5zRo5p6FokbOGLscnk+Xt2KGx412j0qSa7lQDQJ/fvKGvSJlR4DNV1hlh",
+	"MaTHuuv4WhqbLslrKC0PoQCTq7CW1tH5oXU8Cb1/R2oKuCBMfroWB0Dd+07DOXRtCj5pbvLzH6TP3FPg",
+	"udT+L4tyKnVHbURY56AtHNtQgm1cq1kdW2/SZjhijNyWVRIr67C0NjNi4wcXqY4BaNqvMNCuMadHExIS",
+	"s1ggysqaWP0VgNJp2UZjXUIF3mEYP3Yqssb2yFBhppP520h/S0J7fTVgGC/rT6dEihHrdzolZC5jKsCa",
+	"Hfs4rxbitUq0YEGQLPhnbLxH7avRJkq98XtBoEOzaaoJpmTgcgJrUZXd5svaXidPo+sL6fmQ5V6QLdmX",
+	"KXtb0tez3130KF88UoMta/p+syVswddRkBIh8JSMgsEomJEk4aPgrqzrAovZBknA6u4+3+13X/ThMwWd",
+	"VqdW8jWoPYQk3/X4b6PK0dfNr6xzdIjwmSiLSSu+/Kh+bhW5s7KJvsXufSSVIKdSGTIgb12FVSdvo34P",
+	"tVpmQMvwkQ9uV7cmXTxtZ7fa/i1VbiwS46bpUFqSmuIAJqrxF9dQ1ag1xJanjWpdBg199bJ1rm35Zi2s",
+	"8HS6b7iYumVRTvEItHF++q5FRIQzAuWKtrXjZj0Ylc5bZpi/q7ArOtZtK9wzvNBppLzAjVbIXoNnENH/",
+	"VqvA64J9t+hn0EuNBwu+BY87YTts+hK032A71L5GnWTjOiKpWJhDWyNU6orjMkVMeHwPem/fpZ0aWsjG",
+	"35PFegoZYo6yU0MIFlc3/zBlUrvknx6fzxkEvcdxiSljnzNNLz9exDDdbuE7RTAT5/ie8GsImW7r4BfC",
+	"U0zZA7GsNE2eFsuqRGXISIGWA5LrqoBct1cwipU5VNkTDyQgEcqoGTFsnRiKFfJCotucQvAc2/bKi0F4",
+	"q6LpUBjPIQHFROXRsXR6nECU22zDYyeN2Pjk46cFC8laQty2NLAheaXMFXJGmISihHjgpCGASSDQRtWR",
+	"NdRNXtX6SjPWsbMKDLqzu/l7xCAxbDPUZddqQh20huQt59cJZi2IE/JKSuQCAvXaKQUhet26Q2srzuDK",
+	"NZoSmdNIoxfAtmVgO1KIoPQ7jMbmi2rjTe1xXsMOHLHSENxHuOT2uqlklWtrxN62z3wzDX+HWXZkTIRv",
+	"d59xRhY/vKEviDNA1UrJqfxm1VesXDXoIrzfvjHKUWnePMS95TY7fmoP14MjDZa4l8caHmUWHboaKXxc",
+	"wZJB4NgMA6TELpjiPU05y7/TgP4P+ncUojba93ygoaas/rO+1CDLRizltxrKLk1edqQZXUX1zkccrK8n",
+	"J5uPEWzbT/INAuEocfWu9H+e+Vlb9JvcmN1HHf6o6utNBep1+nsdne2gnYv6YqlA3U6v33HBoob8Wc3p",
+	"VzSlLzEQtuy+oEXSxri+sbHGq3+l6Wx4n7KXSg7t0x6w7s9ilINbXiTxwxSiWdUvyOusVTJC9wDRAnXc",
+	"6MAyRhs7myD2igzqEW2hx4wXOdp43uuMmG4ktFnvaxPqBn2UoZSkPJ+jq7nzjRHdQImaFu4kHozY2FEE",
+	"x2gDzEi3acqmtjAzkptUvMV+KSNWNkwp5TmJx0ZNEbbkAEpDcl5Mdd5eyZKUbmWHWYk8DrVipJY117IZ",
+	"onFZRmAnRxOlS4oR+70ghf6Qh1fFVYPdb6iO0YbtZ4R6X75s6hylcf07qeM2OnZ6LZmr0q0qtOPZwPWZ",
+	"QDiBJOWNMXTWGcDP480BwuJaNygC+KsLBcSaYXBJ1zoCmVzEEet2Oh1PQ6B9BVzoygNubwi2wYzQH0h/",
+	"qoRxlHOejtiE58v91m/KjwE+3vRyOmPdZ4FVXtJ1OdQKv+pZ1Srze7LDzkrslDmeTGhUkVNF3wvts58m",
+	"Yr2CXyWmP7mfWTXbe0MWYrMPeZmRS53+hblp6zRimEHroIUOlsbuqEorIXm5LKl0GcByhIb26k+Thqrh",
+	"cH8a6g15aBrqDVmGx1Ve+P8QF3ZFBU5K/EaVF1F9+Iuykv2mPCab/xxyyLnaUavqRvq0bo1TNxNEL6Kp",
+	"B4Mv2GTXckZ8LrXa3sb75beyhMRz0UYmeK+J1HrlsZvVX89Dg7h1YnN4wfdsLeiJkwC36ME7hX0Ms+yT",
+	"zUv93rIjyjQvBXRbf/P9iJLXinTKzEYXc5xaohUaa61R0YqSglqRTAU0gzDXZB7aqlubRmBdPtCJAQRA",
+	"LU+uKrhZKDJ4ZPe5xQKF4/KQj8ZP2mj7tBJRaz2i1sfYxjD/J/Lskf6KlQs1ZHEx0Old9TR1ChUWVcUK",
+	"I2Yo4Pz8+GVYFi/UcLUsUpjkRMxMVwmFbsvrCI6rrzZ/u5/wUXnzkFLX+L48inQxAjWc3PdZ+Yd8Wbne",
+	"nWPlZ8gfhsx/ZiI/dZparkWQ30CM9xHij+T+tZP77+MMfgG19dX5wPDaCf+LIst0L2xoVRUjsan/S3Lx",
+	"a2zgR0L+tyXkL72V5cJiabrj4lz3KiJPq2G8JvJJkOIvw8q+tyT/+zFghQ7yIJvO+br6itz/pgazkAq8",
+	"lPfoNLzxOk3ufEUAT6Ki2HbNjpJx8kGYaKwTlFZndZQMpw1eMDw47Pa2Xx69eh3UW94FLfXfwdHr4w/o",
+	"5PT4l+HZEXp79Hf4dcTeH78+G06Phu8P3r8+mP/++tP7/ovh9Oj14aH59+3Rm4M317fx7fHB8Oefp//5",
+	"H/9/xGDs0YeXnvmCenu84Oxo+L7b2+7v7Aa1VnhBxNO2VW+wMS5/t13THDg4n9Qr/dkCYRTjuQuKet81",
+	"9fY36Et/ZgnC/2h96dvied9jlcFDdapvT3xs8sX7sx8dfatMgVScW3fBCpHJCwDRfQpNxSibuvlJ+jv4",
+	"/U4fjcszVA1kwNUAnTsZKtg147duW1Hd/kwHUm03jTLhyZsE+d9LwH/32ZH2IM+EPyXywZj/rRmSayF+",
+	"I03SjhkvVQPuSZj874aM33cmpQ8XF9MnH4yR9yUPvNRR8DnCUpI0M0VFJjp/NVeKZ8RTEkJg2MkyGLGH",
+	"pxmgRpbBiH1LmoEbuR+xDbdlo1rS6OybIRrrjoFjtGGCELUumZvhiI1zInMKr2Akc8wEZHaqcUVOQgQP",
+	"9SWgBEuSb+oOTTFRQvqaMLUB7VMEq/AWW7s/3qzH+3VgsoRxdbwUx4uh/iXBSUsKTxZyp40J1yXfH8H3",
+	"Ou95JlBWiJnt70pt+6/1IvFPZkmuxRBqbS6XekMUtgtZWSfNoiAnPp/lfJoTIdCG7dkZ6gZ7IdIEuGm+",
+	"PkUsfOam9RBhptGrrSuleenAGTGjDBu/CpelV0V7r+pdzmzYh+o4kI+A3AhOmQt+X6HlG36rP0fqQMKk",
+	"FOyXH6TUH/0qfXK9zoNrMHsPK8G8eDTlZ96GqCuJ39NDdX369w72soIS0H9te+6p+UdOIiV6KneAQ2E6",
+	"7eVfxzIemcGwlnLrS2O4JvO1Uhkqjbeez9AuzT/X4Iur9vfe5AXbhOchmQv2iE+VvvCX8Kx4UhoUcL7L",
+	"tIbKXbSY26APtUTHdpqRAq67bUh/u1D4rBN7NSVUDUQGW1vd3vN2p91pdwd7nb0O4L5ZYkl5gW4m2q4k",
+	"BmRaLFbI1juNOu9XO7+7uPuvAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -46,28 +46,41 @@ func (api *ChannelsAPI) keep(ctx context.Context, app *storage.App, ms []hub.Mes
 
 // ListChannelEvents implements GET /apps/{app_id}/channels/{channel_name}/events.
 func (api *ChannelsAPI) ListChannelEvents(ctx context.Context, req channels.ListChannelEventsRequestObject) (channels.ListChannelEventsResponseObject, error) {
-	app := appFrom(ctx)
-	name := req.ChannelName
+	app, name := appFrom(ctx), req.ChannelName
 	if !hub.ValidChannelName(name) {
 		return nil, badRequest(KindInvalidChannelName, "Channel name %q is invalid.", name)
-	}
-	p := historyPolicy(app)
-	if api.history == nil || !p.On() {
-		return nil, badRequest(KindHistoryDisabled, "This app keeps no channel history; turn it on with herald apps update %s --history-events N.", app.ID)
 	}
 	q, err := historyQuery(req.Params)
 	if err != nil {
 		return nil, err
 	}
-	page, err := api.history.Read(ctx, app.ID, name, p, q, api.now())
+	page, err := api.ReadHistory(ctx, app, name, q)
+	if err != nil {
+		return nil, err
+	}
+	return channels.ListChannelEvents200JSONResponse(page), nil
+}
+
+// ReadHistory returns a page of the history of app's channel as the API
+// answers it, or the API's error: for the history endpoint and the admin
+// API's, which authenticates otherwise.
+func (api *ChannelsAPI) ReadHistory(ctx context.Context, app *storage.App, channel string, q eventlog.Query) (channels.ChannelEvents, error) {
+	p := historyPolicy(app)
+	if api.history == nil || !p.On() {
+		return channels.ChannelEvents{}, badRequest(KindHistoryDisabled, "This app keeps no channel history; turn it on with herald apps update %s --history-events N.", app.ID)
+	}
+	if !hub.ValidChannelName(channel) {
+		return channels.ChannelEvents{}, badRequest(KindInvalidChannelName, "Channel name %q is invalid.", channel)
+	}
+	page, err := api.history.Read(ctx, app.ID, channel, p, q, api.now())
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return channels.ChannelEvents{}, ctx.Err()
 		}
 		api.log.Warn("reading a channel's history failed", zap.String("app_id", app.ID), zap.Error(err))
-		return nil, clusterUnavailable
+		return channels.ChannelEvents{}, clusterUnavailable
 	}
-	out := channels.ListChannelEvents200JSONResponse{Events: make([]channels.HistoryEvent, len(page.Events))}
+	out := channels.ChannelEvents{Events: make([]channels.HistoryEvent, len(page.Events))}
 	for i, ev := range page.Events {
 		out.Events[i] = channels.HistoryEvent{Id: ev.ID.String(), Event: ev.Name, Data: ev.Data, Timestamp: int64(ev.ID.MS)}
 	}
