@@ -100,7 +100,7 @@ type Config struct {
 	IdempotencyMaxKeys int           // HERALD_IDEMPOTENCY_MAX_KEYS: keys kept per app and per instance; 0 means 10000
 
 	// Channel history (README, Channel history): bounds per app.
-	HistoryMaxBytes    int // HERALD_HISTORY_MAX_BYTES: bytes of event names and data kept per app; 0 means 64 MiB
+	HistoryMaxBytes    int // HERALD_HISTORY_MAX_BYTES: bytes of event names and data kept per app; 0 means 16 MiB
 	HistoryMaxChannels int // HERALD_HISTORY_MAX_CHANNELS: channels with history kept per app; 0 means 10000
 
 	// Warnings are what the loading noticed and let pass (a configuration

@@ -27,7 +27,7 @@ var defaults = Config{
 	ActivityTimeout: 120 * time.Second, PongTimeout: 30 * time.Second, WebhookMaxQueued: 10000,
 	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, PushLease: 30 * time.Second,
 	IdempotencyTTL: 24 * time.Hour, IdempotencyMaxKeys: 10000,
-	HistoryMaxBytes: 64 << 20, HistoryMaxChannels: 10000,
+	HistoryMaxBytes: 16 << 20, HistoryMaxChannels: 10000,
 }
 
 func TestLoad(t *testing.T) {

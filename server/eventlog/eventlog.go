@@ -29,7 +29,7 @@ import (
 
 // Defaults of Limits.
 const (
-	DefaultMaxBytes    = 64 << 20
+	DefaultMaxBytes    = 16 << 20
 	DefaultMaxChannels = 10000
 	// MaxPage is the most events one Read returns.
 	MaxPage = 100

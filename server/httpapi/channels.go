@@ -408,7 +408,7 @@ func validSocketID(s string) bool {
 // publish hands the events of app to the hub, each once per channel, in
 // order, and keeps them in the app's history. It is all or nothing: when
 // the cluster cannot take them, none is sent and the answer is 503.
-func (api *ChannelsAPI) publish(ctx context.Context, app *storage.App, evs ...event) error {
+func (api *ChannelsAPI) publish(app *storage.App, evs ...event) error {
 	appID := app.ID
 	var buf [10]hub.Message // a batch's (at most 10) or a trigger's of up to 10 channels, without an allocation
 	ms := buf[:0]
@@ -421,7 +421,7 @@ func (api *ChannelsAPI) publish(ctx context.Context, app *storage.App, evs ...ev
 	if err := api.hub.Publish(ms...); err != nil {
 		return stateError(err)
 	}
-	api.keep(ctx, app, ms)
+	api.keep(app, ms)
 	// One running total, read by the metrics and the console's history.
 	api.hub.CountTriggered(appID, len(ms))
 	for _, m := range ms {
@@ -444,7 +444,7 @@ func (api *ChannelsAPI) Trigger(app *storage.App, name, data string, chans []str
 	if err != nil {
 		return err
 	}
-	return api.publish(context.Background(), app, ev)
+	return api.publish(app, ev)
 }
 
 // TriggerEvent implements POST /apps/{app_id}/events.
@@ -469,7 +469,7 @@ func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEv
 	if err != nil {
 		return nil, err
 	}
-	if err := api.publish(ctx, app, ev); err != nil {
+	if err := api.publish(app, ev); err != nil {
 		return nil, err
 	}
 	if !ev.info.any() {
@@ -530,7 +530,7 @@ func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.Tri
 		evs[i] = ev
 		withInfo = withInfo || ev.info.any()
 	}
-	if err := api.publish(ctx, app, evs...); err != nil {
+	if err := api.publish(app, evs...); err != nil {
 		return nil, err
 	}
 	if !withInfo {

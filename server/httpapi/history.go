@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -28,21 +29,32 @@ func historyPolicy(app *storage.App) eventlog.Policy {
 // keep appends the published messages to app's history, when it keeps one.
 // The events are delivered by then, so a failure is logged, not answered:
 // a retried trigger would deliver them twice.
-func (api *ChannelsAPI) keep(ctx context.Context, app *storage.App, ms []hub.Message) {
+func (api *ChannelsAPI) keep(app *storage.App, ms []hub.Message) {
 	p := historyPolicy(app)
 	if api.history == nil || !p.On() {
 		return
 	}
-	entries := make([]eventlog.Entry, len(ms))
-	for i, m := range ms {
-		entries[i] = eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data}
+	// From a pool: a slice handed to an interface method escapes, and this
+	// is every trigger's path.
+	buf := entryPool.Get().(*[]eventlog.Entry)
+	entries := (*buf)[:0]
+	for _, m := range ms {
+		entries = append(entries, eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data})
 	}
-	// Not the request's context alone: a client that hangs up once its
-	// trigger is sent must not cut the history short.
-	if err := api.history.Append(context.WithoutCancel(ctx), app.ID, p, entries, api.now()); err != nil {
+	defer func() {
+		clear(entries) // the pool holds no event data
+		*buf = entries[:0]
+		entryPool.Put(buf)
+	}()
+	// Not the request's context: a client that hangs up once its trigger
+	// is sent must not cut the history short. The Redis client's own
+	// timeouts bound the append.
+	if err := api.history.Append(context.Background(), app.ID, p, entries, api.now()); err != nil {
 		api.log.Warn("an event was delivered but not kept in its channel's history", zap.String("app_id", app.ID), zap.Error(err))
 	}
 }
+
+var entryPool = sync.Pool{New: func() any { return new([]eventlog.Entry) }}
 
 // ListChannelEvents implements GET /apps/{app_id}/channels/{channel_name}/events.
 func (api *ChannelsAPI) ListChannelEvents(ctx context.Context, req channels.ListChannelEventsRequestObject) (channels.ListChannelEventsResponseObject, error) {
