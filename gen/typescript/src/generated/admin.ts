@@ -1189,9 +1189,15 @@ export interface operations {
     getAppChannelEvents: {
         parameters: {
             query?: {
-                /** @description Events per page, 1 to 100. */
+                /**
+                 * @description Events per page, 1 to 100.
+                 * @example 50
+                 */
                 limit?: number;
-                /** @description The `next_cursor` of the page before. */
+                /**
+                 * @description The `next_cursor` of the page before.
+                 * @example 1764194400000-3
+                 */
                 cursor?: string;
             };
             header?: never;

@@ -804,13 +804,25 @@ export interface operations {
     listChannelEvents: {
         parameters: {
             query?: {
-                /** @description Events per page, 1 to 100. */
+                /**
+                 * @description Events per page, 1 to 100.
+                 * @example 20
+                 */
                 limit?: number;
-                /** @description `newest_first` (the default) or `oldest_first`; only `oldest_first` goes with `after`. */
+                /**
+                 * @description `newest_first` (the default) or `oldest_first`; only `oldest_first` goes with `after`.
+                 * @example oldest_first
+                 */
                 direction?: "newest_first" | "oldest_first";
-                /** @description An event id; only the events after it, oldest first. */
+                /**
+                 * @description An event id; only the events after it, oldest first.
+                 * @example 1764194400000-0
+                 */
                 after?: components["schemas"]["HistoryEventID"];
-                /** @description The `next_cursor` of the previous page, to read on from there (with the same direction). */
+                /**
+                 * @description The `next_cursor` of the previous page, to read on from there (with the same direction).
+                 * @example 1764194400000-3
+                 */
                 cursor?: components["schemas"]["HistoryEventID"];
             };
             header?: never;
