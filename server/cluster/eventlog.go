@@ -106,6 +106,11 @@ for i = 0, (#ARGV - 7) / 3 - 1 do
   local ms = now
   local last = redis.call('HGET', sizes, 'l:' .. c)
   if last and tonumber(last) > tonumber(now) then ms = last end
+  if not last then
+    -- Unknown to the counts (they expired before it, under a shorter
+    -- TTL): what it holds is counted nowhere, so it goes.
+    redis.call('DEL', key)
+  end
   redis.call('XADD', key, ms .. '-*', 'e', name, 'd', data)
   redis.call('PEXPIRE', key, ttl)
   local size = #name + #data
