@@ -52,6 +52,7 @@ var importRules = []struct {
 	{"server/internal/testcert", []string{"server/...", "storage", "gen/..."}, "testcert makes certificates for tests, nothing more"},
 	{"server/internal/clientrate", []string{"server/...", "storage", "gen/..."}, "clientrate keeps token buckets per client and knows nothing of Herald"},
 	{"server/history", []string{"server/...", "storage", "gen/..."}, "the history is a bounded store of figures that the node feeds; it knows nothing of where they come from"},
+	{"server/eventlog", []string{"server/...", "storage", "gen/..."}, "the channel history keeps events by the rules of its own types; the Channels API feeds it, the cluster stores it in Redis"},
 	{"server/docs", []string{"server/...", "storage", "gen/..."}, "docs serves the embedded API reference and knows nothing of the APIs themselves"},
 }
 

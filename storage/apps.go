@@ -17,6 +17,9 @@ const (
 	DefaultMaxPresenceMembers = 100
 	// DefaultMaxPresenceUserInfoBytes is the default App.MaxPresenceUserInfoBytes.
 	DefaultMaxPresenceUserInfoBytes = 1024
+	// DefaultHistoryTTL is the App.HistoryTTL of an app that keeps history
+	// but gave no age limit.
+	DefaultHistoryTTL = time.Hour
 )
 
 // App is a Channels application.
@@ -35,9 +38,16 @@ type App struct {
 	// MaxPresenceUserInfoBytes is the size limit of a presence member's
 	// user_info; 0 is stored as DefaultMaxPresenceUserInfoBytes.
 	MaxPresenceUserInfoBytes int
-	Webhooks                 []Webhook // in the order given when the app was last created or updated
-	CreatedAt                time.Time // set by CreateApp
-	UpdatedAt                time.Time // set by CreateApp and UpdateApp
+	// HistoryEvents is how many of the last events of each channel are
+	// kept for the history API; 0 (the default) keeps none.
+	HistoryEvents int
+	// HistoryTTL is the age past which a kept event is forgotten; 0 is
+	// stored as DefaultHistoryTTL when HistoryEvents is set. Whole
+	// milliseconds.
+	HistoryTTL time.Duration
+	Webhooks   []Webhook // in the order given when the app was last created or updated
+	CreatedAt  time.Time // set by CreateApp
+	UpdatedAt  time.Time // set by CreateApp and UpdateApp
 }
 
 // Webhook is one webhook endpoint of an app.
@@ -62,7 +72,7 @@ func (w Webhook) Takes(kind, channel string) bool {
 
 // appColumns lists the apps columns in the order scanApp reads them.
 const appColumns = `id, key, secret, enabled, client_events, subscription_count, user_auth_timeout_ms,
-	max_connections, max_presence_members, max_presence_user_info_bytes, created_at_ms, updated_at_ms`
+	max_connections, max_presence_members, max_presence_user_info_bytes, history_events, history_ttl_ms, created_at_ms, updated_at_ms`
 
 // CreateApp stores a new app and its webhooks and returns it as stored, with
 // timestamps, defaults and webhook IDs filled in. It returns ErrConflict when
@@ -73,10 +83,10 @@ func (db *DB) CreateApp(ctx context.Context, app App) (App, error) {
 	app.UpdatedAt = app.CreatedAt
 	err := db.write(ctx, func(tx *tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO apps (`+appColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			app.ID, app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
 			app.UserAuthTimeout.Milliseconds(), app.MaxConnections, app.MaxPresenceMembers,
-			app.MaxPresenceUserInfoBytes, app.CreatedAt.UnixMilli(), app.UpdatedAt.UnixMilli())
+			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), app.CreatedAt.UnixMilli(), app.UpdatedAt.UnixMilli())
 		if err != nil {
 			return conflict(err)
 		}
@@ -176,11 +186,11 @@ func (db *DB) UpdateApp(ctx context.Context, app App) error {
 	err := db.write(ctx, func(tx *tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE apps SET key = ?, secret = ?, enabled = ?, client_events = ?,
 			subscription_count = ?, user_auth_timeout_ms = ?, max_connections = ?, max_presence_members = ?,
-			max_presence_user_info_bytes = ?, updated_at_ms = ?
+			max_presence_user_info_bytes = ?, history_events = ?, history_ttl_ms = ?, updated_at_ms = ?
 			WHERE id = ?`,
 			app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
 			app.UserAuthTimeout.Milliseconds(), app.MaxConnections, app.MaxPresenceMembers,
-			app.MaxPresenceUserInfoBytes, now().UnixMilli(), app.ID)
+			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), now().UnixMilli(), app.ID)
 		if err != nil {
 			return conflict(err)
 		}
@@ -229,19 +239,23 @@ func (app App) withDefaults() App {
 	if app.MaxPresenceUserInfoBytes == 0 {
 		app.MaxPresenceUserInfoBytes = DefaultMaxPresenceUserInfoBytes
 	}
+	if app.HistoryEvents > 0 && app.HistoryTTL == 0 {
+		app.HistoryTTL = DefaultHistoryTTL
+	}
 	return app
 }
 
 func scanApp(s scanner) (App, error) {
 	var app App
-	var userAuthTimeoutMS, createdMS, updatedMS int64
+	var userAuthTimeoutMS, historyTTLMS, createdMS, updatedMS int64
 	err := s.Scan(&app.ID, &app.Key, &app.Secret, &app.Enabled, &app.ClientEvents, &app.SubscriptionCount,
 		&userAuthTimeoutMS, &app.MaxConnections, &app.MaxPresenceMembers, &app.MaxPresenceUserInfoBytes,
-		&createdMS, &updatedMS)
+		&app.HistoryEvents, &historyTTLMS, &createdMS, &updatedMS)
 	if err != nil {
 		return App{}, err
 	}
 	app.UserAuthTimeout = time.Duration(userAuthTimeoutMS) * time.Millisecond
+	app.HistoryTTL = time.Duration(historyTTLMS) * time.Millisecond
 	app.CreatedAt = fromMillis(createdMS)
 	app.UpdatedAt = fromMillis(updatedMS)
 	return app, nil

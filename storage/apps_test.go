@@ -18,6 +18,8 @@ func testApp(id, key string) App {
 		MaxConnections:           500,
 		MaxPresenceMembers:       50,
 		MaxPresenceUserInfoBytes: 2048,
+		HistoryEvents:            25,
+		HistoryTTL:               5 * time.Minute,
 		Webhooks: []Webhook{
 			{URL: "https://example.com/hook", EventTypes: []string{"channel_occupied", "channel_vacated"}, ChannelPrefix: "private-", Batch: true},
 			{URL: "https://example.com/all"},
@@ -57,6 +59,8 @@ func TestCreateApp(t *testing.T) {
 		checkErr(t, "CreateApp", err, nil)
 		check(t, "MaxPresenceMembers", got.MaxPresenceMembers, DefaultMaxPresenceMembers)
 		check(t, "MaxPresenceUserInfoBytes", got.MaxPresenceUserInfoBytes, DefaultMaxPresenceUserInfoBytes)
+		check(t, "HistoryEvents", got.HistoryEvents, 0)
+		check(t, "HistoryTTL", got.HistoryTTL, time.Duration(0)) // no history, no age limit
 		check(t, "EventTypes", got.Webhooks[0].EventTypes, nil)
 
 		stored, err := db.GetApp(t.Context(), "1")
@@ -162,6 +166,8 @@ func TestUpdateApp(t *testing.T) {
 			MaxConnections:           0,
 			MaxPresenceMembers:       7,
 			MaxPresenceUserInfoBytes: 64,
+			HistoryEvents:            3,
+			HistoryTTL:               0, // stored as the default, since history is on
 			Webhooks:                 []Webhook{{URL: "https://example.org/new", EventTypes: []string{"client_event"}}},
 			CreatedAt:                time.Unix(1, 0), // ignored
 		}
@@ -177,6 +183,7 @@ func TestUpdateApp(t *testing.T) {
 		want := update
 		want.CreatedAt, want.UpdatedAt = got.CreatedAt, got.UpdatedAt
 		want.Webhooks[0].ID = got.Webhooks[0].ID
+		want.HistoryTTL = DefaultHistoryTTL
 		check(t, "updated app", got, want)
 
 		_, err = db.GetAppByKey(t.Context(), "key1")

@@ -145,6 +145,8 @@ type App struct {
 	ClientEvents             bool      `json:"clientEvents"`
 	CreatedAt                time.Time `json:"createdAt"`
 	Enabled                  bool      `json:"enabled"`
+	HistoryEvents            int       `json:"historyEvents"`
+	HistoryTtlMs             int       `json:"historyTtlMs"`
 	Id                       string    `json:"id"`
 	Key                      string    `json:"key"`
 	MaxConnections           int       `json:"maxConnections"`
@@ -162,6 +164,12 @@ type AppCreate struct {
 	// ClientEvents Allow client- events.
 	ClientEvents *bool `json:"clientEvents,omitempty"`
 	Enabled      *bool `json:"enabled,omitempty"`
+
+	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
+	HistoryEvents *int `json:"historyEvents,omitempty"`
+
+	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
 
 	// Id The app id (A-Z a-z 0-9 _ -); random digits when absent.
 	Id *string `json:"id,omitempty"`
@@ -211,6 +219,12 @@ type AppOptions struct {
 	ClientEvents *bool `json:"clientEvents,omitempty"`
 	Enabled      *bool `json:"enabled,omitempty"`
 
+	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
+	HistoryEvents *int `json:"historyEvents,omitempty"`
+
+	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
+
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`
 
@@ -236,6 +250,26 @@ type AppOptions struct {
 
 // AppUpdate The options of an app, every one optional.
 type AppUpdate = AppOptions
+
+// ChannelHistory A page of a channel's history, as the Channels HTTP API's ChannelEvents.
+type ChannelHistory struct {
+	Events []ChannelHistoryEvent `json:"events"`
+
+	// NextCursor Set when more events follow; the cursor of the next page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// ChannelHistoryEvent defines model for ChannelHistoryEvent.
+type ChannelHistoryEvent struct {
+	Data  string `json:"data"`
+	Event string `json:"event"`
+
+	// Id The event id, <milliseconds>-<sequence>.
+	Id string `json:"id"`
+
+	// Timestamp Milliseconds since the Unix epoch.
+	Timestamp int64 `json:"timestamp"`
+}
 
 // History defines model for History.
 type History struct {
@@ -491,6 +525,15 @@ type PayloadTooLarge = externalRef0.Error
 // sentence for people.
 type Unauthorized = externalRef0.Error
 
+// GetAppChannelEventsParams defines parameters for GetAppChannelEvents.
+type GetAppChannelEventsParams struct {
+	// Limit Events per page, 1 to 100.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the page before.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListInstancePublishesParams defines parameters for ListInstancePublishes.
 type ListInstancePublishesParams struct {
 	// Limit How many publishes, at most; default 20.
@@ -529,6 +572,9 @@ type ServerInterface interface {
 	// UpdateApp Change the options given; the others keep their values.
 	// (PATCH /admin/v1/apps/{app_id})
 	UpdateApp(c *gin.Context, appId AppID)
+	// GetAppChannelEvents A channel's history, newest first, for the debug console.
+	// (GET /admin/v1/apps/{app_id}/channels/{channel_name}/events)
+	GetAppChannelEvents(c *gin.Context, appId AppID, channelName string, params GetAppChannelEventsParams)
 	// DisableApp Refuse the app's connections and API calls.
 	// (POST /admin/v1/apps/{app_id}/disable)
 	DisableApp(c *gin.Context, appId AppID)
@@ -687,6 +733,59 @@ func (siw *ServerInterfaceWrapper) UpdateApp(c *gin.Context) {
 	}
 
 	siw.Handler.UpdateApp(c, appId)
+}
+
+// GetAppChannelEvents operation middleware
+func (siw *ServerInterfaceWrapper) GetAppChannelEvents(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "app_id" -------------
+	var appId AppID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Path parameter "channel_name" -------------
+	var channelName string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "channel_name", c.Param("channel_name"), &channelName, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter channel_name: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetAppChannelEventsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", c.Request.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter limit: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", c.Request.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter cursor: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.GetAppChannelEvents(c, appId, channelName, params)
 }
 
 // DisableApp operation middleware
@@ -1113,6 +1212,7 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/enable", wrapper.EnableApp)
 	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/live", wrapper.GetAppLive)
 	router.POST(options.BaseURL+"/admin/v1/apps/:app_id/events", wrapper.TriggerAppEvent)
+	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/channels/:channel_name/events", wrapper.GetAppChannelEvents)
 	router.GET(options.BaseURL+"/admin/v1/apps/:app_id/history", wrapper.GetAppHistory)
 	router.GET(options.BaseURL+"/admin/v1/instances", wrapper.ListInstances)
 	router.POST(options.BaseURL+"/admin/v1/instances", wrapper.CreateInstance)
@@ -1512,6 +1612,100 @@ func (response UpdateApp500JSONResponse) VisitUpdateAppResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEventsRequestObject struct {
+	AppId       AppID  `json:"app_id"`
+	ChannelName string `json:"channel_name"`
+	Params      GetAppChannelEventsParams
+}
+
+type GetAppChannelEventsResponseObject interface {
+	VisitGetAppChannelEventsResponse(w http.ResponseWriter) error
+}
+
+type GetAppChannelEvents200JSONResponse ChannelHistory
+
+func (response GetAppChannelEvents200JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents400JSONResponse externalRef0.Error
+
+func (response GetAppChannelEvents400JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response GetAppChannelEvents401JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents404JSONResponse struct{ NotFoundJSONResponse }
+
+func (response GetAppChannelEvents404JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response GetAppChannelEvents500JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAppChannelEvents503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response GetAppChannelEvents503JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2685,6 +2879,9 @@ type StrictServerInterface interface {
 	// UpdateApp Change the options given; the others keep their values.
 	// (PATCH /admin/v1/apps/{app_id})
 	UpdateApp(ctx context.Context, request UpdateAppRequestObject) (UpdateAppResponseObject, error)
+	// GetAppChannelEvents A channel's history, newest first, for the debug console.
+	// (GET /admin/v1/apps/{app_id}/channels/{channel_name}/events)
+	GetAppChannelEvents(ctx context.Context, request GetAppChannelEventsRequestObject) (GetAppChannelEventsResponseObject, error)
 	// DisableApp Refuse the app's connections and API calls.
 	// (POST /admin/v1/apps/{app_id}/disable)
 	DisableApp(ctx context.Context, request DisableAppRequestObject) (DisableAppResponseObject, error)
@@ -2947,6 +3144,34 @@ func (sh *strictHandler) UpdateApp(ctx *gin.Context, appId AppID) {
 		sh.options.HandlerErrorFunc(ctx, err)
 	} else if validResponse, ok := response.(UpdateAppResponseObject); ok {
 		if err := validResponse.VisitUpdateAppResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetAppChannelEvents operation middleware
+func (sh *strictHandler) GetAppChannelEvents(ctx *gin.Context, appId AppID, channelName string, params GetAppChannelEventsParams) {
+	var request GetAppChannelEventsRequestObject
+
+	request.AppId = appId
+	request.ChannelName = channelName
+	request.Params = params
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetAppChannelEvents(ctx, request.(GetAppChannelEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetAppChannelEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(GetAppChannelEventsResponseObject); ok {
+		if err := validResponse.VisitGetAppChannelEventsResponse(ctx.Writer); err != nil {
 			sh.options.ResponseErrorHandlerFunc(ctx, err)
 		}
 	} else if response != nil {
@@ -3426,136 +3651,147 @@ func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H39ctu4lueroLhTFbuWkiVZThy5tmpkx0nc6SRuf3Tu7ZbXgklIwjUJsAnQjjrlqnmIfYZ9sHmSLRwA",
-	"JEhBsvxx73Rm0/90LBJfB+cL5/xw+C2IeJpxRpgUweBbQL7iNEsI/HuYZep/okhTnM+DQTBkCGdZEAY3",
-	"OCmIehYllDB5eKOby7wgYRDlBEsSD2UwCHqdXr/V2Wl1emfdzqC7M9ju/BaEAWH4KiGxbUHjYBD0e0EY",
-	"XBM1TjpvqX+EQYq/HnDGSCQpZyIYdDudTgd+Ps6JICwiH0l6RXL9qPbgXJD8iE34/lwSeNzrh4EgUU6k",
-	"HsH8OwxEcSWinGZqjANeMGmnVWTxfQspBMmHhZyd0ZTwQn4UwaATBrfkasb5tQgGv38LrrCMZsFgghOh",
-	"iDPDjJHkOCcT+jUYBJmZbktRRZHxbJ6p+f4epLCySxzHJFak0H/mJOU3JA4uwqDIk2AQzKTMxGBry2xc",
-	"WxIht9Towd3F3V2oNvE9FZKrDXT38myWE4IyTpkUiE8Qhr19IdDMvO3sMmWS5Dc4OSURZ7EIBjthwHhM",
-	"gkGg6BfxTP0TflE0zinRS2c4VQ8iZwvDoGBUwo+K0mYQ9fp22A/7F3dh2UzmdDolOazeNMpIfilgEm7L",
-	"TtgLO+1a25gk9Ga9trtht/3SbWt375TABFc3b/fCTtjxNX+LabLO+ND8IgwkTeGX7qtu/2W//3obeL38",
-	"a8f9q6+eqTY5jq6tHJnd/pkKWd/qz4w05RZnmd6iHwL8lxbgi3JTb4hPfh3RQpwhecuRmaBobPdRuUXl",
-	"C2pxqSX/70E3CAOc0IiouRlmLleXc542SC2CQU8TUP3LkYAs5/8gkWxtLzboKk539cFgW63wiAmJWUQW",
-	"zA01D9AtlTM0PP4kEGYx+kKu0HEhZvU1MrBaET7gbEKnhZJ+u2vXZO7+qtnjmsyBKsP9g25v+83h23dB",
-	"GEiCU/j17HD4sdvb7u+8VL/yjEagtdK23SgtUnoTg7u1xCYmNzQCbu4pbm9I0SRKgQAkV28NI1CRnsVU",
-	"Q4Lc7U5e45ek12v1+rvbrf5rjFu7Ozu9Vre3M+nifrTzaldt7T9u5ZEQBcm11s6Kq4SK2S8Flxh4XovT",
-	"B5Dft7vDg86bzmH/sLvf398+eD3svXl1+PLtzlD91XsTrCVbNzhTE/ymx4p01/uHbw9+6Zy8PbmOj07P",
-	"s5/PDrufz7r7J+fJp/Nff/3tb1/eJvhL92v8t+T19O9ffvrHb+9+TX/rzTKcSnH1Zecmev92Hm2fdGMW",
-	"98nfsleT993WpD/UrKbYTikHTBPJBzwT/243K+JpcOeymt8o3vK6SbT892C7qP7XwutYx7VNVbfXsDST",
-	"9SxMu19vlhOZ0zWGCzvtXt2m4viMXxO2hk1b16L5bJjdIb8hsztS3wf9m6brD0XwQxHcpwjArh7rlZ9q",
-	"/vKz24QyKmYkRoZMLtuZnwzbrbXrVtQHXXB3jAQrvWEHWtK+r9rzjDD1+u6rctuAQ7Piisat7e3J9uTl",
-	"LmlddaKdVn97d9K62ulMWhNMXm9PXkb93XgCGkg5SN3u650wEBJLEG3OlEBJnE+J/ECZ6hSUGxFSlA9g",
-	"3sCv+m8w+xegVTOc45RIcAXg4Hj0Rv0jJqXxB5cF/FBE47ZylvSGWK+EqjcyLBWFjcLBWXZJlWbJyR8F",
-	"deRVRDOSYjVAir/+TNhUzoLBy34YpJTZP7tqUlKSXPX7v38ftn7DrT87rdeXo1Hr4n/+m1rUHBSzkDll",
-	"08DVPMsmX3ojNA4RRufnR2/qK1lTAj1rtV0/YMHbL2sLVn+6K+60Xg9bb3FrcvFt967l/tl/yJ/d3p2P",
-	"WHdqkiLjTOhYwT6OT8gfBdEyFHEmgc3A9UxohBUVt/4hFCm/VQRrElmWHILSQkh0RVAXSY5e9pVbm+NI",
-	"cZgyzcPWbwi3/kSd1mt0iVohYlyiUZDOVfNRALuS5zwHyt7ghMaXSkvfuaT8t5xMgkHwP7aqCMiWfirU",
-	"Tylnl4fQB6x2kRuueDxHVMDQMAT66fTzpxDxHGEESgJd5QRfC4RRXiQEbajlOf0ggecC3c5oNNtsq7kd",
-	"JIWQJD9n+AbTRJmEpxBTzTHSPb4Q6ITEVKCYEz1hzMQtyUMkOJIzWERMUISZepYTHM2QmiyXM5KLPdVi",
-	"RtkU3WKBlP5ooxMi8zlKsCS5S2wz3mXhLOHZiG7Ig1I1V86SOfrP//g/y6YP64X1UWmf6EWjCc9hdWay",
-	"mvScTRIayacS3HAvz9E1Ae7ASU5wPEcSXxPmkkppN/KVKgX7rGypR1frMzMwI4N+U9oBJ7r9E1eqvBNF",
-	"TDBhSkhnmMUJgZFzrQr2FO1nWKArQhhK+HRK4rpo6vlc6h+ejQxDhgpGvmYkkiS2E4UxgAyfuHzLCxY/",
-	"hQKfOGw1HEtpjEZBv1dXO2p7GZeXExjp2Zb2iSNRRDMYnOelRQrtniurojY9xcmE56mit/J08Dzhynvn",
-	"PyvL/dStN9tbasBEdarGxwz1Xva6/T66mksiXHqody8l55fw8vOy/Mr57LxEH+g+kOGc4ULOeE7/JPHT",
-	"aKBUDiGxAJrjOKUMSXU0Gij1GKOhGQb6G6B9gnOSo1HR6WxH7w9Phj+/uRy++Xj06fLs84fDT/A7cYlV",
-	"uBN9VlLVZoZmBMckB36hQigNz/PKRkQ4z+fNFbbBUzJDgrOnnp3pWC14xTnPSC6p9guqYJPXPJmnSn0Y",
-	"hxZxFmqj3+10FE2oJCk0b7ggECw80g/BmTbPcZ7juXocY4n9w0KcDqnnCAukQ6AC5SQi9IYgKkOEJUq5",
-	"kKjbQR/291AhCpwkczDwSJKvsr3oEllXbvmA6jnYUiQkziUYVKU/skLMSD5QtNf/vLSKcdDWMVTr4/Wc",
-	"dTp+a+Uu/q4n4QT5DB0uynZcH450XNGzYbWAcEn1K84TglnjePstUEoGqyOLOgS21InfR5nyfOvrj8be",
-	"3YVIsn/XayHl8hVFNMWDd/748j3vNcLNvrdt8NkzKU8I2rdU56y8Luk8AWrf3KqI9bdKYlYpiy+6gWpb",
-	"F5wGP8F5RAfzy4C73c6wzi0+MvgWsLCH3g1bsTvOcl12dOm7hN8P4GVQ+EnyeQIH91VUGmbZZxO7vgub",
-	"oqIZd6kPuNE4pGzuoRyzmKcoplMqledPGMJX4FDX5VydZRfFvLGgi3q+pz43neBZkxeG+mi0kg+gwyVU",
-	"tdmJhSkc+UV7uVH4HEVFRklcWgblwefKi7uag/50VXPDPqxaoZrhge5ycaWNjMTCnDLCFhIt9tDhGIJS",
-	"GhcpdwSyUuP4kgZLaGrZzsthPDMzsXnbUJmYfI44sw9xoqa2Wrc3vOYk4bfGGra0yRLO8hw1tlKdG71d",
-	"7xtCbRGcSJpigdqbISoY/aMgDSno9nbDdfR/45RYPkQJTancQx19Sme6f8poWqQQ6VzXcNQHMA9QRnJk",
-	"82OWX9Vg6rylHcOYTHCRSLTR7XQ2HzT4gjWqT+GU/kn06oAFqmnodN4LgZTWvaRswpfOqNdfY0qVyWtM",
-	"AH737eVae+g1l/URDoHHkPvmJcTBkVoVZAFXsajXbDbDCVzUM6hyhiVihMoZyZGgU4YoQ4zndhZXRPml",
-	"SuJK79xuvHpTmXDDbXwyuZ+4T7HZK33fO79KOQfr+EOj/NAoPzTKD43yZI3iZNAbfnEzLb6gcGhK0BWR",
-	"t4RozIrOuft8KZtQX9RZirA8Ji+E8rUpQ9jGc/cQSTOpNBfCSFA2TUjTVXP4RqfnfSpRZ1sFwjlBcqZ2",
-	"lk+A5SHYDDurA8omqMnUtvyu53vhG8qk/tfcGkPeU93K47Sa9Hpz6l/UqQJC4EBViNlDCDhE54x+RSlN",
-	"EqqT9iJEPImJkGhCcyH3St/6Va/uWpdHVcrky753mxZmZ9P6zfm9xYkg+uxTEVO9LJA6FKX4q2Jw0EJZ",
-	"puE+ZX4f/gLfW5klk3vBKWdT1Ve6Bz1qHILZNsLQnyTnXplu+OmaFUKL1GhycbUkS/pySy+WS8dpuel1",
-	"GfHHir4oppI6uE6JQKCeBNoQRMfVVQ8Qudv0MrNGZTQ7HUMv40GZlTJjAHvsoXEF4oB3ciwJ4jdEx5Mt",
-	"FdAVmfCcICpdXrcgTgcH4uN8iwxZOFkxs1va8gG78gkaA3nHvuAfK5Q1uvewaoJgQI9yeN8uucCzhRyC",
-	"Zbs2Os7pjSLLNZlrxmLKOUI5kUXOSBzqbNTtjICelzMyh7cEkYsuk4WnNBypGlhliRe0xitLTtwWzOJ7",
-	"pBEtnicAL/l2T7yxPi07h3JE27/uLayv07cjj4gulmCa5h6ekClVFoHEyLzjNzErvU8Dxqlv13Jojjfs",
-	"tw4hl3ap2/totSRy6gB8PE/reJ/lcc4PS+Kvj4hhVvifGhEdNJA/pKpRPPcRruqmarRILV9Ys1qoG9Os",
-	"yNcgVqhlV7OEXVXFfg8JRVq989B4pG338KCkB7tSxiOXByK3X64ZiGyC9poeYQnQW9P7KRXzvfHpsutV",
-	"dH5ANK1KqXoOwOgDmaMJTYx/MaU3hKGrOTKZRL+2P8DHJPWcR77KHKODIYrU6xMaYUkE2jg+/LipDgUy",
-	"L5RjxnOk+jjPE6/JV88+WLW/OoJcvuydDWCr29muzvLBWYWyqT5fqyktHf2sNC3rDH9mrY2b1dp5ueTt",
-	"c604PTO9woKg85OfrbNPBbJAepzRdlaIWRtnBvC3kEXr7z40STWJ0tOagv7JJIkbzu3BR2QUOcL6RSCh",
-	"YhnLJMJLykmUelerelyx2EmUtqecTxOCMyrWX2zNRvj4EkcRySSJEYXXlHCoEzD66cuZaAyx0+2F99sZ",
-	"T/hGzJQcJQm/JTG4gDGel8EVHY1YN6BgrMi9XAVK+7QyLQ3WQgYxinhuSIzOT44A86TOmL8Oj4/eaAlZ",
-	"hwh3KzTS+sG4Hwrph0L6oZB+KKR/kkJyU6MLjlu6LGR9XI8PIxqXqdpaihZtNAPaAg7Lm6uhPc1okg2X",
-	"rIz7rgzdiyrkGvtPgeYmW7OLN1RIyiLZDImLlUu7JydsAhT12fsc2PodBU/c4DHH5fIWwsJa9VFGBzdz",
-	"kunUuw7TGYtAOUNlD35C2lsNi5jJqg+BcjIphE7sYzTFktziOcAYtQ0rsiWdO/ckvKFPNdsEC1mfskUu",
-	"uwPsmTMPKpikCQQL1ZjrUdHexXgkCXVz/xKdqx0+jie+5EadtqWudInrH8xcAflWxvRs2+q+iho41HdE",
-	"fNE999ZI1Y17fURL1vK2q+iIF/fR8LxyRfxrKq+nNDs9spNSbACz0pFQAz1UUinWkN5qg2qrrwa2ZHUW",
-	"aDYurG7tuRf/DDe5IYT7tYH/rO3cSlrzrN3QMfeduKsBfFO0GaWFeZlr1It5PxYjoTxbnJj8G1heg+n1",
-	"5+Ial7AX48rJvNLJt5C7gb3VwEuD2pbWe0kJZsI416bVGrjL+nVvnxt/TVmstU6ZksqtynHHVO+tjWQy",
-	"9AWGq2XtXi1azcLnv32ZkZxYSqszw/Hn0zMS74F7MdjaqjyNra11XLcGdyyLVbrzdtSEofclN8CvChl1",
-	"eYPVAcS5Or/kJr1FIV7CmiDGHM3IZUpFE5Ko071eRVTDTvsPZYzoOwQaZs4nZvfeK86N0fD4qI3G8MIY",
-	"7n0gMeO5RCmOZpSRVk5wrNz5EVPbjTbUOcoAzNHY3lFShxwsi5yMQzQubw+MN/fQ2JkQ9M8ZGTHFSuCA",
-	"qN4ywtXxYsQWzny1xfiSMGU/YLXI1yzBlCnJwTp/eJtzC1Z2rnfU777hQs6qBVQo8lTJff1WCCTCPx6e",
-	"vf/8ZjRix8Oz96MR++X88OTv1Rg4y5D2pL2nE+LfqFOgOVDYJGvhxVD5yoLha3IZYUHqE18gfnAfj+vB",
-	"6/B6b8RZkKjIqZyfKuE152+Ay8M1ai+b6XwYn6DFewLtwADvQRvCnYJqqkpkNeifsgn3YEwww1OCsOVX",
-	"kzs/sFqyTLYeF2LmZFwhE/j+7Ow4LPdmxAROCdxpEwhrEzqe6W5VN2Pox/5SdjVGSsgwpJ2zpBC6K2UD",
-	"EVjLCntkb8pdFVN1RhU8UcyDY4Go3GyP2IjBVYbjIyUI5pSsXB1BJKDqx4u0G6MNLFFClGPYfTli1XXC",
-	"zT0jyPYWCdw8hMyxvgAxXnWbA45e+gLHuD1ipQd6g3MKcBMqUMEEkTZ6Axd0NG5AoH6n34YtmBKdpEdk",
-	"MiGRRJyNGIhMwSDqAVlyRX8AOuhUawiXF0zjFJsXYPSDn49QzIFS+zymJjj00+nnTwPQY5rJ4HV7tQ9P",
-	"pDrGOXcfzM0ZtNHvbo/YFZlzFm+20SEsQ2tCewUUKEUNIkgNYJis0pdaLUkqQeSszoRrJcPjoyAMbkgu",
-	"NKd22512x7rYOKPBINhud9rbAdxvnYEUbYEYbd10tyzQeeoDFem5ujxubT94kTFhkuJEhGXETTGuBdEA",
-	"fV2+RgkVcqz0+i2sFCIbZUoebmIrl2yoZtS4HtvrdNa/cGTR09a/87kD9tUtiwC/W/uaUNXCe0NIrdRF",
-	"XVN9hazf6S7ruFzp1nnj3tKOXvbqRvVbibCO8gq+mqgRnGWbB3tm9g9MBZ6KCrCujlNceFjjLSVJLFBC",
-	"JhLxQmrpcwBtEH2t7b52zQ1GgsU8HbFXLYDyQ07N5NKuyRxmpG1XaNVTaGCQpePF4hHzQNE4CxHjDoZM",
-	"R51CiKU0IxDhiHU7PXPZzgbEAKOnxa3OmzrXOIRiFUbX7fN4/kC+nBRJUi+TcKD8a1aXJ7ywAiAKtsJV",
-	"q97xwOJR3hpQtYpN//IiaxAQxA26aOWjOVMpVcW3hrmc5d89SHBNvviu7pFA5ZQFjdN9uMZZR9s8TNOs",
-	"0DJKvQrJc2IVzBq6wikz8Fid1O+8vr9ReR1cNehu39+gecP2OZSf3mzjE3lU213YsINb33TJjDut7hLi",
-	"SzC9gd9F6WQDwE4Kx+wl9Lru0CHd17iN3uY81b4RZ4iR2xrYtdTO1wb/FCVckFj/3u90ujCW8iXBd4tw",
-	"kgg4C9h3bNspkajf6S6aVz13q8Iea1+V1Lks3PTbFxhWDxu3kVv2Yfztbtx+Ahf2729UXlR/Dm7Si1jO",
-	"TaHfhbLC+hS/SXlMY5TlUFhLp1Dq+/qOyKdu6n+JCvue9t9UgdQbSRzb5HeanII+SzBJ1StbuuDP3QV4",
-	"6L4o39gyxzjUaCOIwYcoJ1mCI6ONbmfqoKecbLSBmQmZwZ/aIIsR0/M2nW36vBydV3+ql9O81+KUiCty",
-	"1vDl+GSyvCYulOq6a2Dzq+5ONAH0+s0beovUMQpipup0RlgM8Fh3HF+RSlP3cg2n5SESYLAKa3kdnR9e",
-	"x7PI+3fkpkAIwuDTtTkA6d5zSgiha0Iy9TfNDT7/Qf7MVkyFLYf0aM3kPQb+vOjr6KHGgwX/xuPSbIdN",
-	"f0b7LtuhPu/oRJ97GKJioQ+tEalEjHyVVZpaePwfPbfv0laGlrLx92Q1TyBLbZ3lF6LOECyudv5hDK3D",
-	"As/Pz+cMAu/juOSUsc+h18OPFzlMX5L7ThnMxFq+J/4aQrZ9Hf5CeIopeyCXlQ7M83JZBZaCrBhUt5Fc",
-	"IxNzlPK8vCtnFlVWc4Daa0RIyqYjhq0jpVQhLyS6zSkE8LEt2rWYCHghzHgQjuM5JMFMZgAdSedmKkTa",
-	"zTTKELDV1i/EiI2PP5+eIS/JxoizqFbLDHJ6hTr6SgBGxgMnFQIRLoE2qjo/oS4dpMaPscQ6fleRQdcL",
-	"NH+PGCSnN0N99Ut1qAPnkEB2fp1g1oJYJa+sRC4gWaAdY0gTwP1dcxfSaVwdz1Iicxpp9gLatgxtR4oR",
-	"8jnawGhsqu+PN/Wp16kAhYTEQHFWVtKDXR6xMoO2h3Cp7XU5lArvY8zets95N2Wkhll2aHK5j3fhOSOL",
-	"5Vz1BnEGrGrIX/Pdq9roQTpv2TcubDWp4NsoSIkQeEpGwWAUzEiS8FFwVxXyTOctnYd+iIvtltB6bi/7",
-	"wdEOK9zL4x2dpxRPM6IIUqJLdloxCNQwJhs7QMrsQh2wnpac5dU/0f9C/45C1EZ7nrKfFk0A2/Ovqv8p",
-	"y5pfZQXQ8m69Vx1pRVdJvVMaNDQp1pxsPsWwbT9LZUvhOHH1Wof29+el8cKgjzpKdZ+0+MOqWhwVqNfp",
-	"73Z0xkUfcPTGUoG6nV6/45JFNflnlTxcUeqw5ECYsvuCNkkb4/rExpqvHuPKqFZrnDo9dW3rXpDRfeq8",
-	"VGpon/eA9R1x4xzc8iKJH+YQzaqaBd5op7IR+h6yNqjjxi3wMdrY2QSzV2RwJ8KCTWe8yNHGq15nxHQx",
-	"g8363foQXSs/jzKUkpTnc3Q1dyrXCgo380xhQBIPRmzsOIJjtAHHSPfi9qY+YWYkN3CAxTvbI1Ze2i7t",
-	"OYnHxk0RFvYI8NScF1ONHShVkvKtbDNrkcehdozUsGZbNkM0LqGMtnM0Ub6kGLE/ClLo8rBeF1c1dr+3",
-	"M0YbtqYC6n39uqnzpOP6N3XGbXTk1HswW6Wvy0LBW0vXFwLhBIBSG2O43T+An8ebA4TFtS6SAPRXGwqM",
-	"NcM5aaNhrSqBwUOMWLfT6XiKEuwp4kJlAABmQcAPeoQaBboALuMo5zwdsQnPfY6PDoC/Lz8x8fSjl1Od",
-	"474TmH11fYelauFVTkbKvqdz2FnJnTLHkwmNKnGq5Huh8NvzRM1X6KvEVNbzK6tmYTpAQjQr6JWoIOpU",
-	"nclNaYkRwwzKFyzUHTLnjup6BwCoymsdrgJYztBQGPB5oDCaDvdDYW7IQ6EwN2QZH1fYtL84Kz+bHS6l",
-	"wIHlbVS5maqcPGWl+k15TDb/NeKQczWjVlVD6nnDGiduNkoPoqUHQyzYIHw4I76QWm1u472yAruQeC7a",
-	"yCQQtJDaEk/YRRbWc+EQO08sjghiz/YEPXGS8IsRvBOYxzDLTi025nvL0JSpZkV0iwH+fkzJOyU6JbrC",
-	"5RwHz7zCY60VS1gBa6wBdSuiGYa5JvPQ3vyxwFgb8oHboGAAarn6CvS7AHR8YgWcRZDkUbnIJ/MnbZSe",
-	"WMmotToV63Nso5n/wwt2SX9F9GSNWVwOdOpnPA9WsuKiCjA5YkYCzs+P3oQlgLLGqyVQcpITMTM3WxW7",
-	"LccyHlXfAnt8nPBJ2D1I6ze+WogiDYikRpP7Plb4kO911W8Ir/y43cOY+Z8JJqROYa21BPIRwnifIP4A",
-	"GK4NMLxPM/gN1NY357NVa4MOF02WqaDU8KoqRWLhh0vwgDU18AMU+DhQ4NJdWW4sluIFF/u61xF5Xg/j",
-	"HZHPwhR/GVX2vQEN7+eAFT7Ig850zjf7VuAPmx7MAhxpqe7RddzG6xTa8QERn8VFsSUjHSfj+JMw2Vgn",
-	"Ka3W2vgi8gffp03dsjtBS/23f/ju6BM6Pjn6dXh2iD4c/h1+HbGPR+/OhtPD4cf9j+/253+8O/3Yfz2c",
-	"Hr47ODD/vj18v//++ja+Pdof/vLL9D//4/+OGLQ9/PTG019QL9FT/7aqU45n4fuqisX+sJVbHDo4H4Mo",
-	"49kCYRTjuedTnab2i3r7Ef7SPxMG+f+1v/S4fN73iHR8qE/1eOBjUy/ej350/K0SAqk0t67EESKDCwDT",
-	"fQKFTSibuvgk/XXFfqePxuUaqkvsEGqA6mEMFeya8Vu3tJkuwaITqfZGbwl48oIg/3sZ+O8eHel8Kd0L",
-	"iXww5z8WIbkW4zdgkrbNeKkbcA9g8r8bM37fSEofLy7CJx/MkfeBB97oLPgcYSlJmplCNiY7fzVXjmfE",
-	"UxJCYthBGYzYw2EGqIEyGLHHwAzczP2Ibbhlo9SQxmffDNFYVy0aow2ThKhV6toMR2ycE5lTeAUjmWMm",
-	"ANmp2hU5CRE81JugPxu8qatExEQZ6WvC1AR0TBFOhbfYnvvjzXq+XycmSxpXy0txvJjqX5KctKLwbCl3",
-	"2uhwXfH9kXyv654XAj6CaWvMUVuCZL1M/LOdJNdSCLVSW0ujIYrbhaxOJyFi5NYBBjn5+Szn05wIgTZs",
-	"3bBQF/kJzXeWN80XMIilz9yUPyDMFJsTBmNI8zKAM2LGGTZxFfhGto6q6OhVvdKKTftQnQfyCZCbwSmx",
-	"4MECweu0eM9vUYrZ3KWEgRTslZ8R0h8eKWNyvY75Wv4fBQEpNShbAN0FrsTY6Dw0MR8RMZ+yKct1dj2V",
-	"3S6eLPmZtyjbSuH31HFbX/69jb2qoCT0X/s899z6IyeRMj1VOMCRMA17+a9TGU9EMKzl3PpgDNdkvhaU",
-	"ofJ463iGdnn8cw98cVWC1wtesIUAHoJcsEt8LvjCXyKy4oE0KOJ8l7CGKly0iG3Qi1riYzsF0YDX3VJo",
-	"v18oftbAXi0J1SXmwdZWt/eq3Wl32t3Bbme3A7xvhlhyvUAXNGtXFgOQFnfh4k0mt9qZ834187uLu/8X",
-	"AAD//w==",
+	"7H3rctu4muCroLhTFbuWkiVZdhy5tmpkx0ncubkdu3NOt7wWTEISjkmATYB21ClXzUPsM+yDzZNM4QNA",
+	"ghQky7H7nM5M+k/HInH78N1v/BpEPM04I0yKYPA1IF9wmiUE/j3MMvU/UaQpzufBIBgyhLMsCIMbnBRE",
+	"PYsSSpg8utHDZV6QMIhygiWJhzIYBL1Or9/q7LQ6vbNuZ9DdGWx3fg3CgDB8lZDYjphRIXk+t9N0yl/O",
+	"ZPJe/0DjYBD0e0EYXBO1lXTeUv8IgxR/OeSMkUhSzkQw6HY6nQ78fJITQVhE3pP0iuT6Ue3BuSD5MZvw",
+	"g7kk8LjXDwNBopxIvYL5dxiI4kpEOc3UGoe8YNLuvMji+85aCJIPCzk7oynhhTTnuSVXM86vRTD47Wtw",
+	"hWU0CwYTnAgFvxlmjCQnOZnQL8EgyMx2WwpwCkRn80zt97cghZNd4jgmsQKF/jMnKb8hcXARBkWeBINg",
+	"JmUmBltb5m7bkgi5pVYP7i7u7kJ1z280vOvXfTbLCUEZp0wKxCcIw/U/E8jcjosIlEmS3+DkE4k4i0Uw",
+	"2AkDxmMSDAIFv4hn6p/wi4JxTok+OsOpehA5VxgGBaMSflSQNouo17fDfti/uAvLYTKn0ynJ4fRmUEby",
+	"SwGbcEd2wl7YadfGxiShN+uN3Qu77V13rL29TwQ2uHp4uxd2wo5v+CtMk3XWh+EXYSBpCr90n3f7u/3+",
+	"i23A9fKvHfevvnqmxuQ4urakZm77HRWyftUfGWmSNs4yfUV/Co0DLdapHE7zg9T/PFK/KK//hvgo3SFC",
+	"xBmStxyZDYoGYhyXV1S+oA6XWvD/FnSDMMAJjYjam0H78nQ552kD1CIY9DQA1b8cWsly/g8Sydb24oCu",
+	"ogmXcwy21QmPmZCYRWRBdlHzAN1SOUPDkw8CYRajz+QKnRRiVj8jAxEY4UPOJnRaKD5hb+2azN1fNXpc",
+	"kzlAZXhw2O1tvzx69ToIA0lwCr+eHQ3fd3vb/Z1d9SvPaAT8LW3bi9LEpy8xuFuLwGJyQyPA5p7C9ga9",
+	"TaIUAEBy9dYwAmbqOUy1JNDd3uQF3iW9XqvX39tu9V9g3Nrb2em1ur2dSRf3o53ne+pq/3Erj4UoSK75",
+	"e1ZcJVTMfi64xIDzmpzeAv2+2hsedl52jvpH3YP+wfbhi2Hv5fOj3Vc7Q/VX72WwFm3d4Ext8KteK9JT",
+	"Hxy9Ovy5c/rq9Do+/nSevTs76n486x6cnicfzn/55de/fX6V4M/dL/HfkhfTv3/+6R+/vv4l/bU3y3Aq",
+	"xdXnnZvozat5tH3ajVncJ3/Lnk/edFuT/lCjmkI7xRwwTSQf8Ez8u72siKfBnYtqfvF5y+vC0+LfgyWo",
+	"+l8LryNH1xZq3V5DJk3Wk0Xtfn1YTmRO11gu7LR7demL4zN+Tdga0m9d2eeTdvaG/CLP3kj9HvRvGq4/",
+	"GMEPRnAfIwC5eqJP/knjlx/dJpRRMSMxMmBy0c78ZNBurVu3pD7ogrpjKFjxDbvQkvF9NZ5nhKnX956X",
+	"1wYYmhVXNG5tb0+2J7t7pHXViXZa/e29SetqpzNpTTB5sT3Zjfp78QQ4kFKQut0XO2EgJJZA2pwpgpI4",
+	"nxL5ljI1KTA3IqQoH8C+AV/13yD2L4CrZjjHKZGgCoAVevxS/SMmpfAHlQU0VkTjtlKW9IVYrYSqNzIs",
+	"FYQNw8FZdkkVZ8nJ7wV16FVEM5JitUCKv7wjbCpnwWC3HwYpZfbPrtqUlCRX8/7f34atX3Hrj07rxeVo",
+	"1Lr43/+mDjUHxixkTtk0cDnPss2X2giNQ4TR+fnxy/pJ1qRAz1nt1A848PZu7cDqT/fEndaLYesVbk0u",
+	"vu7dtdw/+w/5s9u78wHrTm1SZJwJ7Xg4wPEp+b0gmoYiziSgGaieCY2wguLWP4QC5dcKYE0gyxJDUFoI",
+	"ia4I6iLJ0W5fqbU5jhSGKdE8bP2KcOsP1Gm9QJeoFSLGJRoF6VwNHwVwK3nOc4DsDU5ofKm49J0Lyn/L",
+	"ySQYBP9rq3KnbOmnQv2UcnZ5BHPAaRex4YrHc0QFLA1LoJ8+ffwQIp4jjIBJoKuc4GuBMMqLhKANdTxn",
+	"HiTwXKDbGY1mm221t8OkEJLk5wzfYJookfAYYKo9RnrGZwKdkpgKFHOiN4yZuCV5iARHcgaHiAmKMFPP",
+	"coKjGVKb5XJGcrGvRswom6JbLJDiH210SmQ+RwmWJHeBbda7LJwjPBnQDXhQqvbKWTJH//kf/2/Z9uG8",
+	"cD4q7RN9aDThOZzObFaDnrNJQiP5WIAb7OU5uiaAHTjJCY7nSOJrwlxQKe5GvlDFYJ8ULfXq6nxmB2Zl",
+	"4G+KO+BEj3/kSZV2ooAJIkwR6QyzOCGwcq5Zwb6C/QwLdEUIQwmfTklcJ029n0v9w5OBYchQwciXjESS",
+	"xHajsAaA4QOXr3jB4sdA4AOHqwazlMZoFPR7dbajrpdxeTmBlZ7saB84EkU0g8V5Xkqk0N65kirq0lOc",
+	"THieKngrTQfPE660d/5OSe7HXr253pIDJmpStT5mqLfb6/b76GouiXDhod69lJxfwstPi/Ir97Ozi97S",
+	"AwDDOcOFnPGc/kHix8FAsRxCYgEwx3FKGZLKNBoo9hijoVkG5hugA4JzkqNR0elsR2+OTofvXl4OX74/",
+	"/nB59vHt0Qf4nbjAKtyNPimoajtDM4JjkgO+UCEUh+d5JSMinOfz5gnboCmZJUHZU8/OtFcXtOKcZySX",
+	"VOsFlbPJK57MU8U+jEKLOAu10O92OgomVJIUhjdUEHAWHuuHoEyb5zjP8Vw9jrHE/mXBT4fUc4QF0s5S",
+	"gXISEXpDEJUhwhKlXEjU7aC3B/uoEAVOkjkIeCTJF9leVImsKrd8QfUcZCkSEucSBKriH1khZiQfKNjr",
+	"f15axjhoax+q1fF6zjkdvbVSF3/Tm3CcfAYOF+U4ro0j7Vf0XFjNdVxC/YrzhGDWMG+/BorJYGWyKCOw",
+	"pSx+H2RK+9Y3X8PNXL6igKBw6q7pdfa9QWMvioA72o86Nb+0b0qfk/qe9xo+a9/b1oPt2ZTHj+2Dl2Nw",
+	"rwt/j5fbt7fK7f21IrtVHOezHqDG1qmvgZRg1OiIQOm1tzgR1lHOBwbfARbu0HthK26niXgNLHOg4aK8",
+	"C/4lNHUIL4NQSZKPE3AOrALiMMs+Gv/4XdgkR43XS/XMjYYhtLmPcsxinqKYTqlU1gVhCF+B0l7nJcpe",
+	"XmQljQNd1KNP9b3pcNOaqDLU5tdKNIEJl0DVRkAWtnDsp/zlgudjFBUZJXEpfZSVkCtN8WoOPNpl/w0Z",
+	"tOqEaoeHesrFkzaiHgt7yghbCOZYw8YRNiWxLkLuGEipRhAlDJbA1KKdF8N4ZnZio8ihEmP5HHFmH+JE",
+	"bW21/Gho5knCb43EbWmxKJzjOVzuYSKjvspbQjLQWxIsJPpg1lEnAdPQgKW0A81saHhyjDZeH52hLYWI",
+	"W1+1/+luy4Jx66v516XCkrstPe3mPuooDYpPJobCaFqkOtQJDhr9ZydcQ67Vj/GK51Mi0TXJpD0CnkhQ",
+	"bEHDZ3OU0iSh2gMv1D6UraeV0phMcJFItKGua8aLfFPzAntYtWNW2/Bup79n4rmrd22Ean2z4EyNwOZs",
+	"MiXU3gxRwejvBWnwoG5vL1xHODf8AOVDlNCUSnMBjDM9/8rN+6V6fQHzAGUkRzYCarFmCZS7nc7mgxZf",
+	"UBXqW/hE/yD6dECA1TZ0wPaZQEokXlI24Ut31OuvsaVKH2lsAH733eVad+jVZeorHAGFI/fNS4h0IHUq",
+	"iPOuYhBenabpMOKiHiOXMywRI1TOSI4EnTJEGWI8t7u4IsryUPyutL9KdqEsIKo0+Bq5rwTuYxSqldbN",
+	"nZ+hn4Nu8oOf/+DnP/j5D37+g59/1/zc2BJOokqD96IMT4lGJ3OmKk0lRFjjz6F1sb05OztRLPGZsL8d",
+	"lbdRZ/mkZMNrnbG+T5h0De8cI1/kZVTkQkcimsgqNXdLeU4sr5xwJWz2degGBqqzq7/UXACMdnCfe8yc",
+	"7eJeeOtzLBic1qm46OKy7y88WWbCa6cgjUPjGHZ5v3YJt/QDQX4vFK+o/MQLa0CqjcRp5mF+zrRIUMVz",
+	"FMzOGf2CSMajmZqwdCNRJnf799ub4NDRRzYORncPPug6aNzwcDSTqBZgRVOCroi8JURnOOoMLZ9VbNOv",
+	"FsGt2ASPyTOBaKwoH9vo3z4iaSaVFoSwAs80IU2j2+GCOpnLd5s6N0cgnCv4Kj5lkZPHRPMpHX40ITCm",
+	"mMxver8XvqVMotiaRGjA+0mP8rgfTDJWc+ufFZWBFgVQhQgvBAxDjSEuUoaIJzEREk1oLuR+6SV53qs7",
+	"Se5FJs/ubBLYgs6EE0E0L6iAqV4WiEqlNIGyA0wwy3RyaJkNBn+BbqV0JhOpxylnUzVXqjmJzloz10YY",
+	"+oPk3CuhGhSgUSG0eX1NLK6OZEFfXukK6vhUXnqdRvyRhc8KqaQOxVIiEAhbgTYE0SSuZoA4z6YXmXUO",
+	"X3PSMcwyHpQ5DGYNQI99NK5S/uCdHEuC+A3RmreFAroiE8W5qXRx3RYHOFmDPsy3eYQLPjJmbkvrcYCu",
+	"fILGAN6xL1TECqVb3et2NCETgEe5vO+W3DTlhYizRbs2OsnpjQLLNZlrxGLK0EI5kUXOSBzq3IXbGQGt",
+	"Rc7IHN4SRC7KYpvM2DDKaqmNPouqkee45JUlvlOb+uh7pPMfPU8gGfHrPeK3vi27h3JFO7+eLayf03cj",
+	"3xCLKlMvm3d4SqZUSQQSI/OOX8SstGRN6mb9upYncnrjO+sAcumUerwPVktCZE46qOdpPTt0eUDr7ZJA",
+	"2zcEq6ps0RoQndxRf+xM53zeB7hqmmrQIrR86k51UDd4VYGvAaxQ065GCXuqCv0eElSyfOehkSU77uHh",
+	"JU+mYxlZWh5S2t5dM6TUTPFuaoRlOvea2k/JmO8NRJZTr4LzA+IiVQKOx5mG3pI5mtDE6BdTekMYupoj",
+	"k3fi5/aH+ISkHuv6i8wxOhyiSL0+oRGWRKCNk6P3m8rElXmhFDOeIzXHeZ54Rb569tay/dWxwPJl726g",
+	"Eqed7emcELC8KZtqb5Ha0tLVz0rRss7yZ1bauDkQO7tL3j7XjNOz0yssCDo/fWeVfSqQLbvCGW1nhZi1",
+	"cWbSwxdyLvp7D01pmETppxqD/smkFDWU28P3yDByhPWLAEKFMhZJhBeUkyj1nlbNuOKwkyhtTzmfJgRn",
+	"VKx/2JqM8OEljiKSSRIjCq8p4igEydFPn89EY4mdbi+8X854nJFipugoSfgtiUEFjPG8dBVq39q67jEj",
+	"Re7FKmDanyrR0nTAmPoCxHMDYnR+egwZssrG/GV4cvxSU8g6QLhbwZHWd+z/YEg/GNIPhvSDIf1JDMlN",
+	"cllQ3NJlAZiTerQD0bhMuqkl26CNZnhGgLG8uToRdMG3bNwlK6MYKwNRogogxH4r0NQ9N6d4SYWkLJLN",
+	"AI9YebR7vK3GQVHfvU+BrVe0efwG32IulzVrC2fVpox2buYk00lU2k1nJALlDJUz+AFpa+AWM+yrOQTK",
+	"yaQQOkULoymW5BbPIeldy7AiWzK5U1XndX2WUeXalm2di7vAvrF5UMEkTcBZWPOcr4Sirdz7RhDq4f4j",
+	"OoWAPownvlBdHbYlr3SB61/MFAx+LX16dmxV3agWDnVFoc+759YYVtO4xYaaspaPXQVHvHiPBueVKuI/",
+	"U1nM2Jz02G5KoQHsSntCTaK6okqxBvVWF1Q7fbWwBatzQHNxYVXj7ZaJG2xyXQj3cwO/re3UsK5pazd4",
+	"zH0Wd7WAb4s2PrqwL9N0YzEwyGIklGaLExsXzMC3ChUg/shyo2XHol85mVc8+RZiN3C3Ok3f1PhIq72k",
+	"BDNhlGszao0s/XpzEJ8af00hQEdYuZLSnTXLcddU762dk2rgCwhXi8k+X5SahU9/+zwjVQRW2QwnHz+d",
+	"kXgf1IvB1lalaWxtraO6NbBjma/S3bfDJmy+DjcpvFWO6+UNVgaI02hlSd8Vm25+aaOXEY5m5DKlopl7",
+	"rpMXvIyoVmnjN8oY0RVnuiiJT8ztvVGYG6PhyXEbjeGFMVQJIjHjuUQpjmaUkVZOcKzU+RFT1402lB1l",
+	"ypHQ2Fa0KiMHyyIn4xCNy1qz8eY+GjsbGuvUIDJiCpVAAVGzZYQr82LEFmy+2mF8QZhyHpBa5EuWYMoU",
+	"5WAdP7zNuS1tcYoB65XSuJCz6gBVzVGq6L5eQwhpHe+Pzt58fDkasZPh2ZvRiP18fnT692oNnGVIa9Je",
+	"64T4L+oTwBwgbIK18GKodGXB8DW5jLAg9Y0vAP/+lANYvF6M5fU4CxIVOZXzT4p4jf0NxVXQdMOLZjoe",
+	"xidosaqsHZgyLeCGUIFWbVWRrC4Ro2zCPUkDmOEpQdjiq4mdl8kkZbD1pBAzJ+IKkcA3Z2cnYXk3IyZw",
+	"SqACWtiklPFMT6umGcM89pdyqjFSRIYh7JwlhdBTKRmIQFpWeYy2rvqqmCobVfBEIQ+OBaJysz1iIwaF",
+	"byfHihCMlaxUHUEk1GCNF2E3RhtYooQoxbC7O2JV8fnmviFkW3MIdeoQOdblcuNVtX9geuk0jnF7xEoN",
+	"9AbnFJKnqEAFE0Ra7w2Uc+q8AYH6nX4brmBKdJAekcmERBJxNmJAMgUDrwdEyRX8IdFBh1ohISgyg1Ns",
+	"XtApQu+OUcwBUgc8psY59NOnjx8GwMc0ksHrthBc5y26lXKmzhJt9LvbI3ZF5pzFm210BMfQnNA2DABI",
+	"UZPfphYwSFbxS82WJJVAcpZnQhHi8OQ4CIMbkguNqd12p92xKjbOaDAIttud9nYA3RBmQEVbQEZbN90t",
+	"W7Iy9aXI6b26OG5lP2iRMWGS4kSEpcdNIa5NCQP4uniNEirkWPH1WzgpeDbKkDz07VAq2VDtqNFModfp",
+	"rF+eautgrH7nUwfsq1u2ludu7aLSaoS3nlSd1K2fobrguN/pLpu4POnWeaPKdUcfe/Wgeg07nKNs2KI2",
+	"aghn2eXBnZn7A1GBp6IqPVLmFBce1HhFSRILlJCJRLyQmvqc9EzwvtZuX6vmJkeCxTwdsectKMqCmJqJ",
+	"pV2TOexIy67QsqfQpFSXiheLR8yTWMlZiBh3MiK11ykEX0rTAxGOWLfTM6XZ1iEGGaea3Oq4qWONQ2ht",
+	"ZHjdAY/nD8TLSZEk9aY6h0q/ZnV6wgsnAKBgS1y1Xk8PbDXo7RhY6+/3T2/eCQ5B3ICLZj4aMxVTVXhr",
+	"kMs5/t2DCNfEi+/qGgn02VrgON2Hc5x1uM3DOM0KLqPYq5A8J5bBrMErnKY038qT+p0X9w8qm4eoAd3t",
+	"+wc0+zE8BfPTl210Ig9ruwsbcrAsiNDsLiG+ANNL+F2USjYk2EnhiL2EXtcVOqTnGrfRq5ynWjfiDDFy",
+	"W0vdLrnztcl/ihIuSKx/73c6XVjLZi2jCCeJAFvAvmPHTolE/U53UbzqvVsW9q3yVVGdi8JNvX0BYfWy",
+	"cRu5TYLGX+/G7UdgYf/+QWVbk6fAJn2I5dgU+lUoS6yP0ZuUxjRGWQ5tGHUIpX6vr4l87KX+S1jY93T/",
+	"pruwvkjiyCa/0uS0f1uSk1S9sqXbw91dgIbu8/KNLXKMQ51tBD74EOUkS3BkuNHtTBl6SslGG5gZlxn8",
+	"qQWyGDG9bzPZpk/L0XH1x2o5zRo5p6FokbOGLscnk+Xt2KGx412j0qSa7lQDQJ/fvKGvSJlR4DNV1hlh",
+	"MaTHuuv4WhqbLslrKC0PoQCTq7CW1tH5oXU8Cb1/R2oKuCBMfroWB0Dd+07DOXRtCj5pbvLzH6TP3FPg",
+	"udT+L4tyKnVHbURY56AtHNtQgm1cq1kdW2/SZjhijNyWVRIr67C0NjNi4wcXqY4BaNqvMNCuMadHExIS",
+	"s1ggysqaWP0VgNJp2UZjXUIF3mEYP3Yqssb2yFBhppP520h/S0J7fTVgGC/rT6dEihHrdzolZC5jKsCa",
+	"Hfs4rxbitUq0YEGQLPhnbLxH7aveJqrU1nY6psHm7wWBds2mwybYlYHLFqx5VbaeLwt9naSNri++58Oc",
+	"e+FXcyN3n+/2uy/60PK/A53SfXs29XFLGoD2u4uu54tHqrpl8d9vttYt+DoKUiIEnpJRMBgFM5IkfBTc",
+	"lQVgYFrbaAqY5/XDdWq1YYPaQ8gGXo9RN8ohfW3/yoJIh1qfibLqtGLgj2r8VvEFVnbbt2Swj6SS+FQq",
+	"iwcEs6vZ6ixv1O+hVssMaBmG88Ft/9YkoKdtAVfbvyXfjUWq3TStTEuaVKzChD/+4qqsGrWGfPP0W60L",
+	"q6GvsLbO3i2DrcUfnk5JDhdzvCzKKR6BNs5P37WIiHBGoK7R9oDcrLObdN4yw/zth10Zs27/4Z7hk07H",
+	"5QVutEJIGzyD0P+3mg9eX+27RYeEXmo8WHBCePwO22HT6aAdDNuhdkrqbBzXY0nFwhzabKFSlyaXuWTC",
+	"46TQe/suDdrQQjb+nkzbU0glc7SiGkKwuLr5h2md2nf/9Ph8ziA6Po5LTBn7vG56+fEihum+DN8pgpmA",
+	"yPeEX0NIiVsHvxCeYsoeiGWlDfO0WFZlNEPqCvQmkFyXD+S6D4NRrMyhyuZ5IAGJUNbPiGHr7VCskBcS",
+	"3eYUouzY9mFejNZbFU3HzHgOmSomfI+OpdMMBcLhZhseg2rExicfPy2YUtZk4rb3gY3dK2WukDPCJFQv",
+	"xAMnXwHMBYE2qtatoe4Gq9ZXmrEOslVg0C3gzd8jBhlkm6Guz1YT6ug2ZHk5v04wa0FAkVdSIhcQ0dfe",
+	"K4jl6x4fWltxBlc+1JTInEYavQC2LQPbkUIEpd9hNDafXhtvatf0GgbjiJUW4z7CJbfX3SerpFwj9rZ9",
+	"dp7pDDzMsiNjIny7n40zsviFDn1BnAGqVkpO5WCrPnflqkEX4f32jVGOSvPmIX4wtyvyU7vCHhySsMS9",
+	"PCjxKLPo0NVI4SsMlgwCx2YYICV2wWbvacpZ/kEH9H/Qv6MQtdG+50sONWX1n/VJB1l2bCk/6lC2c/Ky",
+	"I83oKqp3vvZgnUI52XyMYNt+ko8VCEeJq7ev//PMz9qi3+Tv7D7q8EdVA3AqUK/T3+votAjthdQXSwXq",
+	"dnr9jgsWNeTP6mK/ont9iYGwZfcFLZI2xvWNjTVe/StNZ8P7lL1Ucmif9oB1IxejHNzyIokfphDNqsZC",
+	"Xq+ukhG6WYgWqONGq5Yx2tjZBLFXZFC4aCtCZrzI0cbzXmfEdMehzXoDnFB38qMMpSTl+RxdzZ2PkehO",
+	"S9T0eifxYMTGjiI4RhtgRrrdVTa1hZmR3OTsLTZWGbGys0opz0k8NmqKsLUJUEOS82KqE/xKlqR0KzvM",
+	"SuRxqBUjtay5ls0Qjct6Azs5mihdUozY7wUp9Bc/vCquGux+bHWMNmzjI9T78mVTJzON6x9UHbfRsdOU",
+	"yVyV7mmhPdQGrs8EwglkM2+MoQXPAH4ebw4QFte6kxHAX10oINYMg++61jrIJC2OWLfT6Xg6B+0r4EL7",
+	"HvCPQ1QOZoRGQvqbJoyjnPN0xCY8X+7gflN+NfDxppfTQus+C6zykq7LoVb4Vc+qnprfkx12VmKnzPFk",
+	"QqOKnCr6Xuiz/TSh7RX8KjGNzP3MqtkHHNIVmw3Ly9Rd6jQ6zE3/pxHDDHoMLbS6NHZHVYMJWc5l7aXL",
+	"AJYjNPRhf5p8VQ2H+/NVb8hD81VvyDI8rhLI/4e4sCsqcHLnN6oEiuoLYZSV7DflMdn855BDztWOWlXb",
+	"0qd1a5y6KSN6EU09GHzBJg2XM+JzqdX2Nt4vP6olJJ6LNjJRfk2k1iuP3fT/esIaBLgTm+wLvmdrQU+c",
+	"TLlFD94p7GOYZZ9sAuv3lkZR5oMpoNtCne9HlLxWpFOmQLqY4xQdrdBYax2NVtQe1KppKqAZhLkm89CW",
+	"59p8A+vygZYNIABqCXVVZc5CNcIj29QtVjIcl4d8NH7SRn+olYhaaya1PsY2hvm/pWeP9Fcscaghi4uB",
+	"TpOrpyloqLCoqmoYMUMB5+fHL8OyyqGGq2U1wyQnYmbaTyh0W15wcFx93vnb/YSPSrCH3LvGh+hRpKsW",
+	"qOHkvu/PP+QTzPU2Hiu/V/4wZP4zM/6p0/1yLYL8BmK8jxB/VAGsXQVwH2fwC6itr86XiNeuDFgUWabN",
+	"YUOrqhiJrRFYkrRfYwM/Mve/LXN/6a0sFxZL8yIX57pXEXlaDeM1kU+CFH8ZVva9VQPcjwErdJAH2XTO",
+	"Z9hXFAk0NZiFnOGlvEen4Y3X6YbnqxZ4EhXF9nV2lIyTD8JEY52gtDqro2Q4/fKC4cFht7f98ujV66De",
+	"Gy9oqf8Ojl4ff0Anp8e/DM+O0Nujv8OvI/b++PXZcHo0fH/w/vXB/PfXn973XwynR68PD82/b4/eHLy5",
+	"vo1vjw+GP/88/c//+P8jBmOPPrz0zBfU++gFZ0fD993edn9nN6j1zAsinrateoONcfm7ba/mwMH59l7p",
+	"zxYIoxjPXVDUG7Spt79BX/ozaxX+R+tL3xbP+x7LER6qU3174mOTL96f/ejoW2UKpOLcul1WiExeAIju",
+	"U+g+RtnUzU/SH8zvd/poXJ6h6jQDrgZo8clQwa4Zv3X7j+o+aTqQattulAlP3iTI/14C/rvPjrQHeSb8",
+	"KZEPxvxvzZBcC/EbaZJ2zHipGnBPwuR/N2T8vjMpfbi4mD75YIy8L3ngpY6CzxGWkqSZqT4y0fmruVI8",
+	"I56SEALDTpbBiD08zQA1sgxG7FvSDNzI/YhtuL0d1ZJGZ98M0Vi3FhyjDROEqLXT3AxHbJwTmVN4BSOZ",
+	"YyYgs1ONK3ISInioLwElWJJ8U7dyiokS0teEqQ1onyJYhbfY2v3xZj3erwOTJYyr46U4Xgz1LwlOWlJ4",
+	"spA7bUy4Lvn+CL7Xec8zgbJCzGwjWGr7hK0XiX8yS3IthlDrh7nUG6KwXcjKOmkWBTnx+Szn05wIgTZs",
+	"c89Qd+ILkSbATfOZKmLhMzc9iggzHWFtASrNSwfOiBll2PhVuCy9Ktp7VW+HZsM+VMeBfATkRnDKXPD7",
+	"KjLf8Fv93VIHEialYL/8cmWvXp/Ze3h9Zu9h5ZkXj6b8zNs5dSXxe5qtrk//3sFeVlAC+q9tzz01/8hJ",
+	"pERP5Q5wKEynvfzrWMYjMxjWUm59aQzXZL5WKkOl8dbzGdql+ecafHHVJ9+bvGC79Twkc8Ee8anSF/4S",
+	"nhVPSoMCzneZ1lC5ixZzG/ShlujYTtdSwHW3X+lvFwqfdWKvpoSq08hga6vbe97utDvt7mCvs9cB3DdL",
+	"LCkv0F1H25XEgEyLxQrZektS5/1q53cXd/8VAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -140,6 +140,8 @@ type App struct {
 	ClientEvents             bool      `json:"clientEvents"`
 	CreatedAt                time.Time `json:"createdAt"`
 	Enabled                  bool      `json:"enabled"`
+	HistoryEvents            int       `json:"historyEvents"`
+	HistoryTtlMs             int       `json:"historyTtlMs"`
 	Id                       string    `json:"id"`
 	Key                      string    `json:"key"`
 	MaxConnections           int       `json:"maxConnections"`
@@ -157,6 +159,12 @@ type AppCreate struct {
 	// ClientEvents Allow client- events.
 	ClientEvents *bool `json:"clientEvents,omitempty"`
 	Enabled      *bool `json:"enabled,omitempty"`
+
+	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
+	HistoryEvents *int `json:"historyEvents,omitempty"`
+
+	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
 
 	// Id The app id (A-Z a-z 0-9 _ -); random digits when absent.
 	Id *string `json:"id,omitempty"`
@@ -206,6 +214,12 @@ type AppOptions struct {
 	ClientEvents *bool `json:"clientEvents,omitempty"`
 	Enabled      *bool `json:"enabled,omitempty"`
 
+	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
+	HistoryEvents *int `json:"historyEvents,omitempty"`
+
+	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
+
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`
 
@@ -231,6 +245,26 @@ type AppOptions struct {
 
 // AppUpdate The options of an app, every one optional.
 type AppUpdate = AppOptions
+
+// ChannelHistory A page of a channel's history, as the Channels HTTP API's ChannelEvents.
+type ChannelHistory struct {
+	Events []ChannelHistoryEvent `json:"events"`
+
+	// NextCursor Set when more events follow; the cursor of the next page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// ChannelHistoryEvent defines model for ChannelHistoryEvent.
+type ChannelHistoryEvent struct {
+	Data  string `json:"data"`
+	Event string `json:"event"`
+
+	// Id The event id, <milliseconds>-<sequence>.
+	Id string `json:"id"`
+
+	// Timestamp Milliseconds since the Unix epoch.
+	Timestamp int64 `json:"timestamp"`
+}
 
 // History defines model for History.
 type History struct {
@@ -486,6 +520,15 @@ type PayloadTooLarge = externalRef0.Error
 // sentence for people.
 type Unauthorized = externalRef0.Error
 
+// GetAppChannelEventsParams defines parameters for GetAppChannelEvents.
+type GetAppChannelEventsParams struct {
+	// Limit Events per page, 1 to 100.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the page before.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListInstancePublishesParams defines parameters for ListInstancePublishes.
 type ListInstancePublishesParams struct {
 	// Limit How many publishes, at most; default 20.
@@ -645,6 +688,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
 	UpdateApp(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetAppChannelEvents A channel's history, newest first, for the debug console.
+	//
+	// The events the app keeps of the channel (its `historyEvents` setting),
+	// newest first, as the Channels HTTP API's signed
+	// `GET /apps/{app_id}/channels/{channel_name}/events` gives them: the
+	// admin token stands in for the app's signature. `cursor` is the
+	// `next_cursor` of the page before. An app that keeps no history gets
+	// 400 `history_disabled`.
+	//
+	// Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
+	GetAppChannelEvents(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DisableApp Refuse the app's connections and API calls.
 	//
@@ -953,6 +1008,28 @@ func (c *Client) UpdateAppWithBody(ctx context.Context, appId AppID, contentType
 // Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
 func (c *Client) UpdateApp(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateAppRequest(c.Server, appId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAppChannelEvents A channel's history, newest first, for the debug console.
+//
+// The events the app keeps of the channel (its `historyEvents` setting),
+// newest first, as the Channels HTTP API's signed
+// `GET /apps/{app_id}/channels/{channel_name}/events` gives them: the
+// admin token stands in for the app's signature. `cursor` is the
+// `next_cursor` of the page before. An app that keeps no history gets
+// 400 `history_disabled`.
+//
+// Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
+func (c *Client) GetAppChannelEvents(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAppChannelEventsRequest(c.Server, appId, channelName, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1512,6 +1589,86 @@ func NewUpdateAppRequestWithBody(server string, appId AppID, contentType string,
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetAppChannelEventsRequest constructs an http.Request for the GetAppChannelEvents method
+func NewGetAppChannelEventsRequest(server string, appId AppID, channelName string, params *GetAppChannelEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "channel_name", channelName, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/apps/%s/channels/%s/events", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2227,6 +2384,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
 	UpdateAppWithResponse(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error)
 
+	// GetAppChannelEventsWithResponse A channel's history, newest first, for the debug console.
+	//
+	// The events the app keeps of the channel (its `historyEvents` setting),
+	// newest first, as the Channels HTTP API's signed
+	// `GET /apps/{app_id}/channels/{channel_name}/events` gives them: the
+	// admin token stands in for the app's signature. `cursor` is the
+	// `next_cursor` of the page before. An app that keeps no history gets
+	// 400 `history_disabled`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
+	GetAppChannelEventsWithResponse(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*GetAppChannelEventsResponse, error)
+
 	// DisableAppWithResponse Refuse the app's connections and API calls.
 	//
 	// Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
@@ -2767,6 +2938,82 @@ func (r UpdateAppResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UpdateAppResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetAppChannelEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ChannelHistory
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *externalRef0.Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAppChannelEventsResponse) GetJSON200() *ChannelHistory {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetAppChannelEventsResponse) GetJSON400() *externalRef0.Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetAppChannelEventsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetAppChannelEventsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetAppChannelEventsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetAppChannelEventsResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAppChannelEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAppChannelEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAppChannelEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAppChannelEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3941,6 +4188,26 @@ func (c *ClientWithResponses) UpdateAppWithResponse(ctx context.Context, appId A
 	return ParseUpdateAppResponse(rsp)
 }
 
+// GetAppChannelEventsWithResponse A channel's history, newest first, for the debug console.
+//
+// The events the app keeps of the channel (its `historyEvents` setting),
+// newest first, as the Channels HTTP API's signed
+// `GET /apps/{app_id}/channels/{channel_name}/events` gives them: the
+// admin token stands in for the app's signature. `cursor` is the
+// `next_cursor` of the page before. An app that keeps no history gets
+// 400 `history_disabled`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
+func (c *ClientWithResponses) GetAppChannelEventsWithResponse(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*GetAppChannelEventsResponse, error) {
+	rsp, err := c.GetAppChannelEvents(ctx, appId, channelName, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAppChannelEventsResponse(rsp)
+}
+
 // DisableAppWithResponse Refuse the app's connections and API calls.
 //
 // Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
@@ -4519,6 +4786,67 @@ func ParseUpdateAppResponse(rsp *http.Response) (*UpdateAppResponse, error) {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetAppChannelEventsResponse parses an HTTP response from a GetAppChannelEventsWithResponse call
+func ParseGetAppChannelEventsResponse(rsp *http.Response) (*GetAppChannelEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAppChannelEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ChannelHistory
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 

@@ -58,6 +58,24 @@ func (e WebhookEventName) Valid() bool {
 	}
 }
 
+// Defines values for ListChannelEventsParamsDirection.
+const (
+	NewestFirst ListChannelEventsParamsDirection = "newest_first"
+	OldestFirst ListChannelEventsParamsDirection = "oldest_first"
+)
+
+// Valid indicates whether the value is a known member of the ListChannelEventsParamsDirection enum.
+func (e ListChannelEventsParamsDirection) Valid() bool {
+	switch e {
+	case NewestFirst:
+		return true
+	case OldestFirst:
+		return true
+	default:
+		return false
+	}
+}
+
 // BatchEvent defines model for BatchEvent.
 type BatchEvent struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
@@ -108,6 +126,18 @@ type ChannelAttributes struct {
 	UserCount *int `json:"user_count,omitempty"`
 }
 
+// ChannelEvents defines model for ChannelEvents.
+type ChannelEvents struct {
+	Events []HistoryEvent `json:"events"`
+
+	// NextCursor An event's place in its channel's history: `<milliseconds>-<sequence>`,
+	// increasing with every event of the channel.
+	//
+	//
+	// Example: 1764194400000-0
+	NextCursor *HistoryEventID `json:"next_cursor,omitempty"`
+}
+
 // ChannelInfo defines model for ChannelInfo.
 type ChannelInfo struct {
 	// Cache The cached event of a cache channel, or null when the cache is empty.
@@ -147,6 +177,31 @@ type EventData = string
 //
 // Example: foo
 type EventName = string
+
+// HistoryEvent defines model for HistoryEvent.
+type HistoryEvent struct {
+	// Data The event data, as triggered.
+	Data string `json:"data"`
+
+	// Event The event name.
+	Event string `json:"event"`
+
+	// Id An event's place in its channel's history: `<milliseconds>-<sequence>`,
+	// increasing with every event of the channel.
+	//
+	//
+	// Example: 1764194400000-0
+	Id HistoryEventID `json:"id"`
+
+	// Timestamp When Herald took the event, in milliseconds since the Unix epoch.
+	Timestamp int64 `json:"timestamp"`
+}
+
+// HistoryEventID An event's place in its channel's history: `<milliseconds>-<sequence>`,
+// increasing with every event of the channel.
+//
+// Example: 1764194400000-0
+type HistoryEventID = string
 
 // InfoAttributes Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
 //
@@ -352,6 +407,24 @@ type GetChannelParams struct {
 	Info *InfoAttributes `form:"info,omitempty" json:"info,omitempty"`
 }
 
+// ListChannelEventsParams defines parameters for ListChannelEvents.
+type ListChannelEventsParams struct {
+	// Limit Events per page, 1 to 100.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Direction `newest_first` (the default) or `oldest_first`; only `oldest_first` goes with `after`.
+	Direction *ListChannelEventsParamsDirection `form:"direction,omitempty" json:"direction,omitempty"`
+
+	// After An event id; only the events after it, oldest first.
+	After *HistoryEventID `form:"after,omitempty" json:"after,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page, to read on from there (with the same direction).
+	Cursor *HistoryEventID `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListChannelEventsParamsDirection defines parameters for ListChannelEvents.
+type ListChannelEventsParamsDirection string
+
 // TriggerEventParams defines parameters for TriggerEvent.
 type TriggerEventParams struct {
 	// Name Event name, when the event is given in the query string.
@@ -402,6 +475,9 @@ type ServerInterface interface {
 	// GetChannel Get the state of one channel.
 	// (GET /apps/{app_id}/channels/{channel_name})
 	GetChannel(c *gin.Context, appId AppID, channelName ChannelNameParam, params GetChannelParams)
+	// ListChannelEvents Read a channel's history (a Herald extension).
+	// (GET /apps/{app_id}/channels/{channel_name}/events)
+	ListChannelEvents(c *gin.Context, appId AppID, channelName ChannelNameParam, params ListChannelEventsParams)
 	// ListPresenceUsers List the users subscribed to a presence channel.
 	// (GET /apps/{app_id}/channels/{channel_name}/users)
 	ListPresenceUsers(c *gin.Context, appId AppID, channelName ChannelNameParam)
@@ -558,6 +634,75 @@ func (siw *ServerInterfaceWrapper) GetChannel(c *gin.Context) {
 	}
 
 	siw.Handler.GetChannel(c, appId, channelName, params)
+}
+
+// ListChannelEvents operation middleware
+func (siw *ServerInterfaceWrapper) ListChannelEvents(c *gin.Context) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "app_id" -------------
+	var appId AppID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Path parameter "channel_name" -------------
+	var channelName ChannelNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "channel_name", c.Param("channel_name"), &channelName, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter channel_name: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListChannelEventsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", c.Request.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter limit: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Optional query parameter "direction" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "direction", c.Request.URL.Query(), &params.Direction, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter direction: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", c.Request.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter after: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", c.Request.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter cursor: %w", err), http.StatusBadRequest)
+		return
+	}
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		middleware(c)
+		if c.IsAborted() {
+			return
+		}
+	}
+
+	siw.Handler.ListChannelEvents(c, appId, channelName, params)
 }
 
 // ListPresenceUsers operation middleware
@@ -757,6 +902,7 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 	router.GET(options.BaseURL+"/apps/:app_id/channels", wrapper.ListChannels)
 	router.GET(options.BaseURL+"/apps/:app_id/channels/:channel_name", wrapper.GetChannel)
 	router.GET(options.BaseURL+"/apps/:app_id/channels/:channel_name/users", wrapper.ListPresenceUsers)
+	router.GET(options.BaseURL+"/apps/:app_id/channels/:channel_name/events", wrapper.ListChannelEvents)
 	router.POST(options.BaseURL+"/apps/:app_id/users/:user_id/terminate_connections", wrapper.TerminateUserConnections)
 }
 
@@ -1092,6 +1238,100 @@ func (response GetChannel500JSONResponse) VisitGetChannelResponse(w http.Respons
 type GetChannel503JSONResponse struct{ ClusterUnavailableJSONResponse }
 
 func (response GetChannel503JSONResponse) VisitGetChannelResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannelEventsRequestObject struct {
+	AppId       AppID            `json:"app_id"`
+	ChannelName ChannelNameParam `json:"channel_name"`
+	Params      ListChannelEventsParams
+}
+
+type ListChannelEventsResponseObject interface {
+	VisitListChannelEventsResponse(w http.ResponseWriter) error
+}
+
+type ListChannelEvents200JSONResponse ChannelEvents
+
+func (response ListChannelEvents200JSONResponse) VisitListChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannelEvents400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListChannelEvents400JSONResponse) VisitListChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannelEvents401JSONResponse struct{ UnauthorizedJSONResponse }
+
+func (response ListChannelEvents401JSONResponse) VisitListChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannelEvents403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response ListChannelEvents403JSONResponse) VisitListChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannelEvents500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response ListChannelEvents500JSONResponse) VisitListChannelEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListChannelEvents503JSONResponse struct{ ClusterUnavailableJSONResponse }
+
+func (response ListChannelEvents503JSONResponse) VisitListChannelEventsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -1440,6 +1680,9 @@ type StrictServerInterface interface {
 	// GetChannel Get the state of one channel.
 	// (GET /apps/{app_id}/channels/{channel_name})
 	GetChannel(ctx context.Context, request GetChannelRequestObject) (GetChannelResponseObject, error)
+	// ListChannelEvents Read a channel's history (a Herald extension).
+	// (GET /apps/{app_id}/channels/{channel_name}/events)
+	ListChannelEvents(ctx context.Context, request ListChannelEventsRequestObject) (ListChannelEventsResponseObject, error)
 	// ListPresenceUsers List the users subscribed to a presence channel.
 	// (GET /apps/{app_id}/channels/{channel_name}/users)
 	ListPresenceUsers(ctx context.Context, request ListPresenceUsersRequestObject) (ListPresenceUsersResponseObject, error)
@@ -1608,6 +1851,34 @@ func (sh *strictHandler) GetChannel(ctx *gin.Context, appId AppID, channelName C
 	}
 }
 
+// ListChannelEvents operation middleware
+func (sh *strictHandler) ListChannelEvents(ctx *gin.Context, appId AppID, channelName ChannelNameParam, params ListChannelEventsParams) {
+	var request ListChannelEventsRequestObject
+
+	request.AppId = appId
+	request.ChannelName = channelName
+	request.Params = params
+
+	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListChannelEvents(ctx, request.(ListChannelEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListChannelEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		sh.options.HandlerErrorFunc(ctx, err)
+	} else if validResponse, ok := response.(ListChannelEventsResponseObject); ok {
+		if err := validResponse.VisitListChannelEventsResponse(ctx.Writer); err != nil {
+			sh.options.ResponseErrorHandlerFunc(ctx, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(ctx, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListPresenceUsers operation middleware
 func (sh *strictHandler) ListPresenceUsers(ctx *gin.Context, appId AppID, channelName ChannelNameParam) {
 	var request ListPresenceUsersRequestObject
@@ -1715,124 +1986,139 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H1tc9s2tvBfwbA7E3uWkiXZjhN5Mrtukm28TZts7Dx9dkNfESKPLKxJgAVA22pG//0ODkASlChZadzu",
-	"zp1+ikmRwMF5f2U+B4nIC8GBaxWMPwcFlTQHDRKvzori/JX5IwWVSFZoJngwDi7nQGhRZCyh5g5hKXDN",
-	"ZgxkPwgDuKd5kUEwDg6DMGDmhYLqeRAGnObmNi2KCUuDMJDwc8kkpMFYyxLCQCVzyKnZL6f3b4Ff63kw",
-	"Hg0GYZAzXl0Pw0AvCrOO0pLx62C5DIOXc8o5ZD/SHN6bE6zDfEYS+wwxUJC9jx/e9kAltICUME70HIiB",
-	"cr99gkKCAp5ATwqRd5/GLTvBy21n+pOEWTAOvjloMH5gf1UHHvx4nvMU8kJo4Mnie1h0neYGFgh0kjHg",
-	"muT0BhQpCzITkug5U8QAAkqTPUo+fjx/FRJFF/tjMiRakNHxccQLybim0wzI2cXL83ODH0kTQ/qQ3ECh",
-	"SQGyRWaz9OiIzEUpFdnTc4i4AnkL8okib15/OHv7anL+6vUP799dvv7x5T8nl5dv98lMihzhnDGpdAVU",
-	"n1yu3or4HdNzQvFgTJFCigSUgvSUUCKhAKoJPmEWU4aE5kHK0+ZGvdJeDnou0hApGpKSK3bNISU/lyDt",
-	"O1ORLk7tm+yaU11KIDldkJTNZiD3CVMRp1zdgYS02dYCbO/XW8+BpiBJXJNM9z5AkdEFpGNieCAOzVop",
-	"SSFjtyAV4ULPGb8m9JoyHhLBCeULwkUKRMwIJUlWKg3SIqk+qoHCLCT0HGRNXabI0Wjk42jOMvCgZYoo",
-	"zbKMTMHsWaM14ubVwfM+ecezBVFlYu7Pyozsje7v990pFaESkBvGhM40HpuAlMhkFq6cLiI+BVIqSO2R",
-	"+uSME8ZvacbSipxHg0E/4i3ZOp4Np4PkBHrPZkeHvaP0BHrP6fFxb5iMZqPpIX2eDgeVyFkkN0LnyUfP",
-	"CMgm3XF8vKo7Cqo1SLPm/3yKovvRoBdF9yevr/78p2BdsSyNPKtCcAWoD7+l6QeLeHOVCG7Ibf70xOTg",
-	"38qI6OfqpPhizpRi/NqJOd66pVkJ65L9Hbu15HN6RRl51ZJdX4M0rMJ484uQ1d+otQxZgnG116R6DBUK",
-	"F/q902VbNv+oDMkTyokwTDEFkjGlITUb16qw3t/flAs9qZ6odrYI3E0BJiLPBZ+8xuXwvXWT4/F8TrOZ",
-	"kLmBTJKpBHqjCCUZy5nuB8YeWBH6yOktZZlRcrsTrNveOaF8osgHSJkiqQCUZCcoIVHC6l2U44Ry85sE",
-	"mljVgVKrTmvZv6OKKOC6Tz6AlguSUe2sp0Oo229Sekd4NGw69JAcdQ7PFuNNsONh8XBMI2NwYKiAFDj9",
-	"B7fG/hgmNQbBaiezjllNVsrSWiXI++THFQRYLVyR1ujgqbnUkkGKurEGLLLr4Q5GlyzD4G9CTlmaAv9a",
-	"6tKiMGyVMmUQnfqEMN5KdT94VH5uuVD+5msOwDn/qL6Kg89qDDtjxhRZ0aEbLcUpkmNBBE/AcAFTpDKN",
-	"Pp5Ys9zkBhYTxielekSeXTuCs42Pcow1jH8AY8++jq06cGy4Hg2lEQjaPlFl2q1vUioglHC4QwtqHzdX",
-	"lQe1BfPSwv6ovPprD0L2hLR+177FMjfWl2Z2s6+UWut9khllGaRGBc0pT5334yA6NaSeU0WmAJxk4vp6",
-	"hWsdPBN74/G4lZOSw30BiTGfDlDcA9Hwni4yQdNLId5Sef1Vov0a9W9KNTUsPRyMjoZkutCgrGZFm1j9",
-	"MvCPbl6ZaCEmGYLwaEf3ABLm1MMB+f7bkLT4BFkDfx0dPyXfs28RKx85LfVcSPbLl4geelO1G7/FuzGL",
-	"Txp/v7bgOdXOStdMY54iP7y+fPPuVRTx92eXb6KI/+Pj6w//bLSPsRkKEgltYbR+b7MPul+a5aA0zYuH",
-	"wKsfRC9HSMPMlJOng4HZS/BUEXpHF01cVUdg5k2yNzw8Phw8e3Zy8nz/lCRzSG68KPGJIkkmkpsueNu7",
-	"/1aumxNVsxlw7Qh6SmKEJsbQXDnv14JOq3f6QQOR88V1Mkdew7yFFAVIzSw3VA7ol0TdIQrEQ6/ghq/M",
-	"g0sTmszEQy+c85k401qyaalBmbdsCLPDNhVcSiQ3oCcsfeitC3zw/FVgA5cqEfEpcLkJPGBYY+eqDnjE",
-	"9N+QaHScaTKHc3euDi/Y/Jw6n88Gq+ZOFRKglPMyy8jdHGxSxf7OFIG80AvDeeZ365HbDEmbdBUR2nu/",
-	"Qm0ysxqNKl15nTYusgGKFzT112O5MNA6W1/4wglVBjNNpjCzErdyULgvmASMd3LGWV7mwXhQ72BMyDXI",
-	"NaQ7bJttOzFtQfV4oxPjTnKM0NRPOszbBU4tZi3GueBAjE/TvGegbqNYldN6l0kiSitBKxGC4BwSc6GI",
-	"e34KKdnjgveqOK8OBPcfwkwYlArkpr1eMaUZT7RxKGR7uy/farkZ1RVbr+gKQ+kHNUUtFsswEElSFsya",
-	"qPZJfpoDej5UkwwMmxpyJDUq0TetT+cx6VSIDCiGNN3E+RLkfgGL1ifZwqBvmdqsYfFvmqbMgEuz961n",
-	"dlC9bc24AsIKsPWWW4D90enWbbnfMSkLTIIOBl7O08hUfNb7F6G9X8ig95xMSI+8IH8lIemT09hotojH",
-	"31hz29OiZ5Dei8rB4DAxfxKW4gXEffJewozdgyIFc/b3hvF0TOJCsluqoReHEa8vgCdyUWhIe3FoHnFp",
-	"ljisU4xWh5o1FInxor1CdYt0rOn/5lZ2t2w+bnum3cuW7a2eff8vn856/6K9Xwa955Mo6r34a9g/7cyj",
-	"hcFro6LeWWqtk4c7Ffb3i3c/EktTTzgaIjfGd4sXHJJSlTTLFoTaBVORlDmqcZ6I1ChSRSixsIVVVhbj",
-	"h4jX0ikVgXuaaLOMItfsFnifnGmSC6WtRzsmw0E4OhpYZ9uwz8fLv/Wekb2j4WHEp7AQPN3vk7hGcExQ",
-	"RJXHdNZFNws4P93lXqYQmeBBYuBalSes6LTrE5+jQIkcomAcob2JgmWbpuj1dxGkdjA2oNJISuiqBYPV",
-	"Q4boNytNpcZcjnGJ46JUc5Dj2EqKvZpU8dU43gkVo8Gg16Aj4jU+yE7omAnxIEuvoWLFQ+swhXlOewoK",
-	"KmnLDjt3dS9u9K+Rs3UNbu6i0MUr5aXmxbBD76+fZA32Kqf7UYFcV9LWY1yvlvlalXUrf39htb5yWd1m",
-	"GvIHlX0LykbPUynpYg0gu3QXTLV726XgayP7RBHrMHtlyZDoO0GcFVTk34JxSMnUqIhUoK7xMP30qF0l",
-	"GPSeX/05ivr2j071dmn9UAxJvAJBG2dT8+vOOPPCmyWCd27fGlqGrq4eQKbdswuZbZBVmXUoZtTapOQZ",
-	"KEUoJwZwck1vgcQm9InXXcv6jCv0abmunqNuLjHPbJYOjWhXkaKQqU2I74Stbe5Eg5lNSEA0/41Blm5w",
-	"wmf4G7rd3Et427dDewJRWB8IizRaEXHHTyMe+1s41oiJogtF7uYsmWN9raIY0eIaqvR2+Cgxre+ntc/1",
-	"joM5xNB6QbagQ1z1iWFtKXb34y8lQ7W5z7Xb2fb/WvC9ldM8DUGz7N0sGH/avnQHmy6vOjKOq5w5JrE5",
-	"rzE/Br3Oo6z8GhObGKe3on5sfo14TXWyNxV6jr4PORoMSEzzKbsuRanq0mK83494xN+ApFlKaKYEoUkC",
-	"hTYeFub4MIOTAb0FVUmRLRW5YrzVoWRPAUQcC2UFSOr0eNOMsn9qudJihNiTT12u6G4usqoOZZ2DiJvN",
-	"QydizMga1S4JpoiaizJLsYJla+zXwMHa9u8EMaQzr9j+Bi3LBDMd8ToR4tBsKhf2YLUCcKVAqokqjYAj",
-	"IsxSLMtICsYHVVbABQdH/Y1xDtOZ12RiWLjz4Y5nkUU2JYGuwuC+dy16jk+7GGyVZ3cwEdYqYG3Aesyb",
-	"lNjjho3reg24lgvsXyk5+7lszE2TMNKiI8ToktyfYDoX4qbONK7vdmefsBzYJxaBxrtwUV/VIVRF2+gO",
-	"unu3NDGMh+EcuoiTnCkVjz3lS+Ic8inICU1T+7K7lpCLW0j9h80y6FSy1LxoOX6CgLUeI7G912iGuFZ0",
-	"Vk14C/nVf89WdDm6K6B0PPF4pq07U3jZ9EThEZ8ojAo7M4LQTdOOJYzsdC5R2RPgZe7JY03rJt1akdo4",
-	"mx49m0tHTvOGRzZzWfNF0JkfuuqA61eYra/IPe0SaDj1sy357ETNs4/rhLGVoxmhtdi9f3dx2ScXhlw2",
-	"EH1py0a9y0UBY7JaOULG/P+99xif9r6HRYy9bK1q/A0s9tFWNg9eVPWcmOzN4T7ib344e9m7eHM2On7q",
-	"nFoF1rbaYDk0q/jdY/4Gtm603yUMSPXdY6uWelo+4GRplsMk73AGf2BZxqoCk2JG0A3IHzm7J1CIZN4k",
-	"9Cu0Gy2fSKAuxTwTMqfa8sbTo+DB1GMFSlgduIshWqWlTnYwToztR6sYw5pk55KcvT/v19UlhnmfuZCa",
-	"5DSZMw49CTSl0wwibnQ12ZsJSVx4bqzZSinPqEku9GQmSp7G+6ck9gDC9QXHpkjDfwlgbbwAUWTQRejW",
-	"YbrsSr0OOhNwX2SUcefLGOzfSVElX7ziZTvD8JvWPNcVajehLhDniGEX/uGDGO8pTm9gklAFbcDX66jh",
-	"AwrGbt52B666TLyCpJRMLy6MCFlaGDR1NtpermuGftWUiB6s19ZsUH2DzYiV3BXMLLoM8bcLv0Td3uUN",
-	"3JN1fUJc26rnI+Pts/fnxHt/v0/O1rpoueA9m1RFuUDXPKFSMlAkNrcmeXoch66D9Z788Oq42hVd54gz",
-	"rlgKPhx4XsvJG8/fQa42Fi79Snh3La5L/5ySvFSYCDQHZO2KeIWuqhReF7k3gtkUujeA+f9Aqk7BPMvu",
-	"TPAeD/uDeOsWt26FtQ2WXvC6qaelh7h/c3n5HqktZpVCqzpIQ3LHJPSMQaCaTTNoZNQarIhXj9bLjOs+",
-	"Uqtyw/oa0zbGZNmgrG4wNSaw8vwijpk5V5UAmTNONRCKVTuD9KZiiEHhN98QZ8iRfxi/Nndfo3aukjwV",
-	"RzbxYBPykbgSKKN221RDG+5jOSZ7SJH90ONuNNQ+ZzvrbATCmWhsczWmzQaf+BO2GzrpcV5Am7Vj15ld",
-	"a1UbLZJVt2AHDyAkYmbQEsdxxK3uJVEQRTwKiNHA9QXqYfdcxO/mIMHew9I6InUFgQTuTSS+BjxCpUgm",
-	"7kD2jN5Nw4grIbXNiN6AiZsl0xo4iW9g8QLbVWKyh/9a6+ENT1gMNRnVOCoHg9FT4+e/b2jJOKHoqDl1",
-	"JMFWEFCxnFoyNEzAlFFpTStMLiRmB3ZrhEHpDwn1OQEtaNv4NRQP3dQBpvds65pHKcPwpOQ3XNxx+5g0",
-	"zifa3oYFqIFQwgx74pDgR4MhoqZumMeTc5pjxQQTE7bJxfW3kLO6AzTiPqdcg1bkaHCIUvXaGsiWW0vi",
-	"w9juacCLRyfP0qPR8TSdDZ8OkpPD588Gh5jbcTwX8fiEpocnJ4fDoxF9+vT5aDo6nj6LK22gaisQ8fhz",
-	"hEoNC0wzIaIgjOogPgrGnyLj1BjL2juMgquwqkKNo+BzFLniVGSuI/dTFAXLKFjGEd8zkhlDcvj0mJ6c",
-	"HNOjJB0cP38+ozA9OTw8PhoNhtOns3ifUG0NAXY4uQan4clzJ4VoHCOuhXVgmKrlyfBbxA9oUaiDwwOr",
-	"8yJeaZUXXXiyzNtWNi+aLb2fneJ5MewP7N2K2V48dKJaiqvybtPX3gKdtCH/y38e8GaRmvFfpPTo+OjZ",
-	"6Ch5fjKlw2dDejhKkmR4Qk9GT0fHUzoYnZwMZ8eD6fEAhnBydDiAoxM6nB3Ojo5P4GlSY+Obb8hbljOt",
-	"nJnwmhqpX3cle37d9ZQcDQ+Jq7aeElqbNFubc29G3E9zm8fQ4pG5yNLW8hbVp61+ATsDUz00GgwivnPb",
-	"ALa/7tQ1sH8acagrr3bPleqr4ZecLpra666F1w9N16WxttjvKW1joWu/dGUIX30NrcL5tq7GqjFyKxIF",
-	"88gG2h5O09nfbVF3rVRsdd3fL979GPELm791ZV1X00VBZtIldxV6BYumwZuX+dSoZOUXkENjBFGHrhaS",
-	"bfoV7h128jLTzNaUParhcAMo51U9URG39XevA8xC88RCh+qwp9gvXkOtOQGzs1uuFu3Y2IXkykuNG3lW",
-	"JG4nOOKKIFrYElIi+Ixdlzhz5qLsjx/e1v5DxO0YlCK/Tf7C8492Sl5Y/WuJFnHDQSXHUbj1NIXxz1YO",
-	"H9boQGGPXTKkymKv+Lu1ExuEQeVZj4Nhf9AfYEtWAZwWLBgHh/1B/zDACu4cQzurRT/bodPlAQr+pEmy",
-	"FKIr0/TakMPqCCx6Gg+vTh1n7Mb4vYrx6wx6lapw2d+fUCRtItxO9kXcFjcRjThx8MTEYGbx2Gqg0GgX",
-	"xlO4J8w9t6lgGnF3jWA1r5E9WnXR2Ei3StiYR/BRdeO69bngYJD9k+3V9yYXbW9/7EYaw2ao0O3pDWDV",
-	"w5GG9M204R1VztMwDlpr0LGJX2sX1ZG8Lvmcp00toql/K6RmM5a8oVjWPHJgx5aX4YMProzZVhUTUPpb",
-	"kS6+sAW9iulUmedULup4zjirNQ0UkoBZjWUI+gTnKCSpWj7q5nBXSv/kpccbX6uq42zqAHKB6EwIRIO/",
-	"QnuguVnFqExcZQ5ZJuwy9kh+f2G9dA5K0WsT5nup5mA4OjzqHz89eRYsr7Cacide16LmIeZOOFOLjbt3",
-	"orbNvwcG7ApHrRXQ7e9eYkolnmbnhviubpBlO1ulZQmrw6WjweALOc7WWm0jaoPcH8WqxCMZG8T6CYit",
-	"zOpeb5F/nToGvX4H6ugrkIVFxg0zBI5h0BlzB29ss9FJ8edlvKVbxQ1J42R2NZe4ZzyMiK+pwLA1Ub5f",
-	"RfhWyQkOTzAB42yjVZf+Kmsj4G5e8ciSuAsfNSsceEPG+Mrw4VdagzP40uHDLzXDk/jG84ff6BpKNO8O",
-	"d9htdeLJvDcafemeH+rRtuNdUNmeNsO3dgC1Y3gY+bkRFRdj2D7iOmww3qDgrUS8ptcKc9OuxmHWWXFI",
-	"/JL4NXT4Ih9Al5JXWR6vcWrVL0NjP6eq1X7u9bSmXo4urNsVsBME0y9CYS+Fso2NNsRQbqQv4gU2NVsH",
-	"R5S68nGs4+qAymmB3uyKL3LqPl6Ar7zwuiU7GvwRmH27rA3PmshCzCKetoYFuhyIt0zpl405+bWuw2o9",
-	"JvPyohuwhC0qDk/dnxHZkDCesUyDnEwXE/t2sO1bKGtVkC3ddgU0nwiwH3rwm1XRkat43CZ2vYRovApV",
-	"3Dqs16l+asfb75iCrg89tOxH1/GdfdrNYKz2dFmn7evsaJa1bWHF4yuGs9W+0vakxp+XoeecGCO7xDvN",
-	"Nxea5VcR+6L5toKhwYqU7ArAihFefoER9kc9NljfqqGhFgLX9rhafmwPKmH64/MytsO//73m7z9pTQzW",
-	"19HrW4+mI2yL/Tj47H+JaLnRnFzY3lM7qOS34jLVQEF56hwcq+ZDIp0VwjxEF6375KVNxRgHzWCi1Nis",
-	"n0IBPAWOLYczMpWCpgk1Svx6jKHjgnCAFNMp8HNJM8dNCStsux42e2A/WRVje/M8wjl/LTOnRZWfqZLv",
-	"YzfxHxtX3x0yCsZkRjMFy7jLjHwHlRX57eLPtc9WbVXmWjgqjNtafJMR3dCBRfasJ2ErHfXkJuYLgGMB",
-	"ovpeh3Ev9qu2UBxgIHutgU+3U5+c8XpBkU8Zd6ULdgud3/7pnHb4bzQN9XRgI69n7ZlXKyaos+3Dvrqu",
-	"3m4CzUKyxMSqR6OlGw4dD0+OBq2xQowOl2GAPtTLHSBAd6Q9adsBBi+zzN/GMv/KQKO/S1FOM5Z0HLST",
-	"fPV27YN0t5UdbraOZ2vNht7O3WZxdcdVS/iFdtAOenbbwQokpamGP6zaRqv2HWibRjd4MjocR2G98eyv",
-	"sG0H9fjR1oAJ06RNe8jadLEJVNZ4LbQWjnGmGc0a8P3pcoLpYUzb0aIAKhV+VSYkc3FndCvJMe3rdUQQ",
-	"tHNzegvGenUNUXu6klzix/y4iLjXDjEFxVLXK1GX355sjIDaA1y/owX7Kp3rzZZ9svNrwRDBwD9pxhII",
-	"llc7y3MbCdsl2iVi1R8yvd1T3V2Udhbzh6oxF1hNaH1szLowzbhu0/lpNETaSLPrgkGh9ibx7VPThd/3",
-	"3iev7DAwZhOpWvBkLgUXpasB2s3tFEvE3RTJ1PZp2qFinDeuvy2J30YkjCsNFB+0TqybX/XnXyK+p11/",
-	"rW2OKajUK12A9iNKNkqnbuTELYU+8B3jCj+pY+sxmL9sPWXb9/wClV+TcsmWViQX8XYdCgO+bRMVZGNN",
-	"qapd7lpUIhtqShH/mqLSa9dR/zuVk8Jto9V1Q7UbXFKb2aNryLnLWXYt9rvpRm/KbROgdpz+VwPaXZjp",
-	"Atx9KuULALdTgF15OlgJaX4N5H6VqQvepA4Mf9XnfdcmzOuUinGS6oG8T1cvbKcIdmDZNhE/o/frD/ip",
-	"dcKmInZlnikykdYf59lyevXpqoWAR5gQXZ1XUHrhWF52xcbNR2rQJNwnWZl+jWQ11cvugzeVzl0J7w+F",
-	"7hLZfwXwv2dI/Xgl8gtjtGnmZRWpujHq3WUgmCT+wVy7T3dK9FOgWXIDsgelxE4SvCgVfuFgUwTuStyd",
-	"2HMIwxd6ZZFSbT2i7rjVqJ71aCIDemvOI0oXDwFPV/qlO07zu1bqjaChj7F94qryRcxpqhkZx5UrEwl9",
-	"cq5VxH94dRzu0OAZkmsBWDxrGnatDW/j1g/QVgF5ohDMTXzRaLurL2gb+OIidmu6e1sVu09sH7ztzSIX",
-	"r753HTOr48xzkOCNd9iPbVceJU5mM92lGmxLmBc90qm4hf3aj8Lg0jqq/vB2DvIaOme3Daq6BrhxRBo/",
-	"pFM5ok/qQe87xg2NXO37N+t14DPRNCs82Obw045JLL/S4qmVDZ9PO1y29M2Gp4bbikI/deS4sINsTan8",
-	"DgWhjtHvbfyMzvuDPRmr4+F/NGT80ZDxuA0Z9ddZhO3EENJ+Q7WrqLalJQPTGwef3Wjz8qCedpp4Kb0t",
-	"zaO2UaNxTl0Ez3gV2NrWbxxVqRuuE5Fi9dzNNZhHIp7TBZHglmoSg55mP3XaOiRshpmIsJ6Ucy0YtgLb",
-	"GRVX5/qoQHpffHy0ronL+qz1p5icO0vt8E+P8ZV5VUzxdf5HK9Wk+eP9vzFfm6rcWZ36n7/blIX0ksVU",
-	"gvt6uWWQdZX6R5Jyoy54aVBWNUt5AWLFio0wCu7rA/fdsaU/IYy8X88Gf7paG+StbnlTrdWteoL005Vh",
-	"NDsCYqWplMbBn2tdjA8OhqOT/qA/6A/HzwbPBpg/dyCtSVNretPoOF+vOSlxam1dFv/hj3ZW5au1mL6r",
-	"Ap04P6Rj0LMtnSpYXi3/NwAA//8=",
+	"7H1rc9s4luhfQbG3KnYtpUiyHCdypXbdSWbi7XSSjZ3bOxv6ihB5ZGFMAhwAtK1J6b/fwgFIghIly0m6",
+	"d+tW95c2KeJ1cN6vfA0SkReCA9cqmHwNCippDhokPp0Vxflr80cKKpGs0EzwYBJcLoDQoshYQs0bwlLg",
+	"ms0ZyH4QBnBP8yKDYBIcBWHAzICC6kUQBpzm5jUtiilLgzCQ8I+SSUiDiZYlhIFKFpBTs15O798Bv9aL",
+	"YDIaDMIgZ7x6HoaBXhZmHqUl49fBahUGrxaUc8je0xw+mhNs7vmMJPYbYnZBDj5/etcDldACUsI40Qsg",
+	"ZpeH7RMUEhTwBHpSiLz7NG7aKT7uOtO/SJgHk+Cnpw3En9pf1VNv/3ie8xTyQmjgyfIXWHad5gaWuOkk",
+	"Y8A1yekNKFIWZC4k0QumiNkIKE0OKPn8+fx1SBRdHk7IkGhBRsfHES8k45rOMiBnF6/Ozw18JE3M1Yfk",
+	"BgpNCpCtazZTj8ZkIUqpyIFeQMQVyFuQTxR5++bT2bvX0/PXb379+OHyzftXf5teXr47JHMpctznnEml",
+	"q031yeX6q4jfMb0gFA/GFCmkSEApSE8JJRIKoJrgF2YyZa7QfEh52ryoZzrIQS9EGuKNhqTkil1zSMk/",
+	"SpB2zEyky1M7kl1zqksJJKdLkrL5HOQhYSrilKs7kJA2y9oN2/f10gugKUgS11eme5+gyOgS0gkxOBCH",
+	"Zq6UpJCxW5CKcKEXjF8Tek0ZD4nghPIl4SIFIuaEkiQrlQZpgVQf1ezCTCT0AmR9u0yR8Wjkw2jBMvB2",
+	"yxRRmmUZmYFZswZrxM3QwYs++cCzJVFlYt7Py4wcjO7vD90pFaESEBsmhM41HpuAlIhkdl85XUZ8BqRU",
+	"kNoj9ckZJ4zf0oyl1XWOB4N+xFu0dTwfzgbJCfSez8dHvXF6Ar0X9Pi4N0xG89HsiL5Ih4OK5CyQG6Lz",
+	"6KNnCGQb7zg+XucdBdUapJnz/36JovvRoBdF9ydvrv71X4JNxrIy9KwKwRUgP/yZpp8s4M1TIri5bvOn",
+	"RyZP/64MiX6tTooDc6YU49eOzPHVLc1K2KTsv7Jbe32OryhDr1qy62uQBlUYb34RsvobuZa5lmBSrTWt",
+	"PkOGwoX+6HjZjsU/K3PlCeVEGKSYAcmY0pCahWtWWK/vL8qFnlZfVCtbAO7HABOR54JP3+B0OG5T5Hg4",
+	"n9NsLmRudibJTAK9UYSSjOVM9wMjDywJfeb0lrLMMLn9L6xb3jmifKLIJ0iZIqkApGRHKCFRwvJdpOOE",
+	"cvObBJpY1oFUq05r2r+jiijguk8+gZZLklHtpKcDqFtvWnpH+GHQdOAhOfIcni0n2/aOh8XDMY2IwYEh",
+	"A1Lg+B/cGvljkNQIBMudzDxmNlkxSyuVIO+T92sAsFy4ulrDg2fmUUsGKfLGemORnQ9XMLxkFQZ/EXLG",
+	"0hT4994uLQqDVilTBtCpfxFGW6neBz8Un1sqlL/4hgJwzj+r78LgsxrCTpgxRdZ46FZJcYrXsSSCJ2Cw",
+	"gClSiUYfTqyZbnoDyynj01L9QJzdOIKTjT/kGBsQ/wRGnn0fWnXA2GA9CkpDELR9okq0W92kVEAo4XCH",
+	"EtR+bp4qDWoH5KXd+w/F1W89CDkQ0updhxbK3EhfmtnFvpNqrfZJ5pRlkBoWtKA8ddqP29GpueoFVWQG",
+	"wEkmrq/XsNbtZ2pf/Dhs5aTkcF9AYsSn2yiugWD4SJeZoOmlEO+ovP4u0n6D/DelmhqUHg5G4yGZLTUo",
+	"y1lRJla/DPyjmyFTLcQ0wy38sKN7GxLm1MMB+eXnkLTwBFEDfx0dPyO/sJ8RKp85LfVCSPbPx5AealO1",
+	"Gr9DuzGTTxt9v5bgOdVOStdIY74iv765fPvhdRTxj2eXb6OI/+fnN5/+1nAfIzMUJBLaxGj13mYdVL80",
+	"y0FpmhcPba/+ELUcIQ0yU06eDQZmLcFTRegdXTZ2VW2BmZHkYHh0fDR4/vzk5MXhKUkWkNx4VuITRZJM",
+	"JDdd+22v/nupbo5UzWLAtbvQUxLjbmI0zZXTfu3WaTWmHzQ7crq4ThaIa+i3kKIAqZnFhkoBfYzVHSJB",
+	"PDQEF3xtPlwZ02QuHhpwzufiTGvJZqUGZUZZE2aPZap9KZHcgJ6y9KFRF/jh+evAGi6VI+JL4HwTeMCw",
+	"hs5VbfCI2d8h0ag402QB5+5cHVqw+Tl1Op81Vs2byiRAKudllpG7BViniv2dKQJ5oZcG88zvViO3HpL2",
+	"1VWX0F77NXKTueVoVOlK67R2kTVQPKOpv2nLhYHW2ebEF46oMphrMoO5pbi1g8J9wSSgvZMzzvIyDyaD",
+	"egUjQq5BbgDdQdss2wlpu1UPNzoh7ijHEE39pYO8neDUQtZCnAsOxOg0zTiz6zaIVTmrV5kmorQUtGYh",
+	"CM4hMQ+KuO9nkJIDLnivsvNqQ/DwIciEQalAblvrNVOa8UQbhUK2l3v8UqvtoEaiUpvcAur3TEOuHqKy",
+	"t0xpIZeW9azCIKf353bccNBsiEpJl0jucK+nSSmV1Xf2nbmDit0+dyBTRbhr3NDg8oO8sCb8VRiIJCkL",
+	"ZoVw+65+WwDqdlSTDAwhGoRLamRB7bu+P48MZ0JkQNFo60a/x6DPI4iwPskOqL1jarsMwb9pmjKzXZp9",
+	"bH2zh3Bp8/61Laxttl5yx2bfO+mxy7s9IWWBbt7BwPPqGq4Rn/X+m9DeP8mg94JMSY+8JP9OQtInp7Hh",
+	"3RGPf7IKRU+LngF6LyoHg6PE/ElYig8Q98lHCXN2D4oUzGkYN4ynExIXkt1SDb04jHj9ADyRy0JD2otD",
+	"84lzJMVh7US1UsLMoUiMD+0ZqlekY07/Nzeze2U9jrtjCZ4/8GD97If/9uWs99+0989B78U0inov/z3s",
+	"n3Z6CsPgjWHCH+xtbV4Pd0z6Py4+vCf2Tj3iaC65US926PkhKVVJs2xJqJ0wFUmZo6DiiUiNqFCEEru3",
+	"sPI7o4UU8Zo6pSJwTxNtplHkmt0C75MzTXKhtNXZJ2Q4CEfjgTUnDPp8vvxL7zk5GA+PIj6DpeDpYZ/E",
+	"NYBjgiSqPKSzRoiZwFkizrs0g8iYRxJN8yoAY0mnHYH5GgVK5BAFkwglahSs2neKdk3XhdQq1BZQGkoJ",
+	"XTxksH7IEC0DpanU6K0ySn9clGoBchJbSrFP08qCnMR7gWI0GPQacES8hgfZCxxzIR5E6Q1QtCTWBqPr",
+	"1rgua9eeRTmqGm2rU72CavZt8xh4d458WLFdF4xrBtWGiOLkLUiaGYwXN42XMjSQzVmWscqWUswoF+aD",
+	"z5zdEyhEsjB7nAuZU23lyrNx8KCYwXCmhUCtZjdb7GLna0fqZBm31mYrMpqA2Tqz+GT4/BNFFnaGCYkt",
+	"j/YPZhm1Y97KqII8Ace9w4gznkigqsZsuAW5bLR6X5NeC9oMT56Nhy/G44H5rzdo4+J4Lb4y6L24+joM",
+	"R4NVz/u7k32umUkd+mie056CgkraUoadzXgQNyqCEQWbSoZ5i3IhXovxNgPDDtVkk9g29l4FVj4rkJvk",
+	"ZbF7M2S9hj5dOOJP3KG3ltXrvdTW1i5X63rq2obs1F17qm3MLh2k1gOfKGKtVi83ICT6ThBHQYr8XTAO",
+	"KZkZKZYKFIcepJ+NN1HpX6Oob//oRKFLy57QL+BF6dowm5lf94aZ52NYU/SR51ZPDwDTrtkFzPaWVZl1",
+	"MFBULEjJM1CKUMMEICfX9BZIzPhcxJv2XX3Gtftp2Y8ejZtHDPaYqZFHVu4aIVMbldoLWrs03gYy24CA",
+	"YP4LgyzdYgnP8Te0fbkXdbKjQ3sCUVg1HSOlWhFxx08jHvtLONSIiaJLRe4WLFlgkLu6MaLFNVQxpvCH",
+	"OJZ8U6J9rg8czCGGVlG3UVXiQsAMA7yxex8/9hqqxdfM0x1o+/+bB2wnpnkcgmbZh3kw+bJ76g40XV2F",
+	"W6S2h5kTEpvzGvFjwOuMnkr1Nuazscuq24/NrxGvb50czIReoHpOxoMBiWk+Y9elKFUd348P+xGPuNN4",
+	"aKYEoUkChTZGADra0Y2aAb0FVVGRjde6jBjLQ8mBAog4RqsLkNTx8SYj7PDUYqWFCLEnnzmH7d1CZJWm",
+	"Z/XXiJvFQ0dizNAa1c4TrYhaiDJLMYxsE12ugYOV7X8VxFydGWKTjLQsE1RM4s1LiEOnveDBagbg4vFU",
+	"E1UaAkdAmKlYlpEUjJmkLIELDu72t5riTGdeppdB4c6PO75FFNnmib0Kg/veteg5PO1CsHWc3UNEWKmA",
+	"ATpr1G1jYj/Ws7HJ14BrucQkspKzf5SNuGm8tlp0WMFdlPsbzBZC3LzptjE+oNMTv7AY2CcWgEa7cI6J",
+	"Kk2vcgihOuje3dLEIB56HFBFnOZMqXjiMV8S55DPQE5pmtrB7llCLm4h9T8206BSyVIz0GL8FDfW+ozE",
+	"9l3DGeKa0Vk24U3kp+B4sqJL0V3bSscXP060bTceXWJiZcSYDx9rN65NsdWArOQJ8DL36LG+6ybmUV21",
+	"UTa9+2we3XWaEd61mccaL4JOF+ZVx76+QWx9h3t0H0PDsZ9dESBHap583LwYG76dE1qT3ccPF5d9cmGu",
+	"y/pKXtnYbe9yWcCErIdvETH/q/cRXSi9X2AZY0JpKyXmBpaHKCubDy+qoGpMDhZwH/G3v5696l28PRsd",
+	"P3NKrQIrW60/JzSz+Cmc/gI2eHvYRQyPDAm02NPqASVLsxymeYcy+OtDnokmqlaB3XB5Y8q7OM9j3RbV",
+	"VsJdsYVWfLcTHYwSY5NCK8SwItmpJGcfz/t1iJeha3IhpCY5TRaMQ08CTeksg4gbXk0O5kISZ54babYW",
+	"Tzdskgs9nYuSp/HhKYm9DeH8gmNmssG/BDBBpQBRZNB10a3DdMmVeh5UJuC+yCjjTpcx0L+TovKieBkE",
+	"bQ/D75p4sMlQuy/qAmGOEHbmH36I9p7i9AamCVXQ3vhmMkP4AIOxi7fVgasuEa8gKSXTywtDQvYuDJg6",
+	"s90vNzlDv8oMRg3Wqy0woL7BjOCK7gpmJl2F+NuFnyfSXuUt3JNNfkJc7rinI+Prs4/nxBt/2CdnG6ns",
+	"XPCe9fsjXaBqnlApGSgSm1fTPD2OQ5dGfk9+fX1crYqqc8QZVywFfx94XovJW8/fcV1tKFxu955e7OA/",
+	"pyQvFfqqzQFZOy2lAleVj1JnmmzdZuMg3bLN/wNSdRLmWXZnjPd42B/EO5e4dTNsLLDyjNdtiWU9hP3b",
+	"y8uPeNtiXjG0Ko07JHdMQs8IBKrZLIOGRq3Ainj1aT3NpE7mtiw3rJ/RbWNEljXK6ixvIwIrzS/i6Jlz",
+	"gTOQOeNUA6EYOjdAb8L2aBT+9BNxghzxh/Fr8/YNcufKyVNhZGMPNiYfiSuCMmy3fWsow30ox+QAb+Qw",
+	"9LAbBbWP2U46G4JwIhpzzY1os8Yn/oQ5v456nBbQRu3YlUfUXNVai2RdLdhDAwiJmBuwxHEccct7SRRE",
+	"EY8CYjhw/YB82H0X8bsFSLDvML8FgboGQAL3xhLf2DzuSpFM3IHsGb6bhhFXQmrrEb0BYzdLpjVwEt/A",
+	"8iXmjMXkAP9vpYdXwWQh1HhUMSIwemb0/I/NXTJOKCpqjh1JsEEuZCyn9hoaJGDKsLQmHy0XEr0D+2Wj",
+	"IfWHhPqYgBK0LfyaGw9d6Q+692z+qHdTBuFJyW+4uOP2M2mUT5S9DQpQs0MJc0xMxQsfD4YImrpqBU/O",
+	"aY6hD3RM2Ewzl2RGzuo07Ij7mHINWpHx4Aip6o0VkC21lsRHsV3TbC8enTxPx6PjWTofPhskJ0cvng+O",
+	"0LfjcC7i8QlNj05OjobjEX327MVoNjqePY8rbqBqKRDx+GuETA1joHMhoiCMaiM+CiZfIqPUGMnaO4qC",
+	"q7AKlE6i4GsUufhpZJ4j91MUBasoWMURPzCUGUNy9OyYnpwc03GSDo5fvJhTmJ0cHR2PR4Ph7Nk8PiRU",
+	"W0GAaYYuy3B48sJRIQrHiGthFRimanoy+Bbxp7Qo1NOjp5bnRbziKi+74GSRt81sXjZLej87xvNy2B/Y",
+	"txWyvXzoRDUVVxkITXFJa+ukvfN/+5/feDNJjfgvUzo+Hj8fjZMXJzM6fD6kR6MkSYYn9GT0bHQ8o4PR",
+	"yclwfjyYHQ9gCCfjowGMT+hwfjQfH5/As6SGxk8/kXcsZ1o5MeFlFlM/NYAc+KkBp2Q8PCIuIeCU0Fqk",
+	"2dicGxlx381tPkOJRxYiS1vTW1CftlJabCFa9dFoMIj43pktmIO+V2LL4WnEm2C1XXMtQcDgS06XTXrA",
+	"vrkBn5rUZyNtMela2uxelwPtwhA++xpahvNznTCgJoiteCnoRza77WFJq/3d5h1sZDNYXvcfFx/eR/zC",
+	"+m9d5oFLO0BCZtI5dxVqBcumyoKX+cywZOXnOIRGCCIPXc91sO5XuHfQyctMM5v24N0aVhiBclrVExVx",
+	"myLipWHa3Tyxu0N22FPsn15WuzkBswWULl3CobEzyZXnGjf0rEjcdnDE1YVoYUNIieBzdl1i4aezsj9/",
+	"elfrDxG3tYiK/D7+C08/2st5YfmvvbSIGwwqOdajbropjH62dviwBgcSe+ycIZUXe03frZXYIAwqzXoS",
+	"DPuD/gCzBgvgtGDBJDjqD/pHAUZwF2jaWS761VZ+r54i4U8bJ0shujxNb8x1WB6BQU/mpaCQjN0YvVcx",
+	"fp1Br2IVzvv7G5KkdYTb8tqI2+AmghHLfp4YG8xMHlsOFBruwngK94S577YFTCPunnFbzTByQKtEL2vp",
+	"Vg4b8wl+qm5cyQwXHAywf7MFM175sC2wiV1dcdhU9ro1vSrIukLZXH1T8ntHldM0jILWqjZu7NdaRXVX",
+	"Xod8ztMmFtHEvxXeZtMbYEuwrPnkqe0dsAof/HCt1r2KmIDSP4t0+cg6kMqmU2WeU7ms7TmjrNZ3oPAK",
+	"2tk0KAiqlI+6QsOF0r947vFG16riONuS1JwhOhcCweDP0O4q0MxiWCbOsoAsE3YaeyQ/BbaeOgel6LUx",
+	"8z1XczAcHY37x89OngerK4ym3Ikm9dkDzJ1wohaz5+9ELZv/CAjYGcatGVDt755iRiWeZu+qlK5skFXb",
+	"W6VlCesV3qPB4JEYZ2OtNle6Ae57sU7xeI0NYH0HxE5kdcNb1795Owa8fpL06DuAhUHGLYU8DmFQGXMH",
+	"b2Sz4Unx11W8I1vFdSrA9ghVcfCB0TAivsECw1Zbh8PKwrdMTnB4gg4YJxstu/Rn2ejD4IqGx/aKu+BR",
+	"o8JTr9IfhwwfHtKqXsNBRw8PaiqYccSLh0d0VQabscM9VlsvOzTjRqPHrvmpri893geU7ZJPHLXHVjsq",
+	"+BGfG1JxNoZNda/NBqMNCt5yxGt6rfz6CTPPmkLih8SvoUMX+QS6lLzy8niJU+t6GQr7BVWtCgkv7Tr1",
+	"fHRhna6AmSDofhEKcymUTWy0JoZydbURLzDv3io4otSVjmMVV7epnBaoza7pIqeugwgOeellS3ZU2eBm",
+	"Du201jxrLAsxj3jaqtjpUiDeMaVfNeLkW1WH9XhM5vlFt0AJU1QcnLp7+WxxGM9ZpkFOZ8upHR3saki0",
+	"EQXZkW1XQNOnw3Zb8ZNVUZGrcNw6dj2HaLy+q7h1WK+Y4tT2mLhjCrq6rbTkR9fxnXzaT2Cs53RZpe37",
+	"5GiWtWVhheNrgrOVvtLWpCZfV6GnnBghu8I3TeOTZvp1wL5sGpyYO1ijkn03sCaEV48Qwn410hbpWyU0",
+	"1ETg0h7Xw4/takF0f3xdxbYC/3+v+PuflCYG6pvg9aVHkxG2Q348/eq3A1ttFScXNvfU1tL5qbhMNbug",
+	"PHUKjmXzIZFOCqEfouuu++SVdcUYBc1AotRYT5JCATwFjimHczKTgqYJNUz8eoKm45JwgBTdKfCPkmYO",
+	"mxJW2HQ9TPbAfLLKxvZKzoRT/lpiTovKP1M53yeu7UZsVH13yCiYkDnNFKziLjHyV6ikyO9nf270jtvJ",
+	"zLVwtzBpc/FtQnRLBhY5sJqEjXTU5dPoLwCOAYiqaY5RLw6rtFAsYCAHraprt1KfnPF6QpHPGHehC3YL",
+	"nQ24Oqsd/jeKhrqAtaHXs3bhuSUT5Nn2Y59dV6MbQ7OQLDG26ni0chXak+HJeNCqfEXrcBUGqEO92mMH",
+	"qI60y907tsHLLPOXsci/VnPrr1KUs4wlHQftvL56ufZButPKjrZLx7ONZENv5W6xuL7iuiR8pBy0tcjd",
+	"crDaktJUw59SbatU+yto60Y3cDI8HKu1vR4J3yHbnjbu204Rd9lq1aC29mogeiFFee0U97OP5+SgjoEi",
+	"06vzIows8VNC1WFo2w9xTIlCy+sGoKhL48gBRrLihVdrp2KiQGusjI0XLme+KBQpi9QAqddzX/fcvt9H",
+	"vHmndUaO8/hwUoeicNWc8qWv5oe2EYPI0irEgxKbFkVTt0cuL99Zdd8l07Ti5wXInjnUTJQ8VRE/cA02",
+	"355fXH749Lfpr2f/Nf35b5dvLkLS8curt2fv3795d3EY2qC/ayZnncToVBHcmbJcpNAn6Gq3kS+0XTmJ",
+	"Weoi9kobZcUbiTEyTCChqbVXZFpFrBuHqgVfn7y5rRSIumS7Flw2YIHNRqkbz4oFSIwcoVaCvSwa1DGg",
+	"wgjPe7jDfjLoC5otSQpzWmb6lMQpk9a6fmnAr/QUv4mJ1ZyYJtKAtB/xGBtavrRxwDoEWOtYdTpEhb9Y",
+	"vWAgYBth4rPgEBK7TsRxoYlNDaQVploQ0jsH3Xh9uZwpZRMPCnoN7WBoxGMMdMV1SBT1A2wLNBdZJu5C",
+	"Env9JdCWVKDDVl/UWlN0uqT91p3bG70OADPe/Iwbw56eFZVF3JIZFzUyu/yIAamIre6ZFz/gHvi9wwt7",
+	"qHcORQ0Bm7O6ovDhYNByIIwG3doRXlFLPXLIWFVc0Xubul3VX7mnruzc9Z3FHPG8wmGMMbrZD7E6rIXj",
+	"Loen/ZJcC6i8BYi5cdst4n+8Rf+rSap1yirb3t+iuWh/vqt9PCVVzRTzk5AqRzPSGtMVlVmK7z9Qk9yZ",
+	"D2hm2luL3WzF0iXf2sTnvIGFhFsmSuVwCQ0GilKvSpOSQA7aTQxrCB/uOtrRlqO57jLffLbv0tD9dPkv",
+	"25VsV+Zh3wa26L/j5ry6/taPZo+tTjobYx+rXzq+09lpEllxO+bbSLQ/1c1t6uYnVAg2WxSQA1qlzsK9",
+	"Bq4qRP8u/bMuf9/psMcwfZOevNFiSgtCN2yd0OprjDPNaNaoz35jBKszYdiYFgVQqbC1aEgW4s7oR6gU",
+	"RtzLyLUazYLeGmlKujppebY6ucSO7lxE3EvHnYFiqcvVrdO/nmz1wLcbCPyBIva7OYq73C9fHaPAbeCf",
+	"NDMMZHW1N723gbDbonSJAH8S+QOe0v1JaW8yfygb6AKzWVodp60Z0nQ0aiqPDIdIG2p2WdhI1F6zMvvV",
+	"bOnXXfbJa9svCaPZVC15spCCi9LloNnFbRV1xF0V88zWCdm+S9iSqf4HBrBBPmFcacMcZ+CcqM7e8+uv",
+	"I27UO24HGbuooFKvVaHYTrpWv6eu5NlNhT7YO2Ysl9uWqdf6ypaP+AlSfk6UMz9akYSIt/OgMOCwq6KX",
+	"bM1pqnLn9k1qIltymiL+PUlNb1xF5x+UzhTu6j5VF/Q5DVhtR4+uPlBdyqAr8dyPN3pdFrZt1LZ/+uaN",
+	"dicGdVoZtm3SIzZuu1B0xYlhzaX+LTv3s5w6te46MPFN/8bLRoejOqQnODQNIb5cVZa6MeWdiV5sxAy+",
+	"4YBfWidsMrKuzDdFJtK6Q+uO06svVy0A/IAOJev1skovHcrLLuO96VSKIuE+ycr0eyiryZ7rPniTabfv",
+	"xftNSfaJLH3H5v/IkM6PS9G8MEKbZl5Um6obw95dBIxJ4h/MpZt3h+S/BJolNyB7UEq0J/GhVNhha5tx",
+	"6lIsO6HnAIYDetZJHGyPmxjWs2lNZEBvzXlE6fzxwNO1er2O0/yhmaKG0FDH2F3xX+ki5jRVjbbDyrWK",
+	"2D451yriv74+DvcoMAqtm4pxr2DMyvA2bH0DbX0jTxRucxteNNzu6hFpq49Oomx1F9qVRYmucbl0paLk",
+	"4vUvLmN7vZ3OAiR45cX2X1yqNErsDMR0F2uw7kLPeqQzcQuHtR6FxqVVVP3mQTnIa+jsHWRA1dVACFv0",
+	"YESlUkSf1I2G7hg3d+RyL3+3XFs+F02y7INptr/tGUT1M308trKlh/bRqsVvtnw13JWU9FtHjBUrGDaY",
+	"yh+QkNTRemgXPqPy/mBO8Hp7oj8Tgv9MCP6xCcF1d0BhM4GFtBGzrqSuHSnB6N54+tW11lk9ravtp55L",
+	"b0fxkk0UbpRTZ8EzXhm2tvQQS6Xrgr9EpJi96epqzScRz+mSSHBTNY5Bj7OfOm4dEjZHT0RYd2pwKcA2",
+	"A7DTKq7O9VmB9Nr+/7Cs3cv6rHUrUKfOUlt83mN8rV9K5mIEm//aZtXp6Mf946Hf66rcm536HcK3eSE9",
+	"ZzGV4P4JK4sgmyz1TyflVl7wyoCsStb3DMQKFRtiFNznB67v7crvUIO4X/em+XK10UimeuV1Vale1R1M",
+	"vlwZRLPpHZaaSmkU/IXWxeTp0+HopD/oD/rDyfPB8wH6z92WNqip1T3E8DifrzkqcWxtkxb/028tUqVP",
+	"bdj0XRmQidNDOhqNtKlTBaur1f8LAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -51,6 +51,24 @@ func (e WebhookEventName) Valid() bool {
 	}
 }
 
+// Defines values for ListChannelEventsParamsDirection.
+const (
+	NewestFirst ListChannelEventsParamsDirection = "newest_first"
+	OldestFirst ListChannelEventsParamsDirection = "oldest_first"
+)
+
+// Valid indicates whether the value is a known member of the ListChannelEventsParamsDirection enum.
+func (e ListChannelEventsParamsDirection) Valid() bool {
+	switch e {
+	case NewestFirst:
+		return true
+	case OldestFirst:
+		return true
+	default:
+		return false
+	}
+}
+
 // BatchEvent defines model for BatchEvent.
 type BatchEvent struct {
 	// Channel A channel name: up to 200 characters of `A-Z a-z 0-9 _ - = @ , . ;`, or
@@ -101,6 +119,18 @@ type ChannelAttributes struct {
 	UserCount *int `json:"user_count,omitempty"`
 }
 
+// ChannelEvents defines model for ChannelEvents.
+type ChannelEvents struct {
+	Events []HistoryEvent `json:"events"`
+
+	// NextCursor An event's place in its channel's history: `<milliseconds>-<sequence>`,
+	// increasing with every event of the channel.
+	//
+	//
+	// Example: 1764194400000-0
+	NextCursor *HistoryEventID `json:"next_cursor,omitempty"`
+}
+
 // ChannelInfo defines model for ChannelInfo.
 type ChannelInfo struct {
 	// Cache The cached event of a cache channel, or null when the cache is empty.
@@ -140,6 +170,31 @@ type EventData = string
 //
 // Example: foo
 type EventName = string
+
+// HistoryEvent defines model for HistoryEvent.
+type HistoryEvent struct {
+	// Data The event data, as triggered.
+	Data string `json:"data"`
+
+	// Event The event name.
+	Event string `json:"event"`
+
+	// Id An event's place in its channel's history: `<milliseconds>-<sequence>`,
+	// increasing with every event of the channel.
+	//
+	//
+	// Example: 1764194400000-0
+	Id HistoryEventID `json:"id"`
+
+	// Timestamp When Herald took the event, in milliseconds since the Unix epoch.
+	Timestamp int64 `json:"timestamp"`
+}
+
+// HistoryEventID An event's place in its channel's history: `<milliseconds>-<sequence>`,
+// increasing with every event of the channel.
+//
+// Example: 1764194400000-0
+type HistoryEventID = string
 
 // InfoAttributes Comma-separated attribute names (`user_count`, `subscription_count`, `cache`).
 //
@@ -345,6 +400,24 @@ type GetChannelParams struct {
 	Info *InfoAttributes `form:"info,omitempty" json:"info,omitempty"`
 }
 
+// ListChannelEventsParams defines parameters for ListChannelEvents.
+type ListChannelEventsParams struct {
+	// Limit Events per page, 1 to 100.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Direction `newest_first` (the default) or `oldest_first`; only `oldest_first` goes with `after`.
+	Direction *ListChannelEventsParamsDirection `form:"direction,omitempty" json:"direction,omitempty"`
+
+	// After An event id; only the events after it, oldest first.
+	After *HistoryEventID `form:"after,omitempty" json:"after,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page, to read on from there (with the same direction).
+	Cursor *HistoryEventID `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListChannelEventsParamsDirection defines parameters for ListChannelEvents.
+type ListChannelEventsParamsDirection string
+
 // TriggerEventParams defines parameters for TriggerEvent.
 type TriggerEventParams struct {
 	// Name Event name, when the event is given in the query string.
@@ -505,6 +578,28 @@ type ClientInterface interface {
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
 	GetChannel(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListChannelEvents Read a channel's history (a Herald extension).
+	//
+	// The last events triggered on the channel through this API (triggers and
+	// batches, not client events), for an app that keeps history (its
+	// `historyEvents` setting, `herald apps update --history-events N
+	// --history-ttl 5m`): at most that many per channel, none older than the
+	// app's history TTL, and within the server's per-app bounds
+	// (HERALD_HISTORY_MAX_BYTES, HERALD_HISTORY_MAX_CHANNELS), in a cluster
+	// the same on every node. Each event has an `id` that stays the same on
+	// every read and orders the channel's events. Events of encrypted channels
+	// are kept as the ciphertext they were triggered with.
+	//
+	// Newest first by default; `direction=oldest_first` turns it round.
+	// `after=<id>` returns only the events that came after that one, oldest
+	// first: what a client that saw event `<id>` missed. A page holds at most
+	// `limit` events; when more follow, `next_cursor` is set, and the same
+	// request with `cursor=<next_cursor>` returns the next page. An app that
+	// keeps no history gets 400 `history_disabled`.
+	//
+	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
+	ListChannelEvents(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListPresenceUsers List the users subscribed to a presence channel.
 	//
 	// Returns the ids of the users subscribed to a presence channel, the
@@ -633,6 +728,38 @@ func (c *Client) ListChannels(ctx context.Context, appId AppID, params *ListChan
 // Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
 func (c *Client) GetChannel(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetChannelRequest(c.Server, appId, channelName, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListChannelEvents Read a channel's history (a Herald extension).
+//
+// The last events triggered on the channel through this API (triggers and
+// batches, not client events), for an app that keeps history (its
+// `historyEvents` setting, `herald apps update --history-events N
+// --history-ttl 5m`): at most that many per channel, none older than the
+// app's history TTL, and within the server's per-app bounds
+// (HERALD_HISTORY_MAX_BYTES, HERALD_HISTORY_MAX_CHANNELS), in a cluster
+// the same on every node. Each event has an `id` that stays the same on
+// every read and orders the channel's events. Events of encrypted channels
+// are kept as the ciphertext they were triggered with.
+//
+// Newest first by default; `direction=oldest_first` turns it round.
+// `after=<id>` returns only the events that came after that one, oldest
+// first: what a client that saw event `<id>` missed. A page holds at most
+// `limit` events; when more follow, `next_cursor` is set, and the same
+// request with `cursor=<next_cursor>` returns the next page. An app that
+// keeps no history gets 400 `history_disabled`.
+//
+// Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
+func (c *Client) ListChannelEvents(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListChannelEventsRequest(c.Server, appId, channelName, params)
 	if err != nil {
 		return nil, err
 	}
@@ -913,6 +1040,110 @@ func NewGetChannelRequest(server string, appId AppID, channelName ChannelNamePar
 		if params.Info != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "info", *params.Info, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListChannelEventsRequest constructs an http.Request for the ListChannelEvents method
+func NewListChannelEventsRequest(server string, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "channel_name", channelName, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/apps/%s/channels/%s/events", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Direction != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "direction", *params.Direction, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1262,6 +1493,30 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
 	GetChannelWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*GetChannelResponse, error)
 
+	// ListChannelEventsWithResponse Read a channel's history (a Herald extension).
+	//
+	// The last events triggered on the channel through this API (triggers and
+	// batches, not client events), for an app that keeps history (its
+	// `historyEvents` setting, `herald apps update --history-events N
+	// --history-ttl 5m`): at most that many per channel, none older than the
+	// app's history TTL, and within the server's per-app bounds
+	// (HERALD_HISTORY_MAX_BYTES, HERALD_HISTORY_MAX_CHANNELS), in a cluster
+	// the same on every node. Each event has an `id` that stays the same on
+	// every read and orders the channel's events. Events of encrypted channels
+	// are kept as the ciphertext they were triggered with.
+	//
+	// Newest first by default; `direction=oldest_first` turns it round.
+	// `after=<id>` returns only the events that came after that one, oldest
+	// first: what a client that saw event `<id>` missed. A page holds at most
+	// `limit` events; when more follow, `next_cursor` is set, and the same
+	// request with `cursor=<next_cursor>` returns the next page. An app that
+	// keeps no history gets 400 `history_disabled`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
+	ListChannelEventsWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*ListChannelEventsResponse, error)
+
 	// ListPresenceUsersWithResponse List the users subscribed to a presence channel.
 	//
 	// Returns the ids of the users subscribed to a presence channel, the
@@ -1560,6 +1815,82 @@ func (r GetChannelResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetChannelResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListChannelEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ChannelEvents
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ClusterUnavailable
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListChannelEventsResponse) GetJSON200() *ChannelEvents {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListChannelEventsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListChannelEventsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListChannelEventsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListChannelEventsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListChannelEventsResponse) GetJSON503() *ClusterUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListChannelEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListChannelEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListChannelEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListChannelEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -1890,6 +2221,36 @@ func (c *ClientWithResponses) GetChannelWithResponse(ctx context.Context, appId 
 	return ParseGetChannelResponse(rsp)
 }
 
+// ListChannelEventsWithResponse Read a channel's history (a Herald extension).
+//
+// The last events triggered on the channel through this API (triggers and
+// batches, not client events), for an app that keeps history (its
+// `historyEvents` setting, `herald apps update --history-events N
+// --history-ttl 5m`): at most that many per channel, none older than the
+// app's history TTL, and within the server's per-app bounds
+// (HERALD_HISTORY_MAX_BYTES, HERALD_HISTORY_MAX_CHANNELS), in a cluster
+// the same on every node. Each event has an `id` that stays the same on
+// every read and orders the channel's events. Events of encrypted channels
+// are kept as the ciphertext they were triggered with.
+//
+// Newest first by default; `direction=oldest_first` turns it round.
+// `after=<id>` returns only the events that came after that one, oldest
+// first: what a client that saw event `<id>` missed. A page holds at most
+// `limit` events; when more follow, `next_cursor` is set, and the same
+// request with `cursor=<next_cursor>` returns the next page. An app that
+// keeps no history gets 400 `history_disabled`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
+func (c *ClientWithResponses) ListChannelEventsWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*ListChannelEventsResponse, error) {
+	rsp, err := c.ListChannelEvents(ctx, appId, channelName, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListChannelEventsResponse(rsp)
+}
+
 // ListPresenceUsersWithResponse List the users subscribed to a presence channel.
 //
 // Returns the ids of the users subscribed to a presence channel, the
@@ -2127,6 +2488,67 @@ func ParseGetChannelResponse(rsp *http.Response) (*GetChannelResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest ChannelInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ClusterUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListChannelEventsResponse parses an HTTP response from a ListChannelEventsWithResponse call
+func ParseListChannelEventsResponse(rsp *http.Response) (*ListChannelEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListChannelEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ChannelEvents
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

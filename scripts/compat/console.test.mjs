@@ -52,7 +52,7 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
   before(async () => {
     // A second app, managed from the CLI on the same database file.
     await heraldCli('apps', 'create', '--db', db, '--id', 'second', '--key', 'second-key', '--secret', 'second-secret')
-    herald = await startHerald({ db, env: { HERALD_ADMIN_TOKEN: TOKEN } })
+    herald = await startHerald({ db, env: { HERALD_ADMIN_TOKEN: TOKEN, HERALD_APP_HISTORY_EVENTS: '50' } })
     browser = await launchChromium()
     page = await browser.newPage()
     page.on('request', (req) => urls.push(req.url()))
@@ -115,6 +115,22 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     await page.locator('#events li[data-kind="channel_occupied"]').filter({ hasText: 'news' }).waitFor({ timeout: WAIT_MS })
 
     assert.equal(await metric(herald, 'herald_events_triggered_total', `app_id="${APP.appId}"`), 1)
+  })
+
+  it('shows a channel\'s history when its row is clicked', async () => {
+    await page.click('#channels tr[data-channel="news"] td')
+    const row = page.locator('#history-events tbody tr').filter({ hasText: 'console sees this' })
+    await row.waitFor({ timeout: WAIT_MS })
+    assert.equal(await row.locator('td').nth(2).textContent(), 'breaking')
+    assert.match(await row.locator('td').nth(1).textContent(), /^\d+-\d+$/)
+    await page.locator('#history-result').filter({ hasText: '1 event of news.' }).waitFor({ timeout: WAIT_MS })
+    // A channel nothing was triggered on has none; a bad name says why.
+    await page.fill('#history-channel', 'quiet')
+    await page.click('#channel-history button[type=submit]')
+    await page.locator('#history-result').filter({ hasText: '0 events of quiet.' }).waitFor({ timeout: WAIT_MS })
+    await page.fill('#history-channel', 'no spaces')
+    await page.click('#channel-history button[type=submit]')
+    await page.locator('#history-result.error').filter({ hasText: 'invalid_channel_name' }).waitFor({ timeout: WAIT_MS })
   })
 
   it('charts the triggers: the messages chart shows a non-zero series', async () => {

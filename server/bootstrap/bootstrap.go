@@ -60,6 +60,17 @@ func ensureApp(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.
 	if cfg.AppWebhookURL != "" && !hasWebhook(app, cfg.AppWebhookURL) {
 		app.Webhooks = append(app.Webhooks, storage.Webhook{URL: cfg.AppWebhookURL})
 	}
+	if cfg.AppHistoryEvents != nil {
+		app.HistoryEvents = *cfg.AppHistoryEvents
+	}
+	if cfg.AppHistoryTTL != 0 {
+		app.HistoryTTL = cfg.AppHistoryTTL
+	}
+	if cfg.AppHistoryEvents != nil || cfg.AppHistoryTTL != 0 {
+		if err := manage.ValidateApp(app); err != nil {
+			return fmt.Errorf("HERALD_APP_HISTORY_EVENTS, HERALD_APP_HISTORY_TTL: %w", err)
+		}
+	}
 	if create {
 		if app, err = db.CreateApp(ctx, app); err != nil {
 			return err

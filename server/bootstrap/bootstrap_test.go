@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -302,6 +303,31 @@ func TestRunAppFromEnv(t *testing.T) {
 		// and the env one is not added again.
 		if len(got.Webhooks) != 2 || len(got.Webhooks[0].EventTypes) != 0 || !reflect.DeepEqual(got.Webhooks[1].EventTypes, []string{"member_added"}) {
 			t.Fatalf("got webhooks %+v, want the env one and the filtered one", got.Webhooks)
+		}
+	})
+
+	t.Run("OKHistory", func(t *testing.T) {
+		db := openDB(t)
+		log, _ := observed()
+		ten := 10
+		run(t, db, config.Config{AppID: "42", AppHistoryEvents: &ten, AppHistoryTTL: 5 * time.Minute}, log)
+		if app := onlyApp(t, db); app.HistoryEvents != 10 || app.HistoryTTL != 5*time.Minute {
+			t.Fatalf("got history %d events, %s: want 10, 5m", app.HistoryEvents, app.HistoryTTL)
+		}
+		// Unset, the stored settings stay; HERALD_APP_HISTORY_EVENTS=0 turns it off.
+		run(t, db, config.Config{AppID: "42"}, log)
+		if app := onlyApp(t, db); app.HistoryEvents != 10 || app.HistoryTTL != 5*time.Minute {
+			t.Fatalf("a restart without the history variables changed them: %d events, %s", app.HistoryEvents, app.HistoryTTL)
+		}
+		zero := 0
+		run(t, db, config.Config{AppID: "42", AppHistoryEvents: &zero}, log)
+		if app := onlyApp(t, db); app.HistoryEvents != 0 {
+			t.Fatalf("HERALD_APP_HISTORY_EVENTS=0 left %d events", app.HistoryEvents)
+		}
+		tooMany := 5000
+		err := Run(context.Background(), db, config.Config{AppID: "42", AppHistoryEvents: &tooMany}, log)
+		if err == nil || !strings.Contains(err.Error(), "history events must be 0 (off) to 1000") {
+			t.Fatalf("Run with 5000 history events: got %v, want the limit named", err)
 		}
 	})
 

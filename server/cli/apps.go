@@ -48,6 +48,8 @@ func newAppFlags(name string, app *storage.App) *appFlags {
 	fs.IntVar(&app.MaxConnections, "max-connections", app.MaxConnections, "connection limit (0 = none)")
 	fs.IntVar(&app.MaxPresenceMembers, "max-presence-members", app.MaxPresenceMembers, "members per presence channel")
 	fs.IntVar(&app.MaxPresenceUserInfoBytes, "max-user-info-bytes", app.MaxPresenceUserInfoBytes, "size limit of a presence member's user_info")
+	fs.IntVar(&app.HistoryEvents, "history-events", app.HistoryEvents, "keep the last N events of each channel for the history API (0 = off)")
+	fs.DurationVar(&app.HistoryTTL, "history-ttl", app.HistoryTTL, "forget kept events after this long (0 = 1h when history is on)")
 	fs.Var(&f.webhooks, "webhook", "add a webhook: URL[,events=kind+kind][,prefix=P][,batch] (repeatable)")
 	fs.BoolVar(&f.clearWebhooks, "clear-webhooks", false, "remove every webhook before adding those given")
 	return f
@@ -121,6 +123,11 @@ func printApp(env Env, a storage.App) {
 		a.ID, a.Key, a.Secret, a.Enabled, a.ClientEvents, a.SubscriptionCount)
 	fmt.Fprintf(tw, "user auth timeout\t%s\nmax connections\t%s\nmax presence members\t%d\nmax user info bytes\t%d\n",
 		timeout, limit(a.MaxConnections), a.MaxPresenceMembers, a.MaxPresenceUserInfoBytes)
+	history := "off"
+	if a.HistoryEvents > 0 {
+		history = fmt.Sprintf("last %d events per channel, at most %s old", a.HistoryEvents, a.HistoryTTL)
+	}
+	fmt.Fprintf(tw, "history\t%s\n", history)
 	for _, w := range a.Webhooks {
 		kinds := "all events"
 		if len(w.EventTypes) > 0 {

@@ -311,6 +311,16 @@ func TestAppsUpdate(t *testing.T) {
 			},
 		},
 		{
+			name:   "OKHistory",
+			args:   []string{"--history-events", "100", "--history-ttl", "5m"},
+			change: func(a *storage.App) { a.HistoryEvents, a.HistoryTTL = 100, 5*time.Minute },
+		},
+		{
+			name:   "OKHistoryDefaultTTL",
+			args:   []string{"--history-events", "10"},
+			change: func(a *storage.App) { a.HistoryEvents, a.HistoryTTL = 10, storage.DefaultHistoryTTL },
+		},
+		{
 			name: "OKAddWebhook",
 			args: []string{"--webhook", "https://example.com/cache,events=cache_miss"},
 			change: func(a *storage.App) {
@@ -334,6 +344,8 @@ func TestAppsUpdate(t *testing.T) {
 		{name: "ErrBadWebhook", args: []string{"--secret", "s", "--webhook", "https://example.com,events=nope"}, wantErr: `unknown event kind "nope"`},
 		{name: "ErrEmptySecret", args: []string{"--secret="}, wantErr: "key and secret may not be empty"},
 		{name: "ErrNegativeLimit", args: []string{"--max-presence-members", "-1"}, wantErr: "limits may not be negative"},
+		{name: "ErrHistoryTooLong", args: []string{"--history-events", "1001"}, wantErr: "history events must be 0 (off) to 1000"},
+		{name: "ErrHistoryTTL", args: []string{"--history-events", "5", "--history-ttl", "200h"}, wantErr: "the history TTL must be whole milliseconds from 0 to 168h0m0s"},
 		{name: "ErrUnknownFlag", args: []string{"--id", "43"}, usage: true},
 		{name: "ErrPositionalArgument", args: []string{"--secret", "s", "extra"}, usage: true},
 	}

@@ -42,6 +42,11 @@ type Config struct {
 	AppKey        string // HERALD_APP_KEY
 	AppSecret     string // HERALD_APP_SECRET
 	AppWebhookURL string // HERALD_APP_WEBHOOK_URL: webhook endpoint for every event kind
+	// AppHistoryEvents (HERALD_APP_HISTORY_EVENTS) is the app's channel
+	// history length when set (0 turns history off); nil leaves the stored
+	// setting alone.
+	AppHistoryEvents *int
+	AppHistoryTTL    time.Duration // HERALD_APP_HISTORY_TTL: the app's history age limit; 0 leaves it alone
 
 	// The default Push instance, created or updated at start when InstanceID is set.
 	InstanceID        string // HERALD_INSTANCE_ID (a UUID)
@@ -93,6 +98,10 @@ type Config struct {
 	// Idempotent publishing (README, Idempotent publishing).
 	IdempotencyTTL     time.Duration // HERALD_IDEMPOTENCY_TTL: how long an Idempotency-Key is remembered; 0 means 24h
 	IdempotencyMaxKeys int           // HERALD_IDEMPOTENCY_MAX_KEYS: keys kept per app and per instance; 0 means 10000
+
+	// Channel history (README, Channel history): bounds per app.
+	HistoryMaxBytes    int // HERALD_HISTORY_MAX_BYTES: bytes of event names and data kept per app; 0 means 16 MiB
+	HistoryMaxChannels int // HERALD_HISTORY_MAX_CHANNELS: channels with history kept per app; 0 means 10000
 
 	// Warnings are what the loading noticed and let pass (a configuration
 	// file others can read), for the caller to log once it has a logger.
@@ -213,6 +222,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	duration("HERALD_HTTP_WRITE_TIMEOUT", &c.WriteTimeout)
 	duration("HERALD_PUSH_LEASE", &c.PushLease)
 	duration("HERALD_IDEMPOTENCY_TTL", &c.IdempotencyTTL)
+	duration("HERALD_APP_HISTORY_TTL", &c.AppHistoryTTL)
 	number := func(name string, dst *float64) {
 		if v := env(name); v != "" {
 			f, err := strconv.ParseFloat(v, 64)
@@ -236,6 +246,12 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	count("HERALD_WEBHOOK_MAX_QUEUED", &c.WebhookMaxQueued)
 	count("HERALD_MAX_SUBSCRIPTIONS_PER_APP", &c.MaxSubscriptions)
 	count("HERALD_IDEMPOTENCY_MAX_KEYS", &c.IdempotencyMaxKeys)
+	count("HERALD_HISTORY_MAX_BYTES", &c.HistoryMaxBytes)
+	count("HERALD_HISTORY_MAX_CHANNELS", &c.HistoryMaxChannels)
+	if env("HERALD_APP_HISTORY_EVENTS") != "" {
+		c.AppHistoryEvents = new(int)
+		count("HERALD_APP_HISTORY_EVENTS", c.AppHistoryEvents)
+	}
 	switch v := env("HERALD_WEBHOOK_ALLOW_PRIVATE"); v {
 	case "true", "1", "on", "yes":
 	case "false", "0", "off", "no":
@@ -273,6 +289,9 @@ func (c Config) validate() error {
 	}
 	if c.AppID == "" && (c.AppKey != "" || c.AppSecret != "" || c.AppWebhookURL != "") {
 		errs = append(errs, errors.New("HERALD_APP_KEY, HERALD_APP_SECRET and HERALD_APP_WEBHOOK_URL need HERALD_APP_ID"))
+	}
+	if c.AppID == "" && (c.AppHistoryEvents != nil || c.AppHistoryTTL != 0) {
+		errs = append(errs, errors.New("HERALD_APP_HISTORY_EVENTS and HERALD_APP_HISTORY_TTL need HERALD_APP_ID"))
 	}
 	if c.AppWebhookURL != "" && !strings.HasPrefix(c.AppWebhookURL, "http://") && !strings.HasPrefix(c.AppWebhookURL, "https://") {
 		// Shown without user info and query, where credentials go.

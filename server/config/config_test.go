@@ -27,6 +27,7 @@ var defaults = Config{
 	ActivityTimeout: 120 * time.Second, PongTimeout: 30 * time.Second, WebhookMaxQueued: 10000,
 	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, PushLease: 30 * time.Second,
 	IdempotencyTTL: 24 * time.Hour, IdempotencyMaxKeys: 10000,
+	HistoryMaxBytes: 16 << 20, HistoryMaxChannels: 10000,
 }
 
 func TestLoad(t *testing.T) {
@@ -66,6 +67,10 @@ func TestLoad(t *testing.T) {
 		"HERALD_PUSH_LEASE":                "5s",
 		"HERALD_IDEMPOTENCY_TTL":           "1h",
 		"HERALD_IDEMPOTENCY_MAX_KEYS":      "50",
+		"HERALD_APP_HISTORY_EVENTS":        "0",
+		"HERALD_APP_HISTORY_TTL":           "5m",
+		"HERALD_HISTORY_MAX_BYTES":         "1048576",
+		"HERALD_HISTORY_MAX_CHANNELS":      "20",
 	}
 	fromEveryVar := Config{
 		Addr:                  "0.0.0.0:9000",
@@ -103,6 +108,10 @@ func TestLoad(t *testing.T) {
 		PushLease:             5 * time.Second,
 		IdempotencyTTL:        time.Hour,
 		IdempotencyMaxKeys:    50,
+		AppHistoryEvents:      new(int), // set to 0: history off
+		AppHistoryTTL:         5 * time.Minute,
+		HistoryMaxBytes:       1 << 20,
+		HistoryMaxChannels:    20,
 	}
 	with := func(c Config, change func(*Config)) Config {
 		change(&c)
@@ -238,6 +247,16 @@ func TestLoad(t *testing.T) {
 			name:    "ErrAppWebhookURLWithoutAppID",
 			env:     map[string]string{"HERALD_APP_WEBHOOK_URL": "https://example.com/hook"},
 			wantErr: "need HERALD_APP_ID",
+		},
+		{
+			name:    "ErrAppHistoryWithoutAppID",
+			env:     map[string]string{"HERALD_APP_HISTORY_EVENTS": "10"},
+			wantErr: "HERALD_APP_HISTORY_EVENTS and HERALD_APP_HISTORY_TTL need HERALD_APP_ID",
+		},
+		{
+			name:    "ErrAppHistoryEventsNotANumber",
+			env:     map[string]string{"HERALD_APP_ID": "1", "HERALD_APP_HISTORY_EVENTS": "-1"},
+			wantErr: "HERALD_APP_HISTORY_EVENTS must be a whole number",
 		},
 		{
 			name:    "ErrAppWebhookURLNotHTTP",

@@ -30,6 +30,8 @@ var Vars = []Var{
 	{Name: "HERALD_APP_KEY", Doc: "its key"},
 	{Name: "HERALD_APP_SECRET", Doc: "its secret"},
 	{Name: "HERALD_APP_WEBHOOK_URL", Doc: "a webhook endpoint of that app for every event kind"},
+	{Name: "HERALD_APP_HISTORY_EVENTS", Doc: "that app keeps the last N events of each channel for the history API (0: off; unset: as stored)"},
+	{Name: "HERALD_APP_HISTORY_TTL", Doc: "and forgets them after this long, such as 5m (unset: as stored; 1h for a new history)"},
 	{Name: "HERALD_INSTANCE_ID", Doc: "create or update this Push instance at start (a UUID)"},
 	{Name: "HERALD_INSTANCE_SECRET_KEY", Doc: "its secret key"},
 	{Name: "HERALD_APNS_KEY_FILE", Doc: "APNs token key (.p8) of the default instance"},
@@ -59,6 +61,8 @@ var Vars = []Var{
 	{Name: "HERALD_PUSH_LEASE", Default: "30s", Doc: "how long a node reading a push publish holds it without renewing (every second): on a shared PostgreSQL database, how soon another node takes over a dead one's publishes"},
 	{Name: "HERALD_IDEMPOTENCY_TTL", Default: "24h", Doc: "how long an Idempotency-Key of a trigger, batch or Beams publish is remembered from its first request"},
 	{Name: "HERALD_IDEMPOTENCY_MAX_KEYS", Default: "10000", Doc: "Idempotency-Key values kept per app and per instance; past it the oldest are forgotten first"},
+	{Name: "HERALD_HISTORY_MAX_BYTES", Default: "16777216", Doc: "bytes of channel history (event names and data) kept per app; past it the least recently written channel's oldest events go first"},
+	{Name: "HERALD_HISTORY_MAX_CHANNELS", Default: "10000", Doc: "channels with history kept per app; past it the least recently written channel's history goes"},
 	{Name: "HERALD_NODE_ID", Doc: "this node's id in the cluster and in the push publishes' leases, unique among its nodes (unset: random at each start)"},
 }
 

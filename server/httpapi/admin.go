@@ -194,6 +194,10 @@ func applyApp(a *storage.App, o admin.AppOptions) {
 	setInt(&a.MaxConnections, o.MaxConnections)
 	setInt(&a.MaxPresenceMembers, o.MaxPresenceMembers)
 	setInt(&a.MaxPresenceUserInfoBytes, o.MaxPresenceUserInfoBytes)
+	setInt(&a.HistoryEvents, o.HistoryEvents)
+	if o.HistoryTtlMs != nil {
+		a.HistoryTTL = time.Duration(*o.HistoryTtlMs) * time.Millisecond
+	}
 	if o.UserAuthTimeoutMs != nil {
 		a.UserAuthTimeout = time.Duration(*o.UserAuthTimeoutMs) * time.Millisecond
 	}
@@ -231,7 +235,8 @@ func appOut(a storage.App) admin.App {
 		Id: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
 		SubscriptionCount: a.SubscriptionCount, UserAuthTimeoutMs: int(a.UserAuthTimeout.Milliseconds()),
 		MaxConnections: a.MaxConnections, MaxPresenceMembers: a.MaxPresenceMembers,
-		MaxPresenceUserInfoBytes: a.MaxPresenceUserInfoBytes, Webhooks: hooks,
+		MaxPresenceUserInfoBytes: a.MaxPresenceUserInfoBytes, HistoryEvents: a.HistoryEvents,
+		HistoryTtlMs: int(a.HistoryTTL.Milliseconds()), Webhooks: hooks,
 		CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
 	}
 }

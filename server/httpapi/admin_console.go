@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/heraldrt/herald/gen/admin"
+	"github.com/heraldrt/herald/gen/channels"
 	"github.com/heraldrt/herald/server/history"
 )
 
@@ -29,6 +30,29 @@ func (api *AdminAPI) TriggerAppEvent(ctx context.Context, req admin.TriggerAppEv
 		return nil, err
 	}
 	return admin.TriggerAppEvent200JSONResponse{}, nil
+}
+
+// GetAppChannelEvents implements GET
+// /admin/v1/apps/{app_id}/channels/{channel_name}/events: the Channels
+// API's history read, newest first, for the console.
+func (api *AdminAPI) GetAppChannelEvents(ctx context.Context, req admin.GetAppChannelEventsRequestObject) (admin.GetAppChannelEventsResponseObject, error) {
+	a, err := api.db.GetApp(requestCtx(ctx), req.AppId)
+	if err != nil {
+		return nil, storeError(appResource, req.AppId, err)
+	}
+	q, err := historyQuery(channels.ListChannelEventsParams{Limit: req.Params.Limit, Cursor: req.Params.Cursor})
+	if err != nil {
+		return nil, err
+	}
+	page, err := api.console.Channels.ReadHistory(ctx, &a, req.ChannelName, q)
+	if err != nil {
+		return nil, err
+	}
+	out := admin.GetAppChannelEvents200JSONResponse{Events: make([]admin.ChannelHistoryEvent, len(page.Events)), NextCursor: page.NextCursor}
+	for i, e := range page.Events {
+		out.Events[i] = admin.ChannelHistoryEvent(e)
+	}
+	return out, nil
 }
 
 // GetAppHistory implements GET /admin/v1/apps/{app_id}/history.

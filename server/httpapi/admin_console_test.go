@@ -11,6 +11,39 @@ import (
 	"github.com/heraldrt/herald/server/history"
 )
 
+// The console reads a channel's history through the admin API: the events
+// triggered, newest first, in pages; an app without history is refused.
+func TestAdminChannelEvents(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42"), HistoryEvents: ptr(10)}); err != nil || res.JSON201 == nil {
+		t.Fatalf("create: %v %s", err, res.Body)
+	}
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("43")}); err != nil || res.JSON201 == nil {
+		t.Fatalf("create: %v %s", err, res.Body)
+	}
+	for _, data := range []string{"one", "two", "three"} {
+		if res, err := s.client.TriggerAppEventWithResponse(ctx, "42", adminclient.AdminTrigger{Name: "ev", Channels: []string{"news"}, Data: data}); err != nil || res.StatusCode() != 200 {
+			t.Fatalf("trigger: %v %s", err, res.Body)
+		}
+	}
+	two := 2
+	res, err := s.client.GetAppChannelEventsWithResponse(ctx, "42", "news", &adminclient.GetAppChannelEventsParams{Limit: &two})
+	if err != nil || res.JSON200 == nil || len(res.JSON200.Events) != 2 || res.JSON200.Events[0].Data != "three" || res.JSON200.Events[1].Data != "two" || res.JSON200.NextCursor == nil {
+		t.Fatalf("first page: %v %s, want three, two and a cursor", err, res.Body)
+	}
+	res, err = s.client.GetAppChannelEventsWithResponse(ctx, "42", "news", &adminclient.GetAppChannelEventsParams{Cursor: res.JSON200.NextCursor})
+	if err != nil || res.JSON200 == nil || len(res.JSON200.Events) != 1 || res.JSON200.Events[0].Data != "one" || res.JSON200.NextCursor != nil {
+		t.Fatalf("second page: %v %s, want one and no cursor", err, res.Body)
+	}
+	if res, err := s.client.GetAppChannelEventsWithResponse(ctx, "43", "news", nil); err != nil || res.JSON400 == nil || res.JSON400.Error != KindHistoryDisabled {
+		t.Fatalf("an app without history: %v %d %s, want 400 %s", err, res.StatusCode(), res.Body, KindHistoryDisabled)
+	}
+	if res, err := s.client.GetAppChannelEventsWithResponse(ctx, "44", "news", nil); err != nil || res.StatusCode() != 404 {
+		t.Fatalf("an unknown app: %v %d %s, want 404", err, res.StatusCode(), res.Body)
+	}
+}
+
 // The event creator's endpoint publishes through the Channels API's trigger
 // path: subscribers get the event, the trigger hook (the console) is told, and the Channels API's limits answer with its errors.
 func TestAdminTriggerEvent(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/admin"
 	"github.com/heraldrt/herald/gen/adminclient"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/storage"
@@ -49,7 +50,7 @@ func newAdminServer(t *testing.T) *adminServer {
 	engine.Use(s.spec.middleware)
 	// The node's history source: triggers and deliveries as the hub counts them.
 	s.history = history.New(history.Sources{Apps: history.HubApps(s.hub)}, history.Options{})
-	channels := NewChannelsAPI(s.hub, testApps, log)
+	channels := NewChannelsAPI(s.hub, testApps, log).History(eventlog.NewMemory(eventlog.Limits{}))
 	channels.OnTrigger(func(appID, channel, event, data string) {
 		s.triggeredMu.Lock()
 		defer s.triggeredMu.Unlock()

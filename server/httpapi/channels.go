@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/gen/channels"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/signing"
@@ -52,6 +53,9 @@ type ChannelsAPI struct {
 	// idem honours Idempotency-Key on triggers and batches; nil until
 	// Idempotency sets it, and then the header is ignored.
 	idem *idempotency.Guard
+	// history keeps the triggered events of the apps that ask for it
+	// (history.go); nil until History sets it, and then no app keeps any.
+	history eventlog.Store
 }
 
 var _ channels.StrictServerInterface = (*ChannelsAPI)(nil)
@@ -401,10 +405,11 @@ func validSocketID(s string) bool {
 	return true
 }
 
-// publish hands the events to the hub, each once per channel, in order. It
-// is all or nothing: when the cluster cannot take them, none is sent and
-// the answer is 503.
-func (api *ChannelsAPI) publish(appID string, evs ...event) error {
+// publish hands the events of app to the hub, each once per channel, in
+// order, and keeps them in the app's history. It is all or nothing: when
+// the cluster cannot take them, none is sent and the answer is 503.
+func (api *ChannelsAPI) publish(app *storage.App, evs ...event) error {
+	appID := app.ID
 	var buf [10]hub.Message // a batch's (at most 10) or a trigger's of up to 10 channels, without an allocation
 	ms := buf[:0]
 	for _, ev := range evs {
@@ -416,6 +421,7 @@ func (api *ChannelsAPI) publish(appID string, evs ...event) error {
 	if err := api.hub.Publish(ms...); err != nil {
 		return stateError(err)
 	}
+	api.keep(app, ms)
 	// One running total, read by the metrics and the console's history.
 	api.hub.CountTriggered(appID, len(ms))
 	for _, m := range ms {
@@ -438,7 +444,7 @@ func (api *ChannelsAPI) Trigger(app *storage.App, name, data string, chans []str
 	if err != nil {
 		return err
 	}
-	return api.publish(app.ID, ev)
+	return api.publish(app, ev)
 }
 
 // TriggerEvent implements POST /apps/{app_id}/events.
@@ -463,7 +469,7 @@ func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEv
 	if err != nil {
 		return nil, err
 	}
-	if err := api.publish(app.ID, ev); err != nil {
+	if err := api.publish(app, ev); err != nil {
 		return nil, err
 	}
 	if !ev.info.any() {
@@ -524,7 +530,7 @@ func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.Tri
 		evs[i] = ev
 		withInfo = withInfo || ev.info.any()
 	}
-	if err := api.publish(app.ID, evs...); err != nil {
+	if err := api.publish(app, evs...); err != nil {
 		return nil, err
 	}
 	if !withInfo {

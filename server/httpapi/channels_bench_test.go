@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/clientauth"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/idempotency"
 )
@@ -22,20 +23,35 @@ import (
 // read, signature check, JSON decoding, validation, hand-off to the registry
 // and the response, through the gin engine — everything but the network.
 // The channel has one subscriber whose queue the benchmark drains.
-func BenchmarkSignedTrigger(b *testing.B) { benchSignedTrigger(b, false) }
+func BenchmarkSignedTrigger(b *testing.B) { benchSignedTrigger(b, false, false) }
 
 // BenchmarkSignedTriggerIdempotencyKey is BenchmarkSignedTrigger with an
 // Idempotency-Key of its own on every request (the node's memory store, as
 // on one node): each request claims a key and keeps its answer, and once
 // the app holds its 10,000 keys each one also forgets the oldest. Making up
 // the key (strconv) is counted too: one allocation of the client's.
-func BenchmarkSignedTriggerIdempotencyKey(b *testing.B) { benchSignedTrigger(b, true) }
+func BenchmarkSignedTriggerIdempotencyKey(b *testing.B) { benchSignedTrigger(b, true, false) }
 
-func benchSignedTrigger(b *testing.B, keyed bool) {
+// BenchmarkSignedTriggerHistory is BenchmarkSignedTrigger for an app that
+// keeps the last 100 events of each channel for an hour (the node's memory
+// store, as on one node): each trigger also appends its event, and from the
+// 101st on drops the channel's oldest.
+func BenchmarkSignedTriggerHistory(b *testing.B) { benchSignedTrigger(b, false, true) }
+
+func benchSignedTrigger(b *testing.B, keyed, history bool) {
 	log := zap.NewNop()
 	h := hub.New(log)
 	engine := NewEngine(log)
-	api := NewChannelsAPI(h, testApps, log)
+	apps := testApps
+	if history {
+		app := *testApps["key1"]
+		app.HistoryEvents, app.HistoryTTL = 100, time.Hour
+		apps = staticApps{"key1": &app}
+	}
+	api := NewChannelsAPI(h, apps, log)
+	if history {
+		api.History(eventlog.NewMemory(eventlog.Limits{}))
+	}
 	at := time.Unix(1_700_000_000, 0)
 	api.now = func() time.Time { return at }
 	if keyed {

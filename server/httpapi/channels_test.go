@@ -48,12 +48,20 @@ type testServer struct {
 
 func newTestServer(t *testing.T) *testServer {
 	t.Helper()
+	return newTestServerWith(t, testApps, func(*ChannelsAPI) {})
+}
+
+// newTestServerWith is newTestServer over apps, with the API set up further
+// by configure before it is registered.
+func newTestServerWith(t *testing.T, apps AppLookup, configure func(*ChannelsAPI)) *testServer {
+	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	h := hub.New(log)
 	engine := NewEngine(log)
 	spec := newSpecChecker(t, channels.GetSpec)
 	engine.Use(spec.middleware)
-	api := NewChannelsAPI(h, testApps, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
+	api := NewChannelsAPI(h, apps, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
+	configure(api)
 	api.Register(engine)
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)

@@ -14,6 +14,7 @@ const (
 	KindDeviceNotFound                = "device_not_found"
 	KindEmptyBatch                    = "empty_batch"
 	KindEndpointNotAllowed            = "endpoint_not_allowed"
+	KindHistoryDisabled               = "history_disabled"       // the app keeps no channel history
 	KindIdempotencyKeyInUse           = "idempotency_key_in_use" // 409: the key's first request is still being processed
 	KindIdempotencyKeyReused          = "idempotency_key_reused" // 422: the key was used with another body
 	KindIncorrectApiKey               = "incorrect_api_key"
@@ -30,6 +31,7 @@ const (
 	KindInvalidDeviceId               = "invalid_device_id"
 	KindInvalidEvent                  = "invalid_event"
 	KindInvalidEventName              = "invalid_event_name"
+	KindInvalidEventId                = "invalid_event_id"
 	KindInvalidGatewayToken           = "invalid_gateway_token"
 	KindInvalidIdempotencyKey         = "invalid_idempotency_key"
 	KindInvalidInfo                   = "invalid_info"

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -38,6 +39,10 @@ const (
 	// MaxWebhooks is the number of webhook endpoints an app may have.
 	MaxWebhooks  = 100
 	maxURLLength = 2048
+	// MaxHistoryEvents is the most events an app may keep per channel.
+	MaxHistoryEvents = 1000
+	// MaxHistoryTTL is the longest an app may keep a channel's events.
+	MaxHistoryTTL = 7 * 24 * time.Hour
 )
 
 // WebhookKinds are the webhook event kinds an app can subscribe to.
@@ -72,6 +77,12 @@ func ValidateApp(a storage.App) error {
 	}
 	if a.MaxConnections < 0 || a.MaxPresenceMembers < 0 || a.MaxPresenceUserInfoBytes < 0 || a.UserAuthTimeout < 0 {
 		errs = append(errs, invalid("limits may not be negative"))
+	}
+	if a.HistoryEvents < 0 || a.HistoryEvents > MaxHistoryEvents {
+		errs = append(errs, invalid("history events must be 0 (off) to %d, not %d", MaxHistoryEvents, a.HistoryEvents))
+	}
+	if a.HistoryTTL < 0 || a.HistoryTTL > MaxHistoryTTL || a.HistoryTTL%time.Millisecond != 0 {
+		errs = append(errs, invalid("the history TTL must be whole milliseconds from 0 to %s, not %s", MaxHistoryTTL, a.HistoryTTL))
 	}
 	if len(a.Webhooks) > MaxWebhooks {
 		errs = append(errs, invalid("an app has at most %d webhooks", MaxWebhooks))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/ws"
 )
 
@@ -31,6 +32,7 @@ type collector struct {
 	clusterReplayed, publishLimitErrors           *prometheus.Desc
 	clusterConsole                                *prometheus.Desc
 	clusterResyncs, clusterReaped, clusterOutages *prometheus.Desc
+	historyEvents, historyBytes, historyDropped   *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -73,6 +75,9 @@ func newCollector(src Sources) *collector {
 		clusterReaped:        d("cluster_nodes_reaped_total", "Dead nodes whose clients this node took out of the cluster."),
 		clusterOutages:       d("cluster_outages_total", "Times Redis stopped answering this node."),
 		clusterReplayed:      d("cluster_messages_replayed_total", "Messages this node published again because Redis lost its data before every node had read them."),
+		historyEvents:        d("history_events", "Events kept in channel histories, by app (in a cluster: as of this node's last append to the app).", "app_id"),
+		historyBytes:         d("history_bytes", "Bytes of event names and data kept in channel histories, by app (in a cluster: as of this node's last append to the app); bounded by HERALD_HISTORY_MAX_BYTES.", "app_id"),
+		historyDropped:       d("history_events_dropped_total", "Kept events dropped before their TTL (by this node's appends), by reason: events (past the app's history events), age (past its TTL), bytes (past HERALD_HISTORY_MAX_BYTES), channels (past HERALD_HISTORY_MAX_CHANNELS).", "reason"),
 		clusterConsole:       d("cluster_console_events_total", "Debug console events relayed between nodes, by outcome: sent to the nodes watching, dropped past a flush's bounds, received from other nodes.", "outcome"),
 	}
 }
@@ -85,6 +90,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
 		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.clusterConsole, c.publishLimitErrors,
+		c.historyEvents, c.historyBytes, c.historyDropped,
 	} {
 		ch <- d
 	}
@@ -184,6 +190,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		st := p.LimitStats()
 		count(c.rateLimited, int64(st.Refused), "publish_api")
 		count(c.publishLimitErrors, int64(st.DatabaseErrors))
+	}
+	if h := c.src.History; h != nil {
+		st := h.Stats()
+		for _, a := range st.Apps {
+			gauge(c.historyEvents, float64(a.Events), a.AppID)
+			gauge(c.historyBytes, float64(a.Bytes), a.AppID)
+		}
+		for r, n := range st.Dropped {
+			count(c.historyDropped, n, eventlog.Reason(r).String())
+		}
 	}
 	if a := c.src.Anon; a != nil {
 		count(c.rateLimited, int64(a.Stats().Refused), "anon_push_api")

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/heraldrt/herald/server/cluster"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
@@ -86,6 +87,11 @@ type ClusterSource interface {
 	Stats() cluster.Stats
 }
 
+// HistorySource is the store of the apps' channel histories.
+type HistorySource interface {
+	Stats() eventlog.Stats
+}
+
 // Sources are the parts of a node read at scrape time. Nil ones are skipped.
 type Sources struct {
 	Cluster  ClusterSource
@@ -97,6 +103,7 @@ type Sources struct {
 	Push     PushSource
 	Anon     AnonLimitSource
 	Publish  PublishLimitSource
+	History  HistorySource
 }
 
 // Metrics is one node's metrics registry.

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/heraldrt/herald/server/cluster"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
@@ -75,6 +76,12 @@ func (fakeCluster) Stats() cluster.Stats {
 	return cluster.Stats{Up: true, Nodes: 2, Received: 20, Panics: 19}
 }
 
+type fakeHistory struct{}
+
+func (fakeHistory) Stats() eventlog.Stats {
+	return eventlog.Stats{Apps: []eventlog.AppStats{{AppID: "1", Events: 21, Bytes: 2100}}, Dropped: [4]int64{22, 23, 24, 25}}
+}
+
 type fakeAnon struct{}
 
 func (fakeAnon) Stats() httpapi.AnonLimiterStats {
@@ -128,7 +135,7 @@ next:
 }
 
 func TestCollector(t *testing.T) {
-	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}, Publish: fakePublishLimit{}, Cluster: fakeCluster{}})
+	m := New(Sources{Hub: fakeHub{}, Sockets: fakeSockets{}, Webhooks: fakeWebhooks{}, Outbox: fakeOutbox{}, Push: fakePush{}, Anon: fakeAnon{}, Publish: fakePublishLimit{}, Cluster: fakeCluster{}, History: fakeHistory{}})
 	fams := gather(t, m)
 	for _, tt := range []struct {
 		name   string
@@ -177,6 +184,12 @@ func TestCollector(t *testing.T) {
 		{"herald_rate_limited_total", []string{"limit", "anon_push_api"}, 11},
 		{"herald_rate_limited_total", []string{"limit", "publish_api"}, 17},
 		{"herald_publish_rate_limit_errors_total", nil, 18},
+		{"herald_history_events", []string{"app_id", "1"}, 21},
+		{"herald_history_bytes", []string{"app_id", "1"}, 2100},
+		{"herald_history_events_dropped_total", []string{"reason", "events"}, 22},
+		{"herald_history_events_dropped_total", []string{"reason", "age"}, 23},
+		{"herald_history_events_dropped_total", []string{"reason", "bytes"}, 24},
+		{"herald_history_events_dropped_total", []string{"reason", "channels"}, 25},
 	} {
 		if got := get(fams, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)

@@ -21,10 +21,10 @@ import (
 )
 
 // clusterNode starts a node of the cluster on rs, with the test app and
-// the admin token.
-func clusterNode(t *testing.T, rs *testredis.Server, prefix, id string) (*Node, string) {
+// the admin token, and whatever changes give the configuration.
+func clusterNode(t *testing.T, rs *testredis.Server, prefix, id string, changes ...func(*config.Config)) (*Node, string) {
 	t.Helper()
-	n, url := serveNode(t, config.Config{
+	cfg := config.Config{
 		DB:         filepath.Join(t.TempDir(), "herald.db"),
 		AppID:      "77",
 		AppKey:     "go-sdk-key",
@@ -32,7 +32,11 @@ func clusterNode(t *testing.T, rs *testredis.Server, prefix, id string) (*Node, 
 		RedisURL:   rs.URL(),
 		NodeID:     id,
 		AdminToken: testAdminToken,
-	}, WithClusterKeys(prefix), WithClusterHeartbeat(100*time.Millisecond, time.Second))
+	}
+	for _, change := range changes {
+		change(&cfg)
+	}
+	n, url := serveNode(t, cfg, WithClusterKeys(prefix), WithClusterHeartbeat(100*time.Millisecond, time.Second))
 	return n, strings.TrimPrefix(url, "http://")
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/docs"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
@@ -93,6 +94,9 @@ type Node struct {
 	// keys are the stores of the Idempotency-Key headers that the node
 	// sweeps of expired keys (idempotency.go).
 	keys keySweepers
+	// eventlog is the channel history kept in memory, swept with the
+	// cache; nil in cluster mode, where Redis keeps it (eventlog.go).
+	eventlog *eventlog.Memory
 
 	// ready is what GET /readyz checks; cluster mode adds Redis here,
 	// before the route is registered.
@@ -236,7 +240,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	engine.Use(n.ops.middleware())
 	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys}
-	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log).Idempotency(n.channelKeys(idem))
+	channelHistory := n.channelHistory(cfg)
+	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log).Idempotency(n.channelKeys(idem)).History(channelHistory)
 	channelsAPI.OnTrigger(n.ops.console.Triggered)
 	channelsAPI.Register(engine)
 	// One budget per client address over both anonymous Push APIs.
@@ -289,7 +294,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		Go:            n.ws.Go,
 		Log:           log.Named("upgrade"),
 	})
-	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster)
+	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster, channelHistory)
 	n.ops.register(engine, channelsAPI, nodeID)
 	n.http = &http.Server{
 		Handler:           engine,
@@ -405,6 +410,9 @@ func (n *Node) sweepCache(ctx context.Context) {
 		case <-t.C:
 			n.hub.SweepCache()
 			n.keys.sweep(ctx, n.log)
+			if n.eventlog != nil {
+				n.eventlog.Sweep(time.Now())
+			}
 		}
 	}
 }

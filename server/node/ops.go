@@ -14,6 +14,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/console"
 	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
@@ -71,8 +72,8 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps,
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl *cluster.Cluster) {
-	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Upgrades: upgrades, Webhooks: hook, Outbox: o.db, Push: publishes, Publish: publishAPI}
+func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl *cluster.Cluster, history eventlog.Store) {
+	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Upgrades: upgrades, Webhooks: hook, Outbox: o.db, Push: publishes, Publish: publishAPI, History: history}
 	if cl != nil { // nil: a single node, and no herald_cluster_* series
 		src.Cluster = cl
 	}

@@ -443,6 +443,41 @@ async function refreshInstanceHistory(instanceID) {
   }
 }
 
+// The channel history form reads the app's kept events of one channel
+// through the admin API, newest first; Older follows next_cursor.
+let historyCursor = null;
+async function showChannelHistory(more) {
+  const out = $('history-result');
+  const body = $('history-events').tBodies[0];
+  out.className = 'muted';
+  if (!more) {
+    body.textContent = '';
+    historyCursor = null;
+  }
+  const appID = $('app').value;
+  const channel = $('history-channel').value.trim();
+  let path = '/admin/v1/apps/' + encodeURIComponent(appID) + '/channels/' + encodeURIComponent(channel) + '/events?limit=50';
+  if (more && historyCursor) path += '&cursor=' + encodeURIComponent(historyCursor);
+  try {
+    const page = await api(path);
+    for (const ev of page.events) {
+      const row = document.createElement('tr');
+      cell(row, new Date(ev.timestamp).toLocaleTimeString());
+      cell(row, ev.id);
+      cell(row, ev.event);
+      cell(row, ev.data);
+      body.appendChild(row);
+    }
+    historyCursor = page.next_cursor || null;
+    $('history-older').hidden = !historyCursor;
+    out.textContent = body.rows.length + ' event' + (body.rows.length === 1 ? '' : 's') + ' of ' + channel + (historyCursor ? ', older ones kept' : '') + '.';
+  } catch (err) {
+    $('history-older').hidden = true;
+    out.className = 'error';
+    out.textContent = (err.kind ? err.kind + ': ' : '') + err.message;
+  }
+}
+
 // The event creator triggers through the admin API, which takes the
 // Channels API's own path: its limits answer with their error body.
 async function sendEvent(e) {
@@ -486,4 +521,12 @@ for (const id of ['filter-channel', 'filter-event', 'filter-kind', 'max-rows']) 
 readFilters();
 $('filters').addEventListener('submit', (e) => e.preventDefault());
 $('creator').addEventListener('submit', sendEvent);
+$('channel-history').addEventListener('submit', (e) => { e.preventDefault(); showChannelHistory(false); });
+$('history-older').addEventListener('click', () => showChannelHistory(true));
+$('channels').addEventListener('click', (e) => {
+  const row = e.target.closest('tr');
+  if (!row || !row.dataset.channel) return;
+  $('history-channel').value = row.dataset.channel;
+  showChannelHistory(false);
+});
 if (token()) login(token());

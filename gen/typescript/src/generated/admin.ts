@@ -205,6 +205,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/v1/apps/{app_id}/channels/{channel_name}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The app id.
+                 * @example 42
+                 */
+                app_id: components["parameters"]["AppID"];
+                /**
+                 * @description A channel name (URL-escaped in the path).
+                 * @example my-channel
+                 */
+                channel_name: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * A channel's history, newest first, for the debug console.
+         * @description The events the app keeps of the channel (its `historyEvents` setting),
+         *     newest first, as the Channels HTTP API's signed
+         *     `GET /apps/{app_id}/channels/{channel_name}/events` gives them: the
+         *     admin token stands in for the app's signature. `cursor` is the
+         *     `next_cursor` of the page before. An app that keeps no history gets
+         *     400 `history_disabled`.
+         */
+        get: operations["getAppChannelEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/v1/apps/{app_id}/history": {
         parameters: {
             query?: never;
@@ -472,6 +508,10 @@ export interface components {
             maxPresenceMembers?: number;
             /** @description Size limit of a presence member's user_info; 0 takes the default (1024). */
             maxPresenceUserInfoBytes?: number;
+            /** @description Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off. */
+            historyEvents?: number;
+            /** @description Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on. */
+            historyTtlMs?: number;
             webhooks?: components["schemas"]["Webhook"][];
         };
         AppCreate: components["schemas"]["AppOptions"] & {
@@ -490,6 +530,8 @@ export interface components {
             maxConnections: number;
             maxPresenceMembers: number;
             maxPresenceUserInfoBytes: number;
+            historyEvents: number;
+            historyTtlMs: number;
             webhooks: components["schemas"]["Webhook"][];
             /** Format: date-time */
             createdAt: string;
@@ -507,6 +549,23 @@ export interface components {
             users?: number;
             /** @description Presence member ids, sorted, at most 100 (presence channels only). */
             members?: string[];
+        };
+        /** @description A page of a channel's history, as the Channels HTTP API's ChannelEvents. */
+        ChannelHistory: {
+            events: components["schemas"]["ChannelHistoryEvent"][];
+            /** @description Set when more events follow; the cursor of the next page. */
+            next_cursor?: string;
+        };
+        ChannelHistoryEvent: {
+            /** @description The event id, <milliseconds>-<sequence>. */
+            id: string;
+            event: string;
+            data: string;
+            /**
+             * Format: int64
+             * @description Milliseconds since the Unix epoch.
+             */
+            timestamp: number;
         };
         AppLive: {
             appId: string;
@@ -1123,6 +1182,79 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ClusterUnavailable"];
+        };
+    };
+    getAppChannelEvents: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Events per page, 1 to 100.
+                 * @example 50
+                 */
+                limit?: number;
+                /**
+                 * @description The `next_cursor` of the page before.
+                 * @example 1764194400000-3
+                 */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The app id.
+                 * @example 42
+                 */
+                app_id: components["parameters"]["AppID"];
+                /**
+                 * @description A channel name (URL-escaped in the path).
+                 * @example my-channel
+                 */
+                channel_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the channel's events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "events": [
+                     *         {
+                     *           "id": "1764194400000-0",
+                     *           "event": "my-event",
+                     *           "data": "{\"message\":\"hello\"}",
+                     *           "timestamp": 1764194400000
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ChannelHistory"];
+                };
+            };
+            /** @description The app keeps no history (`history_disabled`), or a parameter is invalid. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": "history_disabled",
+                     *       "description": "This app keeps no channel history; turn it on with herald apps update 42 --history-events N."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ClusterUnavailable"];
         };

@@ -125,6 +125,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/apps/{app_id}/channels/{channel_name}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read a channel's history (a Herald extension).
+         * @description The last events triggered on the channel through this API (triggers and
+         *     batches, not client events), for an app that keeps history (its
+         *     `historyEvents` setting, `herald apps update --history-events N
+         *     --history-ttl 5m`): at most that many per channel, none older than the
+         *     app's history TTL, and within the server's per-app bounds
+         *     (HERALD_HISTORY_MAX_BYTES, HERALD_HISTORY_MAX_CHANNELS), in a cluster
+         *     the same on every node. Each event has an `id` that stays the same on
+         *     every read and orders the channel's events. Events of encrypted channels
+         *     are kept as the ciphertext they were triggered with.
+         *
+         *     Newest first by default; `direction=oldest_first` turns it round.
+         *     `after=<id>` returns only the events that came after that one, oldest
+         *     first: what a client that saw event `<id>` missed. A page holds at most
+         *     `limit` events; when more follow, `next_cursor` is set, and the same
+         *     request with `cursor=<next_cursor>` returns the next page. An app that
+         *     keeps no history gets 400 `history_disabled`.
+         */
+        get: operations["listChannelEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/apps/{app_id}/users/{user_id}/terminate_connections": {
         parameters: {
             query?: never;
@@ -251,6 +286,28 @@ export interface components {
             /** @description Seconds left before the cached event expires. */
             ttl: number;
         } | null;
+        ChannelEvents: {
+            events: components["schemas"]["HistoryEvent"][];
+            next_cursor?: components["schemas"]["HistoryEventID"];
+        };
+        HistoryEvent: {
+            id: components["schemas"]["HistoryEventID"];
+            /** @description The event name. */
+            event: string;
+            /** @description The event data, as triggered. */
+            data: string;
+            /**
+             * Format: int64
+             * @description When Herald took the event, in milliseconds since the Unix epoch.
+             */
+            timestamp: number;
+        };
+        /**
+         * @description An event's place in its channel's history: `<milliseconds>-<sequence>`,
+         *     increasing with every event of the channel.
+         * @example 1764194400000-0
+         */
+        HistoryEventID: string;
         PresenceUsers: {
             users: components["schemas"]["PresenceUser"][];
         };
@@ -735,6 +792,76 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["PresenceUsers"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ClusterUnavailable"];
+        };
+    };
+    listChannelEvents: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Events per page, 1 to 100.
+                 * @example 20
+                 */
+                limit?: number;
+                /**
+                 * @description `newest_first` (the default) or `oldest_first`; only `oldest_first` goes with `after`.
+                 * @example oldest_first
+                 */
+                direction?: "newest_first" | "oldest_first";
+                /**
+                 * @description An event id; only the events after it, oldest first.
+                 * @example 1764194400000-0
+                 */
+                after?: components["schemas"]["HistoryEventID"];
+                /**
+                 * @description The `next_cursor` of the previous page, to read on from there (with the same direction).
+                 * @example 1764194400000-3
+                 */
+                cursor?: components["schemas"]["HistoryEventID"];
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The application identifier.
+                 * @example 3
+                 */
+                app_id: components["parameters"]["AppID"];
+                /**
+                 * @description A channel name (URL-escaped in the path).
+                 * @example presence-room
+                 */
+                channel_name: components["parameters"]["ChannelNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the channel's events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "events": [
+                     *         {
+                     *           "id": "1764194400000-0",
+                     *           "event": "price",
+                     *           "data": "{\"price\":42}",
+                     *           "timestamp": 1764194400000
+                     *         }
+                     *       ],
+                     *       "next_cursor": "1764194400000-0"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ChannelEvents"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -1,0 +1,63 @@
+package eventlog_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/eventlog/eventlogtest"
+)
+
+func TestMemory(t *testing.T) {
+	eventlogtest.Run(t, func(t *testing.T, l eventlog.Limits) eventlog.Store { return eventlog.NewMemory(l) })
+}
+
+func TestMemorySweepForgetsIdleApps(t *testing.T) {
+	m := eventlog.NewMemory(eventlog.Limits{})
+	p := eventlog.Policy{Events: 10, TTL: time.Minute}
+	t0 := time.Now()
+	if err := m.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "x"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	m.Sweep(t0.Add(time.Second))
+	if st := m.Stats(); len(st.Apps) != 1 || st.Apps[0].Events != 1 {
+		t.Fatalf("a sweep before the TTL: %+v, want the event kept", st.Apps)
+	}
+	m.Sweep(t0.Add(time.Minute + time.Millisecond))
+	if st := m.Stats(); len(st.Apps) != 0 || st.Dropped[eventlog.DroppedAge] != 1 {
+		t.Fatalf("a sweep past the TTL: %+v, want the app forgotten and one event dropped for age", st)
+	}
+	// The app writes again after being forgotten.
+	if err := m.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "y"}}, t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := m.Read(t.Context(), "app", "news", p, eventlog.Query{}, t0.Add(2*time.Minute))
+	if err != nil || len(pg.Events) != 1 || pg.Events[0].Data != "y" {
+		t.Fatalf("after the sweep: %+v, %v; want the new event", pg, err)
+	}
+}
+
+func TestParseID(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want eventlog.ID
+		ok   bool
+	}{
+		{"1764194400000-0", eventlog.ID{MS: 1764194400000}, true},
+		{"5-7", eventlog.ID{MS: 5, Seq: 7}, true},
+		{"5", eventlog.ID{}, false},
+		{"-5", eventlog.ID{}, false},
+		{"5-", eventlog.ID{}, false},
+		{"+5-1", eventlog.ID{}, false},
+		{"5-x", eventlog.ID{}, false},
+		{"99999999999999999999999-0", eventlog.ID{}, false},
+	} {
+		got, err := eventlog.ParseID(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ParseID(%q) = %v, %v; want %v (ok %v)", tt.in, got, err, tt.want, tt.ok)
+		}
+		if tt.ok && got.String() != tt.in {
+			t.Errorf("ParseID(%q).String() = %q", tt.in, got.String())
+		}
+	}
+}
