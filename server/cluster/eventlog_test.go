@@ -60,3 +60,14 @@ func TestEventLogStoreDropsAStreamItsCountsLost(t *testing.T) {
 		t.Fatalf("held %+v, want 1 event", st.Apps)
 	}
 }
+
+// The cluster's own store of channel histories passes the stores' suite on
+// each topology: on three shards each app's history is on its shard, and on
+// a Redis Cluster its keys and script share the app's slot.
+func TestClusterEventLogOnEachTopology(t *testing.T) {
+	onEachTopology(t, func(t *testing.T, start startCluster) {
+		eventlogtest.Run(t, func(t *testing.T, l eventlog.Limits) eventlog.Store {
+			return start(1)[0].c.EventLog(l)
+		})
+	})
+}
