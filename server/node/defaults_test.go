@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
@@ -26,6 +27,8 @@ func TestConfigDefaultsAgreeWithThePackages(t *testing.T) {
 		"HERALD_WEBHOOK_MAX_QUEUED":   webhook.DefaultMaxQueued,
 		"HERALD_IDEMPOTENCY_MAX_KEYS": idempotency.DefaultMaxKeys,
 		"HERALD_ANON_RATE_LIMIT":      config.DefaultAnonRateLimit,
+		"HERALD_HISTORY_MAX_BYTES":    eventlog.DefaultMaxBytes,
+		"HERALD_HISTORY_MAX_CHANNELS": eventlog.DefaultMaxChannels,
 	}
 	defaults := map[string]string{}
 	for _, v := range config.Vars {
