@@ -67,6 +67,12 @@ type Options struct {
 	// counts them per instance. It must return at once; a panic of it is
 	// recovered and counted in the dispatcher's panics.
 	OnOutcome func(instanceID string, outcome storage.DeliveryOutcome)
+
+	// idlePoll, set by tests, is the longest the resolver, the claimer and
+	// the webhook sender wait when nothing wakes them (1 s, 5 s and 5 s
+	// unset): an hour makes anything that waited for a poll instead of its
+	// wake-up or due time never come.
+	idlePoll time.Duration
 }
 
 // withDefaults fills in the zero fields.
@@ -375,7 +381,7 @@ func (d *Dispatcher) claim(ctx context.Context) {
 		if claimed > 0 {
 			continue
 		}
-		wait := 5 * time.Second
+		wait := cmp.Or(d.opts.idlePoll, 5*time.Second)
 		if full == 0 {
 			if next, ok, err := d.db.NextDeliveryDue(ctx); err == nil && ok {
 				wait = max(min(time.Until(next), wait), 10*time.Millisecond)

@@ -247,16 +247,12 @@ func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
 		return sent()
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	db, d := dispatchTo(t, Options{MaxAttempts: 3, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, zap.New(core), send,
-		"apns-down", "apns-up")
-	began := time.Now()
+	// The idle polls are an hour: a retry that waited for one instead of its
+	// due time would never come.
+	db, d := dispatchTo(t, Options{MaxAttempts: 3, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, idlePoll: time.Hour},
+		zap.New(core), send, "apns-down", "apns-up")
 	publishTo(t, db, d, "pub-1", "news")
 	p := waitPublishDone(t, db, "pub-1")
-	// 100 ms of backoff; waiting for the claimer's 1 s (or 5 s) poll
-	// instead of the retry's due time would take seconds.
-	if took := time.Since(began); took > 1500*time.Millisecond {
-		t.Errorf("three attempts took %v, want each retry when it is due", took)
-	}
 	if p.Targeted != 2 || p.Sent != 1 || p.Failed != 1 {
 		t.Errorf("publish targeted %d, sent %d, failed %d; want 2, 1, 1", p.Targeted, p.Sent, p.Failed)
 	}
@@ -353,8 +349,8 @@ func TestRecordingRetriedAfterAFailedWrite(t *testing.T) {
 
 // A publish with a webhook URL posts publish_started and publish_finished
 // there, signed with the instance's secret key; an answer outside 2xx (300
-// here) is retried after the backoff. Each is sent as soon as it is due, not at the
-// sender's next 5 s poll.
+// here) is retried after the backoff. Each is sent as soon as it is due, not at
+// the sender's next poll (an hour here).
 func TestPublishWebhooks(t *testing.T) {
 	type hook struct {
 		body      publish.PublishWebhook
@@ -382,8 +378,10 @@ func TestPublishWebhooks(t *testing.T) {
 	t.Cleanup(srv.Close)
 	send := func(context.Context, storage.Delivery, *Prepared) Result { return sent() }
 	core, logs := observer.New(zapcore.WarnLevel)
-	db, d := dispatchTo(t, Options{BaseBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, zap.New(core), send, "apns-1", "apns-2")
-	began := time.Now()
+	// The idle polls are an hour: a webhook sent at its poll instead of when
+	// it is due would never be.
+	db, d := dispatchTo(t, Options{BaseBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, idlePoll: time.Hour},
+		zap.New(core), send, "apns-1", "apns-2")
 	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: "pub-hook", InstanceID: testInstance, TargetKind: storage.TargetInterests,
 		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`), WebhookURL: srv.URL}, 0, time.Time{}); err != nil {
 		t.Fatal(err)
@@ -394,9 +392,6 @@ func TestPublishWebhooks(t *testing.T) {
 		_, ok, err := db.NextPublishWebhookDue(t.Context())
 		return err == nil && !ok
 	})
-	if took := time.Since(began); took > 2500*time.Millisecond {
-		t.Errorf("the webhooks took %v, want them sent when due", took)
-	}
 	mu.Lock()
 	hooks := slices.Clone(got)
 	mu.Unlock()
@@ -423,7 +418,8 @@ func TestPublishWebhooks(t *testing.T) {
 
 // With nothing else due, each publish webhook is sent as soon as it is
 // queued: publish_started when the publish starts, publish_finished when its
-// last delivery is recorded, not at the webhook sender's next 5 s poll. Each
+// last delivery is recorded, not at the webhook sender's next poll (an hour
+// here). Each
 // is queued while the sender is idle: a publish starts once the outbox is
 // empty, and its delivery completes once publish_started has left it.
 func TestPublishWebhooksSentAtOnce(t *testing.T) {
@@ -453,8 +449,7 @@ func TestPublishWebhooksSentAtOnce(t *testing.T) {
 		}
 		return sent()
 	}
-	db, d := dispatchTo(t, Options{}, zap.NewNop(), send, "apns-1")
-	began := time.Now()
+	db, d := dispatchTo(t, Options{idlePoll: time.Hour}, zap.NewNop(), send, "apns-1")
 	for i := range 3 {
 		id := "pub-quick-" + itoa(i)
 		if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: id, InstanceID: testInstance, TargetKind: storage.TargetInterests,
@@ -463,9 +458,6 @@ func TestPublishWebhooksSentAtOnce(t *testing.T) {
 		}
 		d.Notify()
 		wait.Until(t, id+" publish_finished sent", func() bool { return has(id+" publish_finished") && outboxEmpty() })
-	}
-	if took := time.Since(began); took > 4*time.Second {
-		t.Fatalf("three publishes' webhooks took %v, want each sent when queued", took)
 	}
 }
 

@@ -1,6 +1,7 @@
 package push
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -37,7 +38,7 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 		// After a panic the round's progress is unknown: list again, after
 		// a pause so that a panic that repeats does not spin.
 		relist = !progressed || panicked
-		if (!progressed || panicked) && !sleep(ctx, d.wakeResolver, time.Second) {
+		if (!progressed || panicked) && !sleep(ctx, d.wakeResolver, cmp.Or(d.opts.idlePoll, time.Second)) {
 			return
 		}
 	}

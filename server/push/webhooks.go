@@ -2,6 +2,7 @@ package push
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -54,7 +55,7 @@ func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 		if len(due) > 0 {
 			continue
 		}
-		wait := 5 * time.Second
+		wait := cmp.Or(d.opts.idlePoll, 5*time.Second)
 		if next, ok, err := d.db.NextPublishWebhookDue(ctx); err == nil && ok {
 			wait = max(min(time.Until(next), wait), 10*time.Millisecond)
 		}
