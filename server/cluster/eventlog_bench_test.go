@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/eventlog"
-	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
 // BenchmarkEventLogStoreHeld fills one app's history in Redis with 1,000
@@ -19,13 +18,7 @@ import (
 // reports the memory Redis uses for it (used_memory before and after,
 // redis-B), per fill, and the time of an append (ns per event, append-ns).
 func BenchmarkEventLogStoreHeld(b *testing.B) {
-	rs := testredis.Start(b)
-	opts, err := redis.ParseURL(rs.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	b.Cleanup(func() { rdb.Close() })
+	rdb := redisClient(b)
 	const channels, events = 1000, 100
 	p := eventlog.Policy{Events: events, TTL: time.Hour}
 	var used, appendNS float64

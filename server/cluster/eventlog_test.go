@@ -13,7 +13,9 @@ import (
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
-func TestEventLogStore(t *testing.T) {
+// redisClient is a client of a fresh Redis, both gone when t ends.
+func redisClient(t testing.TB) *redis.Client {
+	t.Helper()
 	rs := testredis.Start(t)
 	opts, err := redis.ParseURL(rs.URL())
 	if err != nil {
@@ -21,6 +23,11 @@ func TestEventLogStore(t *testing.T) {
 	}
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func TestEventLogStore(t *testing.T) {
+	rdb := redisClient(t)
 	var n atomic.Int64
 	eventlogtest.Run(t, func(t *testing.T, l eventlog.Limits) eventlog.Store {
 		// A prefix per test: one Redis serves them all.
@@ -32,13 +39,7 @@ func TestEventLogStore(t *testing.T) {
 // under a TTL shortened since) is dropped at the next append instead of
 // held uncounted, or refusing the append when its ids ran ahead.
 func TestEventLogStoreDropsAStreamItsCountsLost(t *testing.T) {
-	rs := testredis.Start(t)
-	opts, err := redis.ParseURL(rs.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { rdb.Close() })
+	rdb := redisClient(t)
 	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "orphan:", eventlog.Limits{})
 	p := eventlog.Policy{Events: 10, TTL: time.Hour}
 	now := time.Now()
