@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing with gremlins (tools/go.mod), one package at a time, then a
 # summary per package. Not part of `make test`: run it once per issue that
-# touches these packages, and compare with the table in the README.
+# touches these packages, and compare with the table in scripts/README.md.
 #
 #   scripts/mutate.sh                                  every package below
 #   scripts/mutate.sh ./server/signing ./server/push   only these
