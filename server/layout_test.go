@@ -9,7 +9,7 @@ import (
 const module = "github.com/heraldrt/herald/"
 
 // importRules says, per package, which packages it must not depend on,
-// directly or through others: the direction the README's Layout section
+// directly or through others: the direction server/README.md's table
 // draws. A rule names packages by path under the module; a trailing "/..."
 // covers everything beneath.
 var importRules = []struct {
