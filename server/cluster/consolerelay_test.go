@@ -109,9 +109,12 @@ func TestConsoleRelayReportsDrops(t *testing.T) {
 	for i := range sent {
 		rb.Send("app", []byte(fmt.Sprintf(`{"n":%d}`, i)))
 	}
-	wait.Until(t, "node a to account for every event", func() bool {
+	// Node b counts what it sent once Redis has answered, which may be after
+	// node a has it.
+	wait.Until(t, "node a to account for every event, and node b to count it", func() bool {
 		events, dropped := inA.count()
-		return events+dropped == sent
+		st := rb.Stats()
+		return events+dropped == sent && int(st.Sent+st.Dropped) == sent
 	})
 	events, dropped := inA.count()
 	if st := rb.Stats(); int(st.Dropped) != dropped || int(st.Sent) != events {
