@@ -13,23 +13,20 @@ type counter struct {
 	_ [56]byte
 }
 
-// CloseCodes are the close codes the transport counts separately, in the order
-// Counters reports them: hub.CloseCodes, the codes of every close reason. Code
-// 0 stands for connections the client ended (or that failed) without a close
-// code of the server's; any code not listed is counted under CloseCodeOther.
-var CloseCodes = hub.CloseCodes
-
-// CloseCodeOther is the code Counters uses for close codes not in CloseCodes.
+// CloseCodeOther is the code Counters reports last, for the connections
+// closed with a code not in hub.CloseCodes; those in it are counted each
+// apart, in its order (code 0: the client ended, or the socket failed,
+// without a close code of the server's).
 const CloseCodeOther = -1
 
 // closeIndex maps a close code to its slot in stats.closed and stats.rejected.
 func closeIndex(code int) int {
-	for i, c := range CloseCodes {
+	for i, c := range hub.CloseCodes {
 		if c == code {
 			return i
 		}
 	}
-	return len(CloseCodes)
+	return len(hub.CloseCodes)
 }
 
 // stats are the transport's monotonic counters for metrics. Each update is a single
@@ -39,8 +36,8 @@ type stats struct {
 	httpOpened   counter // HTTP fallback sessions accepted into the registry
 	clientEvents counter // client events relayed
 	delivered    counter // frames handed to connection writers
-	closed       [len(CloseCodes) + 1]counter
-	rejected     [len(CloseCodes) + 1]counter // refused before they were opened
+	closed       [len(hub.CloseCodes) + 1]counter
+	rejected     [len(hub.CloseCodes) + 1]counter // refused before they were opened
 
 	connectLimited counter // new connections (upgrades, HTTP fallback sessions) refused with 429: over the per-address connect rate
 	subsLimited    counter // subscribes refused: over the connection's subscribe rate
@@ -59,7 +56,7 @@ func (s *stats) appSubscriptionsFull() { s.appSubsFull.Add(1) }
 
 // CodeCount is a number of connections closed (or refused) with one close code.
 type CodeCount struct {
-	Code  int // a code of CloseCodes, or CloseCodeOther
+	Code  int // a code of hub.CloseCodes, or CloseCodeOther
 	Count int64
 }
 
@@ -104,8 +101,8 @@ func (s *Handler) Counters() Counters {
 	}
 	for i := range st.closed {
 		code := CloseCodeOther
-		if i < len(CloseCodes) {
-			code = CloseCodes[i]
+		if i < len(hub.CloseCodes) {
+			code = hub.CloseCodes[i]
 		}
 		c.Closed[i] = CodeCount{Code: code, Count: st.closed[i].Load()}
 		c.Rejected[i] = CodeCount{Code: code, Count: st.rejected[i].Load()}
