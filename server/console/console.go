@@ -242,10 +242,9 @@ func (c *Console) unwatch(w *watcher) {
 // shutdown, which otherwise waits for the streams forever.
 func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
 
-// Register mounts the page on r (GET /console and its assets, open to all:
-// the page holds nothing until the token is given), POST /console/tickets
-// behind auth, and the event stream, which takes a ticket or passes auth.
-func (c *Console) Register(r gin.IRouter, auth gin.HandlerFunc) {
+// Routes are the console's handlers, which httpapi.Mount puts on the
+// node: the page and its assets, tickets and the event stream.
+func (c *Console) Routes() *httpapi.ConsoleRoutes {
 	files, _ := fs.Sub(static, "static")
 	page := func(name, contentType string) gin.HandlerFunc {
 		body, err := fs.ReadFile(files, name)
@@ -258,20 +257,26 @@ func (c *Console) Register(r gin.IRouter, auth gin.HandlerFunc) {
 			ctx.Data(http.StatusOK, contentType, body)
 		}
 	}
-	r.GET("/console", page("index.html", "text/html; charset=utf-8"))
-	r.GET("/console/console.js", page("console.js", "text/javascript; charset=utf-8"))
-	r.GET("/console/console.css", page("console.css", "text/css; charset=utf-8"))
-	r.POST("/console/tickets", auth, c.issueTicket)
-	// A client that can send headers (curl, tests) may send the token
-	// instead of a ticket.
-	streamAuth := func(ctx *gin.Context) {
-		if ctx.GetHeader("Authorization") != "" {
-			auth(ctx)
-			return
-		}
-		c.requireTicket(ctx)
+	return &httpapi.ConsoleRoutes{
+		Files: map[string]gin.HandlerFunc{
+			"/console":             page("index.html", "text/html; charset=utf-8"),
+			"/console/console.js":  page("console.js", "text/javascript; charset=utf-8"),
+			"/console/console.css": page("console.css", "text/css; charset=utf-8"),
+		},
+		IssueTicket: c.issueTicket,
+		// A client that can send headers (curl, tests) may send the token
+		// instead of a ticket.
+		TicketOrToken: func(auth gin.HandlerFunc) gin.HandlerFunc {
+			return func(ctx *gin.Context) {
+				if ctx.GetHeader("Authorization") != "" {
+					auth(ctx)
+					return
+				}
+				c.requireTicket(ctx)
+			}
+		},
+		Stream: c.stream,
 	}
-	r.GET("/console/events", streamAuth, httpapi.LongLived, c.stream)
 }
 
 // Ticket is the answer to POST /console/tickets.
@@ -336,7 +341,7 @@ func (c *Console) requireTicket(ctx *gin.Context) {
 
 // stream serves GET /console/events?app=<id> as Server-Sent Events: one
 // `data:` line of JSON (an Event) per event, `event: dropped` when events
-// were lost because the page fell behind. Register puts httpapi.LongLived in
+// were lost because the page fell behind. httpapi.Mount puts LongLived in
 // front of it; each write gets c.writeTimeout of its own instead.
 func (c *Console) stream(ctx *gin.Context) {
 	appID := ctx.Query("app")

@@ -38,7 +38,7 @@ func serveWith(t *testing.T, setup func(*Console)) (*Console, string) {
 	c := New()
 	setup(c)
 	engine := gin.New()
-	c.Register(engine, httpapi.RequireAdminToken(token))
+	httpapi.Mount(engine, httpapi.Routes{Console: c.Routes(), AdminToken: token})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return c, srv.URL

@@ -31,10 +31,9 @@ const (
 // AdminAPI implements the admin API: apps and instances over storage, with
 // the rules of package manage, and the live state of an app from the hub.
 type AdminAPI struct {
-	db    *storage.DB
-	hub   *hub.Hub
-	token string
-	log   *zap.Logger
+	db  *storage.DB
+	hub *hub.Hub
+	log *zap.Logger
 
 	console ConsoleParts // the debug console's endpoints (admin_console.go)
 
@@ -45,10 +44,10 @@ type AdminAPI struct {
 
 var _ admin.StrictServerInterface = (*AdminAPI)(nil)
 
-// NewAdminAPI returns the admin API guarded by token, which must not be
-// empty, with the parts of the debug console's endpoints (every field set).
-func NewAdminAPI(db *storage.DB, h *hub.Hub, console ConsoleParts, token string, log *zap.Logger) *AdminAPI {
-	return &AdminAPI{db: db, hub: h, console: console, token: token, log: log.Named("admin")}
+// NewAdminAPI returns the admin API, with the parts of the debug console's
+// endpoints (every field set). Mount guards it with Routes.AdminToken.
+func NewAdminAPI(db *storage.DB, h *hub.Hub, console ConsoleParts, log *zap.Logger) *AdminAPI {
+	return &AdminAPI{db: db, hub: h, console: console, log: log.Named("admin")}
 }
 
 // OnChange has f run after each change to apps or instances is stored and
@@ -68,15 +67,14 @@ func (api *AdminAPI) stored(ctx context.Context) {
 	}
 }
 
-// Register mounts the API on r behind the token check.
-func (api *AdminAPI) Register(r gin.IRouter) {
+// mount binds the API's operations on g (Mount says what comes before).
+func (api *AdminAPI) mount(g gin.IRouter) {
 	onError := errorHooks(api.log)
 	strict := admin.NewStrictHandlerWithOptions(api, nil, admin.StrictGinServerOptions{
 		RequestErrorHandlerFunc:  requestErrorHook,
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
-	g := r.Group("", RequireAdminToken(api.token), limitBody(MaxAdminBodyBytes))
 	admin.RegisterHandlersWithOptions(g, strict, admin.GinServerOptions{ErrorHandler: paramErrorHook})
 }
 

@@ -56,7 +56,7 @@ func newAdminServer(t *testing.T) *adminServer {
 		defer s.triggeredMu.Unlock()
 		s.triggered = append(s.triggered, strings.Join([]string{appID, channel, event, data}, " "))
 	})
-	NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.history, Node: "node-a"}, adminToken, log).Register(engine)
+	Mount(engine, Routes{Admin: NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.history, Node: "node-a"}, log), AdminToken: adminToken})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	s.url = srv.URL

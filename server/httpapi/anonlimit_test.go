@@ -41,8 +41,10 @@ func anonEngine(t *testing.T, limiter *AnonLimiter) *gin.Engine {
 			spec.middleware(c)
 		}
 	})
-	NewDeviceAPI(db, dir, log).LimitPerClient(limiter).Register(engine)
-	NewReportingAPI(db, dir, log).LimitPerClient(limiter).Register(engine)
+	Mount(engine, Routes{
+		Device:    NewDeviceAPI(db, dir, log).LimitPerClient(limiter),
+		Reporting: NewReportingAPI(db, dir, log).LimitPerClient(limiter),
+	})
 	return engine
 }
 

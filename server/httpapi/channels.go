@@ -65,8 +65,8 @@ func NewChannelsAPI(h *hub.Hub, apps AppLookup, log *zap.Logger) *ChannelsAPI {
 	return &ChannelsAPI{hub: h, apps: apps, log: log.Named("channels"), now: time.Now, onTrigger: noTrigger}
 }
 
-// Register mounts the API on r behind request authentication.
-func (api *ChannelsAPI) Register(r gin.IRouter) {
+// mount binds the API's operations on g (Mount says what comes before).
+func (api *ChannelsAPI) mount(g gin.IRouter) {
 	onError := errorHooks(api.log)
 	strict := channels.NewStrictHandlerWithOptions(api, nil, channels.StrictGinServerOptions{
 		RequestErrorHandlerFunc:  requestErrorHook,
@@ -74,22 +74,22 @@ func (api *ChannelsAPI) Register(r gin.IRouter) {
 		ResponseErrorHandlerFunc: onError,
 	})
 	server := channelsServer{ServerInterface: strict, api: api, onError: onError}
-	group := r.Group("", api.authenticate)
-	if api.idem != nil {
-		// After authenticate, which drops the signing parameters from the
-		// query: a retry signed anew has the same fingerprint.
-		group.Use(idempotent(api.idem, api.log, idempotentRequest{
-			applies: func(c *gin.Context) bool {
-				p := c.FullPath()
-				return c.Request.Method == http.MethodPost && (p == triggerRoute || p == batchRoute)
-			},
-			scope:       func(c *gin.Context) string { return appFrom(c).ID },
-			body:        func(c *gin.Context) []byte { return requestBodyBytes(c.Request) },
-			unavailable: clusterUnavailable,
-		}))
-	}
-	channels.RegisterHandlersWithOptions(group, server, channels.GinServerOptions{
+	channels.RegisterHandlersWithOptions(g, server, channels.GinServerOptions{
 		ErrorHandler: paramErrorHook,
+	})
+}
+
+// idempotencyKeys guards triggers and batches with their Idempotency-Key
+// headers; it runs after authenticate.
+func (api *ChannelsAPI) idempotencyKeys() gin.HandlerFunc {
+	return idempotent(api.idem, api.log, idempotentRequest{
+		applies: func(c *gin.Context) bool {
+			p := c.FullPath()
+			return c.Request.Method == http.MethodPost && (p == triggerRoute || p == batchRoute)
+		},
+		scope:       func(c *gin.Context) string { return appFrom(c).ID },
+		body:        func(c *gin.Context) []byte { return requestBodyBytes(c.Request) },
+		unavailable: clusterUnavailable,
 	})
 }
 
@@ -100,7 +100,7 @@ const (
 )
 
 // Idempotency makes the API honour the Idempotency-Key header on triggers
-// and batches, with g's keys scoped per app; call it before Register.
+// and batches, with g's keys scoped per app; call it before Mount.
 func (api *ChannelsAPI) Idempotency(g *idempotency.Guard) *ChannelsAPI {
 	api.idem = g
 	return api
@@ -127,7 +127,7 @@ type channelsServer struct {
 }
 
 // TriggerEvent does what the generated strict handler does for the operation
-// (Register installs no strict middlewares), with the fast body decoding.
+// (mount installs no strict middlewares), with the fast body decoding.
 func (s channelsServer) TriggerEvent(c *gin.Context, appID channels.AppID, params channels.TriggerEventParams) {
 	req := channels.TriggerEventRequestObject{AppId: appID, Params: params}
 	var body channels.TriggerEventRequest

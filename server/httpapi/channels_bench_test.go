@@ -57,7 +57,7 @@ func benchSignedTrigger(b *testing.B, keyed, history bool) {
 	if keyed {
 		api.Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
 	}
-	api.Register(engine)
+	Mount(engine, Routes{Channels: api})
 
 	sub, _ := h.Connect("1", hub.ConnectOptions{})
 	if err := h.Subscribe(sub, "news", hub.SubscribeOptions{}); err != nil {

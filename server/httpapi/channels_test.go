@@ -62,7 +62,7 @@ func newTestServerWith(t *testing.T, apps AppLookup, configure func(*ChannelsAPI
 	engine.Use(spec.middleware)
 	api := NewChannelsAPI(h, apps, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
 	configure(api)
-	api.Register(engine)
+	Mount(engine, Routes{Channels: api})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	client, err := channelsclient.NewClientWithResponses(srv.URL, channelsclient.WithRequestEditorFn(clientauth.ChannelsSigner("key1", "secret1")))

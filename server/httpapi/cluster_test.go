@@ -72,7 +72,7 @@ func TestTriggerRefusedWhileTheClusterIsUnavailable(t *testing.T) {
 		heard = append(heard, appID+":"+channel+":"+event)
 		mu.Unlock()
 	})
-	api.Register(engine)
+	Mount(engine, Routes{Channels: api})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	client, err := channelsclient.NewClientWithResponses(srv.URL, channelsclient.WithRequestEditorFn(clientauth.ChannelsSigner("key1", "secret1")))

@@ -77,18 +77,14 @@ func NewDeviceAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) *De
 	}}
 }
 
-// Register mounts the API on r: CORS on every route and preflight, then the
-// per-client limit, the instance lookup and the body check before the
-// generated binding.
-func (api *DeviceAPI) Register(r gin.IRouter) {
-	registerPreflights(r, device.GetSpec)
+// mount binds the API's operations on g (Mount says what comes before).
+func (api *DeviceAPI) mount(g gin.IRouter) {
 	onError := errorHooks(api.log)
 	strict := device.NewStrictHandlerWithOptions(api, nil, device.StrictGinServerOptions{
 		RequestErrorHandlerFunc:  requestErrorHook,
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
-	g := r.Group("", cors, api.anon.handler, pushInstance(api.instances), jsonBody(MaxDeviceBodyBytes))
 	device.RegisterHandlersWithOptions(g, strict, device.GinServerOptions{ErrorHandler: paramErrorHook})
 }
 

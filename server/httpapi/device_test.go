@@ -79,8 +79,7 @@ func newPushEngine(t testing.TB, db *storage.DB, log *zap.Logger, check gin.Hand
 	if check != nil {
 		engine.Use(check)
 	}
-	NewDeviceAPI(db, dir, log).Register(engine)
-	NewReportingAPI(db, dir, log).Register(engine)
+	Mount(engine, Routes{Device: NewDeviceAPI(db, dir, log), Reporting: NewReportingAPI(db, dir, log)})
 	return engine
 }
 

@@ -15,7 +15,7 @@ import (
 // History makes the API keep the events triggered on the channels of the
 // apps that ask for it (storage.App.HistoryEvents) in store, and serve them
 // on GET /apps/{app_id}/channels/{channel_name}/events; call it before
-// Register.
+// Mount.
 func (api *ChannelsAPI) History(store eventlog.Store) *ChannelsAPI {
 	api.history = store
 	return api

@@ -105,30 +105,31 @@ func (api *PublishAPI) LimitStats() PublishLimitStats {
 	return PublishLimitStats{Refused: api.limitRefused.Load(), DatabaseErrors: api.limitErrors.Load()}
 }
 
-// Register mounts the API on r: instance lookup, secret key, rate limit and
-// body checks before the generated binding.
-func (api *PublishAPI) Register(r gin.IRouter) {
+// mount binds the API's operations on g (Mount says what comes before).
+func (api *PublishAPI) mount(g gin.IRouter) {
 	onError := errorHooks(api.log)
 	strict := publish.NewStrictHandlerWithOptions(api, nil, publish.StrictGinServerOptions{
 		RequestErrorHandlerFunc:  publishRequestErrorHook,
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
-	g := r.Group("", pushInstance(api.instances), secretKeyAuth, api.rateLimit, publishBody)
-	if api.idem != nil {
-		g.Use(idempotent(api.idem, api.log, idempotentRequest{
-			applies: func(c *gin.Context) bool {
-				return c.Request.Method == http.MethodPost && strings.HasPrefix(c.FullPath(), publishesRoute)
-			},
-			scope: func(c *gin.Context) string { return c.Value(instanceContextKey).(*storage.Instance).ID },
-			body: func(c *gin.Context) []byte {
-				b, _ := c.Value(publishBodyKey).([]byte)
-				return b
-			},
-			unavailable: internalError,
-		}))
-	}
 	publish.RegisterHandlersWithOptions(g, strict, publish.GinServerOptions{ErrorHandler: paramErrorHook})
+}
+
+// idempotencyKeys guards the publishing operations with their
+// Idempotency-Key headers; it runs after the body is read.
+func (api *PublishAPI) idempotencyKeys() gin.HandlerFunc {
+	return idempotent(api.idem, api.log, idempotentRequest{
+		applies: func(c *gin.Context) bool {
+			return c.Request.Method == http.MethodPost && strings.HasPrefix(c.FullPath(), publishesRoute)
+		},
+		scope: func(c *gin.Context) string { return c.Value(instanceContextKey).(*storage.Instance).ID },
+		body: func(c *gin.Context) []byte {
+			b, _ := c.Value(publishBodyKey).([]byte)
+			return b
+		},
+		unavailable: internalError,
+	})
 }
 
 // publishesRoute starts the routes of the three publishing operations (and
@@ -139,7 +140,7 @@ const publishesRoute = "/publish_api/v1/instances/:instance_id/publishes"
 const publishBodyKey = "herald.publish.body"
 
 // Idempotency makes the API honour the Idempotency-Key header on publishes,
-// with g's keys scoped per instance; call it before Register.
+// with g's keys scoped per instance; call it before Mount.
 func (api *PublishAPI) Idempotency(g *idempotency.Guard) *PublishAPI {
 	api.idem = g
 	return api

@@ -60,7 +60,7 @@ func rateAPI(t *testing.T, db *storage.DB, log *zap.Logger, check gin.HandlerFun
 	}
 	api.shared = shared
 	api.now = func() time.Time { return *now }
-	api.Register(engine)
+	Mount(engine, Routes{Publish: api})
 	return engine, api
 }
 

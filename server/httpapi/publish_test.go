@@ -74,9 +74,22 @@ func (s *publishServer) Published(id string, p *push.Payload) {
 	s.lastID, s.lastPayload = id, p
 }
 
-// newPublishEngine wires the Publish API (and the Device API) on an engine
-// over db, with check (when not nil) in front of them.
+// newPublishEngine wires the Publish API on an engine over db, with check
+// (when not nil) in front of it.
 func newPublishEngine(t testing.TB, db *storage.DB, log *zap.Logger, notifier PublishNotifier, check gin.HandlerFunc) (*gin.Engine, *PublishAPI) {
+	t.Helper()
+	api := newPublishAPI(t, db, log, notifier)
+	engine := NewEngine(log)
+	if check != nil {
+		engine.Use(check)
+	}
+	Mount(engine, Routes{Publish: api})
+	return engine, api
+}
+
+// newPublishAPI returns the Publish API over db, with the instance of
+// quotaInstanceID created and idempotency keys kept in memory.
+func newPublishAPI(t testing.TB, db *storage.DB, log *zap.Logger, notifier PublishNotifier) *PublishAPI {
 	t.Helper()
 	if _, err := db.CreateInstance(context.Background(), storage.Instance{ID: quotaInstanceID, SecretKey: pushSecret, Enabled: true, PublishQuota: 1}); err != nil {
 		t.Fatal(err)
@@ -85,13 +98,7 @@ func newPublishEngine(t testing.TB, db *storage.DB, log *zap.Logger, notifier Pu
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := NewEngine(log)
-	if check != nil {
-		engine.Use(check)
-	}
-	api := NewPublishAPI(db, dir, notifier, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
-	api.Register(engine)
-	return engine, api
+	return NewPublishAPI(db, dir, notifier, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
 }
 
 func newPublishServer(t *testing.T) *publishServer {

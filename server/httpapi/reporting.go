@@ -35,17 +35,14 @@ func NewReportingAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) 
 	return &ReportingAPI{db: db, instances: instances, log: log.Named("reporting")}
 }
 
-// Register mounts the API on r with CORS, the per-client limit, the instance
-// lookup and the body check.
-func (api *ReportingAPI) Register(r gin.IRouter) {
-	registerPreflights(r, reporting.GetSpec)
+// mount binds the API's operations on g (Mount says what comes before).
+func (api *ReportingAPI) mount(g gin.IRouter) {
 	onError := errorHooks(api.log)
 	strict := reporting.NewStrictHandlerWithOptions(api, nil, reporting.StrictGinServerOptions{
 		RequestErrorHandlerFunc:  requestErrorHook,
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
-	g := r.Group("", cors, api.anon.handler, pushInstance(api.instances), jsonBody(MaxReportBodyBytes))
 	reporting.RegisterHandlersWithOptions(g, strict, reporting.GinServerOptions{ErrorHandler: paramErrorHook})
 }
 

@@ -17,9 +17,10 @@ import (
 // engine is built.
 var ginSettings sync.Once
 
-// NewEngine returns a gin engine with panic recovery, an access log and the
-// error body on NoRoute and NoMethod, plus GET /healthz. It trusts no proxy's
-// X-Forwarded-For: call SetTrustedProxies with the operator's list.
+// NewEngine returns a gin engine with an access log, panic recovery and the
+// error body on NoRoute and NoMethod, and no routes: Mount puts them on. It
+// trusts no proxy's X-Forwarded-For: call SetTrustedProxies with the
+// operator's list.
 func NewEngine(log *zap.Logger) *gin.Engine {
 	ginSettings.Do(func() {
 		// Keep gin from printing its debug banner and route table; routes
@@ -54,7 +55,6 @@ func NewEngine(log *zap.Logger) *gin.Engine {
 	r.NoMethod(func(c *gin.Context) {
 		writeError(c, newError(http.StatusMethodNotAllowed, KindMethodNotAllowed, "%s is not allowed on %s.", c.Request.Method, c.Request.URL.Path))
 	})
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	return r
 }
 

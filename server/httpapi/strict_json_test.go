@@ -29,18 +29,23 @@ func allAPIs(t *testing.T) string {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	db := openPushDB(t)
-	engine, _ := newPublishEngine(t, db, log, noNotifier{}, nil)
+	publish := newPublishAPI(t, db, log, noNotifier{})
+	engine := NewEngine(log)
 	dir, err := directory.NewInstances(context.Background(), db, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := hub.New(log)
-	NewDeviceAPI(db, dir, log).Register(engine)
-	NewReportingAPI(db, dir, log).Register(engine)
 	channels := NewChannelsAPI(h, testApps, log)
-	channels.Register(engine)
 	console := ConsoleParts{Channels: channels, History: history.New(history.Sources{Apps: history.HubApps(h)}, history.Options{})}
-	NewAdminAPI(db, h, console, adminToken, log).Register(engine)
+	Mount(engine, Routes{
+		Channels:   channels,
+		Publish:    publish,
+		Device:     NewDeviceAPI(db, dir, log),
+		Reporting:  NewReportingAPI(db, dir, log),
+		Admin:      NewAdminAPI(db, h, console, log),
+		AdminToken: adminToken,
+	})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -22,7 +22,6 @@ import (
 	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/directory"
-	"github.com/heraldrt/herald/server/docs"
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
@@ -42,11 +41,6 @@ const (
 	appReloadInterval = time.Second
 	cacheSweepEvery   = time.Minute
 )
-
-// FallbackRoute is where pusher-js's HTTP fallback transports reach the node:
-// its default httpPath, /pusher, then the app key, the session pusher-js
-// made up and the transport (ws.Handler.ServeFallback).
-const FallbackRoute = "/pusher/app/:key/:server/:session/:transport"
 
 // HTTP timeouts: the defaults of HERALD_HTTP_READ_TIMEOUT and
 // HERALD_HTTP_WRITE_TIMEOUT, and the most the request headers may take.
@@ -74,8 +68,10 @@ type Node struct {
 	log  *zap.Logger
 	db   *storage.DB
 	apps *directory.Apps
-	hub  *hub.Hub
-	http *http.Server
+	// instances is the directory of Push instances.
+	instances *directory.Instances
+	hub       *hub.Hub
+	http      *http.Server
 	// upgrades serves WebSocket upgrade requests straight off a plain
 	// listener, ahead of http.
 	upgrades *upgrade.Server
@@ -152,44 +148,98 @@ func WithPush(o push.Options) Option { return func(opts *options) { opts.push = 
 
 // New opens the database, prepares the default app and instance, and wires the
 // APIs. It does not listen yet; see Serve.
-func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option) (*Node, error) {
+//
+// It runs the start-up's steps in order; each one that opens something
+// (the database, the webhook sender, the cluster, push delivery) pushes how
+// to close it on undo, which a failed start runs in reverse.
+func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option) (_ *Node, err error) {
 	o := options{certPoll: certPollInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	n := &Node{log: log, hub: hub.New(log.Named("hub"))}
+	var undo closers
+	defer func() {
+		if err != nil {
+			undo.close()
+		}
+	}()
 	// The certificate first: a bad pair should stop the start before the
 	// database is touched.
-	var cert *certReloader
-	if cfg.TLSCertFile != "" {
-		var err error
-		if cert, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log.Named("tls")); err != nil {
-			return nil, err
-		}
-	}
-	db, err := storage.Open(ctx, cfg.DB)
-	if err != nil {
-		return nil, fmt.Errorf("opening database %s: %w", storage.Name(cfg.DB), err)
-	}
-	if err := bootstrap.Run(ctx, db, cfg, log); err != nil {
-		db.Close()
+	if err := n.loadCertificate(cfg); err != nil {
 		return nil, err
 	}
-	apps, err := directory.NewApps(ctx, db, log.Named("apps"))
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("loading apps: %w", err)
+	if err := n.openStorage(ctx, cfg, &undo); err != nil {
+		return nil, err
 	}
-	instances, err := directory.NewInstances(ctx, db, log.Named("instances"))
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("loading instances: %w", err)
+	n.ops = newOps(cfg, n.db, n.hub, n.apps, n.instances, log, o.history)
+	n.startWebhooks(cfg, &o, &undo)
+	if err := n.joinCluster(cfg, o, &undo); err != nil {
+		return nil, err
 	}
-	n := &Node{log: log, db: db, apps: apps, hub: hub.New(log.Named("hub")), cert: cert}
+	apis, err := n.buildAPIs(ctx, cfg, &o, &undo)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := n.routes(cfg, apis)
+	if err != nil {
+		return nil, err
+	}
+	n.serveHTTP(cfg, engine)
+	n.startBackground(o)
+	return n, nil
+}
+
+// closers are what a failed start closes again, last opened first.
+type closers []func()
+
+func (c *closers) push(close func()) { *c = append(*c, close) }
+
+func (c closers) close() {
+	for _, close := range slices.Backward(c) {
+		close()
+	}
+}
+
+// loadCertificate loads the TLS pair when the configuration names one.
+func (n *Node) loadCertificate(cfg config.Config) error {
+	if cfg.TLSCertFile == "" {
+		return nil
+	}
+	var err error
+	n.cert, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, n.log.Named("tls"))
+	return err
+}
+
+// openStorage opens the database, creates or updates the default app and
+// instance from the configuration, and loads the directories of apps and
+// instances.
+func (n *Node) openStorage(ctx context.Context, cfg config.Config, undo *closers) error {
+	db, err := storage.Open(ctx, cfg.DB)
+	if err != nil {
+		return fmt.Errorf("opening database %s: %w", storage.Name(cfg.DB), err)
+	}
+	n.db = db
+	undo.push(func() { db.Close() })
+	if err := bootstrap.Run(ctx, db, cfg, n.log); err != nil {
+		return err
+	}
+	if n.apps, err = directory.NewApps(ctx, db, n.log.Named("apps")); err != nil {
+		return fmt.Errorf("loading apps: %w", err)
+	}
+	if n.instances, err = directory.NewInstances(ctx, db, n.log.Named("instances")); err != nil {
+		return fmt.Errorf("loading instances: %w", err)
+	}
 	n.ready = []httpapi.ReadyCheck{{Name: "database", Check: func(ctx context.Context) error {
 		_, err := db.DataVersion(ctx) // one row from a reader: the file answers
 		return err
 	}}}
-	n.ops = newOps(cfg, db, n.hub, apps, instances, log, o.history)
+	return nil
+}
+
+// startWebhooks starts the Channels webhook sender and makes it and the
+// console the hub's observers.
+func (n *Node) startWebhooks(cfg config.Config, o *options, undo *closers) {
 	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
 	if cfg.WebhookBlockPrivate {
 		// Webhook URLs are the operator's, so private ones are allowed by
@@ -199,55 +249,67 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		hookOpts.DialContext = guard.DialContext
 		o.push.WebhookDialContext = guard.DialContext
 	}
-	n.hook = webhook.New(db, apps, log.Named("webhook"), hookOpts)
+	n.hook = webhook.New(n.db, n.apps, n.log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
-	nodeID := "" // the node's id in a cluster, named by the console's events and history
-	if cfg.RedisURL != "" {
-		n.cluster, err = cluster.New(log.Named("cluster"), n.hub, cluster.Options{
-			URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
-			Heartbeat: o.clusterHeartbeat, NodeTTL: o.clusterNodeTTL,
-			Settings: func(appID string) cluster.AppSettings {
-				app := apps.ByID(appID)
-				if app == nil {
-					return cluster.AppSettings{}
-				}
-				return cluster.AppSettings{SubscriptionCount: app.SubscriptionCount, MaxPresenceMembers: app.MaxPresenceMembers}
-			},
-		})
-		if err != nil {
-			n.hook.Close()
-			db.Close()
-			return nil, err
-		}
-		nodeID = n.cluster.ID()
-		if cfg.AdminToken != "" {
-			// The console's live list shows what every node sees.
-			n.relay = n.cluster.ConsoleRelay(n.ops.console.Deliver)
-			n.ops.console.SetRelay(nodeID, n.relay)
-		}
-		n.cluster.Start()
-		n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: n.cluster.Ready})
-	}
+	undo.push(n.hook.Close)
+}
 
-	engine := httpapi.NewEngine(log)
-	// X-Forwarded-For names the client only when the peer is one of these.
-	if err := engine.SetTrustedProxies(cfg.TrustedProxies); err != nil {
-		n.closeCluster()
-		n.hook.Close()
-		db.Close()
-		return nil, fmt.Errorf("HERALD_TRUSTED_PROXIES: %w", err)
+// joinCluster joins the cluster over Redis when the configuration names
+// one; on a single node it does nothing.
+func (n *Node) joinCluster(cfg config.Config, o options, undo *closers) error {
+	if cfg.RedisURL == "" {
+		return nil
 	}
-	engine.Use(n.ops.middleware())
+	apps := n.apps
+	cl, err := cluster.New(n.log.Named("cluster"), n.hub, cluster.Options{
+		URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
+		Heartbeat: o.clusterHeartbeat, NodeTTL: o.clusterNodeTTL,
+		Settings: func(appID string) cluster.AppSettings {
+			app := apps.ByID(appID)
+			if app == nil {
+				return cluster.AppSettings{}
+			}
+			return cluster.AppSettings{SubscriptionCount: app.SubscriptionCount, MaxPresenceMembers: app.MaxPresenceMembers}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	n.cluster = cl
+	undo.push(func() { cl.Close() })
+	if cfg.AdminToken != "" {
+		// The console's live list shows what every node sees.
+		n.relay = cl.ConsoleRelay(n.ops.console.Deliver)
+		n.ops.console.SetRelay(cl.ID(), n.relay)
+	}
+	cl.Start()
+	n.ready = append(n.ready, httpapi.ReadyCheck{Name: "redis", Check: cl.Ready})
+	return nil
+}
+
+// apis are the node's HTTP APIs, as routes mounts them.
+type apis struct {
+	channels  *httpapi.ChannelsAPI
+	device    *httpapi.DeviceAPI
+	reporting *httpapi.ReportingAPI
+	publish   *httpapi.PublishAPI
+	// anon is the one budget per client address over both anonymous Push
+	// APIs.
+	anon *httpapi.AnonLimiter
+	// history is the store of the apps' channel histories (eventlog.go).
+	history eventlog.Store
+}
+
+// buildAPIs builds the Channels and Push APIs, starts push delivery and
+// the WebSocket handler, and creates the metrics over them.
+func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, undo *closers) (apis, error) {
 	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys}
-	channelHistory := n.channelHistory(cfg)
-	channelsAPI := httpapi.NewChannelsAPI(n.hub, apps, log).Idempotency(n.channelKeys(idem)).History(channelHistory)
-	channelsAPI.OnTrigger(n.ops.console.Triggered)
-	channelsAPI.Register(engine)
-	// One budget per client address over both anonymous Push APIs.
-	anon := httpapi.NewAnonLimiter(cfg.AnonRateLimit)
-	httpapi.NewDeviceAPI(db, instances, log).LimitPerClient(anon).AllowWebPushHosts(cfg.WebPushAllowedHosts).Register(engine)
-	httpapi.NewReportingAPI(db, instances, log).LimitPerClient(anon).Register(engine)
+	a := apis{anon: httpapi.NewAnonLimiter(cfg.AnonRateLimit), history: n.channelHistory(cfg)}
+	a.channels = httpapi.NewChannelsAPI(n.hub, n.apps, n.log).Idempotency(n.channelKeys(idem)).History(a.history)
+	a.channels.OnTrigger(n.ops.console.Triggered)
+	a.device = httpapi.NewDeviceAPI(n.db, n.instances, n.log).LimitPerClient(a.anon).AllowWebPushHosts(cfg.WebPushAllowedHosts)
+	a.reporting = httpapi.NewReportingAPI(n.db, n.instances, n.log).LimitPerClient(a.anon)
 	// Web Push endpoints come from anonymous clients: only the operator's
 	// hosts may be private or plain http (the options may add test hosts).
 	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
@@ -258,81 +320,59 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 		o.push.Lease = cfg.PushLease
 	}
 	o.push.OnOutcome = n.ops.pushOutcome // the console's history, per instance
-	n.push = push.New(db, instances, log.Named("push"), o.push)
+	n.push = push.New(n.db, n.instances, n.log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
-		n.closeCluster()
-		n.hook.Close()
-		db.Close()
-		return nil, fmt.Errorf("starting push delivery: %w", err)
+		return apis{}, fmt.Errorf("starting push delivery: %w", err)
 	}
-	publishAPI := httpapi.NewPublishAPI(db, instances, n.push, log).Idempotency(n.publishKeys(idem))
-	publishAPI.Register(engine)
-	n.ws = ws.NewHandler(n.hub, socketApps{apps}, log.Named("ws"), ws.Options{
+	undo.push(n.push.Close)
+	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem))
+	n.ws = ws.NewHandler(n.hub, socketApps{n.apps}, n.log.Named("ws"), ws.Options{
 		ActivityTimeout:        cfg.ActivityTimeout,
 		PongTimeout:            cfg.PongTimeout,
 		MaxSubscriptionsPerApp: cfg.MaxSubscriptions,
 		ConnectRateLimit:       cfg.ConnectRateLimit,
 	})
-	// gin's ClientIP: X-Forwarded-For counts only from the trusted proxies.
-	serveSocket := func(c *gin.Context) { n.ws.ServeClient(c.Writer, c.Request, c.ClientIP()) }
-	engine.GET("/app/:key", httpapi.LongLived, serveSocket) // the connection outlives the timeouts below
-	// pusher-js's HTTP fallback under its default httpPath; its receiving
-	// requests lift the timeouts themselves, xhr_send keeps them.
-	serveFallback := func(c *gin.Context) { n.ws.ServeFallback(c.Writer, c.Request, c.ClientIP()) }
-	engine.POST(FallbackRoute, serveFallback)
-	engine.OPTIONS(FallbackRoute, serveFallback)
-	engine.GET("/readyz", httpapi.Ready(n.ready...))
-	engine.GET(docs.Prefix+"/*file", gin.WrapH(docs.Handler())) // the API reference; /docs redirects to /docs/
+	return a, nil
+}
+
+// serveHTTP prepares the HTTP server over engine and the WebSocket upgrade
+// server in front of it.
+func (n *Node) serveHTTP(cfg config.Config, engine *gin.Engine) {
 	// Every request has readTimeout for its headers and body (before the
 	// signature can be checked, so a slow sender holds nothing for long)
 	// and writeTimeout for its answer; the long-lived routes lift both
 	// (httpapi.LongLived says why this way round).
 	readTimeout, writeTimeout := httpTimeouts(cfg)
-	n.upgrades = upgrade.NewServer(engine, upgrade.Options{
-		HeaderTimeout: min(maxHeaderTimeout, readTimeout),
-		WriteTimeout:  writeTimeout,
-		Go:            n.ws.Go,
-		Log:           log.Named("upgrade"),
-	})
-	n.ops.start(n.ws, n.upgrades, n.hook, n.push, publishAPI, anon, n.cluster, channelHistory)
-	n.ops.register(engine, channelsAPI, nodeID)
 	n.http = &http.Server{
 		Handler:           engine,
 		ReadHeaderTimeout: min(maxHeaderTimeout, readTimeout),
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
+		ErrorLog:          zap.NewStdLog(n.log.Named("http")),
 	}
-	if cert != nil {
+	if n.cert != nil {
 		// ServeTLS adds h2 to these; WebSockets stay on HTTP/1.1, since
 		// net/http does not offer extended CONNECT (RFC 8441) by default.
-		n.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert.getCertificate}
+		n.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: n.cert.getCertificate}
 	}
-
-	bgCtx, stop := context.WithCancel(context.Background())
-	n.stop = stop
-	n.bg.Add(2)
-	reload := cmp.Or(o.reload, appReloadInterval)
-	go func() { defer n.bg.Done(); apps.Run(bgCtx, reload) }()
-	go func() { defer n.bg.Done(); n.sweepCache(bgCtx) }()
-	if h := n.ops.history; h != nil {
-		n.bg.Add(1)
-		go func() { defer n.bg.Done(); h.Run(bgCtx.Done()) }()
-	}
-	n.bg.Add(1)
-	go func() { defer n.bg.Done(); instances.Run(bgCtx, reload) }()
-	if cert != nil {
-		n.bg.Add(1)
-		go func() { defer n.bg.Done(); cert.watch(bgCtx, o.certPoll) }()
-	}
-	return n, nil
 }
 
-// closeCluster leaves the cluster when New fails after joining it.
-func (n *Node) closeCluster() {
-	if n.cluster != nil {
-		n.cluster.Close()
+// startBackground starts the node's loops: the directories' reloads, the
+// sweep of expired cache events and keys, the console's charts and the
+// certificate watch. Shutdown stops them.
+func (n *Node) startBackground(o options) {
+	ctx, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	reload := cmp.Or(o.reload, appReloadInterval)
+	n.bg.Go(func() { n.apps.Run(ctx, reload) })
+	n.bg.Go(func() { n.instances.Run(ctx, reload) })
+	n.bg.Go(func() { n.sweepCache(ctx) })
+	if h := n.ops.history; h != nil {
+		n.bg.Go(func() { h.Run(ctx.Done()) })
+	}
+	if n.cert != nil {
+		n.bg.Go(func() { n.cert.watch(ctx, o.certPoll) })
 	}
 }
 

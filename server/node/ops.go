@@ -48,7 +48,7 @@ type ops struct {
 }
 
 // routes that stay open for a connection's life; timing them says nothing.
-var longLivedRoutes = []string{"/app/:key", FallbackRoute, "/console/events"}
+var longLivedRoutes = []string{"/app/:key", httpapi.FallbackRoute, "/console/events"}
 
 func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger, historyOpts history.Options) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
@@ -121,21 +121,23 @@ func (o *ops) middleware() gin.HandlerFunc {
 	return func(c *gin.Context) { o.timer(c) }
 }
 
-// register mounts /metrics (unless it has its own listener), and, with an
-// admin token, the admin API and the console; channelsAPI is the trigger
-// path of the console's event creator, node the node's id in a cluster.
-func (o *ops) register(engine *gin.Engine, channelsAPI *httpapi.ChannelsAPI, node string) {
+// routes adds the operations side to r: /metrics (unless it has its own
+// listener), and, with an admin token, the admin API and the console;
+// channelsAPI is the trigger path of the console's event creator, node the
+// node's id in a cluster.
+func (o *ops) routes(r *httpapi.Routes, channelsAPI *httpapi.ChannelsAPI, node string) {
+	r.Timer = o.middleware()
 	if o.cfg.MetricsAddr == "" {
-		engine.GET("/metrics", gin.WrapH(o.metrics.Handler()))
+		r.Metrics = o.metrics.Handler()
 	}
 	if o.cfg.AdminToken == "" {
 		return
 	}
 	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.history, Node: node}
-	adminAPI := httpapi.NewAdminAPI(o.db, o.hub, console, o.cfg.AdminToken, o.log)
-	adminAPI.OnChange(o.reload)
-	adminAPI.Register(engine)
-	o.console.Register(engine, httpapi.RequireAdminToken(o.cfg.AdminToken))
+	r.Admin = httpapi.NewAdminAPI(o.db, o.hub, console, o.log)
+	r.Admin.OnChange(o.reload)
+	r.Console = o.console.Routes()
+	r.AdminToken = o.cfg.AdminToken
 }
 
 // listen starts the separate metrics listener when one is configured.
