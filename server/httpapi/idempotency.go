@@ -2,9 +2,7 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -20,11 +18,6 @@ const (
 	// repeated key.
 	IdempotentReplayedHeader = "Idempotent-Replayed"
 )
-
-// finishTimeout bounds the write that ends a key's claim. It runs after the
-// answer, on a context of its own: a client that hung up must not leave its
-// key claimed until the claim lapses.
-const finishTimeout = 5 * time.Second
 
 // idempotentRequest is how the idempotency middleware of one API sees a
 // request: whether it is one of the API's publishing operations, the scope
@@ -87,9 +80,7 @@ func idempotent(g *idempotency.Guard, log *zap.Logger, r idempotentRequest) gin.
 			if !answered {
 				res.Status = http.StatusInternalServerError // a panic: release the key (recovery answers)
 			}
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), finishTimeout)
-			defer cancel()
-			if err := g.Finish(ctx, claim, res); err != nil {
+			if err := g.Finish(req.Context(), claim, res); err != nil {
 				log.Warn("the idempotency key store failed to record an answer; a retry of the request may be refused with 409 until the claim lapses",
 					zap.String("scope", scope), zap.Error(err))
 			}

@@ -146,12 +146,22 @@ type Guard struct {
 	store Store
 	opts  Options
 	now   func() time.Time
+	// inProcess: the store answers from this process's memory, without
+	// I/O, so Finish needs no deadline of its own (whose timer would be
+	// a good part of a keyed trigger's cost).
+	inProcess bool
 }
 
 // NewGuard returns a Guard over store with opts' bounds.
 func NewGuard(store Store, opts Options) *Guard {
-	return &Guard{store: store, opts: opts.WithDefaults(), now: time.Now}
+	_, inProcess := store.(*Memory)
+	return &Guard{store: store, opts: opts.WithDefaults(), now: time.Now, inProcess: inProcess}
 }
+
+// finishTimeout bounds Finish's write to a store that does I/O. It runs
+// after the answer, on a context of its own: a client that hung up must
+// not leave its key claimed until the claim lapses.
+const finishTimeout = 5 * time.Second
 
 // Options returns the guard's bounds, defaults filled in.
 func (g *Guard) Options() Options { return g.opts }
@@ -183,9 +193,15 @@ func (g *Guard) Begin(ctx context.Context, scope, key string, fp Fingerprint) (O
 
 // Finish ends a claim: a successful (2xx) answer is kept for replays;
 // anything else releases the key, since such a request delivered nothing
-// and may be retried. ctx should outlive the request's own (a client that
-// hung up must not leave the key claimed).
+// and may be retried. ctx is the request's: the write outlives its
+// cancellation (a client that hung up must not leave the key claimed),
+// for at most finishTimeout.
 func (g *Guard) Finish(ctx context.Context, c Claim, res Response) error {
+	if !g.inProcess {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		defer cancel()
+	}
 	if res.Status >= 200 && res.Status < 300 {
 		return g.store.Complete(ctx, c, res)
 	}

@@ -98,3 +98,53 @@ func TestValidKey(t *testing.T) {
 		}
 	}
 }
+
+// ctxStore is a store that does I/O, as far as a Guard can tell: it keeps
+// keys in a Memory and records the context each write was given.
+type ctxStore struct {
+	*idempotency.Memory
+	errs      []error
+	deadlines []bool
+}
+
+func (s *ctxStore) record(ctx context.Context) {
+	_, ok := ctx.Deadline()
+	s.errs, s.deadlines = append(s.errs, ctx.Err()), append(s.deadlines, ok)
+}
+
+func (s *ctxStore) Complete(ctx context.Context, c idempotency.Claim, res idempotency.Response) error {
+	s.record(ctx)
+	return s.Memory.Complete(ctx, c, res)
+}
+
+func (s *ctxStore) Release(ctx context.Context, c idempotency.Claim) error {
+	s.record(ctx)
+	return s.Memory.Release(ctx, c)
+}
+
+// A request whose client hung up still ends its claim on a store that does
+// I/O: Finish writes on a context the request's cancellation does not
+// reach, with a deadline of its own, for the kept answer and the release
+// alike.
+func TestFinishOutlivesTheRequest(t *testing.T) {
+	store := &ctxStore{Memory: idempotency.NewMemory(idempotency.Options{})}
+	g := idempotency.NewGuard(store, idempotency.Options{})
+	fp := idempotency.Sum([]byte("POST"), []byte("body"))
+	for i, status := range []int{200, 503} {
+		ctx, cancel := context.WithCancel(context.Background())
+		out, c, _, err := g.Begin(ctx, "app", "k"+string(rune('a'+i)), fp)
+		if err != nil || out != idempotency.Proceed {
+			t.Fatalf("Begin: %v, %v", out, err)
+		}
+		cancel() // the client hangs up before the answer is kept
+		if err := g.Finish(ctx, c, idempotency.Response{Status: status, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if store.errs[i] != nil || !store.deadlines[i] {
+			t.Fatalf("status %d: the store's write saw ctx error %v, deadline %v; want none, and a deadline", status, store.errs[i], store.deadlines[i])
+		}
+	}
+	if out, _, res, _ := g.Begin(context.Background(), "app", "ka", fp); out != idempotency.Replay || res.Status != 200 {
+		t.Fatalf("repeat after the hang-up: %v %d, want the kept 200", out, res.Status)
+	}
+}
