@@ -47,7 +47,7 @@ func idempotent(g *idempotency.Guard, log *zap.Logger, r idempotentRequest) gin.
 			return
 		}
 		req := c.Request
-		fp := idempotency.Sum([]byte(req.Method), []byte(req.URL.EscapedPath()), []byte(req.URL.RawQuery), r.body(c))
+		fp := idempotency.SumRequest(req.Method, req.URL.EscapedPath(), req.URL.RawQuery, r.body(c))
 		scope := r.scope(c)
 		outcome, claim, res, err := g.Begin(req.Context(), scope, key[0], fp)
 		if err != nil {

@@ -16,8 +16,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -43,21 +45,53 @@ const MaxKeyLength = 255
 type Fingerprint [sha256.Size]byte
 
 // Sum is the fingerprint of a request from its parts (method, path,
-// unsigned query, body), each length-prefixed so that no two different
-// lists of parts give the same bytes to hash.
+// unsigned query, body), each length-prefixed (8 bytes, little-endian) so
+// that no two different lists of parts give the same bytes to hash. The
+// Redis and database stores keep fingerprints: this encoding must not
+// change, or a retry after an upgrade would be refused as another request.
 func Sum(parts ...[]byte) Fingerprint {
-	h := sha256.New()
-	var n [8]byte
+	b := sumBuffer()
 	for _, p := range parts {
-		l := uint64(len(p))
-		for i := range n {
-			n[i] = byte(l >> (8 * i))
-		}
-		h.Write(n[:])
-		h.Write(p)
+		*b = binary.LittleEndian.AppendUint64(*b, uint64(len(p)))
+		*b = append(*b, p...)
 	}
-	var fp Fingerprint
-	h.Sum(fp[:0])
+	return sumAndRelease(b)
+}
+
+// SumRequest is Sum of a request's method, path, unsigned query and body,
+// without converting the strings: it allocates nothing, on the path of
+// every keyed trigger.
+func SumRequest(method, path, query string, body []byte) Fingerprint {
+	b := sumBuffer()
+	for _, p := range [...]string{method, path, query} {
+		*b = binary.LittleEndian.AppendUint64(*b, uint64(len(p)))
+		*b = append(*b, p...)
+	}
+	*b = binary.LittleEndian.AppendUint64(*b, uint64(len(body)))
+	*b = append(*b, body...)
+	return sumAndRelease(b)
+}
+
+// sumBuffers hold the bytes Sum hashes: hashing one buffer with Sum256
+// keeps the hash state on the stack, where sha256.New's would be allocated
+// on every request.
+var sumBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+func sumBuffer() *[]byte {
+	b := sumBuffers.Get().(*[]byte)
+	*b = (*b)[:0]
+	return b
+}
+
+// maxPooledSum is the largest buffer kept for reuse: a larger body (a
+// batch) is hashed from a buffer of its own, which the pool does not keep.
+const maxPooledSum = 64 << 10
+
+func sumAndRelease(b *[]byte) Fingerprint {
+	fp := Fingerprint(sha256.Sum256(*b))
+	if cap(*b) <= maxPooledSum {
+		sumBuffers.Put(b)
+	}
 	return fp
 }
 
@@ -99,7 +133,8 @@ type Store interface {
 	// Making room for a new key may forget the scope's oldest.
 	Begin(ctx context.Context, c Claim, fp Fingerprint, now time.Time) (*Entry, error)
 	// Complete keeps the claim's answer until c.Expires, if the claim is
-	// still the key's.
+	// still the key's. It may keep res.Body itself: the caller hands it
+	// over and does not change it afterwards.
 	Complete(ctx context.Context, c Claim, res Response) error
 	// Release forgets the key, if c is still its claim, so that the
 	// request may be tried again.

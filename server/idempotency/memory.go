@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"container/list"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -23,15 +22,51 @@ type Memory struct {
 	evicted atomic.Uint64 // keys forgotten before their time to make room
 }
 
+// memScope is one scope's keys: a map, and a list of its entries in the
+// order they were claimed, oldest first (every key shares one TTL, so also
+// by expiry). The list is threaded through the entries themselves: one
+// allocation per key.
 type memScope struct {
-	keys  map[string]*list.Element // of *memEntry
-	order list.List                // oldest first; every entry shares one TTL, so also by expiry
+	keys        map[string]*memEntry
+	front, back *memEntry
+	n           int
 }
 
 type memEntry struct {
 	key, token string
 	expires    time.Time // while unfinished, the claim's end; once done, the key's
 	entry      Entry
+	prev, next *memEntry
+}
+
+// pushBack appends e as the newest entry.
+func (s *memScope) pushBack(e *memEntry) {
+	e.prev, e.next = s.back, nil
+	if s.back != nil {
+		s.back.next = e
+	} else {
+		s.front = e
+	}
+	s.back = e
+	s.keys[e.key] = e
+	s.n++
+}
+
+// unlink takes e out of the scope.
+func (s *memScope) unlink(e *memEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		s.front = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		s.back = e.prev
+	}
+	e.prev, e.next = nil, nil
+	delete(s.keys, e.key)
+	s.n--
 }
 
 var _ Store = (*Memory)(nil)
@@ -49,34 +84,33 @@ func (m *Memory) Begin(_ context.Context, c Claim, fp Fingerprint, now time.Time
 	defer m.mu.Unlock()
 	s := m.scopes[c.Scope]
 	if s == nil {
-		s = &memScope{keys: map[string]*list.Element{}}
+		s = &memScope{keys: map[string]*memEntry{}}
 		m.scopes[c.Scope] = s
 	}
 	m.expire(s, now)
-	if el, ok := s.keys[c.Key]; ok {
-		me := el.Value.(*memEntry)
+	if me, ok := s.keys[c.Key]; ok {
 		if now.Before(me.expires) {
 			e := me.entry // a copy: the caller reads it unlocked
 			return &e, nil
 		}
 		// An expired claim deeper in the list than expire looks.
-		m.remove(s, el)
+		m.remove(s, me)
 	}
-	for s.order.Len() >= m.maxKeys {
-		m.remove(s, s.order.Front())
+	for s.n >= m.maxKeys {
+		m.remove(s, s.front)
 		m.evicted.Add(1)
 	}
-	s.keys[c.Key] = s.order.PushBack(&memEntry{key: c.Key, token: c.Token, expires: c.LockEnd(now, m.lock), entry: Entry{Fingerprint: fp}})
+	s.pushBack(&memEntry{key: c.Key, token: c.Token, expires: c.LockEnd(now, m.lock), entry: Entry{Fingerprint: fp}})
 	m.keys.Add(1)
 	return nil, nil
 }
 
-// Complete implements Store.
+// Complete implements Store. It keeps res.Body itself, not a copy.
 func (m *Memory) Complete(_ context.Context, c Claim, res Response) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.claimed(c); e != nil {
-		e.entry.Done, e.entry.Response = true, Response{Status: res.Status, Body: append([]byte(nil), res.Body...)}
+		e.entry.Done, e.entry.Response = true, res
 		e.expires = c.Expires
 	}
 	return nil
@@ -86,9 +120,8 @@ func (m *Memory) Complete(_ context.Context, c Claim, res Response) error {
 func (m *Memory) Release(_ context.Context, c Claim) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.claimed(c) != nil {
-		s := m.scopes[c.Scope]
-		m.remove(s, s.keys[c.Key])
+	if e := m.claimed(c); e != nil {
+		m.remove(m.scopes[c.Scope], e)
 	}
 	return nil
 }
@@ -99,11 +132,7 @@ func (m *Memory) claimed(c Claim) *memEntry {
 	if s == nil {
 		return nil
 	}
-	el, ok := s.keys[c.Key]
-	if !ok {
-		return nil
-	}
-	if e := el.Value.(*memEntry); e.token == c.Token {
+	if e, ok := s.keys[c.Key]; ok && e.token == c.Token {
 		return e
 	}
 	return nil
@@ -117,7 +146,7 @@ func (m *Memory) Sweep(now time.Time) {
 	defer m.mu.Unlock()
 	for name, s := range m.scopes {
 		m.expire(s, now)
-		if s.order.Len() == 0 {
+		if s.n == 0 {
 			delete(m.scopes, name)
 		}
 	}
@@ -135,13 +164,12 @@ func (m *Memory) Evicted() uint64 { return m.evicted.Load() }
 // every expired done key; an expired unfinished claim further in is found
 // when its key is asked for, or when it reaches the front.
 func (m *Memory) expire(s *memScope, now time.Time) {
-	for el := s.order.Front(); el != nil && !now.Before(el.Value.(*memEntry).expires); el = s.order.Front() {
-		m.remove(s, el)
+	for s.front != nil && !now.Before(s.front.expires) {
+		m.remove(s, s.front)
 	}
 }
 
-func (m *Memory) remove(s *memScope, el *list.Element) {
-	delete(s.keys, el.Value.(*memEntry).key)
-	s.order.Remove(el)
+func (m *Memory) remove(s *memScope, e *memEntry) {
+	s.unlink(e)
 	m.keys.Add(-1)
 }
