@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +171,26 @@ func TestSumEncodingIsStable(t *testing.T) {
 	const want = "f4b3b23ce9bdd8f17948fa73f65525099a9c0f9530c669c586c19e2dfdabea28" // as computed before the pooled buffer
 	if got := idempotency.Sum([]byte("POST"), []byte("body")).String(); got != want {
 		t.Fatalf("Sum(POST, body) = %s, want %s", got, want)
+	}
+}
+
+// Only a 2xx answer is kept for replays; any other (a 3xx too) frees its
+// key.
+func TestOnlySuccessfulAnswersAreKept(t *testing.T) {
+	ctx := context.Background()
+	g := idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{})
+	fp := idempotency.Sum([]byte("POST"), []byte("body"))
+	for _, tc := range []struct {
+		status int
+		want   idempotency.Outcome
+	}{{199, idempotency.Proceed}, {200, idempotency.Replay}, {299, idempotency.Replay}, {300, idempotency.Proceed}, {500, idempotency.Proceed}} {
+		key := "k" + strconv.Itoa(tc.status)
+		_, c, _, _ := g.Begin(ctx, "app", key, fp)
+		if err := g.Finish(ctx, c, idempotency.Response{Status: tc.status, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if out, _, _, _ := g.Begin(ctx, "app", key, fp); out != tc.want {
+			t.Errorf("after a %d answer, a repeat: %v, want %v", tc.status, out, tc.want)
+		}
 	}
 }
