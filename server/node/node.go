@@ -267,6 +267,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	}
 	publishAPI := httpapi.NewPublishAPI(db, instances, n.push, log).Idempotency(n.publishKeys(idem))
 	publishAPI.Register(engine)
+	channelsAPI.PushIfOffline(publishAPI) // triggers' push_if_offline publish through it
 	n.ws = ws.NewHandler(n.hub, socketApps{apps}, log.Named("ws"), ws.Options{
 		ActivityTimeout:        cfg.ActivityTimeout,
 		PongTimeout:            cfg.PongTimeout,
