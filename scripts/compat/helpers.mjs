@@ -241,6 +241,23 @@ export class Clients {
   }
 }
 
+/**
+ * Sends a request to url as the Android and Web SDKs do (JSON, with its
+ * Content-Type, only when there is a body), asserts that it is answered
+ * with 200, and resolves with the parsed body (undefined when empty).
+ */
+export async function callOK (method, url, { body, headers = {} } = {}) {
+  const init = { method, headers: { ...headers } }
+  if (body !== undefined) {
+    init.body = JSON.stringify(body)
+    init.headers['Content-Type'] = 'application/json'
+  }
+  const res = await fetch(url, init)
+  const text = await res.text()
+  assert.equal(res.status, 200, `${method} ${url}: ${res.status} ${text}`)
+  return text ? JSON.parse(text) : undefined
+}
+
 /** Waits until c is connected; returns its socket_id. */
 export async function connected (c) {
   if (c.pusher.connection.state !== 'connected') {

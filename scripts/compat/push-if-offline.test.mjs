@@ -25,7 +25,7 @@ import PushNotifications from '@pusher/push-notifications-server'
 
 import { startFakes, metadataOf, publishIdOf } from './fakegateways.mjs'
 import { startHerald } from './herald.mjs'
-import { Clients, sdk, signIn, record, sleep } from './helpers.mjs'
+import { Clients, sdk, signIn, record, sleep, callOK } from './helpers.mjs'
 
 const INSTANCE_ID = '4c0f5e1d-8a2b-4c3d-9e8f-1a2b3c4d5e6f'
 const SECRET_KEY = 'OFFLINE0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456'
@@ -66,17 +66,7 @@ describe('push_if_offline with pusher-js, the pusher SDK and the fake gateways',
     await fakes?.stop()
   })
 
-  async function call (method, path, { body, headers = {} } = {}) {
-    const init = { method, headers: { ...headers } }
-    if (body !== undefined) {
-      init.body = JSON.stringify(body)
-      init.headers['Content-Type'] = 'application/json'
-    }
-    const res = await fetch(root + path, init)
-    const text = await res.text()
-    assert.equal(res.status, 200, `${method} ${path}: ${res.status} ${text}`)
-    return text ? JSON.parse(text) : undefined
-  }
+  const call = (method, path, options) => callOK(method, root + path, options)
 
   /** Registers one device per platform and binds each to user; resolves with [{platform, token}] as the fakes file them. */
   async function registerDevicesOf (user) {
