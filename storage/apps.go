@@ -45,9 +45,14 @@ type App struct {
 	// stored as DefaultHistoryTTL when HistoryEvents is set. Whole
 	// milliseconds.
 	HistoryTTL time.Duration
-	Webhooks   []Webhook // in the order given when the app was last created or updated
-	CreatedAt  time.Time // set by CreateApp
-	UpdatedAt  time.Time // set by CreateApp and UpdateApp
+	// PushInstance is the id of the Push instance the app is linked to,
+	// which a trigger's push_if_offline publishes through; empty when
+	// none. It must name an existing instance (ErrUnknownInstance); when
+	// that instance is deleted, the link goes with it.
+	PushInstance string
+	Webhooks     []Webhook // in the order given when the app was last created or updated
+	CreatedAt    time.Time // set by CreateApp
+	UpdatedAt    time.Time // set by CreateApp and UpdateApp
 }
 
 // Webhook is one webhook endpoint of an app.
@@ -72,7 +77,7 @@ func (w Webhook) Takes(kind, channel string) bool {
 
 // appColumns lists the apps columns in the order scanApp reads them.
 const appColumns = `id, key, secret, enabled, client_events, subscription_count, user_auth_timeout_ms,
-	max_connections, max_presence_members, max_presence_user_info_bytes, history_events, history_ttl_ms, created_at_ms, updated_at_ms`
+	max_connections, max_presence_members, max_presence_user_info_bytes, history_events, history_ttl_ms, push_instance, created_at_ms, updated_at_ms`
 
 // CreateApp stores a new app and its webhooks and returns it as stored, with
 // timestamps, defaults and webhook IDs filled in. It returns ErrConflict when
@@ -82,11 +87,15 @@ func (db *DB) CreateApp(ctx context.Context, app App) (App, error) {
 	app.CreatedAt = now()
 	app.UpdatedAt = app.CreatedAt
 	err := db.write(ctx, func(tx *tx) error {
+		if err := checkPushInstance(ctx, tx, app.PushInstance); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO apps (`+appColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			app.ID, app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
 			app.UserAuthTimeout.Milliseconds(), app.MaxConnections, app.MaxPresenceMembers,
-			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), app.CreatedAt.UnixMilli(), app.UpdatedAt.UnixMilli())
+			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), nullable(app.PushInstance),
+			app.CreatedAt.UnixMilli(), app.UpdatedAt.UnixMilli())
 		if err != nil {
 			return conflict(err)
 		}
@@ -184,13 +193,17 @@ func (db *DB) ListApps(ctx context.Context) ([]App, error) {
 func (db *DB) UpdateApp(ctx context.Context, app App) error {
 	app = app.withDefaults()
 	err := db.write(ctx, func(tx *tx) error {
+		if err := checkPushInstance(ctx, tx, app.PushInstance); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `UPDATE apps SET key = ?, secret = ?, enabled = ?, client_events = ?,
 			subscription_count = ?, user_auth_timeout_ms = ?, max_connections = ?, max_presence_members = ?,
-			max_presence_user_info_bytes = ?, history_events = ?, history_ttl_ms = ?, updated_at_ms = ?
+			max_presence_user_info_bytes = ?, history_events = ?, history_ttl_ms = ?, push_instance = ?, updated_at_ms = ?
 			WHERE id = ?`,
 			app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
 			app.UserAuthTimeout.Milliseconds(), app.MaxConnections, app.MaxPresenceMembers,
-			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), now().UnixMilli(), app.ID)
+			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), nullable(app.PushInstance),
+			now().UnixMilli(), app.ID)
 		if err != nil {
 			return conflict(err)
 		}
@@ -245,15 +258,42 @@ func (app App) withDefaults() App {
 	return app
 }
 
+// checkPushInstance is ErrUnknownInstance unless id is empty (no link) or
+// names an instance. Checked in the writing transaction, so that the answer
+// names the cause; the foreign key (migration 0016) holds the link to an
+// instance deleted at the same moment.
+func checkPushInstance(ctx context.Context, tx *tx, id string) error {
+	if id == "" {
+		return nil
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM instances WHERE id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %q", ErrUnknownInstance, id)
+	}
+	return err
+}
+
+// nullable is s, or NULL when it is empty: a column with a foreign key
+// holds NULL for "none".
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 func scanApp(s scanner) (App, error) {
 	var app App
 	var userAuthTimeoutMS, historyTTLMS, createdMS, updatedMS int64
+	var pushInstance sql.NullString
 	err := s.Scan(&app.ID, &app.Key, &app.Secret, &app.Enabled, &app.ClientEvents, &app.SubscriptionCount,
 		&userAuthTimeoutMS, &app.MaxConnections, &app.MaxPresenceMembers, &app.MaxPresenceUserInfoBytes,
-		&app.HistoryEvents, &historyTTLMS, &createdMS, &updatedMS)
+		&app.HistoryEvents, &historyTTLMS, &pushInstance, &createdMS, &updatedMS)
 	if err != nil {
 		return App{}, err
 	}
+	app.PushInstance = pushInstance.String
 	app.UserAuthTimeout = time.Duration(userAuthTimeoutMS) * time.Millisecond
 	app.HistoryTTL = time.Duration(historyTTLMS) * time.Millisecond
 	app.CreatedAt = fromMillis(createdMS)

@@ -280,3 +280,53 @@ func TestWebhookTakes(t *testing.T) {
 		}
 	}
 }
+
+// linkedApp is a database with an instance and app 1 linked to it.
+func linkedApp(t *testing.T) *DB {
+	t.Helper()
+	db := openTestDB(t)
+	_, err := db.CreateInstance(t.Context(), testInstance(instanceID))
+	checkErr(t, "CreateInstance", err, nil)
+	app := testApp("1", "key1")
+	app.PushInstance = instanceID
+	_, err = db.CreateApp(t.Context(), app)
+	checkErr(t, "CreateApp", err, nil)
+	return db
+}
+
+func TestAppPushInstance(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		db := linkedApp(t)
+		got, err := db.GetApp(t.Context(), "1")
+		checkErr(t, "GetApp", err, nil)
+		check(t, "PushInstance", got.PushInstance, instanceID)
+
+		// Unlinked by an update with none.
+		got.PushInstance = ""
+		checkErr(t, "UpdateApp", db.UpdateApp(t.Context(), got), nil)
+		got, err = db.GetApp(t.Context(), "1")
+		checkErr(t, "GetApp", err, nil)
+		check(t, "PushInstance after unlinking", got.PushInstance, "")
+	})
+
+	t.Run("OKInstanceDeletedUnlinks", func(t *testing.T) {
+		db := linkedApp(t)
+		checkErr(t, "DeleteInstance", db.DeleteInstance(t.Context(), instanceID), nil)
+		got, err := db.GetApp(t.Context(), "1")
+		checkErr(t, "GetApp", err, nil)
+		check(t, "PushInstance of an app whose instance was deleted", got.PushInstance, "")
+	})
+
+	t.Run("ErrUnknownInstance", func(t *testing.T) {
+		db := openTestDB(t)
+		app := testApp("1", "key1")
+		app.PushInstance = instanceID
+		_, err := db.CreateApp(t.Context(), app)
+		checkErr(t, "CreateApp", err, ErrUnknownInstance)
+		app.PushInstance = ""
+		_, err = db.CreateApp(t.Context(), app)
+		checkErr(t, "CreateApp", err, nil)
+		app.PushInstance = instanceID
+		checkErr(t, "UpdateApp", db.UpdateApp(t.Context(), app), ErrUnknownInstance)
+	})
+}

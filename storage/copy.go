@@ -18,9 +18,9 @@ var copyTables = []struct {
 	name     string
 	identity bool // an id column the database numbers (a PostgreSQL sequence to move on)
 }{
-	{"apps", false},
-	{"app_webhooks", true},
 	{"instances", false},
+	{"apps", false}, // after instances: an app may name its Push instance
+	{"app_webhooks", true},
 	{"idempotency_keys", false},
 	{"devices", false},
 	{"device_interests", false},

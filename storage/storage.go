@@ -36,6 +36,9 @@ var (
 	// which PostgreSQL's text cannot store (raw, or as JSON's \u0000
 	// escape): it is refused on SQLite too, so both give one answer.
 	ErrInvalidText = errors.New("storage: text holds the NUL character")
+	// ErrUnknownInstance means an app was to be linked to a Push instance
+	// that does not exist (App.PushInstance).
+	ErrUnknownInstance = errors.New("storage: no such Push instance")
 )
 
 // DB is an open Herald database: one writer connection and a pool of reader

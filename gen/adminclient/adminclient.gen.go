@@ -147,11 +147,14 @@ type App struct {
 	MaxConnections           int       `json:"maxConnections"`
 	MaxPresenceMembers       int       `json:"maxPresenceMembers"`
 	MaxPresenceUserInfoBytes int       `json:"maxPresenceUserInfoBytes"`
-	Secret                   string    `json:"secret"`
-	SubscriptionCount        bool      `json:"subscriptionCount"`
-	UpdatedAt                time.Time `json:"updatedAt"`
-	UserAuthTimeoutMs        int       `json:"userAuthTimeoutMs"`
-	Webhooks                 []Webhook `json:"webhooks"`
+
+	// PushInstance The Push instance the app is linked to (see AppOptions); absent when none.
+	PushInstance      *string   `json:"pushInstance,omitempty"`
+	Secret            string    `json:"secret"`
+	SubscriptionCount bool      `json:"subscriptionCount"`
+	UpdatedAt         time.Time `json:"updatedAt"`
+	UserAuthTimeoutMs int       `json:"userAuthTimeoutMs"`
+	Webhooks          []Webhook `json:"webhooks"`
 }
 
 // AppCreate defines model for AppCreate.
@@ -180,6 +183,12 @@ type AppCreate struct {
 
 	// MaxPresenceUserInfoBytes Size limit of a presence member's user_info; 0 takes the default (1024).
 	MaxPresenceUserInfoBytes *int `json:"maxPresenceUserInfoBytes,omitempty"`
+
+	// PushInstance The Push instance (its id, a UUID) the app is linked to: a trigger to
+	// `#server-to-user-<id>` with `push_if_offline` publishes through it when
+	// the user is offline. It must exist (400 `invalid_app` otherwise); an
+	// empty string unlinks the app.
+	PushInstance *string `json:"pushInstance,omitempty"`
 
 	// Secret Secret (A-Z a-z 0-9 _ - .).
 	Secret *string `json:"secret,omitempty"`
@@ -231,6 +240,12 @@ type AppOptions struct {
 
 	// MaxPresenceUserInfoBytes Size limit of a presence member's user_info; 0 takes the default (1024).
 	MaxPresenceUserInfoBytes *int `json:"maxPresenceUserInfoBytes,omitempty"`
+
+	// PushInstance The Push instance (its id, a UUID) the app is linked to: a trigger to
+	// `#server-to-user-<id>` with `push_if_offline` publishes through it when
+	// the user is offline. It must exist (400 `invalid_app` otherwise); an
+	// empty string unlinks the app.
+	PushInstance *string `json:"pushInstance,omitempty"`
 
 	// Secret Secret (A-Z a-z 0-9 _ - .).
 	Secret *string `json:"secret,omitempty"`

@@ -21,9 +21,28 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gin-gonic/gin/binding"
 	externalRef0 "github.com/heraldrt/herald/gen/common"
+	externalRef1 "github.com/heraldrt/herald/gen/publish"
 	"github.com/oapi-codegen/nullable"
 	"github.com/oapi-codegen/runtime"
 )
+
+// Defines values for TriggerEventResultDeliveredVia.
+const (
+	Push   TriggerEventResultDeliveredVia = "push"
+	Socket TriggerEventResultDeliveredVia = "socket"
+)
+
+// Valid indicates whether the value is a known member of the TriggerEventResultDeliveredVia enum.
+func (e TriggerEventResultDeliveredVia) Valid() bool {
+	switch e {
+	case Push:
+		return true
+	case Socket:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for WebhookEventName.
 const (
@@ -103,6 +122,10 @@ type BatchEvent struct {
 	//
 	// Example: foo
 	Name EventName `json:"name"`
+
+	// PushIfOffline Not taken in a batch: an item with it is refused (400
+	// `invalid_push_if_offline`); trigger such an event on its own.
+	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
@@ -218,6 +241,61 @@ type PresenceUsers struct {
 	Users []PresenceUser `json:"users"`
 }
 
+// PushIfOffline Herald's own: deliver the event over the socket when the user of the one
+// channel, `#server-to-user-<user id>`, is signed in, and as a push
+// notification to that user otherwise. The body of a publish to users
+// (the Publish API's) without `users`: at least one of `apns`, `fcm` and
+// `web`, each validated as a publish's. Refused with 400 when the app is
+// not linked to a Push instance (`push_not_linked`), when the event names
+// another channel or more than one (`invalid_push_channel`), or when the
+// body is not a valid publish (`missing_payload`, `invalid_payload`,
+// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
+// not.
+type PushIfOffline struct {
+	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
+	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
+	// object is not sent in the body; it sets the APNs request headers
+	// `apns-push-type` (default `alert`, or `background` when `aps` holds
+	// `content-available` without `alert`, `sound` or `badge`),
+	// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+	// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+	// the instance's configured topic.
+	//
+	// Open for extra keys: every key but `headers` reaches APNs as given, and
+	// `aps` is not checked beyond being an object. The generated Go type is
+	// `json.RawMessage`, so clients and server pass the object through
+	// unchanged.
+	Apns *externalRef1.ApnsPayload `json:"apns,omitempty"`
+
+	// Fcm A Firebase payload in the legacy FCM shape, translated to an HTTP v1
+	// message: `data` values become strings (non-strings JSON-encoded) and
+	// gain `pusher` (the metadata, a JSON string); `notification` becomes
+	// `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
+	// `priority` (`normal` / `high`) `android.priority`, `collapse_key`
+	// `android.collapse_key`.
+	//
+	// Open for extra keys: keys not listed here are accepted and not sent.
+	// The generated Go type is `json.RawMessage`, so clients and server pass
+	// the object through unchanged.
+	Fcm *externalRef1.FcmPayload `json:"fcm,omitempty"`
+
+	// Web A Web Push payload: `notification`, `data`, and `time_to_live`
+	// (seconds, sent as the `TTL` header; default 4 weeks). The browser
+	// receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
+	// with aes128gcm and authorized with the instance's VAPID key.
+	//
+	// Open for extra keys: `notification` reaches the browser exactly as
+	// given, its unknown keys included; other top-level keys are accepted and
+	// not sent. The generated Go type is `json.RawMessage`, so clients and
+	// server pass the object through unchanged.
+	Web *externalRef1.WebPayload `json:"web,omitempty"`
+
+	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// `PublishWebhook` when the publish starts and when it finishes (422
+	// `invalid_webhook_url` otherwise). An empty string means none.
+	WebhookUrl *externalRef1.WebhookURL `json:"webhookUrl,omitempty"`
+}
+
 // SocketID A connection's socket identifier, two integers joined by a dot.
 type SocketID = string
 
@@ -264,6 +342,18 @@ type TriggerEventFields struct {
 	// Example: foo
 	Name *EventName `json:"name,omitempty"`
 
+	// PushIfOffline Herald's own: deliver the event over the socket when the user of the one
+	// channel, `#server-to-user-<user id>`, is signed in, and as a push
+	// notification to that user otherwise. The body of a publish to users
+	// (the Publish API's) without `users`: at least one of `apns`, `fcm` and
+	// `web`, each validated as a publish's. Refused with 400 when the app is
+	// not linked to a Push instance (`push_not_linked`), when the event names
+	// another channel or more than one (`invalid_push_channel`), or when the
+	// body is not a valid publish (`missing_payload`, `invalid_payload`,
+	// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
+	// not.
+	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
+
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
 }
@@ -278,11 +368,26 @@ type TriggerEventFields struct {
 // still decodes.
 type TriggerEventRequest = TriggerEventFields
 
-// TriggerEventResult Empty unless `info` was given.
+// TriggerEventResult Empty unless `info` or `push_if_offline` was given.
 type TriggerEventResult struct {
 	// Channels One entry per unique channel triggered to.
 	Channels *map[string]ChannelAttributes `json:"channels,omitempty"`
+
+	// DeliveredVia With `push_if_offline`: `socket` when the user was signed in and the
+	// event went over the socket only, `push` when it was published to the
+	// user as a push notification instead (see `publish_id`).
+	DeliveredVia *TriggerEventResultDeliveredVia `json:"delivered_via,omitempty"`
+
+	// PublishId With `delivered_via: push`: the id of the publish, whose status the
+	// Publish API's `GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id}`
+	// answers.
+	PublishId *string `json:"publish_id,omitempty"`
 }
+
+// TriggerEventResultDeliveredVia With `push_if_offline`: `socket` when the user was signed in and the
+// event went over the socket only, `push` when it was published to the
+// user as a push notification instead (see `publish_id`).
+type TriggerEventResultDeliveredVia string
 
 // WebhookEvent One webhook event. Fields by kind: `channel_occupied`, `channel_vacated`,
 // `cache_miss`: `channel`. `member_added`, `member_removed`: `channel`,
@@ -1488,6 +1593,20 @@ func (response TriggerEvent401JSONResponse) VisitTriggerEventResponse(w http.Res
 	return err
 }
 
+type TriggerEvent402JSONResponse externalRef0.Error
+
+func (response TriggerEvent402JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(402)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type TriggerEvent403JSONResponse struct{ ForbiddenJSONResponse }
 
 func (response TriggerEvent403JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
@@ -1544,6 +1663,20 @@ func (response TriggerEvent422JSONResponse) VisitTriggerEventResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type TriggerEvent429JSONResponse externalRef0.Error
+
+func (response TriggerEvent429JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1986,139 +2119,188 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H1rc9s4luhfQbG3KnYtpUiyHCdypXbdSWbi7XSSjZ3bOxv6ihB5ZGFMAhwAtK1J6b/fwgFIghIly0m6",
-	"d+tW95c2KeJ1cN6vfA0SkReCA9cqmHwNCippDhokPp0Vxflr80cKKpGs0EzwYBJcLoDQoshYQs0bwlLg",
-	"ms0ZyH4QBnBP8yKDYBIcBWHAzICC6kUQBpzm5jUtiilLgzCQ8I+SSUiDiZYlhIFKFpBTs15O798Bv9aL",
-	"YDIaDMIgZ7x6HoaBXhZmHqUl49fBahUGrxaUc8je0xw+mhNs7vmMJPYbYnZBDj5/etcDldACUsI40Qsg",
-	"ZpeH7RMUEhTwBHpSiLz7NG7aKT7uOtO/SJgHk+Cnpw3En9pf1VNv/3ie8xTyQmjgyfIXWHad5gaWuOkk",
-	"Y8A1yekNKFIWZC4k0QumiNkIKE0OKPn8+fx1SBRdHk7IkGhBRsfHES8k45rOMiBnF6/Ozw18JE3M1Yfk",
-	"BgpNCpCtazZTj8ZkIUqpyIFeQMQVyFuQTxR5++bT2bvX0/PXb379+OHyzftXf5teXr47JHMpctznnEml",
-	"q031yeX6q4jfMb0gFA/GFCmkSEApSE8JJRIKoJrgF2YyZa7QfEh52ryoZzrIQS9EGuKNhqTkil1zSMk/",
-	"SpB2zEyky1M7kl1zqksJJKdLkrL5HOQhYSrilKs7kJA2y9oN2/f10gugKUgS11eme5+gyOgS0gkxOBCH",
-	"Zq6UpJCxW5CKcKEXjF8Tek0ZD4nghPIl4SIFIuaEkiQrlQZpgVQf1ezCTCT0AmR9u0yR8Wjkw2jBMvB2",
-	"yxRRmmUZmYFZswZrxM3QwYs++cCzJVFlYt7Py4wcjO7vD90pFaESEBsmhM41HpuAlIhkdl85XUZ8BqRU",
-	"kNoj9ckZJ4zf0oyl1XWOB4N+xFu0dTwfzgbJCfSez8dHvXF6Ar0X9Pi4N0xG89HsiL5Ih4OK5CyQG6Lz",
-	"6KNnCGQb7zg+XucdBdUapJnz/36JovvRoBdF9ydvrv71X4JNxrIy9KwKwRUgP/yZpp8s4M1TIri5bvOn",
-	"RyZP/64MiX6tTooDc6YU49eOzPHVLc1K2KTsv7Jbe32OryhDr1qy62uQBlUYb34RsvobuZa5lmBSrTWt",
-	"PkOGwoX+6HjZjsU/K3PlCeVEGKSYAcmY0pCahWtWWK/vL8qFnlZfVCtbAO7HABOR54JP3+B0OG5T5Hg4",
-	"n9NsLmRudibJTAK9UYSSjOVM9wMjDywJfeb0lrLMMLn9L6xb3jmifKLIJ0iZIqkApGRHKCFRwvJdpOOE",
-	"cvObBJpY1oFUq05r2r+jiijguk8+gZZLklHtpKcDqFtvWnpH+GHQdOAhOfIcni0n2/aOh8XDMY2IwYEh",
-	"A1Lg+B/cGvljkNQIBMudzDxmNlkxSyuVIO+T92sAsFy4ulrDg2fmUUsGKfLGemORnQ9XMLxkFQZ/EXLG",
-	"0hT4994uLQqDVilTBtCpfxFGW6neBz8Un1sqlL/4hgJwzj+r78LgsxrCTpgxRdZ46FZJcYrXsSSCJ2Cw",
-	"gClSiUYfTqyZbnoDyynj01L9QJzdOIKTjT/kGBsQ/wRGnn0fWnXA2GA9CkpDELR9okq0W92kVEAo4XCH",
-	"EtR+bp4qDWoH5KXd+w/F1W89CDkQ0updhxbK3EhfmtnFvpNqrfZJ5pRlkBoWtKA8ddqP29GpueoFVWQG",
-	"wEkmrq/XsNbtZ2pf/Dhs5aTkcF9AYsSn2yiugWD4SJeZoOmlEO+ovP4u0n6D/DelmhqUHg5G4yGZLTUo",
-	"y1lRJla/DPyjmyFTLcQ0wy38sKN7GxLm1MMB+eXnkLTwBFEDfx0dPyO/sJ8RKp85LfVCSPbPx5AealO1",
-	"Gr9DuzGTTxt9v5bgOdVOStdIY74iv765fPvhdRTxj2eXb6OI/+fnN5/+1nAfIzMUJBLaxGj13mYdVL80",
-	"y0FpmhcPba/+ELUcIQ0yU06eDQZmLcFTRegdXTZ2VW2BmZHkYHh0fDR4/vzk5MXhKUkWkNx4VuITRZJM",
-	"JDdd+22v/nupbo5UzWLAtbvQUxLjbmI0zZXTfu3WaTWmHzQ7crq4ThaIa+i3kKIAqZnFhkoBfYzVHSJB",
-	"PDQEF3xtPlwZ02QuHhpwzufiTGvJZqUGZUZZE2aPZap9KZHcgJ6y9KFRF/jh+evAGi6VI+JL4HwTeMCw",
-	"hs5VbfCI2d8h0ag402QB5+5cHVqw+Tl1Op81Vs2byiRAKudllpG7BViniv2dKQJ5oZcG88zvViO3HpL2",
-	"1VWX0F77NXKTueVoVOlK67R2kTVQPKOpv2nLhYHW2ebEF46oMphrMoO5pbi1g8J9wSSgvZMzzvIyDyaD",
-	"egUjQq5BbgDdQdss2wlpu1UPNzoh7ijHEE39pYO8neDUQtZCnAsOxOg0zTiz6zaIVTmrV5kmorQUtGYh",
-	"CM4hMQ+KuO9nkJIDLnivsvNqQ/DwIciEQalAblvrNVOa8UQbhUK2l3v8UqvtoEaiUpvcAur3TEOuHqKy",
-	"t0xpIZeW9azCIKf353bccNBsiEpJl0jucK+nSSmV1Xf2nbmDit0+dyBTRbhr3NDg8oO8sCb8VRiIJCkL",
-	"ZoVw+65+WwDqdlSTDAwhGoRLamRB7bu+P48MZ0JkQNFo60a/x6DPI4iwPskOqL1jarsMwb9pmjKzXZp9",
-	"bH2zh3Bp8/61Laxttl5yx2bfO+mxy7s9IWWBbt7BwPPqGq4Rn/X+m9DeP8mg94JMSY+8JP9OQtInp7Hh",
-	"3RGPf7IKRU+LngF6LyoHg6PE/ElYig8Q98lHCXN2D4oUzGkYN4ynExIXkt1SDb04jHj9ADyRy0JD2otD",
-	"84lzJMVh7US1UsLMoUiMD+0ZqlekY07/Nzeze2U9jrtjCZ4/8GD97If/9uWs99+0989B78U0inov/z3s",
-	"n3Z6CsPgjWHCH+xtbV4Pd0z6Py4+vCf2Tj3iaC65US926PkhKVVJs2xJqJ0wFUmZo6DiiUiNqFCEEru3",
-	"sPI7o4UU8Zo6pSJwTxNtplHkmt0C75MzTXKhtNXZJ2Q4CEfjgTUnDPp8vvxL7zk5GA+PIj6DpeDpYZ/E",
-	"NYBjgiSqPKSzRoiZwFkizrs0g8iYRxJN8yoAY0mnHYH5GgVK5BAFkwglahSs2neKdk3XhdQq1BZQGkoJ",
-	"XTxksH7IEC0DpanU6K0ySn9clGoBchJbSrFP08qCnMR7gWI0GPQacES8hgfZCxxzIR5E6Q1QtCTWBqPr",
-	"1rgua9eeRTmqGm2rU72CavZt8xh4d458WLFdF4xrBtWGiOLkLUiaGYwXN42XMjSQzVmWscqWUswoF+aD",
-	"z5zdEyhEsjB7nAuZU23lyrNx8KCYwXCmhUCtZjdb7GLna0fqZBm31mYrMpqA2Tqz+GT4/BNFFnaGCYkt",
-	"j/YPZhm1Y97KqII8Ace9w4gznkigqsZsuAW5bLR6X5NeC9oMT56Nhy/G44H5rzdo4+J4Lb4y6L24+joM",
-	"R4NVz/u7k32umUkd+mie056CgkraUoadzXgQNyqCEQWbSoZ5i3IhXovxNgPDDtVkk9g29l4FVj4rkJvk",
-	"ZbF7M2S9hj5dOOJP3KG3ltXrvdTW1i5X63rq2obs1F17qm3MLh2k1gOfKGKtVi83ICT6ThBHQYr8XTAO",
-	"KZkZKZYKFIcepJ+NN1HpX6Oob//oRKFLy57QL+BF6dowm5lf94aZ52NYU/SR51ZPDwDTrtkFzPaWVZl1",
-	"MFBULEjJM1CKUMMEICfX9BZIzPhcxJv2XX3Gtftp2Y8ejZtHDPaYqZFHVu4aIVMbldoLWrs03gYy24CA",
-	"YP4LgyzdYgnP8Te0fbkXdbKjQ3sCUVg1HSOlWhFxx08jHvtLONSIiaJLRe4WLFlgkLu6MaLFNVQxpvCH",
-	"OJZ8U6J9rg8czCGGVlG3UVXiQsAMA7yxex8/9hqqxdfM0x1o+/+bB2wnpnkcgmbZh3kw+bJ76g40XV2F",
-	"W6S2h5kTEpvzGvFjwOuMnkr1Nuazscuq24/NrxGvb50czIReoHpOxoMBiWk+Y9elKFUd348P+xGPuNN4",
-	"aKYEoUkChTZGADra0Y2aAb0FVVGRjde6jBjLQ8mBAog4RqsLkNTx8SYj7PDUYqWFCLEnnzmH7d1CZJWm",
-	"Z/XXiJvFQ0dizNAa1c4TrYhaiDJLMYxsE12ugYOV7X8VxFydGWKTjLQsE1RM4s1LiEOnveDBagbg4vFU",
-	"E1UaAkdAmKlYlpEUjJmkLIELDu72t5riTGdeppdB4c6PO75FFNnmib0Kg/veteg5PO1CsHWc3UNEWKmA",
-	"ATpr1G1jYj/Ws7HJ14BrucQkspKzf5SNuGm8tlp0WMFdlPsbzBZC3LzptjE+oNMTv7AY2CcWgEa7cI6J",
-	"Kk2vcgihOuje3dLEIB56HFBFnOZMqXjiMV8S55DPQE5pmtrB7llCLm4h9T8206BSyVIz0GL8FDfW+ozE",
-	"9l3DGeKa0Vk24U3kp+B4sqJL0V3bSscXP060bTceXWJiZcSYDx9rN65NsdWArOQJ8DL36LG+6ybmUV21",
-	"UTa9+2we3XWaEd61mccaL4JOF+ZVx76+QWx9h3t0H0PDsZ9dESBHap583LwYG76dE1qT3ccPF5d9cmGu",
-	"y/pKXtnYbe9yWcCErIdvETH/q/cRXSi9X2AZY0JpKyXmBpaHKCubDy+qoGpMDhZwH/G3v5696l28PRsd",
-	"P3NKrQIrW60/JzSz+Cmc/gI2eHvYRQyPDAm02NPqASVLsxymeYcy+OtDnokmqlaB3XB5Y8q7OM9j3RbV",
-	"VsJdsYVWfLcTHYwSY5NCK8SwItmpJGcfz/t1iJeha3IhpCY5TRaMQ08CTeksg4gbXk0O5kISZ54babYW",
-	"Tzdskgs9nYuSp/HhKYm9DeH8gmNmssG/BDBBpQBRZNB10a3DdMmVeh5UJuC+yCjjTpcx0L+TovKieBkE",
-	"bQ/D75p4sMlQuy/qAmGOEHbmH36I9p7i9AamCVXQ3vhmMkP4AIOxi7fVgasuEa8gKSXTywtDQvYuDJg6",
-	"s90vNzlDv8oMRg3Wqy0woL7BjOCK7gpmJl2F+NuFnyfSXuUt3JNNfkJc7rinI+Prs4/nxBt/2CdnG6ns",
-	"XPCe9fsjXaBqnlApGSgSm1fTPD2OQ5dGfk9+fX1crYqqc8QZVywFfx94XovJW8/fcV1tKFxu955e7OA/",
-	"pyQvFfqqzQFZOy2lAleVj1JnmmzdZuMg3bLN/wNSdRLmWXZnjPd42B/EO5e4dTNsLLDyjNdtiWU9hP3b",
-	"y8uPeNtiXjG0Ko07JHdMQs8IBKrZLIOGRq3Ainj1aT3NpE7mtiw3rJ/RbWNEljXK6ixvIwIrzS/i6Jlz",
-	"gTOQOeNUA6EYOjdAb8L2aBT+9BNxghzxh/Fr8/YNcufKyVNhZGMPNiYfiSuCMmy3fWsow30ox+QAb+Qw",
-	"9LAbBbWP2U46G4JwIhpzzY1os8Yn/oQ5v456nBbQRu3YlUfUXNVai2RdLdhDAwiJmBuwxHEccct7SRRE",
-	"EY8CYjhw/YB82H0X8bsFSLDvML8FgboGQAL3xhLf2DzuSpFM3IHsGb6bhhFXQmrrEb0BYzdLpjVwEt/A",
-	"8iXmjMXkAP9vpYdXwWQh1HhUMSIwemb0/I/NXTJOKCpqjh1JsEEuZCyn9hoaJGDKsLQmHy0XEr0D+2Wj",
-	"IfWHhPqYgBK0LfyaGw9d6Q+692z+qHdTBuFJyW+4uOP2M2mUT5S9DQpQs0MJc0xMxQsfD4YImrpqBU/O",
-	"aY6hD3RM2Ewzl2RGzuo07Ij7mHINWpHx4Aip6o0VkC21lsRHsV3TbC8enTxPx6PjWTofPhskJ0cvng+O",
-	"0LfjcC7i8QlNj05OjobjEX327MVoNjqePY8rbqBqKRDx+GuETA1joHMhoiCMaiM+CiZfIqPUGMnaO4qC",
-	"q7AKlE6i4GsUufhpZJ4j91MUBasoWMURPzCUGUNy9OyYnpwc03GSDo5fvJhTmJ0cHR2PR4Ph7Nk8PiRU",
-	"W0GAaYYuy3B48sJRIQrHiGthFRimanoy+Bbxp7Qo1NOjp5bnRbziKi+74GSRt81sXjZLej87xvNy2B/Y",
-	"txWyvXzoRDUVVxkITXFJa+ukvfN/+5/feDNJjfgvUzo+Hj8fjZMXJzM6fD6kR6MkSYYn9GT0bHQ8o4PR",
-	"yclwfjyYHQ9gCCfjowGMT+hwfjQfH5/As6SGxk8/kXcsZ1o5MeFlFlM/NYAc+KkBp2Q8PCIuIeCU0Fqk",
-	"2dicGxlx381tPkOJRxYiS1vTW1CftlJabCFa9dFoMIj43pktmIO+V2LL4WnEm2C1XXMtQcDgS06XTXrA",
-	"vrkBn5rUZyNtMela2uxelwPtwhA++xpahvNznTCgJoiteCnoRza77WFJq/3d5h1sZDNYXvcfFx/eR/zC",
-	"+m9d5oFLO0BCZtI5dxVqBcumyoKX+cywZOXnOIRGCCIPXc91sO5XuHfQyctMM5v24N0aVhiBclrVExVx",
-	"myLipWHa3Tyxu0N22FPsn15WuzkBswWULl3CobEzyZXnGjf0rEjcdnDE1YVoYUNIieBzdl1i4aezsj9/",
-	"elfrDxG3tYiK/D7+C08/2st5YfmvvbSIGwwqOdajbropjH62dviwBgcSe+ycIZUXe03frZXYIAwqzXoS",
-	"DPuD/gCzBgvgtGDBJDjqD/pHAUZwF2jaWS761VZ+r54i4U8bJ0shujxNb8x1WB6BQU/mpaCQjN0YvVcx",
-	"fp1Br2IVzvv7G5KkdYTb8tqI2+AmghHLfp4YG8xMHlsOFBruwngK94S577YFTCPunnFbzTByQKtEL2vp",
-	"Vg4b8wl+qm5cyQwXHAywf7MFM175sC2wiV1dcdhU9ro1vSrIukLZXH1T8ntHldM0jILWqjZu7NdaRXVX",
-	"Xod8ztMmFtHEvxXeZtMbYEuwrPnkqe0dsAof/HCt1r2KmIDSP4t0+cg6kMqmU2WeU7ms7TmjrNZ3oPAK",
-	"2tk0KAiqlI+6QsOF0r947vFG16riONuS1JwhOhcCweDP0O4q0MxiWCbOsoAsE3YaeyQ/BbaeOgel6LUx",
-	"8z1XczAcHY37x89OngerK4ym3Ikm9dkDzJ1wohaz5+9ELZv/CAjYGcatGVDt755iRiWeZu+qlK5skFXb",
-	"W6VlCesV3qPB4JEYZ2OtNle6Ae57sU7xeI0NYH0HxE5kdcNb1795Owa8fpL06DuAhUHGLYU8DmFQGXMH",
-	"b2Sz4Unx11W8I1vFdSrA9ghVcfCB0TAivsECw1Zbh8PKwrdMTnB4gg4YJxstu/Rn2ejD4IqGx/aKu+BR",
-	"o8JTr9IfhwwfHtKqXsNBRw8PaiqYccSLh0d0VQabscM9VlsvOzTjRqPHrvmpri893geU7ZJPHLXHVjsq",
-	"+BGfG1JxNoZNda/NBqMNCt5yxGt6rfz6CTPPmkLih8SvoUMX+QS6lLzy8niJU+t6GQr7BVWtCgkv7Tr1",
-	"fHRhna6AmSDofhEKcymUTWy0JoZydbURLzDv3io4otSVjmMVV7epnBaoza7pIqeugwgOeellS3ZU2eBm",
-	"Du201jxrLAsxj3jaqtjpUiDeMaVfNeLkW1WH9XhM5vlFt0AJU1QcnLp7+WxxGM9ZpkFOZ8upHR3saki0",
-	"EQXZkW1XQNOnw3Zb8ZNVUZGrcNw6dj2HaLy+q7h1WK+Y4tT2mLhjCrq6rbTkR9fxnXzaT2Cs53RZpe37",
-	"5GiWtWVhheNrgrOVvtLWpCZfV6GnnBghu8I3TeOTZvp1wL5sGpyYO1ijkn03sCaEV48Qwn410hbpWyU0",
-	"1ETg0h7Xw4/takF0f3xdxbYC/3+v+PuflCYG6pvg9aVHkxG2Q348/eq3A1ttFScXNvfU1tL5qbhMNbug",
-	"PHUKjmXzIZFOCqEfouuu++SVdcUYBc1AotRYT5JCATwFjimHczKTgqYJNUz8eoKm45JwgBTdKfCPkmYO",
-	"mxJW2HQ9TPbAfLLKxvZKzoRT/lpiTovKP1M53yeu7UZsVH13yCiYkDnNFKziLjHyV6ikyO9nf270jtvJ",
-	"zLVwtzBpc/FtQnRLBhY5sJqEjXTU5dPoLwCOAYiqaY5RLw6rtFAsYCAHraprt1KfnPF6QpHPGHehC3YL",
-	"nQ24Oqsd/jeKhrqAtaHXs3bhuSUT5Nn2Y59dV6MbQ7OQLDG26ni0chXak+HJeNCqfEXrcBUGqEO92mMH",
-	"qI60y907tsHLLPOXsci/VnPrr1KUs4wlHQftvL56ufZButPKjrZLx7ONZENv5W6xuL7iuiR8pBy0tcjd",
-	"crDaktJUw59SbatU+yto60Y3cDI8HKu1vR4J3yHbnjbu204Rd9lq1aC29mogeiFFee0U97OP5+SgjoEi",
-	"06vzIows8VNC1WFo2w9xTIlCy+sGoKhL48gBRrLihVdrp2KiQGusjI0XLme+KBQpi9QAqddzX/fcvt9H",
-	"vHmndUaO8/hwUoeicNWc8qWv5oe2EYPI0irEgxKbFkVTt0cuL99Zdd8l07Ti5wXInjnUTJQ8VRE/cA02",
-	"355fXH749Lfpr2f/Nf35b5dvLkLS8curt2fv3795d3EY2qC/ayZnncToVBHcmbJcpNAn6Gq3kS+0XTmJ",
-	"Weoi9kobZcUbiTEyTCChqbVXZFpFrBuHqgVfn7y5rRSIumS7Flw2YIHNRqkbz4oFSIwcoVaCvSwa1DGg",
-	"wgjPe7jDfjLoC5otSQpzWmb6lMQpk9a6fmnAr/QUv4mJ1ZyYJtKAtB/xGBtavrRxwDoEWOtYdTpEhb9Y",
-	"vWAgYBth4rPgEBK7TsRxoYlNDaQVploQ0jsH3Xh9uZwpZRMPCnoN7WBoxGMMdMV1SBT1A2wLNBdZJu5C",
-	"Env9JdCWVKDDVl/UWlN0uqT91p3bG70OADPe/Iwbw56eFZVF3JIZFzUyu/yIAamIre6ZFz/gHvi9wwt7",
-	"qHcORQ0Bm7O6ovDhYNByIIwG3doRXlFLPXLIWFVc0Xubul3VX7mnruzc9Z3FHPG8wmGMMbrZD7E6rIXj",
-	"Loen/ZJcC6i8BYi5cdst4n+8Rf+rSap1yirb3t+iuWh/vqt9PCVVzRTzk5AqRzPSGtMVlVmK7z9Qk9yZ",
-	"D2hm2luL3WzF0iXf2sTnvIGFhFsmSuVwCQ0GilKvSpOSQA7aTQxrCB/uOtrRlqO57jLffLbv0tD9dPkv",
-	"25VsV+Zh3wa26L/j5ry6/taPZo+tTjobYx+rXzq+09lpEllxO+bbSLQ/1c1t6uYnVAg2WxSQA1qlzsK9",
-	"Bq4qRP8u/bMuf9/psMcwfZOevNFiSgtCN2yd0OprjDPNaNaoz35jBKszYdiYFgVQqbC1aEgW4s7oR6gU",
-	"RtzLyLUazYLeGmlKujppebY6ucSO7lxE3EvHnYFiqcvVrdO/nmz1wLcbCPyBIva7OYq73C9fHaPAbeCf",
-	"NDMMZHW1N723gbDbonSJAH8S+QOe0v1JaW8yfygb6AKzWVodp60Z0nQ0aiqPDIdIG2p2WdhI1F6zMvvV",
-	"bOnXXfbJa9svCaPZVC15spCCi9LloNnFbRV1xF0V88zWCdm+S9iSqf4HBrBBPmFcacMcZ+CcqM7e8+uv",
-	"I27UO24HGbuooFKvVaHYTrpWv6eu5NlNhT7YO2Ysl9uWqdf6ypaP+AlSfk6UMz9akYSIt/OgMOCwq6KX",
-	"bM1pqnLn9k1qIltymiL+PUlNb1xF5x+UzhTu6j5VF/Q5DVhtR4+uPlBdyqAr8dyPN3pdFrZt1LZ/+uaN",
-	"dicGdVoZtm3SIzZuu1B0xYlhzaX+LTv3s5w6te46MPFN/8bLRoejOqQnODQNIb5cVZa6MeWdiV5sxAy+",
-	"4YBfWidsMrKuzDdFJtK6Q+uO06svVy0A/IAOJev1skovHcrLLuO96VSKIuE+ycr0eyiryZ7rPniTabfv",
-	"xftNSfaJLH3H5v/IkM6PS9G8MEKbZl5Um6obw95dBIxJ4h/MpZt3h+S/BJolNyB7UEq0J/GhVNhha5tx",
-	"6lIsO6HnAIYDetZJHGyPmxjWs2lNZEBvzXlE6fzxwNO1er2O0/yhmaKG0FDH2F3xX+ki5jRVjbbDyrWK",
-	"2D451yriv74+DvcoMAqtm4pxr2DMyvA2bH0DbX0jTxRucxteNNzu6hFpq49Oomx1F9qVRYmucbl0paLk",
-	"4vUvLmN7vZ3OAiR45cX2X1yqNErsDMR0F2uw7kLPeqQzcQuHtR6FxqVVVP3mQTnIa+jsHWRA1dVACFv0",
-	"YESlUkSf1I2G7hg3d+RyL3+3XFs+F02y7INptr/tGUT1M308trKlh/bRqsVvtnw13JWU9FtHjBUrGDaY",
-	"yh+QkNTRemgXPqPy/mBO8Hp7oj8Tgv9MCP6xCcF1d0BhM4GFtBGzrqSuHSnB6N54+tW11lk9ravtp55L",
-	"b0fxkk0UbpRTZ8EzXhm2tvQQS6Xrgr9EpJi96epqzScRz+mSSHBTNY5Bj7OfOm4dEjZHT0RYd2pwKcA2",
-	"A7DTKq7O9VmB9Nr+/7Cs3cv6rHUrUKfOUlt83mN8rV9K5mIEm//aZtXp6Mf946Hf66rcm536HcK3eSE9",
-	"ZzGV4P4JK4sgmyz1TyflVl7wyoCsStb3DMQKFRtiFNznB67v7crvUIO4X/em+XK10UimeuV1Vale1R1M",
-	"vlwZRLPpHZaaSmkU/IXWxeTp0+HopD/oD/rDyfPB8wH6z92WNqip1T3E8DifrzkqcWxtkxb/028tUqVP",
-	"bdj0XRmQidNDOhqNtKlTBaur1f8LAAD//w==",
+	"7H3rcts4lvCroNRbFamWUiTZjhO5UrvuJN3JdG4bO9s7G+YTIRKSMCYBDgFZVqdctU+zD7ZP8hXOAUiQ",
+	"omQ5SffM1k5+RTSJy8G53/ClE8ssl4IJrTqTL52cFjRjmhXw6zzPXz03/0mYigueay5FZ9K5XDJC8zzl",
+	"MTVPCE+Y0HzOWTHoBB12Q7M8ZZ1J56gTdLj5IKd62Qk6gmbmMc3zKU86Qadgf13xgiWdiS5WLOioeMky",
+	"aubL6M1rJhZ62ZmMh8Ogk3Hhfo+Cjt7kZhylCy4WndvboPNsSYVg6VuasfdmB9trPicxvkPMKkj344fX",
+	"faZimrOEcEH0khGzyl59B3nBFBMx6xdSZu27scNO4ee+Pf1TweadSeeHhxXEH+Jf1UNv/bCfVwnLcqmZ",
+	"iDe/sE3bbq7YBhYdp5wJTTJ6xRRZ5WQuC6KXXBGzEKY06VLy8eOr5wFRdNObkBHRkoxPTkKRF1xoOksZ",
+	"Ob949uqVgU9BY3P0AbliuSY5K2rHbIYeH5OlXBWKdPWShUKx4poVDxR5+eLD+evn01fPX7x5/+7yxdtn",
+	"f55eXr7ukXkhM1jnnBdKu0UNyGXzUSjWXC8JhY1xRfJCxkwplpwRSgqWM6oJvGEGU+YIzYtUJNWDcqRu",
+	"xvRSJgGcaEBWQvGFYAn564oV+M1MJpsz/JIvBNWrgpGMbkjC53NW9AhXoaBCrVnBkmpaXDA+L6deMpqw",
+	"gkTlken+B5andMOSCTE4EAVmrIQkLOXXrFBESL3kYkHognIRECkIFRsiZMKInBNK4nSlNCsQSOVWzSrM",
+	"QFIvWVGeLlfkeDz2YbTkKfNWyxVRmqcpmTEzZwnWUJhPh08G5J1IN0StYvN8vkpJd3xz07O7VIQWDLBh",
+	"Quhcw7YJKwpAMlxXRjehmDGyUizBLQ3IuSBcXNOUJ+44j4fDQShqtHUyH82G8SnrP54fH/WPk1PWf0JP",
+	"TvqjeDwfz47ok2Q0dCSHQK6IzqOPviGQXbzj5KTJO3KqNSvMmP/vUxjejIf9MLw5ffH5n/+ps81Ybg09",
+	"q1wKxYAf/kiTDwh48yuWwhy3+a9HJg//ogyJfnE7hQ8zrhQXC0vm8Oiapiu2Tdk/82s8PstXlKFXXfDF",
+	"ghUGVbio/iIL93/gWuZYOhM319S9BgxFSP3e8rI9k39U5shjKog0SDFjJOVKs8RMXLLCcn5/UiH11L3h",
+	"ZoaJ85VavpX6NRdXhinunNq8N+XzqZzPUy4YEYwlCgBB85yk8LkBBSXvV2pJuFCaipiR7pIVNE3MW4b/",
+	"JVQzcjwm/b4ZsF++Fq6Gw6O4/MkTeMB6/h5gCWYjOBue/2H8O5ZZJsX0BYwE321LTI9kM5rOZZEZwBZk",
+	"VjB6pQglKc+4HnSMOEMO8FHQa8pTw6MPx7d2cW15ygNFPrCEK5JIBozI0nlAlESxAWwopsL8rWA0Rs4H",
+	"TEedlaxrTRVRTOgB+cB0sSEp1Vb4W1ja+aYrbwvfDZoWPCQDlinSzWTX2mGzsDmuAa8F48A/FbPsm10b",
+	"8WlozMgzZK5mHDNa4Xg9ClWWDcjbBgBQiLijNSJkZn7qgrMEWHu5sBDHgxkMK7wNOj/JYsaThIlvPV1D",
+	"IuZQuTKATvyDMMqWe975rvhc0wD9ybf0l1fio/omDD4vIWxlMVekIQJ2CrozOI4NkUD3QH5Osvtw4tVw",
+	"0yu2mXIxXanviLNbW7Ci/btsYwviH5gRx9+GVi0wNlgPct4QBK3vyGkmqFqtFCOUCLYGBQBfN7+cArgH",
+	"8gWu/bvi6tduhHRlgWpjD6EsjPJAU5zsG6kWlWcypzxF2bakIrHKm13RmTnqJVVkxpggqVwsGlhr1zPF",
+	"B98PWwVZCXaTs9hIf7tQmAPA8J5uUkmTSylf02LxTaT9AvhvQjU1KD0ajo9HZLbRTCFnBZno/jL0t24+",
+	"mWoppyks4btt3VuQNLseDckvPwakhieAGvDX8ckj8gv/EaDyUdCVXsqC/3Yf0gNlsLRC9mhIZvBpZa6U",
+	"Ejyj2krpEmnMW+TNi8uX756HoXh/fvkyDMW/fXzx4c8V9zEyQ7G4YHViRLW9mgeUOM0zpjTN8ruWV74I",
+	"Wo4sDDJTQR4Nh2YuKRJF6JpuKrOwNCDNl6Q7Ojo5Gj5+fHr6pHdG4iWLrzwj94EicSrjq7b11mf/vVQ3",
+	"S6pmMia0PdAzEsFqIvAsKKu849Kp+2bQqVZkTQkdLwHXwO1SyJwVmiM2OP35Pk6DAAjirk9gwufmxVtj",
+	"Wc3lXR+8EnN5rnXBZyvNlPkKLbADpnHramj2QA5p+m7emXzaP4pR9F/N39nPbj83T+at1ETTKwZGESUz",
+	"A9GJMVC5ZhkiOvKOgs2B2XePh8NQRA5nGguLemeloaVW8RJMXWAGRsHRisi1sIqbkvEV01Oe3AWIC3jx",
+	"1fMOmpLONfSpY71FcGZBeeCfSxNUzv7CYg22AI2X7JU9qhbF3vw5cQsF94F54ow0YFxilaZkvWTo5sK/",
+	"c0VYluuNISbzdzQy0GdVx0aHV/W5nwODnCOTpko7RRoBiCajZ8YOtq3roKN1uj3wheUTKZtrMmNzZCKN",
+	"jbKbnBcMLNCMC56tss5kWM5gpOKCFVtAt9A207ZCGpfqoXsrxC0zMHygfNNCHgc4Q8gixIUUjBg1rfrO",
+	"rLoOYrWalbNMY7lCptAweqQQLDY/FLHvzwxOCyn6zvIuTfPeXZAJOivFil1zPedKcxFroyMV9enuP9Xt",
+	"blADn1DbDJCVzw0pq7uo7CVXWhYb5Ka3QSejN6/wu9GwWhAtCroBDsZu9DReFQpVuENHbqFiu849yOQI",
+	"t8HgDS7fyd5Lwr8NOjKOVzlHvaJ+Vr8uGairVJOUGUI0CBeXyAIGRXl+HhnOpEwZRXbWin73QZ97EGG5",
+	"kz1Qe83VbrEI/6dJws1yafq+9s4B8rIuzhpLaCy2nHLPYt9agbgv3jAhqxwc78Oh52c3XCM67/8nof3f",
+	"yLD/hExJnzwl/0oCMiBnkeHdoYh+QB2pr2XfAL2Prizz39KNFQ3I+4LN+Q1TJOdWabriIpmQKC/4NdWs",
+	"HwWhKH8wERebXLOkHwXmFevai4LSrY1SwoyhSAQ/6iO4R6RlTP9vdmT7CH3A+6M7noe229x7718+nff/",
+	"k/Z/G/afTMOw//Rfg8FZq+826LwwTPgdntb28QjLpP908e4twTP1iKM65Epj2mO6BGSlVjRNN4TigImM",
+	"VxkIKhHLxIgKRSjBtQUuEgBGXyhK6iwUYTc01mYYRRb8mokBOdckk0qjGTIho2EwPh6ihWTQ5+PlT/3H",
+	"pHs8OgrFjG2kSHoDEpUAjgiQqPKQDu0qM4A1rqzDbMZCY/EV4G1wITEknXpM7EvYUTJjYWcSgkQNO7f1",
+	"MwVTre1ASq1wBygNpQQ2QjVsbjIAY0dpWmhwwBn1LjIqHCsmEVIK/po6o3gSHQSK8XDYr8ARihIe5CBw",
+	"zKW8E6W3QFGTWFuMrl3juiy9lYhyVFXaVqt6xdzou8Yx8G798m7FtikYGzbilogS5CX66bWUV5XjNTCQ",
+	"zXiacmceKm6UC/PCR8FvCMtlvDRrnMsioxrlyqPjzp1iBgLMCIFSza6W2MbOG1tqZRnXaIbmKY2ZWTpH",
+	"fDJ8/oEiSxxhQiLk0f7GkFFb5q2MKihiZrl3EAou4oJRVWI2u2bFptLqfU26EUYbnT46Hj05Ph6af/1h",
+	"HRePGxGvYf/J5y+jYDy87Xv/b2WfDcuvRR/NMtpXLKcFrSnD1gzuRpWKYETBtpJhnoJciBpR9+rDoEU1",
+	"2Sa2rbW7UNdHxYpt8kLs3k4iaKBPG474A7forSv3+CC1tbbK26ae2lgQDt26ppqZvHVOSHcPwHydONHj",
+	"hT6k+4lGbWUngoZhcU8KForSpDxIJQlA88TAOxeoWIAUNFw6NCyWz134AMIvVNspjTq75ophABx9bXP4",
+	"cJZytTRvAzRC0TVre28fn79/9UD1gHzkShNAPxVN6oqx0bhoLpTBvXmcRWZZoYjWbBYFBEJG4BtAjFbV",
+	"pA/UgHywbgQg0OPhsAIVxl9gU/tClVEjwhj1gmqMiiWrKszvdEhZeN40s49u3Yth3zMDyqIcMxQAPG4j",
+	"fbi1EozdyEWKc3TnGpiUo7pHnr9kzWZLKa+mqyL1XwVq5W4zsOwSfbgiUkA81whoITVyrzrVmPO4i1bs",
+	"oqfnuVDW+2xwfx5nh375U5x5H67Z7NAPf2Wz+ocGCB+L9B7fwxcfXrfbwqWPqM2GKO24B8oRaJVtFRC9",
+	"lsRKQEX+IrkhtpnRQhMJ6qzHKR8db4uCfw7DAf6nVQRconoBrkov76F+euB2O5jneW7PhqEOOpP7dQcz",
+	"xDnbmGF9yWqVtihAYBiQlUiZUqW7cEGvmcHpuYy2/TPlHhvnU/P/eDLa/ARmYoYGHcd5kGWRYKD8IGjt",
+	"s1gryOwCAoD5J87SZIcnaw5/A+YqvEA4fm3ZoczRzPacoGehiPwpLGpERNGNIuslj5eQNuROjGi5YC7s",
+	"HXwXX7fvCqjv651gZhMjNLQxT4XYpBoOKTORY5b3PQY3ecO9tAdt/1c55e/hiv9aD/heTPU4zGHxgRY0",
+	"3w4SnG9j9oREBl5GhpnjsU4PZ3o7LcFhj1MRHNaQ7kzqJZjnoARENJvxxUquVJlxFfUGoQiFtXhoqiSh",
+	"ccxybRQKEMmg7aSMXjPlqBBTUGyOIvJg0lWMhQIUsJwV1MqBKke3d4ZYjRAhuPOZjUGtlzJ1agX39IHA",
+	"kig3tEq1Da4popZylSaQGYOa14IJhrr9z5KYozOfYNqnLlYxGCbR9iEYRQqsF9hYyUBsihHVNrgCgDBD",
+	"8TQlCYtlwhQyCCmYPf2drjiuUy/31pBA68st7wKK7IrEfA46N/2F7Fs8bUOwJs4eIGJQqgDraYacIBEB",
+	"PT27OOP3dXduM0smdLGBXN+V4H9dVTKsCuVo2eoaK91Y02ve4q/4tfTQ+DuekAh5R9SwNCCjypkLzg0Z",
+	"CsTfdZulIkW6CXAGOxjXMIzVvFALh1FghtL6IDXjw+jnjCZAbGY01NqMQmtNbbHKDKLgrB3knZ7yUelL",
+	"1be7oFED2QQWE01gTzxxOoQdxZCpVIwoTfXK0l3N1CHRzy8uSalm0pw/vB49dNaGevjF/XfKk1v3mnle",
+	"LfM2cmnOlvS2jeKtU7fq7It259I7iHbBG8h6BgQpx6il1iPtMuZdJAD8APbZNY0NxwG7A3wDU2OkRBNP",
+	"apMoY9mMFVOaJPix/V2wTF6zxH/ZDOPskwGJkNVNYWG110iEzyqREJUSDuWDN5CfDespGW0ejsZSWt74",
+	"fjrRbq+hrRFw3ivz4n0dho0hdnoOnSLiiKZ51lWw2x21sVK886x+2uM0X3jHZn6WeNFpjV21keZX6Cvf",
+	"EBc7xMNk5c6+0L8lNU8x2j6Yyj3iyO79u4vLAbkAtglM5xnmIfUvNzmbkGYqEiDmf/Tfg++8/wvbRFDb",
+	"UUvvvGKbHrDk6sULlyAUke6S3YTi5ZvzZ/2Ll+fjk0eWkymGShU68gMzil9N4U+AiUi9NmK4Zyy4xp5u",
+	"79DONc/YNGuxIt7c5ZKuhJcDuxE8ccGoDfDf11/tlhLsCyrXcpVa0cFor1if4RADdTGri56/fzUo05U4",
+	"xKSWstAko/GSC9YvGE3oLGWhMLyadOeyINYvWzl8ytwwwyaF1NO5XIkk6p0Z+VYuKELnDxQJGfyLGSRb",
+	"5kzmKWs76Npm2uRKOQ5okewmTykXVok10F8X0rnPvWy4umv5d02i22ao7Qd1ATAHCFuZDy+Co0AJesWm",
+	"MVWsvvDtxLzgDgaDk9dVvjakanOt7VQ5MUFoG+/O379VdbXKehADODYIVnmJdGgESfhsQiKaqwiLpKjY",
+	"kHiltMwMu1Ck64yoJFEomwcY5Yt6aKSU/okIa4TMQLg35/dUlQFkk5O5eahxRbBwtyw7RCjAR4wlJAZe",
+	"EekmbE5XqSYRTVmhITZPohmNrxYFYD8yBNgJWco0MYPYBNB+WQIRVd5pN0yk8HMcLlmwqBeU8xdcFlxv",
+	"vOlHQ5j5BGipmr4XoFu7D4lRFOkPtRZ4HMs0pblifdSD4JmWOY8ja9ORhF3zmD1QZLaCJGTfyygLNEKd",
+	"QvlAkViKOV+s0DrIeQwG77ucYZUgu9EFVPKpieU/V2xDZmbf7pSwQIMpPABnBQXlolXkzg9yKVlCMLxt",
+	"8+KpcEH7naZqKCIj3wYf6PoNU4ouDL9SsrR3DbrZzOacKoSCxRy9LORqsQzFCoIeC5a0+63V/QjlPM9T",
+	"AzzcXsLBsUuLTQALQHOlBg7cHBDCjKVyTWjBQmGHOXNM3TBthRVbTbQKHFI5J8YWRgZm0jJnxKEZWEkG",
+	"jq37NnPsKEQxfyKa3WjMmHanZDURsMVtMLD8v6FJWB9x8EllTFP+W6l7QJ5f5RVostn9R9Dw5Mpk06Kb",
+	"ga5nPQUtf9z1l2376PNt0AGIt8NHrIxq63IjIWwUS3FGhgS1XUW4vjt1z+jNC1m0b2TriLdXMrJlDxX/",
+	"sJVzg8rcHX1umzlbQcVw30ttbw6dMnBz1WSBITMeG3VQM6HMEyQr9JnjWHfODRjdFiSBP5A5T5nNIKlh",
+	"ntlqXHDNY5oifn4TOrWct14aCuzvUvq3/SbWUDuccTxDiQhFCbYWzSDPgNSkoxWMqL5nTFN43/y4eP6L",
+	"EXK5UTsMJfYC8yulMbDS6kvDpYHxkCUrWKvTx/LvezK+FiF71iqcB+QdRBCB59GCEb4QsmjLmW3KtW3M",
+	"eOuhoGqUXfHEQoDZMAfMaukSZeGAnOtQQPLVo2ObjNT9mtQqKI/ekUvUa4nSbZF0Q7K31O0au6QssIA6",
+	"bfTxAuCVlrkiuthwsTgj0TACHIJCMiM0ALTNwGBrPLCmlGyvIhoNI9LlWcYSTjVLN0YrOYlIN5drVvQV",
+	"veZi0QNNZxSRbirXTOmeR/cdKPg+6QSdUasRX1fKWliBlR+l9CLdSiB6ulpAomvJ8ygg//Nf/92rNNTS",
+	"EXsnEW89qTuOG3qHr2V7Yej7kRD5iRdsRhVzmrVDpJQtaLwhPz17Q9SS5iwguqBCpaAOaWlY4cvLy/fk",
+	"ehSKDBc0sW4uArU8RrmIZcZs1EFhTrn78aeLd2/7No2xh2rEgnKxg90ELgMSPzc2oS8JIjsVqNgiKSRP",
+	"BrW/nxklIWNTLacpvzaKt0XrnvuSlB9qnbqUVKcmR8KY3WlEHpJoyRfLqFe9Xr4WkMjxjekV20TeWmrP",
+	"d+u0wJ0w2QMKAQy3BG6FYR6WgDrj+NsgFDvDKfdSUW0oqKajkr0qqr+fVm3hm2TRmVXuAYtKhd5pNl7K",
+	"66DCFijHgT0lpShzyNMqcHz0uL9d6hGHP1DdKi3Jox0nDRfB5y7CB17gEh+9h71BKH65L3Jsi7at2dq1",
+	"Sbs5aGjjhSzB2d3Gv3cqv+YP01TGU1os6q62bVW44UIrP92FYfVNbP855fHVlMbueFv02RR9KNtZqvGO",
+	"T3hGF+2KfKlDbu+LLnao/vEVK+5lFdi/fCVAq2/bIdqmUfoy2clS5ISdoGP4YKs49Rnt7josQzpXjOXK",
+	"kiqwKTQgBHHdOlBjIl1qs9WPyZqxK+W0G7RlxsejJy45+vBqoYMlq5endU/J+iubYaqelayThtCqJwrU",
+	"BVQonISq85To8vJ1ZHXds9KuLuGCqY2FXCtWhKJgMePG+ou+hDWGF3YmRkcJiEu1n5Av9jcyVPfk9vY2",
+	"CkhZguG6KTE1Gj9exBlmX5bVyZUy7Ll0/v38/avnRrTtlnsNWe5zfLsXr4IhFNalw7UiK3El5BqtecJF",
+	"nK4SlpxZtVvLvJ+ya5ZWar/PKzGvEtuNfL0gdc2qdjl79gvS72Oz5XTB2o22rzfIvl4+/rqkGpb1I6OZ",
+	"Aiq4eP4LUUu5VmeIzDYpxR3u7mSFnaIlYSyHdNcWq+XDayJzJgw+umhKPTKvCIiHHfUNS56wqf/BlM+n",
+	"ims2XVI1nct4pVp97+uqjY2ZlhJNZ84Rbz6HhgvweXu5nJM7LbuZb23igQIXT3v968FupUOZNeYPqGXp",
+	"cbmTc7uj/Vuzbpci21Z2ES21zicPH6KX3PxQ8MuA3HaNW5qlQ1yo5KU0FJFNmLDjeyknLgka6olQ0XYZ",
+	"JHMuIFGCdI/H4x3pz1WSeg+6nWEtmc3ayhgVCgp/B81ihePHbcalYvHKiO+LeMkyqwKu9LK189/ldmh2",
+	"4LqkQe6Y12dxpZegRFRKRs7NoMaUXunlhd90olk0cEO2A7ouP8fLTrMxlFfE+96AZKutnzEpEUoQ+4Gk",
+	"uJgWBTdSD5TILDmJAttS74a8eX7iZoWktVBwoXjC/HXAfpFb79x/S7ysDoXL3XVLF3sCwGckWymoEjMb",
+	"5PUeFw5crrlF2bZi5zKr0qQdy/x3VqhW3895uqYbRaLRYBjtneLajrA1wa2XdrqrS00fYA+GkjltOXdS",
+	"zLW0C8iaF6wfyyynms9SVukYmDEQCvdqOcyk7LeAMe+g/A0J10wFNh2y7Hhn6NSl3mBWl7Ilq6zIuKCa",
+	"EQrpZBiicgXzoNH88AOxmRSAP1wszNMXYME636TDyCoTs0q2JJEjKKMQ1k8N/BA+lI3RaE6kF3jYDZkS",
+	"Pmbb9AhDEDZHAqI4hhOhrV/Vb1jqsWkYddSObKvIMqxtY3rNvIwDUjACIucGLFEUhQKD3yTshKEIO+T9",
+	"+eXL8gcEwu17oViDkYvBca6sW6ABQMJujE63tfgAtb4UnIQxVSwJQqFkobGW4YptArIuuNZMkOiKbZ6C",
+	"uyEiXeu8Msqh180VIVTVQkAt3vhRNAjF++osoWPI+3cXl5YdFQwtcmAsZ3gMFRJwZVha1dwmkwXk5R7W",
+	"2gaoPzBqXYUJIKrq2QfViQe2DSok5qOK7J2UQXhfn8bWRJj8UKEARAqLesXSCM0A4WeICJqhJsTjpW1b",
+	"YzvWkPOyp1sofExZMK3I8fAIqOoFZijU8opIdISRblheND59nByPT2bJfPRoGJ8ePXk8PIqsb8vgXCii",
+	"U5ocnZ4ejY7H9NGjJ+PZ+GT2OHLcQJVSIBRgIFFbfTyXMuwEYZkpG3Ymn0KjmBrto38Udj4Hpd0Udr6E",
+	"oa1cDs3v0P4pDDu3YefWGHKGMiMWHz06oaenJ/Q4ToYnT57MKZudHh2dHI+Ho9mjedQjVKMggJ5FtmXR",
+	"6PSJpUIQjqHQEjNIuCrpyeBbKB7SPFcPjx4izwuF4ypP2+CEyFtnNk+rKb0/W8bzdDQY4lOHbE/v2lFJ",
+	"xa72v+pUWVs6qa/8X/72C68GKRH/aUKPT44fj4/jJ6czOno8okfjOI5Hp/R0/Gh8MqPD8enpaH4ynJ0M",
+	"2YidHh8N2fEpHc2P5scnp+xRXELjhx/Ia55xrayY8NqUUb8on3T9ovwzcjw6srkKvTNjXFiRhlWx9stQ",
+	"+AUqZ657EWaO+MMjqM9qzSSshWxfGg+HUJp5WE8JaGh3UP1m78wlX1dzNkrzDb5kdFMV5h9alf+hSgMy",
+	"0hY6uBVY3GgbqtkCIp99jZDh/FiG1xRmTsOhQAWHWW0fvKH4d4zQbfURQF73p4t3b0NxgZUTtubfBumA",
+	"kHlhQ3QKtIJNFTu0QXyq/O4CgRGCwEObUUEsfGA3FjrZKtUcGw54p+ZcKa5aNxQYQfQaIOFqHqiqLLav",
+	"+G9eizyzA47NpG2jAovG1vxRXlGKoWdFonqGaeQOREuMinpZPi7NsbS5ICHdxnLJ75NA6ulHB2WPIv/F",
+	"QwuFwaCVgN7c23miRj9rbD4owQHE7tL/Xf1IQ98tldhO0HGa9aQzGgwHQ+jXkzNBc96ZdI4Gw8ERhliX",
+	"YNohF/2CXfBvHwLhT6ss11y2pfq+MMeBPALKFbnX/IGk/MrovYqLRcr6jlXY9HssPLAlKIAdocCyRAAj",
+	"ZP8/MDaYGdzmrgWGu3CRsBvC7Xu7Sh1DYX/DsqrPSJc6s9ilAKHtbV6BV9WVDQEZS9kA+1fsvum1Usdu",
+	"nc6NGlRdzu2cXkvlsls7tWEybH++pi6KZhS0Wuf1yn4tVVR75GWx1aukqgKqKlcVnGZ1T8KOMrXqlYd4",
+	"j8JtcOeLjb7/rlaJKf2jdbDdo6mks+nUKstosSntOaOslmeg4AjqfSxAELhmC2W7R1sE+8mrT6h0LVdB",
+	"tas9jDVE51ICGPwR6jcsVKMYlgmjLFmaShwGt+Q3nyqHtv6tTi3XvzMaHx0PTh6dPu7cfgYH1VpWTcc8",
+	"wKylFbWQA7KWpWz+IyCAIxzXRgC1v32IGS1gNwe3uGyr476tpwvrYsWa3e7Hw+E9Mc557evAfSubFA/H",
+	"WAHWd0DsRVb7ee34t0/HgNdvTzb+BmBBed+OrqAWYfxwhdeygisSfbmN9tSZ21sb4KoI12m8azSMUGyx",
+	"wKB2xUXPWfjI5KRgD8ABY2Ujskt/lK07KWwjy2M84jZ4lKjw0Lv1AD4Z3f1JrRUufHR090dVO3T44snd",
+	"X7S1GTffjg6YrdnD2Hw3Ht93zg9ls+qTQ0BZ7x8NXx2w1JbrAACfK1KxNgY2mSvNBqMNSlGrhNB0ofzO",
+	"hWachkLi150uWIsu8oHpVSGcl8dredDUy0DYL6mqtWDxGp4lno8uKDP5oQYb3C9SMVsECUq99dWjQzkU",
+	"OXS8QwUHUupRx0HF1S4qo7myOVC+LnJmb1OBT556fYpa+lvCYno4LJpnlWUh56FIar0y2xSI11zpZ5U4",
+	"+VrVoVkQk3p+0R1QguJwC6f2e412OIznPNWsmM42U/y6s+9ypq2Axp4+GXnV1MbePOO3iQJFzuE4OnY9",
+	"h2jUXFVU26zXxvCsis+03TxTkx9t27fy6TCB0ezGgErbt8nRNK3LQofjDcFZqxGva1KTL5AX4pQTI2Th",
+	"OhbvEphq+CZgn1aXvZgzaFDJoQtoCOHbewhhvw/oDunrKkpLIrANS5r1X/U+veD++HIbYTv/v1/x97eU",
+	"Jgbq2+D1pUfVi2GP/Hj4xb8a7XanOLnArjFV5yjHvLmqVkFFYhUcZPMBKawUAj9E21kPyDN0xRgFzUBi",
+	"pSH7OmE5EwkT0OxjTmaFpElMDRNfTMB03MDlQ+BOYX9d0dRiU8xzTCaBalvMyrA2ttfsVVrlrybmtCyb",
+	"cFnn+8S2Jo+Mqm83GXYmZE5TxW6jNjHyM3NS5PezP7fu0dvLzLW0pzCpc/FdQnRHCTzpoiZRa3lmO6Mx",
+	"AQEIv+qh52qZoHUg6db6nduZBuRclAPKbMaFDV1AZkCLSGjtM/j3KBrK1tEVvZ7XW77bzveGZ+PLPrt2",
+	"X1eGZl7w2Niqx+Nb2xt9Mjo9HtZ6ToN1eBt0QId6dsAKQB2pN5pvWYZYpak/DSJ/o9u1PwtkbcQtG209",
+	"vnK6+kba6/qPdkvH861uD97M7WKxOWNTEt5TDmIX8HY56JakNBRw/UOq7ZBqPzNMdgM4GR4OfdK92wm+",
+	"QbY9rNy3rSLusnZJgtp5S0KZiwiK+/n7V6RbxkCB6ZV5EVAY6/XkUL3AZXbRPEfLC3O/bFNa0oVIVrT0",
+	"utyqiCimNfSkjlru0ev37dt9u+63oaieaZ2SkyzqTcpQFMyaUbHx1fwAr0CQaeJCPCCxaZ5XHXPJ5eVr",
+	"VPdtMk0tfp6zom82NZMrkahQdO1loy9fXVy++/Dn6Zvz/5j++OfLFxcBafnLs5fnb9++eH3RCzDob2+m",
+	"QycxOFWksKaskAkbEHC1Y+QLbFdBIp7YiL3SRlnxvoQYGSSQUMzrhwZ/yj/UB8oe0YC8uHYKRJmpWwou",
+	"DFjAxas2hTjm+ZIVEDkCrQRukahQx4AKIjxv2RoupwFf0Gzjko3PSJTwAq3rpwb8Sk/hnYig5sQ1gXqo",
+	"QSgiKBp7am9JdCHAUscq0yEc/kLfMAMBLDaD31KwgOA8oYCJJtibgTpMRRDStYVu1Jwu40ph4kFOF6we",
+	"DA1FBIGuqAyJgn4AXVHnMk3lOiCRd7MD2JKK6aB2R2ypKVpdEt+1+/a+bgIAsjrNQWAG73lFZaFAMhOy",
+	"RGabHzEkjtjKC/iiO9wDv3d44QD1zqJoDonSC9eOfTQc1hwI42G7dgRHVFOPLDK6XokuoXRUSyYdtSWT",
+	"bpUXCsBzh8Ndr14diwprOG5zeOoPyUIy5y0AzI3qbhH/5R36X0lStV2WRRfeEs1B++N9PsRT4roVcj8J",
+	"yTmagda4dlSGFD+4oxt4az6gGelgLXb7EpQ2+VYnPtfLrGDXXK6UxSUwGChIPZcmVTDSrZfmlhDu7dva",
+	"0Y6t2Xtdvnpv36Sh+/2KPu1Wsm2fLXzawXb7LSfnddSv/dGssXaHzda399UvLd9pvbYSWHE95ltJtH+o",
+	"m7vUzQ+gEGxfDkC61KXOlt0Qet+sf5aN5/c67LHPYBnB37rcCXqWN22dAPU1LrjmNK3UZ/9KAtSZsMli",
+	"njNaKCgvD8hSro1+BEphKLyMXNRolvTaSFPSdoeVZ6uTS7jdXshQeOm4M6Z4YnN1y/SvBzs98PXW/X+g",
+	"iP1mjmIP99MXyyhgGfBfmhoGAk0oDqP3OhD2W5Q2EeAfRH6Hp/RwUjqYzO/KBrpgrtin7G2MZkh1l1DV",
+	"+s1wiKSiZpuFDUTtXROGb802fuPLAXmO/Uohmk3VRsTLQgq5sjloODn2Lw6F7R88Y2UdpG0FgE23gOAz",
+	"uin7rc6YdaJae8/vfIxXOwj8yNhFOS10owoFr+W1F0vYZsNeJxGy5sZyua6ZerW3sHzET5Dyc6Ks+VGL",
+	"JISingcFAYd9bXPJzpwmlzt3aFIT2ZHTBMWRdyY12eSq7f7DXf96kLOydt/VtjQvs4AqHCgY7QUe/oFa",
+	"rSW4VAwpTBp+/INvMfu1zBGDvyyxhwCcd58LL1wcCio2WHVgT9Pa9VvLausaXLUXtmdtPfG19ryQfIMf",
+	"hZ3bWkwRffd+m2GoBrCrrpw4rHEDiEX9oHa1iHefSakIAwJvnxaiZJdrZdsCBy4vE0plJCbChqKgZQsa",
+	"jKJDJcHGzdirjOJy/5havw0AuK2lE4Rec2N4/j//9d8GKkZ6Y/vmJea7K8JFKGZMr5m7bxSKCtyEbtML",
+	"14DPTLAn7e6Fbfr6ByXcBftuJmvc1cLVbgbWdkdYm7liu8AeJr29Dv67Foo9WL56oe2pa612MF6pdY+F",
+	"4w0HbZkMrBH0+ZqV+3l4rXZhGTq7l2W0C9pV2ZvheeVlAZ8+O18SzdztXnVn6Ndu8FNth1XO4GfzTp7K",
+	"pLy9d8/u1afPNQB8h9svmu0rlN5YlC/a3EvVLbagtNxAI4BvOPYqv7N941Uu6KEH719YcUjs8xsW/0cG",
+	"Hb9fEvGFUStp6uVdUHVlFBAbo+UF8TdmCyLak0Y+2f4qfbYqOq7ZSn+l4Pa1Xe4TmwTcCj0LMPigj2GM",
+	"zu7InmE92/ZuyqBTGZErGzFiImlUlLbs5g/NZbY3uNSufatvywwbtF/u5l3KxlLF2i5FaN9fU4dD89Pf",
+	"57yQGexzJmegNbRt3Ik+tu5XG227Jd7eC+b6rLq2o9hrAkf0CjRmcoYWrb0UrNkYY/9nYNgBYPb3WXcG",
+	"iEEQ1xnbEnqjDH5AXmkVijfPT4IDqgoD1Fa58KpEUS2qn6vvlWku5IGCZe4itUqAfL5Hrvq9M6drl/ns",
+	"S52GeFixsfXh2HukNGz922ug90nVU8BYkWiIGDMSLuLhuo3bYozAcxnRmbxmvdJ4Ao8SWqf+XT0ZKxas",
+	"9aoeA6q2+3rgRhwIozrl/UF5r8+aC3NGNuH6d0uwF3NZZcjfmVv/64GZE356n8epd1xZf3RbY+E73hrt",
+	"y0T8tSWxAsqWtvj012ch2htctudt8KDAvwYTuZI3Z+P2GxyzfgeM+cGT/nB2Ej9JTll/RMez/nF8lPQf",
+	"syfz/pCOZuP4KDlmJ3N0LOENM/dZWMnL9y3NjvvVpHxnEQT4Ku4sgbAJ2uWVR/+n6h/G96R0sOZf3MSM",
+	"JUju3uk2z6D0Lywp+GwTSFFHf4Cck9FwOCydFVjvpWVCN6T78fIZBtnwngKcdMrcrPdAmNrNFC2o0u5+",
+	"2qawSYvXxO0qFGZbCeXpptpcta9uVF9+1DurGj1RVXZb/L9RjnI8fnJPjNNSvqFiY1Fd7cG5N+VVtKPh",
+	"0NEk5gzYgi1Ia+KqPMMzolK5JolcCx/ftJTTjIrN1I3xt0E5SCKpEInaXdgOH9sISdNUrg3Cba1/D879",
+	"PdQHldd8SiwMctcKt+V476kQAm/lwy/2qqPbh2XznakX4dtTy4x1Q5UnwLv2TdXuDo5TWdb/xzKBYg7b",
+	"ZmMFjRMzuiEFs0NVcUJP5zuzelxA+ByOIyid27YiCAsCWl2Qbl8fFSueeVv7XkU8l+Vey9s2rO+AYi+a",
+	"PheN+2usyQVegpzqZaWtu5unmmWd+0p3Mi7c79F2esq3Ri4PJmW4LvGd663dHpT0Yse0YPYaEESQbZXj",
+	"HzHLnbzgmQGZq93zvHFbGiWxXQstP7AX0N/6DesA98tWdZ8+b/WVc4+8JmvuUdnQ7NNng2joWkBqWhWp",
+	"MdSx6d9ofDoYDoaD0eTx8PEQwul2SVvUVGsmRuwtE46vWSqxbG2bFv/N7zTmsqm3HKhtBRGxtVBa+o7V",
+	"qVN1bj/f/v8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
@@ -2159,6 +2341,12 @@ func PathToRawSpec(pathToFile string) map[string]func() ([]byte, error) {
 	}
 
 	for rawPath, rawFunc := range externalRef0.PathToRawSpec(path.Join(path.Dir(pathToFile), "./common.yaml")) {
+		if _, ok := res[rawPath]; ok {
+			// it is not possible to compare functions in golang, so always overwrite the old value
+		}
+		res[rawPath] = rawFunc
+	}
+	for rawPath, rawFunc := range externalRef1.PathToRawSpec(path.Join(path.Dir(pathToFile), "./publish.yaml")) {
 		if _, ok := res[rawPath]; ok {
 			// it is not possible to compare functions in golang, so always overwrite the old value
 		}

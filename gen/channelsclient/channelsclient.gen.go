@@ -14,9 +14,28 @@ import (
 	"strings"
 
 	externalRef0 "github.com/heraldrt/herald/gen/common"
+	externalRef1 "github.com/heraldrt/herald/gen/publishclient"
 	"github.com/oapi-codegen/nullable"
 	"github.com/oapi-codegen/runtime"
 )
+
+// Defines values for TriggerEventResultDeliveredVia.
+const (
+	Push   TriggerEventResultDeliveredVia = "push"
+	Socket TriggerEventResultDeliveredVia = "socket"
+)
+
+// Valid indicates whether the value is a known member of the TriggerEventResultDeliveredVia enum.
+func (e TriggerEventResultDeliveredVia) Valid() bool {
+	switch e {
+	case Push:
+		return true
+	case Socket:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for WebhookEventName.
 const (
@@ -96,6 +115,10 @@ type BatchEvent struct {
 	//
 	// Example: foo
 	Name EventName `json:"name"`
+
+	// PushIfOffline Not taken in a batch: an item with it is refused (400
+	// `invalid_push_if_offline`); trigger such an event on its own.
+	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
@@ -211,6 +234,61 @@ type PresenceUsers struct {
 	Users []PresenceUser `json:"users"`
 }
 
+// PushIfOffline Herald's own: deliver the event over the socket when the user of the one
+// channel, `#server-to-user-<user id>`, is signed in, and as a push
+// notification to that user otherwise. The body of a publish to users
+// (the Publish API's) without `users`: at least one of `apns`, `fcm` and
+// `web`, each validated as a publish's. Refused with 400 when the app is
+// not linked to a Push instance (`push_not_linked`), when the event names
+// another channel or more than one (`invalid_push_channel`), or when the
+// body is not a valid publish (`missing_payload`, `invalid_payload`,
+// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
+// not.
+type PushIfOffline struct {
+	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
+	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
+	// object is not sent in the body; it sets the APNs request headers
+	// `apns-push-type` (default `alert`, or `background` when `aps` holds
+	// `content-available` without `alert`, `sound` or `badge`),
+	// `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+	// `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+	// the instance's configured topic.
+	//
+	// Open for extra keys: every key but `headers` reaches APNs as given, and
+	// `aps` is not checked beyond being an object. The generated Go type is
+	// `json.RawMessage`, so clients and server pass the object through
+	// unchanged.
+	Apns *externalRef1.ApnsPayload `json:"apns,omitempty"`
+
+	// Fcm A Firebase payload in the legacy FCM shape, translated to an HTTP v1
+	// message: `data` values become strings (non-strings JSON-encoded) and
+	// gain `pusher` (the metadata, a JSON string); `notification` becomes
+	// `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
+	// `priority` (`normal` / `high`) `android.priority`, `collapse_key`
+	// `android.collapse_key`.
+	//
+	// Open for extra keys: keys not listed here are accepted and not sent.
+	// The generated Go type is `json.RawMessage`, so clients and server pass
+	// the object through unchanged.
+	Fcm *externalRef1.FcmPayload `json:"fcm,omitempty"`
+
+	// Web A Web Push payload: `notification`, `data`, and `time_to_live`
+	// (seconds, sent as the `TTL` header; default 4 weeks). The browser
+	// receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
+	// with aes128gcm and authorized with the instance's VAPID key.
+	//
+	// Open for extra keys: `notification` reaches the browser exactly as
+	// given, its unknown keys included; other top-level keys are accepted and
+	// not sent. The generated Go type is `json.RawMessage`, so clients and
+	// server pass the object through unchanged.
+	Web *externalRef1.WebPayload `json:"web,omitempty"`
+
+	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// `PublishWebhook` when the publish starts and when it finishes (422
+	// `invalid_webhook_url` otherwise). An empty string means none.
+	WebhookUrl *externalRef1.WebhookURL `json:"webhookUrl,omitempty"`
+}
+
 // SocketID A connection's socket identifier, two integers joined by a dot.
 type SocketID = string
 
@@ -257,6 +335,18 @@ type TriggerEventFields struct {
 	// Example: foo
 	Name *EventName `json:"name,omitempty"`
 
+	// PushIfOffline Herald's own: deliver the event over the socket when the user of the one
+	// channel, `#server-to-user-<user id>`, is signed in, and as a push
+	// notification to that user otherwise. The body of a publish to users
+	// (the Publish API's) without `users`: at least one of `apns`, `fcm` and
+	// `web`, each validated as a publish's. Refused with 400 when the app is
+	// not linked to a Push instance (`push_not_linked`), when the event names
+	// another channel or more than one (`invalid_push_channel`), or when the
+	// body is not a valid publish (`missing_payload`, `invalid_payload`,
+	// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
+	// not.
+	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
+
 	// SocketId A connection's socket identifier, two integers joined by a dot.
 	SocketId *SocketID `json:"socket_id,omitempty"`
 }
@@ -271,11 +361,26 @@ type TriggerEventFields struct {
 // still decodes.
 type TriggerEventRequest = TriggerEventFields
 
-// TriggerEventResult Empty unless `info` was given.
+// TriggerEventResult Empty unless `info` or `push_if_offline` was given.
 type TriggerEventResult struct {
 	// Channels One entry per unique channel triggered to.
 	Channels *map[string]ChannelAttributes `json:"channels,omitempty"`
+
+	// DeliveredVia With `push_if_offline`: `socket` when the user was signed in and the
+	// event went over the socket only, `push` when it was published to the
+	// user as a push notification instead (see `publish_id`).
+	DeliveredVia *TriggerEventResultDeliveredVia `json:"delivered_via,omitempty"`
+
+	// PublishId With `delivered_via: push`: the id of the publish, whose status the
+	// Publish API's `GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id}`
+	// answers.
+	PublishId *string `json:"publish_id,omitempty"`
 }
+
+// TriggerEventResultDeliveredVia With `push_if_offline`: `socket` when the user was signed in and the
+// event went over the socket only, `push` when it was published to the
+// user as a push notification instead (see `publish_id`).
+type TriggerEventResultDeliveredVia string
 
 // WebhookEvent One webhook event. Fields by kind: `channel_occupied`, `channel_vacated`,
 // `cache_miss`: `channel`. `member_added`, `member_removed`: `channel`,
@@ -621,6 +726,17 @@ type ClientInterface interface {
 	// header, a repeat of the request is answered as the first was and sends
 	// nothing again (see the parameter).
 	//
+	// With `push_if_offline` (Herald's own; the app must be linked to a Push
+	// instance), the event goes to one user: the channel is
+	// `#server-to-user-<user id>`. When that user has a signed-in connection
+	// anywhere in the cluster, the event goes over the socket only and the
+	// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+	// that user through the Push instance instead, as a publish to users
+	// with the body `push_if_offline` holds (its status, webhooks, quota and
+	// rate limit those of any publish), and the answer is
+	// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+	// between the check and the publish gets the push.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
@@ -636,6 +752,17 @@ type ClientInterface interface {
 	// attributes of each unique channel triggered to. With an `Idempotency-Key`
 	// header, a repeat of the request is answered as the first was and sends
 	// nothing again (see the parameter).
+	//
+	// With `push_if_offline` (Herald's own; the app must be linked to a Push
+	// instance), the event goes to one user: the channel is
+	// `#server-to-user-<user id>`. When that user has a signed-in connection
+	// anywhere in the cluster, the event goes over the socket only and the
+	// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+	// that user through the Push instance instead, as a publish to users
+	// with the body `push_if_offline` holds (its status, webhooks, quota and
+	// rate limit those of any publish), and the answer is
+	// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+	// between the check and the publish gets the push.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -801,6 +928,17 @@ func (c *Client) ListPresenceUsers(ctx context.Context, appId AppID, channelName
 // header, a repeat of the request is answered as the first was and sends
 // nothing again (see the parameter).
 //
+// With `push_if_offline` (Herald's own; the app must be linked to a Push
+// instance), the event goes to one user: the channel is
+// `#server-to-user-<user id>`. When that user has a signed-in connection
+// anywhere in the cluster, the event goes over the socket only and the
+// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+// that user through the Push instance instead, as a publish to users
+// with the body `push_if_offline` holds (its status, webhooks, quota and
+// rate limit those of any publish), and the answer is
+// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+// between the check and the publish gets the push.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
@@ -826,6 +964,17 @@ func (c *Client) TriggerEventWithBody(ctx context.Context, appId AppID, params *
 // attributes of each unique channel triggered to. With an `Idempotency-Key`
 // header, a repeat of the request is answered as the first was and sends
 // nothing again (see the parameter).
+//
+// With `push_if_offline` (Herald's own; the app must be linked to a Push
+// instance), the event goes to one user: the channel is
+// `#server-to-user-<user id>`. When that user has a signed-in connection
+// anywhere in the cluster, the event goes over the socket only and the
+// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+// that user through the Push instance instead, as a publish to users
+// with the body `push_if_offline` holds (its status, webhooks, quota and
+// rate limit those of any publish), and the answer is
+// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+// between the check and the publish gets the push.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1540,6 +1689,17 @@ type ClientWithResponsesInterface interface {
 	// header, a repeat of the request is answered as the first was and sends
 	// nothing again (see the parameter).
 	//
+	// With `push_if_offline` (Herald's own; the app must be linked to a Push
+	// instance), the event goes to one user: the channel is
+	// `#server-to-user-<user id>`. When that user has a signed-in connection
+	// anywhere in the cluster, the event goes over the socket only and the
+	// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+	// that user through the Push instance instead, as a publish to users
+	// with the body `push_if_offline` holds (its status, webhooks, quota and
+	// rate limit those of any publish), and the answer is
+	// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+	// between the check and the publish gets the push.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
@@ -1555,6 +1715,17 @@ type ClientWithResponsesInterface interface {
 	// attributes of each unique channel triggered to. With an `Idempotency-Key`
 	// header, a repeat of the request is answered as the first was and sends
 	// nothing again (see the parameter).
+	//
+	// With `push_if_offline` (Herald's own; the app must be linked to a Push
+	// instance), the event goes to one user: the channel is
+	// `#server-to-user-<user id>`. When that user has a signed-in connection
+	// anywhere in the cluster, the event goes over the socket only and the
+	// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+	// that user through the Push instance instead, as a publish to users
+	// with the body `push_if_offline` holds (its status, webhooks, quota and
+	// rate limit those of any publish), and the answer is
+	// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+	// between the check and the publish gets the push.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1982,6 +2153,8 @@ type TriggerEventResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON402 the response for an HTTP 402 `application/json` response
+	JSON402 *externalRef0.Error
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -1990,6 +2163,8 @@ type TriggerEventResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *externalRef0.Error
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -2011,6 +2186,11 @@ func (r TriggerEventResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
 }
 
+// GetJSON402 returns the response for an HTTP 402 `application/json` response
+func (r TriggerEventResponse) GetJSON402() *externalRef0.Error {
+	return r.JSON402
+}
+
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r TriggerEventResponse) GetJSON403() *Forbidden {
 	return r.JSON403
@@ -2029,6 +2209,11 @@ func (r TriggerEventResponse) GetJSON413() *PayloadTooLarge {
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
 func (r TriggerEventResponse) GetJSON422() *IdempotencyKeyReused {
 	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r TriggerEventResponse) GetJSON429() *externalRef0.Error {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -2280,6 +2465,17 @@ func (c *ClientWithResponses) ListPresenceUsersWithResponse(ctx context.Context,
 // header, a repeat of the request is answered as the first was and sends
 // nothing again (see the parameter).
 //
+// With `push_if_offline` (Herald's own; the app must be linked to a Push
+// instance), the event goes to one user: the channel is
+// `#server-to-user-<user id>`. When that user has a signed-in connection
+// anywhere in the cluster, the event goes over the socket only and the
+// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+// that user through the Push instance instead, as a publish to users
+// with the body `push_if_offline` holds (its status, webhooks, quota and
+// rate limit those of any publish), and the answer is
+// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+// between the check and the publish gets the push.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
@@ -2301,6 +2497,17 @@ func (c *ClientWithResponses) TriggerEventWithBodyWithResponse(ctx context.Conte
 // attributes of each unique channel triggered to. With an `Idempotency-Key`
 // header, a repeat of the request is answered as the first was and sends
 // nothing again (see the parameter).
+//
+// With `push_if_offline` (Herald's own; the app must be linked to a Push
+// instance), the event goes to one user: the channel is
+// `#server-to-user-<user id>`. When that user has a signed-in connection
+// anywhere in the cluster, the event goes over the socket only and the
+// answer is `{"delivered_via":"socket"}`; otherwise it is published to
+// that user through the Push instance instead, as a publish to users
+// with the body `push_if_offline` holds (its status, webhooks, quota and
+// rate limit those of any publish), and the answer is
+// `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+// between the check and the publish gets the push.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2690,6 +2897,13 @@ func ParseTriggerEventResponse(rsp *http.Response) (*TriggerEventResponse, error
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 402:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON402 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest Forbidden
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2717,6 +2931,13 @@ func ParseTriggerEventResponse(rsp *http.Response) (*TriggerEventResponse, error
 			return nil, err
 		}
 		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest externalRef0.Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError

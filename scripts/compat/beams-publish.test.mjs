@@ -18,6 +18,7 @@ import PushNotifications from '@pusher/push-notifications-server'
 
 import { startFakes, metadataOf, publishIdOf } from './fakegateways.mjs'
 import { startHerald } from './herald.mjs'
+import { callOK } from './helpers.mjs'
 
 const INSTANCE_ID = '7a2d1b0c-4e3f-4a5b-8c7d-2e1f0a9b8c7d'
 const SECRET_KEY = 'PUBLISH0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF01234567'
@@ -44,16 +45,8 @@ describe('Beams Publish API with the Node server SDK', () => {
     await fakes?.stop()
   })
 
-  async function deviceCall (method, path, { body, headers = {} } = {}) {
-    const init = { method, headers: { ...headers } }
-    if (body !== undefined) {
-      init.body = JSON.stringify(body)
-      init.headers['Content-Type'] = 'application/json'
-    }
-    const res = await fetch(`${root}/device_api/v1/instances/${INSTANCE_ID}${path}`, init)
-    const text = await res.text()
-    assert.equal(res.status, 200, `${method} ${path}: ${res.status} ${text}`)
-    return text ? JSON.parse(text) : undefined
+  function deviceCall (method, path, options) {
+    return callOK(method, `${root}/device_api/v1/instances/${INSTANCE_ID}${path}`, options)
   }
 
   /**

@@ -23,44 +23,16 @@ import { createHmac } from 'node:crypto'
 import { APP, startHerald, heraldCli, freshDB } from './herald.mjs'
 import {
   WAIT_MS, Log, Clients, sdk, connected, subscribe, roundTrip, errorCode, eventually, sleep,
-  withTimeout, once, startReceiver
+  withTimeout, once, startReceiver, signIn, signedIn, record
 } from './helpers.mjs'
 
 // ---------------------------------------------------------------------------
 // Helpers
 
-/** Waits until a client that called signin() is signed in as id and returns c. */
-async function signedIn (c, id) {
-  await connected(c)
-  await withTimeout(c.pusher.user.signinDonePromise, WAIT_MS, `${c.label}: pusher.user.signinDonePromise`)
-  assert.equal(c.pusher.user.user_data?.id, id,
-    `${c.label}: not signed in as ${id}; errors ${JSON.stringify(c.errors.items)}, frames ${JSON.stringify(c.frames.items).slice(0, 1000)}`)
-  // pusher-js then subscribes #server-to-user-<id>. The server handles one
-  // connection's messages in order, so once that subscription succeeded the
-  // sign-in is complete on the server too (watchers told, user indexed).
-  await c.frames.waitFor((f) => f.event === 'pusher_internal:subscription_succeeded' && f.channel === `#server-to-user-${id}`,
-    { label: `subscription_succeeded on #server-to-user-${id}` })
-  return c
-}
-
-/** Opens a pusher-js client, signs it in with userData through the server SDK and waits until it is. */
-function signIn (clients, herald, userData, label) {
-  const c = clients.connect(herald, { userData, label })
-  c.pusher.signin()
-  return signedIn(c, userData.id)
-}
-
 /** The auth string of pusher:signin, computed here (for user_data the SDK refuses to sign). */
 function signUser (socketId, userDataJSON, secret = APP.secret) {
   const sig = createHmac('sha256', secret).update(`${socketId}::user::${userDataJSON}`).digest('hex')
   return { auth: `${APP.key}:${sig}`, user_data: userDataJSON }
-}
-
-/** Records the events pusher.user (or its watchlist) emits under names into a Log. */
-function record (dispatcher, names, label) {
-  const log = new Log(label)
-  for (const name of names) dispatcher.bind(name, (data) => log.push({ name, data }))
-  return log
 }
 
 /** Waits until c is disconnected with close code code (seen as a connection error). */

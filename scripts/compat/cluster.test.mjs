@@ -34,7 +34,7 @@ import Echo from 'laravel-echo'
 
 import {
   WAIT_MS, Log, Clients, sdk, clientOptions, sdkAuthorizer, connected, subscribe, roundTrip, errorCode,
-  eventually, once, withTimeout, sleep, startReceiver
+  eventually, once, withTimeout, sleep, startReceiver, signIn, signedIn, record
 } from './helpers.mjs'
 import { redisCli, redisServerBin, startRedis, startRedisCluster, startRedisShards, startNodes, startSentinel } from './cluster-helpers.mjs'
 
@@ -99,30 +99,6 @@ async function marker (node, channel, cs, { from = [], creds } = {}) {
     seen.push(framesOn(c, channel, from[i] ?? 0, c.frames.items.indexOf(m)))
   }
   return seen
-}
-
-/** Waits until a client that called signin() is signed in as id (its #server-to-user channel subscribed); returns c. */
-async function signedIn (c, id) {
-  await connected(c)
-  await withTimeout(c.pusher.user.signinDonePromise, WAIT_MS, `${c.label}: pusher.user.signinDonePromise`)
-  assert.equal(c.pusher.user.user_data?.id, id, `${c.label}: not signed in as ${id}; errors ${JSON.stringify(c.errors.items)}`)
-  await c.frames.waitFor((f) => f.event === 'pusher_internal:subscription_succeeded' && f.channel === `#server-to-user-${id}`,
-    { label: `subscription_succeeded on #server-to-user-${id}` })
-  return c
-}
-
-/** Opens a pusher-js client on node, signs it in with userData and waits until it is. */
-function signIn (clients, node, userData, label = `${userData.id} on ${node.id}`) {
-  const c = clients.connect(node, { userData, label })
-  c.pusher.signin()
-  return signedIn(c, userData.id)
-}
-
-/** Records the events a pusher-js dispatcher (pusher.user, its watchlist) emits under names. */
-function record (dispatcher, names, label) {
-  const log = new Log(label)
-  for (const name of names) dispatcher.bind(name, (data) => log.push({ name, data }))
-  return log
 }
 
 /** The value of a metric without labels on node's GET /metrics (herald_cluster_up, ...). */

@@ -241,6 +241,23 @@ export class Clients {
   }
 }
 
+/**
+ * Sends a request to url as the Android and Web SDKs do (JSON, with its
+ * Content-Type, only when there is a body), asserts that it is answered
+ * with 200, and resolves with the parsed body (undefined when empty).
+ */
+export async function callOK (method, url, { body, headers = {} } = {}) {
+  const init = { method, headers: { ...headers } }
+  if (body !== undefined) {
+    init.body = JSON.stringify(body)
+    init.headers['Content-Type'] = 'application/json'
+  }
+  const res = await fetch(url, init)
+  const text = await res.text()
+  assert.equal(res.status, 200, `${method} ${url}: ${res.status} ${text}`)
+  return text ? JSON.parse(text) : undefined
+}
+
 /** Waits until c is connected; returns its socket_id. */
 export async function connected (c) {
   if (c.pusher.connection.state !== 'connected') {
@@ -249,6 +266,40 @@ export async function connected (c) {
     })
   }
   return c.pusher.connection.socket_id
+}
+
+/**
+ * Waits until a client that called signin() is signed in as id and returns c:
+ * signinDonePromise resolved, user_data's id, and the #server-to-user-<id>
+ * subscription pusher-js makes then. The server handles one connection's
+ * messages in order, so once that subscription succeeded the sign-in is
+ * complete on the server too (watchers told, user indexed).
+ */
+export async function signedIn (c, id) {
+  await connected(c)
+  await withTimeout(c.pusher.user.signinDonePromise, WAIT_MS, `${c.label}: pusher.user.signinDonePromise`)
+  assert.equal(c.pusher.user.user_data?.id, id,
+    `${c.label}: not signed in as ${id}; errors ${JSON.stringify(c.errors.items)}, frames ${JSON.stringify(c.frames.items).slice(0, 1000)}`)
+  await c.frames.waitFor((f) => f.event === 'pusher_internal:subscription_succeeded' && f.channel === `#server-to-user-${id}`,
+    { label: `subscription_succeeded on #server-to-user-${id}` })
+  return c
+}
+
+/**
+ * Opens a pusher-js client on a server (or a cluster's node, whose id names
+ * it), signs it in with userData through the server SDK and waits until it is.
+ */
+export function signIn (clients, herald, userData, label = herald.id && `${userData.id} on ${herald.id}`) {
+  const c = clients.connect(herald, { userData, label })
+  c.pusher.signin()
+  return signedIn(c, userData.id)
+}
+
+/** Records the events a pusher-js dispatcher (pusher.user, its watchlist) emits under names into a Log. */
+export function record (dispatcher, names, label) {
+  const log = new Log(label)
+  for (const name of names) dispatcher.bind(name, (data) => log.push({ name, data }))
+  return log
 }
 
 /** Subscribes c to name and waits for pusher:subscription_succeeded; returns the channel and the event's data. */

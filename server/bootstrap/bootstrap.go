@@ -25,7 +25,37 @@ func Run(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger
 	if err := ensureInstance(ctx, db, cfg, log); err != nil {
 		return fmt.Errorf("default instance: %w", err)
 	}
+	if err := linkPushInstance(ctx, db, cfg); err != nil {
+		return fmt.Errorf("HERALD_APP_PUSH_INSTANCE: %w", err)
+	}
 	return nil
+}
+
+// linkPushInstance links the app from the environment to
+// HERALD_APP_PUSH_INSTANCE ("none": unlinks it), after both are in place,
+// so that it may name the instance HERALD_INSTANCE_ID has just created. An
+// instance that does not exist stops the start: triggers with
+// push_if_offline would otherwise be refused at run time instead.
+func linkPushInstance(ctx context.Context, db *storage.DB, cfg config.Config) error {
+	if cfg.AppPushInstance == "" {
+		return nil
+	}
+	app, err := db.GetApp(ctx, cfg.AppID)
+	if err != nil {
+		return err
+	}
+	app.PushInstance = cfg.AppPushInstance
+	if app.PushInstance == "none" {
+		app.PushInstance = ""
+	}
+	if err := manage.ValidateApp(app); err != nil {
+		return err
+	}
+	err = db.UpdateApp(ctx, app)
+	if errors.Is(err, storage.ErrUnknownInstance) {
+		return fmt.Errorf("there is no Push instance %s: set HERALD_INSTANCE_ID to it to create it at start, or create it with herald instances create --id %s", app.PushInstance, app.PushInstance)
+	}
+	return err
 }
 
 func ensureApp(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {

@@ -331,6 +331,48 @@ func TestRunAppFromEnv(t *testing.T) {
 		}
 	})
 
+	t.Run("OKPushInstance", func(t *testing.T) {
+		db := openDB(t)
+		log, _ := observed()
+		const id = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
+		// The instance HERALD_INSTANCE_ID creates in the same start.
+		run(t, db, config.Config{AppID: "42", InstanceID: id, AppPushInstance: id}, log)
+		if app := onlyApp(t, db); app.PushInstance != id {
+			t.Fatalf("got push instance %q, want %q", app.PushInstance, id)
+		}
+		// Unset, the stored link stays; "none" unlinks.
+		run(t, db, config.Config{AppID: "42"}, log)
+		if app := onlyApp(t, db); app.PushInstance != id {
+			t.Fatalf("a restart without HERALD_APP_PUSH_INSTANCE changed the link to %q", app.PushInstance)
+		}
+		run(t, db, config.Config{AppID: "42", AppPushInstance: "none"}, log)
+		if app := onlyApp(t, db); app.PushInstance != "" {
+			t.Fatalf("HERALD_APP_PUSH_INSTANCE=none left the link to %q", app.PushInstance)
+		}
+		// An instance created before, not named by HERALD_INSTANCE_ID.
+		run(t, db, config.Config{AppID: "42", AppPushInstance: id}, log)
+		if app := onlyApp(t, db); app.PushInstance != id {
+			t.Fatalf("got push instance %q, want the existing %q", app.PushInstance, id)
+		}
+	})
+
+	t.Run("ErrPushInstance", func(t *testing.T) {
+		db := openDB(t)
+		log, _ := observed()
+		const missing = "0b5c9d7e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
+		err := Run(context.Background(), db, config.Config{AppID: "42", AppPushInstance: missing}, log)
+		if err == nil || !strings.Contains(err.Error(), "HERALD_APP_PUSH_INSTANCE: there is no Push instance "+missing) {
+			t.Fatalf("Run linked to a missing instance: got %v, want it named", err)
+		}
+		err = Run(context.Background(), db, config.Config{AppID: "42", AppPushInstance: "not-a-uuid"}, log)
+		if err == nil || !strings.Contains(err.Error(), "the push instance must be a Push instance id (a UUID)") {
+			t.Fatalf("Run linked to not-a-uuid: got %v, want the rule named", err)
+		}
+		if app := onlyApp(t, db); app.PushInstance != "" {
+			t.Fatalf("a refused start linked the app to %q", app.PushInstance)
+		}
+	})
+
 	t.Run("OKBesideTheDefaultApp", func(t *testing.T) {
 		db := openDB(t)
 		log, _ := observed()

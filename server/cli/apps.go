@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"cmp"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -50,6 +52,7 @@ func newAppFlags(name string, app *storage.App) *appFlags {
 	fs.IntVar(&app.MaxPresenceUserInfoBytes, "max-user-info-bytes", app.MaxPresenceUserInfoBytes, "size limit of a presence member's user_info")
 	fs.IntVar(&app.HistoryEvents, "history-events", app.HistoryEvents, "keep the last N events of each channel for the history API (0 = off)")
 	fs.DurationVar(&app.HistoryTTL, "history-ttl", app.HistoryTTL, "forget kept events after this long (0 = 1h when history is on)")
+	fs.StringVar(&app.PushInstance, "push-instance", app.PushInstance, "link the app to this Push instance (its id), for triggers with push_if_offline; \"\" unlinks")
 	fs.Var(&f.webhooks, "webhook", "add a webhook: URL[,events=kind+kind][,prefix=P][,batch] (repeatable)")
 	fs.BoolVar(&f.clearWebhooks, "clear-webhooks", false, "remove every webhook before adding those given")
 	return f
@@ -128,6 +131,7 @@ func printApp(env Env, a storage.App) {
 		history = fmt.Sprintf("last %d events per channel, at most %s old", a.HistoryEvents, a.HistoryTTL)
 	}
 	fmt.Fprintf(tw, "history\t%s\n", history)
+	fmt.Fprintf(tw, "push instance\t%s\n", cmp.Or(a.PushInstance, "none"))
 	for _, w := range a.Webhooks {
 		kinds := "all events"
 		if len(w.EventTypes) > 0 {
@@ -150,7 +154,7 @@ func appsCreate(env Env, db *storage.DB, args []string) error {
 	}
 	created, err := db.CreateApp(env.Ctx, app)
 	if err != nil {
-		return notFound("app", app.ID, err)
+		return appWriteError(app, err)
 	}
 	printApp(env, created)
 	return nil
@@ -177,7 +181,7 @@ func appsUpdate(env Env, db *storage.DB, args []string) error {
 		return err
 	}
 	if err := db.UpdateApp(env.Ctx, app); err != nil {
-		return notFound("app", id, err)
+		return appWriteError(app, err)
 	}
 	printApp(env, app)
 	return nil
@@ -232,6 +236,14 @@ func appsDelete(env Env, db *storage.DB, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "deleted app %s\n", pos[0])
 	return nil
+}
+
+// appWriteError names what stopped app from being stored.
+func appWriteError(app storage.App, err error) error {
+	if errors.Is(err, storage.ErrUnknownInstance) {
+		return fmt.Errorf("no Push instance with id %q to link app %q to (herald instances list shows them)", app.PushInstance, app.ID)
+	}
+	return notFound("app", app.ID, err)
 }
 
 // splitID takes the leading positional id off args.

@@ -494,3 +494,36 @@ func TestParseWebhook(t *testing.T) {
 		})
 	}
 }
+
+func TestAppsPushInstance(t *testing.T) {
+	t.Parallel()
+	path := dbPath(t)
+	mustRun(t, Instances, path, "create", "--id", instanceID)
+	mustRun(t, Apps, path, "create", "--id", "42", "--push-instance", instanceID)
+	if got := getApp(t, path, "42").PushInstance; got != instanceID {
+		t.Fatalf("created with --push-instance: got %q, want %q", got, instanceID)
+	}
+	stdout := mustRun(t, Apps, path, "show", "42")
+	if got, want := rowStarting(stdout, []string{"push", "instance"}), []string{"push", "instance", instanceID}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("show: got line %q, want %q in\n%s", got, want, stdout)
+	}
+
+	const other = "0b5c9d7e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
+	_, _, err := runCmd(t, Apps, path, "update", "42", "--push-instance", other)
+	checkErr(t, err, `no Push instance with id "`+other+`" to link app "42" to`)
+	_, _, err = runCmd(t, Apps, path, "update", "42", "--push-instance", "not-a-uuid")
+	checkErr(t, err, "the push instance must be a Push instance id (a UUID)")
+	_, _, err = runCmd(t, Apps, path, "create", "--id", "43", "--push-instance", other)
+	checkErr(t, err, `no Push instance with id "`+other+`" to link app "43" to`)
+	if got := getApp(t, path, "42").PushInstance; got != instanceID {
+		t.Fatalf("refused updates changed the link to %q", got)
+	}
+
+	stdout = mustRun(t, Apps, path, "update", "42", "--push-instance", "")
+	if got := getApp(t, path, "42").PushInstance; got != "" {
+		t.Fatalf(`--push-instance "" left the link to %q`, got)
+	}
+	if got, want := rowStarting(stdout, []string{"push", "instance"}), []string{"push", "instance", "none"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("update: got line %q, want %q in\n%s", got, want, stdout)
+	}
+}

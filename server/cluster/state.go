@@ -22,6 +22,9 @@ type op struct {
 	signIn  *hub.SignInRequest
 	signOut *hub.SignOutRequest
 	flush   [2]string // app, channel: a held-back subscription count
+	// signedIn is a query (online.go), answered in order after the
+	// changes queued before it.
+	signedIn *signedInQuery
 }
 
 // opQueue is the writer's queue. It is unbounded in entries, but only ever
@@ -62,9 +65,11 @@ func (q *opQueue) take(max int) []op {
 	return out
 }
 
+// clear drops the queued changes. Queries stay, to be answered after the
+// rebuild that follows, which brings Redis in step with the hub.
 func (q *opQueue) clear() {
 	q.mu.Lock()
-	q.ops = nil
+	q.ops = slices.DeleteFunc(q.ops, func(o op) bool { return o.signedIn == nil })
 	q.mu.Unlock()
 }
 
@@ -146,6 +151,7 @@ func (c *Cluster) writeLoop() {
 // apply runs the ops in one pipeline and reports what they caused. The
 // reader reads the slots of its joins first, so that it reads their answers.
 func (c *Cluster) apply(ctx context.Context, ops []op) error {
+	defer failQueries(ops) // those not answered below
 	wake, err := c.readSlots(ctx, ops)
 	if err != nil {
 		return err
@@ -167,6 +173,10 @@ func (c *Cluster) apply(ctx context.Context, ops []op) error {
 		calls = calls[1:]
 	}
 	for i, cl := range calls {
+		if q := ops[i].signedIn; q != nil {
+			q.reply(cl.val, cl.err) // a read: its failure changed nothing
+			continue
+		}
 		if cl.err != nil {
 			return cl.err
 		}
@@ -223,6 +233,8 @@ func (c *Cluster) callOf(o op) *call {
 		return &call{script: signInScript, args: args}
 	case o.signOut != nil:
 		return c.signOutCall(c.id, *o.signOut)
+	case o.signedIn != nil:
+		return o.signedIn.call(c)
 	default:
 		return &call{script: flushCountScript, args: []any{c.p, streamOf(slotOf(o.flush[0], o.flush[1])), o.flush[0], o.flush[1]}}
 	}

@@ -47,6 +47,10 @@ type Config struct {
 	// setting alone.
 	AppHistoryEvents *int
 	AppHistoryTTL    time.Duration // HERALD_APP_HISTORY_TTL: the app's history age limit; 0 leaves it alone
+	// AppPushInstance (HERALD_APP_PUSH_INSTANCE) is the Push instance the
+	// app is linked to, for push_if_offline; "none" unlinks it, empty
+	// leaves the stored link alone.
+	AppPushInstance string
 
 	// The default Push instance, created or updated at start when InstanceID is set.
 	InstanceID        string // HERALD_INSTANCE_ID (a UUID)
@@ -183,6 +187,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 		AppKey:                env("HERALD_APP_KEY"),
 		AppSecret:             env("HERALD_APP_SECRET"),
 		AppWebhookURL:         env("HERALD_APP_WEBHOOK_URL"),
+		AppPushInstance:       env("HERALD_APP_PUSH_INSTANCE"),
 		InstanceID:            env("HERALD_INSTANCE_ID"),
 		InstanceSecretKey:     env("HERALD_INSTANCE_SECRET_KEY"),
 		APNsKeyFile:           env("HERALD_APNS_KEY_FILE"),
@@ -292,6 +297,9 @@ func (c Config) validate() error {
 	}
 	if c.AppID == "" && (c.AppHistoryEvents != nil || c.AppHistoryTTL != 0) {
 		errs = append(errs, errors.New("HERALD_APP_HISTORY_EVENTS and HERALD_APP_HISTORY_TTL need HERALD_APP_ID"))
+	}
+	if c.AppID == "" && c.AppPushInstance != "" {
+		errs = append(errs, errors.New("HERALD_APP_PUSH_INSTANCE needs HERALD_APP_ID"))
 	}
 	if c.AppWebhookURL != "" && !strings.HasPrefix(c.AppWebhookURL, "http://") && !strings.HasPrefix(c.AppWebhookURL, "https://") {
 		// Shown without user info and query, where credentials go.

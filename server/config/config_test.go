@@ -69,6 +69,7 @@ func TestLoad(t *testing.T) {
 		"HERALD_IDEMPOTENCY_MAX_KEYS":      "50",
 		"HERALD_APP_HISTORY_EVENTS":        "0",
 		"HERALD_APP_HISTORY_TTL":           "5m",
+		"HERALD_APP_PUSH_INSTANCE":         "3f2504e0-4f89-41d3-9a0c-0305e82c3301",
 		"HERALD_HISTORY_MAX_BYTES":         "1048576",
 		"HERALD_HISTORY_MAX_CHANNELS":      "20",
 	}
@@ -110,6 +111,7 @@ func TestLoad(t *testing.T) {
 		IdempotencyMaxKeys:    50,
 		AppHistoryEvents:      new(int), // set to 0: history off
 		AppHistoryTTL:         5 * time.Minute,
+		AppPushInstance:       "3f2504e0-4f89-41d3-9a0c-0305e82c3301",
 		HistoryMaxBytes:       1 << 20,
 		HistoryMaxChannels:    20,
 	}
@@ -252,6 +254,11 @@ func TestLoad(t *testing.T) {
 			name:    "ErrAppHistoryWithoutAppID",
 			env:     map[string]string{"HERALD_APP_HISTORY_EVENTS": "10"},
 			wantErr: "HERALD_APP_HISTORY_EVENTS and HERALD_APP_HISTORY_TTL need HERALD_APP_ID",
+		},
+		{
+			name:    "ErrAppPushInstanceWithoutAppID",
+			env:     map[string]string{"HERALD_APP_PUSH_INSTANCE": "3f2504e0-4f89-41d3-9a0c-0305e82c3301"},
+			wantErr: "HERALD_APP_PUSH_INSTANCE needs HERALD_APP_ID",
 		},
 		{
 			name:    "ErrAppHistoryEventsNotANumber",

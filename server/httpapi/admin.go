@@ -160,6 +160,15 @@ func storeError(r resource, id string, err error) error {
 	return err
 }
 
+// appStoreError is storeError for writing app a, which may name a Push
+// instance that does not exist.
+func appStoreError(a storage.App, err error) error {
+	if errors.Is(err, storage.ErrUnknownInstance) {
+		return badRequest(appResource.invalid, "There is no Push instance %q to link the app to.", a.PushInstance)
+	}
+	return storeError(appResource, a.ID, err)
+}
+
 // convert copies a generated body type into another with the same JSON
 // fields (AppCreate into AppOptions, say).
 func convert(src, dst any) {
@@ -196,6 +205,7 @@ func applyApp(a *storage.App, o admin.AppOptions) {
 	if o.HistoryTtlMs != nil {
 		a.HistoryTTL = time.Duration(*o.HistoryTtlMs) * time.Millisecond
 	}
+	set(&a.PushInstance, o.PushInstance)
 	if o.UserAuthTimeoutMs != nil {
 		a.UserAuthTimeout = time.Duration(*o.UserAuthTimeoutMs) * time.Millisecond
 	}
@@ -229,8 +239,12 @@ func appOut(a storage.App) admin.App {
 		prefix, batch := w.ChannelPrefix, w.Batch
 		hooks = append(hooks, admin.Webhook{Url: w.URL, EventTypes: &kinds, ChannelPrefix: &prefix, Batch: &batch})
 	}
+	var pushInstance *string
+	if a.PushInstance != "" {
+		pushInstance = &a.PushInstance
+	}
 	return admin.App{
-		Id: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
+		PushInstance: pushInstance, Id: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
 		SubscriptionCount: a.SubscriptionCount, UserAuthTimeoutMs: int(a.UserAuthTimeout.Milliseconds()),
 		MaxConnections: a.MaxConnections, MaxPresenceMembers: a.MaxPresenceMembers,
 		MaxPresenceUserInfoBytes: a.MaxPresenceUserInfoBytes, HistoryEvents: a.HistoryEvents,
@@ -266,7 +280,7 @@ func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestOb
 	}
 	created, err := api.db.CreateApp(requestCtx(ctx), a)
 	if err != nil {
-		return nil, storeError(appResource, a.ID, err)
+		return nil, appStoreError(a, err)
 	}
 	api.stored(requestCtx(ctx))
 	return admin.CreateApp201JSONResponse(appOut(created)), nil
@@ -293,7 +307,7 @@ func (api *AdminAPI) changeApp(ctx context.Context, id string, change func(*stor
 		return admin.App{}, storeError(appResource, id, err)
 	}
 	if err := api.db.UpdateApp(ctx, a); err != nil {
-		return admin.App{}, storeError(appResource, id, err)
+		return admin.App{}, appStoreError(a, err)
 	}
 	api.stored(ctx)
 	// Read back: defaults and webhook ids are filled in by storage.

@@ -149,6 +149,34 @@ func TestAdminApps(t *testing.T) {
 			t.Fatalf("enable: %v %s", err, en.Body)
 		}
 	})
+	t.Run("OKPushInstance", func(t *testing.T) {
+		const id = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
+		if _, err := s.db.CreateInstance(ctx, storage.Instance{ID: id, SecretKey: "k", Enabled: true}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{PushInstance: ptr(id)})
+		if err != nil || res.JSON200 == nil || res.JSON200.PushInstance == nil || *res.JSON200.PushInstance != id {
+			t.Fatalf("link: %v %s", err, res.Body)
+		}
+		if stored, _ := s.db.GetApp(ctx, "42"); stored.PushInstance != id {
+			t.Fatalf("stored link %q", stored.PushInstance)
+		}
+		const other = "0b5c9d7e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
+		for _, bad := range []string{other, "not-a-uuid"} {
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{PushInstance: ptr(bad)})
+			if err != nil || r.StatusCode() != 400 || errKind(r.Body) != "invalid_app" || !strings.Contains(string(r.Body), bad) {
+				t.Fatalf("link to %s: %v %d %s", bad, err, r.StatusCode(), r.Body)
+			}
+		}
+		c, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{PushInstance: ptr(other)})
+		if err != nil || c.StatusCode() != 400 || errKind(c.Body) != "invalid_app" {
+			t.Fatalf("create linked to %s: %v %d %s", other, err, c.StatusCode(), c.Body)
+		}
+		res, err = s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{PushInstance: ptr("")})
+		if err != nil || res.JSON200 == nil || res.JSON200.PushInstance != nil {
+			t.Fatalf("unlink: %v %s", err, res.Body)
+		}
+	})
 	t.Run("OKLive", func(t *testing.T) {
 		c := subscriber(t, s.hub, "42", "alice", "news", "presence-room")
 		defer s.hub.Remove(c)

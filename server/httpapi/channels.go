@@ -56,6 +56,10 @@ type ChannelsAPI struct {
 	// history keeps the triggered events of the apps that ask for it
 	// (history.go); nil until History sets it, and then no app keeps any.
 	history eventlog.Store
+	// pushes publishes push_if_offline to the apps' Push instances
+	// (pushoffline.go); nil until PushIfOffline sets it, and then
+	// push_if_offline is refused.
+	pushes *PublishAPI
 }
 
 var _ channels.StrictServerInterface = (*ChannelsAPI)(nil)
@@ -469,6 +473,9 @@ func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEv
 	if err != nil {
 		return nil, err
 	}
+	if b.PushIfOffline != nil {
+		return api.triggerOrPush(ctx, app, ev, b.PushIfOffline)
+	}
 	if err := api.publish(app, ev); err != nil {
 		return nil, err
 	}
@@ -519,6 +526,9 @@ func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.Tri
 	evs := make([]event, len(items))
 	withInfo := false
 	for i, it := range items {
+		if it.PushIfOffline != nil {
+			return nil, badRequest(KindInvalidPushIfOffline, "batch[%d]: push_if_offline is not taken in a batch; trigger that event on its own (POST /apps/%s/events).", i, app.ID)
+		}
 		ev, err := validateEvent(app, &it.Name, &it.Data, []string{it.Channel}, it.SocketId, it.Info)
 		if err != nil {
 			var apiErr *Error

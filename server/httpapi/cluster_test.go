@@ -53,6 +53,7 @@ func (c *switchedCluster) Channels(string, string) ([]hub.ChannelStats, error) {
 func (c *switchedCluster) CachedEvent(string, string) (string, time.Duration, bool, error) {
 	return "", 0, false, hub.ErrUnavailable
 }
+func (c *switchedCluster) SignedIn(string, string) (bool, error) { return false, hub.ErrUnavailable }
 
 // A trigger or batch the cluster cannot take answers 503
 // cluster_unavailable, and the trigger hook (the console) hears nothing of

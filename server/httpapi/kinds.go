@@ -47,6 +47,8 @@ const (
 	KindInvalidPayload                = "invalid_payload"
 	KindInvalidPlatform               = "invalid_platform"
 	KindInvalidPublishId              = "invalid_publish_id"
+	KindInvalidPushChannel            = "invalid_push_channel"    // push_if_offline on another channel than one #server-to-user-<id>
+	KindInvalidPushIfOffline          = "invalid_push_if_offline" // push_if_offline where it is not taken (a batch)
 	KindInvalidQuery                  = "invalid_query"
 	KindInvalidRequest                = "invalid_request"
 	KindInvalidSocketId               = "invalid_socket_id"
@@ -78,6 +80,7 @@ const (
 	KindNotPresenceChannel            = "not_presence_channel"
 	KindNotReady                      = "not_ready" // a readiness check failed (GET /readyz)
 	KindPublishNotFound               = "publish_not_found"
+	KindPushNotLinked                 = "push_not_linked" // push_if_offline from an app with no (usable) Push instance
 	KindQuotaExceeded                 = "quota_exceeded"
 	KindRateLimited                   = "rate_limited"
 	KindSubscriptionCountDisabled     = "subscription_count_disabled"

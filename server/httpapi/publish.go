@@ -167,12 +167,21 @@ func secretKeyAuth(c *gin.Context) {
 // and the error body, without a Retry-After header.
 func (api *PublishAPI) rateLimit(c *gin.Context) {
 	in := c.Value(instanceContextKey).(*storage.Instance)
-	if !api.allow(c.Request.Context(), in.ID) {
-		api.limitRefused.Add(1)
-		writeError(c, newError(http.StatusTooManyRequests, KindTooManyRequests, "More than %d requests per second on this instance; slow down.", PublishRateLimit))
+	if err := api.takeToken(c.Request.Context(), in.ID); err != nil {
+		writeError(c, err)
 		return
 	}
 	c.Next()
+}
+
+// takeToken takes a request of the instance's PublishRateLimit: nil when
+// there was a token, the 429 answer (counted) when there was none.
+func (api *PublishAPI) takeToken(ctx context.Context, instanceID string) *Error {
+	if api.allow(ctx, instanceID) {
+		return nil
+	}
+	api.limitRefused.Add(1)
+	return newError(http.StatusTooManyRequests, KindTooManyRequests, "More than %d requests per second on this instance; slow down.", PublishRateLimit)
 }
 
 // allow takes a token from the instance's bucket and reports whether there
@@ -349,13 +358,32 @@ func rawOrNil(p *json.RawMessage) json.RawMessage {
 // publish validates and stores a publish, then wakes the dispatcher.
 func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, error) {
 	in, ctx := requestScope(ctx)
-	if err := checkTargets(r.kind, r.targets); err != nil {
+	p, err := preparePublish(r)
+	if err != nil {
 		return "", err
+	}
+	return api.store(ctx, in, p)
+}
+
+// preparedPublish is a publish that passed every check, ready to store.
+type preparedPublish struct {
+	kind    storage.PublishTargetKind
+	targets []string
+	webhook string
+	payload []byte        // the payloads given, as stored
+	parsed  *push.Payload // and as the dispatcher reads them
+}
+
+// preparePublish checks a publish (422 for what breaks a rule) and encodes
+// its payloads for storage.
+func preparePublish(r publishRequest) (preparedPublish, error) {
+	if err := checkTargets(r.kind, r.targets); err != nil {
+		return preparedPublish{}, err
 	}
 	webhook := ""
 	if r.webhookURL != nil && *r.webhookURL != "" {
 		if err := checkWebhookURL(*r.webhookURL); err != nil {
-			return "", err
+			return preparedPublish{}, err
 		}
 		webhook = *r.webhookURL
 	}
@@ -365,11 +393,11 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 		var pe *push.PayloadError
 		switch {
 		case errors.Is(err, push.ErrNoPayload):
-			return "", unprocessable(KindMissingPayload, "A publish needs at least one of apns, fcm and web.")
+			return preparedPublish{}, unprocessable(KindMissingPayload, "A publish needs at least one of apns, fcm and web.")
 		case errors.As(err, &pe):
-			return "", unprocessable(KindInvalidPayload, "%s %s.", pe.Field, pe.Reason)
+			return preparedPublish{}, unprocessable(KindInvalidPayload, "%s %s.", pe.Field, pe.Reason)
 		}
-		return "", err
+		return preparedPublish{}, err
 	}
 	stored := map[string]json.RawMessage{}
 	for k, v := range map[string]json.RawMessage{"apns": apns, "fcm": fcm, "web": web} {
@@ -379,13 +407,20 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 	}
 	payload, err := json.Marshal(stored)
 	if err != nil {
-		return "", err
+		return preparedPublish{}, err
 	}
+	return preparedPublish{kind: r.kind, targets: r.targets, webhook: webhook, payload: payload, parsed: parsed}, nil
+}
+
+// store stores a prepared publish of instance in within the instance's
+// daily quota (402 beyond it) and wakes the dispatcher; it returns the
+// publish's id.
+func (api *PublishAPI) store(ctx context.Context, in *storage.Instance, r preparedPublish) (string, error) {
 	t := api.now().UTC()
 	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 	p, err := api.db.CreatePublish(ctx, storage.Publish{
 		ID: publishIDPrefix + uuid.Must(uuid.NewRandomFromReader(rand.Reader)).String(), InstanceID: in.ID,
-		TargetKind: r.kind, Targets: r.targets, Payload: payload, WebhookURL: webhook,
+		TargetKind: r.kind, Targets: r.targets, Payload: r.payload, WebhookURL: r.webhook,
 	}, in.PublishQuota, day)
 	if errors.Is(err, storage.ErrQuotaExceeded) {
 		return "", newError(http.StatusPaymentRequired, KindQuotaExceeded, "The instance has used its quota of %d publishes for today (UTC).", in.PublishQuota)
@@ -394,7 +429,7 @@ func (api *PublishAPI) publish(ctx context.Context, r publishRequest) (string, e
 		return "", err
 	}
 	if api.notifier != nil {
-		api.notifier.Published(p.ID, parsed)
+		api.notifier.Published(p.ID, r.parsed)
 	}
 	return p.ID, nil
 }

@@ -96,6 +96,12 @@ type State interface {
 	PresenceUsers(appID, name string) ([]string, error)
 	CachedEvent(appID, name string) (data string, ttl time.Duration, ok bool, err error)
 	Connections(appID string) (int, error)
+	// SignedIn reports whether userID has a signed-in connection
+	// (pusher:signin) of appID: on this node, or anywhere in the cluster.
+	// The answer reflects every sign-in and sign-out this node made before
+	// the call; another node's may lag by the moment it takes that node to
+	// report it.
+	SignedIn(appID, userID string) (bool, error)
 }
 
 // ErrUnavailable is returned when the cluster cannot be reached, so that
@@ -140,6 +146,10 @@ func (s localState) CachedEvent(appID, name string) (string, time.Duration, bool
 }
 
 func (s localState) Connections(appID string) (int, error) { return s.h.Connections(appID), nil }
+
+func (s localState) SignedIn(appID, userID string) (bool, error) {
+	return s.h.SignedIn(appID, userID), nil
+}
 
 // Terminate closes every connection signed in as userID, on every node in
 // cluster mode, with 4009.

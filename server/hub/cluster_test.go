@@ -35,7 +35,8 @@ func (f *joinsCluster) PresenceUsers(string, string) ([]string, error) { return 
 func (f *joinsCluster) CachedEvent(string, string) (string, time.Duration, bool, error) {
 	return "", 0, false, nil
 }
-func (f *joinsCluster) Connections(string) (int, error) { return 0, nil }
+func (f *joinsCluster) Connections(string) (int, error)       { return 0, nil }
+func (f *joinsCluster) SignedIn(string, string) (bool, error) { return false, nil }
 
 // The cluster's answer to a subscription completes that subscription only:
 // when the connection unsubscribed and subscribed again before it came,

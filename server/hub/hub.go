@@ -582,6 +582,18 @@ func (h *Hub) SignIn(c *Conn, userID string, watchlist []string, first ...[]byte
 	return nil
 }
 
+// SignedIn reports whether userID has a signed-in connection of appID on
+// this node (State().SignedIn answers for the whole cluster).
+func (h *Hub) SignedIn(appID, userID string) bool {
+	a := h.app(appID, false)
+	if a == nil {
+		return false
+	}
+	a.usersMu.RLock()
+	defer a.usersMu.RUnlock()
+	return len(a.users[userID]) > 0
+}
+
 type watchlistEvent struct {
 	Name    string   `json:"name"`
 	UserIDs []string `json:"user_ids"`

@@ -280,6 +280,42 @@ func TestTerminateUser(t *testing.T) {
 	}
 }
 
+func TestSignedIn(t *testing.T) {
+	h := New(zap.NewNop())
+	signedIn := func(app, user string) bool {
+		t.Helper()
+		on, err := h.State().SignedIn(app, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on != h.SignedIn(app, user) {
+			t.Fatalf("State().SignedIn(%s, %s) = %v, Hub.SignedIn says otherwise", app, user, on)
+		}
+		return on
+	}
+	a1, a2 := connect(t, h, "1"), connect(t, h, "1")
+	subscribe(t, h, a1, "news", nil) // connected and subscribed, not signed in
+	if signedIn("1", "alice") {
+		t.Fatal("alice online before signing in")
+	}
+	for _, c := range []*Conn{a1, a2} {
+		if err := h.SignIn(c, "alice", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !signedIn("1", "alice") || signedIn("1", "bob") || signedIn("2", "alice") || signedIn("unknown", "alice") {
+		t.Fatal("online: want alice of app 1 only")
+	}
+	h.Remove(a1)
+	if !signedIn("1", "alice") {
+		t.Fatal("alice offline with a connection left")
+	}
+	h.Remove(a2)
+	if signedIn("1", "alice") {
+		t.Fatal("alice online after her last connection left")
+	}
+}
+
 func TestConnectionQuota(t *testing.T) {
 	h := New(zap.NewNop())
 	c1, err := h.Connect("1", ConnectOptions{MaxConns: 1})

@@ -84,6 +84,9 @@ func ValidateApp(a storage.App) error {
 	if a.HistoryTTL < 0 || a.HistoryTTL > MaxHistoryTTL || a.HistoryTTL%time.Millisecond != 0 {
 		errs = append(errs, invalid("the history TTL must be whole milliseconds from 0 to %s, not %s", MaxHistoryTTL, a.HistoryTTL))
 	}
+	if a.PushInstance != "" && !ValidInstanceID(a.PushInstance) {
+		errs = append(errs, invalid("the push instance must be a Push instance id (a UUID), not %.64q", a.PushInstance))
+	}
 	if len(a.Webhooks) > MaxWebhooks {
 		errs = append(errs, invalid("an app has at most %d webhooks", MaxWebhooks))
 	}

@@ -326,6 +326,7 @@ func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, und
 	}
 	undo.push(n.push.Close)
 	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem))
+	a.channels.PushIfOffline(a.publish) // triggers' push_if_offline publish through it
 	n.ws = ws.NewHandler(n.hub, socketApps{n.apps}, n.log.Named("ws"), ws.Options{
 		ActivityTimeout:        cfg.ActivityTimeout,
 		PongTimeout:            cfg.PongTimeout,

@@ -512,6 +512,13 @@ export interface components {
             historyEvents?: number;
             /** @description Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on. */
             historyTtlMs?: number;
+            /**
+             * @description The Push instance (its id, a UUID) the app is linked to: a trigger to
+             *     `#server-to-user-<id>` with `push_if_offline` publishes through it when
+             *     the user is offline. It must exist (400 `invalid_app` otherwise); an
+             *     empty string unlinks the app.
+             */
+            pushInstance?: string;
             webhooks?: components["schemas"]["Webhook"][];
         };
         AppCreate: components["schemas"]["AppOptions"] & {
@@ -532,6 +539,8 @@ export interface components {
             maxPresenceUserInfoBytes: number;
             historyEvents: number;
             historyTtlMs: number;
+            /** @description The Push instance the app is linked to (see AppOptions); absent when none. */
+            pushInstance?: string;
             webhooks: components["schemas"]["Webhook"][];
             /** Format: date-time */
             createdAt: string;

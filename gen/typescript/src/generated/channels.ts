@@ -23,6 +23,17 @@ export interface paths {
          *     attributes of each unique channel triggered to. With an `Idempotency-Key`
          *     header, a repeat of the request is answered as the first was and sends
          *     nothing again (see the parameter).
+         *
+         *     With `push_if_offline` (Herald's own; the app must be linked to a Push
+         *     instance), the event goes to one user: the channel is
+         *     `#server-to-user-<user id>`. When that user has a signed-in connection
+         *     anywhere in the cluster, the event goes over the socket only and the
+         *     answer is `{"delivered_via":"socket"}`; otherwise it is published to
+         *     that user through the Push instance instead, as a publish to users
+         *     with the body `push_if_offline` holds (its status, webhooks, quota and
+         *     rate limit those of any publish), and the answer is
+         *     `{"delivered_via":"push","publish_id":"…"}`. A user who signs in
+         *     between the check and the publish gets the push.
          */
         post: operations["triggerEvent"];
         delete?: never;
@@ -237,13 +248,45 @@ export interface components {
             channel?: components["schemas"]["ChannelName"];
             socket_id?: components["schemas"]["SocketID"];
             info?: components["schemas"]["InfoAttributes"];
+            push_if_offline?: components["schemas"]["PushIfOffline"];
         };
-        /** @description Empty unless `info` was given. */
+        /**
+         * @description Herald's own: deliver the event over the socket when the user of the one
+         *     channel, `#server-to-user-<user id>`, is signed in, and as a push
+         *     notification to that user otherwise. The body of a publish to users
+         *     (the Publish API's) without `users`: at least one of `apns`, `fcm` and
+         *     `web`, each validated as a publish's. Refused with 400 when the app is
+         *     not linked to a Push instance (`push_not_linked`), when the event names
+         *     another channel or more than one (`invalid_push_channel`), or when the
+         *     body is not a valid publish (`missing_payload`, `invalid_payload`,
+         *     `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
+         *     not.
+         */
+        PushIfOffline: {
+            webhookUrl?: components["schemas"]["WebhookURL"];
+            apns?: components["schemas"]["ApnsPayload"];
+            fcm?: components["schemas"]["FcmPayload"];
+            web?: components["schemas"]["WebPayload"];
+        };
+        /** @description Empty unless `info` or `push_if_offline` was given. */
         TriggerEventResult: {
             /** @description One entry per unique channel triggered to. */
             channels?: {
                 [key: string]: components["schemas"]["ChannelAttributes"];
             };
+            /**
+             * @description With `push_if_offline`: `socket` when the user was signed in and the
+             *     event went over the socket only, `push` when it was published to the
+             *     user as a push notification instead (see `publish_id`).
+             * @enum {string}
+             */
+            delivered_via?: "socket" | "push";
+            /**
+             * @description With `delivered_via: push`: the id of the publish, whose status the
+             *     Publish API's `GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id}`
+             *     answers.
+             */
+            publish_id?: string;
         };
         BatchEvent: {
             name: components["schemas"]["EventName"];
@@ -251,6 +294,11 @@ export interface components {
             channel: components["schemas"]["ChannelName"];
             socket_id?: components["schemas"]["SocketID"];
             info?: components["schemas"]["InfoAttributes"];
+            /**
+             * @description Not taken in a batch: an item with it is refused (400
+             *     `invalid_push_if_offline`); trigger such an event on its own.
+             */
+            push_if_offline?: components["schemas"]["PushIfOffline"];
         };
         TriggerBatchRequest: {
             batch: components["schemas"]["BatchEvent"][];
@@ -347,6 +395,174 @@ export interface components {
             data?: string;
             socket_id?: components["schemas"]["SocketID"];
             subscription_count?: number;
+        };
+        /**
+         * @description An `http://` or `https://` URL with a host that receives a
+         *     `PublishWebhook` when the publish starts and when it finishes (422
+         *     `invalid_webhook_url` otherwise). An empty string means none.
+         */
+        WebhookURL: string;
+        /**
+         * @description The APNs notification payload, sent as the request body to APNs: `aps`
+         *     and any custom keys (Herald adds `data.pusher`). The optional `headers`
+         *     object is not sent in the body; it sets the APNs request headers
+         *     `apns-push-type` (default `alert`, or `background` when `aps` holds
+         *     `content-available` without `alert`, `sound` or `badge`),
+         *     `apns-priority` (default 10, or 5 for background), `apns-expiration` and
+         *     `apns-collapse-id`. `apns-topic` is the device's bundle identifier, or
+         *     the instance's configured topic.
+         *
+         *     Open for extra keys: every key but `headers` reaches APNs as given, and
+         *     `aps` is not checked beyond being an object. The generated Go type is
+         *     `json.RawMessage`, so clients and server pass the object through
+         *     unchanged.
+         */
+        ApnsPayload: {
+            /**
+             * @description Apple's `aps` dictionary, passed to APNs as given. The keys below are
+             *     Apple's; Herald reads only `alert`, `sound`, `badge` and
+             *     `content-available`, to pick the default push type.
+             */
+            aps?: {
+                /** @description The alert text, or an object with `title`, `subtitle`, `body` and Apple's localization keys. */
+                alert?: string | ({
+                    title?: string;
+                    subtitle?: string;
+                    body?: string;
+                } & {
+                    [key: string]: unknown;
+                });
+                /** @description The number on the app icon; 0 removes it. */
+                badge?: number;
+                /** @description A sound file name, or an object for critical alerts. */
+                sound?: string | {
+                    [key: string]: unknown;
+                };
+                /**
+                 * @description 1 for a background update.
+                 * @enum {integer}
+                 */
+                "content-available"?: 1;
+                /**
+                 * @description 1 lets a notification service extension change the content.
+                 * @enum {integer}
+                 */
+                "mutable-content"?: 1;
+                category?: string;
+                "thread-id"?: string;
+            } & {
+                [key: string]: unknown;
+            };
+            /** @description Custom data for the app. Herald adds `pusher` (the metadata the SDKs report with), replacing a `pusher` key given here. */
+            data?: {
+                [key: string]: unknown;
+            };
+            /** @description APNs request headers; not sent in the body. Other keys are ignored. */
+            headers?: {
+                /** @description Apple's push type (`alert`, `background`, `voip`, …), sent as given. */
+                "apns-push-type"?: string;
+                /**
+                 * @description `10` (immediately), `5` (power-saving) or `1` (lowest).
+                 * @enum {string}
+                 */
+                "apns-priority"?: "10" | "5" | "1";
+                /** @description Unix seconds after which APNs stops trying; `0` for once only. */
+                "apns-expiration"?: string;
+                /**
+                 * @description Notifications with the same id replace each other on the device. At
+                 *     most 64 bytes (`maxLength` counts characters; the byte limit cannot
+                 *     be expressed in the schema).
+                 */
+                "apns-collapse-id"?: string;
+            } & {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A Firebase payload in the legacy FCM shape, translated to an HTTP v1
+         *     message: `data` values become strings (non-strings JSON-encoded) and
+         *     gain `pusher` (the metadata, a JSON string); `notification` becomes
+         *     `android.notification`; `time_to_live` (seconds) becomes `android.ttl`,
+         *     `priority` (`normal` / `high`) `android.priority`, `collapse_key`
+         *     `android.collapse_key`.
+         *
+         *     Open for extra keys: keys not listed here are accepted and not sent.
+         *     The generated Go type is `json.RawMessage`, so clients and server pass
+         *     the object through unchanged.
+         */
+        FcmPayload: {
+            /**
+             * @description The legacy FCM notification, sent as the HTTP v1
+             *     `android.notification` (`android_channel_id` becomes `channel_id`).
+             *     Keys not listed here are accepted and not sent.
+             */
+            notification?: {
+                title?: string;
+                body?: string;
+                icon?: string;
+                color?: string;
+                sound?: string;
+                tag?: string;
+                click_action?: string;
+                body_loc_key?: string;
+                body_loc_args?: string[];
+                title_loc_key?: string;
+                title_loc_args?: string[];
+                channel_id?: string;
+                /** @description The legacy name of `channel_id`. */
+                android_channel_id?: string;
+                image?: string;
+                ticker?: string;
+            } & {
+                [key: string]: unknown;
+            };
+            /** @description Custom data; every value reaches the app as a string. `pusher` is reserved for the metadata. */
+            data?: {
+                [key: string]: unknown;
+            };
+            /** @description Seconds FCM keeps the message for an offline device (at most 4 weeks). */
+            time_to_live?: number;
+            /** @enum {string} */
+            priority?: "normal" | "high";
+            collapse_key?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A Web Push payload: `notification`, `data`, and `time_to_live`
+         *     (seconds, sent as the `TTL` header; default 4 weeks). The browser
+         *     receives `{"notification": …, "data": {…, "pusher": {…}}}`, encrypted
+         *     with aes128gcm and authorized with the instance's VAPID key.
+         *
+         *     Open for extra keys: `notification` reaches the browser exactly as
+         *     given, its unknown keys included; other top-level keys are accepted and
+         *     not sent. The generated Go type is `json.RawMessage`, so clients and
+         *     server pass the object through unchanged.
+         */
+        WebPayload: {
+            /** @description What the Beams Web SDK shows; sent to the browser as given. */
+            notification?: {
+                title?: string;
+                body?: string;
+                /** @description URL of the notification's icon. */
+                icon?: string;
+                /** @description URL opened when the notification is clicked. */
+                deep_link?: string;
+                /** @description Show nothing when a tab of the site has focus. */
+                hide_notification_if_site_has_focus?: boolean;
+            } & {
+                [key: string]: unknown;
+            };
+            /** @description Custom data for the page. Herald adds `pusher`, replacing a `pusher` key given here. */
+            data?: {
+                [key: string]: unknown;
+            };
+            /** @description Seconds the push service keeps the message for an offline browser (at most 4 weeks). */
+            time_to_live?: number;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * @description The one error body of every Herald API. `error` is a short machine-readable
@@ -601,10 +817,34 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            /**
+             * @description With `push_if_offline`, the user offline: the Push instance has used
+             *     its daily quota of publishes (`quota_exceeded`); nothing was sent.
+             */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             403: components["responses"]["Forbidden"];
             409: components["responses"]["IdempotencyKeyInUse"];
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["IdempotencyKeyReused"];
+            /**
+             * @description With `push_if_offline`, the user offline: more publishes a second
+             *     than the Push instance allows (`too_many_requests`); nothing was sent.
+             */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             500: components["responses"]["InternalError"];
             503: components["responses"]["ClusterUnavailable"];
         };
