@@ -354,7 +354,7 @@ func (c *Cluster) join() {
 	c.run(c.receiveLoop)
 	c.run(c.writeLoop)
 	c.run(func() { c.every(c.opts.Heartbeat, c.heartbeat) })
-	c.run(func() { c.every(holdTick, c.releaseDue) })
+	c.run(c.releaseLoop)
 }
 
 // every runs f every d until the node leaves the cluster.
