@@ -10,7 +10,9 @@
 #                subscribed, BENCH_EVENTS (5) events triggered through the first node reach every
 #                connection: the nodes' total RSS, Redis's, and what was lost.
 # BENCH_PARTS chooses ("compare connections" by default). JSON lines are appended to BENCH_OUT
-# when it is set.
+# when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
+# cluster mode as a third row of every compare shape ("before"), alternating with the others;
+# BENCH_ROUNDS (1) repeats the compare rows, so that before-and-after figures come from one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,8 @@ DURATION=${BENCH_DURATION:-10s}
 CONNS=${BENCH_CONNS:-100000}
 NODES=${BENCH_NODES:-6}
 EVENTS=${BENCH_EVENTS:-5}
+BEFORE=${BENCH_BEFORE:-}
+ROUNDS=${BENCH_ROUNDS:-1}
 
 command -v redis-server >/dev/null || { echo "bench-cluster: redis-server is not installed (Debian package redis-server)" >&2; exit 1; }
 
@@ -38,6 +42,13 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "bench-cluster: building herald and herald-load" >&2
 $GO build -o "$tmp/herald" ./server
 (cd tools/load && $GO build -o "$tmp/herald-load" .)
+if [[ -n $BEFORE ]]; then
+	echo "bench-cluster: building herald at $BEFORE (before)" >&2
+	mkdir "$tmp/before-src"
+	git archive "$BEFORE" | tar -x -C "$tmp/before-src"
+	(cd "$tmp/before-src" && $GO build -o "$tmp/herald-before" ./server)
+	rm -rf "$tmp/before-src"
+fi
 
 # start_redis starts a redis-server without persistence on a free port; sets redis_pid, redis_url.
 start_redis() {
@@ -64,14 +75,14 @@ start_redis() {
 	exit 1
 }
 
-# start_node NAME [REDIS_URL] starts Herald on a fresh database; sets node_pid and node_addr.
+# start_node NAME [REDIS_URL [BINARY]] starts Herald on a fresh database; sets node_pid and node_addr.
 start_node() {
-	local name=$1 redis=${2:-}
+	local name=$1 redis=${2:-} bin=${3:-$tmp/herald}
 	rm -f "$tmp/$name".db*
 	env HERALD_ADDR=127.0.0.1:0 HERALD_DB="$tmp/$name.db" HERALD_NODE_ID="$name" ${redis:+HERALD_REDIS_URL=$redis} \
 		HERALD_APP_ID=bench HERALD_APP_KEY=bench-key HERALD_APP_SECRET=bench-secret \
 		HERALD_LOG_LEVEL=info HERALD_LOG_FORMAT=json \
-		"$tmp/herald" serve 2>"$tmp/$name.log" &
+		"$bin" serve 2>"$tmp/$name.log" &
 	node_pid=$!
 	pids+=("$node_pid")
 	for _ in $(seq 300); do
@@ -96,38 +107,47 @@ compare() {
 	hz=$(getconf CLK_TCK)
 	echo "== bench-cluster compare ($(nproc) CPUs; $PUBLISHERS publishers for $DURATION, as fast as they can) =="
 	printf '%-34s %-8s %14s %12s %12s %6s\n' shape mode deliveries/s herald-ns/d redis-ns/d lost
-	for shape in "1000 1" "10000 1000"; do
-		read -r subs channels <<<"$shape"
-		local single_d=0 single_ns=0
-		for mode in single cluster; do
-			local url=
-			if [[ $mode == cluster ]]; then
-				start_redis
-				url=$redis_url
-			fi
-			start_node node "$url"
-			local r0=0
-			[[ $mode == cluster ]] && r0=$(cpu_ticks "$redis_pid")
-			local json
-			json=$("$tmp/herald-load" -url "ws://$node_addr" -key bench-key -app-id bench -secret bench-secret -quiet \
-				-server-pid "$node_pid" -subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
-			local rns=-
-			if [[ $mode == cluster ]]; then
-				rns=$(awk -v t="$(($(cpu_ticks "$redis_pid") - r0))" -v hz="$hz" -v s="$(field phase_s "$json")" -v d="$(field deliveries_per_s "$json")" \
-					'BEGIN { if (d > 0 && s > 0) printf "%.0f", t / hz * 1e9 / (d * s); else print "-" }')
-			fi
-			stop_all
-			record "$json"
-			local d ns
-			d=$(field deliveries_per_s "$json")
-			ns=$(awk -v c="$(field server_cpu_pct "$json")" -v d="$d" 'BEGIN { if (d > 0) printf "%.0f", c / 100 * 1e9 / d; else print 0 }')
-			printf '%-34s %-8s %14.0f %12s %12s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$ns" "$rns" "$(field lost "$json")"
-			if [[ $mode == single ]]; then
-				single_d=$d single_ns=$ns
-			else
-				awk -v a="$d" -v b="$single_d" -v c="$ns" -v e="$single_ns" \
-					'BEGIN { printf "%-34s cluster ÷ single: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
-			fi
+	local modes="single cluster" round
+	[[ -n $BEFORE ]] && modes="single cluster before"
+	for round in $(seq "$ROUNDS"); do
+		for shape in "1000 1" "10000 1000"; do
+			read -r subs channels <<<"$shape"
+			local single_d=0 single_ns=0 cluster_d=0 cluster_ns=0
+			for mode in $modes; do
+				local url= bin=$tmp/herald
+				if [[ $mode != single ]]; then
+					start_redis
+					url=$redis_url
+				fi
+				[[ $mode == before ]] && bin=$tmp/herald-before
+				start_node node "$url" "$bin"
+				local r0=0
+				[[ $mode != single ]] && r0=$(cpu_ticks "$redis_pid")
+				local json
+				json=$("$tmp/herald-load" -url "ws://$node_addr" -key bench-key -app-id bench -secret bench-secret -quiet \
+					-server-pid "$node_pid" -subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
+				local rns=-
+				if [[ $mode != single ]]; then
+					rns=$(awk -v t="$(($(cpu_ticks "$redis_pid") - r0))" -v hz="$hz" -v s="$(field phase_s "$json")" -v d="$(field deliveries_per_s "$json")" \
+						'BEGIN { if (d > 0 && s > 0) printf "%.0f", t / hz * 1e9 / (d * s); else print "-" }')
+				fi
+				stop_all
+				record "$json"
+				local d ns
+				d=$(field deliveries_per_s "$json")
+				ns=$(awk -v c="$(field server_cpu_pct "$json")" -v d="$d" 'BEGIN { if (d > 0) printf "%.0f", c / 100 * 1e9 / d; else print 0 }')
+				printf '%-34s %-8s %14.0f %12s %12s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$ns" "$rns" "$(field lost "$json")"
+				if [[ $mode == single ]]; then
+					single_d=$d single_ns=$ns
+				elif [[ $mode == cluster ]]; then
+					cluster_d=$d cluster_ns=$ns
+					awk -v a="$d" -v b="$single_d" -v c="$ns" -v e="$single_ns" \
+						'BEGIN { printf "%-34s cluster ÷ single: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
+				else
+					awk -v a="$cluster_d" -v b="$d" -v c="$cluster_ns" -v e="$ns" \
+						'BEGIN { printf "%-34s cluster ÷ before: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
+				fi
+			done
 		done
 	done
 }

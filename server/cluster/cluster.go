@@ -354,7 +354,7 @@ func (c *Cluster) join() {
 	c.run(c.receiveLoop)
 	c.run(c.writeLoop)
 	c.run(func() { c.every(c.opts.Heartbeat, c.heartbeat) })
-	c.run(func() { c.every(holdTick, c.releaseDue) })
+	c.run(c.releaseLoop)
 }
 
 // every runs f every d until the node leaves the cluster.
@@ -484,10 +484,12 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// call is one command of a pipeline: a script with its ARGV, or a plain
-// command. exec fills in its result.
+// call is one command of a pipeline: a script with its ARGV (and its KEYS,
+// when not the cluster's route: a channel history's), or a plain command.
+// exec fills in its result.
 type call struct {
 	script *redis.Script
+	keys   []string
 	args   []any
 	val    any
 	err    error
@@ -495,7 +497,7 @@ type call struct {
 
 // scripts are every script the cluster runs, loaded again together when
 // Redis turns out not to have one.
-var scripts = []*redis.Script{joinScript, leaveScript, signInScript, signOutScript, flushCountScript, publishScript, releaseScript}
+var scripts = []*redis.Script{joinScript, leaveScript, signInScript, signOutScript, flushCountScript, publishScript, releaseScript, histAppendScript}
 
 // exec runs the calls in one pipeline, in order. A script Redis does not
 // have (it restarted) is not run, so it is sent again in full — after the
@@ -510,7 +512,7 @@ func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	pipe := c.rdb.Pipeline()
 	for i, cl := range calls {
 		if cl.script != nil {
-			cmds[i] = cl.script.EvalSha(ctx, pipe, c.route, cl.args...)
+			cmds[i] = cl.script.EvalSha(ctx, pipe, cl.keysOr(c.route), cl.args...)
 		} else {
 			cmds[i] = pipe.Do(ctx, cl.args...)
 		}
@@ -529,17 +531,31 @@ func (c *Cluster) exec(ctx context.Context, calls []*call) {
 	for _, s := range scripts {
 		s.Load(ctx, c.rdb)
 	}
-	if retry[0] < len(calls)-1 {
+	// A channel history's append (with keys of its own) is no part of the
+	// node's record: only the state's calls after it count.
+	last := len(calls) - 1
+	for last > 0 && calls[last].keys != nil {
+		last--
+	}
+	if retry[0] < last {
 		c.needResync.Store(true)
 	}
 	pipe = c.rdb.Pipeline()
 	for _, i := range retry {
-		cmds[i] = calls[i].script.Eval(ctx, pipe, c.route, calls[i].args...)
+		cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keysOr(c.route), calls[i].args...)
 	}
 	pipe.Exec(ctx)
 	for _, i := range retry {
 		calls[i].val, calls[i].err = cmds[i].Val(), cmds[i].Err()
 	}
+}
+
+// keysOr is the call's KEYS: its own, or route.
+func (cl *call) keysOr(route []string) []string {
+	if cl.keys != nil {
+		return cl.keys
+	}
+	return route
 }
 
 // isNil reports a missing key or field.

@@ -33,6 +33,9 @@ type EventLogStore struct {
 	rdb    func(app string) redis.Cmdable
 	prefix string
 	limits eventlog.Limits
+	// cluster is the cluster whose EventLog made it: its publishes append
+	// their events in the same round trip (PublishKept).
+	cluster *Cluster
 
 	held    sync.Map // app id → eventlog.AppStats as the last append saw them
 	dropped [4]atomic.Int64
@@ -49,7 +52,9 @@ func NewEventLogStore(rdb func(app string) redis.Cmdable, prefix string, limits 
 // EventLog returns the store of the cluster's channel histories, each app's
 // on its shard under the cluster's prefix.
 func (c *Cluster) EventLog(limits eventlog.Limits) *EventLogStore {
-	return NewEventLogStore(func(app string) redis.Cmdable { return c.shardFor(app, "").rdb }, c.p, limits)
+	s := NewEventLogStore(func(app string) redis.Cmdable { return c.shardFor(app, "").rdb }, c.p, limits)
+	s.cluster = c
+	return s
 }
 
 func (s *EventLogStore) key(app string) string { return s.prefix + "hist:{" + app + "}" }
@@ -150,6 +155,13 @@ func (s *EventLogStore) Append(ctx context.Context, app string, p eventlog.Polic
 	if !p.On() || len(entries) == 0 {
 		return nil
 	}
+	cl := s.appendCall(app, p, entries, now)
+	v, err := histAppendScript.Run(ctx, s.rdb(app), cl.keys, cl.args...).Int64Slice()
+	return s.appended(app, v, err)
+}
+
+// appendCall is the script call that appends entries to app's history.
+func (s *EventLogStore) appendCall(app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) *call {
 	keys := make([]string, 3, 3+len(entries))
 	keys[0], keys[1], keys[2] = s.key(app), s.key(app)+":lru", s.key(app)+":sizes"
 	nowMS := now.UnixMilli()
@@ -160,7 +172,12 @@ func (s *EventLogStore) Append(ctx context.Context, app string, p eventlog.Polic
 		keys = append(keys, s.streamPrefix(app)+e.Channel)
 		args = append(args, e.Channel, e.Name, e.Data)
 	}
-	v, err := histAppendScript.Run(ctx, s.rdb(app), keys, args...).Int64Slice()
+	return &call{script: histAppendScript, keys: keys, args: args}
+}
+
+// appended records the answer v (or the error) of an append to app's
+// history.
+func (s *EventLogStore) appended(app string, v []int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("keep channel history: %w", err)
 	}
@@ -174,6 +191,23 @@ func (s *EventLogStore) Append(ctx context.Context, app string, p eventlog.Polic
 	}
 	s.held.Store(app, eventlog.AppStats{AppID: app, Events: v[4], Bytes: v[5]})
 	return nil
+}
+
+// appendedCall records the answer of an appendCall a pipeline ran.
+func (s *EventLogStore) appendedCall(app string, cl *call) error {
+	if cl.err != nil {
+		return s.appended(app, nil, cl.err)
+	}
+	raw, _ := cl.val.([]any)
+	v := make([]int64, len(raw))
+	for i, x := range raw {
+		n, ok := x.(int64)
+		if !ok {
+			return fmt.Errorf("keep channel history: unexpected answer %v", cl.val)
+		}
+		v[i] = n
+	}
+	return s.appended(app, v, nil)
 }
 
 // Read implements eventlog.Store.

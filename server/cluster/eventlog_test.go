@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/eventlog/eventlogtest"
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // redisClient is a client of a fresh Redis, both gone when t ends.
@@ -71,4 +75,125 @@ func TestClusterEventLogOnEachTopology(t *testing.T) {
 			return start(1)[0].c.EventLog(l)
 		})
 	})
+}
+
+// A trigger's events kept through PublishKept are delivered on every node
+// and appended to their channel's history by the publish call itself
+// (kept: the caller appends nothing), in the order they were published, on
+// one Redis and a Redis Cluster; over shards, a channel on another shard
+// than its app's history is published alone and left to the caller
+// (not kept), which then appends it as before.
+func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
+	onEachTopology(t, func(t *testing.T, start startCluster) {
+		ns := start(2)
+		store := ns[0].c.EventLog(eventlog.Limits{})
+		p := eventlog.Policy{Events: 100, TTL: time.Hour}
+		// A channel on the Redis of the app's history, and (over shards)
+		// one elsewhere.
+		c := ns[0].c
+		sameRedis := func(ch string) bool { return c.shardFor("app", ch).rdb == c.shardFor("app", "").rdb }
+		var near, far string
+		for i := range 200 {
+			ch := fmt.Sprint("feed", i)
+			if sameRedis(ch) && near == "" {
+				near = ch
+			} else if !sameRedis(ch) && far == "" {
+				far = ch
+			}
+		}
+		channels := []string{near}
+		if far != "" {
+			channels = append(channels, far)
+		}
+		if (far != "") != (len(c.shards) == 3) {
+			t.Fatalf("channels %v: only 3 shards have channels elsewhere", channels)
+		}
+		reader := ns[1].connect("app")
+		for _, ch := range channels {
+			reader.subscribe(ch, nil)
+			reader.wait(ch, "pusher_internal:subscription_succeeded")
+		}
+		const n = 20
+		now := time.Now()
+		for i := range n {
+			ch := channels[i%len(channels)]
+			ms := []hub.Message{{AppID: "app", Channel: ch, Event: "tick", Data: fmt.Sprint(i)}}
+			kept, err := ns[0].hub.PublishKept(store, p, now, ms...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sameRedis(ch); kept != want {
+				t.Fatalf("publish %d on %s: kept %v, want %v", i, ch, kept, want)
+			}
+			if !kept {
+				if err := store.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: ch, Name: "tick", Data: fmt.Sprint(i)}}, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for c, ch := range channels {
+			var want []string
+			for i := c; i < n; i += len(channels) {
+				want = append(want, fmt.Sprint(i))
+			}
+			page, err := store.Read(t.Context(), "app", ch, p, eventlog.Query{OldestFirst: true}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range page.Events {
+				got = append(got, e.Data)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("history of %s: %v, want %v", ch, got, want)
+			}
+			wait.Until(t, "node 2 gets every tick on "+ch, func() bool { return reader.count(ch, "tick") == len(want) })
+		}
+		if st := store.Stats(); len(st.Apps) != 1 || st.Apps[0].Events != n {
+			t.Fatalf("held %+v, want %d events", st.Apps, n)
+		}
+	})
+}
+
+// Triggers of one app that wait for the same publish call share one
+// append: every event is kept once, each channel's in the order it was
+// published.
+func TestPublishKeptTogetherKeepsEveryEventInOrder(t *testing.T) {
+	n := cluster(t, testredis.Start(t), 1)[0]
+	store := n.c.EventLog(eventlog.Limits{})
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	const publishers, each = 8, 25
+	var wg sync.WaitGroup
+	for g := range publishers {
+		wg.Go(func() {
+			for i := range each {
+				m := hub.Message{AppID: "app", Channel: fmt.Sprint("g", g), Event: "tick", Data: fmt.Sprint(i)}
+				if kept, err := n.hub.PublishKept(store, p, time.Now(), m); err != nil || !kept {
+					t.Errorf("publish: kept %v, %v", kept, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for g := range publishers {
+		page, err := store.Read(t.Context(), "app", fmt.Sprint("g", g), p, eventlog.Query{OldestFirst: true}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range page.Events {
+			got = append(got, e.Data)
+		}
+		want := make([]string, each)
+		for i := range want {
+			want[i] = fmt.Sprint(i)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("history of g%d: %v, want %v", g, got, want)
+		}
+	}
+	if st := store.Stats(); len(st.Apps) != 1 || st.Apps[0].Events != publishers*each {
+		t.Fatalf("held %+v, want %d events", st.Apps, publishers*each)
+	}
 }

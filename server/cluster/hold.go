@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -9,24 +11,44 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 )
 
-// holdTick is how often a node looks for held-back webhooks that are due: a
-// channel_vacated goes out at most this much after its hold.
+// holdTick is how often a node that cannot reach Redis looks again for
+// held-back webhooks that are due, and the least it waits between two
+// looks.
 const holdTick = 100 * time.Millisecond
 
-// releaseDue reports, while Redis answers, the held-back channel_vacated
-// and member_removed webhooks whose hold has passed. Every node runs it
-// every holdTick; each held event is taken out by one of them (see
-// scripts.go).
-func (c *Cluster) releaseDue() {
-	if c.healthy.Load() {
-		c.releaseHeld(c.ctx, false)
+// releaseLoop releases, while Redis answers, the held-back channel_vacated
+// and member_removed webhooks whose hold has passed. Every node runs it;
+// each held event is taken out by one of them (see scripts.go). A node
+// looks again when the earliest held event is due, and at the latest one
+// hold (Options.Hold, the same on every node) after it looked: what any
+// node holds back from then on is due no sooner. So a node looks about
+// once a hold while nothing is held, rather than on a fixed tick, and an
+// event goes out when its hold has passed.
+func (c *Cluster) releaseLoop() {
+	for {
+		wait := holdTick
+		if c.healthy.Load() {
+			if next, ok := c.releaseHeld(c.ctx, false); ok {
+				wait = c.opts.Hold
+				if next >= 0 {
+					wait = min(max(next, holdTick/20), wait)
+				}
+			}
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
 	}
 }
 
 // releaseHeld takes the due held-back webhooks (all of them, with all) out
-// of Redis and hands them to the hub's observer, a page at a time. A failure
-// leaves them for the next round.
-func (c *Cluster) releaseHeld(ctx context.Context, all bool) {
+// of Redis and hands them to the hub's observer, a page at a time. It
+// returns how long until the earliest one left is due (a negative duration
+// when none is left), and false when Redis failed to answer: the others
+// are left for the next round.
+func (c *Cluster) releaseHeld(ctx context.Context, all bool) (time.Duration, bool) {
 	const page = 256
 	flag := ""
 	if all {
@@ -35,21 +57,29 @@ func (c *Cluster) releaseHeld(ctx context.Context, all bool) {
 	for {
 		cl := &call{script: releaseScript, args: []any{c.p, globalStream, page, flag}}
 		c.exec(ctx, []*call{cl})
+		list, _ := cl.val.([]any)
+		if cl.err == nil && len(list) == 0 {
+			cl.err = errors.New("no answer")
+		}
 		if cl.err != nil {
 			if ctx.Err() == nil {
 				c.log.Debug("releasing held-back webhooks failed; retrying", zap.Error(cl.err))
 			}
-			return
+			return 0, false
 		}
-		list, _ := cl.val.([]any)
-		for _, v := range list {
+		for _, v := range list[1:] {
 			s, _ := v.(string)
 			if ev, ok := decodeHeld(s); ok {
 				c.hub.Notify(ev)
 			}
 		}
-		if len(list) < page {
-			return
+		if len(list)-1 < page {
+			s, _ := list[0].(string)
+			ms, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				ms = -1
+			}
+			return time.Duration(ms) * time.Millisecond, true
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 )
 
@@ -56,10 +57,57 @@ func (m *outMsg) size() int {
 	return n
 }
 
-// pubReq is a batch of messages to publish, answered on done.
+// pubReq is a batch of messages to publish, answered on done; keep, when
+// set, appends them to their app's channel history in the same pipeline.
 type pubReq struct {
 	msgs []*outMsg
+	keep *keepReq
 	done chan error
+}
+
+// keepReq is a publish's append to its app's channel history. The publish
+// loop appends those of one app that wait together in one script call
+// (keepCalls), and sets err to its outcome.
+type keepReq struct {
+	store   *EventLogStore
+	app     string
+	policy  eventlog.Policy
+	entries []eventlog.Entry
+	now     time.Time
+	err     error
+}
+
+// keepGroup is the script call of consecutive keepReqs of one app.
+type keepGroup struct {
+	reqs []*keepReq
+	call *call
+}
+
+// keepCalls groups consecutive keeps of the same store, app and policy
+// into one append each, at the latest of their times (an event's id is
+// never below its channel's last anyway).
+func keepCalls(keeps []*keepReq) []keepGroup {
+	var groups []keepGroup
+	for i := 0; i < len(keeps); {
+		k := keeps[i]
+		j, now := i+1, k.now
+		for j < len(keeps) && keeps[j].store == k.store && keeps[j].app == k.app && keeps[j].policy == k.policy {
+			if keeps[j].now.After(now) {
+				now = keeps[j].now
+			}
+			j++
+		}
+		entries := k.entries
+		if j > i+1 {
+			entries = nil
+			for _, r := range keeps[i:j] {
+				entries = append(entries, r.entries...)
+			}
+		}
+		groups = append(groups, keepGroup{reqs: keeps[i:j], call: k.store.appendCall(k.app, k.policy, entries, now)})
+		i = j
+	}
+	return groups
 }
 
 // Publish sends the messages to every node, in order, and returns once
@@ -69,6 +117,10 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 	if c.shards != nil && len(ms) > 0 {
 		return c.publishSharded(ms)
 	}
+	return c.publish(outMsgs(ms), nil)
+}
+
+func outMsgs(ms []hub.Message) []*outMsg {
 	out := make([]*outMsg, len(ms))
 	for i, m := range ms {
 		out[i] = &outMsg{slot: slotOf(m.AppID, m.Channel), msg: encodeEvent(m)}
@@ -76,7 +128,45 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 			out[i].cache = &cacheUpdate{app: m.AppID, channel: m.Channel, value: cacheValue(m.Event, m.Data)}
 		}
 	}
-	return c.publish(out)
+	return out
+}
+
+// PublishKept implements hub.Keeper: when store is this cluster's channel
+// history and the messages' app keeps its history on the Redis their
+// channels' shard is on (one Redis, a Redis Cluster, or the app's shard),
+// the append goes in the pipeline of the publish call that carries them,
+// after it: the trigger waits for one round trip instead of two, and
+// Redis gets the appends of the triggers that wait together in one write.
+// The append runs even when the publish script refuses (Redis lost its
+// data): the messages are then published again before the answer (send),
+// so what is kept was published; a lost connection loses both, or leaves
+// both unknown, as for any answer lost on the way.
+func (c *Cluster) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
+	s, ok := store.(*EventLogStore)
+	if !ok || s.cluster != c || !p.On() || len(ms) == 0 {
+		return false, c.Publish(ms...)
+	}
+	app := ms[0].AppID
+	target := c.shardFor(app, ms[0].Channel)
+	for _, m := range ms[1:] {
+		if m.AppID != app || c.shardFor(app, m.Channel) != target {
+			return false, c.Publish(ms...)
+		}
+	}
+	if target.rdb != c.shardFor(app, "").rdb {
+		return false, c.Publish(ms...)
+	}
+	keep := &keepReq{store: s, app: app, policy: p, entries: make([]eventlog.Entry, len(ms)), now: now}
+	for i, m := range ms {
+		keep.entries[i] = eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data}
+	}
+	if err := target.publish(outMsgs(ms), keep); err != nil {
+		return true, err
+	}
+	if keep.err != nil {
+		c.log.Warn("an event was delivered but not kept in its channel's history", zap.String("app_id", app), zap.Error(keep.err))
+	}
+	return true, nil
 }
 
 // Terminate publishes the request to close userID's connections on every
@@ -85,7 +175,7 @@ func (c *Cluster) Terminate(appID, userID string) error {
 	if c.shards != nil {
 		return c.home().Terminate(appID, userID)
 	}
-	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}})
+	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}}, nil)
 }
 
 // StreamHistory is about how long the cluster's streams keep a message
@@ -101,11 +191,11 @@ func streamOf(slot int) string {
 	return slotStreams[slot]
 }
 
-func (c *Cluster) publish(msgs []*outMsg) error {
+func (c *Cluster) publish(msgs []*outMsg, keep *keepReq) error {
 	if !c.healthy.Load() {
 		return hub.ErrUnavailable
 	}
-	req := &pubReq{msgs: msgs, done: make(chan error, 1)}
+	req := &pubReq{msgs: msgs, keep: keep, done: make(chan error, 1)}
 	select {
 	case c.pub <- req:
 	case <-c.ctx.Done():
@@ -127,6 +217,7 @@ func (c *Cluster) publishLoop() {
 	const maxBatch = 256
 	batch := make([]*pubReq, 0, maxBatch)
 	var msgs []*outMsg
+	var keeps []*keepReq
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -150,34 +241,47 @@ func (c *Cluster) publishLoop() {
 				break fill
 			}
 		}
-		msgs = msgs[:0]
+		msgs, keeps = msgs[:0], keeps[:0]
 		for _, r := range batch {
 			for _, m := range r.msgs {
 				c.seq[m.slot]++
 				m.seq = c.seq[m.slot]
 				msgs = append(msgs, m)
 			}
+			if r.keep != nil {
+				keeps = append(keeps, r.keep)
+			}
 		}
-		err := c.send(msgs)
+		groups := keepCalls(keeps)
+		err := c.send(msgs, groups)
 		if err != nil {
+			// The callers answer 503 and look no further.
 			c.stats.publishErrors.Add(int64(len(batch)))
 			c.log.Warn("publish to the cluster failed", zap.Error(err))
 			err = hub.ErrUnavailable
 		} else {
 			c.stats.published.Add(int64(len(msgs)))
 			c.ring.add(msgs, time.Now())
+			for _, g := range groups {
+				kerr := g.reqs[0].store.appendedCall(g.reqs[0].app, g.call)
+				for _, r := range g.reqs {
+					r.err = kerr
+				}
+			}
 		}
 		for _, r := range batch {
 			r.done <- err
 		}
 		clear(batch)
 		clear(msgs)
+		clear(keeps)
 	}
 }
 
 // send publishes msgs under the generation the node publishes under,
-// first publishing the ring again when Redis lost its data.
-func (c *Cluster) send(msgs []*outMsg) error {
+// first publishing the ring again when Redis lost its data, with the
+// history appends keeps in the pipeline of the first try.
+func (c *Cluster) send(msgs []*outMsg, keeps []keepGroup) error {
 	if c.pubGen == "" {
 		ctx, cancel := c.queryContext()
 		g, err := c.generation(ctx)
@@ -192,7 +296,11 @@ func (c *Cluster) send(msgs []*outMsg) error {
 			return err
 		}
 	}
-	err := c.sendUnder(c.pubGen, msgs)
+	after := make([]*call, len(keeps))
+	for i, g := range keeps {
+		after[i] = g.call
+	}
+	err := c.sendUnder(c.pubGen, msgs, after...)
 	if !isGenerationLost(err) {
 		return err
 	}
@@ -248,8 +356,8 @@ func isGenerationLost(err error) bool {
 }
 
 // sendUnder runs publishScript for msgs, which are in sequence order in
-// each stream.
-func (c *Cluster) sendUnder(gen string, msgs []*outMsg) error {
+// each stream, then the calls after, in one pipeline.
+func (c *Cluster) sendUnder(gen string, msgs []*outMsg, after ...*call) error {
 	args := make([]any, 0, 4+4*len(msgs))
 	args = append(args, c.p, globalStream, gen, c.epoch)
 	var bySlot [Slots + 1][]*outMsg
@@ -276,7 +384,7 @@ func (c *Cluster) sendUnder(gen string, msgs []*outMsg) error {
 		}
 	}
 	cl := &call{script: publishScript, args: args}
-	c.exec(c.ctx, []*call{cl})
+	c.exec(c.ctx, append([]*call{cl}, after...))
 	return cl.err
 }
 

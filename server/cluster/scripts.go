@@ -196,12 +196,18 @@ return out
 
 // releaseScript takes the held-back webhooks that are due (all of them
 // with flag a) out of P held and returns them, for the node that ran it to
-// report. ARGV max flags.
+// report, after the milliseconds until the earliest one left is due (-1:
+// none is left). ARGV max flags.
 var releaseScript = newScript(`
-local upto = nowms()
+local now = nowms()
+local upto = now
 if ARGV[4] == 'a' then upto = '+inf' end
 local due = redis.call('ZRANGEBYSCORE', P .. 'held', '-inf', upto, 'LIMIT', 0, tonumber(ARGV[3]))
 if #due > 0 then redis.call('ZREM', P .. 'held', unpack(due)) end
+local wait = -1
+local first = redis.call('ZRANGE', P .. 'held', 0, 0, 'WITHSCORES')
+if #first > 0 then wait = math.max(0, tonumber(first[2]) - now) end
+table.insert(due, 1, tostring(wait))
 return due
 `)
 

@@ -422,10 +422,9 @@ func (api *ChannelsAPI) publish(app *storage.App, evs ...event) error {
 			ms = append(ms, hub.Message{AppID: appID, Channel: ch, Event: ev.name, Data: ev.data, ExcludeSocketID: ev.socketID, Cache: cache})
 		}
 	}
-	if err := api.hub.Publish(ms...); err != nil {
+	if err := api.publishKept(app, ms); err != nil {
 		return stateError(err)
 	}
-	api.keep(app, ms)
 	// One running total, read by the metrics and the console's history.
 	api.hub.CountTriggered(appID, len(ms))
 	for _, m := range ms {

@@ -26,6 +26,24 @@ func historyPolicy(app *storage.App) eventlog.Policy {
 	return eventlog.Policy{Events: app.HistoryEvents, TTL: app.HistoryTTL}
 }
 
+// publishKept publishes ms and keeps them in app's history, when it keeps
+// one: in a cluster that can, in the round trip of the publish (the hub's
+// PublishKept), else after it.
+func (api *ChannelsAPI) publishKept(app *storage.App, ms []hub.Message) error {
+	p := historyPolicy(app)
+	if api.history == nil || !p.On() {
+		return api.hub.Publish(ms...)
+	}
+	kept, err := api.hub.PublishKept(api.history, p, api.now(), ms...)
+	if err != nil {
+		return err
+	}
+	if !kept {
+		api.keep(app, ms)
+	}
+	return nil
+}
+
 // keep appends the published messages to app's history, when it keeps one.
 // The events are delivered by then, so a failure is logged, not answered:
 // a retried trigger would deliver them twice.

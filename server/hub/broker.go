@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"slices"
 	"time"
+
+	"github.com/heraldrt/herald/server/eventlog"
 )
 
 // Message is one event on one channel as it travels between publishers and the
@@ -38,6 +40,27 @@ func (h *Hub) Publish(ms ...Message) error {
 		h.enqueue(m)
 	}
 	return nil
+}
+
+// Keeper is a Cluster that can keep a publish's events in their channels'
+// history (eventlog) in the round trip that publishes them, rather than in
+// one of its own after it.
+type Keeper interface {
+	// PublishKept publishes ms as Publish does and, when it can, appends
+	// them to store (the history of their app, under p, at now) in the
+	// same round trip; it reports whether it did. A failed append is its
+	// to log: the events are published by then.
+	PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []Message) (kept bool, err error)
+}
+
+// PublishKept publishes ms as Publish does and, in a cluster that can
+// (Keeper), has them appended to store's history in the same round trip.
+// It reports whether they were: when not, the caller appends them.
+func (h *Hub) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms ...Message) (kept bool, err error) {
+	if k, ok := h.cluster.(Keeper); ok {
+		return k.PublishKept(store, p, now, slices.Clone(ms))
+	}
+	return false, h.Publish(ms...)
 }
 
 // PublishClientEvent publishes a client event, whose sender is the
