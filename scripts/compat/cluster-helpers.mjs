@@ -23,7 +23,8 @@ import { promisify } from 'node:util'
 import { freePort, freshDB, heraldCli, killOnExit, startHerald, tempDir } from './herald.mjs'
 import { sleep } from './helpers.mjs'
 
-const REDIS_START_TIMEOUT_MS = 10_000
+// Only against a hung redis-server: a start is decided by its answer (generous for a busy machine).
+const REDIS_START_TIMEOUT_MS = 120_000
 
 /**
  * The redis-server binary: $REDIS_SERVER_BIN when set (undefined if it does
@@ -220,12 +221,19 @@ export async function redisCli (port, ...args) {
  */
 export async function startNodes (redis, n, env = {}, { apps = [] } = {}) {
   const nodes = []
-  for (let i = 0; i < n; i++) {
-    const id = `node-${String.fromCharCode(97 + i)}`
-    const db = freshDB()
-    for (const args of apps) await heraldCli('apps', 'create', '--db', db, ...args)
-    const node = await startHerald({ db, env: { HERALD_REDIS_URL: redis.url, HERALD_NODE_ID: id, ...env } })
-    nodes.push({ ...node, id })
+  try {
+    for (let i = 0; i < n; i++) {
+      const id = `node-${String.fromCharCode(97 + i)}`
+      const db = freshDB()
+      for (const args of apps) await heraldCli('apps', 'create', '--db', db, ...args)
+      const node = await startHerald({ db, env: { HERALD_REDIS_URL: redis.url, HERALD_NODE_ID: id, ...env } })
+      nodes.push({ ...node, id })
+    }
+  } catch (err) {
+    // The caller gets no nodes to stop: the ones started go now, or their
+    // processes would keep the test process alive after the suite.
+    await Promise.allSettled(nodes.map((node) => node.kill('SIGKILL')))
+    throw err
   }
   return nodes
 }

@@ -261,9 +261,18 @@ if (!redisBin && CI) {
  */
 async function startCluster ({ webhooks = false, env = {}, apps, topology = 'one Redis' } = {}) {
   const redis = await { 'one Redis': startRedis, '3 shards': () => startRedisShards(3), 'Redis Cluster': () => startRedisCluster(3) }[topology]()
-  const receiver = webhooks ? await startReceiver({ label: 'the webhook receiver of every node' }) : undefined
-  const nodes = await startNodes(redis, 3, receiver ? { ...env, HERALD_APP_WEBHOOK_URL: receiver.url } : env, { apps })
-  return { redis, nodes, receiver }
+  let receiver
+  try {
+    receiver = webhooks ? await startReceiver({ label: 'the webhook receiver of every node' }) : undefined
+    const nodes = await startNodes(redis, 3, receiver ? { ...env, HERALD_APP_WEBHOOK_URL: receiver.url } : env, { apps })
+    return { redis, nodes, receiver }
+  } catch (err) {
+    // The after hook gets nothing to stop: what started goes now, or the
+    // redis-servers would keep the test process alive after the suite.
+    await redis.stop()
+    await receiver?.close()
+    throw err
+  }
 }
 
 /** Stops what startCluster started (any part may be missing), the clients first; a dead node is killed instead. */

@@ -24,8 +24,8 @@ import { sleep } from './helpers.mjs'
 const TOOLS = ['initdb', 'postgres', 'pg_isready', 'createdb']
 /** The superuser initdb creates; connections from 127.0.0.1 are trusted. */
 const SUPERUSER = 'herald'
-const START_TIMEOUT_MS = 30_000
-const STOP_TIMEOUT_MS = 10_000
+const START_TIMEOUT_MS = 120_000 // against a hung initdb or server only: generous for a busy machine
+const STOP_TIMEOUT_MS = 60_000
 
 function isFile (p) {
   try { return statSync(p).isFile() } catch { return false }
