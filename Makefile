@@ -46,9 +46,11 @@ $(TS_DIR)/node_modules/.installed: $(TS_DIR)/package.json $(TS_DIR)/package-lock
 
 test-compat: $(COMPAT_DIR)/node_modules/.installed build-ts
 	@# Built as make build and the Dockerfile build it (TestImageContract too, which shares the build cache).
+	@# --test-force-exit: a file whose tests are done ends, and takes its servers with it (killOnExit),
+	@# even if a failed start left one running: a leak must fail a test, never hold CI to its limit.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(COMPAT_DIR)/herald ./server
 	$(GO) build -o bin/fakegateways ./server/push/pushtest/cmd/fakegateways
-	cd $(COMPAT_DIR) && HERALD_BIN=$(CURDIR)/$(COMPAT_DIR)/herald FAKEGW_BIN=$(CURDIR)/bin/fakegateways node --test --test-concurrency=1 --test-reporter=spec
+	cd $(COMPAT_DIR) && HERALD_BIN=$(CURDIR)/$(COMPAT_DIR)/herald FAKEGW_BIN=$(CURDIR)/bin/fakegateways node --test --test-concurrency=1 --test-force-exit --test-reporter=spec
 
 $(COMPAT_DIR)/node_modules/.installed: $(COMPAT_DIR)/package.json $(COMPAT_DIR)/package-lock.json
 	cd $(COMPAT_DIR) && npm ci --no-audit --no-fund
