@@ -25,6 +25,7 @@ var copyTables = []struct {
 	{"devices", false},
 	{"device_interests", false},
 	{"publishes", false},
+	{"publish_pages", true},
 	{"report_events", true},
 	{"publish_report_counts", false},
 	{"deliveries", true},

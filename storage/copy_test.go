@@ -49,6 +49,7 @@ func TestCopyMovesEveryTable(t *testing.T) {
 		`INSERT INTO devices VALUES ('apns-1', '` + instanceID + `', 'apns', 'tok2', 'com.x', '{}', NULL, 3, 4)`,
 		`INSERT INTO device_interests VALUES ('` + instanceID + `', 'news', 'web-1'), ('` + instanceID + `', 'news', 'apns-1')`,
 		`INSERT INTO publishes VALUES ('pub-1', '` + instanceID + `', 'interests', '["news"]', '{"web":{}}', '', 'delivering', '', 1, 2, 1, 0, 5, NULL, 'node-a', 99, 3)`,
+		`INSERT INTO publish_pages VALUES (18, 'pub-1', 'web', '', 'web-1', 'node-a', 1, 0, 1, 1, 1, 0)`,
 		`INSERT INTO report_events VALUES (7, '` + instanceID + `', 'pub-1', 'web-1', 'delivery', 'alice', 6, 1, NULL, 0, 8)`,
 		`INSERT INTO publish_report_counts VALUES ('` + instanceID + `', 'pub-1', 1, 0)`,
 		`INSERT INTO deliveries VALUES (9, 'pub-1', '` + instanceID + `', 'apns-1', 'apns', 'tok2', 'com.x', '', 2, 0, 10, 0)`,

@@ -237,25 +237,33 @@ func (db *DB) SetDeviceUser(ctx context.Context, instanceID string, p Platform, 
 func (db *DB) UserDevices(ctx context.Context, instanceID string, users []string) ([]Device, error) {
 	var out []Device
 	err := db.read(ctx, func(tx *tx) error {
-		stmt, err := tx.PrepareContext(ctx, `SELECT `+deviceColumns+` FROM devices
-			WHERE instance_id = ? AND user_id = ? ORDER BY id`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, u := range uniqueSorted(users) {
-			rows, err := stmt.QueryContext(ctx, instanceID, u)
-			if err != nil {
-				return err
-			}
-			if out, err = appendDevices(out, rows); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		out, err = userDevicesTx(ctx, tx, instanceID, users)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("devices of users on instance %q: %w", instanceID, err)
+	}
+	return out, nil
+}
+
+// userDevicesTx is UserDevices in tx.
+func userDevicesTx(ctx context.Context, tx *tx, instanceID string, users []string) ([]Device, error) {
+	var out []Device
+	stmt, err := tx.PrepareContext(ctx, `SELECT `+deviceColumns+` FROM devices
+		WHERE instance_id = ? AND user_id = ? ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	for _, u := range uniqueSorted(users) {
+		rows, err := stmt.QueryContext(ctx, instanceID, u)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = appendDevices(out, rows); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -267,11 +267,11 @@ func TestDeadTokenFoundOnRetry(t *testing.T) {
 }
 
 // Pages of a stream can finish out of order: a slow delivery of page 1
-// while pages 2 and 3 are all sent. The stored cursor says every target up
-// to it was handled, so it must wait for page 1: were it to move on, a crash
-// would lose the held delivery. Once page 1 is done too, every device has
-// its one notification and the cursor is at the end of the stream.
-func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
+// while pages 2 and 3 are all sent. Those are recorded, page 1 stays open
+// (a crash now would have it taken over and sent again, not lost) and the
+// publish unresolved. Once page 1 is done too, every device has its one
+// notification and every page is recorded.
+func TestUnfinishedPageStaysOpen(t *testing.T) {
 	const pageSize, apnsDevices = 4, 10 // pages of 4, 4 and 2 devices
 	db, in := openTestDB(t, storage.Instance{})
 	ctx := t.Context()
@@ -353,13 +353,24 @@ func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
 		}
 		return p
 	}
-	wait.Until(t, "the sentinel's page to be recorded", func() bool {
-		return stored().StreamCursor(storage.PlatformFCM) == sentinel
-	})
-	p := stored()
-	if c := p.StreamCursor(storage.PlatformAPNs); c >= held {
-		t.Fatalf("while %s of page 1 is unsent, the stored apns cursor is %q: a crash now would lose it", held, c)
+	recorded := func() (pages, targeted int) {
+		shares, err := db.PublishShares(ctx, "pub-pages")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range shares {
+			pages, targeted = pages+s.Pages, targeted+s.Targeted
+		}
+		return pages, targeted
 	}
+	wait.Until(t, "the sentinel's page to be recorded", func() bool {
+		pages, _ := recorded()
+		return pages == 3
+	})
+	if pages, targeted := recorded(); targeted != 4+2+1 {
+		t.Fatalf("while %s of page 1 is unsent, %d pages of %d deliveries are recorded, want pages 2 and 3 and the sentinel's (7)", held, pages, targeted)
+	}
+	p := stored()
 	if p.Resolved || p.State == storage.PublishDone {
 		t.Fatalf("publish resolved %v, state %s with a delivery in flight", p.Resolved, p.State)
 	}
@@ -374,8 +385,8 @@ func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
 	if p.Targeted != apnsDevices+1 || p.Sent != apnsDevices+1 || p.Failed != 0 {
 		t.Errorf("publish targeted %d, sent %d, failed %d; want %d sent", p.Targeted, p.Sent, p.Failed, apnsDevices+1)
 	}
-	if c := p.StreamCursor(storage.PlatformAPNs); c != fmt.Sprintf("apns-%02d", apnsDevices-1) {
-		t.Errorf("final apns cursor %q, want the last device", c)
+	if pages, targeted := recorded(); pages != 4 || targeted != apnsDevices+1 {
+		t.Errorf("%d pages of %d deliveries recorded, want 4 of %d", pages, targeted, apnsDevices+1)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -1,0 +1,269 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// streamEnd is a stream's cursor once its last page was claimed: after
+// every device id (they start with a platform's name and a dash).
+const streamEnd = "~"
+
+// Page is a claimed page of a publish's targets: the unit of work nodes
+// sharing the database split a publish into, each page sent by the one node
+// holding it (see ClaimPage).
+type Page struct {
+	ID        int64
+	PublishID string
+	Stream    Platform // the target stream (see PublishTargets)
+	// After and End bound the page: the stream's targets after After up
+	// to End.
+	After, End string
+	Owner      string
+	// Epoch is 1 when the page is first claimed and one more each time
+	// another node takes it over: it is recorded only under the epoch it
+	// was claimed with (see PageResult).
+	Epoch   int64
+	Targets []Delivery
+	// TakenOver reports that the page was claimed before by a node whose
+	// lease on it ran out: that node may have sent some of it.
+	TakenOver bool
+}
+
+// ClaimPage claims for owner, until t+lease, a page of p's targets to send.
+// A page of p whose lease ran out (its owner died or stalled) comes first:
+// it is taken over, under its next epoch, and its range read again. Else it
+// is the next page of stream, up to limit targets past the stream's stored
+// cursor, which moves past them. It returns nil when there is neither:
+// every page of the stream was claimed, or p is resolved or gone.
+// platforms are those p has a payload for (they filter a publish to
+// users' devices).
+//
+// The claim and the read are one transaction, so nodes claiming pages of
+// one publish at once get each target in exactly one page. A page is
+// recorded (see CompletePages) only by the owner and epoch holding it; the
+// holder renews its leases with RenewPages.
+func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) (*Page, error) {
+	var out *Page
+	err := db.write(ctx, func(tx *tx) error {
+		out = nil
+		var stored string
+		var resolved bool
+		err := tx.QueryRowContext(ctx, `SELECT cursor, resolved FROM publishes WHERE id = ?`, p.ID).Scan(&stored, &resolved)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && resolved {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		until := t.Add(lease).UnixMilli()
+		pg := &Page{PublishID: p.ID, Owner: owner}
+		err = tx.QueryRowContext(ctx, `UPDATE publish_pages SET owner = ?, epoch = epoch + 1, lease_until_ms = ?
+			WHERE id = (SELECT id FROM publish_pages WHERE publish_id = ? AND done = 0 AND lease_until_ms <= ? ORDER BY id LIMIT 1)
+			RETURNING id, stream, after_cursor, end_cursor, epoch`, owner, until, p.ID, t.UnixMilli()).
+			Scan(&pg.ID, &pg.Stream, &pg.After, &pg.End, &pg.Epoch)
+		if err == nil {
+			// The range once held at most limit targets; twice that
+			// leaves room for devices registered in it since.
+			pg.TakenOver = true
+			pg.Targets, _, _, err = db.targetsTx(ctx, tx, p, pg.Stream, platforms, pg.After, pg.End, 2*limit)
+			out = pg
+			return err
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		p.Cursor = stored
+		if p.streamClaimed(stream) {
+			return nil
+		}
+		pg.Stream, pg.After, pg.Epoch = stream, p.StreamCursor(stream), 1
+		var last bool
+		pg.Targets, pg.End, last, err = db.targetsTx(ctx, tx, p, stream, platforms, pg.After, "", limit)
+		if err != nil {
+			return err
+		}
+		next := pg.End
+		if last && p.TargetKind == TargetInterests {
+			next = streamEnd
+		}
+		cursor, err := advanceCursor(p.TargetKind, stored, stream, next)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE publishes SET cursor = ? WHERE id = ?`, cursor, p.ID); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `INSERT INTO publish_pages (publish_id, stream, after_cursor, end_cursor, owner, epoch,
+			lease_until_ms, done, targeted, sent, failed) VALUES (?, ?, ?, ?, ?, 1, ?, 0, 0, 0, 0) RETURNING id`,
+			p.ID, string(stream), pg.After, pg.End, owner, until).Scan(&pg.ID); err != nil {
+			return err
+		}
+		out = pg
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim a page of publish %q: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+// streamClaimed reports whether the last page of the stream was claimed,
+// by the publish's cursor.
+func (p Publish) streamClaimed(stream Platform) bool {
+	if p.TargetKind == TargetUsers {
+		n, _ := strconv.Atoi(p.Cursor)
+		return p.Cursor != "" && n >= len(p.Targets)
+	}
+	return p.StreamCursor(stream) == streamEnd
+}
+
+// resolvedTx reports whether the last page of each stream of the publish
+// was claimed and none of its pages is open.
+func resolvedTx(ctx context.Context, tx *tx, publishID string, streams []Platform) (bool, error) {
+	var p Publish
+	var kind, targets string
+	var open bool
+	if err := tx.QueryRowContext(ctx, `SELECT target_kind, targets, cursor,
+		EXISTS (SELECT 1 FROM publish_pages WHERE publish_id = publishes.id AND done = 0) FROM publishes WHERE id = ?`, publishID).
+		Scan(&kind, &targets, &p.Cursor, &open); err != nil {
+		return false, err
+	}
+	if open {
+		return false, nil
+	}
+	p.TargetKind = PublishTargetKind(kind)
+	if p.TargetKind == TargetUsers {
+		if err := json.Unmarshal([]byte(targets), &p.Targets); err != nil {
+			return false, err
+		}
+	}
+	for _, s := range streams {
+		if !p.streamClaimed(s) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// RenewPages extends to until the leases of owner's open pages among ids
+// (the ones it has in flight); it returns how many it renewed. A page
+// another node took over is no longer owner's.
+func (db *DB) RenewPages(ctx context.Context, owner string, ids []int64, until time.Time) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := []any{until.UnixMilli(), owner}
+	marks := strings.Repeat(", ?", len(ids))[2:]
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	var n int64
+	err := db.write(ctx, func(tx *tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = ? WHERE done = 0 AND owner = ? AND id IN (`+marks+`)`, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("renew pages of %q: %w", owner, err)
+	}
+	return int(n), nil
+}
+
+// ReleasePages ends the leases of owner's open pages, left by an earlier
+// run under the same name: they are taken over at once (by this run too)
+// rather than renewed forever by a run that does not hold them.
+func (db *DB) ReleasePages(ctx context.Context, owner string) (int, error) {
+	var n int64
+	err := db.write(ctx, func(tx *tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = 0 WHERE done = 0 AND owner = ?`, owner)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release pages of %q: %w", owner, err)
+	}
+	return int(n), nil
+}
+
+// PendingPublish is a publish whose targets are not all resolved yet.
+type PendingPublish struct {
+	Publish
+	// Expired reports that a page of it is open under a lease that ran out:
+	// ClaimPage takes it over.
+	Expired bool
+}
+
+// PendingPublishes returns up to limit publishes whose targets are not all
+// resolved yet, oldest first, each saying whether a page of it is open
+// under a lease that ran out by t.
+func (db *DB) PendingPublishes(ctx context.Context, t time.Time, limit int) ([]PendingPublish, error) {
+	rows, err := db.reader.QueryContext(ctx, `SELECT `+publishColumns+`,
+		EXISTS (SELECT 1 FROM publish_pages AS pp WHERE pp.publish_id = publishes.id AND pp.done = 0 AND pp.lease_until_ms <= ?)
+		FROM publishes WHERE resolved = 0 ORDER BY created_at_ms, id LIMIT ?`, t.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("pending publishes: %w", err)
+	}
+	defer rows.Close()
+	var out []PendingPublish
+	for rows.Next() {
+		var p PendingPublish
+		var err error
+		p.Publish, err = scanPublish(scanWith{rows, &p.Expired})
+		if err != nil {
+			return nil, fmt.Errorf("pending publishes: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// scanWith scans a row's columns into a scanner's destinations and the
+// extra ones after them.
+type scanWith struct {
+	s     scanner
+	extra any
+}
+
+func (s scanWith) Scan(dest ...any) error { return s.s.Scan(append(dest, s.extra)...) }
+
+// NodeShare is what one node did of a publish: the pages it recorded and
+// their deliveries.
+type NodeShare struct {
+	Node                   string
+	Pages                  int
+	Targeted, Sent, Failed int
+}
+
+// PublishShares returns, per node (the owner of its pages, see ClaimPage),
+// the recorded pages of the publish and their counts, by node name. A
+// publish resolved by an earlier version, without pages, has none.
+func (db *DB) PublishShares(ctx context.Context, publishID string) ([]NodeShare, error) {
+	rows, err := db.reader.QueryContext(ctx, `SELECT owner, COUNT(*), SUM(targeted), SUM(sent), SUM(failed)
+		FROM publish_pages WHERE publish_id = ? AND done = 1 GROUP BY owner ORDER BY owner`, publishID)
+	if err != nil {
+		return nil, fmt.Errorf("shares of publish %q: %w", publishID, err)
+	}
+	defer rows.Close()
+	var out []NodeShare
+	for rows.Next() {
+		var s NodeShare
+		if err := rows.Scan(&s.Node, &s.Pages, &s.Targeted, &s.Sent, &s.Failed); err != nil {
+			return nil, fmt.Errorf("shares of publish %q: %w", publishID, err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
