@@ -116,8 +116,8 @@ func (d *Dispatcher) PushCounters() Counters {
 		PagesClaimed:        d.counters.pagesClaimed.Load(),
 		PagesTakenOver:      d.counters.pagesTaken.Load(),
 		TakenOverDeliveries: d.counters.takenTargeted.Load(),
-		Panics:     d.panics.Count(),
-		Deliveries: make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
+		Panics:              d.panics.Count(),
+		Deliveries:          make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
 	}
 	for g, gw := range counterGateways {
 		for k, o := range counterOutcomes {
