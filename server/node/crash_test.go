@@ -197,19 +197,7 @@ func publishCrash(t *testing.T, base string) string {
 // notifiedOnce counts the seeded devices the gateways never notified, and
 // the notifications beyond one per device.
 func notifiedOnce(gw *gateways, seeded []storage.Delivery) (missing, dups int) {
-	perToken := map[string]int{}
-	for tok, n := range gw.apns.Tokens() {
-		perToken[tok] += n
-	}
-	for tok, n := range gw.fcm.Tokens() {
-		perToken[tok] += n
-	}
-	webByID := gw.web.Tokens()
-	for _, d := range seeded {
-		n := perToken[d.Token]
-		if d.Platform == storage.PlatformWeb {
-			n = webByID[webSubID(d.Token)]
-		}
+	for _, n := range timesNotified(gw, seeded) {
 		if n == 0 {
 			missing++
 		}
@@ -218,6 +206,28 @@ func notifiedOnce(gw *gateways, seeded []storage.Delivery) (missing, dups int) {
 		}
 	}
 	return missing, dups
+}
+
+// timesNotified returns how many notifications the gateways took for each
+// seeded device, by device id.
+func timesNotified(gw *gateways, seeded []storage.Delivery) map[string]int {
+	perToken := map[string]int{}
+	for tok, n := range gw.apns.Tokens() {
+		perToken[tok] += n
+	}
+	for tok, n := range gw.fcm.Tokens() {
+		perToken[tok] += n
+	}
+	webByID := gw.web.Tokens()
+	out := make(map[string]int, len(seeded))
+	for _, d := range seeded {
+		n := perToken[d.Token]
+		if d.Platform == storage.PlatformWeb {
+			n = webByID[webSubID(d.Token)]
+		}
+		out[d.DeviceID] = n
+	}
+	return out
 }
 
 // webSubID is the fake push service's id of a web token's endpoint.
