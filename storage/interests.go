@@ -58,8 +58,8 @@ func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platf
 	if len(set) > MaxDeviceInterests {
 		return fmt.Errorf("set interests of device %q: %w", id, ErrInterestLimit)
 	}
-	err := db.write(ctx, func(tx *tx) error {
-		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
 		// Only the difference is written: SDKs send the whole set on every
@@ -105,8 +105,8 @@ func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platf
 // subscribed is fine. It returns ErrNotFound for no such device and
 // ErrInterestLimit when the device already holds MaxDeviceInterests others.
 func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
-	err := db.write(ctx, func(tx *tx) error {
-		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO device_interests (instance_id, interest, device_id) VALUES (?, ?, ?)
@@ -135,8 +135,8 @@ func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platfo
 // RemoveDeviceInterest unsubscribes the device from the interest; not being
 // subscribed is fine. It returns ErrNotFound for no such device.
 func (db *DB) RemoveDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
-	err := db.write(ctx, func(tx *tx) error {
-		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM device_interests WHERE instance_id = ? AND interest = ? AND device_id = ?`,
