@@ -46,7 +46,7 @@ func runCrashChild() {
 
 // startChild runs this test binary as a node process and returns it with its
 // base URL.
-func startChild(t *testing.T, env []string) (*exec.Cmd, string) {
+func startChild(t testing.TB, env []string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPublishSurvivesSIGKILL$")
 	cmd.Env = append(append(os.Environ(), crashChildEnv+"=1"), env...)
@@ -136,7 +136,7 @@ func killMidway(t *testing.T, gw *gateways, child *exec.Cmd, devices int) int {
 
 // crashEnv is the environment of a crash test's node processes on db (a
 // SQLite file or a PostgreSQL URL) with the fake gateways.
-func crashEnv(t *testing.T, gw *gateways, db string) []string {
+func crashEnv(t testing.TB, gw *gateways, db string) []string {
 	cfg := pushConfig(t, gw, db)
 	return []string{
 		"HERALD_ADDR=127.0.0.1:0", "HERALD_DB=" + db, "HERALD_LOG_LEVEL=error",
@@ -181,7 +181,7 @@ func seedCrash(t *testing.T, gw *gateways, db string, devices int) []storage.Del
 
 // publishCrash publishes to the "crash" interest through base and returns
 // the publish id.
-func publishCrash(t *testing.T, base string) string {
+func publishCrash(t testing.TB, base string) string {
 	status, out := call(t, "POST", base+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests", map[string]any{
 		"interests": []string{"crash"},
 		"apns":      map[string]any{"aps": map[string]any{"alert": "crash test"}},

@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldrt/herald/server/internal/wait"
+	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testpg"
 )
@@ -26,7 +28,7 @@ type pageNodes struct {
 
 // startPageNodes starts n node processes (node-0, node-1, …) on a new
 // PostgreSQL database, with a page lease of 3 s.
-func startPageNodes(t *testing.T, n int) *pageNodes {
+func startPageNodes(t testing.TB, n int) *pageNodes {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts node processes")
@@ -42,7 +44,7 @@ func startPageNodes(t *testing.T, n int) *pageNodes {
 
 // delivered is how many deliveries the node at base counts delivered, from
 // its metrics.
-func delivered(t *testing.T, base string) float64 {
+func delivered(t testing.TB, base string) float64 {
 	fams := scrape(t, base+"/metrics")
 	n := 0.0
 	for _, g := range []string{"apns", "fcm", "web"} {
@@ -198,4 +200,56 @@ func (pn *pageNodes) takenOver(t *testing.T) []pageRange {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// BenchmarkPublish100kNodes publishes to one interest of 100,000 devices
+// through node 0 of one or three node processes on one PostgreSQL database
+// (the fake gateways in this process) and reports the time from the
+// answer to the publish being done, the share each node sent, and the CPU
+// the node processes used per delivery.
+func BenchmarkPublish100kNodes(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("Nodes%d", n), func(b *testing.B) {
+			const devices = 100_000
+			pn := startPageNodes(b, n)
+			db, err := storage.Open(context.Background(), pn.dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			in, err := db.GetInstance(context.Background(), beamsInstance)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pn.gw.web.VAPIDPublicKey = in.VAPID.PublicKey
+			for _, g := range []*pushtest.Inbox{pn.gw.apns.Inbox, pn.gw.fcm.Inbox, pn.gw.web.Inbox} {
+				g.Keep = false
+			}
+			seedDevices(b, db, devices, "crash", webTokens(b, pn.gw))
+			db.Close()
+			cpu := func() time.Duration {
+				var total time.Duration
+				for _, p := range pn.procs {
+					total += procCPU(p.Process.Pid)
+				}
+				return total
+			}
+			b.ResetTimer()
+			var took, used time.Duration
+			for range b.N {
+				before := cpu()
+				id := publishCrash(b, pn.bases[0])
+				start := time.Now()
+				waitDone(b, pn.bases[0], id)
+				took += time.Since(start)
+				used += cpu() - before
+			}
+			b.StopTimer()
+			b.ReportMetric(took.Seconds()/float64(b.N), "s-to-done")
+			b.ReportMetric(float64(devices*b.N)/took.Seconds(), "deliveries/s")
+			b.ReportMetric(float64(used.Microseconds())/float64(devices*b.N), "herald-cpu-µs/delivery")
+			for i, base := range pn.bases {
+				b.ReportMetric(100*delivered(b, base)/float64(devices*b.N), fmt.Sprintf("%%-node%d", i))
+			}
+		})
+	}
 }
