@@ -43,16 +43,29 @@ type Page struct {
 // cursor, which moves past them. It returns nil when there is neither:
 // every page of the stream was claimed, or p is resolved or gone.
 // platforms are those p has a payload for (they filter a publish to
-// users' devices).
+// users' devices). A publish still accepted is started by the claim, as
+// StartPublish does.
 //
 // The claim and the read are one transaction, so nodes claiming pages of
 // one publish at once get each target in exactly one page. A page is
 // recorded (see CompletePages) only by the owner and epoch holding it; the
 // holder renews its leases with RenewPages.
 func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) (*Page, error) {
-	var out *Page
+	pages, err := db.ClaimPages(ctx, p, []Platform{stream}, platforms, owner, t, lease, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pages[0], nil
+}
+
+// ClaimPages is ClaimPage for several streams of p in one transaction (a
+// small publish's pages, one per platform, in one round trip): the page of
+// streams[i] is pages[i], nil when the stream has none left. A page taken
+// over, at most one, is pages[0], in place of streams[0]'s next.
+func (db *DB) ClaimPages(ctx context.Context, p Publish, streams []Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) ([]*Page, error) {
+	out := make([]*Page, len(streams))
 	err := db.write(ctx, func(tx *tx) error {
-		out = nil
+		clear(out)
 		var stored string
 		var resolved bool
 		err := tx.QueryRowContext(ctx, `SELECT cursor, resolved FROM publishes WHERE id = ?`, p.ID).Scan(&stored, &resolved)
@@ -62,54 +75,62 @@ func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platfor
 		if err != nil {
 			return err
 		}
+		if p.State == PublishAccepted {
+			// Started by its first claim, here, rather than in a
+			// transaction of its own (see StartPublish).
+			if err := startPublishTx(ctx, tx, &p); err != nil {
+				return err
+			}
+		}
 		until := t.Add(lease).UnixMilli()
-		pg := &Page{PublishID: p.ID, Owner: owner}
+		taken := &Page{PublishID: p.ID, Owner: owner}
 		err = tx.QueryRowContext(ctx, `UPDATE publish_pages SET owner = ?, epoch = epoch + 1, lease_until_ms = ?
 			WHERE id = (SELECT id FROM publish_pages WHERE publish_id = ? AND done = 0 AND lease_until_ms <= ? ORDER BY id LIMIT 1)
 			RETURNING id, stream, after_cursor, end_cursor, epoch`, owner, until, p.ID, t.UnixMilli()).
-			Scan(&pg.ID, &pg.Stream, &pg.After, &pg.End, &pg.Epoch)
+			Scan(&taken.ID, &taken.Stream, &taken.After, &taken.End, &taken.Epoch)
 		if err == nil {
 			// The range once held at most limit targets; twice that
 			// leaves room for devices registered in it since.
-			pg.TakenOver = true
-			pg.Targets, _, _, err = db.targetsTx(ctx, tx, p, pg.Stream, platforms, pg.After, pg.End, 2*limit)
-			out = pg
+			taken.TakenOver = true
+			if taken.Targets, _, _, err = db.targetsTx(ctx, tx, p, taken.Stream, platforms, taken.After, taken.End, 2*limit); err != nil {
+				return err
+			}
+			out[0] = taken
+		} else if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
+		for i, stream := range streams {
+			if out[i] != nil {
+				continue // taken over in its place
+			}
+			p.Cursor = stored
+			if p.streamClaimed(stream) {
+				continue
+			}
+			pg := &Page{PublishID: p.ID, Owner: owner, Stream: stream, After: p.StreamCursor(stream), Epoch: 1}
+			var last bool
+			if pg.Targets, pg.End, last, err = db.targetsTx(ctx, tx, p, stream, platforms, pg.After, "", limit); err != nil {
+				return err
+			}
+			next := pg.End
+			if last && p.TargetKind == TargetInterests {
+				next = streamEnd
+			}
+			if stored, err = advanceCursor(p.TargetKind, stored, stream, next); err != nil {
+				return err
+			}
+			if err := tx.QueryRowContext(ctx, `INSERT INTO publish_pages (publish_id, stream, after_cursor, end_cursor, owner, epoch,
+				lease_until_ms, done, targeted, sent, failed) VALUES (?, ?, ?, ?, ?, 1, ?, 0, 0, 0, 0) RETURNING id`,
+				p.ID, string(stream), pg.After, pg.End, owner, until).Scan(&pg.ID); err != nil {
+				return err
+			}
+			out[i] = pg
 		}
-		p.Cursor = stored
-		if p.streamClaimed(stream) {
-			return nil
-		}
-		pg.Stream, pg.After, pg.Epoch = stream, p.StreamCursor(stream), 1
-		var last bool
-		pg.Targets, pg.End, last, err = db.targetsTx(ctx, tx, p, stream, platforms, pg.After, "", limit)
-		if err != nil {
-			return err
-		}
-		next := pg.End
-		if last && p.TargetKind == TargetInterests {
-			next = streamEnd
-		}
-		cursor, err := advanceCursor(p.TargetKind, stored, stream, next)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE publishes SET cursor = ? WHERE id = ?`, cursor, p.ID); err != nil {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, `INSERT INTO publish_pages (publish_id, stream, after_cursor, end_cursor, owner, epoch,
-			lease_until_ms, done, targeted, sent, failed) VALUES (?, ?, ?, ?, ?, 1, ?, 0, 0, 0, 0) RETURNING id`,
-			p.ID, string(stream), pg.After, pg.End, owner, until).Scan(&pg.ID); err != nil {
-			return err
-		}
-		out = pg
-		return nil
+		_, err = tx.ExecContext(ctx, `UPDATE publishes SET cursor = ? WHERE id = ?`, stored, p.ID)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim a page of publish %q: %w", p.ID, err)
+		return nil, fmt.Errorf("claim pages of publish %q: %w", p.ID, err)
 	}
 	return out, nil
 }

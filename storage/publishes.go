@@ -182,22 +182,26 @@ func (db *DB) StartPublish(ctx context.Context, p Publish) (Publish, error) {
 	if p.State != PublishAccepted {
 		return p, nil
 	}
-	err := db.write(ctx, func(tx *tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ? WHERE id = ? AND state = ?`,
-			string(PublishDelivering), p.ID, string(PublishAccepted))
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // started already, or deleted with its instance
-		}
-		p.State = PublishDelivering
-		return enqueuePublishWebhookTx(ctx, tx, p, PublishStarted, now())
-	})
+	err := db.write(ctx, func(tx *tx) error { return startPublishTx(ctx, tx, &p) })
 	if err != nil {
 		return p, fmt.Errorf("start publish %q: %w", p.ID, err)
 	}
 	return p, nil
+}
+
+// startPublishTx is StartPublish in tx; it sets p's state when it started
+// it.
+func startPublishTx(ctx context.Context, tx *tx, p *Publish) error {
+	res, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ? WHERE id = ? AND state = ?`,
+		string(PublishDelivering), p.ID, string(PublishAccepted))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil // started already, or deleted with its instance
+	}
+	p.State = PublishDelivering
+	return enqueuePublishWebhookTx(ctx, tx, *p, PublishStarted, now())
 }
 
 // PublishTargets reads the next page of one of p's target streams, after

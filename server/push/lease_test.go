@@ -82,7 +82,7 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 	}
 
 	ra := listed(a)
-	if !a.claimPage(ctx, ra, storage.PlatformAPNs) {
+	if !a.claimPages(ctx, ra, []storage.Platform{storage.PlatformAPNs}) {
 		t.Fatal("a claimed no page")
 	}
 	// a stalls: its lease runs out.
@@ -93,13 +93,13 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 	if !rb.expired {
 		t.Fatal("b's listing did not see a's page run out")
 	}
-	if !b.claimPage(ctx, rb, storage.PlatformAPNs) || b.counters.pagesTaken.Load() != 1 || b.counters.takenTargeted.Load() != 4 {
+	if !b.claimPages(ctx, rb, []storage.Platform{storage.PlatformAPNs}) || b.counters.pagesTaken.Load() != 1 || b.counters.takenTargeted.Load() != 4 {
 		t.Fatalf("b took over %d pages (%d deliveries), want a's page of 4", b.counters.pagesTaken.Load(), b.counters.takenTargeted.Load())
 	}
 	if got := sendAll(b); fmt.Sprint(got) != "[apns-00 apns-01 apns-02 apns-03]" {
 		t.Fatalf("b sent %v, want a's page again", got)
 	}
-	for b.claimPage(ctx, rb, storage.PlatformAPNs) {
+	for b.claimPages(ctx, rb, []storage.Platform{storage.PlatformAPNs}) {
 	}
 	if got := sendAll(b); fmt.Sprint(got) != "[apns-04 apns-05 apns-06 apns-07 apns-08 apns-09]" {
 		t.Fatalf("b's own pages sent %v, want the devices after a's page", got)

@@ -39,13 +39,18 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 					// Another node's page ran out: take it over, whatever
 					// its stream.
 					r.expired = false
-					progressed = d.claimPage(ctx, r, r.names[0]) || progressed
+					progressed = d.claimPages(ctx, r, r.names[:1]) || progressed
 				}
+				// The next page of every stream with room, in one claim.
+				var next []storage.Platform
 				for _, pl := range streamOrder {
 					st := r.streams[pl]
 					if st != nil && !st.exhausted && d.room(r, pl) {
-						progressed = d.claimPage(ctx, r, pl) || progressed
+						next = append(next, pl)
 					}
+				}
+				if len(next) > 0 {
+					progressed = d.claimPages(ctx, r, next) || progressed
 				}
 			}
 		})
@@ -122,7 +127,7 @@ func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	return out
 }
 
-// startReading moves an accepted publish to delivering and sets up its
+// startReading sets up the resolver's state of a publish: its payload and
 // streams. It returns nil when that failed.
 func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *reading {
 	payload := d.takeAccepted(p.ID)
@@ -142,18 +147,8 @@ func (d *Dispatcher) startReading(ctx context.Context, p storage.Publish) *readi
 	if payload != nil {
 		wanted = payload.Platforms()
 	}
-	if p.State == storage.PublishAccepted {
-		var err error
-		if p, err = d.db.StartPublish(ctx, p); err != nil {
-			if ctx.Err() == nil {
-				d.log.Error("starting publish", zap.String("publish", p.ID), zap.Error(err))
-			}
-			return nil
-		}
-		if p.WebhookURL != "" {
-			wake(d.wakeHooks)
-		}
-	}
+	// A publish still accepted is started by its first claim (see
+	// storage.ClaimPages).
 	r := &reading{publish: p, payload: payload, wanted: wanted, streams: map[storage.Platform]*stream{}}
 	if p.TargetKind == storage.TargetUsers {
 		r.streams[""] = &stream{}
@@ -192,22 +187,39 @@ func (d *Dispatcher) room(r *reading, pl storage.Platform) bool {
 	return true
 }
 
-// claimPage claims a page of the publish (the stream's next, or one whose
-// lease ran out) and hands its deliveries out; it reports whether it got
-// one. Without one the stream has no page left to claim.
-func (d *Dispatcher) claimPage(ctx context.Context, r *reading, pl storage.Platform) bool {
-	got, err := d.db.ClaimPage(ctx, r.publish, pl, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
+// claimPages claims a page of each of the publish's streams (the stream's
+// next, or, in place of the first, one whose lease ran out; see
+// storage.ClaimPages) and hands their deliveries out; it reports whether it
+// got one. A stream without one has no page left to claim.
+func (d *Dispatcher) claimPages(ctx context.Context, r *reading, streams []storage.Platform) bool {
+	got, err := d.db.ClaimPages(ctx, r.publish, streams, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
 	if err != nil {
 		if ctx.Err() == nil {
-			d.log.Error("claiming a page of publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
+			d.log.Error("claiming pages of publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
 			sleep(ctx, nil, time.Second)
 		}
 		return false
 	}
-	if got == nil {
-		r.streams[pl].exhausted = true
-		return false
+	if r.publish.State == storage.PublishAccepted {
+		r.publish.State = storage.PublishDelivering // by this claim or another node's
+		if r.publish.WebhookURL != "" {
+			wake(d.wakeHooks)
+		}
 	}
+	claimed := false
+	for i, pg := range got {
+		if pg == nil {
+			r.streams[streams[i]].exhausted = true
+			continue
+		}
+		claimed = true
+		d.handOut(r, pg)
+	}
+	return claimed
+}
+
+// handOut hands a claimed page's deliveries to the senders.
+func (d *Dispatcher) handOut(r *reading, got *storage.Page) {
 	d.counters.pageClaimed(got.TakenOver, len(got.Targets))
 	if got.TakenOver {
 		d.log.Warn("took over a page whose lease ran out: its deliveries may be sent twice",
@@ -230,5 +242,4 @@ func (d *Dispatcher) claimPage(ctx context.Context, r *reading, pl storage.Platf
 	if len(got.Targets) == 0 {
 		wake(d.wakeRecorder)
 	}
-	return true
 }
