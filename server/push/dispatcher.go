@@ -116,7 +116,7 @@ type InstanceLookup interface {
 // others). A claimer feeds them to the same senders when due.
 //
 // Goroutines: one resolver (targets -> pages -> platform queues), one
-// claimer (due rows -> platform queues), Workers senders per platform, one
+// renewer of the pages' leases, one claimer (due rows -> platform queues), Workers senders per platform, one
 // recorder (results -> pages and rows, recorded in batches) and one webhook
 // sender. Close stops them all.
 type Dispatcher struct {
@@ -149,8 +149,6 @@ type Dispatcher struct {
 	reading  map[string]*reading          // publishes being resolved, by id
 	ready    []*page                      // pages whose deliveries are all done, to record
 	claimed  map[int64]bool               // the ids of the pages in flight, whose leases the resolver renews
-
-	renewed time.Time // when the resolver last renewed its pages' leases
 
 	stop    context.CancelFunc
 	loops   sync.WaitGroup // resolver, claimer, webhooks
@@ -287,8 +285,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			go func() { defer d.workers.Done(); d.work(bg, q) }()
 		}
 	}
-	d.loops.Add(3)
+	d.loops.Add(4)
 	go func() { defer d.loops.Done(); d.resolve(bg) }()
+	go func() { defer d.loops.Done(); d.renew(bg) }()
 	go func() { defer d.loops.Done(); d.claim(bg) }()
 	go func() { defer d.loops.Done(); d.sendWebhooks(bg) }()
 	return nil

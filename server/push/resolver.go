@@ -63,33 +63,44 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 	}
 }
 
+// renew renews the leases of the pages in flight here every quarter of a
+// lease, in a loop of its own: a resolver or a recorder that waits (on the
+// database, on a full gateway) must not let them run out.
+func (d *Dispatcher) renew(ctx context.Context) {
+	t := time.NewTicker(d.opts.Lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		open := make([]int64, 0, len(d.claimed))
+		for id := range d.claimed {
+			open = append(open, id)
+		}
+		d.mu.Unlock()
+		if len(open) == 0 {
+			continue
+		}
+		if _, err := d.db.RenewPages(ctx, d.opts.Owner, open, time.Now().Add(d.opts.Lease)); err != nil && ctx.Err() == nil {
+			d.log.Error("renewing the leases of pages in flight", zap.Error(err))
+		}
+	}
+}
+
 // streamOrder is the order the resolver visits a publish's streams in.
 var streamOrder = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb, ""}
 
 // listPublishes returns the unresolved publishes, oldest first, with the
-// resolver's state of each, starting the ones seen the first time, and
-// renews the leases of the pages in flight here. A publish no longer listed
+// resolver's state of each, starting the ones seen the first time. A publish no longer listed
 // is forgotten once its pages here are recorded.
 func (d *Dispatcher) listPublishes(ctx context.Context) []*reading {
 	now := time.Now()
 	d.mu.Lock()
 	busy := len(d.reading)
-	var open []int64
-	if now.Sub(d.renewed) >= d.opts.Lease/4 {
-		for id := range d.claimed {
-			open = append(open, id)
-		}
-	}
 	d.mu.Unlock()
-	if len(open) > 0 {
-		if _, err := d.db.RenewPages(ctx, d.opts.Owner, open, now.Add(d.opts.Lease)); err != nil {
-			if ctx.Err() == nil {
-				d.log.Error("renewing the leases of pages in flight", zap.Error(err))
-			}
-		} else {
-			d.renewed = now
-		}
-	}
 	pubs, err := d.db.PendingPublishes(ctx, now, 64+busy)
 	if err != nil {
 		if ctx.Err() == nil {
