@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -34,23 +33,22 @@ type Page struct {
 	// TakenOver reports that the page was claimed before by a node whose
 	// lease on it ran out: that node may have sent some of it.
 	TakenOver bool
+	// Last reports that the page is its stream's last: every page of the
+	// stream is claimed now.
+	Last bool
 }
 
-// ClaimPage claims for owner, until t+lease, a page of p's targets to send.
-// A page of p whose lease ran out (its owner died or stalled) comes first:
-// it is taken over, under its next epoch, and its range read again. Else it
-// is the next page of stream, up to limit targets past the stream's stored
-// cursor, which moves past them. It returns nil when there is neither:
-// every page of the stream was claimed, or p is resolved or gone.
-// platforms are those p has a payload for (they filter a publish to
-// users' devices). A publish still accepted is started by the claim, as
-// StartPublish does.
-//
-// The claim and the read are one transaction, so nodes claiming pages of
-// one publish at once get each target in exactly one page. A page is
-// recorded (see CompletePages) only by the owner and epoch holding it; the
-// holder renews its leases with RenewPages.
+// ClaimPage claims for owner, until t+lease, a page of p's targets to send:
+// one whose lease ran out (see TakeOverPage) if p has one, else the next
+// page of stream (see ClaimPages). It returns nil when there is neither.
+// Tests and tools use it; the dispatcher takes over a page only when its
+// listing saw one run out (PendingPublish.Expired), so that a publish
+// nobody died on costs no probe.
 func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) (*Page, error) {
+	pg, err := db.TakeOverPage(ctx, p, platforms, owner, t, lease, limit)
+	if pg != nil || err != nil {
+		return pg, err
+	}
 	pages, err := db.ClaimPages(ctx, p, []Platform{stream}, platforms, owner, t, lease, limit)
 	if err != nil {
 		return nil, err
@@ -58,10 +56,20 @@ func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platfor
 	return pages[0], nil
 }
 
-// ClaimPages is ClaimPage for several streams of p in one transaction (a
-// small publish's pages, one per platform, in one round trip): the page of
-// streams[i] is pages[i], nil when the stream has none left. A page taken
-// over, at most one, is pages[0], in place of streams[0]'s next.
+// ClaimPages claims for owner, until t+lease, the next page of each of p's
+// streams, in one transaction (a small publish's pages, one per platform,
+// in one round trip): up to limit targets past the stream's stored cursor,
+// which moves past them. The page of streams[i] is pages[i], nil when every
+// page of the stream was claimed (or p is resolved or gone); a page that
+// ends its stream says so (Last), so that its claimer need not ask again.
+// platforms are those p has a payload for (they filter a publish to users'
+// devices). A publish still accepted is started by the claim, as
+// StartPublish does.
+//
+// The claim and the read are one transaction, so nodes claiming pages of
+// one publish at once get each target in exactly one page. A page is
+// recorded (see CompletePages) only by the owner and epoch holding it; the
+// holder renews its leases with RenewPages.
 func (db *DB) ClaimPages(ctx context.Context, p Publish, streams []Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) ([]*Page, error) {
 	out := make([]*Page, len(streams))
 	err := db.write(ctx, func(tx *tx) error {
@@ -83,54 +91,98 @@ func (db *DB) ClaimPages(ctx context.Context, p Publish, streams []Platform, pla
 			}
 		}
 		until := t.Add(lease).UnixMilli()
-		taken := &Page{PublishID: p.ID, Owner: owner}
-		err = tx.QueryRowContext(ctx, `UPDATE publish_pages SET owner = ?, epoch = epoch + 1, lease_until_ms = ?
-			WHERE id = (SELECT id FROM publish_pages WHERE publish_id = ? AND done = 0 AND lease_until_ms <= ? ORDER BY id LIMIT 1)
-			RETURNING id, stream, after_cursor, end_cursor, epoch`, owner, until, p.ID, t.UnixMilli()).
-			Scan(&taken.ID, &taken.Stream, &taken.After, &taken.End, &taken.Epoch)
-		if err == nil {
-			// The range once held at most limit targets; twice that
-			// leaves room for devices registered in it since.
-			taken.TakenOver = true
-			if taken.Targets, _, _, err = db.targetsTx(ctx, tx, p, taken.Stream, platforms, taken.After, taken.End, 2*limit); err != nil {
-				return err
-			}
-			out[0] = taken
-		} else if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
 		for i, stream := range streams {
-			if out[i] != nil {
-				continue // taken over in its place
-			}
 			p.Cursor = stored
 			if p.streamClaimed(stream) {
 				continue
 			}
 			pg := &Page{PublishID: p.ID, Owner: owner, Stream: stream, After: p.StreamCursor(stream), Epoch: 1}
-			var last bool
-			if pg.Targets, pg.End, last, err = db.targetsTx(ctx, tx, p, stream, platforms, pg.After, "", limit); err != nil {
+			if pg.Targets, pg.End, pg.Last, err = db.targetsTx(ctx, tx, p, stream, platforms, pg.After, "", limit); err != nil {
 				return err
 			}
 			next := pg.End
-			if last && p.TargetKind == TargetInterests {
+			if pg.Last && p.TargetKind == TargetInterests {
 				next = streamEnd
 			}
 			if stored, err = advanceCursor(p.TargetKind, stored, stream, next); err != nil {
 				return err
 			}
-			if err := tx.QueryRowContext(ctx, `INSERT INTO publish_pages (publish_id, stream, after_cursor, end_cursor, owner, epoch,
-				lease_until_ms, done, targeted, sent, failed) VALUES (?, ?, ?, ?, ?, 1, ?, 0, 0, 0, 0) RETURNING id`,
-				p.ID, string(stream), pg.After, pg.End, owner, until).Scan(&pg.ID); err != nil {
-				return err
-			}
 			out[i] = pg
+		}
+		if err := insertPagesTx(ctx, tx, out, until); err != nil {
+			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE publishes SET cursor = ? WHERE id = ?`, stored, p.ID)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim pages of publish %q: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+// insertPagesTx stores the claimed pages (nil ones skipped, each of
+// another stream) in one statement, open under lease until untilMs, and
+// sets their ids.
+func insertPagesTx(ctx context.Context, tx *tx, pages []*Page, untilMs int64) error {
+	var values []string
+	var args []any
+	byStream := make(map[Platform]*Page, len(pages))
+	for _, pg := range pages {
+		if pg != nil {
+			values = append(values, "(?, ?, ?, ?, ?, 1, ?, 0, 0, 0, 0)")
+			args = append(args, pg.PublishID, string(pg.Stream), pg.After, pg.End, pg.Owner, untilMs)
+			byStream[pg.Stream] = pg
+		}
+	}
+	if len(values) == 0 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `INSERT INTO publish_pages (publish_id, stream, after_cursor, end_cursor, owner, epoch,
+		lease_until_ms, done, targeted, sent, failed) VALUES `+strings.Join(values, ", ")+` RETURNING id, stream`, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() { // in no promised order
+		var id int64
+		var stream string
+		if err := rows.Scan(&id, &stream); err != nil {
+			return err
+		}
+		byStream[Platform(stream)].ID = id
+	}
+	return rows.Err()
+}
+
+// TakeOverPage claims for owner, until t+lease, a page of p whose lease ran
+// out by t (its owner died or stalled), under the page's next epoch, and
+// reads its range again; it returns nil when p has none. The range once
+// held at most limit targets; it is read up to twice that, which leaves
+// room for devices registered in it since.
+func (db *DB) TakeOverPage(ctx context.Context, p Publish, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) (*Page, error) {
+	var out *Page
+	err := db.write(ctx, func(tx *tx) error {
+		out = nil
+		pg := &Page{PublishID: p.ID, Owner: owner, TakenOver: true}
+		err := tx.QueryRowContext(ctx, `UPDATE publish_pages SET owner = ?, epoch = epoch + 1, lease_until_ms = ?
+			WHERE id = (SELECT id FROM publish_pages WHERE publish_id = ? AND done = 0 AND lease_until_ms <= ? ORDER BY id LIMIT 1)
+			RETURNING id, stream, after_cursor, end_cursor, epoch`, owner, t.Add(lease).UnixMilli(), p.ID, t.UnixMilli()).
+			Scan(&pg.ID, &pg.Stream, &pg.After, &pg.End, &pg.Epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if pg.Targets, _, _, err = db.targetsTx(ctx, tx, p, pg.Stream, platforms, pg.After, pg.End, 2*limit); err != nil {
+			return err
+		}
+		out = pg
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take over a page of publish %q: %w", p.ID, err)
 	}
 	return out, nil
 }
@@ -143,34 +195,6 @@ func (p Publish) streamClaimed(stream Platform) bool {
 		return p.Cursor != "" && n >= len(p.Targets)
 	}
 	return p.StreamCursor(stream) == streamEnd
-}
-
-// resolvedTx reports whether the last page of each stream of the publish
-// was claimed and none of its pages is open.
-func resolvedTx(ctx context.Context, tx *tx, publishID string, streams []Platform) (bool, error) {
-	var p Publish
-	var kind, targets string
-	var open bool
-	if err := tx.QueryRowContext(ctx, `SELECT target_kind, targets, cursor,
-		EXISTS (SELECT 1 FROM publish_pages WHERE publish_id = publishes.id AND done = 0) FROM publishes WHERE id = ?`, publishID).
-		Scan(&kind, &targets, &p.Cursor, &open); err != nil {
-		return false, err
-	}
-	if open {
-		return false, nil
-	}
-	p.TargetKind = PublishTargetKind(kind)
-	if p.TargetKind == TargetUsers {
-		if err := json.Unmarshal([]byte(targets), &p.Targets); err != nil {
-			return false, err
-		}
-	}
-	for _, s := range streams {
-		if !p.streamClaimed(s) {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 // RenewPages extends to until the leases of owner's open pages among ids
@@ -223,7 +247,7 @@ func (db *DB) ReleasePages(ctx context.Context, owner string) (int, error) {
 type PendingPublish struct {
 	Publish
 	// Expired reports that a page of it is open under a lease that ran out:
-	// ClaimPage takes it over.
+	// TakeOverPage takes it over.
 	Expired bool
 }
 

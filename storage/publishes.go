@@ -419,14 +419,8 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 		finished, duplicated = finished[:0], 0
 		ts := now()
 		for _, pg := range pages {
-			var kind, stored string
-			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-			found := err == nil // else the publish was deleted with its instance
-			lost := false
-			if found && pg.Page != 0 {
+			found, lost := true, false
+			if pg.Page != 0 {
 				res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET done = 1, targeted = ?, sent = ?, failed = ?
 					WHERE id = ? AND owner = ? AND epoch = ? AND done = 0`, pg.Targeted, pg.Sent, pg.Failed, pg.Page, pg.Owner, pg.Epoch)
 				if err != nil {
@@ -436,7 +430,15 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 				if err != nil {
 					return err
 				}
-				lost = n == 0
+				if n == 0 {
+					// Taken over by another node, or gone with its
+					// publish (deleted with its instance): asked only
+					// then, so a page recorded costs one statement here.
+					if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM publishes WHERE id = ?)`, pg.PublishID).Scan(&found); err != nil {
+						return err
+					}
+					lost = found
+				}
 			}
 			if lost {
 				duplicated += pg.Targeted // the new owner reads the page again, retries and all
@@ -459,17 +461,16 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 			if !found || lost {
 				continue
 			}
-			cursor, resolved := stored, pg.Resolved
+			var p Publish
+			var err error
 			if pg.Page == 0 {
-				if cursor, err = advanceCursor(PublishTargetKind(kind), stored, pg.Stream, pg.Cursor); err != nil {
-					return err
-				}
-			} else if resolved, err = resolvedTx(ctx, tx, pg.PublishID, pg.Streams); err != nil {
-				return err
+				p, err = recordByCursorTx(ctx, tx, pg)
+			} else {
+				p, err = recordPageTx(ctx, tx, pg)
 			}
-			p, err := scanPublish(tx.QueryRowContext(ctx, `UPDATE publishes SET cursor = ?, resolved = ?,
-				targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ? RETURNING `+publishColumns,
-				cursor, resolved, pg.Targeted, pg.Sent, pg.Failed, pg.PublishID))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // deleted with its instance
+			}
 			if err != nil {
 				return err
 			}
@@ -485,6 +486,46 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 		return nil, 0, fmt.Errorf("complete publish pages: %w", err)
 	}
 	return finished, duplicated, nil
+}
+
+// recordPageTx adds a recorded page's counts to its publish and resolves
+// the publish when that was its last page: the last page of each stream
+// claimed (its cursor) and no page of it open (asked in the same
+// statement). It returns the publish as updated.
+func recordPageTx(ctx context.Context, tx *tx, pg PageResult) (Publish, error) {
+	var open bool
+	p, err := scanPublish(scanWith{tx.QueryRowContext(ctx, `UPDATE publishes SET
+		targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ?
+		RETURNING `+publishColumns+`, EXISTS (SELECT 1 FROM publish_pages AS pp WHERE pp.publish_id = publishes.id AND pp.done = 0)`,
+		pg.Targeted, pg.Sent, pg.Failed, pg.PublishID), &open})
+	if err != nil || open || p.Resolved {
+		return p, err
+	}
+	for _, s := range pg.Streams {
+		if !p.streamClaimed(s) {
+			return p, nil
+		}
+	}
+	p.Resolved = true
+	_, err = tx.ExecContext(ctx, `UPDATE publishes SET resolved = ? WHERE id = ?`, true, p.ID)
+	return p, err
+}
+
+// recordByCursorTx records a page without a claim (PageResult.Page 0): its
+// publish's stream cursor moves to pg.Cursor, and it is resolved when
+// pg.Resolved.
+func recordByCursorTx(ctx context.Context, tx *tx, pg PageResult) (Publish, error) {
+	var kind, stored string
+	if err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored); err != nil {
+		return Publish{}, err
+	}
+	cursor, err := advanceCursor(PublishTargetKind(kind), stored, pg.Stream, pg.Cursor)
+	if err != nil {
+		return Publish{}, err
+	}
+	return scanPublish(tx.QueryRowContext(ctx, `UPDATE publishes SET cursor = ?, resolved = ?,
+		targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ? RETURNING `+publishColumns,
+		cursor, pg.Resolved, pg.Targeted, pg.Sent, pg.Failed, pg.PublishID))
 }
 
 // finishIfDoneTx moves a resolved publish with nothing left to send to done

@@ -213,12 +213,20 @@ func TestClaimPages(t *testing.T) {
 	seen, pages := map[string]int{}, 0
 	var held *Page // a's first page, never recorded by a
 	for _, s := range streams {
+		last := false
 		for turn := 0; ; turn++ {
 			owner := []string{"node-a", "node-b"}[turn%2]
 			pg := claim(owner, s, 0)
 			if pg == nil {
+				if turn == 0 || !last {
+					t.Fatalf("stream %s ended after %d pages, the last not marked so", s, turn)
+				}
 				break
 			}
+			if last {
+				t.Fatalf("stream %s has a page after the one marked last", s)
+			}
+			last = pg.Last
 			check(t, "stream", pg.Stream, s)
 			pages++
 			for _, d := range pg.Targets {
@@ -252,6 +260,11 @@ func TestClaimPages(t *testing.T) {
 	checkErr(t, "RenewPages", err, nil)
 	check(t, "renewed", n, 1)
 	check(t, "taken over while renewed", claim("node-b", PlatformAPNs, 2*time.Minute) == nil, true)
+	// Only TakeOverPage takes a page over: ClaimPages claims next pages,
+	// and every one is claimed.
+	next, err := db.ClaimPages(ctx, p, streams, every, "node-b", t0.Add(6*time.Minute), time.Minute, 16)
+	checkErr(t, "ClaimPages", err, nil)
+	check(t, "next pages after the last", next, []*Page{nil, nil, nil})
 	taken := claim("node-b", PlatformAPNs, 6*time.Minute)
 	if taken == nil || taken.ID != held.ID || !taken.TakenOver || taken.Epoch != 2 || taken.Owner != "node-b" {
 		t.Fatalf("after a's lease ran out b claimed %+v, want a's page %d under epoch 2", taken, held.ID)

@@ -137,6 +137,9 @@ type Dispatcher struct {
 
 	wakeResolver chan struct{}
 	wakeClaimer  chan struct{}
+	// claimerFull is set while the claimer waits for room in flight on a
+	// gateway: only then does every recorded batch wake it.
+	claimerFull  atomic.Bool
 	wakeRecorder chan struct{}
 	wakeHooks    chan struct{}
 
@@ -394,6 +397,7 @@ func (d *Dispatcher) claim(ctx context.Context) {
 			continue
 		}
 		wait := cmp.Or(d.opts.idlePoll, 5*time.Second)
+		d.claimerFull.Store(full > 0)
 		if full == 0 {
 			if next, ok, err := d.db.NextDeliveryDue(ctx); err == nil && ok {
 				wait = max(min(time.Until(next), wait), 10*time.Millisecond)

@@ -19,7 +19,8 @@ import (
 // node and sent again, and the first owner's late record of it is refused
 // and counted as duplicated: node a claims the first page of a publish and
 // stalls past its lease, node b lists the publish, sees the page ran out,
-// takes it over (the same devices) and claims the rest; a's record of the
+// takes it over (the same devices), finds no other to take over, and claims
+// the rest; a's record of the
 // page comes back refused, and the publish's counts and split are b's
 // pages once each. The dispatchers are driven by hand, not started, and the
 // lease runs out by writing it in the database: nothing waits on a clock.
@@ -93,8 +94,14 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 	if !rb.expired {
 		t.Fatal("b's listing did not see a's page run out")
 	}
-	if !b.claimPages(ctx, rb, []storage.Platform{storage.PlatformAPNs}) || b.counters.pagesTaken.Load() != 1 || b.counters.takenTargeted.Load() != 4 {
+	if !b.takeOver(ctx, rb) || b.counters.pagesTaken.Load() != 1 || b.counters.takenTargeted.Load() != 4 {
 		t.Fatalf("b took over %d pages (%d deliveries), want a's page of 4", b.counters.pagesTaken.Load(), b.counters.takenTargeted.Load())
+	}
+	if !rb.expired {
+		t.Fatal("b stopped looking for pages to take over after one: a dead node may have left several")
+	}
+	if b.takeOver(ctx, rb) || rb.expired {
+		t.Fatalf("b took over another page, or still looks for one (%v), with a's one page its own", rb.expired)
 	}
 	if got := sendAll(b); fmt.Sprint(got) != "[apns-00 apns-01 apns-02 apns-03]" {
 		t.Fatalf("b sent %v, want a's page again", got)

@@ -133,8 +133,10 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 		return
 	}
 	pages := make([]storage.PageResult, len(ready))
+	later := false
 	for i, pg := range ready {
 		pages[i] = pg.result
+		later = later || len(pg.result.Later) > 0
 	}
 	var finished []storage.Publish
 	retrying(d.log, "recording delivery results", func() error {
@@ -168,7 +170,12 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 	}
 	d.mu.Unlock()
 	wake(d.wakeResolver)
-	wake(d.wakeClaimer)
+	if len(rows) > 0 || later || d.claimerFull.Load() {
+		// New rows may be due sooner than the claimer's wait, or room
+		// for the rows it could not hand out freed up. Otherwise it is
+		// left alone: a small publish's pages cost it no round.
+		wake(d.wakeClaimer)
+	}
 	for _, p := range finished {
 		if p.WebhookURL != "" {
 			wake(d.wakeHooks)

@@ -36,10 +36,11 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 			}
 			for _, r := range active {
 				if r.expired && d.room(r, "") {
-					// Another node's page ran out: take it over, whatever
-					// its stream.
-					r.expired = false
-					progressed = d.claimPages(ctx, r, r.names[:1]) || progressed
+					// The listing saw a page of it run out on another
+					// node (or an earlier run): take it over, whatever its
+					// stream. Only then: a publish nobody died on costs no
+					// probe.
+					progressed = d.takeOver(ctx, r) || progressed
 				}
 				// The next page of every stream with room, in one claim.
 				var next []storage.Platform
@@ -198,10 +199,10 @@ func (d *Dispatcher) room(r *reading, pl storage.Platform) bool {
 	return true
 }
 
-// claimPages claims a page of each of the publish's streams (the stream's
-// next, or, in place of the first, one whose lease ran out; see
+// claimPages claims the next page of each of the publish's streams (see
 // storage.ClaimPages) and hands their deliveries out; it reports whether it
-// got one. A stream without one has no page left to claim.
+// got one. A stream whose last page was claimed, here or by another node,
+// is not asked again.
 func (d *Dispatcher) claimPages(ctx context.Context, r *reading, streams []storage.Platform) bool {
 	got, err := d.db.ClaimPages(ctx, r.publish, streams, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
 	if err != nil {
@@ -219,14 +220,35 @@ func (d *Dispatcher) claimPages(ctx context.Context, r *reading, streams []stora
 	}
 	claimed := false
 	for i, pg := range got {
-		if pg == nil {
+		if pg == nil || pg.Last {
 			r.streams[streams[i]].exhausted = true
-			continue
 		}
-		claimed = true
-		d.handOut(r, pg)
+		if pg != nil {
+			claimed = true
+			d.handOut(r, pg)
+		}
 	}
 	return claimed
+}
+
+// takeOver takes over a page of the publish whose lease ran out (see
+// storage.TakeOverPage) and hands its deliveries out; it reports whether it
+// got one. The publish is probed again in the next round until it has none
+// left: a dead node may have left several.
+func (d *Dispatcher) takeOver(ctx context.Context, r *reading) bool {
+	got, err := d.db.TakeOverPage(ctx, r.publish, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("taking over a page of publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
+			sleep(ctx, nil, time.Second)
+		}
+		return false
+	}
+	r.expired = got != nil
+	if got != nil {
+		d.handOut(r, got)
+	}
+	return got != nil
 }
 
 // handOut hands a claimed page's deliveries to the senders.
