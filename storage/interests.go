@@ -241,7 +241,13 @@ func (db *DB) importDevicesCopy(ctx context.Context, devices []DeviceImport) err
 		if d.UserID != "" {
 			user = d.UserID
 		}
-		devRows = append(devRows, []any{d.ID, d.InstanceID, string(d.Platform), d.Token, d.BundleIdentifier, md, user, ts, ts})
+		row := []any{d.ID, d.InstanceID, string(d.Platform), d.Token, d.BundleIdentifier, md, user, ts, ts}
+		if checkText(row) != nil || slices.ContainsFunc(di.Interests, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }) {
+			// Refused before COPY, as every write refuses it (COPY's
+			// own refusal would name no row).
+			return fmt.Errorf("import devices: %w", ErrInvalidText)
+		}
+		devRows = append(devRows, row)
 		for _, s := range uniqueSorted(di.Interests) { // COPY has no ON CONFLICT
 			interestRows = append(interestRows, []any{d.InstanceID, s, d.ID})
 		}

@@ -49,7 +49,7 @@ func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platfor
 	if pg != nil || err != nil {
 		return pg, err
 	}
-	pages, err := db.ClaimPages(ctx, p, []Platform{stream}, platforms, owner, t, lease, limit)
+	pages, err := db.ClaimPages(ctx, &p, []Platform{stream}, platforms, owner, t, lease, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -64,61 +64,147 @@ func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platfor
 // ends its stream says so (Last), so that its claimer need not ask again.
 // platforms are those p has a payload for (they filter a publish to users'
 // devices). A publish still accepted is started by the claim, as
-// StartPublish does.
+// StartPublish does. p's Cursor and State are set to the stored ones after
+// the claim: a caller claiming again passes the same p.
 //
 // The claim and the read are one transaction, so nodes claiming pages of
 // one publish at once get each target in exactly one page. A page is
 // recorded (see CompletePages) only by the owner and epoch holding it; the
 // holder renews its leases with RenewPages.
-func (db *DB) ClaimPages(ctx context.Context, p Publish, streams []Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) ([]*Page, error) {
-	out := make([]*Page, len(streams))
-	err := db.write(ctx, func(tx *tx) error {
-		clear(out)
-		var stored string
-		var resolved bool
-		err := tx.QueryRowContext(ctx, `SELECT cursor, resolved FROM publishes WHERE id = ?`, p.ID).Scan(&stored, &resolved)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && resolved {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if p.State == PublishAccepted {
-			// Started by its first claim, here, rather than in a
-			// transaction of its own (see StartPublish).
-			if err := startPublishTx(ctx, tx, &p); err != nil {
-				return err
-			}
-		}
-		until := t.Add(lease).UnixMilli()
-		for i, stream := range streams {
-			p.Cursor = stored
-			if p.streamClaimed(stream) {
-				continue
-			}
-			pg := &Page{PublishID: p.ID, Owner: owner, Stream: stream, After: p.StreamCursor(stream), Epoch: 1}
-			if pg.Targets, pg.End, pg.Last, err = db.targetsTx(ctx, tx, p, stream, platforms, pg.After, "", limit); err != nil {
-				return err
-			}
-			next := pg.End
-			if pg.Last && p.TargetKind == TargetInterests {
-				next = streamEnd
-			}
-			if stored, err = advanceCursor(p.TargetKind, stored, stream, next); err != nil {
-				return err
-			}
-			out[i] = pg
-		}
-		if err := insertPagesTx(ctx, tx, out, until); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE publishes SET cursor = ? WHERE id = ?`, stored, p.ID)
-		return err
-	})
+func (db *DB) ClaimPages(ctx context.Context, p *Publish, streams []Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) ([]*Page, error) {
+	c := claim{p: *p, streams: streams, platforms: platforms, owner: owner, untilMs: t.Add(lease).UnixMilli(), limit: limit}
+	claimed := false
+	var err error
+	if !db.Shared() {
+		// Alone on the database, nothing else moves the cursor: the pages
+		// are read on a reader from the cursor p holds and claimed by one
+		// statement that finds the cursor unchanged (small publishes cost
+		// what they did before pages). A cursor that moved all the same
+		// (p was stale) is read again below.
+		claimed, err = db.claimReadAhead(ctx, &c)
+	}
+	if err == nil && !claimed {
+		// On a shared database the write lock makes the read and the
+		// claim one.
+		err = db.write(ctx, func(tx *tx) error { return db.claimTx(ctx, tx, &c) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim pages of publish %q: %w", p.ID, err)
 	}
-	return out, nil
+	*p = c.p
+	return c.pages, nil
+}
+
+// claim is a claim of pages in the making (see ClaimPages): the publish as
+// its claimer knows it, then as stored after the claim, and the pages.
+type claim struct {
+	p         Publish
+	streams   []Platform
+	platforms map[Platform]bool
+	owner     string
+	untilMs   int64
+	limit     int
+	pages     []*Page
+}
+
+// read reads the next page of each stream after p.Cursor, and moves
+// p.Cursor past them.
+func (c *claim) read(ctx context.Context, db *DB, tx *tx) error {
+	c.pages = make([]*Page, len(c.streams))
+	cursor := c.p.Cursor
+	for i, stream := range c.streams {
+		if c.p.streamClaimed(stream) {
+			continue
+		}
+		pg := &Page{PublishID: c.p.ID, Owner: c.owner, Stream: stream, After: c.p.StreamCursor(stream), Epoch: 1}
+		var err error
+		if pg.Targets, pg.End, pg.Last, err = db.targetsTx(ctx, tx, c.p, stream, c.platforms, pg.After, "", c.limit); err != nil {
+			return err
+		}
+		next := pg.End
+		if pg.Last && c.p.TargetKind == TargetInterests {
+			next = streamEnd
+		}
+		if cursor, err = advanceCursor(c.p.TargetKind, cursor, stream, next); err != nil {
+			return err
+		}
+		c.pages[i] = pg
+	}
+	c.p.Cursor = cursor
+	return nil
+}
+
+// store stores the pages read and the publish's cursor after them,
+// starting the publish when it is accepted, in tx. The cursor is stored
+// only where it is still from (and the publish unresolved, in the state
+// the claim knew): it reports false, storing nothing, when it is not.
+func (c *claim) store(ctx context.Context, tx *tx, from string) (bool, error) {
+	state := c.p.State
+	if state == PublishAccepted {
+		state = PublishDelivering // started by its first claim, here (see StartPublish)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE publishes SET cursor = ?, state = ? WHERE id = ? AND cursor = ? AND state = ? AND resolved = ?`,
+		c.p.Cursor, string(state), c.p.ID, from, string(c.p.State), false)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if state != c.p.State {
+		c.p.State = state
+		if err := enqueuePublishWebhookTx(ctx, tx, c.p, PublishStarted, now()); err != nil {
+			return false, err
+		}
+	}
+	return true, insertPagesTx(ctx, tx, c.pages, c.untilMs)
+}
+
+// claimReadAhead is ClaimPages alone on the database: the pages read in a
+// read transaction, then stored (see claim.store). It reports false when
+// the stored cursor was not the one c knew.
+func (db *DB) claimReadAhead(ctx context.Context, c *claim) (bool, error) {
+	from := c.p.Cursor
+	if err := db.read(ctx, func(tx *tx) error { return c.read(ctx, db, tx) }); err != nil {
+		return false, err
+	}
+	if c.p.Cursor == from && c.p.State != PublishAccepted {
+		return true, nil // every stream claimed: nothing to store
+	}
+	var stored bool
+	err := db.write(ctx, func(tx *tx) error {
+		var err error
+		stored, err = c.store(ctx, tx, from)
+		return err
+	})
+	return stored, err
+}
+
+// claimTx is ClaimPages in a write transaction, from the stored cursor.
+func (db *DB) claimTx(ctx context.Context, tx *tx, c *claim) error {
+	c.pages = make([]*Page, len(c.streams))
+	var resolved bool
+	var state string
+	err := tx.QueryRowContext(ctx, `SELECT cursor, state, resolved FROM publishes WHERE id = ?`, c.p.ID).Scan(&c.p.Cursor, &state, &resolved)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && resolved {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.p.State = PublishState(state)
+	from := c.p.Cursor
+	if err := c.read(ctx, db, tx); err != nil {
+		return err
+	}
+	if c.p.Cursor == from && c.p.State != PublishAccepted {
+		return nil
+	}
+	ok, err := c.store(ctx, tx, from)
+	if err == nil && !ok {
+		err = errors.New("the publish changed under the write lock")
+	}
+	return err
 }
 
 // insertPagesTx stores the claimed pages (nil ones skipped, each of

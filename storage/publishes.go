@@ -418,6 +418,10 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 	err = db.write(ctx, func(tx *tx) error {
 		finished, duplicated = finished[:0], 0
 		ts := now()
+		// A publish's claimed pages in the batch (a small publish's, one
+		// per platform, come back together) are counted into it at once.
+		var counted []*PageResult
+		byPublish := map[string]*PageResult{}
 		for _, pg := range pages {
 			found, lost := true, false
 			if pg.Page != 0 {
@@ -458,26 +462,45 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 					return err
 				}
 			}
-			if !found || lost {
-				continue
+			switch {
+			case !found || lost:
+			case pg.Page == 0:
+				p, err := recordByCursorTx(ctx, tx, pg)
+				if errors.Is(err, sql.ErrNoRows) {
+					continue // deleted with its instance
+				}
+				if err != nil {
+					return err
+				}
+				if done, err := finishIfDoneTx(ctx, tx, &p, ts); err != nil {
+					return err
+				} else if done {
+					finished = append(finished, p)
+				}
+			case byPublish[pg.PublishID] != nil:
+				c := byPublish[pg.PublishID]
+				c.Targeted, c.Sent, c.Failed = c.Targeted+pg.Targeted, c.Sent+pg.Sent, c.Failed+pg.Failed
+			default:
+				c := &PageResult{PublishID: pg.PublishID, Streams: pg.Streams, Targeted: pg.Targeted, Sent: pg.Sent, Failed: pg.Failed}
+				byPublish[pg.PublishID] = c
+				counted = append(counted, c)
 			}
-			var p Publish
-			var err error
-			if pg.Page == 0 {
-				p, err = recordByCursorTx(ctx, tx, pg)
-			} else {
-				p, err = recordPageTx(ctx, tx, pg)
-			}
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // deleted with its instance
-			}
+		}
+		for _, c := range counted {
+			p, resolved, err := recordPagesTx(ctx, tx, *c)
 			if err != nil {
 				return err
 			}
-			if done, err := finishIfDoneTx(ctx, tx, &p, ts); err != nil {
+			done, err := finishIfDoneTx(ctx, tx, &p, ts)
+			if err != nil {
 				return err
-			} else if done {
+			}
+			if done {
 				finished = append(finished, p)
+			} else if resolved {
+				if _, err := tx.ExecContext(ctx, `UPDATE publishes SET resolved = ? WHERE id = ?`, true, p.ID); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -488,27 +511,29 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 	return finished, duplicated, nil
 }
 
-// recordPageTx adds a recorded page's counts to its publish and resolves
-// the publish when that was its last page: the last page of each stream
-// claimed (its cursor) and no page of it open (asked in the same
-// statement). It returns the publish as updated.
-func recordPageTx(ctx context.Context, tx *tx, pg PageResult) (Publish, error) {
+// recordPagesTx adds the counts of a publish's recorded pages (c) to it,
+// and reports whether they resolve it: the last page of each stream was
+// claimed (its cursor) and no page of it is open any more (asked in the
+// same statement). The publish is returned as updated, Resolved set when
+// they resolve it; storing that is left to the caller, who writes it with
+// the publish's end when nothing of it is left to send (see
+// finishIfDoneTx).
+func recordPagesTx(ctx context.Context, tx *tx, c PageResult) (p Publish, resolved bool, err error) {
 	var open bool
-	p, err := scanPublish(scanWith{tx.QueryRowContext(ctx, `UPDATE publishes SET
+	p, err = scanPublish(scanWith{tx.QueryRowContext(ctx, `UPDATE publishes SET
 		targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ?
 		RETURNING `+publishColumns+`, EXISTS (SELECT 1 FROM publish_pages AS pp WHERE pp.publish_id = publishes.id AND pp.done = 0)`,
-		pg.Targeted, pg.Sent, pg.Failed, pg.PublishID), &open})
+		c.Targeted, c.Sent, c.Failed, c.PublishID), &open})
 	if err != nil || open || p.Resolved {
-		return p, err
+		return p, false, err
 	}
-	for _, s := range pg.Streams {
+	for _, s := range c.Streams {
 		if !p.streamClaimed(s) {
-			return p, nil
+			return p, false, nil
 		}
 	}
 	p.Resolved = true
-	_, err = tx.ExecContext(ctx, `UPDATE publishes SET resolved = ? WHERE id = ?`, true, p.ID)
-	return p, err
+	return p, true, nil
 }
 
 // recordByCursorTx records a page without a claim (PageResult.Page 0): its
@@ -535,8 +560,10 @@ func finishIfDoneTx(ctx context.Context, tx *tx, p *Publish, ts time.Time) (bool
 		return false, nil
 	}
 	p.State, p.FinishedAt = PublishDone, ts
-	if _, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ?, finished_at_ms = ? WHERE id = ?`,
-		string(p.State), ts.UnixMilli(), p.ID); err != nil {
+	// resolved too: a publish that its last page resolves ends in one
+	// statement (see recordPagesTx).
+	if _, err := tx.ExecContext(ctx, `UPDATE publishes SET resolved = ?, state = ?, finished_at_ms = ? WHERE id = ?`,
+		true, string(p.State), ts.UnixMilli(), p.ID); err != nil {
 		return false, err
 	}
 	return true, enqueuePublishWebhookTx(ctx, tx, *p, PublishFinished, ts)

@@ -262,7 +262,7 @@ func TestClaimPages(t *testing.T) {
 	check(t, "taken over while renewed", claim("node-b", PlatformAPNs, 2*time.Minute) == nil, true)
 	// Only TakeOverPage takes a page over: ClaimPages claims next pages,
 	// and every one is claimed.
-	next, err := db.ClaimPages(ctx, p, streams, every, "node-b", t0.Add(6*time.Minute), time.Minute, 16)
+	next, err := db.ClaimPages(ctx, &p, streams, every, "node-b", t0.Add(6*time.Minute), time.Minute, 16)
 	checkErr(t, "ClaimPages", err, nil)
 	check(t, "next pages after the last", next, []*Page{nil, nil, nil})
 	taken := claim("node-b", PlatformAPNs, 6*time.Minute)
@@ -291,6 +291,50 @@ func TestClaimPages(t *testing.T) {
 		t.Fatalf("shares %+v, want a's and b's, %d deliveries in all", shares, want)
 	}
 	t.Logf("shares %+v", shares)
+}
+
+// A claim made with a publish read before other claims (its cursor behind
+// the stored one) claims the page after the stored cursor, not one claimed
+// already, and leaves the publish as stored after it; the first claim
+// starts the publish (publish_started once), the later ones do not.
+func TestClaimPagesFromAStaleCursor(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-stale", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"even"}, Payload: json.RawMessage(`{"apns":{}}`), WebhookURL: "https://example.com/hook"}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	apns := map[Platform]bool{PlatformAPNs: true}
+	claim := func(p *Publish) *Page {
+		t.Helper()
+		pages, err := db.ClaimPages(ctx, p, []Platform{PlatformAPNs}, apns, "node-a", time.Now(), time.Minute, 4)
+		checkErr(t, "ClaimPages", err, nil)
+		return pages[0]
+	}
+	first := claim(&p)
+	check(t, "state after the first claim", p.State, PublishDelivering)
+	stale := p // read after the first claim, before the second
+	second := claim(&p)
+	third := claim(&stale)
+	if first == nil || second == nil || third == nil {
+		t.Fatalf("pages %v, %v, %v; want three", first, second, third)
+	}
+	check(t, "second page after the first", second.After, first.End)
+	check(t, "page claimed from a stale cursor", third.After, second.End)
+	check(t, "stale publish's cursor after its claim", stale.Cursor, storedCursor(t, db, p.ID))
+	hooks, err := db.ClaimPublishWebhooks(ctx, time.Now(), time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks", err, nil)
+	if len(hooks) != 1 || hooks[0].Event != PublishStarted {
+		t.Fatalf("webhooks %+v, want publish_started once", hooks)
+	}
+}
+
+// storedCursor is the stored cursor of the publish.
+func storedCursor(t *testing.T, db *DB, id string) string {
+	t.Helper()
+	got, err := db.GetPublish(t.Context(), instanceID, id)
+	checkErr(t, "GetPublish", err, nil)
+	return got.Cursor
 }
 
 // A publish to users is split into pages of users, each claimed once, and

@@ -204,7 +204,8 @@ func (d *Dispatcher) room(r *reading, pl storage.Platform) bool {
 // got one. A stream whose last page was claimed, here or by another node,
 // is not asked again.
 func (d *Dispatcher) claimPages(ctx context.Context, r *reading, streams []storage.Platform) bool {
-	got, err := d.db.ClaimPages(ctx, r.publish, streams, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
+	accepted := r.publish.State == storage.PublishAccepted
+	got, err := d.db.ClaimPages(ctx, &r.publish, streams, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("claiming pages of publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
@@ -212,11 +213,8 @@ func (d *Dispatcher) claimPages(ctx context.Context, r *reading, streams []stora
 		}
 		return false
 	}
-	if r.publish.State == storage.PublishAccepted {
-		r.publish.State = storage.PublishDelivering // by this claim or another node's
-		if r.publish.WebhookURL != "" {
-			wake(d.wakeHooks)
-		}
+	if accepted && r.publish.State != storage.PublishAccepted && r.publish.WebhookURL != "" {
+		wake(d.wakeHooks) // started, by this claim or another node's
 	}
 	claimed := false
 	for i, pg := range got {
