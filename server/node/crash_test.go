@@ -239,11 +239,13 @@ func webSubID(token string) string {
 	return sub.Endpoint[strings.LastIndex(sub.Endpoint, "/")+1:]
 }
 
-// Two nodes on one PostgreSQL database: the one dispatching a 10,000-device
-// publish is killed with SIGKILL, and the other, once the dead node's lease
-// ran out, finishes it from the last recorded page; no device is left
-// without its notification, and the duplicates are the pages that were in
-// flight.
+// Two nodes on one PostgreSQL database both send a 10,000-device publish,
+// page by page; the one that accepted it is killed with SIGKILL, and the
+// other, once the dead node's leases ran out, takes its pages over and
+// finishes the publish; no device is left without its notification, and
+// the duplicates are the pages that were in flight. The lease is short for
+// the takeover to come soon, yet long enough that a live node on a loaded
+// machine keeps its pages.
 func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts node processes")
@@ -261,7 +263,7 @@ func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
 	_, other := startChild(t, append(env, "HERALD_NODE_ID=node-b"))
 
 	seeded := seedCrash(t, gw, db, devices)
-	publishID := publishCrash(t, base) // node-a leases it at once; node-b looks every second
+	publishID := publishCrash(t, base) // node-a claims pages at once; node-b when its resolver looks
 	atKill := killMidway(t, gw, dispatching, devices)
 
 	st := waitDone(t, other, publishID)
