@@ -316,7 +316,10 @@ func (db *DB) RenewPages(ctx context.Context, owner string, ids []int64, until t
 func (db *DB) ReleasePages(ctx context.Context, owner string) (int, error) {
 	var n int64
 	err := db.write(ctx, func(tx *tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = 0 WHERE done = 0 AND owner = ?`, owner)
+		// Open pages are of unresolved publishes only: found through
+		// them by the indexes, not by a scan of every page ever recorded.
+		res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = 0
+			WHERE publish_id IN (SELECT id FROM publishes WHERE resolved = 0) AND done = 0 AND owner = ?`, owner)
 		if err != nil {
 			return err
 		}

@@ -329,6 +329,41 @@ func TestClaimPagesFromAStaleCursor(t *testing.T) {
 	}
 }
 
+// A node restarted under its name releases the pages its earlier run held
+// open, and only those: they are taken over at once, lease or not, and
+// pages recorded or of another owner are left alone.
+func TestReleasePages(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-release", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"even"}, Payload: json.RawMessage(`{"apns":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	apns := map[Platform]bool{PlatformAPNs: true}
+	t0 := time.Now()
+	claim := func(owner string) *Page {
+		t.Helper()
+		pages, err := db.ClaimPages(ctx, &p, []Platform{PlatformAPNs}, apns, owner, t0, time.Hour, 4)
+		checkErr(t, "ClaimPages", err, nil)
+		return pages[0]
+	}
+	recorded, held, others := claim("node-a"), claim("node-a"), claim("node-b")
+	_, _, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Page: recorded.ID, Owner: "node-a", Epoch: 1,
+		Streams: []Platform{PlatformAPNs}, Targeted: len(recorded.Targets)}})
+	checkErr(t, "CompletePages", err, nil)
+	n, err := db.ReleasePages(ctx, "node-a")
+	checkErr(t, "ReleasePages", err, nil)
+	check(t, "pages released", n, 1)
+	taken, err := db.TakeOverPage(ctx, p, apns, "node-a", t0, time.Hour, 4)
+	checkErr(t, "TakeOverPage", err, nil)
+	if taken == nil || taken.ID != held.ID || taken.Epoch != 2 {
+		t.Fatalf("took over %+v, want the released page %d under epoch 2", taken, held.ID)
+	}
+	if again, err := db.TakeOverPage(ctx, p, apns, "node-a", t0, time.Hour, 4); err != nil || again != nil {
+		t.Fatalf("took over %+v (%v) too; node-b's page %d is still held", again, err, others.ID)
+	}
+}
+
 // storedCursor is the stored cursor of the publish.
 func storedCursor(t *testing.T, db *DB, id string) string {
 	t.Helper()

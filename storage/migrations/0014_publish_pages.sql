@@ -25,9 +25,9 @@ CREATE TABLE publish_pages (
     failed         INTEGER NOT NULL
 ) STRICT;
 
--- A publish's pages: its open ones (resolution, takeover) and its split.
+-- A publish's pages: its open ones (resolution, takeover, a restarted
+-- node's release through the unresolved publishes) and its split. The one
+-- index besides the key: each costs every page a write when claimed and
+-- another when recorded.
 CREATE INDEX publish_pages_publish ON publish_pages (publish_id, done, lease_until_ms);
 
--- The open pages of every publish, few (those in flight on some node): a
--- node renewing its leases, the listing of publishes with one run out.
-CREATE INDEX publish_pages_open ON publish_pages (lease_until_ms) WHERE done = 0;

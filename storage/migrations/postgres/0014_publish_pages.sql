@@ -16,4 +16,3 @@ CREATE TABLE publish_pages (
 );
 
 CREATE INDEX publish_pages_publish ON publish_pages (publish_id, done, lease_until_ms);
-CREATE INDEX publish_pages_open ON publish_pages (lease_until_ms) WHERE done = 0;
