@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,69 +59,153 @@ func (db *DB) ClaimPage(ctx context.Context, p Publish, stream Platform, platfor
 }
 
 // ClaimPages claims for owner, until t+lease, the next page of each of p's
-// streams, in one transaction (a small publish's pages, one per platform,
-// in one round trip): up to limit targets past the stream's stored cursor,
-// which moves past them. The page of streams[i] is pages[i], nil when every
-// page of the stream was claimed (or p is resolved or gone); a page that
-// ends its stream says so (Last), so that its claimer need not ask again.
-// platforms are those p has a payload for (they filter a publish to users'
-// devices). A publish still accepted is started by the claim, as
-// StartPublish does. p's Cursor and State are set to the stored ones after
-// the claim: a caller claiming again passes the same p.
+// streams, in one transaction (see ClaimPagesOf, which claims pages of
+// several publishes at once). The page of streams[i] is pages[i], nil when
+// every page of the stream was claimed (or p is resolved or gone). p's
+// Cursor and State are set to the stored ones after the claim: a caller
+// claiming again passes the same p.
+func (db *DB) ClaimPages(ctx context.Context, p *Publish, streams []Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) ([]*Page, error) {
+	c := &PageClaim{Publish: p, Streams: streams, Platforms: platforms}
+	if err := db.ClaimPagesOf(ctx, []*PageClaim{c}, nil, owner, t, lease, limit); err != nil {
+		return nil, err
+	}
+	return c.Pages, nil
+}
+
+// PageClaim is one publish's part of a claim of pages (see ClaimPagesOf):
+// the next page of each of its Streams.
+type PageClaim struct {
+	// Publish is the publish as its claimer knows it. The claim sets its
+	// Cursor and State to the stored ones: a caller claiming again passes
+	// the same Publish.
+	Publish *Publish
+	Streams []Platform
+	// Platforms are those the publish has a payload for (they filter a
+	// publish to users' devices).
+	Platforms map[Platform]bool
+
+	// Set by the claim: Pages[i] is the page claimed of Streams[i], nil
+	// when the stream had no room (see ClaimPagesOf) or no page left;
+	// Ended[i] reports that every page of Streams[i] is claimed now (or
+	// the publish is resolved or gone), so that it need not be asked again.
+	Pages []*Page
+	Ended []bool
+}
+
+// ClaimPagesOf claims for owner, until t+lease, the next page of each
+// stream of each claim, in one transaction: a resolver's round costs one,
+// however many small publishes it starts. A page holds up to limit targets
+// past the stream's stored cursor, which moves past them; a page that ends
+// its stream says so (Page.Last). A publish still accepted is started by
+// its first claim, as StartPublish does.
+//
+// room, when not nil, bounds the deliveries claimed per platform: a
+// stream's page is claimed, in the claims' order, only while its platform
+// (each of them, for a publish to users) has room for limit more, and its
+// targets take their room. A stream left out for room is neither paged nor
+// Ended. room is not changed.
 //
 // The claim and the read are one transaction, so nodes claiming pages of
 // one publish at once get each target in exactly one page. A page is
 // recorded (see CompletePages) only by the owner and epoch holding it; the
 // holder renews its leases with RenewPages.
-func (db *DB) ClaimPages(ctx context.Context, p *Publish, streams []Platform, platforms map[Platform]bool, owner string, t time.Time, lease time.Duration, limit int) ([]*Page, error) {
-	c := claim{p: *p, streams: streams, platforms: platforms, owner: owner, untilMs: t.Add(lease).UnixMilli(), limit: limit}
-	claimed := false
-	var err error
-	if !db.Shared() {
-		// Alone on the database, nothing else moves the cursor: the pages
-		// are read on a reader from the cursor p holds and claimed by one
-		// statement that finds the cursor unchanged (small publishes cost
-		// what they did before pages). A cursor that moved all the same
-		// (p was stale) is read again below.
-		claimed, err = db.claimReadAhead(ctx, &c)
+func (db *DB) ClaimPagesOf(ctx context.Context, claims []*PageClaim, room map[Platform]int, owner string, t time.Time, lease time.Duration, limit int) error {
+	b := &claimBatch{owner: owner, untilMs: t.Add(lease).UnixMilli(), limit: limit}
+	if room != nil {
+		b.room = maps.Clone(room)
 	}
-	if err == nil && !claimed {
+	cs := make([]*claim, len(claims))
+	for i, pc := range claims {
+		cs[i] = &claim{PageClaim: pc, p: *pc.Publish}
+	}
+	var err error
+	if db.Shared() {
 		// On a shared database the write lock makes the read and the
 		// claim one.
-		err = db.write(ctx, func(tx *tx) error { return db.claimTx(ctx, tx, &c) })
+		err = db.write(ctx, func(tx *tx) error {
+			for _, c := range cs {
+				if err := db.claimTx(ctx, tx, b, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	} else {
+		err = db.claimReadAhead(ctx, b, cs)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim pages of publish %q: %w", p.ID, err)
+		if len(claims) == 1 {
+			return fmt.Errorf("claim pages of publish %q: %w", claims[0].Publish.ID, err)
+		}
+		return fmt.Errorf("claim pages of %d publishes: %w", len(claims), err)
 	}
-	*p = c.p
-	return c.pages, nil
+	for _, c := range cs {
+		*c.Publish = c.p
+		c.Pages = c.pages
+		c.Ended = make([]bool, len(c.Streams))
+		for i, pg := range c.pages {
+			c.Ended[i] = pg != nil && pg.Last || pg == nil && !c.skipped[i]
+		}
+	}
+	return nil
 }
 
-// claim is a claim of pages in the making (see ClaimPages): the publish as
-// its claimer knows it, then as stored after the claim, and the pages.
+// claimBatch is what the claims of one ClaimPagesOf share.
+type claimBatch struct {
+	owner   string
+	untilMs int64
+	limit   int
+	room    map[Platform]int // nil: no bound
+}
+
+// fits reports whether a page of the stream has room.
+func (b *claimBatch) fits(stream Platform, platforms map[Platform]bool) bool {
+	if b.room == nil {
+		return true
+	}
+	if stream != "" {
+		return b.room[stream] >= b.limit
+	}
+	for pl, ok := range platforms {
+		if ok && b.room[pl] < b.limit {
+			return false
+		}
+	}
+	return true
+}
+
+// claim is one publish's claim of pages in the making (see ClaimPagesOf):
+// the publish as its claimer knows it, then as stored after the claim, and
+// the pages.
 type claim struct {
-	p         Publish
-	streams   []Platform
-	platforms map[Platform]bool
-	owner     string
-	untilMs   int64
-	limit     int
-	pages     []*Page
+	*PageClaim
+	p       Publish
+	pages   []*Page
+	skipped []bool // the streams left out for room
 }
 
 // read reads the next page of each stream after p.Cursor, and moves
 // p.Cursor past them.
-func (c *claim) read(ctx context.Context, db *DB, tx *tx) error {
-	c.pages = make([]*Page, len(c.streams))
+func (c *claim) read(ctx context.Context, db *DB, tx *tx, b *claimBatch) error {
+	c.pages, c.skipped = make([]*Page, len(c.Streams)), make([]bool, len(c.Streams))
 	cursor := c.p.Cursor
-	for i, stream := range c.streams {
+	for i, stream := range c.Streams {
 		if c.p.streamClaimed(stream) {
 			continue
 		}
-		pg := &Page{PublishID: c.p.ID, Owner: c.owner, Stream: stream, After: c.p.StreamCursor(stream), Epoch: 1}
+		if !b.fits(stream, c.Platforms) {
+			c.skipped[i] = true
+			continue
+		}
+		pg := &Page{PublishID: c.p.ID, Owner: b.owner, Stream: stream, After: c.p.StreamCursor(stream), Epoch: 1}
 		var err error
-		if pg.Targets, pg.End, pg.Last, err = db.targetsTx(ctx, tx, c.p, stream, c.platforms, pg.After, "", c.limit); err != nil {
+		if pg.Targets, pg.End, pg.Last, err = db.targetsTx(ctx, tx, c.p, stream, c.Platforms, pg.After, "", b.limit); err != nil {
 			return err
+		}
+		if b.room != nil {
+			for _, t := range pg.Targets {
+				b.room[t.Platform]--
+			}
 		}
 		next := pg.End
 		if pg.Last && c.p.TargetKind == TargetInterests {
@@ -134,11 +220,22 @@ func (c *claim) read(ctx context.Context, db *DB, tx *tx) error {
 	return nil
 }
 
+// changes reports whether the claim, read from the cursor from, has
+// anything to store: pages, or the start of a publish still accepted whose
+// streams had room. A claim whose streams were all claimed already (or left
+// out for room) stores nothing.
+func (c *claim) changes(from string) bool {
+	if c.p.Cursor != from {
+		return true
+	}
+	return c.p.State == PublishAccepted && slices.Contains(c.skipped, false)
+}
+
 // store stores the pages read and the publish's cursor after them,
 // starting the publish when it is accepted, in tx. The cursor is stored
 // only where it is still from (and the publish unresolved, in the state
 // the claim knew): it reports false, storing nothing, when it is not.
-func (c *claim) store(ctx context.Context, tx *tx, from string) (bool, error) {
+func (c *claim) store(ctx context.Context, tx *tx, b *claimBatch, from string) (bool, error) {
 	state := c.p.State
 	if state == PublishAccepted {
 		state = PublishDelivering // started by its first claim, here (see StartPublish)
@@ -157,32 +254,51 @@ func (c *claim) store(ctx context.Context, tx *tx, from string) (bool, error) {
 			return false, err
 		}
 	}
-	return true, insertPagesTx(ctx, tx, c.pages, c.untilMs)
+	return true, insertPagesTx(ctx, tx, c.pages, b.untilMs)
 }
 
-// claimReadAhead is ClaimPages alone on the database: the pages read in a
-// read transaction, then stored (see claim.store). It reports false when
-// the stored cursor was not the one c knew.
-func (db *DB) claimReadAhead(ctx context.Context, c *claim) (bool, error) {
-	from := c.p.Cursor
-	if err := db.read(ctx, func(tx *tx) error { return c.read(ctx, db, tx) }); err != nil {
-		return false, err
-	}
-	if c.p.Cursor == from && c.p.State != PublishAccepted {
-		return true, nil // every stream claimed: nothing to store
-	}
-	var stored bool
-	err := db.write(ctx, func(tx *tx) error {
-		var err error
-		stored, err = c.store(ctx, tx, from)
-		return err
+// claimReadAhead is ClaimPagesOf alone on the database, where nothing else
+// moves a publish's cursor: the pages are read on a reader from the cursor
+// each claim holds, then stored in one write transaction by statements that
+// find the cursors unchanged, so the writer is held only for that (small
+// publishes cost what they did before pages). A claim whose cursor moved
+// all the same (its publish was stale) is read again under the writer.
+func (db *DB) claimReadAhead(ctx context.Context, b *claimBatch, cs []*claim) error {
+	froms := make([]string, len(cs))
+	var store []int
+	err := db.read(ctx, func(tx *tx) error {
+		for i, c := range cs {
+			froms[i] = c.p.Cursor
+			if err := c.read(ctx, db, tx, b); err != nil {
+				return err
+			}
+			if c.changes(froms[i]) {
+				store = append(store, i)
+			}
+		}
+		return nil
 	})
-	return stored, err
+	if err != nil || len(store) == 0 {
+		return err
+	}
+	return db.write(ctx, func(tx *tx) error {
+		for _, i := range store {
+			c := cs[i]
+			stored, err := c.store(ctx, tx, b, froms[i])
+			if err == nil && !stored {
+				err = db.claimTx(ctx, tx, b, c)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
-// claimTx is ClaimPages in a write transaction, from the stored cursor.
-func (db *DB) claimTx(ctx context.Context, tx *tx, c *claim) error {
-	c.pages = make([]*Page, len(c.streams))
+// claimTx is a claim in a write transaction, from the stored cursor.
+func (db *DB) claimTx(ctx context.Context, tx *tx, b *claimBatch, c *claim) error {
+	c.pages, c.skipped = make([]*Page, len(c.Streams)), make([]bool, len(c.Streams))
 	var resolved bool
 	var state string
 	err := tx.QueryRowContext(ctx, `SELECT cursor, state, resolved FROM publishes WHERE id = ?`, c.p.ID).Scan(&c.p.Cursor, &state, &resolved)
@@ -194,13 +310,13 @@ func (db *DB) claimTx(ctx context.Context, tx *tx, c *claim) error {
 	}
 	c.p.State = PublishState(state)
 	from := c.p.Cursor
-	if err := c.read(ctx, db, tx); err != nil {
+	if err := c.read(ctx, db, tx, b); err != nil {
 		return err
 	}
-	if c.p.Cursor == from && c.p.State != PublishAccepted {
+	if !c.changes(from) {
 		return nil
 	}
-	ok, err := c.store(ctx, tx, from)
+	ok, err := c.store(ctx, tx, b, from)
 	if err == nil && !ok {
 		err = errors.New("the publish changed under the write lock")
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -327,6 +328,70 @@ func TestClaimPagesFromAStaleCursor(t *testing.T) {
 	if len(hooks) != 1 || hooks[0].Event != PublishStarted {
 		t.Fatalf("webhooks %+v, want publish_started once", hooks)
 	}
+}
+
+// One claim takes the next pages of several publishes in one write
+// transaction, in the claims' order while the gateways have room: a stream
+// without room for a full page is left out (no page, not ended, its
+// publish not started), and a publish deleted meanwhile ends its streams
+// without holding up the others.
+func TestClaimPagesOfSeveralPublishes(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	publish := func(id, payload string) *Publish {
+		t.Helper()
+		p, err := db.CreatePublish(ctx, Publish{ID: id, InstanceID: instanceID, TargetKind: TargetInterests,
+			Targets: []string{"even"}, Payload: json.RawMessage(payload)}, 0, time.Time{})
+		checkErr(t, "CreatePublish", err, nil)
+		return &p
+	}
+	both := map[Platform]bool{PlatformAPNs: true, PlatformFCM: true}
+	first, second := publish("pub-first", `{"apns":{},"fcm":{}}`), publish("pub-second", `{"apns":{},"fcm":{}}`)
+	gone, third := publish("pub-gone", `{"apns":{}}`), publish("pub-third", `{"fcm":{}}`)
+	_, err := db.writer.ExecContext(ctx, `DELETE FROM publishes WHERE id = 'pub-gone'`)
+	checkErr(t, "delete a publish", err, nil)
+	claims := []*PageClaim{
+		{Publish: first, Streams: []Platform{PlatformAPNs, PlatformFCM}, Platforms: both},
+		{Publish: second, Streams: []Platform{PlatformAPNs, PlatformFCM}, Platforms: both},
+		{Publish: gone, Streams: []Platform{PlatformAPNs}, Platforms: both},
+		{Publish: third, Streams: []Platform{PlatformFCM}, Platforms: both},
+	}
+	var writes atomic.Int64
+	db.ObserveTransactions(func(kind string, _ time.Duration) {
+		if kind == "write" {
+			writes.Add(1)
+		}
+	})
+	room := map[Platform]int{PlatformAPNs: 12, PlatformFCM: 7}
+	checkErr(t, "ClaimPagesOf", db.ClaimPagesOf(ctx, claims, room, "node-a", time.Now(), time.Minute, 4), nil)
+	check(t, "write transactions", writes.Load(), int64(1))
+	check(t, "room after the claim", room, map[Platform]int{PlatformAPNs: 12, PlatformFCM: 7})
+	sizes := func(c *PageClaim) []int {
+		var out []int
+		for _, pg := range c.Pages {
+			if pg == nil {
+				out = append(out, -1)
+			} else {
+				out = append(out, len(pg.Targets))
+			}
+		}
+		return out
+	}
+	// APNs has room for three pages of 4, FCM for one (3 < 4 after it).
+	check(t, "first's pages", sizes(claims[0]), []int{4, 4})
+	check(t, "first ended", claims[0].Ended, []bool{false, false})
+	check(t, "second's pages", sizes(claims[1]), []int{4, -1})
+	check(t, "second ended", claims[1].Ended, []bool{false, false})
+	check(t, "gone's pages", sizes(claims[2]), []int{-1})
+	check(t, "gone ended", claims[2].Ended, []bool{true})
+	check(t, "third's pages", sizes(claims[3]), []int{-1})
+	check(t, "third ended", claims[3].Ended, []bool{false})
+	check(t, "states", []PublishState{first.State, second.State, third.State},
+		[]PublishState{PublishDelivering, PublishDelivering, PublishAccepted})
+	check(t, "first's cursor", first.Cursor, storedCursor(t, db, first.ID))
+	check(t, "second's cursor", second.Cursor, storedCursor(t, db, second.ID))
+	check(t, "third's cursor", storedCursor(t, db, third.ID), "")
 }
 
 // A node restarted under its name releases the pages its earlier run held

@@ -82,8 +82,13 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 		return active[0]
 	}
 
+	// claimAPNs claims the next page of the publish's APNs stream.
+	claimAPNs := func(d *Dispatcher, r *reading) bool {
+		return d.claimPages(ctx, []*reading{r}, []*storage.PageClaim{{Publish: &r.publish, Streams: []storage.Platform{storage.PlatformAPNs}, Platforms: r.wanted}})
+	}
+
 	ra := listed(a)
-	if !a.claimPages(ctx, ra, []storage.Platform{storage.PlatformAPNs}) {
+	if !claimAPNs(a, ra) {
 		t.Fatal("a claimed no page")
 	}
 	// a stalls: its lease runs out.
@@ -106,7 +111,7 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 	if got := sendAll(b); fmt.Sprint(got) != "[apns-00 apns-01 apns-02 apns-03]" {
 		t.Fatalf("b sent %v, want a's page again", got)
 	}
-	for b.claimPages(ctx, rb, []storage.Platform{storage.PlatformAPNs}) {
+	for claimAPNs(b, rb) {
 	}
 	if got := sendAll(b); fmt.Sprint(got) != "[apns-04 apns-05 apns-06 apns-07 apns-08 apns-09]" {
 		t.Fatalf("b's own pages sent %v, want the devices after a's page", got)

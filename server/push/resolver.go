@@ -34,6 +34,8 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 			if relist || time.Since(listed) > time.Second {
 				active, listed = d.listPublishes(ctx), time.Now()
 			}
+			var claims []*storage.PageClaim
+			var of []*reading
 			for _, r := range active {
 				if r.expired && d.room(r, "") {
 					// The listing saw a page of it run out on another
@@ -42,7 +44,7 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 					// probe.
 					progressed = d.takeOver(ctx, r) || progressed
 				}
-				// The next page of every stream with room, in one claim.
+				// The next page of every stream with room.
 				var next []storage.Platform
 				for _, pl := range streamOrder {
 					st := r.streams[pl]
@@ -51,8 +53,14 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 					}
 				}
 				if len(next) > 0 {
-					progressed = d.claimPages(ctx, r, next) || progressed
+					claims = append(claims, &storage.PageClaim{Publish: &r.publish, Streams: next, Platforms: r.wanted})
+					of = append(of, r)
 				}
+			}
+			// Every publish's pages in one claim: a round of many small
+			// publishes costs one transaction, not one each.
+			if len(claims) > 0 {
+				progressed = d.claimPages(ctx, of, claims) || progressed
 			}
 		})
 		// After a panic the round's progress is unknown: list again, after
@@ -199,34 +207,60 @@ func (d *Dispatcher) room(r *reading, pl storage.Platform) bool {
 	return true
 }
 
-// claimPages claims the next page of each of the publish's streams (see
-// storage.ClaimPages) and hands their deliveries out; it reports whether it
-// got one. A stream whose last page was claimed, here or by another node,
-// is not asked again.
-func (d *Dispatcher) claimPages(ctx context.Context, r *reading, streams []storage.Platform) bool {
-	accepted := r.publish.State == storage.PublishAccepted
-	got, err := d.db.ClaimPages(ctx, &r.publish, streams, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
+// claimPages claims the next page of each stream of the claims (see
+// storage.ClaimPagesOf), of the publishes rs, in one transaction, as far as
+// the gateways have room, and hands their deliveries out; it reports
+// whether it got one. A stream whose last page was claimed, here or by
+// another node, is not asked again. A claim that fails is tried again
+// publish by publish, so that one publish that cannot be claimed holds up
+// no other.
+func (d *Dispatcher) claimPages(ctx context.Context, rs []*reading, claims []*storage.PageClaim) bool {
+	accepted := make([]bool, len(rs))
+	for i, r := range rs {
+		accepted[i] = r.publish.State == storage.PublishAccepted
+	}
+	err := d.db.ClaimPagesOf(ctx, claims, d.roomLeft(), d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
 	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Error("claiming pages of publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
-			sleep(ctx, nil, time.Second)
+		if ctx.Err() != nil {
+			return false
 		}
+		if len(claims) > 1 {
+			claimed := false
+			for i := range claims {
+				claimed = d.claimPages(ctx, rs[i:i+1], claims[i:i+1]) || claimed
+			}
+			return claimed
+		}
+		d.log.Error("claiming pages of publish targets", zap.String("publish", rs[0].publish.ID), zap.Error(err))
+		sleep(ctx, nil, time.Second)
 		return false
 	}
-	if accepted && r.publish.State != storage.PublishAccepted && r.publish.WebhookURL != "" {
-		wake(d.wakeHooks) // started, by this claim or another node's
-	}
 	claimed := false
-	for i, pg := range got {
-		if pg == nil || pg.Last {
-			r.streams[streams[i]].exhausted = true
+	for i, c := range claims {
+		r := rs[i]
+		if accepted[i] && r.publish.State != storage.PublishAccepted && r.publish.WebhookURL != "" {
+			wake(d.wakeHooks) // started, by this claim or another node's
 		}
-		if pg != nil {
-			claimed = true
-			d.handOut(r, pg)
+		for j, pg := range c.Pages {
+			if c.Ended[j] {
+				r.streams[c.Streams[j]].exhausted = true
+			}
+			if pg != nil {
+				claimed = true
+				d.handOut(r, pg)
+			}
 		}
 	}
 	return claimed
+}
+
+// roomLeft is how many more deliveries each gateway may take in flight.
+func (d *Dispatcher) roomLeft() map[storage.Platform]int {
+	room := make(map[storage.Platform]int, len(platforms))
+	for _, pl := range platforms {
+		room[pl] = int(d.platformLimit() - d.platformInFlight[pl].Load())
+	}
+	return room
 }
 
 // takeOver takes over a page of the publish whose lease ran out (see
