@@ -35,7 +35,7 @@ type Options struct {
 	Owner string
 	// Lease is how long a page stays this dispatcher's without being
 	// renewed (it is, about every Lease/4): how soon another node takes
-	// over the pages of one that died. Default 30 s.
+	// over the pages of one that died. Default DefaultLease.
 	Lease         time.Duration
 	MaxAttempts   int           // attempts before a transient failure counts as failed; default 8
 	BaseBackoff   time.Duration // first retry delay, doubled per attempt; default 1 s
@@ -76,13 +76,19 @@ type Options struct {
 	idlePoll time.Duration
 }
 
+// DefaultLease is Options.Lease's default, and HERALD_PUSH_LEASE's (a node
+// test checks that they agree): short enough that a dead node's pages are
+// sent by the others within half a minute, long enough that a live node
+// renewing every quarter of it on a loaded machine keeps them.
+const DefaultLease = 30 * time.Second
+
 // withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
 	o.Workers = cmp.Or(o.Workers, 128)
 	o.ClaimBatch = cmp.Or(o.ClaimBatch, 1000)
 	o.MaxInFlight = cmp.Or(o.MaxInFlight, 3072)
 	o.PageSize = cmp.Or(o.PageSize, 512)
-	o.Lease = cmp.Or(o.Lease, 30*time.Second)
+	o.Lease = cmp.Or(o.Lease, DefaultLease)
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, 8)
 	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
