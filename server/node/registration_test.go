@@ -16,8 +16,8 @@ import (
 )
 
 // registrationNodes starts n node processes on a new PostgreSQL database
-// and returns their base URLs and the database.
-func registrationNodes(tb testing.TB, n int) ([]string, string) {
+// and returns their base URLs, the database and the processes' ids.
+func registrationNodes(tb testing.TB, n int) ([]string, string, []int) {
 	tb.Helper()
 	if testing.Short() {
 		tb.Skip("starts node processes")
@@ -26,11 +26,13 @@ func registrationNodes(tb testing.TB, n int) ([]string, string) {
 	// The clients share one address: no per-address limit.
 	env := append(crashEnv(tb, gw, dsn), "HERALD_ANON_RATE_LIMIT=0")
 	var bases []string
+	var pids []int
 	for i := range n {
-		_, base := startChild(tb, append(env, fmt.Sprintf("HERALD_NODE_ID=node-%d", i)))
+		cmd, base := startChild(tb, append(env, fmt.Sprintf("HERALD_NODE_ID=node-%d", i)))
 		bases = append(bases, base)
+		pids = append(pids, cmd.Process.Pid)
 	}
-	return bases, dsn
+	return bases, dsn, pids
 }
 
 // registerConcurrently has clients clients register perClient fcm devices
@@ -85,7 +87,7 @@ func registerOnce(hc *http.Client, url string, body []byte) (string, error) {
 // its own device, and every one is stored.
 func TestConcurrentRegistrationsOnPostgreSQL(t *testing.T) {
 	const clients, perClient = 4, 5000
-	bases, dsn := registrationNodes(t, 2)
+	bases, dsn, _ := registrationNodes(t, 2)
 	ids, errs := registerConcurrently(bases, clients, perClient, "reg")
 	for i, err := range errs {
 		if i < 5 {
@@ -115,19 +117,36 @@ func TestConcurrentRegistrationsOnPostgreSQL(t *testing.T) {
 
 // BenchmarkRegisterDevices registers devices through the Device API from
 // four concurrent clients, through one node process or spread over two, on
-// one PostgreSQL database, and reports registrations per second.
+// one PostgreSQL database, and reports registrations per second, the CPU
+// time per registration of the nodes, of PostgreSQL and of this process
+// (the clients), and how many cores they kept busy between them: on a
+// machine whose cores they fill, a second node adds no registrations.
 func BenchmarkRegisterDevices(b *testing.B) {
 	for _, n := range []int{1, 2} {
 		b.Run(fmt.Sprintf("Nodes%d", n), func(b *testing.B) {
-			bases, _ := registrationNodes(b, n)
+			bases, _, pids := registrationNodes(b, n)
+			nodesCPU := func() time.Duration {
+				var sum time.Duration
+				for _, pid := range pids {
+					sum += procCPU(pid)
+				}
+				return sum
+			}
 			const clients = 4
+			nodes0, pg0, self0 := nodesCPU(), treeCPU(testpg.PID()), cpuTime()
 			b.ResetTimer()
 			_, errs := registerConcurrently(bases, clients, max(1, b.N/clients), fmt.Sprintf("bench-%d", b.N))
 			b.StopTimer()
 			if len(errs) > 0 {
 				b.Fatalf("%d registrations failed: %v", len(errs), errs[0])
 			}
-			b.ReportMetric(float64(clients*max(1, b.N/clients))/b.Elapsed().Seconds(), "registrations/s")
+			regs := float64(clients * max(1, b.N/clients))
+			nodes, pg, self := nodesCPU()-nodes0, treeCPU(testpg.PID())-pg0, cpuTime()-self0
+			b.ReportMetric(regs/b.Elapsed().Seconds(), "registrations/s")
+			b.ReportMetric(float64(nodes.Microseconds())/regs, "nodes-cpu-µs/reg")
+			b.ReportMetric(float64(pg.Microseconds())/regs, "postgres-cpu-µs/reg")
+			b.ReportMetric(float64(self.Microseconds())/regs, "clients-cpu-µs/reg")
+			b.ReportMetric((nodes+pg+self).Seconds()/b.Elapsed().Seconds(), "cores-busy")
 		})
 	}
 }
