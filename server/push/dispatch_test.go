@@ -3,9 +3,11 @@ package push
 import (
 	"context"
 	"crypto/x509"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,7 +42,27 @@ func (f senderFunc) Send(ctx context.Context, d storage.Delivery, p *Prepared) R
 // openTestDB opens a fresh database holding the instance.
 func openTestDB(t *testing.T, in storage.Instance) (*storage.DB, storage.Instance) {
 	t.Helper()
-	db, err := storage.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"))
+	return openTestDBFile(t, filepath.Join(t.TempDir(), "herald.db"), in)
+}
+
+// openTestDBRaw is openTestDB with another connection to the database's
+// file, for tests that change stored rows by hand.
+func openTestDBRaw(t *testing.T) (*storage.DB, storage.Instance, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	db, in := openTestDBFile(t, path, storage.Instance{})
+	raw, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return db, in, raw
+}
+
+// openTestDBFile opens the database file, holding the instance.
+func openTestDBFile(t *testing.T, path string, in storage.Instance) (*storage.DB, storage.Instance) {
+	t.Helper()
+	db, err := storage.Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +97,15 @@ func publishTo(t *testing.T, db *storage.DB, d *Dispatcher, id, interest string)
 		t.Fatal(err)
 	}
 	d.Notify()
+}
+
+// publishAPNs stores a publish to the "news" interest with an APNs payload.
+func publishAPNs(t *testing.T, db *storage.DB, id string) {
+	t.Helper()
+	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: id, InstanceID: testInstance, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitPublishDone waits until the publish is done and returns it.

@@ -1,13 +1,8 @@
 package push
 
 import (
-	"database/sql"
-	"encoding/json"
 	"fmt"
-	"net/url"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -26,16 +21,7 @@ import (
 // lease runs out by writing it in the database: nothing waits on a clock.
 func TestPageTakenOverIsSentAgain(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	in, err := db.CreateInstance(ctx, storage.Instance{ID: testInstance, SecretKey: "secret", Enabled: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, in, raw := openTestDBRaw(t)
 	var devices []storage.DeviceImport
 	for i := range 10 {
 		devices = append(devices, storage.DeviceImport{Device: storage.Device{ID: fmt.Sprintf("apns-%02d", i), InstanceID: in.ID,
@@ -45,15 +31,7 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "pub-taken"
-	if _, err := db.CreatePublish(ctx, storage.Publish{ID: id, InstanceID: in.ID, TargetKind: storage.TargetInterests,
-		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`)}, 0, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
+	publishAPNs(t, db, id)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
 	dispatcher := func(owner string) *Dispatcher {
 		return New(db, instanceMap{in.ID: &in}, log, Options{Owner: owner, PageSize: 4})

@@ -2,11 +2,8 @@ package push
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/url"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,31 +22,13 @@ import (
 // on its own, failing alone, and the publishes after it are sent.
 func TestPublishThatCannotBeClaimedHoldsUpNoOther(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	in, err := db.CreateInstance(ctx, storage.Instance{ID: testInstance, SecretKey: "secret", Enabled: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, in, raw := openTestDBRaw(t)
 	if err := db.ImportDevices(ctx, []storage.DeviceImport{{Device: storage.Device{ID: "apns-1", InstanceID: in.ID,
 		Platform: storage.PlatformAPNs, Token: "tok-1"}, Interests: []string{"news"}}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"pub-stuck", "pub-ok"} {
-		if _, err := db.CreatePublish(ctx, storage.Publish{ID: id, InstanceID: in.ID, TargetKind: storage.TargetInterests,
-			Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`)}, 0, time.Time{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
+	publishAPNs(t, db, "pub-stuck")
+	publishAPNs(t, db, "pub-ok")
 	if _, err := raw.ExecContext(ctx, `UPDATE publishes SET cursor = '{corrupt' WHERE id = 'pub-stuck'`); err != nil {
 		t.Fatal(err)
 	}
