@@ -101,18 +101,28 @@ func copyInto(postgres bool, counts map[string]int, query func(q string, dest ..
 	return nil
 }
 
+// selectAll reads every row of the table in src, and its columns' names.
+func selectAll(ctx context.Context, src *tx, table string) (*sql.Rows, []string, error) {
+	rows, err := src.QueryContext(ctx, "SELECT * FROM "+table)
+	if err != nil {
+		return nil, nil, err
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		rows.Close()
+		return nil, nil, err
+	}
+	return rows, cols, nil
+}
+
 // copyTableFrom streams every row of the table in src into dst with COPY,
 // columns by name.
 func copyTableFrom(ctx context.Context, src *tx, dst pgx.Tx, table string) (int, error) {
-	rows, err := src.QueryContext(ctx, "SELECT * FROM "+table)
+	rows, cols, err := selectAll(ctx, src, table)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return 0, err
-	}
 	s := &rowsSource{rows: rows, cols: len(cols)}
 	_, err = dst.CopyFrom(ctx, pgx.Identifier{table}, cols, s)
 	return s.n, err
@@ -121,15 +131,11 @@ func copyTableFrom(ctx context.Context, src *tx, dst pgx.Tx, table string) (int,
 // copyTable inserts every row of the table in src into dst, columns by name
 // (the two schemas may order them differently), in batches.
 func copyTable(ctx context.Context, src, dst *tx, table string) (int, error) {
-	rows, err := src.QueryContext(ctx, "SELECT * FROM "+table)
+	rows, cols, err := selectAll(ctx, src, table)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return 0, err
-	}
 	// Enough rows per statement to save round trips, few enough arguments
 	// for either database's limit (SQLite: 32,766).
 	per := max(1, 1000/len(cols))

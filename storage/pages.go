@@ -411,41 +411,40 @@ func (db *DB) RenewPages(ctx context.Context, owner string, ids []int64, until t
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	var n int64
-	err := db.write(ctx, func(tx *tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = ? WHERE done = 0 AND owner = ? AND id IN (`+marks+`)`, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	n, err := db.execCount(ctx, `UPDATE publish_pages SET lease_until_ms = ? WHERE done = 0 AND owner = ? AND id IN (`+marks+`)`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("renew pages of %q: %w", owner, err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // ReleasePages ends the leases of owner's open pages, left by an earlier
 // run under the same name: they are taken over at once (by this run too)
 // rather than renewed forever by a run that does not hold them.
 func (db *DB) ReleasePages(ctx context.Context, owner string) (int, error) {
+	// Open pages are of unresolved publishes only: found through them by
+	// the indexes, not by a scan of every page ever recorded.
+	n, err := db.execCount(ctx, `UPDATE publish_pages SET lease_until_ms = 0
+		WHERE publish_id IN (SELECT id FROM publishes WHERE resolved = 0) AND done = 0 AND owner = ?`, owner)
+	if err != nil {
+		return 0, fmt.Errorf("release pages of %q: %w", owner, err)
+	}
+	return n, nil
+}
+
+// execCount runs one statement in a write transaction and returns how many
+// rows it changed.
+func (db *DB) execCount(ctx context.Context, query string, args ...any) (int, error) {
 	var n int64
 	err := db.write(ctx, func(tx *tx) error {
-		// Open pages are of unresolved publishes only: found through
-		// them by the indexes, not by a scan of every page ever recorded.
-		res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = 0
-			WHERE publish_id IN (SELECT id FROM publishes WHERE resolved = 0) AND done = 0 AND owner = ?`, owner)
+		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}
 		n, err = res.RowsAffected()
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("release pages of %q: %w", owner, err)
-	}
-	return int(n), nil
+	return int(n), err
 }
 
 // PendingPublish is a publish whose targets are not all resolved yet.
