@@ -1,10 +1,16 @@
 package storage
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/storage/testpg"
 )
 
 // dump is every row of every copied table, as text, in key order.
@@ -49,6 +55,7 @@ func TestCopyMovesEveryTable(t *testing.T) {
 		`INSERT INTO devices VALUES ('apns-1', '` + instanceID + `', 'apns', 'tok2', 'com.x', '{}', NULL, 3, 4)`,
 		`INSERT INTO device_interests VALUES ('` + instanceID + `', 'news', 'web-1'), ('` + instanceID + `', 'news', 'apns-1')`,
 		`INSERT INTO publishes VALUES ('pub-1', '` + instanceID + `', 'interests', '["news"]', '{"web":{}}', '', 'delivering', '', 1, 2, 1, 0, 5, NULL, 'node-a', 99, 3)`,
+		`INSERT INTO publish_pages VALUES (18, 'pub-1', 'web', '', 'web-1', 'node-a', 1, 0, 1, 1, 1, 0)`,
 		`INSERT INTO report_events VALUES (7, '` + instanceID + `', 'pub-1', 'web-1', 'delivery', 'alice', 6, 1, NULL, 0, 8)`,
 		`INSERT INTO publish_report_counts VALUES ('` + instanceID + `', 'pub-1', 1, 0)`,
 		`INSERT INTO deliveries VALUES (9, 'pub-1', '` + instanceID + `', 'apns-1', 'apns', 'tok2', 'com.x', '', 2, 0, 10, 0)`,
@@ -122,4 +129,62 @@ func TestCopyKnowsEveryTable(t *testing.T) {
 	known = append(known, notCopied...)
 	slices.Sort(known)
 	check(t, "the tables copied or left out", known, tables)
+}
+
+// BenchmarkCopyDevices copies a SQLite file of COPY_DEVICES devices
+// (default 1,000,000, each on one interest) into a new SQLite file and into
+// a new PostgreSQL database, as `herald copy` does, and reports the seconds
+// each copy took.
+func BenchmarkCopyDevices(b *testing.B) {
+	devices := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("COPY_DEVICES")); err == nil && v > 0 {
+		devices = v
+	}
+	ctx := context.Background()
+	src, err := Open(ctx, filepath.Join(b.TempDir(), "source.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	if _, err := src.CreateInstance(ctx, testInstance(instanceID)); err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]DeviceImport, 0, 10_000)
+	for i := range devices {
+		p := []Platform{PlatformAPNs, PlatformFCM, PlatformWeb}[i%3]
+		batch = append(batch, DeviceImport{Device: Device{ID: NewDeviceID(p), InstanceID: instanceID, Platform: p,
+			Token: fmt.Sprintf("token-%d", i), BundleIdentifier: "com.example"}, Interests: []string{"everyone"}})
+		if len(batch) == cap(batch) || i == devices-1 {
+			if err := src.ImportDevices(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	for _, target := range []string{"SQLite", "PostgreSQL"} {
+		b.Run(target, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				dsn := filepath.Join(b.TempDir(), "target.db")
+				if target == "PostgreSQL" {
+					dsn = testpg.Start(b)
+				}
+				dst, err := Open(ctx, dsn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				counts, err := Copy(ctx, src, dst)
+				took := time.Since(start)
+				b.StopTimer()
+				dst.Close()
+				if err != nil || counts["devices"] != devices {
+					b.Fatalf("copied %v: %v", counts, err)
+				}
+				b.ReportMetric(took.Seconds(), "s/copy")
+				b.StartTimer()
+			}
+		})
+	}
 }

@@ -95,19 +95,27 @@ func (db *DB) RegisterDevice(ctx context.Context, d Device) (Device, []string, e
 		return Device{}, nil, err
 	}
 	var interests []string
-	err = db.write(ctx, func(tx *tx) error {
+	err = db.writeRows(ctx, func(tx *tx) error {
 		ts := now()
-		row := tx.QueryRowContext(ctx, `UPDATE devices SET bundle_identifier = ?, metadata = ?, updated_at_ms = ?
-			WHERE instance_id = ? AND platform = ? AND token = ?
-			RETURNING `+deviceColumns,
-			d.BundleIdentifier, md, ts.UnixMilli(), d.InstanceID, string(d.Platform), d.Token)
-		existing, err := scanDevice(row)
-		if err == nil {
+		// update reports whether the instance has a device with the token,
+		// made d once updated.
+		update := func() (bool, error) {
+			row := tx.QueryRowContext(ctx, `UPDATE devices SET bundle_identifier = ?, metadata = ?, updated_at_ms = ?
+				WHERE instance_id = ? AND platform = ? AND token = ?
+				RETURNING `+deviceColumns,
+				d.BundleIdentifier, md, ts.UnixMilli(), d.InstanceID, string(d.Platform), d.Token)
+			existing, err := scanDevice(row)
+			if errors.Is(err, sql.ErrNoRows) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
 			d = existing
 			interests, err = deviceInterestsTx(ctx, tx, d.ID, "", MaxDeviceInterests)
-			return err
+			return true, err
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if found, err := update(); found || err != nil {
 			return err
 		}
 		if d.ID == "" {
@@ -115,9 +123,21 @@ func (db *DB) RegisterDevice(ctx context.Context, d Device) (Device, []string, e
 		}
 		d.CreatedAt, d.UpdatedAt, d.UserID = ts, ts, ""
 		d.Metadata = decodeMetadata(md)
-		_, err = tx.ExecContext(ctx, `INSERT INTO devices (`+deviceColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)`,
+		res, err := tx.ExecContext(ctx, `INSERT INTO devices (`+deviceColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)
+			ON CONFLICT (instance_id, platform, token) DO NOTHING`,
 			d.ID, d.InstanceID, string(d.Platform), d.Token, d.BundleIdentifier, md, ts.UnixMilli(), ts.UnixMilli())
-		return conflict(err)
+		if err != nil {
+			return conflict(err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		// Another request registered the token meanwhile (PostgreSQL, where
+		// registrations run side by side): this one updates that device.
+		if found, err := update(); found || err != nil {
+			return err
+		}
+		return ErrConflict
 	})
 	if err != nil {
 		return Device{}, nil, fmt.Errorf("register device on instance %q: %w", d.InstanceID, err)
@@ -199,7 +219,19 @@ func (db *DB) UpdateDeviceToken(ctx context.Context, instanceID string, p Platfo
 // when the device has another user, and ErrUserDeviceLimit when the user
 // already has MaxUserDevices devices.
 func (db *DB) SetDeviceUser(ctx context.Context, instanceID string, p Platform, id, userID string) error {
-	err := db.write(ctx, func(tx *tx) error {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
+			return err
+		}
+		if tx.d.postgres {
+			// Bindings to one user go one at a time, so that two devices
+			// of a user at the limit cannot both slip in; other users'
+			// side by side. (Two-key advisory locks are apart from the
+			// write lock's one key.)
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))`, instanceID, userID); err != nil {
+				return err
+			}
+		}
 		var current sql.NullString
 		err := tx.QueryRowContext(ctx, `SELECT user_id FROM devices WHERE id = ? AND instance_id = ? AND platform = ?`,
 			id, instanceID, string(p)).Scan(&current)
@@ -213,8 +245,7 @@ func (db *DB) SetDeviceUser(ctx context.Context, instanceID string, p Platform, 
 		case current.Valid:
 			return ErrUserAlreadySet
 		}
-		// Counted inside the write transaction, so two devices of a user at
-		// the limit cannot both slip in.
+		// Counted under the user's lock (the one writer on SQLite).
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM devices WHERE instance_id = ? AND user_id = ?`,
 			instanceID, userID).Scan(&n); err != nil {
@@ -237,25 +268,33 @@ func (db *DB) SetDeviceUser(ctx context.Context, instanceID string, p Platform, 
 func (db *DB) UserDevices(ctx context.Context, instanceID string, users []string) ([]Device, error) {
 	var out []Device
 	err := db.read(ctx, func(tx *tx) error {
-		stmt, err := tx.PrepareContext(ctx, `SELECT `+deviceColumns+` FROM devices
-			WHERE instance_id = ? AND user_id = ? ORDER BY id`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, u := range uniqueSorted(users) {
-			rows, err := stmt.QueryContext(ctx, instanceID, u)
-			if err != nil {
-				return err
-			}
-			if out, err = appendDevices(out, rows); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		out, err = userDevicesTx(ctx, tx, instanceID, users)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("devices of users on instance %q: %w", instanceID, err)
+	}
+	return out, nil
+}
+
+// userDevicesTx is UserDevices in tx.
+func userDevicesTx(ctx context.Context, tx *tx, instanceID string, users []string) ([]Device, error) {
+	var out []Device
+	stmt, err := tx.PrepareContext(ctx, `SELECT `+deviceColumns+` FROM devices
+		WHERE instance_id = ? AND user_id = ? ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	for _, u := range uniqueSorted(users) {
+		rows, err := stmt.QueryContext(ctx, instanceID, u)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = appendDevices(out, rows); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -275,6 +314,25 @@ func (db *DB) DeleteUser(ctx context.Context, instanceID, userID string) (int, e
 func deviceExistsTx(ctx context.Context, tx *tx, instanceID string, p Platform, id string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM devices WHERE id = ? AND instance_id = ? AND platform = ?`,
+		id, instanceID, string(p)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// lockDeviceTx is deviceExistsTx that, on PostgreSQL, also locks the
+// device's row until tx ends: the read-then-write changes of one device
+// (its interests and their limit, its user) go one at a time, those of
+// other devices side by side (see writeRows). FOR NO KEY UPDATE leaves the
+// foreign-key checks of other rows referencing the device free. On SQLite
+// the one writer does it.
+func lockDeviceTx(ctx context.Context, tx *tx, instanceID string, p Platform, id string) error {
+	if !tx.d.postgres {
+		return deviceExistsTx(ctx, tx, instanceID, p, id)
+	}
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM devices WHERE id = ? AND instance_id = ? AND platform = ? FOR NO KEY UPDATE`,
 		id, instanceID, string(p)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound

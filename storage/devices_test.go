@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -210,4 +211,82 @@ func TestConcurrentUserLimit(t *testing.T) {
 	}
 	wg.Wait()
 	check(t, "devices bound", won, MaxUserDevices)
+}
+
+// Device writes run side by side on PostgreSQL (no write lock; see
+// writeRows) and hold as they do one at a time: sixteen clients
+// registering the same 50 tokens at once make one device per token, every
+// registration answered; binding 120 devices to one user at once binds
+// MaxUserDevices of them and refuses the rest; and interests added to one
+// device at once all land, none twice.
+func TestConcurrentDeviceWrites(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	const clients, tokens = 16, 50
+	ids := make([][]string, clients)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*tokens+200)
+	for c := range clients {
+		wg.Go(func() {
+			for i := range tokens {
+				d, _, err := db.RegisterDevice(ctx, Device{InstanceID: instanceID, Platform: PlatformFCM,
+					Token: fmt.Sprintf("tok-%d", (i+c)%tokens), BundleIdentifier: "com.example"})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				ids[c] = append(ids[c], d.ID)
+			}
+		})
+	}
+	wg.Wait()
+	distinct := map[string]bool{}
+	for _, list := range ids {
+		for _, id := range list {
+			distinct[id] = true
+		}
+	}
+	var n int
+	checkErr(t, "count", db.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM devices`).Scan(&n), nil)
+	check(t, "devices stored, ids answered", []int{n, len(distinct), len(errs)}, []int{tokens, tokens, 0})
+
+	var bound sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	for i := range MaxUserDevices + 20 {
+		d := registerTestDevice(t, db, PlatformAPNs, "user-tok-"+strconv.Itoa(i))
+		bound.Go(func() {
+			err := db.SetDeviceUser(ctx, instanceID, PlatformAPNs, d.ID, "alice")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				outcomes["bound"]++
+			case errors.Is(err, ErrUserDeviceLimit):
+				outcomes["refused"]++
+			default:
+				errs <- err
+			}
+		})
+	}
+	bound.Wait()
+	check(t, "bindings", outcomes, map[string]int{"bound": MaxUserDevices, "refused": 20})
+
+	dev := registerTestDevice(t, db, PlatformWeb, "web-tok")
+	var adds sync.WaitGroup
+	for i := range 40 {
+		adds.Go(func() {
+			if err := db.AddDeviceInterest(ctx, instanceID, PlatformWeb, dev.ID, "interest-"+strconv.Itoa(i%20)); err != nil {
+				errs <- err
+			}
+		})
+	}
+	adds.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a concurrent write failed: %v", err)
+	}
+	interests, _, err := db.DeviceInterests(ctx, instanceID, PlatformWeb, dev.ID, "", 100)
+	checkErr(t, "DeviceInterests", err, nil)
+	check(t, "interests added at once", len(interests), 20)
 }

@@ -283,33 +283,65 @@ func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *row {
 	return &row{Row: t.Tx.QueryRowContext(ctx, t.d.rebind(q), t.d.args(args)...)}
 }
 
-// PrepareContext prepares q; the statement's arguments must be in the
-// database's form already (no booleans).
+// PrepareContext prepares q, to run many times in t. On PostgreSQL it only
+// keeps q: pgx keeps every statement a connection ran prepared already (its
+// statement cache), and a prepared statement of its own would cost two more
+// round trips, to parse it and to close it.
 func (t *tx) PrepareContext(ctx context.Context, q string) (*stmt, error) {
-	s, err := t.Tx.PrepareContext(ctx, t.d.rebind(q))
+	if t.d.postgres {
+		return &stmt{t: t, q: q}, nil
+	}
+	s, err := t.Tx.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return &stmt{s, t.d}, nil
+	return &stmt{s: s, t: t, q: q}, nil
 }
 
-// stmt is a prepared statement that speaks the dialect.
+// stmt is a statement of a transaction, prepared on SQLite (see
+// PrepareContext), that speaks the dialect.
 type stmt struct {
-	*sql.Stmt
-	d *dialect
+	s *sql.Stmt // nil on PostgreSQL
+	t *tx
+	q string
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	if s.s == nil {
+		return s.t.ExecContext(ctx, s.q, args...)
+	}
 	if err := checkText(args); err != nil {
 		return nil, err
 	}
-	res, err := s.Stmt.ExecContext(ctx, s.d.args(args)...)
+	res, err := s.s.ExecContext(ctx, args...)
 	return res, invalidText(err)
 }
 
+func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
+	if s.s == nil {
+		return s.t.QueryContext(ctx, s.q, args...)
+	}
+	if err := checkText(args); err != nil {
+		return nil, err
+	}
+	rows, err := s.s.QueryContext(ctx, args...)
+	return rows, invalidText(err)
+}
+
 func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *row {
+	if s.s == nil {
+		return s.t.QueryRowContext(ctx, s.q, args...)
+	}
 	if err := checkText(args); err != nil {
 		return &row{err: err}
 	}
-	return &row{Row: s.Stmt.QueryRowContext(ctx, s.d.args(args)...)}
+	return &row{Row: s.s.QueryRowContext(ctx, args...)}
+}
+
+// Close releases the prepared statement.
+func (s *stmt) Close() error {
+	if s.s == nil {
+		return nil
+	}
+	return s.s.Close()
 }

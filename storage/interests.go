@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // DeviceInterests returns up to limit of the device's interests that sort
@@ -58,8 +61,8 @@ func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platf
 	if len(set) > MaxDeviceInterests {
 		return fmt.Errorf("set interests of device %q: %w", id, ErrInterestLimit)
 	}
-	err := db.write(ctx, func(tx *tx) error {
-		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
 		// Only the difference is written: SDKs send the whole set on every
@@ -105,8 +108,8 @@ func (db *DB) SetDeviceInterests(ctx context.Context, instanceID string, p Platf
 // subscribed is fine. It returns ErrNotFound for no such device and
 // ErrInterestLimit when the device already holds MaxDeviceInterests others.
 func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
-	err := db.write(ctx, func(tx *tx) error {
-		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO device_interests (instance_id, interest, device_id) VALUES (?, ?, ?)
@@ -135,8 +138,8 @@ func (db *DB) AddDeviceInterest(ctx context.Context, instanceID string, p Platfo
 // RemoveDeviceInterest unsubscribes the device from the interest; not being
 // subscribed is fine. It returns ErrNotFound for no such device.
 func (db *DB) RemoveDeviceInterest(ctx context.Context, instanceID string, p Platform, id, interest string) error {
-	err := db.write(ctx, func(tx *tx) error {
-		if err := deviceExistsTx(ctx, tx, instanceID, p, id); err != nil {
+	err := db.writeRows(ctx, func(tx *tx) error {
+		if err := lockDeviceTx(ctx, tx, instanceID, p, id); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM device_interests WHERE instance_id = ? AND interest = ? AND device_id = ?`,
@@ -173,6 +176,9 @@ type DeviceImport struct {
 // platform and a dash); a taken id or token gives ErrConflict and stores
 // nothing.
 func (db *DB) ImportDevices(ctx context.Context, devices []DeviceImport) error {
+	if db.d.postgres {
+		return db.importDevicesCopy(ctx, devices)
+	}
 	err := db.write(ctx, func(tx *tx) error {
 		dev, err := tx.PrepareContext(ctx, `INSERT INTO devices (`+deviceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
@@ -209,6 +215,51 @@ func (db *DB) ImportDevices(ctx context.Context, devices []DeviceImport) error {
 			}
 		}
 		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("import devices: %w", err)
+	}
+	return nil
+}
+
+// importDevicesCopy is ImportDevices on PostgreSQL: the devices and their
+// interests streamed with COPY, several times faster than row by row.
+func (db *DB) importDevicesCopy(ctx context.Context, devices []DeviceImport) error {
+	ts := now().UnixMilli()
+	devRows := make([][]any, 0, len(devices))
+	var interestRows [][]any
+	for _, di := range devices {
+		d := di.Device
+		if err := checkDeviceID(d); err != nil {
+			return fmt.Errorf("import devices: %w", err)
+		}
+		md, err := encodeMetadata(d.Metadata)
+		if err != nil {
+			return fmt.Errorf("import devices: %w", err)
+		}
+		var user any
+		if d.UserID != "" {
+			user = d.UserID
+		}
+		row := []any{d.ID, d.InstanceID, string(d.Platform), d.Token, d.BundleIdentifier, md, user, ts, ts}
+		if checkText(row) != nil || slices.ContainsFunc(di.Interests, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }) {
+			// Refused before COPY, as every write refuses it (COPY's
+			// own refusal would name no row).
+			return fmt.Errorf("import devices: %w", ErrInvalidText)
+		}
+		devRows = append(devRows, row)
+		for _, s := range uniqueSorted(di.Interests) { // COPY has no ON CONFLICT
+			interestRows = append(interestRows, []any{d.InstanceID, s, d.ID})
+		}
+	}
+	err := db.pgxWrite(ctx, func(t pgx.Tx) error {
+		if _, err := t.CopyFrom(ctx, pgx.Identifier{"devices"}, strings.Split(strings.ReplaceAll(deviceColumns, " ", ""), ","),
+			pgx.CopyFromRows(devRows)); err != nil {
+			return conflict(err)
+		}
+		_, err := t.CopyFrom(ctx, pgx.Identifier{"device_interests"}, []string{"instance_id", "interest", "device_id"},
+			pgx.CopyFromRows(interestRows))
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("import devices: %w", err)

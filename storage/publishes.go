@@ -52,10 +52,11 @@ type Publish struct {
 	Payload    json.RawMessage // {"apns":…, "fcm":…, "web":…}, only the given ones
 	WebhookURL string          // "" when none
 	State      PublishState
-	// Cursor is how far the targets were handled (see CompletePages): for
-	// interests a JSON object of per-platform stream cursors (last device
-	// id; a bare id from earlier versions counts for every stream), for
-	// users the number of users. StreamCursor reads it.
+	// Cursor is how far pages of the targets were claimed (see ClaimPage):
+	// for interests a JSON object of per-platform stream cursors (last
+	// device id, or streamEnd once the stream's last page was claimed; a
+	// bare id from earlier versions counts for every stream), for users the
+	// number of users. StreamCursor reads it.
 	Cursor     string
 	Resolved   bool // every target handled: sent, failed, or stored for a retry
 	Targeted   int  // deliveries created
@@ -63,14 +64,10 @@ type Publish struct {
 	Failed     int  // refused by a gateway, or given up
 	CreatedAt  time.Time
 	FinishedAt time.Time // zero until done
-	// LeaseEpoch counts the times the publish's lease changed hands (see
-	// ClaimPublishes): a page is recorded only under the epoch it was read
-	// with (see PageResult).
-	LeaseEpoch int64
 }
 
 const publishColumns = `id, instance_id, target_kind, targets, payload, webhook_url, state, cursor, resolved,
-	targeted, sent, failed, created_at_ms, finished_at_ms, lease_epoch`
+	targeted, sent, failed, created_at_ms, finished_at_ms`
 
 func scanPublish(s scanner) (Publish, error) {
 	var p Publish
@@ -78,7 +75,7 @@ func scanPublish(s scanner) (Publish, error) {
 	var created int64
 	var finished sql.NullInt64
 	if err := s.Scan(&p.ID, &p.InstanceID, &kind, &targets, &payload, &p.WebhookURL, &state, &p.Cursor, &p.Resolved,
-		&p.Targeted, &p.Sent, &p.Failed, &created, &finished, &p.LeaseEpoch); err != nil {
+		&p.Targeted, &p.Sent, &p.Failed, &created, &finished); err != nil {
 		return Publish{}, err
 	}
 	p.TargetKind, p.State = PublishTargetKind(kind), PublishState(state)
@@ -105,7 +102,7 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 	if err := errors.Join(checkJSONText(targets), checkJSONText(p.Payload)); err != nil {
 		return Publish{}, ErrInvalidText
 	}
-	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed, p.LeaseEpoch = PublishAccepted, "", false, 0, 0, 0, 0
+	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed = PublishAccepted, "", false, 0, 0, 0
 	p.CreatedAt = now()
 	err = db.write(ctx, func(tx *tx) error {
 		if quota > 0 {
@@ -119,7 +116,7 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO publishes (`+publishColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', 0, 0, 0, 0, ?, NULL, 0)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, '', 0, 0, 0, 0, ?, NULL)`,
 			p.ID, p.InstanceID, string(p.TargetKind), string(targets), string(p.Payload), p.WebhookURL, string(p.State),
 			p.CreatedAt.UnixMilli())
 		return conflict(err)
@@ -162,64 +159,6 @@ func (db *DB) UnresolvedPublishes(ctx context.Context, limit int) ([]Publish, er
 	return out, rows.Err()
 }
 
-// ClaimPublishes leases to owner, until t+lease, up to limit publishes whose
-// targets are not all resolved yet and that no other owner holds a live
-// lease on, and returns them, oldest first. The owner's own leases are
-// renewed by the same call, so a dispatcher calls it at least once a lease
-// and reads the pages of the publishes it got (its own come first, so that
-// a dead node's many never crowd out one it is reading): nodes sharing the database
-// never read the same publish at once, and a dead node's publishes are
-// taken over, from their recorded cursor, once its leases ran out.
-//
-// Each publish's LeaseEpoch is one more than before when the claim gives it
-// to an owner other than its lease_owner (another node whose lease ran out,
-// or none: never leased), and unchanged when owner held it already, its
-// lease live or run out: lease_owner is only ever set here, so a publish
-// whose lease_owner is still owner was claimed by no other since, and every
-// cursor move since was owner's. A page is recorded only under the owner
-// and epoch it was read with (see CompletePages): after owner lost a
-// publish to another and took it back, the pages it read before are
-// refused, and its reading must start again from the stored cursor. (A
-// restarted process with the same owner name keeps the epoch too; the
-// pages of the one before died with it.)
-func (db *DB) ClaimPublishes(ctx context.Context, owner string, t time.Time, lease time.Duration, limit int) ([]Publish, error) {
-	var out []Publish
-	err := db.write(ctx, func(tx *tx) error {
-		out = out[:0]
-		// Every SET expression reads the row as it was: lease_epoch
-		// compares the previous lease_owner.
-		rows, err := tx.QueryContext(ctx, `UPDATE publishes
-			SET lease_epoch = CASE WHEN lease_owner = ?1 THEN lease_epoch ELSE lease_epoch + 1 END,
-				lease_owner = ?1, lease_until_ms = ?2
-			WHERE id IN (SELECT id FROM publishes WHERE resolved = 0 AND (lease_owner = ?1 OR lease_until_ms <= ?3)
-				ORDER BY lease_owner = ?1 DESC, created_at_ms, id LIMIT ?4)
-			RETURNING `+publishColumns, owner, t.Add(lease).UnixMilli(), t.UnixMilli(), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			p, err := scanPublish(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, p)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim publishes: %w", err)
-	}
-	// RETURNING promises no order.
-	slices.SortFunc(out, func(a, b Publish) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return out, nil
-}
-
 // Delivery is one notification to send: a device of a publish. Deliveries
 // live in memory while their page is in flight; the deliveries table holds
 // only those waiting for a retry (and, from earlier versions, rows
@@ -243,22 +182,26 @@ func (db *DB) StartPublish(ctx context.Context, p Publish) (Publish, error) {
 	if p.State != PublishAccepted {
 		return p, nil
 	}
-	err := db.write(ctx, func(tx *tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ? WHERE id = ? AND state = ?`,
-			string(PublishDelivering), p.ID, string(PublishAccepted))
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // started already, or deleted with its instance
-		}
-		p.State = PublishDelivering
-		return enqueuePublishWebhookTx(ctx, tx, p, PublishStarted, now())
-	})
+	err := db.write(ctx, func(tx *tx) error { return startPublishTx(ctx, tx, &p) })
 	if err != nil {
 		return p, fmt.Errorf("start publish %q: %w", p.ID, err)
 	}
 	return p, nil
+}
+
+// startPublishTx is StartPublish in tx; it sets p's state when it started
+// it.
+func startPublishTx(ctx context.Context, tx *tx, p *Publish) error {
+	res, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ? WHERE id = ? AND state = ?`,
+		string(PublishDelivering), p.ID, string(PublishAccepted))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil // started already, or deleted with its instance
+	}
+	p.State = PublishDelivering
+	return enqueuePublishWebhookTx(ctx, tx, *p, PublishStarted, now())
 }
 
 // PublishTargets reads the next page of one of p's target streams, after
@@ -267,20 +210,36 @@ func (db *DB) StartPublish(ctx context.Context, p Publish) (Publish, error) {
 // device id order. A publish to users has one stream (""): the devices of up
 // to limit/MaxUserDevices of its users, kept when on one of the platforms.
 // next is the cursor after the page and last reports that the page ends the
-// stream. Nothing is written: the caller records the page with
-// CompletePages once its deliveries are done.
+// stream. Nothing is written: ClaimPage claims pages for sending.
 func (db *DB) PublishTargets(ctx context.Context, p Publish, stream Platform, platforms map[Platform]bool, cursor string, limit int) (page []Delivery, next string, last bool, err error) {
+	err = db.read(ctx, func(tx *tx) error {
+		page, next, last, err = db.targetsTx(ctx, tx, p, stream, platforms, cursor, "", limit)
+		return err
+	})
+	if err != nil {
+		return nil, cursor, false, err
+	}
+	return page, next, last, nil
+}
+
+// targetsTx is PublishTargets in tx, the page ending at until when it is
+// not "" (the end of a page read before, read again).
+func (db *DB) targetsTx(ctx context.Context, tx *tx, p Publish, stream Platform, platforms map[Platform]bool, cursor, until string, limit int) (page []Delivery, next string, last bool, err error) {
 	switch p.TargetKind {
 	case TargetInterests:
-		page, next, last, err = db.interestTargets(ctx, p, stream, cursor, limit)
+		page, next, last, err = db.interestTargets(ctx, tx, p, stream, cursor, until, limit)
 	case TargetUsers:
 		start := 0
 		if cursor != "" {
 			start, _ = strconv.Atoi(cursor)
 		}
 		end := min(len(p.Targets), start+max(1, limit/MaxUserDevices))
+		if until != "" {
+			u, _ := strconv.Atoi(until)
+			end = max(start, min(len(p.Targets), u))
+		}
 		var devices []Device
-		devices, err = db.UserDevices(ctx, p.InstanceID, p.Targets[min(start, end):end])
+		devices, err = userDevicesTx(ctx, tx, p.InstanceID, p.Targets[min(start, end):end])
 		for _, d := range devices {
 			if platforms[d.Platform] {
 				page = append(page, Delivery{PublishID: p.ID, InstanceID: p.InstanceID, DeviceID: d.ID, Platform: d.Platform,
@@ -297,60 +256,57 @@ func (db *DB) PublishTargets(ctx context.Context, p Publish, stream Platform, pl
 	return page, next, last, nil
 }
 
-// interestTargets is PublishTargets for a publish to interests. A device id
+// interestTargets is targetsTx for a publish to interests. A device id
 // starts with its platform and a dash (see NewDeviceID), so one platform's
 // subscribers of an interest are one primary-key range. Each interest's
 // range is read on its own and, for several interests, the ranges are
 // merged here: one query with IN (…) and DISTINCT would sort every
 // subscriber of every interest on each page.
-func (db *DB) interestTargets(ctx context.Context, p Publish, platform Platform, cursor string, limit int) ([]Delivery, string, bool, error) {
+func (db *DB) interestTargets(ctx context.Context, tx *tx, p Publish, platform Platform, cursor, until string, limit int) ([]Delivery, string, bool, error) {
 	var page []Delivery
 	lower, upper := max(cursor, string(platform)+"-"), string(platform)+"."
-	err := db.read(ctx, func(tx *tx) error {
-		q := `SELECT d.id, d.token, d.bundle_identifier
-			FROM device_interests AS di JOIN devices AS d ON d.id = di.device_id
-			WHERE di.instance_id = ? AND di.interest = ? AND di.device_id > ? AND di.device_id < ?
-			ORDER BY di.device_id LIMIT ?`
-		if db.d.postgres {
-			// The page's ids first, then each device by its key: once
-			// PostgreSQL has statistics it would rather merge-join or hash
-			// the whole devices table, which costs every page the devices
-			// before it (450 s instead of seconds for a million). OFFSET 0
-			// keeps it from folding the lookup back into a join.
-			q = `SELECT d.id, d.token, d.bundle_identifier
-			FROM (SELECT device_id FROM device_interests
-				WHERE instance_id = ? AND interest = ? AND device_id > ? AND device_id < ?
-				ORDER BY device_id LIMIT ?) AS di
-			CROSS JOIN LATERAL (SELECT id, token, bundle_identifier FROM devices WHERE id = di.device_id OFFSET 0) AS d
-			ORDER BY di.device_id`
-		}
-		stmt, err := tx.PrepareContext(ctx, q)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, interest := range uniqueSorted(p.Targets) {
-			rows, err := stmt.QueryContext(ctx, p.InstanceID, interest, lower, upper, limit)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				d := Delivery{PublishID: p.ID, InstanceID: p.InstanceID, Platform: platform}
-				if err := rows.Scan(&d.DeviceID, &d.Token, &d.BundleIdentifier); err != nil {
-					rows.Close()
-					return err
-				}
-				page = append(page, d)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	if until == "" {
+		until = upper // no device id is the bare prefix
+	}
+	q := `SELECT d.id, d.token, d.bundle_identifier
+		FROM device_interests AS di JOIN devices AS d ON d.id = di.device_id
+		WHERE di.instance_id = ? AND di.interest = ? AND di.device_id > ? AND di.device_id < ? AND di.device_id <= ?
+		ORDER BY di.device_id LIMIT ?`
+	if db.d.postgres {
+		// The page's ids first, then each device by its key: once
+		// PostgreSQL has statistics it would rather merge-join or hash
+		// the whole devices table, which costs every page the devices
+		// before it (450 s instead of seconds for a million). OFFSET 0
+		// keeps it from folding the lookup back into a join.
+		q = `SELECT d.id, d.token, d.bundle_identifier
+		FROM (SELECT device_id FROM device_interests
+			WHERE instance_id = ? AND interest = ? AND device_id > ? AND device_id < ? AND device_id <= ?
+			ORDER BY device_id LIMIT ?) AS di
+		CROSS JOIN LATERAL (SELECT id, token, bundle_identifier FROM devices WHERE id = di.device_id OFFSET 0) AS d
+		ORDER BY di.device_id`
+	}
+	stmt, err := tx.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, cursor, false, err
+	}
+	defer stmt.Close()
+	for _, interest := range uniqueSorted(p.Targets) {
+		rows, err := stmt.QueryContext(ctx, p.InstanceID, interest, lower, upper, until, limit)
+		if err != nil {
+			return nil, cursor, false, err
+		}
+		for rows.Next() {
+			d := Delivery{PublishID: p.ID, InstanceID: p.InstanceID, Platform: platform}
+			if err := rows.Scan(&d.DeviceID, &d.Token, &d.BundleIdentifier); err != nil {
+				rows.Close()
+				return nil, cursor, false, err
+			}
+			page = append(page, d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, cursor, false, err
+		}
 	}
 	// Each range is sorted; the union's first `limit` distinct devices are
 	// the page. One snapshot read them all, so a short page is the end.
@@ -408,23 +364,24 @@ func advanceCursor(kind PublishTargetKind, stored string, stream Platform, next 
 }
 
 // PageResult is the outcome of one page of a publish's targets (see
-// PublishTargets), recorded once each of its deliveries was sent, refused,
-// or left for later.
+// ClaimPage), recorded once each of its deliveries was sent, refused, or
+// left for later.
 type PageResult struct {
 	PublishID string
-	// Owner and LeaseEpoch are the lease the page was read under (see
-	// ClaimPublishes); Owner "" when not leased (neither is checked then).
-	// A page whose publish another owner leases now, or the same owner
-	// under another epoch (it lost the publish and took it back since), is
-	// not recorded: the lease's holder reads it again from the recorded
-	// cursor.
-	Owner        string
-	LeaseEpoch   int64
-	Stream       Platform // the target stream (see PublishTargets)
-	Cursor       string   // where the page ends: the stream's cursor once recorded
-	Resolved     bool     // the page ends the publish's last open stream
-	Targeted     int      // deliveries of the page
-	Sent, Failed int      // of those, accepted and refused by their gateway
+	// Page, Owner and Epoch are the claimed page (see ClaimPage): it is
+	// recorded only while Owner holds it under Epoch. A page that another
+	// node took over meanwhile (its lease ran out) is not recorded: that
+	// node sends it again.
+	Page  int64
+	Owner string
+	Epoch int64
+	// Streams are the publish's target streams (the platforms it has a
+	// payload for, or "" alone): once the last page of each was claimed
+	// and none is open any more, the publish is resolved.
+	Streams  []Platform
+	Targeted int // deliveries of the page
+	Sent     int // of those, accepted by their gateway
+	Failed   int // and refused
 	// Dead are the deliveries whose token is dead (counted in Failed):
 	// their devices are deleted.
 	Dead []Delivery
@@ -432,6 +389,12 @@ type PageResult struct {
 	// their time, with their Attempts so far (counted neither sent nor
 	// failed yet).
 	Later []LaterDelivery
+
+	// Without a Page (tests, tools recording by hand), the publish's
+	// Stream cursor is set to Cursor and it is resolved when Resolved.
+	Stream   Platform
+	Cursor   string
+	Resolved bool
 }
 
 // LaterDelivery is a delivery stored to be attempted at At.
@@ -440,15 +403,14 @@ type LaterDelivery struct {
 	At       time.Time
 }
 
-// CompletePages records pages in one transaction, in order: their later
-// deliveries are stored, dead devices deleted, and each publish's cursor and
-// counts advance; a publish whose last page this is becomes resolved, and
-// done when nothing of it is left in the deliveries table (storing its
-// publish_finished webhook). The publishes that became done are returned,
-// with how many deliveries were in pages not recorded because their
-// publish's lease had changed hands since they were read (its owner or its
-// epoch differs): sent twice, as the lease's holder sends them again. A crash before this call loses nothing: the pages are read and
-// sent again.
+// CompletePages records pages in one transaction: their later deliveries
+// are stored, dead devices deleted, and each publish's counts advance; a
+// publish whose last page this is becomes resolved, and done when nothing of
+// it is left in the deliveries table (storing its publish_finished webhook).
+// The publishes that became done are returned, with how many deliveries were
+// in pages not recorded because another node took them over since they were
+// claimed: sent twice, as that node sends them again. A crash before this
+// call loses nothing: the pages' leases run out and they are sent again.
 func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished []Publish, duplicated int, err error) {
 	if len(pages) == 0 {
 		return nil, 0, nil
@@ -456,16 +418,32 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 	err = db.write(ctx, func(tx *tx) error {
 		finished, duplicated = finished[:0], 0
 		ts := now()
+		// A publish's claimed pages in the batch (a small publish's, one
+		// per platform, come back together) are counted into it at once.
+		var counted []*PageResult
+		byPublish := map[string]*PageResult{}
 		for _, pg := range pages {
-			var kind, stored, owner string
-			var epoch int64
-			err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor, lease_owner, lease_epoch FROM publishes WHERE id = ?`, pg.PublishID).
-				Scan(&kind, &stored, &owner, &epoch)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
+			found, lost := true, false
+			if pg.Page != 0 {
+				res, err := tx.ExecContext(ctx, `UPDATE publish_pages SET done = 1, targeted = ?, sent = ?, failed = ?
+					WHERE id = ? AND owner = ? AND epoch = ? AND done = 0`, pg.Targeted, pg.Sent, pg.Failed, pg.Page, pg.Owner, pg.Epoch)
+				if err != nil {
+					return err
+				}
+				n, err := res.RowsAffected()
+				if err != nil {
+					return err
+				}
+				if n == 0 {
+					// Taken over by another node, or gone with its
+					// publish (deleted with its instance): asked only
+					// then, so a page recorded costs one statement here.
+					if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM publishes WHERE id = ?)`, pg.PublishID).Scan(&found); err != nil {
+						return err
+					}
+					lost = found
+				}
 			}
-			found := err == nil // else the publish was deleted with its instance
-			lost := found && pg.Owner != "" && (owner != pg.Owner || epoch != pg.LeaseEpoch)
 			if lost {
 				duplicated += pg.Targeted // the new owner reads the page again, retries and all
 			} else {
@@ -484,23 +462,45 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 					return err
 				}
 			}
-			if !found || lost {
-				continue
+			switch {
+			case !found || lost:
+			case pg.Page == 0:
+				p, err := recordByCursorTx(ctx, tx, pg)
+				if errors.Is(err, sql.ErrNoRows) {
+					continue // deleted with its instance
+				}
+				if err != nil {
+					return err
+				}
+				if done, err := finishIfDoneTx(ctx, tx, &p, ts); err != nil {
+					return err
+				} else if done {
+					finished = append(finished, p)
+				}
+			case byPublish[pg.PublishID] != nil:
+				c := byPublish[pg.PublishID]
+				c.Targeted, c.Sent, c.Failed = c.Targeted+pg.Targeted, c.Sent+pg.Sent, c.Failed+pg.Failed
+			default:
+				c := &PageResult{PublishID: pg.PublishID, Streams: pg.Streams, Targeted: pg.Targeted, Sent: pg.Sent, Failed: pg.Failed}
+				byPublish[pg.PublishID] = c
+				counted = append(counted, c)
 			}
-			cursor, err := advanceCursor(PublishTargetKind(kind), stored, pg.Stream, pg.Cursor)
+		}
+		for _, c := range counted {
+			p, resolved, err := recordPagesTx(ctx, tx, *c)
 			if err != nil {
 				return err
 			}
-			p, err := scanPublish(tx.QueryRowContext(ctx, `UPDATE publishes SET cursor = ?, resolved = ?,
-				targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ? RETURNING `+publishColumns,
-				cursor, pg.Resolved, pg.Targeted, pg.Sent, pg.Failed, pg.PublishID))
+			done, err := finishIfDoneTx(ctx, tx, &p, ts)
 			if err != nil {
 				return err
 			}
-			if done, err := finishIfDoneTx(ctx, tx, &p, ts); err != nil {
-				return err
-			} else if done {
+			if done {
 				finished = append(finished, p)
+			} else if resolved {
+				if _, err := tx.ExecContext(ctx, `UPDATE publishes SET resolved = ? WHERE id = ?`, true, p.ID); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -511,6 +511,48 @@ func (db *DB) CompletePages(ctx context.Context, pages []PageResult) (finished [
 	return finished, duplicated, nil
 }
 
+// recordPagesTx adds the counts of a publish's recorded pages (c) to it,
+// and reports whether they resolve it: the last page of each stream was
+// claimed (its cursor) and no page of it is open any more (asked in the
+// same statement). The publish is returned as updated, Resolved set when
+// they resolve it; storing that is left to the caller, who writes it with
+// the publish's end when nothing of it is left to send (see
+// finishIfDoneTx).
+func recordPagesTx(ctx context.Context, tx *tx, c PageResult) (p Publish, resolved bool, err error) {
+	var open bool
+	p, err = scanPublish(scanWith{tx.QueryRowContext(ctx, `UPDATE publishes SET
+		targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ?
+		RETURNING `+publishColumns+`, EXISTS (SELECT 1 FROM publish_pages AS pp WHERE pp.publish_id = publishes.id AND pp.done = 0)`,
+		c.Targeted, c.Sent, c.Failed, c.PublishID), &open})
+	if err != nil || open || p.Resolved {
+		return p, false, err
+	}
+	for _, s := range c.Streams {
+		if !p.streamClaimed(s) {
+			return p, false, nil
+		}
+	}
+	p.Resolved = true
+	return p, true, nil
+}
+
+// recordByCursorTx records a page without a claim (PageResult.Page 0): its
+// publish's stream cursor moves to pg.Cursor, and it is resolved when
+// pg.Resolved.
+func recordByCursorTx(ctx context.Context, tx *tx, pg PageResult) (Publish, error) {
+	var kind, stored string
+	if err := tx.QueryRowContext(ctx, `SELECT target_kind, cursor FROM publishes WHERE id = ?`, pg.PublishID).Scan(&kind, &stored); err != nil {
+		return Publish{}, err
+	}
+	cursor, err := advanceCursor(PublishTargetKind(kind), stored, pg.Stream, pg.Cursor)
+	if err != nil {
+		return Publish{}, err
+	}
+	return scanPublish(tx.QueryRowContext(ctx, `UPDATE publishes SET cursor = ?, resolved = ?,
+		targeted = targeted + ?, sent = sent + ?, failed = failed + ? WHERE id = ? RETURNING `+publishColumns,
+		cursor, pg.Resolved, pg.Targeted, pg.Sent, pg.Failed, pg.PublishID))
+}
+
 // finishIfDoneTx moves a resolved publish with nothing left to send to done
 // and stores its publish_finished webhook; it reports whether it did.
 func finishIfDoneTx(ctx context.Context, tx *tx, p *Publish, ts time.Time) (bool, error) {
@@ -518,8 +560,10 @@ func finishIfDoneTx(ctx context.Context, tx *tx, p *Publish, ts time.Time) (bool
 		return false, nil
 	}
 	p.State, p.FinishedAt = PublishDone, ts
-	if _, err := tx.ExecContext(ctx, `UPDATE publishes SET state = ?, finished_at_ms = ? WHERE id = ?`,
-		string(p.State), ts.UnixMilli(), p.ID); err != nil {
+	// resolved too: a publish that its last page resolves ends in one
+	// statement (see recordPagesTx).
+	if _, err := tx.ExecContext(ctx, `UPDATE publishes SET resolved = ?, state = ?, finished_at_ms = ? WHERE id = ?`,
+		true, string(p.State), ts.UnixMilli(), p.ID); err != nil {
 		return false, err
 	}
 	return true, enqueuePublishWebhookTx(ctx, tx, *p, PublishFinished, ts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,8 @@ type PublishSummary struct {
 	Opened     int // devices that reported it opened
 	CreatedAt  time.Time
 	FinishedAt time.Time // zero until done
+	// Nodes are the pages each node recorded, by node (see PublishShares).
+	Nodes []NodeShare
 }
 
 // RecentPublishes returns the instance's latest publishes, newest first, at
@@ -52,5 +55,42 @@ func (db *DB) RecentPublishes(ctx context.Context, instanceID string, limit int)
 		}
 		out = append(out, s)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("recent publishes of instance %q: %w", instanceID, err)
+	}
+	if err := db.addShares(ctx, out); err != nil {
+		return nil, fmt.Errorf("recent publishes of instance %q: %w", instanceID, err)
+	}
+	return out, nil
+}
+
+// addShares fills in the publishes' split between nodes, in one query.
+func (db *DB) addShares(ctx context.Context, pubs []PublishSummary) error {
+	if len(pubs) == 0 {
+		return nil
+	}
+	byID := make(map[string]*PublishSummary, len(pubs))
+	args := make([]any, 0, len(pubs))
+	for i := range pubs {
+		byID[pubs[i].ID] = &pubs[i]
+		args = append(args, pubs[i].ID)
+	}
+	rows, err := db.reader.QueryContext(ctx, `SELECT publish_id, owner, COUNT(*), SUM(targeted), SUM(sent), SUM(failed)
+		FROM publish_pages WHERE done = 1 AND publish_id IN (`+strings.Repeat(", ?", len(args))[2:]+`)
+		GROUP BY publish_id, owner ORDER BY publish_id, owner`, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var n NodeShare
+		if err := rows.Scan(&id, &n.Node, &n.Pages, &n.Targeted, &n.Sent, &n.Failed); err != nil {
+			return err
+		}
+		if p := byID[id]; p != nil {
+			p.Nodes = append(p.Nodes, n)
+		}
+	}
+	return rows.Err()
 }

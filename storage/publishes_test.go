@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -172,137 +173,317 @@ func TestLegacySingleCursor(t *testing.T) {
 	check(t, "users cursor", c, "8")
 }
 
-func TestPublishLeases(t *testing.T) {
+// Two nodes claiming pages of one publish at once get each target in
+// exactly one page, every stream's pages in turn; the publish is resolved
+// only once the last page of every stream was claimed and every page
+// recorded. A page whose owner stopped renewing its lease is taken over by
+// the other node under the next epoch, with the same targets; the first
+// owner's late record of it is refused and counted as duplicated, and the
+// publish's split between the nodes counts each page once, for the node
+// that recorded it.
+func TestClaimPages(t *testing.T) {
 	db := openDeviceDB(t)
 	ctx := t.Context()
-	var ids []string
-	for i := range 3 {
-		p, err := db.CreatePublish(ctx, Publish{ID: fmt.Sprintf("pub-l%d", i), InstanceID: instanceID, TargetKind: TargetInterests,
-			Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
-		checkErr(t, "CreatePublish", err, nil)
-		ids = append(ids, p.ID)
-	}
-	idsOf := func(ps []Publish) []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.ID)
-		}
-		return out
-	}
-	t0 := time.Now()
-	a, err := db.ClaimPublishes(ctx, "node-a", t0, time.Minute, 2)
-	checkErr(t, "ClaimPublishes a", err, nil)
-	check(t, "node a's, oldest first", idsOf(a), ids[:2])
-	b, err := db.ClaimPublishes(ctx, "node-b", t0, time.Minute, 10)
-	checkErr(t, "ClaimPublishes b", err, nil)
-	check(t, "node b gets what a does not hold", idsOf(b), ids[2:])
-	// a renews its own; b's stays b's.
-	a, err = db.ClaimPublishes(ctx, "node-a", t0.Add(30*time.Second), time.Minute, 10)
-	checkErr(t, "ClaimPublishes a again", err, nil)
-	check(t, "node a renews", idsOf(a), ids[:2])
-
-	// a stops renewing (it died): after its lease, b takes its publishes
-	// over, from the recorded cursor.
-	page := PageResult{PublishID: ids[0], Owner: "node-a", LeaseEpoch: a[0].LeaseEpoch, Stream: PlatformFCM, Cursor: "fcm-0001", Targeted: 3, Sent: 3}
-	_, dup, err := db.CompletePages(ctx, []PageResult{page})
-	checkErr(t, "CompletePages by the owner", err, nil)
-	check(t, "duplicated by the owner", dup, 0)
-	b, err = db.ClaimPublishes(ctx, "node-b", t0.Add(91*time.Second), time.Minute, 10)
-	checkErr(t, "ClaimPublishes b after a's lease", err, nil)
-	check(t, "node b took over", idsOf(b), ids)
-	check(t, "from the cursor a recorded", b[0].StreamCursor(PlatformFCM), "fcm-0001")
-
-	// A page a was still sending is not recorded: b sends it again.
-	late := PageResult{PublishID: ids[0], Owner: "node-a", LeaseEpoch: a[0].LeaseEpoch, Stream: PlatformFCM, Cursor: "fcm-0002", Targeted: 4, Sent: 4}
-	_, dup, err = db.CompletePages(ctx, []PageResult{late})
-	checkErr(t, "CompletePages after losing the lease", err, nil)
-	check(t, "duplicated deliveries", dup, 4)
-	got, err := db.GetPublish(ctx, instanceID, ids[0])
-	checkErr(t, "GetPublish", err, nil)
-	check(t, "cursor and counts untouched by the lost page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0001", 3, 3})
-
-	// A node's own lease comes first: older publishes of a node that died
-	// do not crowd it out of a short listing.
-	_, err = db.CreatePublish(ctx, Publish{ID: "pub-l3", InstanceID: instanceID, TargetKind: TargetInterests,
-		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	all := seedMixed(t, db)
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-pages", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"even"}, Payload: json.RawMessage(`{"apns":{},"fcm":{},"web":{}}`)}, 0, time.Time{})
 	checkErr(t, "CreatePublish", err, nil)
-	c, err := db.ClaimPublishes(ctx, "node-c", t0.Add(95*time.Second), time.Minute, 10)
-	checkErr(t, "ClaimPublishes c", err, nil)
-	check(t, "node c gets the one b does not hold", idsOf(c), []string{"pub-l3"})
-	c, err = db.ClaimPublishes(ctx, "node-c", t0.Add(200*time.Second), time.Minute, 1) // b's ran out
-	checkErr(t, "ClaimPublishes c after b's leases", err, nil)
-	check(t, "node c renews its own first", idsOf(c), []string{"pub-l3"})
-}
-
-// A lease that changes hands gets a new epoch, and a page is recorded only
-// under the owner and epoch it was read with: node a reads a page, stalls,
-// node b takes the publish over and records pages past a's, stalls in turn,
-// and a takes the publish back. The page a read before b held the publish
-// carries a's name but not its epoch: it is refused (its deliveries counted
-// twice, the cursor left where b recorded it, not moved back), while a page
-// a reads in its second tenure is recorded. A holder's renewal keeps the
-// epoch, even of a lease that ran out meanwhile without another taking it.
-func TestPublishLeaseEpochs(t *testing.T) {
-	db := openDeviceDB(t)
-	ctx := t.Context()
-	p, err := db.CreatePublish(ctx, Publish{ID: "pub-e", InstanceID: instanceID, TargetKind: TargetInterests,
-		Targets: []string{"news"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
-	checkErr(t, "CreatePublish", err, nil)
-	check(t, "epoch of a publish never leased", p.LeaseEpoch, int64(0))
+	streams := []Platform{PlatformAPNs, PlatformFCM, PlatformWeb}
+	every := map[Platform]bool{PlatformAPNs: true, PlatformFCM: true, PlatformWeb: true}
 	t0 := time.Now()
-	claim := func(owner string, at time.Duration) int64 {
+	claim := func(owner string, s Platform, at time.Duration) *Page {
 		t.Helper()
-		got, err := db.ClaimPublishes(ctx, owner, t0.Add(at), time.Minute, 10)
-		checkErr(t, "ClaimPublishes "+owner, err, nil)
-		if len(got) != 1 || got[0].ID != p.ID {
-			t.Fatalf("%s at %v claimed %+v, want %s", owner, at, got, p.ID)
-		}
-		return got[0].LeaseEpoch
+		pg, err := db.ClaimPage(ctx, p, s, every, owner, t0.Add(at), time.Minute, 16)
+		checkErr(t, "ClaimPage "+owner, err, nil)
+		return pg
 	}
-	stored := func() Publish {
+	record := func(pg *Page, owner string) (finished []Publish, dup int) {
+		t.Helper()
+		finished, dup, err := db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Page: pg.ID, Owner: owner, Epoch: pg.Epoch,
+			Streams: streams, Targeted: len(pg.Targets), Sent: len(pg.Targets)}})
+		checkErr(t, "CompletePages "+owner, err, nil)
+		return finished, dup
+	}
+	resolved := func() bool {
 		t.Helper()
 		got, err := db.GetPublish(ctx, instanceID, p.ID)
 		checkErr(t, "GetPublish", err, nil)
-		return got
+		return got.Resolved
 	}
-	complete := func(what string, pg PageResult, wantDup int) {
+
+	seen, pages := map[string]int{}, 0
+	var held *Page // a's first page, never recorded by a
+	for _, s := range streams {
+		last := false
+		for turn := 0; ; turn++ {
+			owner := []string{"node-a", "node-b"}[turn%2]
+			pg := claim(owner, s, 0)
+			if pg == nil {
+				if turn == 0 || !last {
+					t.Fatalf("stream %s ended after %d pages, the last not marked so", s, turn)
+				}
+				break
+			}
+			if last {
+				t.Fatalf("stream %s has a page after the one marked last", s)
+			}
+			last = pg.Last
+			check(t, "stream", pg.Stream, s)
+			pages++
+			for _, d := range pg.Targets {
+				seen[d.DeviceID]++
+			}
+			if held == nil && owner == "node-a" {
+				held = pg
+				continue
+			}
+			if finished, dup := record(pg, owner); len(finished) != 0 || dup != 0 {
+				t.Fatalf("page %d of %s: finished %d, %d duplicated", pg.ID, owner, len(finished), dup)
+			}
+		}
+	}
+	want := 0
+	for i, d := range all {
+		if i%2 == 0 {
+			want++
+			if seen[d.ID] != 1 {
+				t.Fatalf("%s is in %d pages, want one", d.ID, seen[d.ID])
+			}
+		}
+	}
+	check(t, "devices in pages", len(seen), want)
+	if resolved() {
+		t.Fatal("resolved with a's first page open")
+	}
+
+	// a renews its page; b finds nothing to take over until a stops.
+	n, err := db.RenewPages(ctx, "node-a", []int64{held.ID}, t0.Add(5*time.Minute))
+	checkErr(t, "RenewPages", err, nil)
+	check(t, "renewed", n, 1)
+	check(t, "taken over while renewed", claim("node-b", PlatformAPNs, 2*time.Minute) == nil, true)
+	// Only TakeOverPage takes a page over: ClaimPages claims next pages,
+	// and every one is claimed.
+	next, err := db.ClaimPages(ctx, &p, streams, every, "node-b", t0.Add(6*time.Minute), time.Minute, 16)
+	checkErr(t, "ClaimPages", err, nil)
+	check(t, "next pages after the last", next, []*Page{nil, nil, nil})
+	taken := claim("node-b", PlatformAPNs, 6*time.Minute)
+	if taken == nil || taken.ID != held.ID || !taken.TakenOver || taken.Epoch != 2 || taken.Owner != "node-b" {
+		t.Fatalf("after a's lease ran out b claimed %+v, want a's page %d under epoch 2", taken, held.ID)
+	}
+	check(t, "targets of the page taken over", deviceIDs(taken.Targets), deviceIDs(held.Targets))
+	if n, err := db.RenewPages(ctx, "node-a", []int64{held.ID}, t0.Add(10*time.Minute)); err != nil || n != 0 {
+		t.Fatalf("a renewed %d pages it lost (%v)", n, err)
+	}
+	if finished, dup := record(held, "node-a"); len(finished) != 0 || dup != len(held.Targets) {
+		t.Fatalf("a's late record: finished %d, %d duplicated; want none and %d", len(finished), dup, len(held.Targets))
+	}
+	if resolved() {
+		t.Fatal("resolved by a page that was taken over")
+	}
+	finished, dup := record(taken, "node-b")
+	if len(finished) != 1 || dup != 0 || finished[0].Targeted != want || finished[0].Sent != want {
+		t.Fatalf("b's record of the last page: finished %+v, %d duplicated; want the publish done with %d sent", finished, dup, want)
+	}
+
+	shares, err := db.PublishShares(ctx, p.ID)
+	checkErr(t, "PublishShares", err, nil)
+	if len(shares) != 2 || shares[0].Node != "node-a" || shares[1].Node != "node-b" || shares[0].Targeted+shares[1].Targeted != want ||
+		shares[0].Pages+shares[1].Pages != pages || shares[0].Targeted == 0 {
+		t.Fatalf("shares %+v, want a's and b's, %d deliveries in all", shares, want)
+	}
+	t.Logf("shares %+v", shares)
+}
+
+// A claim made with a publish read before other claims (its cursor behind
+// the stored one) claims the page after the stored cursor, not one claimed
+// already, and leaves the publish as stored after it; the first claim
+// starts the publish (publish_started once), the later ones do not.
+func TestClaimPagesFromAStaleCursor(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-stale", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"even"}, Payload: json.RawMessage(`{"apns":{}}`), WebhookURL: "https://example.com/hook"}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	apns := map[Platform]bool{PlatformAPNs: true}
+	claim := func(p *Publish) *Page {
 		t.Helper()
-		_, dup, err := db.CompletePages(ctx, []PageResult{pg})
-		checkErr(t, "CompletePages "+what, err, nil)
-		check(t, "deliveries counted twice: "+what, dup, wantDup)
+		pages, err := db.ClaimPages(ctx, p, []Platform{PlatformAPNs}, apns, "node-a", time.Now(), time.Minute, 4)
+		checkErr(t, "ClaimPages", err, nil)
+		return pages[0]
 	}
+	first := claim(&p)
+	check(t, "state after the first claim", p.State, PublishDelivering)
+	stale := p // read after the first claim, before the second
+	second := claim(&p)
+	third := claim(&stale)
+	if first == nil || second == nil || third == nil {
+		t.Fatalf("pages %v, %v, %v; want three", first, second, third)
+	}
+	check(t, "second page after the first", second.After, first.End)
+	check(t, "page claimed from a stale cursor", third.After, second.End)
+	check(t, "stale publish's cursor after its claim", stale.Cursor, storedCursor(t, db, p.ID))
+	hooks, err := db.ClaimPublishWebhooks(ctx, time.Now(), time.Minute, 10)
+	checkErr(t, "ClaimPublishWebhooks", err, nil)
+	if len(hooks) != 1 || hooks[0].Event != PublishStarted {
+		t.Fatalf("webhooks %+v, want publish_started once", hooks)
+	}
+}
 
-	first := claim("node-a", 0)
-	check(t, "epoch of the first claim", first, int64(1))
-	check(t, "renewed by its holder", claim("node-a", 30*time.Second), first)
-	// a's lease ran out (at 90 s) but nobody took the publish: a's claim at
-	// 2 min is still its tenure.
-	check(t, "claimed again by its holder after its lease ran out", claim("node-a", 2*time.Minute), first)
-	check(t, "stored epoch", stored().LeaseEpoch, first)
-	stale := PageResult{PublishID: p.ID, Owner: "node-a", LeaseEpoch: first, Stream: PlatformFCM, Cursor: "fcm-0010", Targeted: 2, Sent: 2}
+// One claim takes the next pages of several publishes in one write
+// transaction, in the claims' order while the gateways have room: a stream
+// without room for a full page is left out (no page, not ended, its
+// publish not started), and a publish deleted meanwhile ends its streams
+// without holding up the others.
+func TestClaimPagesOfSeveralPublishes(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	publish := func(id, payload string) *Publish {
+		t.Helper()
+		p, err := db.CreatePublish(ctx, Publish{ID: id, InstanceID: instanceID, TargetKind: TargetInterests,
+			Targets: []string{"even"}, Payload: json.RawMessage(payload)}, 0, time.Time{})
+		checkErr(t, "CreatePublish", err, nil)
+		return &p
+	}
+	both := map[Platform]bool{PlatformAPNs: true, PlatformFCM: true}
+	first, second := publish("pub-first", `{"apns":{},"fcm":{}}`), publish("pub-second", `{"apns":{},"fcm":{}}`)
+	gone, third := publish("pub-gone", `{"apns":{}}`), publish("pub-third", `{"fcm":{}}`)
+	_, err := db.writer.ExecContext(ctx, `DELETE FROM publishes WHERE id = 'pub-gone'`)
+	checkErr(t, "delete a publish", err, nil)
+	claims := []*PageClaim{
+		{Publish: first, Streams: []Platform{PlatformAPNs, PlatformFCM}, Platforms: both},
+		{Publish: second, Streams: []Platform{PlatformAPNs, PlatformFCM}, Platforms: both},
+		{Publish: gone, Streams: []Platform{PlatformAPNs}, Platforms: both},
+		{Publish: third, Streams: []Platform{PlatformFCM}, Platforms: both},
+	}
+	var writes atomic.Int64
+	db.ObserveTransactions(func(kind string, _ time.Duration) {
+		if kind == "write" {
+			writes.Add(1)
+		}
+	})
+	room := map[Platform]int{PlatformAPNs: 12, PlatformFCM: 7}
+	checkErr(t, "ClaimPagesOf", db.ClaimPagesOf(ctx, claims, room, "node-a", time.Now(), time.Minute, 4), nil)
+	check(t, "write transactions", writes.Load(), int64(1))
+	check(t, "room after the claim", room, map[Platform]int{PlatformAPNs: 12, PlatformFCM: 7})
+	sizes := func(c *PageClaim) []int {
+		var out []int
+		for _, pg := range c.Pages {
+			if pg == nil {
+				out = append(out, -1)
+			} else {
+				out = append(out, len(pg.Targets))
+			}
+		}
+		return out
+	}
+	// APNs has room for three pages of 4, FCM for one (3 < 4 after it).
+	check(t, "first's pages", sizes(claims[0]), []int{4, 4})
+	check(t, "first ended", claims[0].Ended, []bool{false, false})
+	check(t, "second's pages", sizes(claims[1]), []int{4, -1})
+	check(t, "second ended", claims[1].Ended, []bool{false, false})
+	check(t, "gone's pages", sizes(claims[2]), []int{-1})
+	check(t, "gone ended", claims[2].Ended, []bool{true})
+	check(t, "third's pages", sizes(claims[3]), []int{-1})
+	check(t, "third ended", claims[3].Ended, []bool{false})
+	check(t, "states", []PublishState{first.State, second.State, third.State},
+		[]PublishState{PublishDelivering, PublishDelivering, PublishAccepted})
+	check(t, "first's cursor", first.Cursor, storedCursor(t, db, first.ID))
+	check(t, "second's cursor", second.Cursor, storedCursor(t, db, second.ID))
+	check(t, "third's cursor", storedCursor(t, db, third.ID), "")
+}
 
-	// a stalls past its lease (until 3 min): b takes over and records a page.
-	second := claim("node-b", 3*time.Minute)
-	check(t, "epoch after b took over", second, first+1)
-	complete("b's page", PageResult{PublishID: p.ID, Owner: "node-b", LeaseEpoch: second, Stream: PlatformFCM, Cursor: "fcm-0020",
-		Targeted: 5, Sent: 5}, 0)
+// A node restarted under its name releases the pages its earlier run held
+// open, and only those: they are taken over at once, lease or not, and
+// pages recorded or of another owner are left alone.
+func TestReleasePages(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-release", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"even"}, Payload: json.RawMessage(`{"apns":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	apns := map[Platform]bool{PlatformAPNs: true}
+	t0 := time.Now()
+	claim := func(owner string) *Page {
+		t.Helper()
+		pages, err := db.ClaimPages(ctx, &p, []Platform{PlatformAPNs}, apns, owner, t0, time.Hour, 4)
+		checkErr(t, "ClaimPages", err, nil)
+		return pages[0]
+	}
+	recorded, held, others := claim("node-a"), claim("node-a"), claim("node-b")
+	_, _, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Page: recorded.ID, Owner: "node-a", Epoch: 1,
+		Streams: []Platform{PlatformAPNs}, Targeted: len(recorded.Targets)}})
+	checkErr(t, "CompletePages", err, nil)
+	n, err := db.ReleasePages(ctx, "node-a")
+	checkErr(t, "ReleasePages", err, nil)
+	check(t, "pages released", n, 1)
+	taken, err := db.TakeOverPage(ctx, p, apns, "node-a", t0, time.Hour, 4)
+	checkErr(t, "TakeOverPage", err, nil)
+	if taken == nil || taken.ID != held.ID || taken.Epoch != 2 {
+		t.Fatalf("took over %+v, want the released page %d under epoch 2", taken, held.ID)
+	}
+	if again, err := db.TakeOverPage(ctx, p, apns, "node-a", t0, time.Hour, 4); err != nil || again != nil {
+		t.Fatalf("took over %+v (%v) too; node-b's page %d is still held", again, err, others.ID)
+	}
+}
 
-	// b stalls past its lease (until 4 min): a takes the publish back.
-	third := claim("node-a", 4*time.Minute)
-	check(t, "epoch after a took it back", third, second+1)
-	check(t, "stored epoch after a took it back", stored().LeaseEpoch, third)
+// storedCursor is the stored cursor of the publish.
+func storedCursor(t *testing.T, db *DB, id string) string {
+	t.Helper()
+	got, err := db.GetPublish(t.Context(), instanceID, id)
+	checkErr(t, "GetPublish", err, nil)
+	return got.Cursor
+}
 
-	complete("a's page of its first tenure", stale, 2)
-	got := stored()
-	check(t, "cursor and counts after a's stale page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0020", 5, 5})
-	complete("b's page after it lost the lease", PageResult{PublishID: p.ID, Owner: "node-b", LeaseEpoch: second, Stream: PlatformFCM,
-		Cursor: "fcm-0025", Targeted: 3, Sent: 3}, 3)
+// A publish to users is split into pages of users, each claimed once, and
+// one to no device at all is resolved by its one empty page.
+func TestClaimPagesOfUsers(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	seedMixed(t, db)
+	fcm := map[Platform]bool{PlatformFCM: true}
+	for _, c := range []struct {
+		users []string
+		pages int
+		want  []string
+	}{
+		{[]string{"user-1", "user-3", "nobody"}, 3, []string{"fcm-0001", "fcm-0013"}},
+		{[]string{"nobody"}, 1, nil},
+	} {
+		p, err := db.CreatePublish(ctx, Publish{ID: "pub-" + c.users[0], InstanceID: instanceID, TargetKind: TargetUsers,
+			Targets: c.users, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+		checkErr(t, "CreatePublish", err, nil)
+		var got []string
+		pages := 0
+		var finished []Publish
+		for {
+			pg, err := db.ClaimPage(ctx, p, "", fcm, "node-a", time.Now(), time.Minute, MaxUserDevices)
+			checkErr(t, "ClaimPage", err, nil)
+			if pg == nil {
+				break
+			}
+			pages++
+			got = append(got, deviceIDs(pg.Targets)...)
+			finished, _, err = db.CompletePages(ctx, []PageResult{{PublishID: p.ID, Page: pg.ID, Owner: "node-a", Epoch: pg.Epoch,
+				Streams: []Platform{""}, Targeted: len(pg.Targets)}})
+			checkErr(t, "CompletePages", err, nil)
+		}
+		check(t, "pages of "+c.users[0], pages, c.pages)
+		check(t, "devices of "+c.users[0], got, c.want)
+		if len(finished) != 1 {
+			t.Fatalf("publish to %v not done after its last page", c.users)
+		}
+	}
+}
 
-	complete("a's page of its second tenure", PageResult{PublishID: p.ID, Owner: "node-a", LeaseEpoch: third, Stream: PlatformFCM,
-		Cursor: "fcm-0030", Targeted: 1, Sent: 1}, 0)
-	got = stored()
-	check(t, "cursor and counts after a's page", []any{got.StreamCursor(PlatformFCM), got.Targeted, got.Sent}, []any{"fcm-0030", 6, 6})
-	check(t, "renewed by a in its second tenure", claim("node-a", 4*time.Minute+30*time.Second), third)
+func deviceIDs(ds []Delivery) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.DeviceID)
+	}
+	return out
 }
 
 func TestDeliveryClaimsRunOut(t *testing.T) {

@@ -47,7 +47,9 @@ type ReportEvent struct {
 // once per real device and kind.
 func (db *DB) RecordReportEvent(ctx context.Context, ev ReportEvent) (bool, error) {
 	var recorded bool
-	err := db.write(ctx, func(tx *tx) error {
+	// Without the write lock on PostgreSQL: the unique key of report_events
+	// counts each (device, kind) once and the count is an upsert.
+	err := db.writeRows(ctx, func(tx *tx) error {
 		// One statement checks and inserts: the publish and device are
 		// primary-key lookups, the interests at most one index probe per
 		// interest of the publish (100 at most).

@@ -325,6 +325,17 @@ func (db *DB) write(ctx context.Context, fn func(*tx) error) error {
 	return inTx(ctx, db.writer, fn)
 }
 
+// writeRows runs fn in a write transaction that, on PostgreSQL, does not
+// take the write lock: fn's statements must hold run concurrently with any
+// other transaction, through the database's row locks, unique keys and ON
+// CONFLICT (see lockDeviceTx). Writes of the Device API and reports, made by
+// every app start of every phone, then run side by side on every node
+// rather than one at a time; on SQLite, with its one writer, it is write.
+func (db *DB) writeRows(ctx context.Context, fn func(*tx) error) error {
+	defer db.timed("write", time.Now())
+	return inTxLocking(ctx, db.writer, !db.d.postgres, fn)
+}
+
 // read runs fn in a read-only transaction on a reader connection, so that
 // several queries see one snapshot (an app and its webhooks, say).
 func (db *DB) read(ctx context.Context, fn func(*tx) error) error {
@@ -346,11 +357,16 @@ const writeLock = 0x68657261 // "hera"
 // inTx runs fn in a write transaction on db and commits it if fn succeeds.
 // On PostgreSQL it takes the write lock first.
 func inTx(ctx context.Context, db *handle, fn func(*tx) error) error {
+	return inTxLocking(ctx, db, true, fn)
+}
+
+// inTxLocking is inTx, taking PostgreSQL's write lock only when lock is set.
+func inTxLocking(ctx context.Context, db *handle, lock bool, fn func(*tx) error) error {
 	t, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if db.d.postgres {
+	if db.d.postgres && lock {
 		if _, err := t.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", writeLock); err != nil {
 			t.Rollback()
 			return err

@@ -436,6 +436,19 @@ type LiveChannel struct {
 	Users *int `json:"users,omitempty"`
 }
 
+// PublishNodeShare defines model for PublishNodeShare.
+type PublishNodeShare struct {
+	Failed int `json:"failed"`
+
+	// Node The node's id.
+	Node  string `json:"node"`
+	Pages int    `json:"pages"`
+	Sent  int    `json:"sent"`
+
+	// Targeted Devices of those pages.
+	Targeted int `json:"targeted"`
+}
+
 // PublishSummary defines model for PublishSummary.
 type PublishSummary struct {
 	CreatedAt time.Time `json:"createdAt"`
@@ -448,6 +461,9 @@ type PublishSummary struct {
 
 	// FinishedAt When the last notification was sent or given up; absent until then.
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+
+	// Nodes Which node sent how much: the pages of the publish's targets each node recorded (the unit of work nodes sharing a PostgreSQL database split a publish into), by node id (`HERALD_NODE_ID`), in id order. Empty for a publish with no page recorded yet.
+	Nodes *[]PublishNodeShare `json:"nodes,omitempty"`
 
 	// Opened Devices that reported the notification opened.
 	Opened    int    `json:"opened"`

@@ -268,8 +268,10 @@ describe('debug console', { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is not i
     const row = page.locator(`#publishes tr[data-publish="${publishId}"][data-state="done"]`)
     await row.waitFor({ timeout: WAIT_MS })
     const cells = await row.locator('td').allTextContents()
-    // Publish, targets, state, targeted, sent, failed, delivered, opened, created.
+    // Publish, targets, state, targeted, sent, failed, delivered, opened, created, sent by.
     assert.deepEqual(cells.slice(0, 8), [publishId, '1 interests', 'done', '1', '0', '1', '1', '0'])
+    // One node alone on its SQLite file, named "local", sent its one page.
+    assert.equal(cells[9], 'local 100 % (1 page)')
 
     // The instance's deliveries chart shows the failed one.
     await page.waitForFunction(() => {

@@ -94,9 +94,10 @@ type Config struct {
 	// Redis only (SSL_CERT_FILE would replace the roots of every outbound
 	// TLS connection: APNs, FCM, webhooks). Only with a rediss:// RedisURL.
 	RedisCAFile string
-	// PushLease (HERALD_PUSH_LEASE) is how long a publish stays the lease of
-	// the node reading it without renewal: how soon, on a shared PostgreSQL
-	// database, another node takes over a dead one's publishes. 0 means 30s.
+	// PushLease (HERALD_PUSH_LEASE) is how long a page of a publish's
+	// targets stays the node's sending it without renewal: how soon, on a
+	// shared PostgreSQL database, another node takes over a dead one's
+	// pages. 0 means 30s.
 	PushLease time.Duration
 
 	// Idempotent publishing (README, Idempotent publishing).

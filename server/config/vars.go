@@ -59,7 +59,7 @@ var Vars = []Var{
 	{Name: "HERALD_ANON_RATE_LIMIT", Default: "50", Doc: "requests per second per client address on the Device and Reporting APIs; 0 is off"},
 	{Name: "HERALD_REDIS_URL", Doc: "redis:// or rediss:// URL (password, db number), a comma-separated list of them (shards), redis-sentinel://[:password@]host:port[,host:port…]/<master>, or redis-cluster://[:password@]host:port[,host:port…] (a Redis Cluster's seed nodes): run as one node of the cluster sharing that Redis"},
 	{Name: "HERALD_REDIS_CA_FILE", Doc: "PEM file of CA certificates trusted, besides the system's, for the rediss:// HERALD_REDIS_URL only"},
-	{Name: "HERALD_PUSH_LEASE", Default: "30s", Doc: "how long a node reading a push publish holds it without renewing (every second): on a shared PostgreSQL database, how soon another node takes over a dead one's publishes"},
+	{Name: "HERALD_PUSH_LEASE", Default: "30s", Doc: "how long a node holds a page of a push publish's targets without renewing it (it renews every quarter of it): on a shared PostgreSQL database, how soon another node takes over a dead one's pages"},
 	{Name: "HERALD_IDEMPOTENCY_TTL", Default: "24h", Doc: "how long an Idempotency-Key of a trigger, batch or Beams publish is remembered from its first request"},
 	{Name: "HERALD_IDEMPOTENCY_MAX_KEYS", Default: "10000", Doc: "Idempotency-Key values kept per app and per instance; past it the oldest are forgotten first"},
 	{Name: "HERALD_HISTORY_MAX_BYTES", Default: "16777216", Doc: "bytes of channel history (event names and data) kept per app; past it the least recently written channel's oldest events go first"},

@@ -40,6 +40,11 @@ func (api *AdminAPI) ListInstancePublishes(ctx context.Context, req admin.ListIn
 			f := p.FinishedAt
 			s.FinishedAt = &f
 		}
+		nodes := make([]admin.PublishNodeShare, 0, len(p.Nodes))
+		for _, n := range p.Nodes {
+			nodes = append(nodes, admin.PublishNodeShare{Node: n.Node, Pages: n.Pages, Targeted: n.Targeted, Sent: n.Sent, Failed: n.Failed})
+		}
+		s.Nodes = &nodes
 		out.Publishes = append(out.Publishes, s)
 	}
 	return out, nil

@@ -32,7 +32,13 @@ func TestAdminInstancePublishes(t *testing.T) {
 	if _, err := s.db.StartPublish(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	done, _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Resolved: true}})
+	fcm := map[storage.Platform]bool{storage.PlatformFCM: true}
+	pg, err := s.db.ClaimPage(ctx, first, storage.PlatformFCM, fcm, "node-a", time.Now(), time.Minute, 512)
+	if err != nil || pg == nil {
+		t.Fatalf("claim: %+v %v", pg, err)
+	}
+	done, _, err := s.db.CompletePages(ctx, []storage.PageResult{{PublishID: first.ID, Page: pg.ID, Owner: "node-a", Epoch: pg.Epoch,
+		Streams: []storage.Platform{storage.PlatformFCM}}})
 	if err != nil || len(done) != 1 || done[0].State != storage.PublishDone {
 		t.Fatalf("complete: %+v %v", done, err)
 	}
@@ -71,6 +77,11 @@ func TestAdminInstancePublishes(t *testing.T) {
 		if first.TargetKind != "interests" || first.Targets != 2 || first.State != "done" ||
 			first.Targeted != 0 || first.FinishedAt == nil || first.Delivered != 0 {
 			t.Errorf("first %+v", first)
+		}
+		// Which node sent how much: the one page node-a recorded.
+		if first.Nodes == nil || len(*first.Nodes) != 1 || (*first.Nodes)[0] != (adminclient.PublishNodeShare{Node: "node-a", Pages: 1}) ||
+			second.Nodes == nil || len(*second.Nodes) != 0 {
+			t.Errorf("nodes of the publishes %s", res.Body)
 		}
 	})
 	t.Run("OKLimit", func(t *testing.T) {

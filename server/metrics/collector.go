@@ -25,7 +25,7 @@ type collector struct {
 	outbox, webhookRequests, webhookAbandoned     *prometheus.Desc
 	webhookDropped, webhookUnsent                 *prometheus.Desc
 	pushQueue, pushPublishes, pushDeliveries      *prometheus.Desc
-	pushDuplicates                                *prometheus.Desc
+	pushDuplicates, pushPages, pushTakenOver      *prometheus.Desc
 	panics, rateLimited                           *prometheus.Desc
 	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
 	clusterPublishErrors, clusterReceived         *prometheus.Desc
@@ -60,9 +60,12 @@ func newCollector(src Sources) *collector {
 		pushQueue:        d("push_dispatch_queue_depth", "Push deliveries waiting to be sent."),
 		pushPublishes:    d("push_publishes_total", "Push publishes accepted."),
 		pushDeliveries:   d("push_deliveries_total", "Push delivery attempts, by gateway and outcome.", "gateway", "outcome"),
-		pushDuplicates:   d("push_duplicates_total", "Push deliveries this node sent that another node sends again: in flight when their publish's lease went to it."),
-		panics:           d("panics_total", "Panics recovered, by the part that recovered them; each lost only its connection or piece of work.", "part"),
-		rateLimited:      d("rate_limited_total", "Requests, connections or subscribes refused by a rate limit or cap, by limit.", "limit"),
+		pushDuplicates:   d("push_duplicates_total", "Push deliveries this node sent that another node sends again: in flight when that node took their page over."),
+		pushPages: d("push_pages_total", "Pages of publishes' targets this node claimed to send, by how: next (a stream's next page) or taken_over "+
+			"(from a node whose lease on it ran out). Each node counts its own: their sum is the publish's work and its split.", "how"),
+		pushTakenOver: d("push_taken_over_deliveries_total", "Deliveries of the pages this node took over: the most their first owner may have sent too."),
+		panics:        d("panics_total", "Panics recovered, by the part that recovered them; each lost only its connection or piece of work.", "part"),
+		rateLimited:   d("rate_limited_total", "Requests, connections or subscribes refused by a rate limit or cap, by limit.", "limit"),
 		publishLimitErrors: d("publish_rate_limit_errors_total",
 			"Publish API requests that found the database failing when taking from their instance's shared rate limit, and were limited by this node alone."),
 
@@ -88,7 +91,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.connections, c.channels, c.subscriptions, c.members, c.triggered, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
-		c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
+		c.pushPages, c.pushTakenOver, c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
 		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.clusterConsole, c.publishLimitErrors,
 		c.historyEvents, c.historyBytes, c.historyDropped,
 	} {
@@ -161,6 +164,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.pushQueue, float64(pc.QueueDepth))
 		count(c.pushPublishes, pc.Publishes)
 		count(c.pushDuplicates, pc.Duplicates)
+		count(c.pushPages, pc.PagesClaimed-pc.PagesTakenOver, "next")
+		count(c.pushPages, pc.PagesTakenOver, "taken_over")
+		count(c.pushTakenOver, pc.TakenOverDeliveries)
 		for _, d := range pc.Deliveries {
 			count(c.pushDeliveries, d.Count, d.Gateway, d.Outcome)
 		}

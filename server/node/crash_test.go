@@ -46,7 +46,7 @@ func runCrashChild() {
 
 // startChild runs this test binary as a node process and returns it with its
 // base URL.
-func startChild(t *testing.T, env []string) (*exec.Cmd, string) {
+func startChild(t testing.TB, env []string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPublishSurvivesSIGKILL$")
 	cmd.Env = append(append(os.Environ(), crashChildEnv+"=1"), env...)
@@ -136,7 +136,7 @@ func killMidway(t *testing.T, gw *gateways, child *exec.Cmd, devices int) int {
 
 // crashEnv is the environment of a crash test's node processes on db (a
 // SQLite file or a PostgreSQL URL) with the fake gateways.
-func crashEnv(t *testing.T, gw *gateways, db string) []string {
+func crashEnv(t testing.TB, gw *gateways, db string) []string {
 	cfg := pushConfig(t, gw, db)
 	return []string{
 		"HERALD_ADDR=127.0.0.1:0", "HERALD_DB=" + db, "HERALD_LOG_LEVEL=error",
@@ -181,7 +181,7 @@ func seedCrash(t *testing.T, gw *gateways, db string, devices int) []storage.Del
 
 // publishCrash publishes to the "crash" interest through base and returns
 // the publish id.
-func publishCrash(t *testing.T, base string) string {
+func publishCrash(t testing.TB, base string) string {
 	status, out := call(t, "POST", base+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests", map[string]any{
 		"interests": []string{"crash"},
 		"apns":      map[string]any{"aps": map[string]any{"alert": "crash test"}},
@@ -197,19 +197,7 @@ func publishCrash(t *testing.T, base string) string {
 // notifiedOnce counts the seeded devices the gateways never notified, and
 // the notifications beyond one per device.
 func notifiedOnce(gw *gateways, seeded []storage.Delivery) (missing, dups int) {
-	perToken := map[string]int{}
-	for tok, n := range gw.apns.Tokens() {
-		perToken[tok] += n
-	}
-	for tok, n := range gw.fcm.Tokens() {
-		perToken[tok] += n
-	}
-	webByID := gw.web.Tokens()
-	for _, d := range seeded {
-		n := perToken[d.Token]
-		if d.Platform == storage.PlatformWeb {
-			n = webByID[webSubID(d.Token)]
-		}
+	for _, n := range timesNotified(gw, seeded) {
 		if n == 0 {
 			missing++
 		}
@@ -218,6 +206,28 @@ func notifiedOnce(gw *gateways, seeded []storage.Delivery) (missing, dups int) {
 		}
 	}
 	return missing, dups
+}
+
+// timesNotified returns how many notifications the gateways took for each
+// seeded device, by device id.
+func timesNotified(gw *gateways, seeded []storage.Delivery) map[string]int {
+	perToken := map[string]int{}
+	for tok, n := range gw.apns.Tokens() {
+		perToken[tok] += n
+	}
+	for tok, n := range gw.fcm.Tokens() {
+		perToken[tok] += n
+	}
+	webByID := gw.web.Tokens()
+	out := make(map[string]int, len(seeded))
+	for _, d := range seeded {
+		n := perToken[d.Token]
+		if d.Platform == storage.PlatformWeb {
+			n = webByID[webSubID(d.Token)]
+		}
+		out[d.DeviceID] = n
+	}
+	return out
 }
 
 // webSubID is the fake push service's id of a web token's endpoint.
@@ -229,11 +239,13 @@ func webSubID(token string) string {
 	return sub.Endpoint[strings.LastIndex(sub.Endpoint, "/")+1:]
 }
 
-// Two nodes on one PostgreSQL database: the one dispatching a 10,000-device
-// publish is killed with SIGKILL, and the other, once the dead node's lease
-// ran out, finishes it from the last recorded page; no device is left
-// without its notification, and the duplicates are the pages that were in
-// flight.
+// Two nodes on one PostgreSQL database both send a 10,000-device publish,
+// page by page; the one that accepted it is killed with SIGKILL, and the
+// other, once the dead node's leases ran out, takes its pages over and
+// finishes the publish; no device is left without its notification, and
+// the duplicates are the pages that were in flight. The lease is short for
+// the takeover to come soon, yet long enough that a live node on a loaded
+// machine keeps its pages.
 func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts node processes")
@@ -251,7 +263,7 @@ func TestPublishSurvivesSIGKILLOnPostgreSQL(t *testing.T) {
 	_, other := startChild(t, append(env, "HERALD_NODE_ID=node-b"))
 
 	seeded := seedCrash(t, gw, db, devices)
-	publishID := publishCrash(t, base) // node-a leases it at once; node-b looks every second
+	publishID := publishCrash(t, base) // node-a claims pages at once; node-b when its resolver looks
 	atKill := killMidway(t, gw, dispatching, devices)
 
 	st := waitDone(t, other, publishID)

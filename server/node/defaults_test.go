@@ -8,6 +8,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/idempotency"
+	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/server/webhook"
 	"github.com/heraldrt/herald/server/ws"
 )
@@ -22,6 +23,7 @@ func TestConfigDefaultsAgreeWithThePackages(t *testing.T) {
 		"HERALD_HTTP_READ_TIMEOUT":  DefaultReadTimeout,
 		"HERALD_HTTP_WRITE_TIMEOUT": DefaultWriteTimeout,
 		"HERALD_IDEMPOTENCY_TTL":    idempotency.DefaultTTL,
+		"HERALD_PUSH_LEASE":         push.DefaultLease,
 	}
 	counts := map[string]int{
 		"HERALD_WEBHOOK_MAX_QUEUED":   webhook.DefaultMaxQueued,

@@ -314,7 +314,7 @@ func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, und
 	// hosts may be private or plain http (the options may add test hosts).
 	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
 	if o.push.Owner == "" {
-		o.push.Owner = cfg.NodeID // the publishes' leases name the node; random when unset on PostgreSQL
+		o.push.Owner = cfg.NodeID // the pages' leases and a publish's split name the node; random when unset on PostgreSQL
 	}
 	if o.push.Lease == 0 {
 		o.push.Lease = cfg.PushLease

@@ -39,7 +39,7 @@ func startOpsNode(t *testing.T, mutate func(*config.Config)) string {
 }
 
 // scrape reads the metrics at url into families.
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
 	t.Helper()
 	res, err := http.Get(url)
 	if err != nil {

@@ -30,8 +30,21 @@ var (
 // counters are the dispatcher's metrics: one atomic add per event.
 type counters struct {
 	publishes  atomic.Int64
-	duplicates atomic.Int64 // deliveries of pages not recorded because their publish's lease was lost
+	duplicates atomic.Int64 // deliveries of pages not recorded because another node took them over
 	deliveries [len(counterGateways)][len(counterOutcomes)]atomic.Int64
+
+	pagesClaimed  atomic.Int64 // pages claimed, taken over ones included
+	pagesTaken    atomic.Int64 // pages taken over from a node whose lease ran out
+	takenTargeted atomic.Int64 // the deliveries of those pages
+}
+
+// pageClaimed counts a claimed page of n deliveries.
+func (c *counters) pageClaimed(takenOver bool, n int) {
+	c.pagesClaimed.Add(1)
+	if takenOver {
+		c.pagesTaken.Add(1)
+		c.takenTargeted.Add(int64(n))
+	}
 }
 
 // published counts an accepted publish.
@@ -69,9 +82,14 @@ type Counters struct {
 	// outcome (delivered, failed, retried, dead_token).
 	Deliveries []DeliveryCount
 	// Duplicates counts deliveries sent by this node that another node
-	// sends again: their page was in flight when the publish's lease went
-	// to that node (this one had stopped renewing it in time).
+	// sends again: their page was in flight when that node took it over
+	// (this one had stopped renewing its lease in time).
 	Duplicates int64
+	// PagesClaimed counts the pages of publishes' targets this node claimed
+	// (see storage.ClaimPage); PagesTakenOver those of them it took over
+	// from a node whose lease on them ran out, and TakenOverDeliveries
+	// their deliveries: the most that node may have sent too.
+	PagesClaimed, PagesTakenOver, TakenOverDeliveries int64
 	// Panics counts the panics recovered since start in sends (each one a
 	// failed delivery), the resolver, the recorder and the publish webhook
 	// sender; each was logged with its stack.
@@ -94,8 +112,12 @@ func (d *Dispatcher) PushCounters() Counters {
 	out := Counters{
 		Publishes:  d.counters.publishes.Load(),
 		Duplicates: d.counters.duplicates.Load(),
-		Panics:     d.panics.Count(),
-		Deliveries: make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
+
+		PagesClaimed:        d.counters.pagesClaimed.Load(),
+		PagesTakenOver:      d.counters.pagesTaken.Load(),
+		TakenOverDeliveries: d.counters.takenTargeted.Load(),
+		Panics:              d.panics.Count(),
+		Deliveries:          make([]DeliveryCount, 0, len(counterGateways)*len(counterOutcomes)),
 	}
 	for g, gw := range counterGateways {
 		for k, o := range counterOutcomes {

@@ -3,17 +3,22 @@ package push
 import (
 	"context"
 	"crypto/x509"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push/pushtest"
@@ -37,7 +42,27 @@ func (f senderFunc) Send(ctx context.Context, d storage.Delivery, p *Prepared) R
 // openTestDB opens a fresh database holding the instance.
 func openTestDB(t *testing.T, in storage.Instance) (*storage.DB, storage.Instance) {
 	t.Helper()
-	db, err := storage.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"))
+	return openTestDBFile(t, filepath.Join(t.TempDir(), "herald.db"), in)
+}
+
+// openTestDBRaw is openTestDB with another connection to the database's
+// file, for tests that change stored rows by hand.
+func openTestDBRaw(t *testing.T) (*storage.DB, storage.Instance, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	db, in := openTestDBFile(t, path, storage.Instance{})
+	raw, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return db, in, raw
+}
+
+// openTestDBFile opens the database file, holding the instance.
+func openTestDBFile(t *testing.T, path string, in storage.Instance) (*storage.DB, storage.Instance) {
+	t.Helper()
+	db, err := storage.Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +97,15 @@ func publishTo(t *testing.T, db *storage.DB, d *Dispatcher, id, interest string)
 		t.Fatal(err)
 	}
 	d.Notify()
+}
+
+// publishAPNs stores a publish to the "news" interest with an APNs payload.
+func publishAPNs(t *testing.T, db *storage.DB, id string) {
+	t.Helper()
+	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: id, InstanceID: testInstance, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`)}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitPublishDone waits until the publish is done and returns it.
@@ -267,11 +301,11 @@ func TestDeadTokenFoundOnRetry(t *testing.T) {
 }
 
 // Pages of a stream can finish out of order: a slow delivery of page 1
-// while pages 2 and 3 are all sent. The stored cursor says every target up
-// to it was handled, so it must wait for page 1: were it to move on, a crash
-// would lose the held delivery. Once page 1 is done too, every device has
-// its one notification and the cursor is at the end of the stream.
-func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
+// while pages 2 and 3 are all sent. Those are recorded, page 1 stays open
+// (a crash now would have it taken over and sent again, not lost) and the
+// publish unresolved. Once page 1 is done too, every device has its one
+// notification and every page is recorded.
+func TestUnfinishedPageStaysOpen(t *testing.T) {
 	const pageSize, apnsDevices = 4, 10 // pages of 4, 4 and 2 devices
 	db, in := openTestDB(t, storage.Instance{})
 	ctx := t.Context()
@@ -353,13 +387,24 @@ func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
 		}
 		return p
 	}
-	wait.Until(t, "the sentinel's page to be recorded", func() bool {
-		return stored().StreamCursor(storage.PlatformFCM) == sentinel
-	})
-	p := stored()
-	if c := p.StreamCursor(storage.PlatformAPNs); c >= held {
-		t.Fatalf("while %s of page 1 is unsent, the stored apns cursor is %q: a crash now would lose it", held, c)
+	recorded := func() (pages, targeted int) {
+		shares, err := db.PublishShares(ctx, "pub-pages")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range shares {
+			pages, targeted = pages+s.Pages, targeted+s.Targeted
+		}
+		return pages, targeted
 	}
+	wait.Until(t, "the sentinel's page to be recorded", func() bool {
+		pages, _ := recorded()
+		return pages == 3
+	})
+	if pages, targeted := recorded(); targeted != 4+2+1 {
+		t.Fatalf("while %s of page 1 is unsent, %d pages of %d deliveries are recorded, want pages 2 and 3 and the sentinel's (7)", held, pages, targeted)
+	}
+	p := stored()
 	if p.Resolved || p.State == storage.PublishDone {
 		t.Fatalf("publish resolved %v, state %s with a delivery in flight", p.Resolved, p.State)
 	}
@@ -374,8 +419,8 @@ func TestStoredCursorWaitsForAnUnfinishedPage(t *testing.T) {
 	if p.Targeted != apnsDevices+1 || p.Sent != apnsDevices+1 || p.Failed != 0 {
 		t.Errorf("publish targeted %d, sent %d, failed %d; want %d sent", p.Targeted, p.Sent, p.Failed, apnsDevices+1)
 	}
-	if c := p.StreamCursor(storage.PlatformAPNs); c != fmt.Sprintf("apns-%02d", apnsDevices-1) {
-		t.Errorf("final apns cursor %q, want the last device", c)
+	if pages, targeted := recorded(); pages != 4 || targeted != apnsDevices+1 {
+		t.Errorf("%d pages of %d deliveries recorded, want 4 of %d", pages, targeted, apnsDevices+1)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -438,5 +483,157 @@ func TestPublishedPayloadIsNotParsedAgain(t *testing.T) {
 	d.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d handed payloads kept after the publish finished", n)
+	}
+}
+
+// dispatchTo starts a dispatcher whose senders are send for every platform,
+// and registers one APNs device per id, interested in "news" and in its id.
+func dispatchTo(t *testing.T, opts Options, log *zap.Logger, send senderFunc, ids ...string) (*storage.DB, *Dispatcher) {
+	t.Helper()
+	db, in := openTestDB(t, storage.Instance{})
+	var devices []storage.DeviceImport
+	for _, id := range ids {
+		devices = append(devices, storage.DeviceImport{Device: storage.Device{ID: id, InstanceID: in.ID, Platform: storage.PlatformAPNs,
+			Token: "tok-" + id}, Interests: []string{"news", id}})
+	}
+	if err := db.ImportDevices(t.Context(), devices); err != nil {
+		t.Fatal(err)
+	}
+	opts.Senders = func(*storage.Instance) (map[storage.Platform]Sender, error) {
+		return map[storage.Platform]Sender{storage.PlatformAPNs: send, storage.PlatformFCM: send, storage.PlatformWeb: send}, nil
+	}
+	d := New(db, instanceMap{in.ID: &in}, log, opts)
+	if err := d.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return db, d
+}
+
+// A delivery a gateway keeps answering with a transient error is tried
+// exactly MaxAttempts times, then counted failed; the publish then is done,
+// nothing is left queued, and each attempt not sent is logged (at debug).
+func TestDeliveryFailsAfterMaxAttempts(t *testing.T) {
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	send := func(_ context.Context, del storage.Delivery, _ *Prepared) Result {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[del.DeviceID]++
+		if del.DeviceID == "apns-down" {
+			return retry("503", 0)
+		}
+		return sent()
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	// The idle polls are an hour: a retry that waited for one instead of its
+	// due time would never come.
+	db, d := dispatchTo(t, Options{MaxAttempts: 3, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, idlePoll: time.Hour},
+		zap.New(core), send, "apns-down", "apns-up")
+	publishTo(t, db, d, "pub-1", "news")
+	p := waitPublishDone(t, db, "pub-1")
+	if p.Targeted != 2 || p.Sent != 1 || p.Failed != 1 {
+		t.Errorf("publish targeted %d, sent %d, failed %d; want 2, 1, 1", p.Targeted, p.Sent, p.Failed)
+	}
+	mu.Lock()
+	if attempts["apns-down"] != 3 || attempts["apns-up"] != 1 {
+		t.Errorf("attempts %v, want 3 at the device whose gateway is down, 1 at the other", attempts)
+	}
+	mu.Unlock()
+	for outcome, want := range map[string]int64{OutcomeDelivered: 1, OutcomeRetried: 2, OutcomeFailed: 1, OutcomeDeadToken: 0} {
+		if got := deliveryCount(d, storage.PlatformAPNs, outcome); got != want {
+			t.Errorf("%s attempts: %d, want %d", outcome, got, want)
+		}
+	}
+	if c := d.PushCounters(); c.QueueDepth != 0 || d.InFlight() != 0 {
+		t.Errorf("queue depth %d, %d in flight after the publish is done", c.QueueDepth, d.InFlight())
+	}
+	if n := logs.FilterMessage("resuming deliveries claimed by an earlier run").Len(); n != 0 {
+		t.Errorf("a fresh start logged %d resumed claims", n)
+	}
+	// The resolver forgets a publish once it is done.
+	wait.Until(t, "the resolver to forget the publish", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.reading) == 0
+	})
+	notSent := logs.FilterMessage("delivery not sent")
+	if notSent.Len() != 3 || notSent.FilterField(zap.String("device", "apns-up")).Len() != 0 {
+		t.Errorf("%d attempts logged as not sent (%v), want the 3 to the device whose gateway is down", notSent.Len(), notSent.All())
+	}
+}
+
+// The queue depth counts the deliveries stored for a later attempt and
+// those of pages in flight at a gateway.
+func TestQueueDepthCountsStoredAndInFlight(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Bool
+	send := func(ctx context.Context, del storage.Delivery, _ *Prepared) Result {
+		switch del.DeviceID {
+		case "apns-later":
+			return retry("503", time.Hour) // stored, due in an hour
+		case "apns-held":
+			held.Store(true)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return retry("stopping", 0)
+			}
+		}
+		return sent()
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	db, d := dispatchTo(t, Options{}, zap.New(core), send, "apns-held", "apns-later")
+	publishTo(t, db, d, "pub-later", "apns-later")
+	wait.Until(t, "the delivery stored for later", func() bool {
+		n, err := db.PendingDeliveries(t.Context())
+		return err == nil && n == 1
+	})
+	publishTo(t, db, d, "pub-held", "apns-held")
+	wait.Until(t, "a delivery held at the gateway", held.Load)
+	if got := d.PushCounters().QueueDepth; got != 2 {
+		t.Errorf("queue depth %d with one delivery stored and one at the gateway, want 2", got)
+	}
+	close(release)
+	wait.Until(t, "the held delivery recorded", func() bool { return deliveryCount(d, storage.PlatformAPNs, OutcomeDelivered) == 1 })
+	wait.NoError(t, func() error {
+		if got := d.PushCounters().QueueDepth; got != 1 {
+			return errors.New("queue depth " + itoa(got) + " with one delivery stored, want 1")
+		}
+		return nil
+	})
+	if logs.Len() != 0 {
+		t.Errorf("logged %v", logs.All())
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// When the database cannot be read, the claimer, the resolver and the
+// publish webhook sender log it.
+func TestUnreadableStoreLogged(t *testing.T) {
+	send := func(context.Context, storage.Delivery, *Prepared) Result { return sent() }
+	core, logs := observer.New(zapcore.ErrorLevel)
+	db, d := dispatchTo(t, Options{}, zap.New(core), send)
+	db.Close()
+	wake(d.wakeHooks) // rather than wait out the webhook sender's 5 s idle poll
+	wait.Until(t, "errors about claiming, listing and the webhook outbox", func() bool {
+		return logs.FilterMessage("claiming deliveries").Len() > 0 && logs.FilterMessage("listing publishes to resolve").Len() > 0 &&
+			logs.FilterMessage("reading the publish webhook outbox").Len() > 0
+	})
+}
+
+// A dispatcher that was never started closes without doing anything.
+func TestCloseWithoutStart(t *testing.T) {
+	db, in := openTestDB(t, storage.Instance{})
+	New(db, instanceMap{in.ID: &in}, zap.NewNop(), Options{}).Close()
+}
+
+func TestDispatcherDefaults(t *testing.T) {
+	o := Options{}.withDefaults()
+	if o.Workers != 128 || o.ClaimBatch != 1000 || o.MaxInFlight != 3072 || o.PageSize != 512 || o.Lease != 30*time.Second || o.MaxAttempts != 8 ||
+		o.BaseBackoff != time.Second || o.MaxBackoff != 5*time.Minute || o.WebhookMaxAge != 5*time.Minute ||
+		o.SendTimeout != 30*time.Second || o.WebhookClient.Timeout != 10*time.Second {
+		t.Fatalf("defaults %+v (webhook client timeout %v)", o, o.WebhookClient.Timeout)
 	}
 }

@@ -24,17 +24,18 @@ type Options struct {
 	Workers     int // concurrent sends per platform; default 128
 	ClaimBatch  int // stored deliveries claimed per query; default 1000
 	MaxInFlight int // handed to senders and not yet recorded; default 3072
-	// PageSize is how many targets are read and recorded at a time; a crash
-	// sends the pages in flight again. Default 512.
+	// PageSize is how many targets are claimed, read and recorded at a
+	// time: the unit of work nodes sharing the database split a publish
+	// into. A crash sends the pages in flight again. Default 512.
 	PageSize int
-	// Owner names this dispatcher in the leases of the publishes it reads
-	// (see storage.ClaimPublishes): the node's id where several nodes share
-	// the database. Default: "local" alone on SQLite, a random id on a
-	// shared database.
+	// Owner names this dispatcher in the leases of the pages it claims
+	// (see storage.ClaimPage), and in a publish's split between nodes: the
+	// node's id where several nodes share the database. Default: "local"
+	// alone on SQLite, a random id on a shared database.
 	Owner string
-	// Lease is how long a publish stays this dispatcher's without being
-	// renewed (it is, about every second): how soon another node takes over
-	// the publishes of one that died. Default 30 s.
+	// Lease is how long a page stays this dispatcher's without being
+	// renewed (it is, about every Lease/4): how soon another node takes
+	// over the pages of one that died. Default DefaultLease.
 	Lease         time.Duration
 	MaxAttempts   int           // attempts before a transient failure counts as failed; default 8
 	BaseBackoff   time.Duration // first retry delay, doubled per attempt; default 1 s
@@ -75,13 +76,19 @@ type Options struct {
 	idlePoll time.Duration
 }
 
+// DefaultLease is Options.Lease's default, and HERALD_PUSH_LEASE's (a node
+// test checks that they agree): short enough that a dead node's pages are
+// sent by the others within half a minute, long enough that a live node
+// renewing every quarter of it on a loaded machine keeps them.
+const DefaultLease = 30 * time.Second
+
 // withDefaults fills in the zero fields.
 func (o Options) withDefaults() Options {
 	o.Workers = cmp.Or(o.Workers, 128)
 	o.ClaimBatch = cmp.Or(o.ClaimBatch, 1000)
 	o.MaxInFlight = cmp.Or(o.MaxInFlight, 3072)
 	o.PageSize = cmp.Or(o.PageSize, 512)
-	o.Lease = cmp.Or(o.Lease, 30*time.Second)
+	o.Lease = cmp.Or(o.Lease, DefaultLease)
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, 8)
 	o.BaseBackoff = cmp.Or(o.BaseBackoff, time.Second)
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
@@ -99,12 +106,14 @@ type InstanceLookup interface {
 }
 
 // Dispatcher resolves stored publishes into deliveries and sends them. What
-// a crash may not lose is in SQLite: the publish with its targets, and per
-// publish a cursor up to which every target was handled. Targets are read a
-// page at a time and handed to the senders straight from memory; a page is
-// recorded (counts, cursor, dead devices, retries) once all its deliveries
-// are done, in order. A dispatcher started on the database of a crashed one
-// reads the unrecorded pages again: every device gets its notification, the
+// a crash may not lose is in the database: the publish with its targets, per
+// publish a cursor up to which pages of its targets were claimed, and each
+// claimed page until it is recorded. Targets are claimed a page at a time
+// (see storage.ClaimPage), by any of the nodes sharing the database, and
+// handed to the senders straight from memory; a page is recorded (counts,
+// dead devices, retries) once all its deliveries are done. The pages of a
+// dispatcher that died are taken over once their leases ran out (by the
+// next start, alone on SQLite): every device gets its notification, the
 // ones in flight at the crash possibly twice.
 //
 // Deliveries that must wait are rows of the deliveries table: retries after
@@ -113,7 +122,7 @@ type InstanceLookup interface {
 // others). A claimer feeds them to the same senders when due.
 //
 // Goroutines: one resolver (targets -> pages -> platform queues), one
-// claimer (due rows -> platform queues), Workers senders per platform, one
+// renewer of the pages' leases, one claimer (due rows -> platform queues), Workers senders per platform, one
 // recorder (results -> pages and rows, recorded in batches) and one webhook
 // sender. Close stops them all.
 type Dispatcher struct {
@@ -134,6 +143,9 @@ type Dispatcher struct {
 
 	wakeResolver chan struct{}
 	wakeClaimer  chan struct{}
+	// claimerFull is set while the claimer waits for room in flight on a
+	// gateway: only then does every recorded batch wake it.
+	claimerFull  atomic.Bool
 	wakeRecorder chan struct{}
 	wakeHooks    chan struct{}
 
@@ -144,6 +156,8 @@ type Dispatcher struct {
 	nUsers   int                          // Prepared entries held in users
 	gateways map[string]*instanceGateways // by instance id
 	reading  map[string]*reading          // publishes being resolved, by id
+	ready    []*page                      // pages whose deliveries are all done, to record
+	claimed  map[int64]bool               // the ids of the pages in flight, whose leases the resolver renews
 
 	stop    context.CancelFunc
 	loops   sync.WaitGroup // resolver, claimer, webhooks
@@ -151,30 +165,29 @@ type Dispatcher struct {
 	records chan struct{} // closed when the recorder is done
 }
 
-// reading is the resolver's progress through one publish's targets: per
-// target stream (see storage.PublishTargets), how far it was read, ahead of
-// the stored cursor by the pages in flight.
+// reading is what the resolver knows of one publish it sends pages of: its
+// parsed payload, its target streams (see storage.PublishTargets) and which
+// of them have no page left to claim, and its pages in flight here.
 type reading struct {
 	publish storage.Publish
 	payload *Payload                  // parsed; nil when the stored one did not parse
 	wanted  map[storage.Platform]bool // the platforms the publish has a payload for
 	streams map[storage.Platform]*stream
-	final   bool // the last page recorded: forget this publish
+	names   []storage.Platform // the streams' names, for storage.PageResult
+	open    int                // pages claimed here and not recorded yet
+	expired bool               // the last listing saw a page of it whose lease ran out
 }
 
 type stream struct {
-	cursor    string // after the last page read
-	exhausted bool   // every page read
-	recorded  bool   // the last page recorded
-	open      []*page
+	exhausted bool // every page claimed, by this node or others
 }
 
-// page is one page of a stream in flight. The resolver fills it and hands
-// its deliveries out; the recorder alone counts them back.
+// page is one claimed page in flight. The resolver fills it and hands its
+// deliveries out; the recorder alone counts them back.
 type page struct {
 	result  storage.PageResult
-	last    bool // ends its stream
-	pending int  // deliveries not completed yet
+	reading *reading
+	pending int // deliveries not completed yet
 }
 
 // usersPrepared is a publish to users: its parsed payload and its payloads
@@ -232,6 +245,7 @@ func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options
 		users:            map[string]*usersPrepared{},
 		gateways:         map[string]*instanceGateways{},
 		reading:          map[string]*reading{},
+		claimed:          map[int64]bool{},
 	}
 	for _, p := range platforms {
 		// A platform holds at most about platformLimit() in flight.
@@ -254,7 +268,8 @@ func (d *Dispatcher) retryLease() time.Duration { return max(5*time.Minute, 4*d.
 
 // Start releases the claims a previous process left behind, when alone on
 // its database (on a shared one they may be another node's, and run out
-// instead), and starts the loops.
+// instead), and the pages an earlier run under the same Owner left open,
+// and starts the loops.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	if !d.db.Shared() {
 		if n, err := d.db.ReleaseDeliveryClaims(ctx); err != nil {
@@ -262,6 +277,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		} else if n > 0 {
 			d.log.Info("resuming deliveries claimed by an earlier run", zap.Int("deliveries", n))
 		}
+	}
+	if n, err := d.db.ReleasePages(ctx, d.opts.Owner); err != nil {
+		return err
+	} else if n > 0 {
+		d.log.Info("resuming pages claimed by an earlier run", zap.Int("pages", n))
 	}
 	bg, stop := context.WithCancel(context.Background())
 	d.stop = stop
@@ -274,8 +294,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			go func() { defer d.workers.Done(); d.work(bg, q) }()
 		}
 	}
-	d.loops.Add(3)
+	d.loops.Add(4)
 	go func() { defer d.loops.Done(); d.resolve(bg) }()
+	go func() { defer d.loops.Done(); d.renew(bg) }()
 	go func() { defer d.loops.Done(); d.claim(bg) }()
 	go func() { defer d.loops.Done(); d.sendWebhooks(bg) }()
 	return nil
@@ -382,6 +403,7 @@ func (d *Dispatcher) claim(ctx context.Context) {
 			continue
 		}
 		wait := cmp.Or(d.opts.idlePoll, 5*time.Second)
+		d.claimerFull.Store(full > 0)
 		if full == 0 {
 			if next, ok, err := d.db.NextDeliveryDue(ctx); err == nil && ok {
 				wait = max(min(time.Until(next), wait), 10*time.Millisecond)

@@ -1,13 +1,8 @@
 package push
 
 import (
-	"database/sql"
-	"encoding/json"
 	"fmt"
-	"net/url"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -15,27 +10,18 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
-// A publish this node lost to another and took back between two listings
-// is read again from the stored cursor, under its new lease epoch: node a
-// reads a page, stalls past its lease, node b takes the publish over and
-// records pages past a's, stalls in turn, and a takes it back. a's next
-// listing drops the reading it had (its page in flight is not recorded,
-// which would move the cursor back) and starts one from where b left the
-// cursor, whose pages are recorded. The dispatcher is driven by hand, not
-// started, and the leases run out by writing them in the database: nothing
-// waits on a clock.
-func TestRegainedPublishIsReadAgain(t *testing.T) {
+// A page whose owner stopped renewing its lease is taken over by another
+// node and sent again, and the first owner's late record of it is refused
+// and counted as duplicated: node a claims the first page of a publish and
+// stalls past its lease, node b lists the publish, sees the page ran out,
+// takes it over (the same devices), finds no other to take over, and claims
+// the rest; a's record of the
+// page comes back refused, and the publish's counts and split are b's
+// pages once each. The dispatchers are driven by hand, not started, and the
+// lease runs out by writing it in the database: nothing waits on a clock.
+func TestPageTakenOverIsSentAgain(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	in, err := db.CreateInstance(ctx, storage.Instance{ID: testInstance, SecretKey: "secret", Enabled: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, in, raw := openTestDBRaw(t)
 	var devices []storage.DeviceImport
 	for i := range 10 {
 		devices = append(devices, storage.DeviceImport{Device: storage.Device{ID: fmt.Sprintf("apns-%02d", i), InstanceID: in.ID,
@@ -44,35 +30,16 @@ func TestRegainedPublishIsReadAgain(t *testing.T) {
 	if err := db.ImportDevices(ctx, devices); err != nil {
 		t.Fatal(err)
 	}
-	const id = "pub-regained"
-	if _, err := db.CreatePublish(ctx, storage.Publish{ID: id, InstanceID: in.ID, TargetKind: storage.TargetInterests,
-		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`)}, 0, time.Time{}); err != nil {
-		t.Fatal(err)
+	const id = "pub-taken"
+	publishAPNs(t, db, id)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	dispatcher := func(owner string) *Dispatcher {
+		return New(db, instanceMap{in.ID: &in}, log, Options{Owner: owner, PageSize: 4})
 	}
-	// runOut ends the publish's lease, whoever holds it: its holder stalled.
-	raw, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
-	runOut := func() {
-		t.Helper()
-		if _, err := raw.ExecContext(ctx, `UPDATE publishes SET lease_until_ms = 0 WHERE id = ?`, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stored := func() storage.Publish {
-		t.Helper()
-		p, err := db.GetPublish(ctx, in.ID, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	d := New(db, instanceMap{in.ID: &in}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), Options{Owner: "node-a", PageSize: 4})
+	a, b := dispatcher("node-a"), dispatcher("node-b")
 	// sendAll answers every delivery queued for APNs as sent, as the
 	// workers would, and returns their device ids.
-	sendAll := func() []string {
+	sendAll := func(d *Dispatcher) []string {
 		var ids []string
 		for {
 			select {
@@ -84,7 +51,7 @@ func TestRegainedPublishIsReadAgain(t *testing.T) {
 			}
 		}
 	}
-	listed := func() *reading {
+	listed := func(d *Dispatcher) *reading {
 		t.Helper()
 		active := d.listPublishes(ctx)
 		if len(active) != 1 || active[0].publish.ID != id {
@@ -93,54 +60,63 @@ func TestRegainedPublishIsReadAgain(t *testing.T) {
 		return active[0]
 	}
 
-	first := listed()
-	st := first.streams[storage.PlatformAPNs]
-	d.readPage(ctx, first, storage.PlatformAPNs, st)
-	if st.cursor != "apns-03" || len(st.open) != 1 || st.open[0].result.LeaseEpoch != first.publish.LeaseEpoch {
-		t.Fatalf("a's first page: cursor %q, %d open pages, want apns-03 and one under the reading's epoch %d",
-			st.cursor, len(st.open), first.publish.LeaseEpoch)
+	// claimAPNs claims the next page of the publish's APNs stream.
+	claimAPNs := func(d *Dispatcher, r *reading) bool {
+		return d.claimPages(ctx, []*reading{r}, []*storage.PageClaim{{Publish: &r.publish, Streams: []storage.Platform{storage.PlatformAPNs}, Platforms: r.wanted}})
 	}
 
-	runOut()
-	b, err := db.ClaimPublishes(ctx, "node-b", time.Now(), time.Minute, 10)
-	if err != nil || len(b) != 1 || b[0].LeaseEpoch == first.publish.LeaseEpoch {
-		t.Fatalf("node b claimed %+v (%v): want the publish under a new epoch", b, err)
+	ra := listed(a)
+	if !claimAPNs(a, ra) {
+		t.Fatal("a claimed no page")
 	}
-	if _, dup, err := db.CompletePages(ctx, []storage.PageResult{{PublishID: id, Owner: "node-b", LeaseEpoch: b[0].LeaseEpoch,
-		Stream: storage.PlatformAPNs, Cursor: "apns-05", Targeted: 6, Sent: 6}}); err != nil || dup != 0 {
-		t.Fatalf("node b's page: %d duplicated, %v", dup, err)
+	// a stalls: its lease runs out.
+	if _, err := raw.ExecContext(ctx, `UPDATE publish_pages SET lease_until_ms = 0`); err != nil {
+		t.Fatal(err)
 	}
+	rb := listed(b)
+	if !rb.expired {
+		t.Fatal("b's listing did not see a's page run out")
+	}
+	if !b.takeOver(ctx, rb) || b.counters.pagesTaken.Load() != 1 || b.counters.takenTargeted.Load() != 4 {
+		t.Fatalf("b took over %d pages (%d deliveries), want a's page of 4", b.counters.pagesTaken.Load(), b.counters.takenTargeted.Load())
+	}
+	if !rb.expired {
+		t.Fatal("b stopped looking for pages to take over after one: a dead node may have left several")
+	}
+	if b.takeOver(ctx, rb) || rb.expired {
+		t.Fatalf("b took over another page, or still looks for one (%v), with a's one page its own", rb.expired)
+	}
+	if got := sendAll(b); fmt.Sprint(got) != "[apns-00 apns-01 apns-02 apns-03]" {
+		t.Fatalf("b sent %v, want a's page again", got)
+	}
+	for claimAPNs(b, rb) {
+	}
+	if got := sendAll(b); fmt.Sprint(got) != "[apns-04 apns-05 apns-06 apns-07 apns-08 apns-09]" {
+		t.Fatalf("b's own pages sent %v, want the devices after a's page", got)
+	}
+	b.write(nil)
 
-	runOut()
-	second := listed()
-	if second == first {
-		t.Fatal("a went on with the reading of its first tenure after taking the publish back")
+	if got := sendAll(a); len(got) != 4 {
+		t.Fatalf("a's page sent %v", got)
 	}
-	if second.publish.LeaseEpoch == first.publish.LeaseEpoch || second.publish.LeaseEpoch == b[0].LeaseEpoch {
-		t.Fatalf("a's reading is under epoch %d after epochs %d (a) and %d (b)", second.publish.LeaseEpoch, first.publish.LeaseEpoch, b[0].LeaseEpoch)
+	a.write(nil)
+	if dup := a.counters.duplicates.Load(); dup != 4 {
+		t.Fatalf("a counted %d duplicates, want its page of 4", dup)
 	}
-	d.mu.Lock()
-	current := d.reading[id]
-	d.mu.Unlock()
-	if current != second {
-		t.Fatal("the dispatcher keeps another reading than the one listed")
+	p, err := db.GetPublish(ctx, in.ID, id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	st2 := second.streams[storage.PlatformAPNs]
-	if st2.cursor != "apns-05" || len(st2.open) != 0 {
-		t.Fatalf("a's new reading starts at %q with %d open pages, want b's stored cursor apns-05 and none", st2.cursor, len(st2.open))
+	if p.State != storage.PublishDone || p.Targeted != 10 || p.Sent != 10 {
+		t.Fatalf("publish %s, targeted %d, sent %d; want done, 10 and 10 (b's pages once each)", p.State, p.Targeted, p.Sent)
 	}
-
-	// a's page of its first tenure comes back, then one of its second.
-	if got := sendAll(); len(got) != 4 {
-		t.Fatalf("a's first page sent %v", got)
+	shares, err := db.PublishShares(ctx, id)
+	if err != nil || len(shares) != 1 || shares[0].Node != "node-b" || shares[0].Pages != 3 || shares[0].Sent != 10 {
+		t.Fatalf("shares %+v (%v), want node-b's 3 pages alone", shares, err)
 	}
-	d.readPage(ctx, second, storage.PlatformAPNs, st2)
-	if got := sendAll(); fmt.Sprint(got) != "[apns-06 apns-07 apns-08 apns-09]" {
-		t.Fatalf("a's page after taking the publish back sent %v, want the devices after b's cursor", got)
-	}
-	d.write(nil)
-	p := stored()
-	if c := p.StreamCursor(storage.PlatformAPNs); c != "apns-09" || p.Targeted != 10 || p.Sent != 10 {
-		t.Fatalf("stored cursor %q, targeted %d, sent %d; want apns-09, 10 and 10 (b's 6 and a's second page)", c, p.Targeted, p.Sent)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.claimed) != 0 || ra.open != 0 {
+		t.Fatalf("a still holds %d pages (%d of the publish) after recording them", len(a.claimed), ra.open)
 	}
 }

@@ -656,3 +656,75 @@ func TestWebPushOutcomes(t *testing.T) {
 		}
 	}
 }
+
+func TestClassifyStatusEdges(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		want   storage.DeliveryOutcome
+	}{{199, storage.DeliveryFailed}, {299, storage.DeliverySent}, {300, storage.DeliveryFailed}, {428, storage.DeliveryFailed},
+		{430, storage.DeliveryFailed}, {499, storage.DeliveryFailed}} {
+		if r := classifyStatus(tc.status, "x", 0); r.Outcome != tc.want {
+			t.Errorf("classifyStatus(%d) = %v, want %v", tc.status, r.Outcome, tc.want)
+		}
+	}
+}
+
+// Every gateway connection and request is bounded in time, so a gateway
+// that stops answering cannot hold a sender forever.
+func TestGatewayTimeouts(t *testing.T) {
+	check := func(name string, rt http.RoundTripper) {
+		t.Helper()
+		st, ok := rt.(schemeTransport)
+		if !ok {
+			t.Fatalf("%s: transport %T", name, rt)
+		}
+		var h2, plain *http.Transport
+		if name == "web" { // through the guard (TestWebPushGuard)
+			h2, plain = st.tls.(*netguard.Guarded).Base(), st.plain.(*netguard.Guarded).Base()
+		} else {
+			h2, plain = st.tls.(*http.Transport), st.plain.(*http.Transport)
+		}
+		if h2.IdleConnTimeout != 5*time.Minute || h2.TLSHandshakeTimeout != 10*time.Second || h2.MaxConnsPerHost != 1 || !h2.ForceAttemptHTTP2 {
+			t.Errorf("%s: TLS transport idle %v, handshake %v, %d connections at a time", name, h2.IdleConnTimeout, h2.TLSHandshakeTimeout, h2.MaxConnsPerHost)
+		}
+		if plain.IdleConnTimeout != 5*time.Minute || plain.MaxIdleConns != 256 || plain.MaxIdleConnsPerHost != 128 {
+			t.Errorf("%s: plain transport idle %v, %d idle, %d per host", name, plain.IdleConnTimeout, plain.MaxIdleConns, plain.MaxIdleConnsPerHost)
+		}
+	}
+	apns, err := pushtest.NewAPNs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(apns.Close)
+	a, err := NewAPNs(storage.APNsConfig{KeyPEM: apns.KeyPEM, KeyID: apns.KeyID, TeamID: apns.TeamID, Topic: "t", URL: apns.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("apns", a.client.Transport)
+	if a.client.Timeout != 30*time.Second {
+		t.Errorf("apns: request timeout %v, want 30s", a.client.Timeout)
+	}
+	sa, _, err := pushtest.NewServiceAccount("proj", "https://oauth.example/token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFCM(storage.FCMConfig{ServiceAccountJSON: sa}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("fcm", f.client.Transport)
+	if f.client.Timeout != 30*time.Second {
+		t.Errorf("fcm: request timeout %v, want 30s", f.client.Timeout)
+	}
+	if c, _ := f.tokenCtx.Value(oauth2.HTTPClient).(*http.Client); c == nil || c.Timeout != 10*time.Second {
+		t.Errorf("fcm: token request client %v, want a 10 s timeout", c)
+	}
+	w, err := NewWebPush(newVAPID(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("web", w.client.Transport)
+	if w.client.Timeout != 30*time.Second {
+		t.Errorf("web: request timeout %v, want 30s", w.client.Timeout)
+	}
+}

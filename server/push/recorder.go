@@ -11,8 +11,7 @@ import (
 
 // record counts results back into their pages and rows and writes them in
 // batches: whatever arrived while the previous batch was written goes in the
-// next transaction. Pages are written in the order they were read, each once
-// all its deliveries are done.
+// next transaction. A page is written once all its deliveries are done.
 func (d *Dispatcher) record() {
 	rows := make([]storage.DeliveryResult, 0, 1024)
 	for {
@@ -94,6 +93,11 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) ([]storage.
 	}
 	d.pageInFlight.Add(-1)
 	pg.pending--
+	if pg.pending == 0 {
+		d.mu.Lock()
+		d.ready = append(d.ready, pg)
+		d.mu.Unlock()
+	}
 	switch outcome {
 	case storage.DeliverySent:
 		pg.result.Sent++
@@ -118,33 +122,21 @@ func (d *Dispatcher) tellOutcome(del storage.Delivery, outcome storage.DeliveryO
 	}
 }
 
-// write records the rows' results and the pages done, each stream's in
-// order, a publish's resolving page last.
+// write records the rows' results and the pages done.
 func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 	ctx := context.Background()
-	var pages, resolving []storage.PageResult
-	var ending []*reading // whose resolving pages those are
 	d.mu.Lock()
-	for _, r := range d.reading {
-		for _, st := range r.streams {
-			for len(st.open) > 0 && st.open[0].pending == 0 {
-				pg := st.open[0]
-				st.open = st.open[1:]
-				st.recorded = st.recorded || pg.last
-				if pg.last && r.allRecorded() {
-					pg.result.Resolved = true
-					resolving = append(resolving, pg.result)
-					ending = append(ending, r)
-					continue
-				}
-				pages = append(pages, pg.result)
-			}
-		}
-	}
+	ready := d.ready
+	d.ready = nil
 	d.mu.Unlock()
-	pages = append(pages, resolving...)
-	if len(rows) == 0 && len(pages) == 0 {
+	if len(rows) == 0 && len(ready) == 0 {
 		return
+	}
+	pages := make([]storage.PageResult, len(ready))
+	later := false
+	for i, pg := range ready {
+		pages[i] = pg.result
+		later = later || len(pg.result.Later) > 0
 	}
 	var finished []storage.Publish
 	retrying(d.log, "recording delivery results", func() error {
@@ -156,19 +148,17 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 		f, dup, err := d.db.CompletePages(ctx, pages)
 		finished = append(finished, f...)
 		if dup > 0 {
-			// Sent under a lease another node took over meanwhile: it
-			// sends them again.
 			d.counters.duplicates.Add(int64(dup))
-			d.log.Warn("deliveries sent twice: their publish went to another node while they were in flight", zap.Int("deliveries", dup))
+			// Another node took their pages over meanwhile (this one had
+			// not renewed its leases in time): it sends them again.
+			d.log.Warn("deliveries sent twice: another node took their pages over while they were in flight", zap.Int("deliveries", dup))
 		}
 		return err
 	})
 	d.mu.Lock()
-	// The readings themselves, not the publishes' current ones: a listing
-	// meanwhile may have started the publish again under a new lease epoch
-	// (see listPublishes), and that reading is not done.
-	for _, r := range ending {
-		r.final = true
+	for _, pg := range ready {
+		pg.reading.open--
+		delete(d.claimed, pg.result.Page)
 	}
 	for _, p := range finished {
 		delete(d.accepted, p.ID) // handed over after the resolver had started it
@@ -180,23 +170,18 @@ func (d *Dispatcher) write(rows []storage.DeliveryResult) {
 	}
 	d.mu.Unlock()
 	wake(d.wakeResolver)
-	wake(d.wakeClaimer)
+	if len(rows) > 0 || later || d.claimerFull.Load() {
+		// New rows may be due sooner than the claimer's wait, or room
+		// for the rows it could not hand out freed up. Otherwise it is
+		// left alone: a small publish's pages cost it no round.
+		wake(d.wakeClaimer)
+	}
 	for _, p := range finished {
 		if p.WebhookURL != "" {
 			wake(d.wakeHooks)
 			break
 		}
 	}
-}
-
-// allRecorded reports whether the last page of every stream was recorded.
-func (r *reading) allRecorded() bool {
-	for _, st := range r.streams {
-		if !st.recorded {
-			return false
-		}
-	}
-	return true
 }
 
 // retrying runs write until it succeeds, ten more times at most, a second

@@ -2,14 +2,24 @@ package push
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/heraldrt/herald/gen/publish"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -51,5 +61,119 @@ func TestWebhookClientNoRedirectsAndDialSeam(t *testing.T) {
 	}
 	if dialed.Load() != 1 {
 		t.Fatalf("dialed %d times through WebhookDialContext, want 1", dialed.Load())
+	}
+}
+
+// A publish with a webhook URL posts publish_started and publish_finished
+// there, signed with the instance's secret key; an answer outside 2xx (300
+// here) is retried after the backoff. Each is sent as soon as it is due, not at
+// the sender's next poll (an hour here).
+func TestPublishWebhooks(t *testing.T) {
+	type hook struct {
+		body      publish.PublishWebhook
+		signature string
+		raw       []byte
+	}
+	var mu sync.Mutex
+	var got []hook
+	answers := []int{http.StatusMultipleChoices} // the first request fails
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var h hook
+		if err := json.Unmarshal(raw, &h.body); err != nil {
+			t.Errorf("webhook body %s: %v", raw, err)
+		}
+		h.signature, h.raw = r.Header.Get(WebhookSignatureHeader), raw
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, h)
+		if len(answers) > 0 {
+			w.WriteHeader(answers[0])
+			answers = answers[1:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	send := func(context.Context, storage.Delivery, *Prepared) Result { return sent() }
+	core, logs := observer.New(zapcore.WarnLevel)
+	// The idle polls are an hour: a webhook sent at its poll instead of when
+	// it is due would never be.
+	db, d := dispatchTo(t, Options{BaseBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, idlePoll: time.Hour},
+		zap.New(core), send, "apns-1", "apns-2")
+	if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: "pub-hook", InstanceID: testInstance, TargetKind: storage.TargetInterests,
+		Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`), WebhookURL: srv.URL}, 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Notify()
+	waitPublishDone(t, db, "pub-hook") // publish_finished is queued with the last result
+	wait.Until(t, "an empty webhook outbox", func() bool {
+		_, ok, err := db.NextPublishWebhookDue(t.Context())
+		return err == nil && !ok
+	})
+	mu.Lock()
+	hooks := slices.Clone(got)
+	mu.Unlock()
+	events := map[publish.PublishWebhookEvent]int{}
+	for _, h := range hooks {
+		events[h.body.Event]++
+		if h.signature != SignWebhook("secret", h.raw) || h.body.PublishId != "pub-hook" || h.body.InstanceId != testInstance {
+			t.Errorf("webhook %s signed %q", h.raw, h.signature)
+		}
+		if h.body.Event == publish.PublishFinished {
+			if b := h.body; b.State != publish.PublishStateDone || b.Targeted != 2 || b.Sent != 2 || b.Failed != 0 {
+				t.Errorf("publish_finished %+v", b)
+			}
+		}
+	}
+	// The first request was answered 300 and sent again.
+	if len(hooks) != 3 || events[publish.PublishFinished] != 1 || events[hooks[0].body.Event] != 2 {
+		t.Fatalf("webhooks %v, want publish_started and publish_finished, the first of them twice", events)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("logged %v", logs.All())
+	}
+}
+
+// With nothing else due, each publish webhook is sent as soon as it is
+// queued: publish_started when the publish starts, publish_finished when its
+// last delivery is recorded, not at the webhook sender's next poll (an hour
+// here). Each
+// is queued while the sender is idle: a publish starts once the outbox is
+// empty, and its delivery completes once publish_started has left it.
+func TestPublishWebhooksSentAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{} // "<publish> <event>" -> count
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		var h publish.PublishWebhook
+		_ = json.NewDecoder(r.Body).Decode(&h)
+		mu.Lock()
+		seen[h.PublishId+" "+string(h.Event)]++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	has := func(key string) bool { mu.Lock(); defer mu.Unlock(); return seen[key] > 0 }
+	var db *storage.DB
+	outboxEmpty := func() bool {
+		_, ok, err := db.NextPublishWebhookDue(context.Background())
+		return err == nil && !ok
+	}
+	send := func(ctx context.Context, del storage.Delivery, _ *Prepared) Result {
+		for !has(del.PublishID+" publish_started") || !outboxEmpty() {
+			select {
+			case <-ctx.Done():
+				return retry("stopping", 0)
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		return sent()
+	}
+	db, d := dispatchTo(t, Options{idlePoll: time.Hour}, zap.NewNop(), send, "apns-1")
+	for i := range 3 {
+		id := "pub-quick-" + itoa(i)
+		if _, err := db.CreatePublish(t.Context(), storage.Publish{ID: id, InstanceID: testInstance, TargetKind: storage.TargetInterests,
+			Targets: []string{"news"}, Payload: json.RawMessage(`{"apns":{"aps":{"alert":"hi"}}}`), WebhookURL: srv.URL}, 0, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		d.Notify()
+		wait.Until(t, id+" publish_finished sent", func() bool { return has(id+" publish_finished") && outboxEmpty() })
 	}
 }

@@ -309,11 +309,21 @@ async function refreshPublishes(instanceID) {
       cell(row, p.state);
       for (const n of [p.targeted, p.sent, p.failed, p.delivered, p.opened]) cell(row, n);
       cell(row, new Date(p.createdAt).toLocaleTimeString());
+      cell(row, nodeShares(p));
       body.appendChild(row);
     }
   } catch (e) {
     $('status').textContent = 'publishes unavailable: ' + e.message;
   }
+}
+
+// nodeShares says which node sent how much of a publish: each node's share
+// of the targets of the pages recorded, as "node-a 58 % (7 pages)".
+function nodeShares(p) {
+  const nodes = p.nodes || [];
+  const total = nodes.reduce((sum, n) => sum + n.targeted, 0);
+  const share = (n) => (total ? Math.round((100 * n.targeted) / total) : 0);
+  return nodes.map((n) => n.node + ' ' + share(n) + ' % (' + n.pages + (n.pages === 1 ? ' page)' : ' pages)')).join(', ');
 }
 
 // The publishes of the selected instance, refreshed every 3 s, and its

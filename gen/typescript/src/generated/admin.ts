@@ -670,6 +670,17 @@ export interface components {
              * @description When the last notification was sent or given up; absent until then.
              */
             finishedAt?: string;
+            /** @description Which node sent how much: the pages of the publish's targets each node recorded (the unit of work nodes sharing a PostgreSQL database split a publish into), by node id (`HERALD_NODE_ID`), in id order. Empty for a publish with no page recorded yet. */
+            nodes?: components["schemas"]["PublishNodeShare"][];
+        };
+        PublishNodeShare: {
+            /** @description The node's id. */
+            node: string;
+            pages: number;
+            /** @description Devices of those pages. */
+            targeted: number;
+            sent: number;
+            failed: number;
         };
         PublishSummaryList: {
             publishes: components["schemas"]["PublishSummary"][];
