@@ -146,8 +146,8 @@ type App struct {
 	CreatedAt                time.Time `json:"createdAt"`
 	Enabled                  bool      `json:"enabled"`
 	HistoryEvents            int       `json:"historyEvents"`
-	HistoryTtlMs             int       `json:"historyTtlMs"`
-	Id                       string    `json:"id"`
+	HistoryTTLMs             int       `json:"historyTtlMs"`
+	ID                       string    `json:"id"`
 	Key                      string    `json:"key"`
 	MaxConnections           int       `json:"maxConnections"`
 	MaxPresenceMembers       int       `json:"maxPresenceMembers"`
@@ -171,11 +171,11 @@ type AppCreate struct {
 	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
 	HistoryEvents *int `json:"historyEvents,omitempty"`
 
-	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
-	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
+	// HistoryTTLMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTTLMs *int `json:"historyTtlMs,omitempty"`
 
-	// Id The app id (A-Z a-z 0-9 _ -); random digits when absent.
-	Id *string `json:"id,omitempty"`
+	// ID The app id (A-Z a-z 0-9 _ -); random digits when absent.
+	ID *string `json:"id,omitempty"`
 
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`
@@ -213,7 +213,7 @@ type AppList struct {
 
 // AppLive defines model for AppLive.
 type AppLive struct {
-	AppId string `json:"appId"`
+	AppID string `json:"appId"`
 
 	// Channels Occupied channels, sorted by name, at most 1000.
 	Channels []LiveChannel `json:"channels"`
@@ -231,8 +231,8 @@ type AppOptions struct {
 	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
 	HistoryEvents *int `json:"historyEvents,omitempty"`
 
-	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
-	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
+	// HistoryTTLMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTTLMs *int `json:"historyTtlMs,omitempty"`
 
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`
@@ -279,8 +279,8 @@ type ChannelHistoryEvent struct {
 	Data  string `json:"data"`
 	Event string `json:"event"`
 
-	// Id The event id, <milliseconds>-<sequence>.
-	Id string `json:"id"`
+	// ID The event id, <milliseconds>-<sequence>.
+	ID string `json:"id"`
 
 	// Timestamp Milliseconds since the Unix epoch.
 	Timestamp int64 `json:"timestamp"`
@@ -328,10 +328,10 @@ type Instance struct {
 	Apns struct {
 		CaConfigured  bool   `json:"caConfigured"`
 		KeyConfigured bool   `json:"keyConfigured"`
-		KeyId         string `json:"keyId"`
-		TeamId        string `json:"teamId"`
+		KeyID         string `json:"keyId"`
+		TeamID        string `json:"teamId"`
 		Topic         string `json:"topic"`
-		Url           string `json:"url"`
+		URL           string `json:"url"`
 	} `json:"apns"`
 	CreatedAt time.Time `json:"createdAt"`
 
@@ -340,9 +340,9 @@ type Instance struct {
 	Enabled bool `json:"enabled"`
 	Fcm     struct {
 		ServiceAccountConfigured bool   `json:"serviceAccountConfigured"`
-		Url                      string `json:"url"`
+		URL                      string `json:"url"`
 	} `json:"fcm"`
-	Id           string    `json:"id"`
+	ID           string    `json:"id"`
 	JwtIssuer    string    `json:"jwtIssuer"`
 	PublishQuota int       `json:"publishQuota"`
 	SecretKey    string    `json:"secretKey"`
@@ -357,25 +357,25 @@ type Instance struct {
 type InstanceCreate struct {
 	// ApnsCaPem Extra CA certificates (PEM) to trust for apnsUrl.
 	ApnsCaPem *string `json:"apnsCaPem,omitempty"`
-	ApnsKeyId *string `json:"apnsKeyId,omitempty"`
+	ApnsKeyID *string `json:"apnsKeyId,omitempty"`
 
 	// ApnsKeyPem APNs .p8 token signing key (PEM).
 	ApnsKeyPem *string `json:"apnsKeyPem,omitempty"`
-	ApnsTeamId *string `json:"apnsTeamId,omitempty"`
+	ApnsTeamID *string `json:"apnsTeamId,omitempty"`
 	ApnsTopic  *string `json:"apnsTopic,omitempty"`
 
-	// ApnsUrl APNs base URL; empty is https://api.push.apple.com.
-	ApnsUrl *string `json:"apnsUrl,omitempty"`
+	// ApnsURL APNs base URL; empty is https://api.push.apple.com.
+	ApnsURL *string `json:"apnsUrl,omitempty"`
 	Enabled *bool   `json:"enabled,omitempty"`
 
-	// FcmServiceAccountJson FCM service account key file contents.
-	FcmServiceAccountJson *string `json:"fcmServiceAccountJson,omitempty"`
+	// FcmServiceAccountJSON FCM service account key file contents.
+	FcmServiceAccountJSON *string `json:"fcmServiceAccountJson,omitempty"`
 
-	// FcmUrl FCM base URL; empty is https://fcm.googleapis.com.
-	FcmUrl *string `json:"fcmUrl,omitempty"`
+	// FcmURL FCM base URL; empty is https://fcm.googleapis.com.
+	FcmURL *string `json:"fcmUrl,omitempty"`
 
-	// Id The instance id, a UUID; random when absent.
-	Id *string `json:"id,omitempty"`
+	// ID The instance id, a UUID; random when absent.
+	ID *string `json:"id,omitempty"`
 
 	// JwtIssuer Extra accepted issuer of user JWTs.
 	JwtIssuer *string `json:"jwtIssuer,omitempty"`
@@ -397,22 +397,22 @@ type InstanceList struct {
 type InstanceOptions struct {
 	// ApnsCaPem Extra CA certificates (PEM) to trust for apnsUrl.
 	ApnsCaPem *string `json:"apnsCaPem,omitempty"`
-	ApnsKeyId *string `json:"apnsKeyId,omitempty"`
+	ApnsKeyID *string `json:"apnsKeyId,omitempty"`
 
 	// ApnsKeyPem APNs .p8 token signing key (PEM).
 	ApnsKeyPem *string `json:"apnsKeyPem,omitempty"`
-	ApnsTeamId *string `json:"apnsTeamId,omitempty"`
+	ApnsTeamID *string `json:"apnsTeamId,omitempty"`
 	ApnsTopic  *string `json:"apnsTopic,omitempty"`
 
-	// ApnsUrl APNs base URL; empty is https://api.push.apple.com.
-	ApnsUrl *string `json:"apnsUrl,omitempty"`
+	// ApnsURL APNs base URL; empty is https://api.push.apple.com.
+	ApnsURL *string `json:"apnsUrl,omitempty"`
 	Enabled *bool   `json:"enabled,omitempty"`
 
-	// FcmServiceAccountJson FCM service account key file contents.
-	FcmServiceAccountJson *string `json:"fcmServiceAccountJson,omitempty"`
+	// FcmServiceAccountJSON FCM service account key file contents.
+	FcmServiceAccountJSON *string `json:"fcmServiceAccountJson,omitempty"`
 
-	// FcmUrl FCM base URL; empty is https://fcm.googleapis.com.
-	FcmUrl *string `json:"fcmUrl,omitempty"`
+	// FcmURL FCM base URL; empty is https://fcm.googleapis.com.
+	FcmURL *string `json:"fcmUrl,omitempty"`
 
 	// JwtIssuer Extra accepted issuer of user JWTs.
 	JwtIssuer *string `json:"jwtIssuer,omitempty"`
@@ -472,7 +472,7 @@ type PublishSummary struct {
 
 	// Opened Devices that reported the notification opened.
 	Opened    int    `json:"opened"`
-	PublishId string `json:"publishId"`
+	PublishID string `json:"publishId"`
 
 	// Sent Notifications accepted by a gateway.
 	Sent       int                      `json:"sent"`
@@ -508,8 +508,8 @@ type Webhook struct {
 	// EventTypes The kinds sent; empty or absent means every kind.
 	EventTypes *[]WebhookKind `json:"eventTypes,omitempty"`
 
-	// Url Where events are POSTed; http:// or https://.
-	Url string `json:"url"`
+	// URL Where events are POSTed; http:// or https://.
+	URL string `json:"url"`
 }
 
 // WebhookKind defines model for WebhookKind.
@@ -596,34 +596,34 @@ type ServerInterface interface {
 	CreateApp(c *gin.Context)
 	// DeleteApp Delete an app.
 	// (DELETE /admin/v1/apps/{app_id})
-	DeleteApp(c *gin.Context, appId AppID)
+	DeleteApp(c *gin.Context, appID AppID)
 	// GetApp One app with every option.
 	// (GET /admin/v1/apps/{app_id})
-	GetApp(c *gin.Context, appId AppID)
+	GetApp(c *gin.Context, appID AppID)
 	// UpdateApp Change the options given; the others keep their values.
 	// (PATCH /admin/v1/apps/{app_id})
-	UpdateApp(c *gin.Context, appId AppID)
+	UpdateApp(c *gin.Context, appID AppID)
 	// GetAppChannelEvents A channel's history, newest first, for the debug console.
 	// (GET /admin/v1/apps/{app_id}/channels/{channel_name}/events)
-	GetAppChannelEvents(c *gin.Context, appId AppID, channelName string, params GetAppChannelEventsParams)
+	GetAppChannelEvents(c *gin.Context, appID AppID, channelName string, params GetAppChannelEventsParams)
 	// DisableApp Refuse the app's connections and API calls.
 	// (POST /admin/v1/apps/{app_id}/disable)
-	DisableApp(c *gin.Context, appId AppID)
+	DisableApp(c *gin.Context, appID AppID)
 	// EnableApp Accept the app's connections and API calls again.
 	// (POST /admin/v1/apps/{app_id}/enable)
-	EnableApp(c *gin.Context, appId AppID)
+	EnableApp(c *gin.Context, appID AppID)
 	// TriggerAppEvent Trigger an event on the app's channels, as its server would.
 	// (POST /admin/v1/apps/{app_id}/events)
-	TriggerAppEvent(c *gin.Context, appId AppID)
+	TriggerAppEvent(c *gin.Context, appID AppID)
 	// GetAppHistory The app's traffic over the last hour on this node.
 	// (GET /admin/v1/apps/{app_id}/history)
-	GetAppHistory(c *gin.Context, appId AppID)
+	GetAppHistory(c *gin.Context, appID AppID)
 	// GetAppLive The app's live state (the whole cluster's in cluster mode).
 	// (GET /admin/v1/apps/{app_id}/live)
-	GetAppLive(c *gin.Context, appId AppID)
+	GetAppLive(c *gin.Context, appID AppID)
 	// RotateAppSecret Give the app a new random secret.
 	// (POST /admin/v1/apps/{app_id}/rotate-secret)
-	RotateAppSecret(c *gin.Context, appId AppID)
+	RotateAppSecret(c *gin.Context, appID AppID)
 	// ListInstances List every Push instance.
 	// (GET /admin/v1/instances)
 	ListInstances(c *gin.Context)
@@ -632,28 +632,28 @@ type ServerInterface interface {
 	CreateInstance(c *gin.Context)
 	// DeleteInstance Delete an instance with its devices.
 	// (DELETE /admin/v1/instances/{instance_id})
-	DeleteInstance(c *gin.Context, instanceId InstanceID)
+	DeleteInstance(c *gin.Context, instanceID InstanceID)
 	// GetInstance One instance with its gateway settings.
 	// (GET /admin/v1/instances/{instance_id})
-	GetInstance(c *gin.Context, instanceId InstanceID)
+	GetInstance(c *gin.Context, instanceID InstanceID)
 	// UpdateInstance Change the options given; the others keep their values.
 	// (PATCH /admin/v1/instances/{instance_id})
-	UpdateInstance(c *gin.Context, instanceId InstanceID)
+	UpdateInstance(c *gin.Context, instanceID InstanceID)
 	// DisableInstance Refuse the instance's API calls.
 	// (POST /admin/v1/instances/{instance_id}/disable)
-	DisableInstance(c *gin.Context, instanceId InstanceID)
+	DisableInstance(c *gin.Context, instanceID InstanceID)
 	// EnableInstance Accept the instance's API calls again.
 	// (POST /admin/v1/instances/{instance_id}/enable)
-	EnableInstance(c *gin.Context, instanceId InstanceID)
+	EnableInstance(c *gin.Context, instanceID InstanceID)
 	// GetInstanceHistory The instance's push deliveries over the last hour on this node.
 	// (GET /admin/v1/instances/{instance_id}/history)
-	GetInstanceHistory(c *gin.Context, instanceId InstanceID)
+	GetInstanceHistory(c *gin.Context, instanceID InstanceID)
 	// ListInstancePublishes The instance's recent publishes with their counts.
 	// (GET /admin/v1/instances/{instance_id}/publishes)
-	ListInstancePublishes(c *gin.Context, instanceId InstanceID, params ListInstancePublishesParams)
+	ListInstancePublishes(c *gin.Context, instanceID InstanceID, params ListInstancePublishesParams)
 	// RotateInstanceSecret Give the instance a new random secret key.
 	// (POST /admin/v1/instances/{instance_id}/rotate-secret)
-	RotateInstanceSecret(c *gin.Context, instanceId InstanceID)
+	RotateInstanceSecret(c *gin.Context, instanceID InstanceID)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -698,9 +698,9 @@ func (siw *ServerInterfaceWrapper) DeleteApp(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -713,7 +713,7 @@ func (siw *ServerInterfaceWrapper) DeleteApp(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DeleteApp(c, appId)
+	siw.Handler.DeleteApp(c, appID)
 }
 
 // GetApp operation middleware
@@ -723,9 +723,9 @@ func (siw *ServerInterfaceWrapper) GetApp(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -738,7 +738,7 @@ func (siw *ServerInterfaceWrapper) GetApp(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetApp(c, appId)
+	siw.Handler.GetApp(c, appID)
 }
 
 // UpdateApp operation middleware
@@ -748,9 +748,9 @@ func (siw *ServerInterfaceWrapper) UpdateApp(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -763,7 +763,7 @@ func (siw *ServerInterfaceWrapper) UpdateApp(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.UpdateApp(c, appId)
+	siw.Handler.UpdateApp(c, appID)
 }
 
 // GetAppChannelEvents operation middleware
@@ -773,9 +773,9 @@ func (siw *ServerInterfaceWrapper) GetAppChannelEvents(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -816,7 +816,7 @@ func (siw *ServerInterfaceWrapper) GetAppChannelEvents(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetAppChannelEvents(c, appId, channelName, params)
+	siw.Handler.GetAppChannelEvents(c, appID, channelName, params)
 }
 
 // DisableApp operation middleware
@@ -826,9 +826,9 @@ func (siw *ServerInterfaceWrapper) DisableApp(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -841,7 +841,7 @@ func (siw *ServerInterfaceWrapper) DisableApp(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DisableApp(c, appId)
+	siw.Handler.DisableApp(c, appID)
 }
 
 // EnableApp operation middleware
@@ -851,9 +851,9 @@ func (siw *ServerInterfaceWrapper) EnableApp(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -866,7 +866,7 @@ func (siw *ServerInterfaceWrapper) EnableApp(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.EnableApp(c, appId)
+	siw.Handler.EnableApp(c, appID)
 }
 
 // TriggerAppEvent operation middleware
@@ -876,9 +876,9 @@ func (siw *ServerInterfaceWrapper) TriggerAppEvent(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -891,7 +891,7 @@ func (siw *ServerInterfaceWrapper) TriggerAppEvent(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.TriggerAppEvent(c, appId)
+	siw.Handler.TriggerAppEvent(c, appID)
 }
 
 // GetAppHistory operation middleware
@@ -901,9 +901,9 @@ func (siw *ServerInterfaceWrapper) GetAppHistory(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -916,7 +916,7 @@ func (siw *ServerInterfaceWrapper) GetAppHistory(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetAppHistory(c, appId)
+	siw.Handler.GetAppHistory(c, appID)
 }
 
 // GetAppLive operation middleware
@@ -926,9 +926,9 @@ func (siw *ServerInterfaceWrapper) GetAppLive(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -941,7 +941,7 @@ func (siw *ServerInterfaceWrapper) GetAppLive(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetAppLive(c, appId)
+	siw.Handler.GetAppLive(c, appID)
 }
 
 // RotateAppSecret operation middleware
@@ -951,9 +951,9 @@ func (siw *ServerInterfaceWrapper) RotateAppSecret(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -966,7 +966,7 @@ func (siw *ServerInterfaceWrapper) RotateAppSecret(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.RotateAppSecret(c, appId)
+	siw.Handler.RotateAppSecret(c, appID)
 }
 
 // ListInstances operation middleware
@@ -1002,9 +1002,9 @@ func (siw *ServerInterfaceWrapper) DeleteInstance(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1017,7 +1017,7 @@ func (siw *ServerInterfaceWrapper) DeleteInstance(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DeleteInstance(c, instanceId)
+	siw.Handler.DeleteInstance(c, instanceID)
 }
 
 // GetInstance operation middleware
@@ -1027,9 +1027,9 @@ func (siw *ServerInterfaceWrapper) GetInstance(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1042,7 +1042,7 @@ func (siw *ServerInterfaceWrapper) GetInstance(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetInstance(c, instanceId)
+	siw.Handler.GetInstance(c, instanceID)
 }
 
 // UpdateInstance operation middleware
@@ -1052,9 +1052,9 @@ func (siw *ServerInterfaceWrapper) UpdateInstance(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1067,7 +1067,7 @@ func (siw *ServerInterfaceWrapper) UpdateInstance(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.UpdateInstance(c, instanceId)
+	siw.Handler.UpdateInstance(c, instanceID)
 }
 
 // DisableInstance operation middleware
@@ -1077,9 +1077,9 @@ func (siw *ServerInterfaceWrapper) DisableInstance(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1092,7 +1092,7 @@ func (siw *ServerInterfaceWrapper) DisableInstance(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DisableInstance(c, instanceId)
+	siw.Handler.DisableInstance(c, instanceID)
 }
 
 // EnableInstance operation middleware
@@ -1102,9 +1102,9 @@ func (siw *ServerInterfaceWrapper) EnableInstance(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1117,7 +1117,7 @@ func (siw *ServerInterfaceWrapper) EnableInstance(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.EnableInstance(c, instanceId)
+	siw.Handler.EnableInstance(c, instanceID)
 }
 
 // GetInstanceHistory operation middleware
@@ -1127,9 +1127,9 @@ func (siw *ServerInterfaceWrapper) GetInstanceHistory(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1142,7 +1142,7 @@ func (siw *ServerInterfaceWrapper) GetInstanceHistory(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetInstanceHistory(c, instanceId)
+	siw.Handler.GetInstanceHistory(c, instanceID)
 }
 
 // ListInstancePublishes operation middleware
@@ -1152,9 +1152,9 @@ func (siw *ServerInterfaceWrapper) ListInstancePublishes(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1178,7 +1178,7 @@ func (siw *ServerInterfaceWrapper) ListInstancePublishes(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.ListInstancePublishes(c, instanceId, params)
+	siw.Handler.ListInstancePublishes(c, instanceID, params)
 }
 
 // RotateInstanceSecret operation middleware
@@ -1188,9 +1188,9 @@ func (siw *ServerInterfaceWrapper) RotateInstanceSecret(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -1203,7 +1203,7 @@ func (siw *ServerInterfaceWrapper) RotateInstanceSecret(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.RotateInstanceSecret(c, instanceId)
+	siw.Handler.RotateInstanceSecret(c, instanceID)
 }
 
 // GinServerOptions provides options for the Gin server.
@@ -1413,7 +1413,7 @@ func (response CreateApp500JSONResponse) VisitCreateAppResponse(w http.ResponseW
 }
 
 type DeleteAppRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type DeleteAppResponseObject interface {
@@ -1477,7 +1477,7 @@ func (response DeleteApp500JSONResponse) VisitDeleteAppResponse(w http.ResponseW
 }
 
 type GetAppRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type GetAppResponseObject interface {
@@ -1541,7 +1541,7 @@ func (response GetApp500JSONResponse) VisitGetAppResponse(w http.ResponseWriter)
 }
 
 type UpdateAppRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 	Body  *UpdateAppJSONRequestBody
 }
 
@@ -1648,7 +1648,7 @@ func (response UpdateApp500JSONResponse) VisitUpdateAppResponse(w http.ResponseW
 }
 
 type GetAppChannelEventsRequestObject struct {
-	AppId       AppID  `json:"app_id"`
+	AppID       AppID  `json:"app_id"`
 	ChannelName string `json:"channel_name"`
 	Params      GetAppChannelEventsParams
 }
@@ -1742,7 +1742,7 @@ func (response GetAppChannelEvents503JSONResponse) VisitGetAppChannelEventsRespo
 }
 
 type DisableAppRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type DisableAppResponseObject interface {
@@ -1806,7 +1806,7 @@ func (response DisableApp500JSONResponse) VisitDisableAppResponse(w http.Respons
 }
 
 type EnableAppRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type EnableAppResponseObject interface {
@@ -1870,7 +1870,7 @@ func (response EnableApp500JSONResponse) VisitEnableAppResponse(w http.ResponseW
 }
 
 type TriggerAppEventRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 	Body  *TriggerAppEventJSONRequestBody
 }
 
@@ -1991,7 +1991,7 @@ func (response TriggerAppEvent503JSONResponse) VisitTriggerAppEventResponse(w ht
 }
 
 type GetAppHistoryRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type GetAppHistoryResponseObject interface {
@@ -2055,7 +2055,7 @@ func (response GetAppHistory500JSONResponse) VisitGetAppHistoryResponse(w http.R
 }
 
 type GetAppLiveRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type GetAppLiveResponseObject interface {
@@ -2133,7 +2133,7 @@ func (response GetAppLive503JSONResponse) VisitGetAppLiveResponse(w http.Respons
 }
 
 type RotateAppSecretRequestObject struct {
-	AppId AppID `json:"app_id"`
+	AppID AppID `json:"app_id"`
 }
 
 type RotateAppSecretResponseObject interface {
@@ -2338,7 +2338,7 @@ func (response CreateInstance500JSONResponse) VisitCreateInstanceResponse(w http
 }
 
 type DeleteInstanceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type DeleteInstanceResponseObject interface {
@@ -2402,7 +2402,7 @@ func (response DeleteInstance500JSONResponse) VisitDeleteInstanceResponse(w http
 }
 
 type GetInstanceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type GetInstanceResponseObject interface {
@@ -2466,7 +2466,7 @@ func (response GetInstance500JSONResponse) VisitGetInstanceResponse(w http.Respo
 }
 
 type UpdateInstanceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Body       *UpdateInstanceJSONRequestBody
 }
 
@@ -2559,7 +2559,7 @@ func (response UpdateInstance500JSONResponse) VisitUpdateInstanceResponse(w http
 }
 
 type DisableInstanceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type DisableInstanceResponseObject interface {
@@ -2623,7 +2623,7 @@ func (response DisableInstance500JSONResponse) VisitDisableInstanceResponse(w ht
 }
 
 type EnableInstanceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type EnableInstanceResponseObject interface {
@@ -2687,7 +2687,7 @@ func (response EnableInstance500JSONResponse) VisitEnableInstanceResponse(w http
 }
 
 type GetInstanceHistoryRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type GetInstanceHistoryResponseObject interface {
@@ -2751,7 +2751,7 @@ func (response GetInstanceHistory500JSONResponse) VisitGetInstanceHistoryRespons
 }
 
 type ListInstancePublishesRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Params     ListInstancePublishesParams
 }
 
@@ -2830,7 +2830,7 @@ func (response ListInstancePublishes500JSONResponse) VisitListInstancePublishesR
 }
 
 type RotateInstanceSecretRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type RotateInstanceSecretResponseObject interface {
@@ -3087,10 +3087,10 @@ func (sh *strictHandler) CreateApp(ctx *gin.Context) {
 }
 
 // DeleteApp operation middleware
-func (sh *strictHandler) DeleteApp(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) DeleteApp(ctx *gin.Context, appID AppID) {
 	var request DeleteAppRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteApp(ctx, request.(DeleteAppRequestObject))
@@ -3113,10 +3113,10 @@ func (sh *strictHandler) DeleteApp(ctx *gin.Context, appId AppID) {
 }
 
 // GetApp operation middleware
-func (sh *strictHandler) GetApp(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) GetApp(ctx *gin.Context, appID AppID) {
 	var request GetAppRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetApp(ctx, request.(GetAppRequestObject))
@@ -3139,10 +3139,10 @@ func (sh *strictHandler) GetApp(ctx *gin.Context, appId AppID) {
 }
 
 // UpdateApp operation middleware
-func (sh *strictHandler) UpdateApp(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) UpdateApp(ctx *gin.Context, appID AppID) {
 	var request UpdateAppRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	var body UpdateAppJSONRequestBody
 	var err error
@@ -3183,10 +3183,10 @@ func (sh *strictHandler) UpdateApp(ctx *gin.Context, appId AppID) {
 }
 
 // GetAppChannelEvents operation middleware
-func (sh *strictHandler) GetAppChannelEvents(ctx *gin.Context, appId AppID, channelName string, params GetAppChannelEventsParams) {
+func (sh *strictHandler) GetAppChannelEvents(ctx *gin.Context, appID AppID, channelName string, params GetAppChannelEventsParams) {
 	var request GetAppChannelEventsRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.ChannelName = channelName
 	request.Params = params
 
@@ -3211,10 +3211,10 @@ func (sh *strictHandler) GetAppChannelEvents(ctx *gin.Context, appId AppID, chan
 }
 
 // DisableApp operation middleware
-func (sh *strictHandler) DisableApp(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) DisableApp(ctx *gin.Context, appID AppID) {
 	var request DisableAppRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DisableApp(ctx, request.(DisableAppRequestObject))
@@ -3237,10 +3237,10 @@ func (sh *strictHandler) DisableApp(ctx *gin.Context, appId AppID) {
 }
 
 // EnableApp operation middleware
-func (sh *strictHandler) EnableApp(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) EnableApp(ctx *gin.Context, appID AppID) {
 	var request EnableAppRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.EnableApp(ctx, request.(EnableAppRequestObject))
@@ -3263,10 +3263,10 @@ func (sh *strictHandler) EnableApp(ctx *gin.Context, appId AppID) {
 }
 
 // TriggerAppEvent operation middleware
-func (sh *strictHandler) TriggerAppEvent(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) TriggerAppEvent(ctx *gin.Context, appID AppID) {
 	var request TriggerAppEventRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	var body TriggerAppEventJSONRequestBody
 	var err error
@@ -3307,10 +3307,10 @@ func (sh *strictHandler) TriggerAppEvent(ctx *gin.Context, appId AppID) {
 }
 
 // GetAppHistory operation middleware
-func (sh *strictHandler) GetAppHistory(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) GetAppHistory(ctx *gin.Context, appID AppID) {
 	var request GetAppHistoryRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetAppHistory(ctx, request.(GetAppHistoryRequestObject))
@@ -3333,10 +3333,10 @@ func (sh *strictHandler) GetAppHistory(ctx *gin.Context, appId AppID) {
 }
 
 // GetAppLive operation middleware
-func (sh *strictHandler) GetAppLive(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) GetAppLive(ctx *gin.Context, appID AppID) {
 	var request GetAppLiveRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetAppLive(ctx, request.(GetAppLiveRequestObject))
@@ -3359,10 +3359,10 @@ func (sh *strictHandler) GetAppLive(ctx *gin.Context, appId AppID) {
 }
 
 // RotateAppSecret operation middleware
-func (sh *strictHandler) RotateAppSecret(ctx *gin.Context, appId AppID) {
+func (sh *strictHandler) RotateAppSecret(ctx *gin.Context, appID AppID) {
 	var request RotateAppSecretRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.RotateAppSecret(ctx, request.(RotateAppSecretRequestObject))
@@ -3451,10 +3451,10 @@ func (sh *strictHandler) CreateInstance(ctx *gin.Context) {
 }
 
 // DeleteInstance operation middleware
-func (sh *strictHandler) DeleteInstance(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) DeleteInstance(ctx *gin.Context, instanceID InstanceID) {
 	var request DeleteInstanceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteInstance(ctx, request.(DeleteInstanceRequestObject))
@@ -3477,10 +3477,10 @@ func (sh *strictHandler) DeleteInstance(ctx *gin.Context, instanceId InstanceID)
 }
 
 // GetInstance operation middleware
-func (sh *strictHandler) GetInstance(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) GetInstance(ctx *gin.Context, instanceID InstanceID) {
 	var request GetInstanceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetInstance(ctx, request.(GetInstanceRequestObject))
@@ -3503,10 +3503,10 @@ func (sh *strictHandler) GetInstance(ctx *gin.Context, instanceId InstanceID) {
 }
 
 // UpdateInstance operation middleware
-func (sh *strictHandler) UpdateInstance(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) UpdateInstance(ctx *gin.Context, instanceID InstanceID) {
 	var request UpdateInstanceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	var body UpdateInstanceJSONRequestBody
 	var err error
@@ -3547,10 +3547,10 @@ func (sh *strictHandler) UpdateInstance(ctx *gin.Context, instanceId InstanceID)
 }
 
 // DisableInstance operation middleware
-func (sh *strictHandler) DisableInstance(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) DisableInstance(ctx *gin.Context, instanceID InstanceID) {
 	var request DisableInstanceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DisableInstance(ctx, request.(DisableInstanceRequestObject))
@@ -3573,10 +3573,10 @@ func (sh *strictHandler) DisableInstance(ctx *gin.Context, instanceId InstanceID
 }
 
 // EnableInstance operation middleware
-func (sh *strictHandler) EnableInstance(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) EnableInstance(ctx *gin.Context, instanceID InstanceID) {
 	var request EnableInstanceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.EnableInstance(ctx, request.(EnableInstanceRequestObject))
@@ -3599,10 +3599,10 @@ func (sh *strictHandler) EnableInstance(ctx *gin.Context, instanceId InstanceID)
 }
 
 // GetInstanceHistory operation middleware
-func (sh *strictHandler) GetInstanceHistory(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) GetInstanceHistory(ctx *gin.Context, instanceID InstanceID) {
 	var request GetInstanceHistoryRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetInstanceHistory(ctx, request.(GetInstanceHistoryRequestObject))
@@ -3625,10 +3625,10 @@ func (sh *strictHandler) GetInstanceHistory(ctx *gin.Context, instanceId Instanc
 }
 
 // ListInstancePublishes operation middleware
-func (sh *strictHandler) ListInstancePublishes(ctx *gin.Context, instanceId InstanceID, params ListInstancePublishesParams) {
+func (sh *strictHandler) ListInstancePublishes(ctx *gin.Context, instanceID InstanceID, params ListInstancePublishesParams) {
 	var request ListInstancePublishesRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Params = params
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
@@ -3652,10 +3652,10 @@ func (sh *strictHandler) ListInstancePublishes(ctx *gin.Context, instanceId Inst
 }
 
 // RotateInstanceSecret operation middleware
-func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceID InstanceID) {
 	var request RotateInstanceSecretRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.RotateInstanceSecret(ctx, request.(RotateInstanceSecretRequestObject))

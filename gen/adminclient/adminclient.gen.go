@@ -141,8 +141,8 @@ type App struct {
 	CreatedAt                time.Time `json:"createdAt"`
 	Enabled                  bool      `json:"enabled"`
 	HistoryEvents            int       `json:"historyEvents"`
-	HistoryTtlMs             int       `json:"historyTtlMs"`
-	Id                       string    `json:"id"`
+	HistoryTTLMs             int       `json:"historyTtlMs"`
+	ID                       string    `json:"id"`
 	Key                      string    `json:"key"`
 	MaxConnections           int       `json:"maxConnections"`
 	MaxPresenceMembers       int       `json:"maxPresenceMembers"`
@@ -166,11 +166,11 @@ type AppCreate struct {
 	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
 	HistoryEvents *int `json:"historyEvents,omitempty"`
 
-	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
-	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
+	// HistoryTTLMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTTLMs *int `json:"historyTtlMs,omitempty"`
 
-	// Id The app id (A-Z a-z 0-9 _ -); random digits when absent.
-	Id *string `json:"id,omitempty"`
+	// ID The app id (A-Z a-z 0-9 _ -); random digits when absent.
+	ID *string `json:"id,omitempty"`
 
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`
@@ -208,7 +208,7 @@ type AppList struct {
 
 // AppLive defines model for AppLive.
 type AppLive struct {
-	AppId string `json:"appId"`
+	AppID string `json:"appId"`
 
 	// Channels Occupied channels, sorted by name, at most 1000.
 	Channels []LiveChannel `json:"channels"`
@@ -226,8 +226,8 @@ type AppOptions struct {
 	// HistoryEvents Keep the last N events of each channel for the history API (GET /apps/{app_id}/channels/{channel_name}/events); 0 is off.
 	HistoryEvents *int `json:"historyEvents,omitempty"`
 
-	// HistoryTtlMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
-	HistoryTtlMs *int `json:"historyTtlMs,omitempty"`
+	// HistoryTTLMs Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on.
+	HistoryTTLMs *int `json:"historyTtlMs,omitempty"`
 
 	// Key Public key (A-Z a-z 0-9 _ - .), unique.
 	Key *string `json:"key,omitempty"`
@@ -274,8 +274,8 @@ type ChannelHistoryEvent struct {
 	Data  string `json:"data"`
 	Event string `json:"event"`
 
-	// Id The event id, <milliseconds>-<sequence>.
-	Id string `json:"id"`
+	// ID The event id, <milliseconds>-<sequence>.
+	ID string `json:"id"`
 
 	// Timestamp Milliseconds since the Unix epoch.
 	Timestamp int64 `json:"timestamp"`
@@ -323,10 +323,10 @@ type Instance struct {
 	Apns struct {
 		CaConfigured  bool   `json:"caConfigured"`
 		KeyConfigured bool   `json:"keyConfigured"`
-		KeyId         string `json:"keyId"`
-		TeamId        string `json:"teamId"`
+		KeyID         string `json:"keyId"`
+		TeamID        string `json:"teamId"`
 		Topic         string `json:"topic"`
-		Url           string `json:"url"`
+		URL           string `json:"url"`
 	} `json:"apns"`
 	CreatedAt time.Time `json:"createdAt"`
 
@@ -335,9 +335,9 @@ type Instance struct {
 	Enabled bool `json:"enabled"`
 	Fcm     struct {
 		ServiceAccountConfigured bool   `json:"serviceAccountConfigured"`
-		Url                      string `json:"url"`
+		URL                      string `json:"url"`
 	} `json:"fcm"`
-	Id           string    `json:"id"`
+	ID           string    `json:"id"`
 	JwtIssuer    string    `json:"jwtIssuer"`
 	PublishQuota int       `json:"publishQuota"`
 	SecretKey    string    `json:"secretKey"`
@@ -352,25 +352,25 @@ type Instance struct {
 type InstanceCreate struct {
 	// ApnsCaPem Extra CA certificates (PEM) to trust for apnsUrl.
 	ApnsCaPem *string `json:"apnsCaPem,omitempty"`
-	ApnsKeyId *string `json:"apnsKeyId,omitempty"`
+	ApnsKeyID *string `json:"apnsKeyId,omitempty"`
 
 	// ApnsKeyPem APNs .p8 token signing key (PEM).
 	ApnsKeyPem *string `json:"apnsKeyPem,omitempty"`
-	ApnsTeamId *string `json:"apnsTeamId,omitempty"`
+	ApnsTeamID *string `json:"apnsTeamId,omitempty"`
 	ApnsTopic  *string `json:"apnsTopic,omitempty"`
 
-	// ApnsUrl APNs base URL; empty is https://api.push.apple.com.
-	ApnsUrl *string `json:"apnsUrl,omitempty"`
+	// ApnsURL APNs base URL; empty is https://api.push.apple.com.
+	ApnsURL *string `json:"apnsUrl,omitempty"`
 	Enabled *bool   `json:"enabled,omitempty"`
 
-	// FcmServiceAccountJson FCM service account key file contents.
-	FcmServiceAccountJson *string `json:"fcmServiceAccountJson,omitempty"`
+	// FcmServiceAccountJSON FCM service account key file contents.
+	FcmServiceAccountJSON *string `json:"fcmServiceAccountJson,omitempty"`
 
-	// FcmUrl FCM base URL; empty is https://fcm.googleapis.com.
-	FcmUrl *string `json:"fcmUrl,omitempty"`
+	// FcmURL FCM base URL; empty is https://fcm.googleapis.com.
+	FcmURL *string `json:"fcmUrl,omitempty"`
 
-	// Id The instance id, a UUID; random when absent.
-	Id *string `json:"id,omitempty"`
+	// ID The instance id, a UUID; random when absent.
+	ID *string `json:"id,omitempty"`
 
 	// JwtIssuer Extra accepted issuer of user JWTs.
 	JwtIssuer *string `json:"jwtIssuer,omitempty"`
@@ -392,22 +392,22 @@ type InstanceList struct {
 type InstanceOptions struct {
 	// ApnsCaPem Extra CA certificates (PEM) to trust for apnsUrl.
 	ApnsCaPem *string `json:"apnsCaPem,omitempty"`
-	ApnsKeyId *string `json:"apnsKeyId,omitempty"`
+	ApnsKeyID *string `json:"apnsKeyId,omitempty"`
 
 	// ApnsKeyPem APNs .p8 token signing key (PEM).
 	ApnsKeyPem *string `json:"apnsKeyPem,omitempty"`
-	ApnsTeamId *string `json:"apnsTeamId,omitempty"`
+	ApnsTeamID *string `json:"apnsTeamId,omitempty"`
 	ApnsTopic  *string `json:"apnsTopic,omitempty"`
 
-	// ApnsUrl APNs base URL; empty is https://api.push.apple.com.
-	ApnsUrl *string `json:"apnsUrl,omitempty"`
+	// ApnsURL APNs base URL; empty is https://api.push.apple.com.
+	ApnsURL *string `json:"apnsUrl,omitempty"`
 	Enabled *bool   `json:"enabled,omitempty"`
 
-	// FcmServiceAccountJson FCM service account key file contents.
-	FcmServiceAccountJson *string `json:"fcmServiceAccountJson,omitempty"`
+	// FcmServiceAccountJSON FCM service account key file contents.
+	FcmServiceAccountJSON *string `json:"fcmServiceAccountJson,omitempty"`
 
-	// FcmUrl FCM base URL; empty is https://fcm.googleapis.com.
-	FcmUrl *string `json:"fcmUrl,omitempty"`
+	// FcmURL FCM base URL; empty is https://fcm.googleapis.com.
+	FcmURL *string `json:"fcmUrl,omitempty"`
 
 	// JwtIssuer Extra accepted issuer of user JWTs.
 	JwtIssuer *string `json:"jwtIssuer,omitempty"`
@@ -467,7 +467,7 @@ type PublishSummary struct {
 
 	// Opened Devices that reported the notification opened.
 	Opened    int    `json:"opened"`
-	PublishId string `json:"publishId"`
+	PublishID string `json:"publishId"`
 
 	// Sent Notifications accepted by a gateway.
 	Sent       int                      `json:"sent"`
@@ -503,8 +503,8 @@ type Webhook struct {
 	// EventTypes The kinds sent; empty or absent means every kind.
 	EventTypes *[]WebhookKind `json:"eventTypes,omitempty"`
 
-	// Url Where events are POSTed; http:// or https://.
-	Url string `json:"url"`
+	// URL Where events are POSTed; http:// or https://.
+	URL string `json:"url"`
 }
 
 // WebhookKind defines model for WebhookKind.
@@ -691,14 +691,14 @@ type ClientInterface interface {
 	// Deletes the app and its webhooks, like `herald apps delete`. From then on new connections with its key are closed with 4001 and HTTP API calls signed with its key get 401.
 	//
 	// Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
-	DeleteApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetApp One app with every option.
 	//
 	// The app with its credentials, options and webhooks, as `herald apps show` prints it.
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id} (the `GetApp` operationId).
-	GetApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateAppWithBody Change the options given; the others keep their values.
 	//
@@ -708,7 +708,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-	UpdateAppWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateAppWithBody(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateApp Change the options given; the others keep their values.
 	//
@@ -718,7 +718,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-	UpdateApp(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateApp(ctx context.Context, appID AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAppChannelEvents A channel's history, newest first, for the debug console.
 	//
@@ -730,21 +730,21 @@ type ClientInterface interface {
 	// 400 `history_disabled`.
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
-	GetAppChannelEvents(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetAppChannelEvents(ctx context.Context, appID AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DisableApp Refuse the app's connections and API calls.
 	//
 	// Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
-	DisableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DisableApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// EnableApp Accept the app's connections and API calls again.
 	//
 	// Undoes `disableApp`, like `herald apps enable`.
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
-	EnableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	EnableApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TriggerAppEventWithBody Trigger an event on the app's channels, as its server would.
 	//
@@ -761,7 +761,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-	TriggerAppEventWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerAppEventWithBody(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TriggerAppEvent Trigger an event on the app's channels, as its server would.
 	//
@@ -778,7 +778,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-	TriggerAppEvent(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerAppEvent(ctx context.Context, appID AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAppHistory The app's traffic over the last hour on this node.
 	//
@@ -794,7 +794,7 @@ type ClientInterface interface {
 	// for.
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
-	GetAppHistory(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetAppHistory(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAppLive The app's live state (the whole cluster's in cluster mode).
 	//
@@ -802,14 +802,14 @@ type ClientInterface interface {
 	// and, on presence channels, the member ids (at most 100 per channel).
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id}/live (the `GetAppLive` operationId).
-	GetAppLive(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetAppLive(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RotateAppSecret Give the app a new random secret.
 	//
 	// Replaces the secret with a new random one, like `herald apps rotate-secret`; the key stays. Requests and channel authorizations signed with the old secret are refused from then on.
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
-	RotateAppSecret(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RotateAppSecret(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListInstances List every Push instance.
 	//
@@ -843,14 +843,14 @@ type ClientInterface interface {
 	// Deletes the instance with its devices, like `herald instances delete`.
 	//
 	// Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
-	DeleteInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetInstance One instance with its gateway settings.
 	//
 	// The instance with its gateway settings and device count. Private keys are never returned, only whether they are set.
 	//
 	// Corresponds with GET /admin/v1/instances/{instance_id} (the `GetInstance` operationId).
-	GetInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateInstanceWithBody Change the options given; the others keep their values.
 	//
@@ -859,7 +859,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-	UpdateInstanceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateInstanceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateInstance Change the options given; the others keep their values.
 	//
@@ -868,21 +868,21 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-	UpdateInstance(ctx context.Context, instanceId InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateInstance(ctx context.Context, instanceID InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DisableInstance Refuse the instance's API calls.
 	//
 	// Like `herald instances disable`: its Device, Publish and Reporting API calls answer 404 `instance_not_found`, as for an unknown instance, until it is enabled again.
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
-	DisableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DisableInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// EnableInstance Accept the instance's API calls again.
 	//
 	// Undoes `disableInstance`, like `herald instances enable`.
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
-	EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	EnableInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetInstanceHistory The instance's push deliveries over the last hour on this node.
 	//
@@ -895,7 +895,7 @@ type ClientInterface interface {
 	// (`scope: node`).
 	//
 	// Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
-	GetInstanceHistory(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetInstanceHistory(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListInstancePublishes The instance's recent publishes with their counts.
 	//
@@ -904,14 +904,14 @@ type ClientInterface interface {
 	// Payloads are not returned. The debug console shows this list.
 	//
 	// Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
-	ListInstancePublishes(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListInstancePublishes(ctx context.Context, instanceID InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RotateInstanceSecret Give the instance a new random secret key.
 	//
 	// Replaces the secret key with a new random one, like `herald instances rotate-secret`. Publish API calls and user JWTs signed with the old key are refused from then on.
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/rotate-secret (the `RotateInstanceSecret` operationId).
-	RotateInstanceSecret(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RotateInstanceSecret(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListApps List every app with its credentials and options.
@@ -980,8 +980,8 @@ func (c *Client) CreateApp(ctx context.Context, body CreateAppJSONRequestBody, r
 // Deletes the app and its webhooks, like `herald apps delete`. From then on new connections with its key are closed with 4001 and HTTP API calls signed with its key get 401.
 //
 // Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
-func (c *Client) DeleteApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteAppRequest(c.Server, appId)
+func (c *Client) DeleteApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteAppRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -997,8 +997,8 @@ func (c *Client) DeleteApp(ctx context.Context, appId AppID, reqEditors ...Reque
 // The app with its credentials, options and webhooks, as `herald apps show` prints it.
 //
 // Corresponds with GET /admin/v1/apps/{app_id} (the `GetApp` operationId).
-func (c *Client) GetApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetAppRequest(c.Server, appId)
+func (c *Client) GetApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAppRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -1017,8 +1017,8 @@ func (c *Client) GetApp(ctx context.Context, appId AppID, reqEditors ...RequestE
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-func (c *Client) UpdateAppWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateAppRequestWithBody(c.Server, appId, contentType, body)
+func (c *Client) UpdateAppWithBody(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateAppRequestWithBody(c.Server, appID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1037,8 +1037,8 @@ func (c *Client) UpdateAppWithBody(ctx context.Context, appId AppID, contentType
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-func (c *Client) UpdateApp(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateAppRequest(c.Server, appId, body)
+func (c *Client) UpdateApp(ctx context.Context, appID AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateAppRequest(c.Server, appID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1059,8 +1059,8 @@ func (c *Client) UpdateApp(ctx context.Context, appId AppID, body UpdateAppJSONR
 // 400 `history_disabled`.
 //
 // Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
-func (c *Client) GetAppChannelEvents(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetAppChannelEventsRequest(c.Server, appId, channelName, params)
+func (c *Client) GetAppChannelEvents(ctx context.Context, appID AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAppChannelEventsRequest(c.Server, appID, channelName, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1076,8 +1076,8 @@ func (c *Client) GetAppChannelEvents(ctx context.Context, appId AppID, channelNa
 // Like `herald apps disable`: new connections are closed with 4003, HTTP API calls get 403, and an open connection is closed with 4003 when it next subscribes.
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
-func (c *Client) DisableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDisableAppRequest(c.Server, appId)
+func (c *Client) DisableApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDisableAppRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -1093,8 +1093,8 @@ func (c *Client) DisableApp(ctx context.Context, appId AppID, reqEditors ...Requ
 // Undoes `disableApp`, like `herald apps enable`.
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
-func (c *Client) EnableApp(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewEnableAppRequest(c.Server, appId)
+func (c *Client) EnableApp(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEnableAppRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -1120,8 +1120,8 @@ func (c *Client) EnableApp(ctx context.Context, appId AppID, reqEditors ...Reque
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-func (c *Client) TriggerAppEventWithBody(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerAppEventRequestWithBody(c.Server, appId, contentType, body)
+func (c *Client) TriggerAppEventWithBody(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerAppEventRequestWithBody(c.Server, appID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1147,8 +1147,8 @@ func (c *Client) TriggerAppEventWithBody(ctx context.Context, appId AppID, conte
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-func (c *Client) TriggerAppEvent(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerAppEventRequest(c.Server, appId, body)
+func (c *Client) TriggerAppEvent(ctx context.Context, appID AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerAppEventRequest(c.Server, appID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1173,8 +1173,8 @@ func (c *Client) TriggerAppEvent(ctx context.Context, appId AppID, body TriggerA
 // for.
 //
 // Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
-func (c *Client) GetAppHistory(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetAppHistoryRequest(c.Server, appId)
+func (c *Client) GetAppHistory(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAppHistoryRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -1191,8 +1191,8 @@ func (c *Client) GetAppHistory(ctx context.Context, appId AppID, reqEditors ...R
 // and, on presence channels, the member ids (at most 100 per channel).
 //
 // Corresponds with GET /admin/v1/apps/{app_id}/live (the `GetAppLive` operationId).
-func (c *Client) GetAppLive(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetAppLiveRequest(c.Server, appId)
+func (c *Client) GetAppLive(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAppLiveRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -1208,8 +1208,8 @@ func (c *Client) GetAppLive(ctx context.Context, appId AppID, reqEditors ...Requ
 // Replaces the secret with a new random one, like `herald apps rotate-secret`; the key stays. Requests and channel authorizations signed with the old secret are refused from then on.
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
-func (c *Client) RotateAppSecret(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRotateAppSecretRequest(c.Server, appId)
+func (c *Client) RotateAppSecret(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateAppSecretRequest(c.Server, appID)
 	if err != nil {
 		return nil, err
 	}
@@ -1282,8 +1282,8 @@ func (c *Client) CreateInstance(ctx context.Context, body CreateInstanceJSONRequ
 // Deletes the instance with its devices, like `herald instances delete`.
 //
 // Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
-func (c *Client) DeleteInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteInstanceRequest(c.Server, instanceId)
+func (c *Client) DeleteInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteInstanceRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -1299,8 +1299,8 @@ func (c *Client) DeleteInstance(ctx context.Context, instanceId InstanceID, reqE
 // The instance with its gateway settings and device count. Private keys are never returned, only whether they are set.
 //
 // Corresponds with GET /admin/v1/instances/{instance_id} (the `GetInstance` operationId).
-func (c *Client) GetInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetInstanceRequest(c.Server, instanceId)
+func (c *Client) GetInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstanceRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -1318,8 +1318,8 @@ func (c *Client) GetInstance(ctx context.Context, instanceId InstanceID, reqEdit
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-func (c *Client) UpdateInstanceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateInstanceRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) UpdateInstanceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateInstanceRequestWithBody(c.Server, instanceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1337,8 +1337,8 @@ func (c *Client) UpdateInstanceWithBody(ctx context.Context, instanceId Instance
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-func (c *Client) UpdateInstance(ctx context.Context, instanceId InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateInstanceRequest(c.Server, instanceId, body)
+func (c *Client) UpdateInstance(ctx context.Context, instanceID InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateInstanceRequest(c.Server, instanceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1354,8 +1354,8 @@ func (c *Client) UpdateInstance(ctx context.Context, instanceId InstanceID, body
 // Like `herald instances disable`: its Device, Publish and Reporting API calls answer 404 `instance_not_found`, as for an unknown instance, until it is enabled again.
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
-func (c *Client) DisableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDisableInstanceRequest(c.Server, instanceId)
+func (c *Client) DisableInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDisableInstanceRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -1371,8 +1371,8 @@ func (c *Client) DisableInstance(ctx context.Context, instanceId InstanceID, req
 // Undoes `disableInstance`, like `herald instances enable`.
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
-func (c *Client) EnableInstance(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewEnableInstanceRequest(c.Server, instanceId)
+func (c *Client) EnableInstance(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEnableInstanceRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -1394,8 +1394,8 @@ func (c *Client) EnableInstance(ctx context.Context, instanceId InstanceID, reqE
 // (`scope: node`).
 //
 // Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
-func (c *Client) GetInstanceHistory(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetInstanceHistoryRequest(c.Server, instanceId)
+func (c *Client) GetInstanceHistory(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstanceHistoryRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -1413,8 +1413,8 @@ func (c *Client) GetInstanceHistory(ctx context.Context, instanceId InstanceID, 
 // Payloads are not returned. The debug console shows this list.
 //
 // Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
-func (c *Client) ListInstancePublishes(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListInstancePublishesRequest(c.Server, instanceId, params)
+func (c *Client) ListInstancePublishes(ctx context.Context, instanceID InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListInstancePublishesRequest(c.Server, instanceID, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1430,8 +1430,8 @@ func (c *Client) ListInstancePublishes(ctx context.Context, instanceId InstanceI
 // Replaces the secret key with a new random one, like `herald instances rotate-secret`. Publish API calls and user JWTs signed with the old key are refused from then on.
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/rotate-secret (the `RotateInstanceSecret` operationId).
-func (c *Client) RotateInstanceSecret(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRotateInstanceSecretRequest(c.Server, instanceId)
+func (c *Client) RotateInstanceSecret(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateInstanceSecretRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -1510,12 +1510,12 @@ func NewCreateAppRequestWithBody(server string, contentType string, body io.Read
 }
 
 // NewDeleteAppRequest constructs an http.Request for the DeleteApp method
-func NewDeleteAppRequest(server string, appId AppID) (*http.Request, error) {
+func NewDeleteAppRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1544,12 +1544,12 @@ func NewDeleteAppRequest(server string, appId AppID) (*http.Request, error) {
 }
 
 // NewGetAppRequest constructs an http.Request for the GetApp method
-func NewGetAppRequest(server string, appId AppID) (*http.Request, error) {
+func NewGetAppRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1578,23 +1578,23 @@ func NewGetAppRequest(server string, appId AppID) (*http.Request, error) {
 }
 
 // NewUpdateAppRequest calls the generic UpdateApp builder with application/json body
-func NewUpdateAppRequest(server string, appId AppID, body UpdateAppJSONRequestBody) (*http.Request, error) {
+func NewUpdateAppRequest(server string, appID AppID, body UpdateAppJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewUpdateAppRequestWithBody(server, appId, "application/json", bodyReader)
+	return NewUpdateAppRequestWithBody(server, appID, "application/json", bodyReader)
 }
 
 // NewUpdateAppRequestWithBody constructs an http.Request for the UpdateApp method, with any body, and a specified content type
-func NewUpdateAppRequestWithBody(server string, appId AppID, contentType string, body io.Reader) (*http.Request, error) {
+func NewUpdateAppRequestWithBody(server string, appID AppID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1625,12 +1625,12 @@ func NewUpdateAppRequestWithBody(server string, appId AppID, contentType string,
 }
 
 // NewGetAppChannelEventsRequest constructs an http.Request for the GetAppChannelEvents method
-func NewGetAppChannelEventsRequest(server string, appId AppID, channelName string, params *GetAppChannelEventsParams) (*http.Request, error) {
+func NewGetAppChannelEventsRequest(server string, appID AppID, channelName string, params *GetAppChannelEventsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1705,12 +1705,12 @@ func NewGetAppChannelEventsRequest(server string, appId AppID, channelName strin
 }
 
 // NewDisableAppRequest constructs an http.Request for the DisableApp method
-func NewDisableAppRequest(server string, appId AppID) (*http.Request, error) {
+func NewDisableAppRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1739,12 +1739,12 @@ func NewDisableAppRequest(server string, appId AppID) (*http.Request, error) {
 }
 
 // NewEnableAppRequest constructs an http.Request for the EnableApp method
-func NewEnableAppRequest(server string, appId AppID) (*http.Request, error) {
+func NewEnableAppRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1773,23 +1773,23 @@ func NewEnableAppRequest(server string, appId AppID) (*http.Request, error) {
 }
 
 // NewTriggerAppEventRequest calls the generic TriggerAppEvent builder with application/json body
-func NewTriggerAppEventRequest(server string, appId AppID, body TriggerAppEventJSONRequestBody) (*http.Request, error) {
+func NewTriggerAppEventRequest(server string, appID AppID, body TriggerAppEventJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewTriggerAppEventRequestWithBody(server, appId, "application/json", bodyReader)
+	return NewTriggerAppEventRequestWithBody(server, appID, "application/json", bodyReader)
 }
 
 // NewTriggerAppEventRequestWithBody constructs an http.Request for the TriggerAppEvent method, with any body, and a specified content type
-func NewTriggerAppEventRequestWithBody(server string, appId AppID, contentType string, body io.Reader) (*http.Request, error) {
+func NewTriggerAppEventRequestWithBody(server string, appID AppID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1820,12 +1820,12 @@ func NewTriggerAppEventRequestWithBody(server string, appId AppID, contentType s
 }
 
 // NewGetAppHistoryRequest constructs an http.Request for the GetAppHistory method
-func NewGetAppHistoryRequest(server string, appId AppID) (*http.Request, error) {
+func NewGetAppHistoryRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1854,12 +1854,12 @@ func NewGetAppHistoryRequest(server string, appId AppID) (*http.Request, error) 
 }
 
 // NewGetAppLiveRequest constructs an http.Request for the GetAppLive method
-func NewGetAppLiveRequest(server string, appId AppID) (*http.Request, error) {
+func NewGetAppLiveRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1888,12 +1888,12 @@ func NewGetAppLiveRequest(server string, appId AppID) (*http.Request, error) {
 }
 
 // NewRotateAppSecretRequest constructs an http.Request for the RotateAppSecret method
-func NewRotateAppSecretRequest(server string, appId AppID) (*http.Request, error) {
+func NewRotateAppSecretRequest(server string, appID AppID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1989,12 +1989,12 @@ func NewCreateInstanceRequestWithBody(server string, contentType string, body io
 }
 
 // NewDeleteInstanceRequest constructs an http.Request for the DeleteInstance method
-func NewDeleteInstanceRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewDeleteInstanceRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2023,12 +2023,12 @@ func NewDeleteInstanceRequest(server string, instanceId InstanceID) (*http.Reque
 }
 
 // NewGetInstanceRequest constructs an http.Request for the GetInstance method
-func NewGetInstanceRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewGetInstanceRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2057,23 +2057,23 @@ func NewGetInstanceRequest(server string, instanceId InstanceID) (*http.Request,
 }
 
 // NewUpdateInstanceRequest calls the generic UpdateInstance builder with application/json body
-func NewUpdateInstanceRequest(server string, instanceId InstanceID, body UpdateInstanceJSONRequestBody) (*http.Request, error) {
+func NewUpdateInstanceRequest(server string, instanceID InstanceID, body UpdateInstanceJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewUpdateInstanceRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewUpdateInstanceRequestWithBody(server, instanceID, "application/json", bodyReader)
 }
 
 // NewUpdateInstanceRequestWithBody constructs an http.Request for the UpdateInstance method, with any body, and a specified content type
-func NewUpdateInstanceRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewUpdateInstanceRequestWithBody(server string, instanceID InstanceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2104,12 +2104,12 @@ func NewUpdateInstanceRequestWithBody(server string, instanceId InstanceID, cont
 }
 
 // NewDisableInstanceRequest constructs an http.Request for the DisableInstance method
-func NewDisableInstanceRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewDisableInstanceRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2138,12 +2138,12 @@ func NewDisableInstanceRequest(server string, instanceId InstanceID) (*http.Requ
 }
 
 // NewEnableInstanceRequest constructs an http.Request for the EnableInstance method
-func NewEnableInstanceRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewEnableInstanceRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2172,12 +2172,12 @@ func NewEnableInstanceRequest(server string, instanceId InstanceID) (*http.Reque
 }
 
 // NewGetInstanceHistoryRequest constructs an http.Request for the GetInstanceHistory method
-func NewGetInstanceHistoryRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewGetInstanceHistoryRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2206,12 +2206,12 @@ func NewGetInstanceHistoryRequest(server string, instanceId InstanceID) (*http.R
 }
 
 // NewListInstancePublishesRequest constructs an http.Request for the ListInstancePublishes method
-func NewListInstancePublishesRequest(server string, instanceId InstanceID, params *ListInstancePublishesParams) (*http.Request, error) {
+func NewListInstancePublishesRequest(server string, instanceID InstanceID, params *ListInstancePublishesParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2267,12 +2267,12 @@ func NewListInstancePublishesRequest(server string, instanceId InstanceID, param
 }
 
 // NewRotateInstanceSecretRequest constructs an http.Request for the RotateInstanceSecret method
-func NewRotateInstanceSecretRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewRotateInstanceSecretRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -2384,7 +2384,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
-	DeleteAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*DeleteAppResponse, error)
+	DeleteAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*DeleteAppResponse, error)
 
 	// GetAppWithResponse One app with every option.
 	//
@@ -2393,7 +2393,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id} (the `GetApp` operationId).
-	GetAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppResponse, error)
+	GetAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*GetAppResponse, error)
 
 	// UpdateAppWithBodyWithResponse Change the options given; the others keep their values.
 	//
@@ -2403,7 +2403,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-	UpdateAppWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error)
+	UpdateAppWithBodyWithResponse(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error)
 
 	// UpdateAppWithResponse Change the options given; the others keep their values.
 	//
@@ -2413,7 +2413,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-	UpdateAppWithResponse(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error)
+	UpdateAppWithResponse(ctx context.Context, appID AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error)
 
 	// GetAppChannelEventsWithResponse A channel's history, newest first, for the debug console.
 	//
@@ -2427,7 +2427,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
-	GetAppChannelEventsWithResponse(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*GetAppChannelEventsResponse, error)
+	GetAppChannelEventsWithResponse(ctx context.Context, appID AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*GetAppChannelEventsResponse, error)
 
 	// DisableAppWithResponse Refuse the app's connections and API calls.
 	//
@@ -2436,7 +2436,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
-	DisableAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*DisableAppResponse, error)
+	DisableAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*DisableAppResponse, error)
 
 	// EnableAppWithResponse Accept the app's connections and API calls again.
 	//
@@ -2445,7 +2445,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
-	EnableAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*EnableAppResponse, error)
+	EnableAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*EnableAppResponse, error)
 
 	// TriggerAppEventWithBodyWithResponse Trigger an event on the app's channels, as its server would.
 	//
@@ -2462,7 +2462,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-	TriggerAppEventWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error)
+	TriggerAppEventWithBodyWithResponse(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error)
 
 	// TriggerAppEventWithResponse Trigger an event on the app's channels, as its server would.
 	//
@@ -2479,7 +2479,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-	TriggerAppEventWithResponse(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error)
+	TriggerAppEventWithResponse(ctx context.Context, appID AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error)
 
 	// GetAppHistoryWithResponse The app's traffic over the last hour on this node.
 	//
@@ -2497,7 +2497,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
-	GetAppHistoryWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error)
+	GetAppHistoryWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error)
 
 	// GetAppLiveWithResponse The app's live state (the whole cluster's in cluster mode).
 	//
@@ -2507,7 +2507,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/apps/{app_id}/live (the `GetAppLive` operationId).
-	GetAppLiveWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppLiveResponse, error)
+	GetAppLiveWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*GetAppLiveResponse, error)
 
 	// RotateAppSecretWithResponse Give the app a new random secret.
 	//
@@ -2516,7 +2516,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
-	RotateAppSecretWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*RotateAppSecretResponse, error)
+	RotateAppSecretWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*RotateAppSecretResponse, error)
 
 	// ListInstancesWithResponse List every Push instance.
 	//
@@ -2554,7 +2554,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
-	DeleteInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*DeleteInstanceResponse, error)
+	DeleteInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*DeleteInstanceResponse, error)
 
 	// GetInstanceWithResponse One instance with its gateway settings.
 	//
@@ -2563,7 +2563,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/instances/{instance_id} (the `GetInstance` operationId).
-	GetInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceResponse, error)
+	GetInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceResponse, error)
 
 	// UpdateInstanceWithBodyWithResponse Change the options given; the others keep their values.
 	//
@@ -2572,7 +2572,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-	UpdateInstanceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error)
+	UpdateInstanceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error)
 
 	// UpdateInstanceWithResponse Change the options given; the others keep their values.
 	//
@@ -2581,7 +2581,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-	UpdateInstanceWithResponse(ctx context.Context, instanceId InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error)
+	UpdateInstanceWithResponse(ctx context.Context, instanceID InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error)
 
 	// DisableInstanceWithResponse Refuse the instance's API calls.
 	//
@@ -2590,7 +2590,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
-	DisableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*DisableInstanceResponse, error)
+	DisableInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*DisableInstanceResponse, error)
 
 	// EnableInstanceWithResponse Accept the instance's API calls again.
 	//
@@ -2599,7 +2599,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
-	EnableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*EnableInstanceResponse, error)
+	EnableInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*EnableInstanceResponse, error)
 
 	// GetInstanceHistoryWithResponse The instance's push deliveries over the last hour on this node.
 	//
@@ -2614,7 +2614,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
-	GetInstanceHistoryWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceHistoryResponse, error)
+	GetInstanceHistoryWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceHistoryResponse, error)
 
 	// ListInstancePublishesWithResponse The instance's recent publishes with their counts.
 	//
@@ -2625,7 +2625,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
-	ListInstancePublishesWithResponse(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error)
+	ListInstancePublishesWithResponse(ctx context.Context, instanceID InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error)
 
 	// RotateInstanceSecretWithResponse Give the instance a new random secret key.
 	//
@@ -2634,7 +2634,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/instances/{instance_id}/rotate-secret (the `RotateInstanceSecret` operationId).
-	RotateInstanceSecretWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*RotateInstanceSecretResponse, error)
+	RotateInstanceSecretWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*RotateInstanceSecretResponse, error)
 }
 
 type ListAppsResponse struct {
@@ -4164,8 +4164,8 @@ func (c *ClientWithResponses) CreateAppWithResponse(ctx context.Context, body Cr
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /admin/v1/apps/{app_id} (the `DeleteApp` operationId).
-func (c *ClientWithResponses) DeleteAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*DeleteAppResponse, error) {
-	rsp, err := c.DeleteApp(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) DeleteAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*DeleteAppResponse, error) {
+	rsp, err := c.DeleteApp(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4179,8 +4179,8 @@ func (c *ClientWithResponses) DeleteAppWithResponse(ctx context.Context, appId A
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/apps/{app_id} (the `GetApp` operationId).
-func (c *ClientWithResponses) GetAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppResponse, error) {
-	rsp, err := c.GetApp(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) GetAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*GetAppResponse, error) {
+	rsp, err := c.GetApp(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4195,8 +4195,8 @@ func (c *ClientWithResponses) GetAppWithResponse(ctx context.Context, appId AppI
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-func (c *ClientWithResponses) UpdateAppWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error) {
-	rsp, err := c.UpdateAppWithBody(ctx, appId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) UpdateAppWithBodyWithResponse(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error) {
+	rsp, err := c.UpdateAppWithBody(ctx, appID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4211,8 +4211,8 @@ func (c *ClientWithResponses) UpdateAppWithBodyWithResponse(ctx context.Context,
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /admin/v1/apps/{app_id} (the `UpdateApp` operationId).
-func (c *ClientWithResponses) UpdateAppWithResponse(ctx context.Context, appId AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error) {
-	rsp, err := c.UpdateApp(ctx, appId, body, reqEditors...)
+func (c *ClientWithResponses) UpdateAppWithResponse(ctx context.Context, appID AppID, body UpdateAppJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateAppResponse, error) {
+	rsp, err := c.UpdateApp(ctx, appID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4231,8 +4231,8 @@ func (c *ClientWithResponses) UpdateAppWithResponse(ctx context.Context, appId A
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/apps/{app_id}/channels/{channel_name}/events (the `GetAppChannelEvents` operationId).
-func (c *ClientWithResponses) GetAppChannelEventsWithResponse(ctx context.Context, appId AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*GetAppChannelEventsResponse, error) {
-	rsp, err := c.GetAppChannelEvents(ctx, appId, channelName, params, reqEditors...)
+func (c *ClientWithResponses) GetAppChannelEventsWithResponse(ctx context.Context, appID AppID, channelName string, params *GetAppChannelEventsParams, reqEditors ...RequestEditorFn) (*GetAppChannelEventsResponse, error) {
+	rsp, err := c.GetAppChannelEvents(ctx, appID, channelName, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4246,8 +4246,8 @@ func (c *ClientWithResponses) GetAppChannelEventsWithResponse(ctx context.Contex
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/disable (the `DisableApp` operationId).
-func (c *ClientWithResponses) DisableAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*DisableAppResponse, error) {
-	rsp, err := c.DisableApp(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) DisableAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*DisableAppResponse, error) {
+	rsp, err := c.DisableApp(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4261,8 +4261,8 @@ func (c *ClientWithResponses) DisableAppWithResponse(ctx context.Context, appId 
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/enable (the `EnableApp` operationId).
-func (c *ClientWithResponses) EnableAppWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*EnableAppResponse, error) {
-	rsp, err := c.EnableApp(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) EnableAppWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*EnableAppResponse, error) {
+	rsp, err := c.EnableApp(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4284,8 +4284,8 @@ func (c *ClientWithResponses) EnableAppWithResponse(ctx context.Context, appId A
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-func (c *ClientWithResponses) TriggerAppEventWithBodyWithResponse(ctx context.Context, appId AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error) {
-	rsp, err := c.TriggerAppEventWithBody(ctx, appId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) TriggerAppEventWithBodyWithResponse(ctx context.Context, appID AppID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error) {
+	rsp, err := c.TriggerAppEventWithBody(ctx, appID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4307,8 +4307,8 @@ func (c *ClientWithResponses) TriggerAppEventWithBodyWithResponse(ctx context.Co
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/events (the `TriggerAppEvent` operationId).
-func (c *ClientWithResponses) TriggerAppEventWithResponse(ctx context.Context, appId AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error) {
-	rsp, err := c.TriggerAppEvent(ctx, appId, body, reqEditors...)
+func (c *ClientWithResponses) TriggerAppEventWithResponse(ctx context.Context, appID AppID, body TriggerAppEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerAppEventResponse, error) {
+	rsp, err := c.TriggerAppEvent(ctx, appID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4331,8 +4331,8 @@ func (c *ClientWithResponses) TriggerAppEventWithResponse(ctx context.Context, a
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/apps/{app_id}/history (the `GetAppHistory` operationId).
-func (c *ClientWithResponses) GetAppHistoryWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error) {
-	rsp, err := c.GetAppHistory(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) GetAppHistoryWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*GetAppHistoryResponse, error) {
+	rsp, err := c.GetAppHistory(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4347,8 +4347,8 @@ func (c *ClientWithResponses) GetAppHistoryWithResponse(ctx context.Context, app
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/apps/{app_id}/live (the `GetAppLive` operationId).
-func (c *ClientWithResponses) GetAppLiveWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*GetAppLiveResponse, error) {
-	rsp, err := c.GetAppLive(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) GetAppLiveWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*GetAppLiveResponse, error) {
+	rsp, err := c.GetAppLive(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4362,8 +4362,8 @@ func (c *ClientWithResponses) GetAppLiveWithResponse(ctx context.Context, appId 
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/apps/{app_id}/rotate-secret (the `RotateAppSecret` operationId).
-func (c *ClientWithResponses) RotateAppSecretWithResponse(ctx context.Context, appId AppID, reqEditors ...RequestEditorFn) (*RotateAppSecretResponse, error) {
-	rsp, err := c.RotateAppSecret(ctx, appId, reqEditors...)
+func (c *ClientWithResponses) RotateAppSecretWithResponse(ctx context.Context, appID AppID, reqEditors ...RequestEditorFn) (*RotateAppSecretResponse, error) {
+	rsp, err := c.RotateAppSecret(ctx, appID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4424,8 +4424,8 @@ func (c *ClientWithResponses) CreateInstanceWithResponse(ctx context.Context, bo
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /admin/v1/instances/{instance_id} (the `DeleteInstance` operationId).
-func (c *ClientWithResponses) DeleteInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*DeleteInstanceResponse, error) {
-	rsp, err := c.DeleteInstance(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) DeleteInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*DeleteInstanceResponse, error) {
+	rsp, err := c.DeleteInstance(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4439,8 +4439,8 @@ func (c *ClientWithResponses) DeleteInstanceWithResponse(ctx context.Context, in
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/instances/{instance_id} (the `GetInstance` operationId).
-func (c *ClientWithResponses) GetInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceResponse, error) {
-	rsp, err := c.GetInstance(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) GetInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceResponse, error) {
+	rsp, err := c.GetInstance(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4454,8 +4454,8 @@ func (c *ClientWithResponses) GetInstanceWithResponse(ctx context.Context, insta
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-func (c *ClientWithResponses) UpdateInstanceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error) {
-	rsp, err := c.UpdateInstanceWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) UpdateInstanceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error) {
+	rsp, err := c.UpdateInstanceWithBody(ctx, instanceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4469,8 +4469,8 @@ func (c *ClientWithResponses) UpdateInstanceWithBodyWithResponse(ctx context.Con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /admin/v1/instances/{instance_id} (the `UpdateInstance` operationId).
-func (c *ClientWithResponses) UpdateInstanceWithResponse(ctx context.Context, instanceId InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error) {
-	rsp, err := c.UpdateInstance(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) UpdateInstanceWithResponse(ctx context.Context, instanceID InstanceID, body UpdateInstanceJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateInstanceResponse, error) {
+	rsp, err := c.UpdateInstance(ctx, instanceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4484,8 +4484,8 @@ func (c *ClientWithResponses) UpdateInstanceWithResponse(ctx context.Context, in
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/disable (the `DisableInstance` operationId).
-func (c *ClientWithResponses) DisableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*DisableInstanceResponse, error) {
-	rsp, err := c.DisableInstance(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) DisableInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*DisableInstanceResponse, error) {
+	rsp, err := c.DisableInstance(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4499,8 +4499,8 @@ func (c *ClientWithResponses) DisableInstanceWithResponse(ctx context.Context, i
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/enable (the `EnableInstance` operationId).
-func (c *ClientWithResponses) EnableInstanceWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*EnableInstanceResponse, error) {
-	rsp, err := c.EnableInstance(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) EnableInstanceWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*EnableInstanceResponse, error) {
+	rsp, err := c.EnableInstance(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4520,8 +4520,8 @@ func (c *ClientWithResponses) EnableInstanceWithResponse(ctx context.Context, in
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/instances/{instance_id}/history (the `GetInstanceHistory` operationId).
-func (c *ClientWithResponses) GetInstanceHistoryWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceHistoryResponse, error) {
-	rsp, err := c.GetInstanceHistory(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) GetInstanceHistoryWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*GetInstanceHistoryResponse, error) {
+	rsp, err := c.GetInstanceHistory(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4537,8 +4537,8 @@ func (c *ClientWithResponses) GetInstanceHistoryWithResponse(ctx context.Context
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /admin/v1/instances/{instance_id}/publishes (the `ListInstancePublishes` operationId).
-func (c *ClientWithResponses) ListInstancePublishesWithResponse(ctx context.Context, instanceId InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error) {
-	rsp, err := c.ListInstancePublishes(ctx, instanceId, params, reqEditors...)
+func (c *ClientWithResponses) ListInstancePublishesWithResponse(ctx context.Context, instanceID InstanceID, params *ListInstancePublishesParams, reqEditors ...RequestEditorFn) (*ListInstancePublishesResponse, error) {
+	rsp, err := c.ListInstancePublishes(ctx, instanceID, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4552,8 +4552,8 @@ func (c *ClientWithResponses) ListInstancePublishesWithResponse(ctx context.Cont
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/instances/{instance_id}/rotate-secret (the `RotateInstanceSecret` operationId).
-func (c *ClientWithResponses) RotateInstanceSecretWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*RotateInstanceSecretResponse, error) {
-	rsp, err := c.RotateInstanceSecret(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) RotateInstanceSecretWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*RotateInstanceSecretResponse, error) {
+	rsp, err := c.RotateInstanceSecret(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -127,8 +127,8 @@ type BatchEvent struct {
 	// `invalid_push_if_offline`); trigger such an event on its own.
 	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
-	// SocketId A connection's socket identifier, two integers joined by a dot.
-	SocketId *SocketID `json:"socket_id,omitempty"`
+	// SocketID A connection's socket identifier, two integers joined by a dot.
+	SocketID *SocketID `json:"socket_id,omitempty"`
 }
 
 // CacheInfo The cached event of a cache channel, or null when the cache is empty.
@@ -136,8 +136,8 @@ type CacheInfo struct {
 	// Data Data of the last event triggered on the channel.
 	Data string `json:"data"`
 
-	// Ttl Seconds left before the cached event expires.
-	Ttl int `json:"ttl"`
+	// TTL Seconds left before the cached event expires.
+	TTL int `json:"ttl"`
 }
 
 // ChannelAttributes The requested attributes of a channel; empty when none were requested.
@@ -209,12 +209,12 @@ type HistoryEvent struct {
 	// Event The event name.
 	Event string `json:"event"`
 
-	// Id An event's place in its channel's history: `<milliseconds>-<sequence>`,
+	// ID An event's place in its channel's history: `<milliseconds>-<sequence>`,
 	// increasing with every event of the channel.
 	//
 	//
 	// Example: 1764194400000-0
-	Id HistoryEventID `json:"id"`
+	ID HistoryEventID `json:"id"`
 
 	// Timestamp When Herald took the event, in milliseconds since the Unix epoch.
 	Timestamp int64 `json:"timestamp"`
@@ -233,7 +233,7 @@ type InfoAttributes = string
 
 // PresenceUser defines model for PresenceUser.
 type PresenceUser struct {
-	Id string `json:"id"`
+	ID string `json:"id"`
 }
 
 // PresenceUsers defines model for PresenceUsers.
@@ -290,10 +290,10 @@ type PushIfOffline struct {
 	// server pass the object through unchanged.
 	Web *externalRef1.WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// WebhookURL An `http://` or `https://` URL with a host that receives a
 	// `PublishWebhook` when the publish starts and when it finishes (422
 	// `invalid_webhook_url` otherwise). An empty string means none.
-	WebhookUrl *externalRef1.WebhookURL `json:"webhookUrl,omitempty"`
+	WebhookURL *externalRef1.WebhookURL `json:"webhookUrl,omitempty"`
 }
 
 // SocketID A connection's socket identifier, two integers joined by a dot.
@@ -354,8 +354,8 @@ type TriggerEventFields struct {
 	// not.
 	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
-	// SocketId A connection's socket identifier, two integers joined by a dot.
-	SocketId *SocketID `json:"socket_id,omitempty"`
+	// SocketID A connection's socket identifier, two integers joined by a dot.
+	SocketID *SocketID `json:"socket_id,omitempty"`
 }
 
 // TriggerEventRequest An event to trigger: `name`, `data`, and exactly one of `channels` and
@@ -378,10 +378,10 @@ type TriggerEventResult struct {
 	// user as a push notification instead (see `publish_id`).
 	DeliveredVia *TriggerEventResultDeliveredVia `json:"delivered_via,omitempty"`
 
-	// PublishId With `delivered_via: push`: the id of the publish, whose status the
+	// PublishID With `delivered_via: push`: the id of the publish, whose status the
 	// Publish API's `GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id}`
 	// answers.
-	PublishId *string `json:"publish_id,omitempty"`
+	PublishID *string `json:"publish_id,omitempty"`
 }
 
 // TriggerEventResultDeliveredVia With `push_if_offline`: `socket` when the user was signed in and the
@@ -408,10 +408,10 @@ type WebhookEvent struct {
 	Event *string          `json:"event,omitempty"`
 	Name  WebhookEventName `json:"name"`
 
-	// SocketId A connection's socket identifier, two integers joined by a dot.
-	SocketId          *SocketID `json:"socket_id,omitempty"`
+	// SocketID A connection's socket identifier, two integers joined by a dot.
+	SocketID          *SocketID `json:"socket_id,omitempty"`
 	SubscriptionCount *int      `json:"subscription_count,omitempty"`
-	UserId            *string   `json:"user_id,omitempty"`
+	UserID            *string   `json:"user_id,omitempty"`
 }
 
 // WebhookEventName defines model for WebhookEvent.Name.
@@ -544,8 +544,8 @@ type TriggerEventParams struct {
 	// Channels Channels, one `channels[]=<name>` per channel, when the event is given in the query string.
 	Channels *[]ChannelName `form:"channels[],omitempty" json:"channels[],omitempty"`
 
-	// SocketId Connection to exclude, when the event is given in the query string.
-	SocketId *SocketID `form:"socket_id,omitempty" json:"socket_id,omitempty"`
+	// SocketID Connection to exclude, when the event is given in the query string.
+	SocketID *SocketID `form:"socket_id,omitempty" json:"socket_id,omitempty"`
 
 	// Info Attributes to return, when the event is given in the query string.
 	Info *InfoAttributes `form:"info,omitempty" json:"info,omitempty"`
@@ -573,25 +573,25 @@ type TriggerEventJSONRequestBody = TriggerEventRequest
 type ServerInterface interface {
 	// TriggerBatchEvents Trigger up to 10 events in one request.
 	// (POST /apps/{app_id}/batch_events)
-	TriggerBatchEvents(c *gin.Context, appId AppID, params TriggerBatchEventsParams)
+	TriggerBatchEvents(c *gin.Context, appID AppID, params TriggerBatchEventsParams)
 	// ListChannels List occupied channels.
 	// (GET /apps/{app_id}/channels)
-	ListChannels(c *gin.Context, appId AppID, params ListChannelsParams)
+	ListChannels(c *gin.Context, appID AppID, params ListChannelsParams)
 	// GetChannel Get the state of one channel.
 	// (GET /apps/{app_id}/channels/{channel_name})
-	GetChannel(c *gin.Context, appId AppID, channelName ChannelNameParam, params GetChannelParams)
+	GetChannel(c *gin.Context, appID AppID, channelName ChannelNameParam, params GetChannelParams)
 	// ListChannelEvents Read a channel's history (a Herald extension).
 	// (GET /apps/{app_id}/channels/{channel_name}/events)
-	ListChannelEvents(c *gin.Context, appId AppID, channelName ChannelNameParam, params ListChannelEventsParams)
+	ListChannelEvents(c *gin.Context, appID AppID, channelName ChannelNameParam, params ListChannelEventsParams)
 	// ListPresenceUsers List the users subscribed to a presence channel.
 	// (GET /apps/{app_id}/channels/{channel_name}/users)
-	ListPresenceUsers(c *gin.Context, appId AppID, channelName ChannelNameParam)
+	ListPresenceUsers(c *gin.Context, appID AppID, channelName ChannelNameParam)
 	// TriggerEvent Trigger an event on one or more channels.
 	// (POST /apps/{app_id}/events)
-	TriggerEvent(c *gin.Context, appId AppID, params TriggerEventParams)
+	TriggerEvent(c *gin.Context, appID AppID, params TriggerEventParams)
 	// TerminateUserConnections Close every connection the user signed in on.
 	// (POST /apps/{app_id}/users/{user_id}/terminate_connections)
-	TerminateUserConnections(c *gin.Context, appId AppID, userId string)
+	TerminateUserConnections(c *gin.Context, appID AppID, userID string)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -610,9 +610,9 @@ func (siw *ServerInterfaceWrapper) TriggerBatchEvents(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -649,7 +649,7 @@ func (siw *ServerInterfaceWrapper) TriggerBatchEvents(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.TriggerBatchEvents(c, appId, params)
+	siw.Handler.TriggerBatchEvents(c, appID, params)
 }
 
 // ListChannels operation middleware
@@ -659,9 +659,9 @@ func (siw *ServerInterfaceWrapper) ListChannels(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -693,7 +693,7 @@ func (siw *ServerInterfaceWrapper) ListChannels(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.ListChannels(c, appId, params)
+	siw.Handler.ListChannels(c, appID, params)
 }
 
 // GetChannel operation middleware
@@ -703,9 +703,9 @@ func (siw *ServerInterfaceWrapper) GetChannel(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -738,7 +738,7 @@ func (siw *ServerInterfaceWrapper) GetChannel(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetChannel(c, appId, channelName, params)
+	siw.Handler.GetChannel(c, appID, channelName, params)
 }
 
 // ListChannelEvents operation middleware
@@ -748,9 +748,9 @@ func (siw *ServerInterfaceWrapper) ListChannelEvents(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -807,7 +807,7 @@ func (siw *ServerInterfaceWrapper) ListChannelEvents(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.ListChannelEvents(c, appId, channelName, params)
+	siw.Handler.ListChannelEvents(c, appID, channelName, params)
 }
 
 // ListPresenceUsers operation middleware
@@ -817,9 +817,9 @@ func (siw *ServerInterfaceWrapper) ListPresenceUsers(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -841,7 +841,7 @@ func (siw *ServerInterfaceWrapper) ListPresenceUsers(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.ListPresenceUsers(c, appId, channelName)
+	siw.Handler.ListPresenceUsers(c, appID, channelName)
 }
 
 // TriggerEvent operation middleware
@@ -851,9 +851,9 @@ func (siw *ServerInterfaceWrapper) TriggerEvent(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
@@ -896,7 +896,7 @@ func (siw *ServerInterfaceWrapper) TriggerEvent(c *gin.Context) {
 
 	// ------------- Optional query parameter "socket_id" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "socket_id", c.Request.URL.Query(), &params.SocketId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "socket_id", c.Request.URL.Query(), &params.SocketID, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter socket_id: %w", err), http.StatusBadRequest)
 		return
@@ -938,7 +938,7 @@ func (siw *ServerInterfaceWrapper) TriggerEvent(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.TriggerEvent(c, appId, params)
+	siw.Handler.TriggerEvent(c, appID, params)
 }
 
 // TerminateUserConnections operation middleware
@@ -948,18 +948,18 @@ func (siw *ServerInterfaceWrapper) TerminateUserConnections(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "app_id" -------------
-	var appId AppID
+	var appID AppID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "app_id", c.Param("app_id"), &appID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter app_id: %w", err), http.StatusBadRequest)
 		return
 	}
 
 	// ------------- Path parameter "user_id" -------------
-	var userId string
+	var userID string
 
-	err = runtime.BindStyledParameterWithOptions("simple", "user_id", c.Param("user_id"), &userId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "user_id", c.Param("user_id"), &userID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter user_id: %w", err), http.StatusBadRequest)
 		return
@@ -972,7 +972,7 @@ func (siw *ServerInterfaceWrapper) TerminateUserConnections(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.TerminateUserConnections(c, appId, userId)
+	siw.Handler.TerminateUserConnections(c, appID, userID)
 }
 
 // GinServerOptions provides options for the Gin server.
@@ -1028,7 +1028,7 @@ type PayloadTooLargeJSONResponse externalRef0.Error
 type UnauthorizedJSONResponse externalRef0.Error
 
 type TriggerBatchEventsRequestObject struct {
-	AppId  AppID `json:"app_id"`
+	AppID  AppID `json:"app_id"`
 	Params TriggerBatchEventsParams
 	Body   *TriggerBatchEventsJSONRequestBody
 }
@@ -1168,7 +1168,7 @@ func (response TriggerBatchEvents503JSONResponse) VisitTriggerBatchEventsRespons
 }
 
 type ListChannelsRequestObject struct {
-	AppId  AppID `json:"app_id"`
+	AppID  AppID `json:"app_id"`
 	Params ListChannelsParams
 }
 
@@ -1261,7 +1261,7 @@ func (response ListChannels503JSONResponse) VisitListChannelsResponse(w http.Res
 }
 
 type GetChannelRequestObject struct {
-	AppId       AppID            `json:"app_id"`
+	AppID       AppID            `json:"app_id"`
 	ChannelName ChannelNameParam `json:"channel_name"`
 	Params      GetChannelParams
 }
@@ -1355,7 +1355,7 @@ func (response GetChannel503JSONResponse) VisitGetChannelResponse(w http.Respons
 }
 
 type ListChannelEventsRequestObject struct {
-	AppId       AppID            `json:"app_id"`
+	AppID       AppID            `json:"app_id"`
 	ChannelName ChannelNameParam `json:"channel_name"`
 	Params      ListChannelEventsParams
 }
@@ -1449,7 +1449,7 @@ func (response ListChannelEvents503JSONResponse) VisitListChannelEventsResponse(
 }
 
 type ListPresenceUsersRequestObject struct {
-	AppId       AppID            `json:"app_id"`
+	AppID       AppID            `json:"app_id"`
 	ChannelName ChannelNameParam `json:"channel_name"`
 }
 
@@ -1542,7 +1542,7 @@ func (response ListPresenceUsers503JSONResponse) VisitListPresenceUsersResponse(
 }
 
 type TriggerEventRequestObject struct {
-	AppId  AppID `json:"app_id"`
+	AppID  AppID `json:"app_id"`
 	Params TriggerEventParams
 	Body   *TriggerEventJSONRequestBody
 }
@@ -1710,8 +1710,8 @@ func (response TriggerEvent503JSONResponse) VisitTriggerEventResponse(w http.Res
 }
 
 type TerminateUserConnectionsRequestObject struct {
-	AppId  AppID  `json:"app_id"`
-	UserId string `json:"user_id"`
+	AppID  AppID  `json:"app_id"`
+	UserID string `json:"user_id"`
 }
 
 type TerminateUserConnectionsResponseObject interface {
@@ -1885,10 +1885,10 @@ type strictHandler struct {
 }
 
 // TriggerBatchEvents operation middleware
-func (sh *strictHandler) TriggerBatchEvents(ctx *gin.Context, appId AppID, params TriggerBatchEventsParams) {
+func (sh *strictHandler) TriggerBatchEvents(ctx *gin.Context, appID AppID, params TriggerBatchEventsParams) {
 	var request TriggerBatchEventsRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.Params = params
 
 	var body TriggerBatchEventsJSONRequestBody
@@ -1930,10 +1930,10 @@ func (sh *strictHandler) TriggerBatchEvents(ctx *gin.Context, appId AppID, param
 }
 
 // ListChannels operation middleware
-func (sh *strictHandler) ListChannels(ctx *gin.Context, appId AppID, params ListChannelsParams) {
+func (sh *strictHandler) ListChannels(ctx *gin.Context, appID AppID, params ListChannelsParams) {
 	var request ListChannelsRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.Params = params
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
@@ -1957,10 +1957,10 @@ func (sh *strictHandler) ListChannels(ctx *gin.Context, appId AppID, params List
 }
 
 // GetChannel operation middleware
-func (sh *strictHandler) GetChannel(ctx *gin.Context, appId AppID, channelName ChannelNameParam, params GetChannelParams) {
+func (sh *strictHandler) GetChannel(ctx *gin.Context, appID AppID, channelName ChannelNameParam, params GetChannelParams) {
 	var request GetChannelRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.ChannelName = channelName
 	request.Params = params
 
@@ -1985,10 +1985,10 @@ func (sh *strictHandler) GetChannel(ctx *gin.Context, appId AppID, channelName C
 }
 
 // ListChannelEvents operation middleware
-func (sh *strictHandler) ListChannelEvents(ctx *gin.Context, appId AppID, channelName ChannelNameParam, params ListChannelEventsParams) {
+func (sh *strictHandler) ListChannelEvents(ctx *gin.Context, appID AppID, channelName ChannelNameParam, params ListChannelEventsParams) {
 	var request ListChannelEventsRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.ChannelName = channelName
 	request.Params = params
 
@@ -2013,10 +2013,10 @@ func (sh *strictHandler) ListChannelEvents(ctx *gin.Context, appId AppID, channe
 }
 
 // ListPresenceUsers operation middleware
-func (sh *strictHandler) ListPresenceUsers(ctx *gin.Context, appId AppID, channelName ChannelNameParam) {
+func (sh *strictHandler) ListPresenceUsers(ctx *gin.Context, appID AppID, channelName ChannelNameParam) {
 	var request ListPresenceUsersRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.ChannelName = channelName
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
@@ -2040,10 +2040,10 @@ func (sh *strictHandler) ListPresenceUsers(ctx *gin.Context, appId AppID, channe
 }
 
 // TriggerEvent operation middleware
-func (sh *strictHandler) TriggerEvent(ctx *gin.Context, appId AppID, params TriggerEventParams) {
+func (sh *strictHandler) TriggerEvent(ctx *gin.Context, appID AppID, params TriggerEventParams) {
 	var request TriggerEventRequestObject
 
-	request.AppId = appId
+	request.AppID = appID
 	request.Params = params
 
 	var body TriggerEventJSONRequestBody
@@ -2088,11 +2088,11 @@ func (sh *strictHandler) TriggerEvent(ctx *gin.Context, appId AppID, params Trig
 }
 
 // TerminateUserConnections operation middleware
-func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appId AppID, userId string) {
+func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appID AppID, userID string) {
 	var request TerminateUserConnectionsRequestObject
 
-	request.AppId = appId
-	request.UserId = userId
+	request.AppID = appID
+	request.UserID = userID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.TerminateUserConnections(ctx, request.(TerminateUserConnectionsRequestObject))

@@ -120,8 +120,8 @@ type BatchEvent struct {
 	// `invalid_push_if_offline`); trigger such an event on its own.
 	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
-	// SocketId A connection's socket identifier, two integers joined by a dot.
-	SocketId *SocketID `json:"socket_id,omitempty"`
+	// SocketID A connection's socket identifier, two integers joined by a dot.
+	SocketID *SocketID `json:"socket_id,omitempty"`
 }
 
 // CacheInfo The cached event of a cache channel, or null when the cache is empty.
@@ -129,8 +129,8 @@ type CacheInfo struct {
 	// Data Data of the last event triggered on the channel.
 	Data string `json:"data"`
 
-	// Ttl Seconds left before the cached event expires.
-	Ttl int `json:"ttl"`
+	// TTL Seconds left before the cached event expires.
+	TTL int `json:"ttl"`
 }
 
 // ChannelAttributes The requested attributes of a channel; empty when none were requested.
@@ -202,12 +202,12 @@ type HistoryEvent struct {
 	// Event The event name.
 	Event string `json:"event"`
 
-	// Id An event's place in its channel's history: `<milliseconds>-<sequence>`,
+	// ID An event's place in its channel's history: `<milliseconds>-<sequence>`,
 	// increasing with every event of the channel.
 	//
 	//
 	// Example: 1764194400000-0
-	Id HistoryEventID `json:"id"`
+	ID HistoryEventID `json:"id"`
 
 	// Timestamp When Herald took the event, in milliseconds since the Unix epoch.
 	Timestamp int64 `json:"timestamp"`
@@ -226,7 +226,7 @@ type InfoAttributes = string
 
 // PresenceUser defines model for PresenceUser.
 type PresenceUser struct {
-	Id string `json:"id"`
+	ID string `json:"id"`
 }
 
 // PresenceUsers defines model for PresenceUsers.
@@ -283,10 +283,10 @@ type PushIfOffline struct {
 	// server pass the object through unchanged.
 	Web *externalRef1.WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// WebhookURL An `http://` or `https://` URL with a host that receives a
 	// `PublishWebhook` when the publish starts and when it finishes (422
 	// `invalid_webhook_url` otherwise). An empty string means none.
-	WebhookUrl *externalRef1.WebhookURL `json:"webhookUrl,omitempty"`
+	WebhookURL *externalRef1.WebhookURL `json:"webhookUrl,omitempty"`
 }
 
 // SocketID A connection's socket identifier, two integers joined by a dot.
@@ -347,8 +347,8 @@ type TriggerEventFields struct {
 	// not.
 	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
-	// SocketId A connection's socket identifier, two integers joined by a dot.
-	SocketId *SocketID `json:"socket_id,omitempty"`
+	// SocketID A connection's socket identifier, two integers joined by a dot.
+	SocketID *SocketID `json:"socket_id,omitempty"`
 }
 
 // TriggerEventRequest An event to trigger: `name`, `data`, and exactly one of `channels` and
@@ -371,10 +371,10 @@ type TriggerEventResult struct {
 	// user as a push notification instead (see `publish_id`).
 	DeliveredVia *TriggerEventResultDeliveredVia `json:"delivered_via,omitempty"`
 
-	// PublishId With `delivered_via: push`: the id of the publish, whose status the
+	// PublishID With `delivered_via: push`: the id of the publish, whose status the
 	// Publish API's `GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id}`
 	// answers.
-	PublishId *string `json:"publish_id,omitempty"`
+	PublishID *string `json:"publish_id,omitempty"`
 }
 
 // TriggerEventResultDeliveredVia With `push_if_offline`: `socket` when the user was signed in and the
@@ -401,10 +401,10 @@ type WebhookEvent struct {
 	Event *string          `json:"event,omitempty"`
 	Name  WebhookEventName `json:"name"`
 
-	// SocketId A connection's socket identifier, two integers joined by a dot.
-	SocketId          *SocketID `json:"socket_id,omitempty"`
+	// SocketID A connection's socket identifier, two integers joined by a dot.
+	SocketID          *SocketID `json:"socket_id,omitempty"`
 	SubscriptionCount *int      `json:"subscription_count,omitempty"`
-	UserId            *string   `json:"user_id,omitempty"`
+	UserID            *string   `json:"user_id,omitempty"`
 }
 
 // WebhookEventName defines model for WebhookEvent.Name.
@@ -537,8 +537,8 @@ type TriggerEventParams struct {
 	// Channels Channels, one `channels[]=<name>` per channel, when the event is given in the query string.
 	Channels *[]ChannelName `form:"channels[],omitempty" json:"channels[],omitempty"`
 
-	// SocketId Connection to exclude, when the event is given in the query string.
-	SocketId *SocketID `form:"socket_id,omitempty" json:"socket_id,omitempty"`
+	// SocketID Connection to exclude, when the event is given in the query string.
+	SocketID *SocketID `form:"socket_id,omitempty" json:"socket_id,omitempty"`
 
 	// Info Attributes to return, when the event is given in the query string.
 	Info *InfoAttributes `form:"info,omitempty" json:"info,omitempty"`
@@ -647,7 +647,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEventsWithBody(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerBatchEventsWithBody(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TriggerBatchEvents Trigger up to 10 events in one request.
 	//
@@ -660,7 +660,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEvents(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerBatchEvents(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListChannels List occupied channels.
 	//
@@ -671,7 +671,7 @@ type ClientInterface interface {
 	// distinct users.
 	//
 	// Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
-	ListChannels(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListChannels(ctx context.Context, appID AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetChannel Get the state of one channel.
 	//
@@ -681,7 +681,7 @@ type ClientInterface interface {
 	// subscribed to is not an error: it is `{"occupied": false}`.
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
-	GetChannel(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetChannel(ctx context.Context, appID AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListChannelEvents Read a channel's history (a Herald extension).
 	//
@@ -703,7 +703,7 @@ type ClientInterface interface {
 	// keeps no history gets 400 `history_disabled`.
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
-	ListChannelEvents(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListChannelEvents(ctx context.Context, appID AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListPresenceUsers List the users subscribed to a presence channel.
 	//
@@ -713,7 +713,7 @@ type ClientInterface interface {
 	// parameters besides the signature's.
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/users (the `ListPresenceUsers` operationId).
-	ListPresenceUsers(ctx context.Context, appId AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListPresenceUsers(ctx context.Context, appID AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TriggerEventWithBody Trigger an event on one or more channels.
 	//
@@ -740,7 +740,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-	TriggerEventWithBody(ctx context.Context, appId AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerEventWithBody(ctx context.Context, appID AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TriggerEvent Trigger an event on one or more channels.
 	//
@@ -767,7 +767,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-	TriggerEvent(ctx context.Context, appId AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TriggerEvent(ctx context.Context, appID AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// TerminateUserConnections Close every connection the user signed in on.
 	//
@@ -775,7 +775,7 @@ type ClientInterface interface {
 	// may reconnect. Takes no parameters; a body, if sent, must be empty or `{}`.
 	//
 	// Corresponds with POST /apps/{app_id}/users/{user_id}/terminate_connections (the `TerminateUserConnections` operationId).
-	TerminateUserConnections(ctx context.Context, appId AppID, userId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TerminateUserConnections(ctx context.Context, appID AppID, userID string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // TriggerBatchEventsWithBody Trigger up to 10 events in one request.
@@ -789,8 +789,8 @@ type ClientInterface interface {
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *Client) TriggerBatchEventsWithBody(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerBatchEventsRequestWithBody(c.Server, appId, params, contentType, body)
+func (c *Client) TriggerBatchEventsWithBody(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerBatchEventsRequestWithBody(c.Server, appID, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -812,8 +812,8 @@ func (c *Client) TriggerBatchEventsWithBody(ctx context.Context, appId AppID, pa
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *Client) TriggerBatchEvents(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerBatchEventsRequest(c.Server, appId, params, body)
+func (c *Client) TriggerBatchEvents(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerBatchEventsRequest(c.Server, appID, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -833,8 +833,8 @@ func (c *Client) TriggerBatchEvents(ctx context.Context, appId AppID, params *Tr
 // distinct users.
 //
 // Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
-func (c *Client) ListChannels(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListChannelsRequest(c.Server, appId, params)
+func (c *Client) ListChannels(ctx context.Context, appID AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListChannelsRequest(c.Server, appID, params)
 	if err != nil {
 		return nil, err
 	}
@@ -853,8 +853,8 @@ func (c *Client) ListChannels(ctx context.Context, appId AppID, params *ListChan
 // subscribed to is not an error: it is `{"occupied": false}`.
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
-func (c *Client) GetChannel(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetChannelRequest(c.Server, appId, channelName, params)
+func (c *Client) GetChannel(ctx context.Context, appID AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetChannelRequest(c.Server, appID, channelName, params)
 	if err != nil {
 		return nil, err
 	}
@@ -885,8 +885,8 @@ func (c *Client) GetChannel(ctx context.Context, appId AppID, channelName Channe
 // keeps no history gets 400 `history_disabled`.
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
-func (c *Client) ListChannelEvents(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListChannelEventsRequest(c.Server, appId, channelName, params)
+func (c *Client) ListChannelEvents(ctx context.Context, appID AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListChannelEventsRequest(c.Server, appID, channelName, params)
 	if err != nil {
 		return nil, err
 	}
@@ -905,8 +905,8 @@ func (c *Client) ListChannelEvents(ctx context.Context, appId AppID, channelName
 // parameters besides the signature's.
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name}/users (the `ListPresenceUsers` operationId).
-func (c *Client) ListPresenceUsers(ctx context.Context, appId AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListPresenceUsersRequest(c.Server, appId, channelName)
+func (c *Client) ListPresenceUsers(ctx context.Context, appID AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPresenceUsersRequest(c.Server, appID, channelName)
 	if err != nil {
 		return nil, err
 	}
@@ -942,8 +942,8 @@ func (c *Client) ListPresenceUsers(ctx context.Context, appId AppID, channelName
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-func (c *Client) TriggerEventWithBody(ctx context.Context, appId AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerEventRequestWithBody(c.Server, appId, params, contentType, body)
+func (c *Client) TriggerEventWithBody(ctx context.Context, appID AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerEventRequestWithBody(c.Server, appID, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -979,8 +979,8 @@ func (c *Client) TriggerEventWithBody(ctx context.Context, appId AppID, params *
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-func (c *Client) TriggerEvent(ctx context.Context, appId AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTriggerEventRequest(c.Server, appId, params, body)
+func (c *Client) TriggerEvent(ctx context.Context, appID AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerEventRequest(c.Server, appID, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -997,8 +997,8 @@ func (c *Client) TriggerEvent(ctx context.Context, appId AppID, params *TriggerE
 // may reconnect. Takes no parameters; a body, if sent, must be empty or `{}`.
 //
 // Corresponds with POST /apps/{app_id}/users/{user_id}/terminate_connections (the `TerminateUserConnections` operationId).
-func (c *Client) TerminateUserConnections(ctx context.Context, appId AppID, userId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTerminateUserConnectionsRequest(c.Server, appId, userId)
+func (c *Client) TerminateUserConnections(ctx context.Context, appID AppID, userID string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTerminateUserConnectionsRequest(c.Server, appID, userID)
 	if err != nil {
 		return nil, err
 	}
@@ -1010,23 +1010,23 @@ func (c *Client) TerminateUserConnections(ctx context.Context, appId AppID, user
 }
 
 // NewTriggerBatchEventsRequest calls the generic TriggerBatchEvents builder with application/json body
-func NewTriggerBatchEventsRequest(server string, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody) (*http.Request, error) {
+func NewTriggerBatchEventsRequest(server string, appID AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewTriggerBatchEventsRequestWithBody(server, appId, params, "application/json", bodyReader)
+	return NewTriggerBatchEventsRequestWithBody(server, appID, params, "application/json", bodyReader)
 }
 
 // NewTriggerBatchEventsRequestWithBody constructs an http.Request for the TriggerBatchEvents method, with any body, and a specified content type
-func NewTriggerBatchEventsRequestWithBody(server string, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewTriggerBatchEventsRequestWithBody(server string, appID AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1072,12 +1072,12 @@ func NewTriggerBatchEventsRequestWithBody(server string, appId AppID, params *Tr
 }
 
 // NewListChannelsRequest constructs an http.Request for the ListChannels method
-func NewListChannelsRequest(server string, appId AppID, params *ListChannelsParams) (*http.Request, error) {
+func NewListChannelsRequest(server string, appID AppID, params *ListChannelsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1145,12 +1145,12 @@ func NewListChannelsRequest(server string, appId AppID, params *ListChannelsPara
 }
 
 // NewGetChannelRequest constructs an http.Request for the GetChannel method
-func NewGetChannelRequest(server string, appId AppID, channelName ChannelNameParam, params *GetChannelParams) (*http.Request, error) {
+func NewGetChannelRequest(server string, appID AppID, channelName ChannelNameParam, params *GetChannelParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1213,12 +1213,12 @@ func NewGetChannelRequest(server string, appId AppID, channelName ChannelNamePar
 }
 
 // NewListChannelEventsRequest constructs an http.Request for the ListChannelEvents method
-func NewListChannelEventsRequest(server string, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams) (*http.Request, error) {
+func NewListChannelEventsRequest(server string, appID AppID, channelName ChannelNameParam, params *ListChannelEventsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1317,12 +1317,12 @@ func NewListChannelEventsRequest(server string, appId AppID, channelName Channel
 }
 
 // NewListPresenceUsersRequest constructs an http.Request for the ListPresenceUsers method
-func NewListPresenceUsersRequest(server string, appId AppID, channelName ChannelNameParam) (*http.Request, error) {
+func NewListPresenceUsersRequest(server string, appID AppID, channelName ChannelNameParam) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1358,23 +1358,23 @@ func NewListPresenceUsersRequest(server string, appId AppID, channelName Channel
 }
 
 // NewTriggerEventRequest calls the generic TriggerEvent builder with application/json body
-func NewTriggerEventRequest(server string, appId AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody) (*http.Request, error) {
+func NewTriggerEventRequest(server string, appID AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewTriggerEventRequestWithBody(server, appId, params, "application/json", bodyReader)
+	return NewTriggerEventRequestWithBody(server, appID, params, "application/json", bodyReader)
 }
 
 // NewTriggerEventRequestWithBody constructs an http.Request for the TriggerEvent method, with any body, and a specified content type
-func NewTriggerEventRequestWithBody(server string, appId AppID, params *TriggerEventParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewTriggerEventRequestWithBody(server string, appID AppID, params *TriggerEventParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1451,9 +1451,9 @@ func NewTriggerEventRequestWithBody(server string, appId AppID, params *TriggerE
 
 		}
 
-		if params.SocketId != nil {
+		if params.SocketID != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "socket_id", *params.SocketId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "socket_id", *params.SocketID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -1507,19 +1507,19 @@ func NewTriggerEventRequestWithBody(server string, appId AppID, params *TriggerE
 }
 
 // NewTerminateUserConnectionsRequest constructs an http.Request for the TerminateUserConnections method
-func NewTerminateUserConnectionsRequest(server string, appId AppID, userId string) (*http.Request, error) {
+func NewTerminateUserConnectionsRequest(server string, appID AppID, userID string) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "app_id", appID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
 
 	var pathParam1 string
 
-	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "user_id", userId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "user_id", userID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1602,7 +1602,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
+	TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
 
 	// TriggerBatchEventsWithResponse Trigger up to 10 events in one request.
 	//
@@ -1615,7 +1615,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-	TriggerBatchEventsWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
+	TriggerBatchEventsWithResponse(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error)
 
 	// ListChannelsWithResponse List occupied channels.
 	//
@@ -1628,7 +1628,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
-	ListChannelsWithResponse(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*ListChannelsResponse, error)
+	ListChannelsWithResponse(ctx context.Context, appID AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*ListChannelsResponse, error)
 
 	// GetChannelWithResponse Get the state of one channel.
 	//
@@ -1640,7 +1640,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
-	GetChannelWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*GetChannelResponse, error)
+	GetChannelWithResponse(ctx context.Context, appID AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*GetChannelResponse, error)
 
 	// ListChannelEventsWithResponse Read a channel's history (a Herald extension).
 	//
@@ -1664,7 +1664,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
-	ListChannelEventsWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*ListChannelEventsResponse, error)
+	ListChannelEventsWithResponse(ctx context.Context, appID AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*ListChannelEventsResponse, error)
 
 	// ListPresenceUsersWithResponse List the users subscribed to a presence channel.
 	//
@@ -1676,7 +1676,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /apps/{app_id}/channels/{channel_name}/users (the `ListPresenceUsers` operationId).
-	ListPresenceUsersWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*ListPresenceUsersResponse, error)
+	ListPresenceUsersWithResponse(ctx context.Context, appID AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*ListPresenceUsersResponse, error)
 
 	// TriggerEventWithBodyWithResponse Trigger an event on one or more channels.
 	//
@@ -1703,7 +1703,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-	TriggerEventWithBodyWithResponse(ctx context.Context, appId AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error)
+	TriggerEventWithBodyWithResponse(ctx context.Context, appID AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error)
 
 	// TriggerEventWithResponse Trigger an event on one or more channels.
 	//
@@ -1730,7 +1730,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-	TriggerEventWithResponse(ctx context.Context, appId AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error)
+	TriggerEventWithResponse(ctx context.Context, appID AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error)
 
 	// TerminateUserConnectionsWithResponse Close every connection the user signed in on.
 	//
@@ -1740,7 +1740,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /apps/{app_id}/users/{user_id}/terminate_connections (the `TerminateUserConnections` operationId).
-	TerminateUserConnectionsWithResponse(ctx context.Context, appId AppID, userId string, reqEditors ...RequestEditorFn) (*TerminateUserConnectionsResponse, error)
+	TerminateUserConnectionsWithResponse(ctx context.Context, appID AppID, userID string, reqEditors ...RequestEditorFn) (*TerminateUserConnectionsResponse, error)
 }
 
 type TriggerBatchEventsResponse struct {
@@ -2342,8 +2342,8 @@ func (r TerminateUserConnectionsResponse) ContentType() string {
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *ClientWithResponses) TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
-	rsp, err := c.TriggerBatchEventsWithBody(ctx, appId, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) TriggerBatchEventsWithBodyWithResponse(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
+	rsp, err := c.TriggerBatchEventsWithBody(ctx, appID, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2361,8 +2361,8 @@ func (c *ClientWithResponses) TriggerBatchEventsWithBodyWithResponse(ctx context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/batch_events (the `TriggerBatchEvents` operationId).
-func (c *ClientWithResponses) TriggerBatchEventsWithResponse(ctx context.Context, appId AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
-	rsp, err := c.TriggerBatchEvents(ctx, appId, params, body, reqEditors...)
+func (c *ClientWithResponses) TriggerBatchEventsWithResponse(ctx context.Context, appID AppID, params *TriggerBatchEventsParams, body TriggerBatchEventsJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerBatchEventsResponse, error) {
+	rsp, err := c.TriggerBatchEvents(ctx, appID, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2380,8 +2380,8 @@ func (c *ClientWithResponses) TriggerBatchEventsWithResponse(ctx context.Context
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /apps/{app_id}/channels (the `ListChannels` operationId).
-func (c *ClientWithResponses) ListChannelsWithResponse(ctx context.Context, appId AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*ListChannelsResponse, error) {
-	rsp, err := c.ListChannels(ctx, appId, params, reqEditors...)
+func (c *ClientWithResponses) ListChannelsWithResponse(ctx context.Context, appID AppID, params *ListChannelsParams, reqEditors ...RequestEditorFn) (*ListChannelsResponse, error) {
+	rsp, err := c.ListChannels(ctx, appID, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2398,8 +2398,8 @@ func (c *ClientWithResponses) ListChannelsWithResponse(ctx context.Context, appI
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name} (the `GetChannel` operationId).
-func (c *ClientWithResponses) GetChannelWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*GetChannelResponse, error) {
-	rsp, err := c.GetChannel(ctx, appId, channelName, params, reqEditors...)
+func (c *ClientWithResponses) GetChannelWithResponse(ctx context.Context, appID AppID, channelName ChannelNameParam, params *GetChannelParams, reqEditors ...RequestEditorFn) (*GetChannelResponse, error) {
+	rsp, err := c.GetChannel(ctx, appID, channelName, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2428,8 +2428,8 @@ func (c *ClientWithResponses) GetChannelWithResponse(ctx context.Context, appId 
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name}/events (the `ListChannelEvents` operationId).
-func (c *ClientWithResponses) ListChannelEventsWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*ListChannelEventsResponse, error) {
-	rsp, err := c.ListChannelEvents(ctx, appId, channelName, params, reqEditors...)
+func (c *ClientWithResponses) ListChannelEventsWithResponse(ctx context.Context, appID AppID, channelName ChannelNameParam, params *ListChannelEventsParams, reqEditors ...RequestEditorFn) (*ListChannelEventsResponse, error) {
+	rsp, err := c.ListChannelEvents(ctx, appID, channelName, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2446,8 +2446,8 @@ func (c *ClientWithResponses) ListChannelEventsWithResponse(ctx context.Context,
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /apps/{app_id}/channels/{channel_name}/users (the `ListPresenceUsers` operationId).
-func (c *ClientWithResponses) ListPresenceUsersWithResponse(ctx context.Context, appId AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*ListPresenceUsersResponse, error) {
-	rsp, err := c.ListPresenceUsers(ctx, appId, channelName, reqEditors...)
+func (c *ClientWithResponses) ListPresenceUsersWithResponse(ctx context.Context, appID AppID, channelName ChannelNameParam, reqEditors ...RequestEditorFn) (*ListPresenceUsersResponse, error) {
+	rsp, err := c.ListPresenceUsers(ctx, appID, channelName, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2479,8 +2479,8 @@ func (c *ClientWithResponses) ListPresenceUsersWithResponse(ctx context.Context,
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-func (c *ClientWithResponses) TriggerEventWithBodyWithResponse(ctx context.Context, appId AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error) {
-	rsp, err := c.TriggerEventWithBody(ctx, appId, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) TriggerEventWithBodyWithResponse(ctx context.Context, appID AppID, params *TriggerEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error) {
+	rsp, err := c.TriggerEventWithBody(ctx, appID, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2512,8 +2512,8 @@ func (c *ClientWithResponses) TriggerEventWithBodyWithResponse(ctx context.Conte
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/events (the `TriggerEvent` operationId).
-func (c *ClientWithResponses) TriggerEventWithResponse(ctx context.Context, appId AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error) {
-	rsp, err := c.TriggerEvent(ctx, appId, params, body, reqEditors...)
+func (c *ClientWithResponses) TriggerEventWithResponse(ctx context.Context, appID AppID, params *TriggerEventParams, body TriggerEventJSONRequestBody, reqEditors ...RequestEditorFn) (*TriggerEventResponse, error) {
+	rsp, err := c.TriggerEvent(ctx, appID, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2528,8 +2528,8 @@ func (c *ClientWithResponses) TriggerEventWithResponse(ctx context.Context, appI
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /apps/{app_id}/users/{user_id}/terminate_connections (the `TerminateUserConnections` operationId).
-func (c *ClientWithResponses) TerminateUserConnectionsWithResponse(ctx context.Context, appId AppID, userId string, reqEditors ...RequestEditorFn) (*TerminateUserConnectionsResponse, error) {
-	rsp, err := c.TerminateUserConnections(ctx, appId, userId, reqEditors...)
+func (c *ClientWithResponses) TerminateUserConnectionsWithResponse(ctx context.Context, appID AppID, userID string, reqEditors ...RequestEditorFn) (*TerminateUserConnectionsResponse, error) {
+	rsp, err := c.TerminateUserConnections(ctx, appID, userID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

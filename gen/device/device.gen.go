@@ -67,15 +67,15 @@ type ApnsRegistration struct {
 
 // Device defines model for Device.
 type Device struct {
-	Id string `json:"id"`
+	ID string `json:"id"`
 
 	// Metadata Device metadata: the fields of `ApnsMetadata` (apns), `FcmMetadata` (fcm)
 	// or `sdkVersion` (web). Each is a string of at most 100 characters; unknown
 	// fields are ignored.
 	Metadata *Metadata `json:"metadata,omitempty"`
 
-	// UserId The user the device is bound to; empty when none.
-	UserId string `json:"userId"`
+	// UserID The user the device is bound to; empty when none.
+	UserID string `json:"userId"`
 }
 
 // EmptyObject An empty JSON object.
@@ -140,8 +140,8 @@ type Platform string
 
 // RegistrationResult defines model for RegistrationResult.
 type RegistrationResult struct {
-	// Id The device identifier.
-	Id string `json:"id"`
+	// ID The device identifier.
+	ID string `json:"id"`
 
 	// InitialInterestSet Interests the device is subscribed to from the start: empty for a new
 	// device, the current interests when a known token registers again.
@@ -251,43 +251,43 @@ type UpdateDeviceMetadataJSONRequestBody = Metadata
 type ServerInterface interface {
 	// RegisterApnsDevice Register an APNs device.
 	// (POST /device_api/v1/instances/{instance_id}/devices/apns)
-	RegisterApnsDevice(c *gin.Context, instanceId InstanceID)
+	RegisterApnsDevice(c *gin.Context, instanceID InstanceID)
 	// RegisterFcmDevice Register an FCM device.
 	// (POST /device_api/v1/instances/{instance_id}/devices/fcm)
-	RegisterFcmDevice(c *gin.Context, instanceId InstanceID)
+	RegisterFcmDevice(c *gin.Context, instanceID InstanceID)
 	// UpdateFcmToken Replace an FCM device's gateway token.
 	// (PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token)
-	UpdateFcmToken(c *gin.Context, instanceId InstanceID, deviceId DeviceID)
+	UpdateFcmToken(c *gin.Context, instanceID InstanceID, deviceID DeviceID)
 	// RegisterWebDevice Register a Web Push device.
 	// (POST /device_api/v1/instances/{instance_id}/devices/web)
-	RegisterWebDevice(c *gin.Context, instanceId InstanceID)
+	RegisterWebDevice(c *gin.Context, instanceID InstanceID)
 	// DeleteDevice Delete a device.
 	// (DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id})
-	DeleteDevice(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID)
+	DeleteDevice(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID)
 	// GetDevice Get a device.
 	// (GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id})
-	GetDevice(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID)
+	GetDevice(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID)
 	// ListDeviceInterests List a device's interests, a page at a time.
 	// (GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests)
-	ListDeviceInterests(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, params ListDeviceInterestsParams)
+	ListDeviceInterests(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, params ListDeviceInterestsParams)
 	// SetDeviceInterests Replace a device's whole interest set.
 	// (PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests)
-	SetDeviceInterests(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID)
+	SetDeviceInterests(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID)
 	// RemoveDeviceInterest Unsubscribe a device from an interest.
 	// (DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name})
-	RemoveDeviceInterest(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName)
+	RemoveDeviceInterest(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName)
 	// AddDeviceInterest Subscribe a device to an interest.
 	// (POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name})
-	AddDeviceInterest(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName)
+	AddDeviceInterest(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName)
 	// UpdateDeviceMetadata Replace a device's metadata.
 	// (PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata)
-	UpdateDeviceMetadata(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID)
+	UpdateDeviceMetadata(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID)
 	// SetDeviceUser Bind a device to the user named by a JWT.
 	// (PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user)
-	SetDeviceUser(c *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID)
+	SetDeviceUser(c *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID)
 	// GetWebVapidPublicKey The instance's VAPID public key.
 	// (GET /device_api/v1/instances/{instance_id}/web-vapid-public-key)
-	GetWebVapidPublicKey(c *gin.Context, instanceId InstanceID)
+	GetWebVapidPublicKey(c *gin.Context, instanceID InstanceID)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -306,9 +306,9 @@ func (siw *ServerInterfaceWrapper) RegisterApnsDevice(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -321,7 +321,7 @@ func (siw *ServerInterfaceWrapper) RegisterApnsDevice(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.RegisterApnsDevice(c, instanceId)
+	siw.Handler.RegisterApnsDevice(c, instanceID)
 }
 
 // RegisterFcmDevice operation middleware
@@ -331,9 +331,9 @@ func (siw *ServerInterfaceWrapper) RegisterFcmDevice(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -346,7 +346,7 @@ func (siw *ServerInterfaceWrapper) RegisterFcmDevice(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.RegisterFcmDevice(c, instanceId)
+	siw.Handler.RegisterFcmDevice(c, instanceID)
 }
 
 // UpdateFcmToken operation middleware
@@ -356,18 +356,18 @@ func (siw *ServerInterfaceWrapper) UpdateFcmToken(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -380,7 +380,7 @@ func (siw *ServerInterfaceWrapper) UpdateFcmToken(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.UpdateFcmToken(c, instanceId, deviceId)
+	siw.Handler.UpdateFcmToken(c, instanceID, deviceID)
 }
 
 // RegisterWebDevice operation middleware
@@ -390,9 +390,9 @@ func (siw *ServerInterfaceWrapper) RegisterWebDevice(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -405,7 +405,7 @@ func (siw *ServerInterfaceWrapper) RegisterWebDevice(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.RegisterWebDevice(c, instanceId)
+	siw.Handler.RegisterWebDevice(c, instanceID)
 }
 
 // DeleteDevice operation middleware
@@ -415,9 +415,9 @@ func (siw *ServerInterfaceWrapper) DeleteDevice(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -433,9 +433,9 @@ func (siw *ServerInterfaceWrapper) DeleteDevice(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -448,7 +448,7 @@ func (siw *ServerInterfaceWrapper) DeleteDevice(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DeleteDevice(c, instanceId, platform, deviceId)
+	siw.Handler.DeleteDevice(c, instanceID, platform, deviceID)
 }
 
 // GetDevice operation middleware
@@ -458,9 +458,9 @@ func (siw *ServerInterfaceWrapper) GetDevice(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -476,9 +476,9 @@ func (siw *ServerInterfaceWrapper) GetDevice(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -491,7 +491,7 @@ func (siw *ServerInterfaceWrapper) GetDevice(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetDevice(c, instanceId, platform, deviceId)
+	siw.Handler.GetDevice(c, instanceID, platform, deviceID)
 }
 
 // ListDeviceInterests operation middleware
@@ -501,9 +501,9 @@ func (siw *ServerInterfaceWrapper) ListDeviceInterests(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -519,9 +519,9 @@ func (siw *ServerInterfaceWrapper) ListDeviceInterests(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -553,7 +553,7 @@ func (siw *ServerInterfaceWrapper) ListDeviceInterests(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.ListDeviceInterests(c, instanceId, platform, deviceId, params)
+	siw.Handler.ListDeviceInterests(c, instanceID, platform, deviceID, params)
 }
 
 // SetDeviceInterests operation middleware
@@ -563,9 +563,9 @@ func (siw *ServerInterfaceWrapper) SetDeviceInterests(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -581,9 +581,9 @@ func (siw *ServerInterfaceWrapper) SetDeviceInterests(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -596,7 +596,7 @@ func (siw *ServerInterfaceWrapper) SetDeviceInterests(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.SetDeviceInterests(c, instanceId, platform, deviceId)
+	siw.Handler.SetDeviceInterests(c, instanceID, platform, deviceID)
 }
 
 // RemoveDeviceInterest operation middleware
@@ -606,9 +606,9 @@ func (siw *ServerInterfaceWrapper) RemoveDeviceInterest(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -624,9 +624,9 @@ func (siw *ServerInterfaceWrapper) RemoveDeviceInterest(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -648,7 +648,7 @@ func (siw *ServerInterfaceWrapper) RemoveDeviceInterest(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.RemoveDeviceInterest(c, instanceId, platform, deviceId, interestName)
+	siw.Handler.RemoveDeviceInterest(c, instanceID, platform, deviceID, interestName)
 }
 
 // AddDeviceInterest operation middleware
@@ -658,9 +658,9 @@ func (siw *ServerInterfaceWrapper) AddDeviceInterest(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -676,9 +676,9 @@ func (siw *ServerInterfaceWrapper) AddDeviceInterest(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -700,7 +700,7 @@ func (siw *ServerInterfaceWrapper) AddDeviceInterest(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.AddDeviceInterest(c, instanceId, platform, deviceId, interestName)
+	siw.Handler.AddDeviceInterest(c, instanceID, platform, deviceID, interestName)
 }
 
 // UpdateDeviceMetadata operation middleware
@@ -710,9 +710,9 @@ func (siw *ServerInterfaceWrapper) UpdateDeviceMetadata(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -728,9 +728,9 @@ func (siw *ServerInterfaceWrapper) UpdateDeviceMetadata(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -743,7 +743,7 @@ func (siw *ServerInterfaceWrapper) UpdateDeviceMetadata(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.UpdateDeviceMetadata(c, instanceId, platform, deviceId)
+	siw.Handler.UpdateDeviceMetadata(c, instanceID, platform, deviceID)
 }
 
 // SetDeviceUser operation middleware
@@ -753,9 +753,9 @@ func (siw *ServerInterfaceWrapper) SetDeviceUser(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -771,9 +771,9 @@ func (siw *ServerInterfaceWrapper) SetDeviceUser(c *gin.Context) {
 	}
 
 	// ------------- Path parameter "device_id" -------------
-	var deviceId DeviceID
+	var deviceID DeviceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "device_id", c.Param("device_id"), &deviceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter device_id: %w", err), http.StatusBadRequest)
 		return
@@ -786,7 +786,7 @@ func (siw *ServerInterfaceWrapper) SetDeviceUser(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.SetDeviceUser(c, instanceId, platform, deviceId)
+	siw.Handler.SetDeviceUser(c, instanceID, platform, deviceID)
 }
 
 // GetWebVapidPublicKey operation middleware
@@ -796,9 +796,9 @@ func (siw *ServerInterfaceWrapper) GetWebVapidPublicKey(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -811,7 +811,7 @@ func (siw *ServerInterfaceWrapper) GetWebVapidPublicKey(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetWebVapidPublicKey(c, instanceId)
+	siw.Handler.GetWebVapidPublicKey(c, instanceID)
 }
 
 // GinServerOptions provides options for the Gin server.
@@ -882,7 +882,7 @@ type TooManyRequestsJSONResponse struct {
 type UnauthorizedJSONResponse externalRef0.Error
 
 type RegisterApnsDeviceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Body       *RegisterApnsDeviceJSONRequestBody
 }
 
@@ -990,7 +990,7 @@ func (response RegisterApnsDevice500JSONResponse) VisitRegisterApnsDeviceRespons
 }
 
 type RegisterFcmDeviceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Body       *RegisterFcmDeviceJSONRequestBody
 }
 
@@ -1098,8 +1098,8 @@ func (response RegisterFcmDevice500JSONResponse) VisitRegisterFcmDeviceResponse(
 }
 
 type UpdateFcmTokenRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
-	DeviceId   DeviceID   `json:"device_id"`
+	InstanceID InstanceID `json:"instance_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 	Body       *UpdateFcmTokenJSONRequestBody
 }
 
@@ -1193,7 +1193,7 @@ func (response UpdateFcmToken500JSONResponse) VisitUpdateFcmTokenResponse(w http
 }
 
 type RegisterWebDeviceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Body       *RegisterWebDeviceJSONRequestBody
 }
 
@@ -1287,9 +1287,9 @@ func (response RegisterWebDevice500JSONResponse) VisitRegisterWebDeviceResponse(
 }
 
 type DeleteDeviceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
-	DeviceId   DeviceID   `json:"device_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 }
 
 type DeleteDeviceResponseObject interface {
@@ -1368,9 +1368,9 @@ func (response DeleteDevice500JSONResponse) VisitDeleteDeviceResponse(w http.Res
 }
 
 type GetDeviceRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
-	DeviceId   DeviceID   `json:"device_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 }
 
 type GetDeviceResponseObject interface {
@@ -1449,9 +1449,9 @@ func (response GetDevice500JSONResponse) VisitGetDeviceResponse(w http.ResponseW
 }
 
 type ListDeviceInterestsRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
-	DeviceId   DeviceID   `json:"device_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 	Params     ListDeviceInterestsParams
 }
 
@@ -1531,9 +1531,9 @@ func (response ListDeviceInterests500JSONResponse) VisitListDeviceInterestsRespo
 }
 
 type SetDeviceInterestsRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
-	DeviceId   DeviceID   `json:"device_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 	Body       *SetDeviceInterestsJSONRequestBody
 }
 
@@ -1627,9 +1627,9 @@ func (response SetDeviceInterests500JSONResponse) VisitSetDeviceInterestsRespons
 }
 
 type RemoveDeviceInterestRequestObject struct {
-	InstanceId   InstanceID   `json:"instance_id"`
+	InstanceID   InstanceID   `json:"instance_id"`
 	Platform     Platform     `json:"platform"`
-	DeviceId     DeviceID     `json:"device_id"`
+	DeviceID     DeviceID     `json:"device_id"`
 	InterestName InterestName `json:"interest_name"`
 }
 
@@ -1709,9 +1709,9 @@ func (response RemoveDeviceInterest500JSONResponse) VisitRemoveDeviceInterestRes
 }
 
 type AddDeviceInterestRequestObject struct {
-	InstanceId   InstanceID   `json:"instance_id"`
+	InstanceID   InstanceID   `json:"instance_id"`
 	Platform     Platform     `json:"platform"`
-	DeviceId     DeviceID     `json:"device_id"`
+	DeviceID     DeviceID     `json:"device_id"`
 	InterestName InterestName `json:"interest_name"`
 }
 
@@ -1791,9 +1791,9 @@ func (response AddDeviceInterest500JSONResponse) VisitAddDeviceInterestResponse(
 }
 
 type UpdateDeviceMetadataRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
-	DeviceId   DeviceID   `json:"device_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 	Body       *UpdateDeviceMetadataJSONRequestBody
 }
 
@@ -1887,9 +1887,9 @@ func (response UpdateDeviceMetadata500JSONResponse) VisitUpdateDeviceMetadataRes
 }
 
 type SetDeviceUserRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
-	DeviceId   DeviceID   `json:"device_id"`
+	DeviceID   DeviceID   `json:"device_id"`
 }
 
 type SetDeviceUserResponseObject interface {
@@ -2010,7 +2010,7 @@ func (response SetDeviceUser500JSONResponse) VisitSetDeviceUserResponse(w http.R
 }
 
 type GetWebVapidPublicKeyRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 }
 
 type GetWebVapidPublicKeyResponseObject interface {
@@ -2189,10 +2189,10 @@ type strictHandler struct {
 }
 
 // RegisterApnsDevice operation middleware
-func (sh *strictHandler) RegisterApnsDevice(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) RegisterApnsDevice(ctx *gin.Context, instanceID InstanceID) {
 	var request RegisterApnsDeviceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	var body RegisterApnsDeviceJSONRequestBody
 	var err error
@@ -2233,10 +2233,10 @@ func (sh *strictHandler) RegisterApnsDevice(ctx *gin.Context, instanceId Instanc
 }
 
 // RegisterFcmDevice operation middleware
-func (sh *strictHandler) RegisterFcmDevice(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) RegisterFcmDevice(ctx *gin.Context, instanceID InstanceID) {
 	var request RegisterFcmDeviceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	var body RegisterFcmDeviceJSONRequestBody
 	var err error
@@ -2277,11 +2277,11 @@ func (sh *strictHandler) RegisterFcmDevice(ctx *gin.Context, instanceId Instance
 }
 
 // UpdateFcmToken operation middleware
-func (sh *strictHandler) UpdateFcmToken(ctx *gin.Context, instanceId InstanceID, deviceId DeviceID) {
+func (sh *strictHandler) UpdateFcmToken(ctx *gin.Context, instanceID InstanceID, deviceID DeviceID) {
 	var request UpdateFcmTokenRequestObject
 
-	request.InstanceId = instanceId
-	request.DeviceId = deviceId
+	request.InstanceID = instanceID
+	request.DeviceID = deviceID
 
 	var body UpdateFcmTokenJSONRequestBody
 	var err error
@@ -2322,10 +2322,10 @@ func (sh *strictHandler) UpdateFcmToken(ctx *gin.Context, instanceId InstanceID,
 }
 
 // RegisterWebDevice operation middleware
-func (sh *strictHandler) RegisterWebDevice(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) RegisterWebDevice(ctx *gin.Context, instanceID InstanceID) {
 	var request RegisterWebDeviceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	var body RegisterWebDeviceJSONRequestBody
 	var err error
@@ -2366,12 +2366,12 @@ func (sh *strictHandler) RegisterWebDevice(ctx *gin.Context, instanceId Instance
 }
 
 // DeleteDevice operation middleware
-func (sh *strictHandler) DeleteDevice(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID) {
+func (sh *strictHandler) DeleteDevice(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID) {
 	var request DeleteDeviceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteDevice(ctx, request.(DeleteDeviceRequestObject))
@@ -2394,12 +2394,12 @@ func (sh *strictHandler) DeleteDevice(ctx *gin.Context, instanceId InstanceID, p
 }
 
 // GetDevice operation middleware
-func (sh *strictHandler) GetDevice(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID) {
+func (sh *strictHandler) GetDevice(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID) {
 	var request GetDeviceRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetDevice(ctx, request.(GetDeviceRequestObject))
@@ -2422,12 +2422,12 @@ func (sh *strictHandler) GetDevice(ctx *gin.Context, instanceId InstanceID, plat
 }
 
 // ListDeviceInterests operation middleware
-func (sh *strictHandler) ListDeviceInterests(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, params ListDeviceInterestsParams) {
+func (sh *strictHandler) ListDeviceInterests(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, params ListDeviceInterestsParams) {
 	var request ListDeviceInterestsRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 	request.Params = params
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
@@ -2451,12 +2451,12 @@ func (sh *strictHandler) ListDeviceInterests(ctx *gin.Context, instanceId Instan
 }
 
 // SetDeviceInterests operation middleware
-func (sh *strictHandler) SetDeviceInterests(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID) {
+func (sh *strictHandler) SetDeviceInterests(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID) {
 	var request SetDeviceInterestsRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 
 	var body SetDeviceInterestsJSONRequestBody
 	var err error
@@ -2497,12 +2497,12 @@ func (sh *strictHandler) SetDeviceInterests(ctx *gin.Context, instanceId Instanc
 }
 
 // RemoveDeviceInterest operation middleware
-func (sh *strictHandler) RemoveDeviceInterest(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName) {
+func (sh *strictHandler) RemoveDeviceInterest(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName) {
 	var request RemoveDeviceInterestRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 	request.InterestName = interestName
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
@@ -2526,12 +2526,12 @@ func (sh *strictHandler) RemoveDeviceInterest(ctx *gin.Context, instanceId Insta
 }
 
 // AddDeviceInterest operation middleware
-func (sh *strictHandler) AddDeviceInterest(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName) {
+func (sh *strictHandler) AddDeviceInterest(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName) {
 	var request AddDeviceInterestRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 	request.InterestName = interestName
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
@@ -2555,12 +2555,12 @@ func (sh *strictHandler) AddDeviceInterest(ctx *gin.Context, instanceId Instance
 }
 
 // UpdateDeviceMetadata operation middleware
-func (sh *strictHandler) UpdateDeviceMetadata(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID) {
+func (sh *strictHandler) UpdateDeviceMetadata(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID) {
 	var request UpdateDeviceMetadataRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 
 	var body UpdateDeviceMetadataJSONRequestBody
 	var err error
@@ -2601,12 +2601,12 @@ func (sh *strictHandler) UpdateDeviceMetadata(ctx *gin.Context, instanceId Insta
 }
 
 // SetDeviceUser operation middleware
-func (sh *strictHandler) SetDeviceUser(ctx *gin.Context, instanceId InstanceID, platform Platform, deviceId DeviceID) {
+func (sh *strictHandler) SetDeviceUser(ctx *gin.Context, instanceID InstanceID, platform Platform, deviceID DeviceID) {
 	var request SetDeviceUserRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Platform = platform
-	request.DeviceId = deviceId
+	request.DeviceID = deviceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.SetDeviceUser(ctx, request.(SetDeviceUserRequestObject))
@@ -2629,10 +2629,10 @@ func (sh *strictHandler) SetDeviceUser(ctx *gin.Context, instanceId InstanceID, 
 }
 
 // GetWebVapidPublicKey operation middleware
-func (sh *strictHandler) GetWebVapidPublicKey(ctx *gin.Context, instanceId InstanceID) {
+func (sh *strictHandler) GetWebVapidPublicKey(ctx *gin.Context, instanceID InstanceID) {
 	var request GetWebVapidPublicKeyRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetWebVapidPublicKey(ctx, request.(GetWebVapidPublicKeyRequestObject))

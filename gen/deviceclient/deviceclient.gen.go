@@ -62,15 +62,15 @@ type ApnsRegistration struct {
 
 // Device defines model for Device.
 type Device struct {
-	Id string `json:"id"`
+	ID string `json:"id"`
 
 	// Metadata Device metadata: the fields of `ApnsMetadata` (apns), `FcmMetadata` (fcm)
 	// or `sdkVersion` (web). Each is a string of at most 100 characters; unknown
 	// fields are ignored.
 	Metadata *Metadata `json:"metadata,omitempty"`
 
-	// UserId The user the device is bound to; empty when none.
-	UserId string `json:"userId"`
+	// UserID The user the device is bound to; empty when none.
+	UserID string `json:"userId"`
 }
 
 // EmptyObject An empty JSON object.
@@ -135,8 +135,8 @@ type Platform string
 
 // RegistrationResult defines model for RegistrationResult.
 type RegistrationResult struct {
-	// Id The device identifier.
-	Id string `json:"id"`
+	// ID The device identifier.
+	ID string `json:"id"`
 
 	// InitialInterestSet Interests the device is subscribed to from the start: empty for a new
 	// device, the current interests when a known token registers again.
@@ -326,7 +326,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-	RegisterApnsDeviceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RegisterApnsDeviceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RegisterApnsDevice Register an APNs device.
 	//
@@ -338,7 +338,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-	RegisterApnsDevice(ctx context.Context, instanceId InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RegisterApnsDevice(ctx context.Context, instanceID InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RegisterFcmDeviceWithBody Register an FCM device.
 	//
@@ -348,7 +348,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-	RegisterFcmDeviceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RegisterFcmDeviceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RegisterFcmDevice Register an FCM device.
 	//
@@ -358,7 +358,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-	RegisterFcmDevice(ctx context.Context, instanceId InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RegisterFcmDevice(ctx context.Context, instanceID InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateFcmTokenWithBody Replace an FCM device's gateway token.
 	//
@@ -369,7 +369,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-	UpdateFcmTokenWithBody(ctx context.Context, instanceId InstanceID, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateFcmTokenWithBody(ctx context.Context, instanceID InstanceID, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateFcmToken Replace an FCM device's gateway token.
 	//
@@ -380,7 +380,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-	UpdateFcmToken(ctx context.Context, instanceId InstanceID, deviceId DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateFcmToken(ctx context.Context, instanceID InstanceID, deviceID DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RegisterWebDeviceWithBody Register a Web Push device.
 	//
@@ -399,7 +399,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-	RegisterWebDeviceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RegisterWebDeviceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RegisterWebDevice Register a Web Push device.
 	//
@@ -418,7 +418,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-	RegisterWebDevice(ctx context.Context, instanceId InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RegisterWebDevice(ctx context.Context, instanceID InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteDevice Delete a device.
 	//
@@ -427,7 +427,7 @@ type ClientInterface interface {
 	// the Android SDK retries a failed delete until it succeeds.
 	//
 	// Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `DeleteDevice` operationId).
-	DeleteDevice(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteDevice(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetDevice Get a device.
 	//
@@ -436,7 +436,7 @@ type ClientInterface interface {
 	// on.
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
-	GetDevice(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetDevice(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListDeviceInterests List a device's interests, a page at a time.
 	//
@@ -444,7 +444,7 @@ type ClientInterface interface {
 	// present, more remain: ask again with it as `cursor`.
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `ListDeviceInterests` operationId).
-	ListDeviceInterests(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListDeviceInterests(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetDeviceInterestsWithBody Replace a device's whole interest set.
 	//
@@ -454,7 +454,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-	SetDeviceInterestsWithBody(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SetDeviceInterestsWithBody(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetDeviceInterests Replace a device's whole interest set.
 	//
@@ -464,7 +464,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-	SetDeviceInterests(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SetDeviceInterests(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RemoveDeviceInterest Unsubscribe a device from an interest.
 	//
@@ -472,7 +472,7 @@ type ClientInterface interface {
 	// interest the device does not hold succeeds.
 	//
 	// Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `RemoveDeviceInterest` operationId).
-	RemoveDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RemoveDeviceInterest(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AddDeviceInterest Subscribe a device to an interest.
 	//
@@ -481,7 +481,7 @@ type ClientInterface interface {
 	// 400 for a new one. No body and no Content-Type.
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `AddDeviceInterest` operationId).
-	AddDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	AddDeviceInterest(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateDeviceMetadataWithBody Replace a device's metadata.
 	//
@@ -492,7 +492,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-	UpdateDeviceMetadataWithBody(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateDeviceMetadataWithBody(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateDeviceMetadata Replace a device's metadata.
 	//
@@ -503,7 +503,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-	UpdateDeviceMetadata(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateDeviceMetadata(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetDeviceUser Bind a device to the user named by a JWT.
 	//
@@ -520,7 +520,7 @@ type ClientInterface interface {
 	// ```
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
-	SetDeviceUser(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SetDeviceUser(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetWebVapidPublicKey The instance's VAPID public key.
 	//
@@ -528,7 +528,7 @@ type ClientInterface interface {
 	// key. An instance without a key pair gives 404 `web_push_not_configured`.
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/web-vapid-public-key (the `GetWebVapidPublicKey` operationId).
-	GetWebVapidPublicKey(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetWebVapidPublicKey(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // RegisterApnsDeviceWithBody Register an APNs device.
@@ -541,8 +541,8 @@ type ClientInterface interface {
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-func (c *Client) RegisterApnsDeviceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRegisterApnsDeviceRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) RegisterApnsDeviceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRegisterApnsDeviceRequestWithBody(c.Server, instanceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -563,8 +563,8 @@ func (c *Client) RegisterApnsDeviceWithBody(ctx context.Context, instanceId Inst
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-func (c *Client) RegisterApnsDevice(ctx context.Context, instanceId InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRegisterApnsDeviceRequest(c.Server, instanceId, body)
+func (c *Client) RegisterApnsDevice(ctx context.Context, instanceID InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRegisterApnsDeviceRequest(c.Server, instanceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -583,8 +583,8 @@ func (c *Client) RegisterApnsDevice(ctx context.Context, instanceId InstanceID, 
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-func (c *Client) RegisterFcmDeviceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRegisterFcmDeviceRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) RegisterFcmDeviceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRegisterFcmDeviceRequestWithBody(c.Server, instanceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -603,8 +603,8 @@ func (c *Client) RegisterFcmDeviceWithBody(ctx context.Context, instanceId Insta
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-func (c *Client) RegisterFcmDevice(ctx context.Context, instanceId InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRegisterFcmDeviceRequest(c.Server, instanceId, body)
+func (c *Client) RegisterFcmDevice(ctx context.Context, instanceID InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRegisterFcmDeviceRequest(c.Server, instanceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -624,8 +624,8 @@ func (c *Client) RegisterFcmDevice(ctx context.Context, instanceId InstanceID, b
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-func (c *Client) UpdateFcmTokenWithBody(ctx context.Context, instanceId InstanceID, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateFcmTokenRequestWithBody(c.Server, instanceId, deviceId, contentType, body)
+func (c *Client) UpdateFcmTokenWithBody(ctx context.Context, instanceID InstanceID, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateFcmTokenRequestWithBody(c.Server, instanceID, deviceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -645,8 +645,8 @@ func (c *Client) UpdateFcmTokenWithBody(ctx context.Context, instanceId Instance
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-func (c *Client) UpdateFcmToken(ctx context.Context, instanceId InstanceID, deviceId DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateFcmTokenRequest(c.Server, instanceId, deviceId, body)
+func (c *Client) UpdateFcmToken(ctx context.Context, instanceID InstanceID, deviceID DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateFcmTokenRequest(c.Server, instanceID, deviceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -674,8 +674,8 @@ func (c *Client) UpdateFcmToken(ctx context.Context, instanceId InstanceID, devi
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-func (c *Client) RegisterWebDeviceWithBody(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRegisterWebDeviceRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) RegisterWebDeviceWithBody(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRegisterWebDeviceRequestWithBody(c.Server, instanceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -703,8 +703,8 @@ func (c *Client) RegisterWebDeviceWithBody(ctx context.Context, instanceId Insta
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-func (c *Client) RegisterWebDevice(ctx context.Context, instanceId InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRegisterWebDeviceRequest(c.Server, instanceId, body)
+func (c *Client) RegisterWebDevice(ctx context.Context, instanceID InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRegisterWebDeviceRequest(c.Server, instanceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -722,8 +722,8 @@ func (c *Client) RegisterWebDevice(ctx context.Context, instanceId InstanceID, b
 // the Android SDK retries a failed delete until it succeeds.
 //
 // Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `DeleteDevice` operationId).
-func (c *Client) DeleteDevice(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteDeviceRequest(c.Server, instanceId, platform, deviceId)
+func (c *Client) DeleteDevice(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteDeviceRequest(c.Server, instanceID, platform, deviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -741,8 +741,8 @@ func (c *Client) DeleteDevice(ctx context.Context, instanceId InstanceID, platfo
 // on.
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
-func (c *Client) GetDevice(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetDeviceRequest(c.Server, instanceId, platform, deviceId)
+func (c *Client) GetDevice(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDeviceRequest(c.Server, instanceID, platform, deviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -759,8 +759,8 @@ func (c *Client) GetDevice(ctx context.Context, instanceId InstanceID, platform 
 // present, more remain: ask again with it as `cursor`.
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `ListDeviceInterests` operationId).
-func (c *Client) ListDeviceInterests(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListDeviceInterestsRequest(c.Server, instanceId, platform, deviceId, params)
+func (c *Client) ListDeviceInterests(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListDeviceInterestsRequest(c.Server, instanceID, platform, deviceID, params)
 	if err != nil {
 		return nil, err
 	}
@@ -779,8 +779,8 @@ func (c *Client) ListDeviceInterests(ctx context.Context, instanceId InstanceID,
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-func (c *Client) SetDeviceInterestsWithBody(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewSetDeviceInterestsRequestWithBody(c.Server, instanceId, platform, deviceId, contentType, body)
+func (c *Client) SetDeviceInterestsWithBody(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetDeviceInterestsRequestWithBody(c.Server, instanceID, platform, deviceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -799,8 +799,8 @@ func (c *Client) SetDeviceInterestsWithBody(ctx context.Context, instanceId Inst
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-func (c *Client) SetDeviceInterests(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewSetDeviceInterestsRequest(c.Server, instanceId, platform, deviceId, body)
+func (c *Client) SetDeviceInterests(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetDeviceInterestsRequest(c.Server, instanceID, platform, deviceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -817,8 +817,8 @@ func (c *Client) SetDeviceInterests(ctx context.Context, instanceId InstanceID, 
 // interest the device does not hold succeeds.
 //
 // Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `RemoveDeviceInterest` operationId).
-func (c *Client) RemoveDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRemoveDeviceInterestRequest(c.Server, instanceId, platform, deviceId, interestName)
+func (c *Client) RemoveDeviceInterest(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveDeviceInterestRequest(c.Server, instanceID, platform, deviceID, interestName)
 	if err != nil {
 		return nil, err
 	}
@@ -836,8 +836,8 @@ func (c *Client) RemoveDeviceInterest(ctx context.Context, instanceId InstanceID
 // 400 for a new one. No body and no Content-Type.
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `AddDeviceInterest` operationId).
-func (c *Client) AddDeviceInterest(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewAddDeviceInterestRequest(c.Server, instanceId, platform, deviceId, interestName)
+func (c *Client) AddDeviceInterest(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddDeviceInterestRequest(c.Server, instanceID, platform, deviceID, interestName)
 	if err != nil {
 		return nil, err
 	}
@@ -857,8 +857,8 @@ func (c *Client) AddDeviceInterest(ctx context.Context, instanceId InstanceID, p
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-func (c *Client) UpdateDeviceMetadataWithBody(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateDeviceMetadataRequestWithBody(c.Server, instanceId, platform, deviceId, contentType, body)
+func (c *Client) UpdateDeviceMetadataWithBody(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateDeviceMetadataRequestWithBody(c.Server, instanceID, platform, deviceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -878,8 +878,8 @@ func (c *Client) UpdateDeviceMetadataWithBody(ctx context.Context, instanceId In
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-func (c *Client) UpdateDeviceMetadata(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateDeviceMetadataRequest(c.Server, instanceId, platform, deviceId, body)
+func (c *Client) UpdateDeviceMetadata(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateDeviceMetadataRequest(c.Server, instanceID, platform, deviceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -905,8 +905,8 @@ func (c *Client) UpdateDeviceMetadata(ctx context.Context, instanceId InstanceID
 // ```
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
-func (c *Client) SetDeviceUser(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewSetDeviceUserRequest(c.Server, instanceId, platform, deviceId)
+func (c *Client) SetDeviceUser(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetDeviceUserRequest(c.Server, instanceID, platform, deviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -923,8 +923,8 @@ func (c *Client) SetDeviceUser(ctx context.Context, instanceId InstanceID, platf
 // key. An instance without a key pair gives 404 `web_push_not_configured`.
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/web-vapid-public-key (the `GetWebVapidPublicKey` operationId).
-func (c *Client) GetWebVapidPublicKey(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetWebVapidPublicKeyRequest(c.Server, instanceId)
+func (c *Client) GetWebVapidPublicKey(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWebVapidPublicKeyRequest(c.Server, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -936,23 +936,23 @@ func (c *Client) GetWebVapidPublicKey(ctx context.Context, instanceId InstanceID
 }
 
 // NewRegisterApnsDeviceRequest calls the generic RegisterApnsDevice builder with application/json body
-func NewRegisterApnsDeviceRequest(server string, instanceId InstanceID, body RegisterApnsDeviceJSONRequestBody) (*http.Request, error) {
+func NewRegisterApnsDeviceRequest(server string, instanceID InstanceID, body RegisterApnsDeviceJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRegisterApnsDeviceRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewRegisterApnsDeviceRequestWithBody(server, instanceID, "application/json", bodyReader)
 }
 
 // NewRegisterApnsDeviceRequestWithBody constructs an http.Request for the RegisterApnsDevice method, with any body, and a specified content type
-func NewRegisterApnsDeviceRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewRegisterApnsDeviceRequestWithBody(server string, instanceID InstanceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -983,23 +983,23 @@ func NewRegisterApnsDeviceRequestWithBody(server string, instanceId InstanceID, 
 }
 
 // NewRegisterFcmDeviceRequest calls the generic RegisterFcmDevice builder with application/json body
-func NewRegisterFcmDeviceRequest(server string, instanceId InstanceID, body RegisterFcmDeviceJSONRequestBody) (*http.Request, error) {
+func NewRegisterFcmDeviceRequest(server string, instanceID InstanceID, body RegisterFcmDeviceJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRegisterFcmDeviceRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewRegisterFcmDeviceRequestWithBody(server, instanceID, "application/json", bodyReader)
 }
 
 // NewRegisterFcmDeviceRequestWithBody constructs an http.Request for the RegisterFcmDevice method, with any body, and a specified content type
-func NewRegisterFcmDeviceRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewRegisterFcmDeviceRequestWithBody(server string, instanceID InstanceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1030,30 +1030,30 @@ func NewRegisterFcmDeviceRequestWithBody(server string, instanceId InstanceID, c
 }
 
 // NewUpdateFcmTokenRequest calls the generic UpdateFcmToken builder with application/json body
-func NewUpdateFcmTokenRequest(server string, instanceId InstanceID, deviceId DeviceID, body UpdateFcmTokenJSONRequestBody) (*http.Request, error) {
+func NewUpdateFcmTokenRequest(server string, instanceID InstanceID, deviceID DeviceID, body UpdateFcmTokenJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewUpdateFcmTokenRequestWithBody(server, instanceId, deviceId, "application/json", bodyReader)
+	return NewUpdateFcmTokenRequestWithBody(server, instanceID, deviceID, "application/json", bodyReader)
 }
 
 // NewUpdateFcmTokenRequestWithBody constructs an http.Request for the UpdateFcmToken method, with any body, and a specified content type
-func NewUpdateFcmTokenRequestWithBody(server string, instanceId InstanceID, deviceId DeviceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewUpdateFcmTokenRequestWithBody(server string, instanceID InstanceID, deviceID DeviceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
 
 	var pathParam1 string
 
-	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1084,23 +1084,23 @@ func NewUpdateFcmTokenRequestWithBody(server string, instanceId InstanceID, devi
 }
 
 // NewRegisterWebDeviceRequest calls the generic RegisterWebDevice builder with application/json body
-func NewRegisterWebDeviceRequest(server string, instanceId InstanceID, body RegisterWebDeviceJSONRequestBody) (*http.Request, error) {
+func NewRegisterWebDeviceRequest(server string, instanceID InstanceID, body RegisterWebDeviceJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRegisterWebDeviceRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewRegisterWebDeviceRequestWithBody(server, instanceID, "application/json", bodyReader)
 }
 
 // NewRegisterWebDeviceRequestWithBody constructs an http.Request for the RegisterWebDevice method, with any body, and a specified content type
-func NewRegisterWebDeviceRequestWithBody(server string, instanceId InstanceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewRegisterWebDeviceRequestWithBody(server string, instanceID InstanceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1131,12 +1131,12 @@ func NewRegisterWebDeviceRequestWithBody(server string, instanceId InstanceID, c
 }
 
 // NewDeleteDeviceRequest constructs an http.Request for the DeleteDevice method
-func NewDeleteDeviceRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID) (*http.Request, error) {
+func NewDeleteDeviceRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1150,7 +1150,7 @@ func NewDeleteDeviceRequest(server string, instanceId InstanceID, platform Platf
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1179,12 +1179,12 @@ func NewDeleteDeviceRequest(server string, instanceId InstanceID, platform Platf
 }
 
 // NewGetDeviceRequest constructs an http.Request for the GetDevice method
-func NewGetDeviceRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID) (*http.Request, error) {
+func NewGetDeviceRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1198,7 +1198,7 @@ func NewGetDeviceRequest(server string, instanceId InstanceID, platform Platform
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1227,12 +1227,12 @@ func NewGetDeviceRequest(server string, instanceId InstanceID, platform Platform
 }
 
 // NewListDeviceInterestsRequest constructs an http.Request for the ListDeviceInterests method
-func NewListDeviceInterestsRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, params *ListDeviceInterestsParams) (*http.Request, error) {
+func NewListDeviceInterestsRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, params *ListDeviceInterestsParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1246,7 +1246,7 @@ func NewListDeviceInterestsRequest(server string, instanceId InstanceID, platfor
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1314,23 +1314,23 @@ func NewListDeviceInterestsRequest(server string, instanceId InstanceID, platfor
 }
 
 // NewSetDeviceInterestsRequest calls the generic SetDeviceInterests builder with application/json body
-func NewSetDeviceInterestsRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, body SetDeviceInterestsJSONRequestBody) (*http.Request, error) {
+func NewSetDeviceInterestsRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, body SetDeviceInterestsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewSetDeviceInterestsRequestWithBody(server, instanceId, platform, deviceId, "application/json", bodyReader)
+	return NewSetDeviceInterestsRequestWithBody(server, instanceID, platform, deviceID, "application/json", bodyReader)
 }
 
 // NewSetDeviceInterestsRequestWithBody constructs an http.Request for the SetDeviceInterests method, with any body, and a specified content type
-func NewSetDeviceInterestsRequestWithBody(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewSetDeviceInterestsRequestWithBody(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1344,7 +1344,7 @@ func NewSetDeviceInterestsRequestWithBody(server string, instanceId InstanceID, 
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1375,12 +1375,12 @@ func NewSetDeviceInterestsRequestWithBody(server string, instanceId InstanceID, 
 }
 
 // NewRemoveDeviceInterestRequest constructs an http.Request for the RemoveDeviceInterest method
-func NewRemoveDeviceInterestRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName) (*http.Request, error) {
+func NewRemoveDeviceInterestRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1394,7 +1394,7 @@ func NewRemoveDeviceInterestRequest(server string, instanceId InstanceID, platfo
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1430,12 +1430,12 @@ func NewRemoveDeviceInterestRequest(server string, instanceId InstanceID, platfo
 }
 
 // NewAddDeviceInterestRequest constructs an http.Request for the AddDeviceInterest method
-func NewAddDeviceInterestRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName) (*http.Request, error) {
+func NewAddDeviceInterestRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1449,7 +1449,7 @@ func NewAddDeviceInterestRequest(server string, instanceId InstanceID, platform 
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1485,23 +1485,23 @@ func NewAddDeviceInterestRequest(server string, instanceId InstanceID, platform 
 }
 
 // NewUpdateDeviceMetadataRequest calls the generic UpdateDeviceMetadata builder with application/json body
-func NewUpdateDeviceMetadataRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, body UpdateDeviceMetadataJSONRequestBody) (*http.Request, error) {
+func NewUpdateDeviceMetadataRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, body UpdateDeviceMetadataJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewUpdateDeviceMetadataRequestWithBody(server, instanceId, platform, deviceId, "application/json", bodyReader)
+	return NewUpdateDeviceMetadataRequestWithBody(server, instanceID, platform, deviceID, "application/json", bodyReader)
 }
 
 // NewUpdateDeviceMetadataRequestWithBody constructs an http.Request for the UpdateDeviceMetadata method, with any body, and a specified content type
-func NewUpdateDeviceMetadataRequestWithBody(server string, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader) (*http.Request, error) {
+func NewUpdateDeviceMetadataRequestWithBody(server string, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1515,7 +1515,7 @@ func NewUpdateDeviceMetadataRequestWithBody(server string, instanceId InstanceID
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1546,12 +1546,12 @@ func NewUpdateDeviceMetadataRequestWithBody(server string, instanceId InstanceID
 }
 
 // NewSetDeviceUserRequest constructs an http.Request for the SetDeviceUser method
-func NewSetDeviceUserRequest(server string, instanceId InstanceID, platform Platform, deviceId DeviceID) (*http.Request, error) {
+func NewSetDeviceUserRequest(server string, instanceID InstanceID, platform Platform, deviceID DeviceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1565,7 +1565,7 @@ func NewSetDeviceUserRequest(server string, instanceId InstanceID, platform Plat
 
 	var pathParam2 string
 
-	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "device_id", deviceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1594,12 +1594,12 @@ func NewSetDeviceUserRequest(server string, instanceId InstanceID, platform Plat
 }
 
 // NewGetWebVapidPublicKeyRequest constructs an http.Request for the GetWebVapidPublicKey method
-func NewGetWebVapidPublicKeyRequest(server string, instanceId InstanceID) (*http.Request, error) {
+func NewGetWebVapidPublicKeyRequest(server string, instanceID InstanceID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1681,7 +1681,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-	RegisterApnsDeviceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error)
+	RegisterApnsDeviceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error)
 
 	// RegisterApnsDeviceWithResponse Register an APNs device.
 	//
@@ -1693,7 +1693,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-	RegisterApnsDeviceWithResponse(ctx context.Context, instanceId InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error)
+	RegisterApnsDeviceWithResponse(ctx context.Context, instanceID InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error)
 
 	// RegisterFcmDeviceWithBodyWithResponse Register an FCM device.
 	//
@@ -1703,7 +1703,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-	RegisterFcmDeviceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error)
+	RegisterFcmDeviceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error)
 
 	// RegisterFcmDeviceWithResponse Register an FCM device.
 	//
@@ -1713,7 +1713,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-	RegisterFcmDeviceWithResponse(ctx context.Context, instanceId InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error)
+	RegisterFcmDeviceWithResponse(ctx context.Context, instanceID InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error)
 
 	// UpdateFcmTokenWithBodyWithResponse Replace an FCM device's gateway token.
 	//
@@ -1724,7 +1724,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-	UpdateFcmTokenWithBodyWithResponse(ctx context.Context, instanceId InstanceID, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error)
+	UpdateFcmTokenWithBodyWithResponse(ctx context.Context, instanceID InstanceID, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error)
 
 	// UpdateFcmTokenWithResponse Replace an FCM device's gateway token.
 	//
@@ -1735,7 +1735,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-	UpdateFcmTokenWithResponse(ctx context.Context, instanceId InstanceID, deviceId DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error)
+	UpdateFcmTokenWithResponse(ctx context.Context, instanceID InstanceID, deviceID DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error)
 
 	// RegisterWebDeviceWithBodyWithResponse Register a Web Push device.
 	//
@@ -1754,7 +1754,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-	RegisterWebDeviceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error)
+	RegisterWebDeviceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error)
 
 	// RegisterWebDeviceWithResponse Register a Web Push device.
 	//
@@ -1773,7 +1773,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-	RegisterWebDeviceWithResponse(ctx context.Context, instanceId InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error)
+	RegisterWebDeviceWithResponse(ctx context.Context, instanceID InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error)
 
 	// DeleteDeviceWithResponse Delete a device.
 	//
@@ -1784,7 +1784,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `DeleteDevice` operationId).
-	DeleteDeviceWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*DeleteDeviceResponse, error)
+	DeleteDeviceWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*DeleteDeviceResponse, error)
 
 	// GetDeviceWithResponse Get a device.
 	//
@@ -1795,7 +1795,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
-	GetDeviceWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*GetDeviceResponse, error)
+	GetDeviceWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*GetDeviceResponse, error)
 
 	// ListDeviceInterestsWithResponse List a device's interests, a page at a time.
 	//
@@ -1805,7 +1805,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `ListDeviceInterests` operationId).
-	ListDeviceInterestsWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*ListDeviceInterestsResponse, error)
+	ListDeviceInterestsWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*ListDeviceInterestsResponse, error)
 
 	// SetDeviceInterestsWithBodyWithResponse Replace a device's whole interest set.
 	//
@@ -1815,7 +1815,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-	SetDeviceInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error)
+	SetDeviceInterestsWithBodyWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error)
 
 	// SetDeviceInterestsWithResponse Replace a device's whole interest set.
 	//
@@ -1825,7 +1825,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-	SetDeviceInterestsWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error)
+	SetDeviceInterestsWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error)
 
 	// RemoveDeviceInterestWithResponse Unsubscribe a device from an interest.
 	//
@@ -1835,7 +1835,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `RemoveDeviceInterest` operationId).
-	RemoveDeviceInterestWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*RemoveDeviceInterestResponse, error)
+	RemoveDeviceInterestWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*RemoveDeviceInterestResponse, error)
 
 	// AddDeviceInterestWithResponse Subscribe a device to an interest.
 	//
@@ -1846,7 +1846,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `AddDeviceInterest` operationId).
-	AddDeviceInterestWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*AddDeviceInterestResponse, error)
+	AddDeviceInterestWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*AddDeviceInterestResponse, error)
 
 	// UpdateDeviceMetadataWithBodyWithResponse Replace a device's metadata.
 	//
@@ -1857,7 +1857,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-	UpdateDeviceMetadataWithBodyWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error)
+	UpdateDeviceMetadataWithBodyWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error)
 
 	// UpdateDeviceMetadataWithResponse Replace a device's metadata.
 	//
@@ -1868,7 +1868,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-	UpdateDeviceMetadataWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error)
+	UpdateDeviceMetadataWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error)
 
 	// SetDeviceUserWithResponse Bind a device to the user named by a JWT.
 	//
@@ -1887,7 +1887,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
-	SetDeviceUserWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*SetDeviceUserResponse, error)
+	SetDeviceUserWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*SetDeviceUserResponse, error)
 
 	// GetWebVapidPublicKeyWithResponse The instance's VAPID public key.
 	//
@@ -1897,7 +1897,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /device_api/v1/instances/{instance_id}/web-vapid-public-key (the `GetWebVapidPublicKey` operationId).
-	GetWebVapidPublicKeyWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetWebVapidPublicKeyResponse, error)
+	GetWebVapidPublicKeyWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*GetWebVapidPublicKeyResponse, error)
 }
 
 // RegisterApnsDeviceResponse429Headers the declared response headers of an HTTP 429 response for RegisterApnsDevice
@@ -2975,8 +2975,8 @@ func (r GetWebVapidPublicKeyResponse) ContentType() string {
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-func (c *ClientWithResponses) RegisterApnsDeviceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error) {
-	rsp, err := c.RegisterApnsDeviceWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RegisterApnsDeviceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error) {
+	rsp, err := c.RegisterApnsDeviceWithBody(ctx, instanceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2993,8 +2993,8 @@ func (c *ClientWithResponses) RegisterApnsDeviceWithBodyWithResponse(ctx context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/apns (the `RegisterApnsDevice` operationId).
-func (c *ClientWithResponses) RegisterApnsDeviceWithResponse(ctx context.Context, instanceId InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error) {
-	rsp, err := c.RegisterApnsDevice(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) RegisterApnsDeviceWithResponse(ctx context.Context, instanceID InstanceID, body RegisterApnsDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterApnsDeviceResponse, error) {
+	rsp, err := c.RegisterApnsDevice(ctx, instanceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3009,8 +3009,8 @@ func (c *ClientWithResponses) RegisterApnsDeviceWithResponse(ctx context.Context
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-func (c *ClientWithResponses) RegisterFcmDeviceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error) {
-	rsp, err := c.RegisterFcmDeviceWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RegisterFcmDeviceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error) {
+	rsp, err := c.RegisterFcmDeviceWithBody(ctx, instanceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3025,8 +3025,8 @@ func (c *ClientWithResponses) RegisterFcmDeviceWithBodyWithResponse(ctx context.
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/fcm (the `RegisterFcmDevice` operationId).
-func (c *ClientWithResponses) RegisterFcmDeviceWithResponse(ctx context.Context, instanceId InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error) {
-	rsp, err := c.RegisterFcmDevice(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) RegisterFcmDeviceWithResponse(ctx context.Context, instanceID InstanceID, body RegisterFcmDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterFcmDeviceResponse, error) {
+	rsp, err := c.RegisterFcmDevice(ctx, instanceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3042,8 +3042,8 @@ func (c *ClientWithResponses) RegisterFcmDeviceWithResponse(ctx context.Context,
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-func (c *ClientWithResponses) UpdateFcmTokenWithBodyWithResponse(ctx context.Context, instanceId InstanceID, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error) {
-	rsp, err := c.UpdateFcmTokenWithBody(ctx, instanceId, deviceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) UpdateFcmTokenWithBodyWithResponse(ctx context.Context, instanceID InstanceID, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error) {
+	rsp, err := c.UpdateFcmTokenWithBody(ctx, instanceID, deviceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3059,8 +3059,8 @@ func (c *ClientWithResponses) UpdateFcmTokenWithBodyWithResponse(ctx context.Con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/fcm/{device_id}/token (the `UpdateFcmToken` operationId).
-func (c *ClientWithResponses) UpdateFcmTokenWithResponse(ctx context.Context, instanceId InstanceID, deviceId DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error) {
-	rsp, err := c.UpdateFcmToken(ctx, instanceId, deviceId, body, reqEditors...)
+func (c *ClientWithResponses) UpdateFcmTokenWithResponse(ctx context.Context, instanceID InstanceID, deviceID DeviceID, body UpdateFcmTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateFcmTokenResponse, error) {
+	rsp, err := c.UpdateFcmToken(ctx, instanceID, deviceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3084,8 +3084,8 @@ func (c *ClientWithResponses) UpdateFcmTokenWithResponse(ctx context.Context, in
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-func (c *ClientWithResponses) RegisterWebDeviceWithBodyWithResponse(ctx context.Context, instanceId InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error) {
-	rsp, err := c.RegisterWebDeviceWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RegisterWebDeviceWithBodyWithResponse(ctx context.Context, instanceID InstanceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error) {
+	rsp, err := c.RegisterWebDeviceWithBody(ctx, instanceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3109,8 +3109,8 @@ func (c *ClientWithResponses) RegisterWebDeviceWithBodyWithResponse(ctx context.
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/web (the `RegisterWebDevice` operationId).
-func (c *ClientWithResponses) RegisterWebDeviceWithResponse(ctx context.Context, instanceId InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error) {
-	rsp, err := c.RegisterWebDevice(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) RegisterWebDeviceWithResponse(ctx context.Context, instanceID InstanceID, body RegisterWebDeviceJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterWebDeviceResponse, error) {
+	rsp, err := c.RegisterWebDevice(ctx, instanceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3126,8 +3126,8 @@ func (c *ClientWithResponses) RegisterWebDeviceWithResponse(ctx context.Context,
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `DeleteDevice` operationId).
-func (c *ClientWithResponses) DeleteDeviceWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*DeleteDeviceResponse, error) {
-	rsp, err := c.DeleteDevice(ctx, instanceId, platform, deviceId, reqEditors...)
+func (c *ClientWithResponses) DeleteDeviceWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*DeleteDeviceResponse, error) {
+	rsp, err := c.DeleteDevice(ctx, instanceID, platform, deviceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3143,8 +3143,8 @@ func (c *ClientWithResponses) DeleteDeviceWithResponse(ctx context.Context, inst
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id} (the `GetDevice` operationId).
-func (c *ClientWithResponses) GetDeviceWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*GetDeviceResponse, error) {
-	rsp, err := c.GetDevice(ctx, instanceId, platform, deviceId, reqEditors...)
+func (c *ClientWithResponses) GetDeviceWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*GetDeviceResponse, error) {
+	rsp, err := c.GetDevice(ctx, instanceID, platform, deviceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3159,8 +3159,8 @@ func (c *ClientWithResponses) GetDeviceWithResponse(ctx context.Context, instanc
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `ListDeviceInterests` operationId).
-func (c *ClientWithResponses) ListDeviceInterestsWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*ListDeviceInterestsResponse, error) {
-	rsp, err := c.ListDeviceInterests(ctx, instanceId, platform, deviceId, params, reqEditors...)
+func (c *ClientWithResponses) ListDeviceInterestsWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, params *ListDeviceInterestsParams, reqEditors ...RequestEditorFn) (*ListDeviceInterestsResponse, error) {
+	rsp, err := c.ListDeviceInterests(ctx, instanceID, platform, deviceID, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3175,8 +3175,8 @@ func (c *ClientWithResponses) ListDeviceInterestsWithResponse(ctx context.Contex
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-func (c *ClientWithResponses) SetDeviceInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error) {
-	rsp, err := c.SetDeviceInterestsWithBody(ctx, instanceId, platform, deviceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) SetDeviceInterestsWithBodyWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error) {
+	rsp, err := c.SetDeviceInterestsWithBody(ctx, instanceID, platform, deviceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3191,8 +3191,8 @@ func (c *ClientWithResponses) SetDeviceInterestsWithBodyWithResponse(ctx context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests (the `SetDeviceInterests` operationId).
-func (c *ClientWithResponses) SetDeviceInterestsWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error) {
-	rsp, err := c.SetDeviceInterests(ctx, instanceId, platform, deviceId, body, reqEditors...)
+func (c *ClientWithResponses) SetDeviceInterestsWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body SetDeviceInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetDeviceInterestsResponse, error) {
+	rsp, err := c.SetDeviceInterests(ctx, instanceID, platform, deviceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3207,8 +3207,8 @@ func (c *ClientWithResponses) SetDeviceInterestsWithResponse(ctx context.Context
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `RemoveDeviceInterest` operationId).
-func (c *ClientWithResponses) RemoveDeviceInterestWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*RemoveDeviceInterestResponse, error) {
-	rsp, err := c.RemoveDeviceInterest(ctx, instanceId, platform, deviceId, interestName, reqEditors...)
+func (c *ClientWithResponses) RemoveDeviceInterestWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*RemoveDeviceInterestResponse, error) {
+	rsp, err := c.RemoveDeviceInterest(ctx, instanceID, platform, deviceID, interestName, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3224,8 +3224,8 @@ func (c *ClientWithResponses) RemoveDeviceInterestWithResponse(ctx context.Conte
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/interests/{interest_name} (the `AddDeviceInterest` operationId).
-func (c *ClientWithResponses) AddDeviceInterestWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*AddDeviceInterestResponse, error) {
-	rsp, err := c.AddDeviceInterest(ctx, instanceId, platform, deviceId, interestName, reqEditors...)
+func (c *ClientWithResponses) AddDeviceInterestWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, interestName InterestName, reqEditors ...RequestEditorFn) (*AddDeviceInterestResponse, error) {
+	rsp, err := c.AddDeviceInterest(ctx, instanceID, platform, deviceID, interestName, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3241,8 +3241,8 @@ func (c *ClientWithResponses) AddDeviceInterestWithResponse(ctx context.Context,
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-func (c *ClientWithResponses) UpdateDeviceMetadataWithBodyWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error) {
-	rsp, err := c.UpdateDeviceMetadataWithBody(ctx, instanceId, platform, deviceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) UpdateDeviceMetadataWithBodyWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error) {
+	rsp, err := c.UpdateDeviceMetadataWithBody(ctx, instanceID, platform, deviceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3258,8 +3258,8 @@ func (c *ClientWithResponses) UpdateDeviceMetadataWithBodyWithResponse(ctx conte
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/metadata (the `UpdateDeviceMetadata` operationId).
-func (c *ClientWithResponses) UpdateDeviceMetadataWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error) {
-	rsp, err := c.UpdateDeviceMetadata(ctx, instanceId, platform, deviceId, body, reqEditors...)
+func (c *ClientWithResponses) UpdateDeviceMetadataWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, body UpdateDeviceMetadataJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDeviceMetadataResponse, error) {
+	rsp, err := c.UpdateDeviceMetadata(ctx, instanceID, platform, deviceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3283,8 +3283,8 @@ func (c *ClientWithResponses) UpdateDeviceMetadataWithResponse(ctx context.Conte
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /device_api/v1/instances/{instance_id}/devices/{platform}/{device_id}/user (the `SetDeviceUser` operationId).
-func (c *ClientWithResponses) SetDeviceUserWithResponse(ctx context.Context, instanceId InstanceID, platform Platform, deviceId DeviceID, reqEditors ...RequestEditorFn) (*SetDeviceUserResponse, error) {
-	rsp, err := c.SetDeviceUser(ctx, instanceId, platform, deviceId, reqEditors...)
+func (c *ClientWithResponses) SetDeviceUserWithResponse(ctx context.Context, instanceID InstanceID, platform Platform, deviceID DeviceID, reqEditors ...RequestEditorFn) (*SetDeviceUserResponse, error) {
+	rsp, err := c.SetDeviceUser(ctx, instanceID, platform, deviceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -3299,8 +3299,8 @@ func (c *ClientWithResponses) SetDeviceUserWithResponse(ctx context.Context, ins
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /device_api/v1/instances/{instance_id}/web-vapid-public-key (the `GetWebVapidPublicKey` operationId).
-func (c *ClientWithResponses) GetWebVapidPublicKeyWithResponse(ctx context.Context, instanceId InstanceID, reqEditors ...RequestEditorFn) (*GetWebVapidPublicKeyResponse, error) {
-	rsp, err := c.GetWebVapidPublicKey(ctx, instanceId, reqEditors...)
+func (c *ClientWithResponses) GetWebVapidPublicKeyWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*GetWebVapidPublicKeyResponse, error) {
+	rsp, err := c.GetWebVapidPublicKey(ctx, instanceID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

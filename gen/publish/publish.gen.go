@@ -133,10 +133,10 @@ type InterestsPublishFields struct {
 	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// WebhookURL An `http://` or `https://` URL with a host that receives a
 	// `PublishWebhook` when the publish starts and when it finishes (422
 	// `invalid_webhook_url` otherwise). An empty string means none.
-	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
+	WebhookURL *WebhookURL `json:"webhookUrl,omitempty"`
 }
 
 // InterestsPublishRequest A publish to interests: 1 to 100 interests and at least one of `apns`,
@@ -147,8 +147,8 @@ type InterestsPublishRequest = InterestsPublishFields
 
 // PublishResult defines model for PublishResult.
 type PublishResult struct {
-	// PublishId The identifier of the publish.
-	PublishId string `json:"publishId"`
+	// PublishID The identifier of the publish.
+	PublishID string `json:"publishId"`
 }
 
 // PublishState `accepted`: stored, targets not resolved yet; `delivering`: targets
@@ -169,7 +169,7 @@ type PublishStatus struct {
 
 	// Opened Devices that reported the notification opened.
 	Opened    int    `json:"opened"`
-	PublishId string `json:"publishId"`
+	PublishID string `json:"publishId"`
 
 	// Sent Notifications a gateway accepted.
 	Sent int `json:"sent"`
@@ -187,8 +187,8 @@ type PublishStatus struct {
 type PublishWebhook struct {
 	Event      PublishWebhookEvent `json:"event"`
 	Failed     int                 `json:"failed"`
-	InstanceId string              `json:"instanceId"`
-	PublishId  string              `json:"publishId"`
+	InstanceID string              `json:"instanceId"`
+	PublishID  string              `json:"publishId"`
 	Sent       int                 `json:"sent"`
 
 	// State `accepted`: stored, targets not resolved yet; `delivering`: targets
@@ -249,10 +249,10 @@ type UsersPublishFields struct {
 	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// WebhookURL An `http://` or `https://` URL with a host that receives a
 	// `PublishWebhook` when the publish starts and when it finishes (422
 	// `invalid_webhook_url` otherwise). An empty string means none.
-	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
+	WebhookURL *WebhookURL `json:"webhookUrl,omitempty"`
 }
 
 // UsersPublishRequest A publish to users: 1 to 1000 user ids and at least one of `apns`,
@@ -387,22 +387,22 @@ type PublishToUsersJSONRequestBody = UsersPublishRequest
 type ServerInterface interface {
 	// DeleteUser Delete a user and all their devices (the path the Beams Go SDK uses).
 	// (DELETE /customer_api/v1/instances/{instance_id}/users/{user_id})
-	DeleteUser(c *gin.Context, instanceId InstanceID, userId UserID)
+	DeleteUser(c *gin.Context, instanceID InstanceID, userID UserID)
 	// PublishToInterestsBare Publish to interests (the path the Beams Go SDK uses).
 	// (POST /publish_api/v1/instances/{instance_id}/publishes)
-	PublishToInterestsBare(c *gin.Context, instanceId InstanceID, params PublishToInterestsBareParams)
+	PublishToInterestsBare(c *gin.Context, instanceID InstanceID, params PublishToInterestsBareParams)
 	// PublishToInterests Publish to the devices subscribed to any of the interests.
 	// (POST /publish_api/v1/instances/{instance_id}/publishes/interests)
-	PublishToInterests(c *gin.Context, instanceId InstanceID, params PublishToInterestsParams)
+	PublishToInterests(c *gin.Context, instanceID InstanceID, params PublishToInterestsParams)
 	// PublishToUsers Publish to every device of the users.
 	// (POST /publish_api/v1/instances/{instance_id}/publishes/users)
-	PublishToUsers(c *gin.Context, instanceId InstanceID, params PublishToUsersParams)
+	PublishToUsers(c *gin.Context, instanceID InstanceID, params PublishToUsersParams)
 	// GetPublish The state and counts of a publish (a Herald extension).
 	// (GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id})
-	GetPublish(c *gin.Context, instanceId InstanceID, publishId string)
+	GetPublish(c *gin.Context, instanceID InstanceID, publishID string)
 	// DeleteUserViaUserAPI Delete a user and all their devices (the path the Beams Node SDK uses).
 	// (DELETE /user_api/v1/instances/{instance_id}/users/{user_id})
-	DeleteUserViaUserAPI(c *gin.Context, instanceId InstanceID, userId UserID)
+	DeleteUserViaUserAPI(c *gin.Context, instanceID InstanceID, userID UserID)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -421,18 +421,18 @@ func (siw *ServerInterfaceWrapper) DeleteUser(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
 	}
 
 	// ------------- Path parameter "user_id" -------------
-	var userId UserID
+	var userID UserID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "user_id", c.Param("user_id"), &userId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "user_id", c.Param("user_id"), &userID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter user_id: %w", err), http.StatusBadRequest)
 		return
@@ -445,7 +445,7 @@ func (siw *ServerInterfaceWrapper) DeleteUser(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DeleteUser(c, instanceId, userId)
+	siw.Handler.DeleteUser(c, instanceID, userID)
 }
 
 // PublishToInterestsBare operation middleware
@@ -455,9 +455,9 @@ func (siw *ServerInterfaceWrapper) PublishToInterestsBare(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -494,7 +494,7 @@ func (siw *ServerInterfaceWrapper) PublishToInterestsBare(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.PublishToInterestsBare(c, instanceId, params)
+	siw.Handler.PublishToInterestsBare(c, instanceID, params)
 }
 
 // PublishToInterests operation middleware
@@ -504,9 +504,9 @@ func (siw *ServerInterfaceWrapper) PublishToInterests(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -543,7 +543,7 @@ func (siw *ServerInterfaceWrapper) PublishToInterests(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.PublishToInterests(c, instanceId, params)
+	siw.Handler.PublishToInterests(c, instanceID, params)
 }
 
 // PublishToUsers operation middleware
@@ -553,9 +553,9 @@ func (siw *ServerInterfaceWrapper) PublishToUsers(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -592,7 +592,7 @@ func (siw *ServerInterfaceWrapper) PublishToUsers(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.PublishToUsers(c, instanceId, params)
+	siw.Handler.PublishToUsers(c, instanceID, params)
 }
 
 // GetPublish operation middleware
@@ -602,18 +602,18 @@ func (siw *ServerInterfaceWrapper) GetPublish(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
 	}
 
 	// ------------- Path parameter "publish_id" -------------
-	var publishId string
+	var publishID string
 
-	err = runtime.BindStyledParameterWithOptions("simple", "publish_id", c.Param("publish_id"), &publishId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "publish_id", c.Param("publish_id"), &publishID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter publish_id: %w", err), http.StatusBadRequest)
 		return
@@ -626,7 +626,7 @@ func (siw *ServerInterfaceWrapper) GetPublish(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.GetPublish(c, instanceId, publishId)
+	siw.Handler.GetPublish(c, instanceID, publishID)
 }
 
 // DeleteUserViaUserAPI operation middleware
@@ -636,18 +636,18 @@ func (siw *ServerInterfaceWrapper) DeleteUserViaUserAPI(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId InstanceID
+	var instanceID InstanceID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
 	}
 
 	// ------------- Path parameter "user_id" -------------
-	var userId UserID
+	var userID UserID
 
-	err = runtime.BindStyledParameterWithOptions("simple", "user_id", c.Param("user_id"), &userId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "user_id", c.Param("user_id"), &userID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter user_id: %w", err), http.StatusBadRequest)
 		return
@@ -660,7 +660,7 @@ func (siw *ServerInterfaceWrapper) DeleteUserViaUserAPI(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.DeleteUserViaUserAPI(c, instanceId, userId)
+	siw.Handler.DeleteUserViaUserAPI(c, instanceID, userID)
 }
 
 // GinServerOptions provides options for the Gin server.
@@ -719,8 +719,8 @@ type UnauthorizedJSONResponse externalRef0.Error
 type UnprocessableJSONResponse externalRef0.Error
 
 type DeleteUserRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
-	UserId     UserID     `json:"user_id"`
+	InstanceID InstanceID `json:"instance_id"`
+	UserID     UserID     `json:"user_id"`
 }
 
 type DeleteUserResponseObject interface {
@@ -812,7 +812,7 @@ func (response DeleteUser500JSONResponse) VisitDeleteUserResponse(w http.Respons
 }
 
 type PublishToInterestsBareRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Params     PublishToInterestsBareParams
 	Body       *PublishToInterestsBareJSONRequestBody
 }
@@ -950,7 +950,7 @@ func (response PublishToInterestsBare500JSONResponse) VisitPublishToInterestsBar
 }
 
 type PublishToInterestsRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Params     PublishToInterestsParams
 	Body       *PublishToInterestsJSONRequestBody
 }
@@ -1088,7 +1088,7 @@ func (response PublishToInterests500JSONResponse) VisitPublishToInterestsRespons
 }
 
 type PublishToUsersRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
+	InstanceID InstanceID `json:"instance_id"`
 	Params     PublishToUsersParams
 	Body       *PublishToUsersJSONRequestBody
 }
@@ -1226,8 +1226,8 @@ func (response PublishToUsers500JSONResponse) VisitPublishToUsersResponse(w http
 }
 
 type GetPublishRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
-	PublishId  string     `json:"publish_id"`
+	InstanceID InstanceID `json:"instance_id"`
+	PublishID  string     `json:"publish_id"`
 }
 
 type GetPublishResponseObject interface {
@@ -1319,8 +1319,8 @@ func (response GetPublish500JSONResponse) VisitGetPublishResponse(w http.Respons
 }
 
 type DeleteUserViaUserAPIRequestObject struct {
-	InstanceId InstanceID `json:"instance_id"`
-	UserId     UserID     `json:"user_id"`
+	InstanceID InstanceID `json:"instance_id"`
+	UserID     UserID     `json:"user_id"`
 }
 
 type DeleteUserViaUserAPIResponseObject interface {
@@ -1491,11 +1491,11 @@ type strictHandler struct {
 }
 
 // DeleteUser operation middleware
-func (sh *strictHandler) DeleteUser(ctx *gin.Context, instanceId InstanceID, userId UserID) {
+func (sh *strictHandler) DeleteUser(ctx *gin.Context, instanceID InstanceID, userID UserID) {
 	var request DeleteUserRequestObject
 
-	request.InstanceId = instanceId
-	request.UserId = userId
+	request.InstanceID = instanceID
+	request.UserID = userID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteUser(ctx, request.(DeleteUserRequestObject))
@@ -1518,10 +1518,10 @@ func (sh *strictHandler) DeleteUser(ctx *gin.Context, instanceId InstanceID, use
 }
 
 // PublishToInterestsBare operation middleware
-func (sh *strictHandler) PublishToInterestsBare(ctx *gin.Context, instanceId InstanceID, params PublishToInterestsBareParams) {
+func (sh *strictHandler) PublishToInterestsBare(ctx *gin.Context, instanceID InstanceID, params PublishToInterestsBareParams) {
 	var request PublishToInterestsBareRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Params = params
 
 	var body PublishToInterestsBareJSONRequestBody
@@ -1563,10 +1563,10 @@ func (sh *strictHandler) PublishToInterestsBare(ctx *gin.Context, instanceId Ins
 }
 
 // PublishToInterests operation middleware
-func (sh *strictHandler) PublishToInterests(ctx *gin.Context, instanceId InstanceID, params PublishToInterestsParams) {
+func (sh *strictHandler) PublishToInterests(ctx *gin.Context, instanceID InstanceID, params PublishToInterestsParams) {
 	var request PublishToInterestsRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Params = params
 
 	var body PublishToInterestsJSONRequestBody
@@ -1608,10 +1608,10 @@ func (sh *strictHandler) PublishToInterests(ctx *gin.Context, instanceId Instanc
 }
 
 // PublishToUsers operation middleware
-func (sh *strictHandler) PublishToUsers(ctx *gin.Context, instanceId InstanceID, params PublishToUsersParams) {
+func (sh *strictHandler) PublishToUsers(ctx *gin.Context, instanceID InstanceID, params PublishToUsersParams) {
 	var request PublishToUsersRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 	request.Params = params
 
 	var body PublishToUsersJSONRequestBody
@@ -1653,11 +1653,11 @@ func (sh *strictHandler) PublishToUsers(ctx *gin.Context, instanceId InstanceID,
 }
 
 // GetPublish operation middleware
-func (sh *strictHandler) GetPublish(ctx *gin.Context, instanceId InstanceID, publishId string) {
+func (sh *strictHandler) GetPublish(ctx *gin.Context, instanceID InstanceID, publishID string) {
 	var request GetPublishRequestObject
 
-	request.InstanceId = instanceId
-	request.PublishId = publishId
+	request.InstanceID = instanceID
+	request.PublishID = publishID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.GetPublish(ctx, request.(GetPublishRequestObject))
@@ -1680,11 +1680,11 @@ func (sh *strictHandler) GetPublish(ctx *gin.Context, instanceId InstanceID, pub
 }
 
 // DeleteUserViaUserAPI operation middleware
-func (sh *strictHandler) DeleteUserViaUserAPI(ctx *gin.Context, instanceId InstanceID, userId UserID) {
+func (sh *strictHandler) DeleteUserViaUserAPI(ctx *gin.Context, instanceID InstanceID, userID UserID) {
 	var request DeleteUserViaUserAPIRequestObject
 
-	request.InstanceId = instanceId
-	request.UserId = userId
+	request.InstanceID = instanceID
+	request.UserID = userID
 
 	handler := func(ctx *gin.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteUserViaUserAPI(ctx, request.(DeleteUserViaUserAPIRequestObject))

@@ -110,10 +110,10 @@ type InterestsPublishFields struct {
 	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// WebhookURL An `http://` or `https://` URL with a host that receives a
 	// `PublishWebhook` when the publish starts and when it finishes (422
 	// `invalid_webhook_url` otherwise). An empty string means none.
-	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
+	WebhookURL *WebhookURL `json:"webhookUrl,omitempty"`
 }
 
 // InterestsPublishRequest A publish to interests: 1 to 100 interests and at least one of `apns`,
@@ -124,8 +124,8 @@ type InterestsPublishRequest = InterestsPublishFields
 
 // PublishResult defines model for PublishResult.
 type PublishResult struct {
-	// PublishId The identifier of the publish.
-	PublishId string `json:"publishId"`
+	// PublishID The identifier of the publish.
+	PublishID string `json:"publishId"`
 }
 
 // PublishState `accepted`: stored, targets not resolved yet; `delivering`: targets
@@ -146,7 +146,7 @@ type PublishStatus struct {
 
 	// Opened Devices that reported the notification opened.
 	Opened    int    `json:"opened"`
-	PublishId string `json:"publishId"`
+	PublishID string `json:"publishId"`
 
 	// Sent Notifications a gateway accepted.
 	Sent int `json:"sent"`
@@ -205,10 +205,10 @@ type UsersPublishFields struct {
 	// server pass the object through unchanged.
 	Web *WebPayload `json:"web,omitempty"`
 
-	// WebhookUrl An `http://` or `https://` URL with a host that receives a
+	// WebhookURL An `http://` or `https://` URL with a host that receives a
 	// `PublishWebhook` when the publish starts and when it finishes (422
 	// `invalid_webhook_url` otherwise). An empty string means none.
-	WebhookUrl *WebhookURL `json:"webhookUrl,omitempty"`
+	WebhookURL *WebhookURL `json:"webhookUrl,omitempty"`
 }
 
 // UsersPublishRequest A publish to users: 1 to 1000 user ids and at least one of `apns`,
@@ -420,7 +420,7 @@ type ClientInterface interface {
 	// Deleting a user without devices succeeds.
 	//
 	// Corresponds with DELETE /customer_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUser` operationId).
-	DeleteUser(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteUser(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterestsBareWithBody Publish to interests (the path the Beams Go SDK uses).
 	//
@@ -430,7 +430,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBareWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterestsBareWithBody(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterestsBare Publish to interests (the path the Beams Go SDK uses).
 	//
@@ -440,7 +440,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBare(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterestsBare(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterestsWithBody Publish to the devices subscribed to any of the interests.
 	//
@@ -454,7 +454,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterestsWithBody(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToInterests Publish to the devices subscribed to any of the interests.
 	//
@@ -468,7 +468,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterests(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToInterests(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToUsersWithBody Publish to every device of the users.
 	//
@@ -481,7 +481,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToUsersWithBody(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishToUsers Publish to every device of the users.
 	//
@@ -494,7 +494,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsers(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublishToUsers(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetPublish The state and counts of a publish (a Herald extension).
 	//
@@ -503,7 +503,7 @@ type ClientInterface interface {
 	// count the devices' reports to the Reporting API.
 	//
 	// Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
-	GetPublish(ctx context.Context, instanceId InstanceID, publishId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetPublish(ctx context.Context, instanceID InstanceID, publishID string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteUserViaUserAPI Delete a user and all their devices (the path the Beams Node SDK uses).
 	//
@@ -511,7 +511,7 @@ type ClientInterface interface {
 	// SDK uses.
 	//
 	// Corresponds with DELETE /user_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUserViaUserAPI` operationId).
-	DeleteUserViaUserAPI(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteUserViaUserAPI(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // DeleteUser Delete a user and all their devices (the path the Beams Go SDK uses).
@@ -521,8 +521,8 @@ type ClientInterface interface {
 // Deleting a user without devices succeeds.
 //
 // Corresponds with DELETE /customer_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUser` operationId).
-func (c *Client) DeleteUser(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteUserRequest(c.Server, instanceId, userId)
+func (c *Client) DeleteUser(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteUserRequest(c.Server, instanceID, userID)
 	if err != nil {
 		return nil, err
 	}
@@ -541,8 +541,8 @@ func (c *Client) DeleteUser(ctx context.Context, instanceId InstanceID, userId U
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsBareRequestWithBody(c.Server, instanceId, params, contentType, body)
+func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsBareRequestWithBody(c.Server, instanceID, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -561,8 +561,8 @@ func (c *Client) PublishToInterestsBareWithBody(ctx context.Context, instanceId 
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *Client) PublishToInterestsBare(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsBareRequest(c.Server, instanceId, params, body)
+func (c *Client) PublishToInterestsBare(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsBareRequest(c.Server, instanceID, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -585,8 +585,8 @@ func (c *Client) PublishToInterestsBare(ctx context.Context, instanceId Instance
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsRequestWithBody(c.Server, instanceId, params, contentType, body)
+func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsRequestWithBody(c.Server, instanceID, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -609,8 +609,8 @@ func (c *Client) PublishToInterestsWithBody(ctx context.Context, instanceId Inst
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *Client) PublishToInterests(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToInterestsRequest(c.Server, instanceId, params, body)
+func (c *Client) PublishToInterests(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToInterestsRequest(c.Server, instanceID, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -632,8 +632,8 @@ func (c *Client) PublishToInterests(ctx context.Context, instanceId InstanceID, 
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToUsersRequestWithBody(c.Server, instanceId, params, contentType, body)
+func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToUsersRequestWithBody(c.Server, instanceID, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -655,8 +655,8 @@ func (c *Client) PublishToUsersWithBody(ctx context.Context, instanceId Instance
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *Client) PublishToUsers(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublishToUsersRequest(c.Server, instanceId, params, body)
+func (c *Client) PublishToUsers(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishToUsersRequest(c.Server, instanceID, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -674,8 +674,8 @@ func (c *Client) PublishToUsers(ctx context.Context, instanceId InstanceID, para
 // count the devices' reports to the Reporting API.
 //
 // Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
-func (c *Client) GetPublish(ctx context.Context, instanceId InstanceID, publishId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetPublishRequest(c.Server, instanceId, publishId)
+func (c *Client) GetPublish(ctx context.Context, instanceID InstanceID, publishID string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPublishRequest(c.Server, instanceID, publishID)
 	if err != nil {
 		return nil, err
 	}
@@ -692,8 +692,8 @@ func (c *Client) GetPublish(ctx context.Context, instanceId InstanceID, publishI
 // SDK uses.
 //
 // Corresponds with DELETE /user_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUserViaUserAPI` operationId).
-func (c *Client) DeleteUserViaUserAPI(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteUserViaUserAPIRequest(c.Server, instanceId, userId)
+func (c *Client) DeleteUserViaUserAPI(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteUserViaUserAPIRequest(c.Server, instanceID, userID)
 	if err != nil {
 		return nil, err
 	}
@@ -705,19 +705,19 @@ func (c *Client) DeleteUserViaUserAPI(ctx context.Context, instanceId InstanceID
 }
 
 // NewDeleteUserRequest constructs an http.Request for the DeleteUser method
-func NewDeleteUserRequest(server string, instanceId InstanceID, userId UserID) (*http.Request, error) {
+func NewDeleteUserRequest(server string, instanceID InstanceID, userID UserID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
 
 	var pathParam1 string
 
-	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "user_id", userId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "user_id", userID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -746,23 +746,23 @@ func NewDeleteUserRequest(server string, instanceId InstanceID, userId UserID) (
 }
 
 // NewPublishToInterestsBareRequest calls the generic PublishToInterestsBare builder with application/json body
-func NewPublishToInterestsBareRequest(server string, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody) (*http.Request, error) {
+func NewPublishToInterestsBareRequest(server string, instanceID InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPublishToInterestsBareRequestWithBody(server, instanceId, params, "application/json", bodyReader)
+	return NewPublishToInterestsBareRequestWithBody(server, instanceID, params, "application/json", bodyReader)
 }
 
 // NewPublishToInterestsBareRequestWithBody constructs an http.Request for the PublishToInterestsBare method, with any body, and a specified content type
-func NewPublishToInterestsBareRequestWithBody(server string, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublishToInterestsBareRequestWithBody(server string, instanceID InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -808,23 +808,23 @@ func NewPublishToInterestsBareRequestWithBody(server string, instanceId Instance
 }
 
 // NewPublishToInterestsRequest calls the generic PublishToInterests builder with application/json body
-func NewPublishToInterestsRequest(server string, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody) (*http.Request, error) {
+func NewPublishToInterestsRequest(server string, instanceID InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPublishToInterestsRequestWithBody(server, instanceId, params, "application/json", bodyReader)
+	return NewPublishToInterestsRequestWithBody(server, instanceID, params, "application/json", bodyReader)
 }
 
 // NewPublishToInterestsRequestWithBody constructs an http.Request for the PublishToInterests method, with any body, and a specified content type
-func NewPublishToInterestsRequestWithBody(server string, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublishToInterestsRequestWithBody(server string, instanceID InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -870,23 +870,23 @@ func NewPublishToInterestsRequestWithBody(server string, instanceId InstanceID, 
 }
 
 // NewPublishToUsersRequest calls the generic PublishToUsers builder with application/json body
-func NewPublishToUsersRequest(server string, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody) (*http.Request, error) {
+func NewPublishToUsersRequest(server string, instanceID InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPublishToUsersRequestWithBody(server, instanceId, params, "application/json", bodyReader)
+	return NewPublishToUsersRequestWithBody(server, instanceID, params, "application/json", bodyReader)
 }
 
 // NewPublishToUsersRequestWithBody constructs an http.Request for the PublishToUsers method, with any body, and a specified content type
-func NewPublishToUsersRequestWithBody(server string, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublishToUsersRequestWithBody(server string, instanceID InstanceID, params *PublishToUsersParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -932,19 +932,19 @@ func NewPublishToUsersRequestWithBody(server string, instanceId InstanceID, para
 }
 
 // NewGetPublishRequest constructs an http.Request for the GetPublish method
-func NewGetPublishRequest(server string, instanceId InstanceID, publishId string) (*http.Request, error) {
+func NewGetPublishRequest(server string, instanceID InstanceID, publishID string) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
 
 	var pathParam1 string
 
-	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "publish_id", publishId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "publish_id", publishID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -973,19 +973,19 @@ func NewGetPublishRequest(server string, instanceId InstanceID, publishId string
 }
 
 // NewDeleteUserViaUserAPIRequest constructs an http.Request for the DeleteUserViaUserAPI method
-func NewDeleteUserViaUserAPIRequest(server string, instanceId InstanceID, userId UserID) (*http.Request, error) {
+func NewDeleteUserViaUserAPIRequest(server string, instanceID InstanceID, userID UserID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
 
 	var pathParam1 string
 
-	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "user_id", userId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "user_id", userID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -1066,7 +1066,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /customer_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUser` operationId).
-	DeleteUserWithResponse(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*DeleteUserResponse, error)
+	DeleteUserWithResponse(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*DeleteUserResponse, error)
 
 	// PublishToInterestsBareWithBodyWithResponse Publish to interests (the path the Beams Go SDK uses).
 	//
@@ -1076,7 +1076,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
+	PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
 
 	// PublishToInterestsBareWithResponse Publish to interests (the path the Beams Go SDK uses).
 	//
@@ -1086,7 +1086,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-	PublishToInterestsBareWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
+	PublishToInterestsBareWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error)
 
 	// PublishToInterestsWithBodyWithResponse Publish to the devices subscribed to any of the interests.
 	//
@@ -1100,7 +1100,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
+	PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
 
 	// PublishToInterestsWithResponse Publish to the devices subscribed to any of the interests.
 	//
@@ -1114,7 +1114,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-	PublishToInterestsWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
+	PublishToInterestsWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error)
 
 	// PublishToUsersWithBodyWithResponse Publish to every device of the users.
 	//
@@ -1127,7 +1127,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
+	PublishToUsersWithBodyWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
 
 	// PublishToUsersWithResponse Publish to every device of the users.
 	//
@@ -1140,7 +1140,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-	PublishToUsersWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
+	PublishToUsersWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error)
 
 	// GetPublishWithResponse The state and counts of a publish (a Herald extension).
 	//
@@ -1151,7 +1151,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
-	GetPublishWithResponse(ctx context.Context, instanceId InstanceID, publishId string, reqEditors ...RequestEditorFn) (*GetPublishResponse, error)
+	GetPublishWithResponse(ctx context.Context, instanceID InstanceID, publishID string, reqEditors ...RequestEditorFn) (*GetPublishResponse, error)
 
 	// DeleteUserViaUserAPIWithResponse Delete a user and all their devices (the path the Beams Node SDK uses).
 	//
@@ -1161,7 +1161,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /user_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUserViaUserAPI` operationId).
-	DeleteUserViaUserAPIWithResponse(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*DeleteUserViaUserAPIResponse, error)
+	DeleteUserViaUserAPIWithResponse(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*DeleteUserViaUserAPIResponse, error)
 }
 
 type DeleteUserResponse struct {
@@ -1692,8 +1692,8 @@ func (r DeleteUserViaUserAPIResponse) ContentType() string {
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /customer_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUser` operationId).
-func (c *ClientWithResponses) DeleteUserWithResponse(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*DeleteUserResponse, error) {
-	rsp, err := c.DeleteUser(ctx, instanceId, userId, reqEditors...)
+func (c *ClientWithResponses) DeleteUserWithResponse(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*DeleteUserResponse, error) {
+	rsp, err := c.DeleteUser(ctx, instanceID, userID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1708,8 +1708,8 @@ func (c *ClientWithResponses) DeleteUserWithResponse(ctx context.Context, instan
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
-	rsp, err := c.PublishToInterestsBareWithBody(ctx, instanceId, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
+	rsp, err := c.PublishToInterestsBareWithBody(ctx, instanceID, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1724,8 +1724,8 @@ func (c *ClientWithResponses) PublishToInterestsBareWithBodyWithResponse(ctx con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes (the `PublishToInterestsBare` operationId).
-func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
-	rsp, err := c.PublishToInterestsBare(ctx, instanceId, params, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsBareParams, body PublishToInterestsBareJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsBareResponse, error) {
+	rsp, err := c.PublishToInterestsBare(ctx, instanceID, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1744,8 +1744,8 @@ func (c *ClientWithResponses) PublishToInterestsBareWithResponse(ctx context.Con
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
-	rsp, err := c.PublishToInterestsWithBody(ctx, instanceId, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
+	rsp, err := c.PublishToInterestsWithBody(ctx, instanceID, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1764,8 +1764,8 @@ func (c *ClientWithResponses) PublishToInterestsWithBodyWithResponse(ctx context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/interests (the `PublishToInterests` operationId).
-func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
-	rsp, err := c.PublishToInterests(ctx, instanceId, params, body, reqEditors...)
+func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToInterestsParams, body PublishToInterestsJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToInterestsResponse, error) {
+	rsp, err := c.PublishToInterests(ctx, instanceID, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1783,8 +1783,8 @@ func (c *ClientWithResponses) PublishToInterestsWithResponse(ctx context.Context
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
-	rsp, err := c.PublishToUsersWithBody(ctx, instanceId, params, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
+	rsp, err := c.PublishToUsersWithBody(ctx, instanceID, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1802,8 +1802,8 @@ func (c *ClientWithResponses) PublishToUsersWithBodyWithResponse(ctx context.Con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /publish_api/v1/instances/{instance_id}/publishes/users (the `PublishToUsers` operationId).
-func (c *ClientWithResponses) PublishToUsersWithResponse(ctx context.Context, instanceId InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
-	rsp, err := c.PublishToUsers(ctx, instanceId, params, body, reqEditors...)
+func (c *ClientWithResponses) PublishToUsersWithResponse(ctx context.Context, instanceID InstanceID, params *PublishToUsersParams, body PublishToUsersJSONRequestBody, reqEditors ...RequestEditorFn) (*PublishToUsersResponse, error) {
+	rsp, err := c.PublishToUsers(ctx, instanceID, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1819,8 +1819,8 @@ func (c *ClientWithResponses) PublishToUsersWithResponse(ctx context.Context, in
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /publish_api/v1/instances/{instance_id}/publishes/{publish_id} (the `GetPublish` operationId).
-func (c *ClientWithResponses) GetPublishWithResponse(ctx context.Context, instanceId InstanceID, publishId string, reqEditors ...RequestEditorFn) (*GetPublishResponse, error) {
-	rsp, err := c.GetPublish(ctx, instanceId, publishId, reqEditors...)
+func (c *ClientWithResponses) GetPublishWithResponse(ctx context.Context, instanceID InstanceID, publishID string, reqEditors ...RequestEditorFn) (*GetPublishResponse, error) {
+	rsp, err := c.GetPublish(ctx, instanceID, publishID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -1835,8 +1835,8 @@ func (c *ClientWithResponses) GetPublishWithResponse(ctx context.Context, instan
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /user_api/v1/instances/{instance_id}/users/{user_id} (the `DeleteUserViaUserAPI` operationId).
-func (c *ClientWithResponses) DeleteUserViaUserAPIWithResponse(ctx context.Context, instanceId InstanceID, userId UserID, reqEditors ...RequestEditorFn) (*DeleteUserViaUserAPIResponse, error) {
-	rsp, err := c.DeleteUserViaUserAPI(ctx, instanceId, userId, reqEditors...)
+func (c *ClientWithResponses) DeleteUserViaUserAPIWithResponse(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*DeleteUserViaUserAPIResponse, error) {
+	rsp, err := c.DeleteUserViaUserAPI(ctx, instanceID, userID, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -30,8 +30,8 @@ type ReportEvent struct {
 	// AppInBackground Only for `delivery`; whether the app was in the background.
 	AppInBackground *bool `json:"appInBackground,omitempty"`
 
-	// DeviceId The reporting device.
-	DeviceId string `json:"deviceId"`
+	// DeviceID The reporting device.
+	DeviceID string `json:"deviceId"`
 
 	// Event `delivery` (a device received a notification) or `open` (a user tapped it), in any case.
 	Event string `json:"event"`
@@ -42,14 +42,14 @@ type ReportEvent struct {
 	// HasDisplayableContent Only for `delivery`; whether the notification had a user-interface element.
 	HasDisplayableContent *bool `json:"hasDisplayableContent,omitempty"`
 
-	// PublishId The publish behind the notification.
-	PublishId string `json:"publishId"`
+	// PublishID The publish behind the notification.
+	PublishID string `json:"publishId"`
 
 	// TimestampSecs When it happened, in seconds since the Unix epoch.
 	TimestampSecs int64 `json:"timestampSecs"`
 
-	// UserId The user who received the notification, when the device is bound to one.
-	UserId *string `json:"userId,omitempty"`
+	// UserID The user who received the notification, when the device is bound to one.
+	UserID *string `json:"userId,omitempty"`
 }
 
 // ReportEventJSONRequestBody defines body for ReportEvent for application/json ContentType.
@@ -59,7 +59,7 @@ type ReportEventJSONRequestBody = ReportEvent
 type ServerInterface interface {
 	// ReportEvent Report a delivery or an open.
 	// (POST /reporting_api/v2/instances/{instance_id}/events)
-	ReportEvent(c *gin.Context, instanceId string)
+	ReportEvent(c *gin.Context, instanceID string)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -78,9 +78,9 @@ func (siw *ServerInterfaceWrapper) ReportEvent(c *gin.Context) {
 	_ = err
 
 	// ------------- Path parameter "instance_id" -------------
-	var instanceId string
+	var instanceID string
 
-	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	err = runtime.BindStyledParameterWithOptions("simple", "instance_id", c.Param("instance_id"), &instanceID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
 		siw.ErrorHandler(c, fmt.Errorf("Invalid format for parameter instance_id: %w", err), http.StatusBadRequest)
 		return
@@ -93,7 +93,7 @@ func (siw *ServerInterfaceWrapper) ReportEvent(c *gin.Context) {
 		}
 	}
 
-	siw.Handler.ReportEvent(c, instanceId)
+	siw.Handler.ReportEvent(c, instanceID)
 }
 
 // GinServerOptions provides options for the Gin server.
@@ -127,7 +127,7 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 }
 
 type ReportEventRequestObject struct {
-	InstanceId string `json:"instance_id"`
+	InstanceID string `json:"instance_id"`
 	Body       *ReportEventJSONRequestBody
 }
 
@@ -292,10 +292,10 @@ type strictHandler struct {
 }
 
 // ReportEvent operation middleware
-func (sh *strictHandler) ReportEvent(ctx *gin.Context, instanceId string) {
+func (sh *strictHandler) ReportEvent(ctx *gin.Context, instanceID string) {
 	var request ReportEventRequestObject
 
-	request.InstanceId = instanceId
+	request.InstanceID = instanceID
 
 	var body ReportEventJSONRequestBody
 	var err error

@@ -25,8 +25,8 @@ type ReportEvent struct {
 	// AppInBackground Only for `delivery`; whether the app was in the background.
 	AppInBackground *bool `json:"appInBackground,omitempty"`
 
-	// DeviceId The reporting device.
-	DeviceId string `json:"deviceId"`
+	// DeviceID The reporting device.
+	DeviceID string `json:"deviceId"`
 
 	// Event `delivery` (a device received a notification) or `open` (a user tapped it), in any case.
 	Event string `json:"event"`
@@ -37,14 +37,14 @@ type ReportEvent struct {
 	// HasDisplayableContent Only for `delivery`; whether the notification had a user-interface element.
 	HasDisplayableContent *bool `json:"hasDisplayableContent,omitempty"`
 
-	// PublishId The publish behind the notification.
-	PublishId string `json:"publishId"`
+	// PublishID The publish behind the notification.
+	PublishID string `json:"publishId"`
 
 	// TimestampSecs When it happened, in seconds since the Unix epoch.
 	TimestampSecs int64 `json:"timestampSecs"`
 
-	// UserId The user who received the notification, when the device is bound to one.
-	UserId *string `json:"userId,omitempty"`
+	// UserID The user who received the notification, when the device is bound to one.
+	UserID *string `json:"userId,omitempty"`
 }
 
 // ReportEventJSONRequestBody defines body for ReportEvent for application/json ContentType.
@@ -135,7 +135,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-	ReportEventWithBody(ctx context.Context, instanceId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ReportEventWithBody(ctx context.Context, instanceID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReportEvent Report a delivery or an open.
 	//
@@ -148,7 +148,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-	ReportEvent(ctx context.Context, instanceId string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ReportEvent(ctx context.Context, instanceID string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ReportEventWithBody Report a delivery or an open.
@@ -162,8 +162,8 @@ type ClientInterface interface {
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-func (c *Client) ReportEventWithBody(ctx context.Context, instanceId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewReportEventRequestWithBody(c.Server, instanceId, contentType, body)
+func (c *Client) ReportEventWithBody(ctx context.Context, instanceID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportEventRequestWithBody(c.Server, instanceID, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -185,8 +185,8 @@ func (c *Client) ReportEventWithBody(ctx context.Context, instanceId string, con
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-func (c *Client) ReportEvent(ctx context.Context, instanceId string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewReportEventRequest(c.Server, instanceId, body)
+func (c *Client) ReportEvent(ctx context.Context, instanceID string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportEventRequest(c.Server, instanceID, body)
 	if err != nil {
 		return nil, err
 	}
@@ -198,23 +198,23 @@ func (c *Client) ReportEvent(ctx context.Context, instanceId string, body Report
 }
 
 // NewReportEventRequest calls the generic ReportEvent builder with application/json body
-func NewReportEventRequest(server string, instanceId string, body ReportEventJSONRequestBody) (*http.Request, error) {
+func NewReportEventRequest(server string, instanceID string, body ReportEventJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewReportEventRequestWithBody(server, instanceId, "application/json", bodyReader)
+	return NewReportEventRequestWithBody(server, instanceID, "application/json", bodyReader)
 }
 
 // NewReportEventRequestWithBody constructs an http.Request for the ReportEvent method, with any body, and a specified content type
-func NewReportEventRequestWithBody(server string, instanceId string, contentType string, body io.Reader) (*http.Request, error) {
+func NewReportEventRequestWithBody(server string, instanceID string, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
 
-	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +299,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-	ReportEventWithBodyWithResponse(ctx context.Context, instanceId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportEventResponse, error)
+	ReportEventWithBodyWithResponse(ctx context.Context, instanceID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportEventResponse, error)
 
 	// ReportEventWithResponse Report a delivery or an open.
 	//
@@ -312,7 +312,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-	ReportEventWithResponse(ctx context.Context, instanceId string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportEventResponse, error)
+	ReportEventWithResponse(ctx context.Context, instanceID string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportEventResponse, error)
 }
 
 // ReportEventResponse429Headers the declared response headers of an HTTP 429 response for ReportEvent
@@ -409,8 +409,8 @@ func (r ReportEventResponse) ContentType() string {
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-func (c *ClientWithResponses) ReportEventWithBodyWithResponse(ctx context.Context, instanceId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportEventResponse, error) {
-	rsp, err := c.ReportEventWithBody(ctx, instanceId, contentType, body, reqEditors...)
+func (c *ClientWithResponses) ReportEventWithBodyWithResponse(ctx context.Context, instanceID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportEventResponse, error) {
+	rsp, err := c.ReportEventWithBody(ctx, instanceID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -428,8 +428,8 @@ func (c *ClientWithResponses) ReportEventWithBodyWithResponse(ctx context.Contex
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /reporting_api/v2/instances/{instance_id}/events (the `ReportEvent` operationId).
-func (c *ClientWithResponses) ReportEventWithResponse(ctx context.Context, instanceId string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportEventResponse, error) {
-	rsp, err := c.ReportEvent(ctx, instanceId, body, reqEditors...)
+func (c *ClientWithResponses) ReportEventWithResponse(ctx context.Context, instanceID string, body ReportEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportEventResponse, error) {
+	rsp, err := c.ReportEvent(ctx, instanceID, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

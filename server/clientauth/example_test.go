@@ -63,11 +63,11 @@ func ExampleBearerToken_publishclient() {
 		log.Fatalf("publish: %s %s", res.Status(), res.Body)
 	}
 	// The publish is stored and delivered in the background; its progress:
-	status, err := c.GetPublishWithResponse(ctx, instanceID, res.JSON200.PublishId)
+	status, err := c.GetPublishWithResponse(ctx, instanceID, res.JSON200.PublishID)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res.StatusCode(), status.StatusCode(), status.JSON200.PublishId == res.JSON200.PublishId)
+	fmt.Println(res.StatusCode(), status.StatusCode(), status.JSON200.PublishID == res.JSON200.PublishID)
 	// Output: 200 200 true
 }
 
@@ -87,7 +87,7 @@ func ExampleBearerToken_adminclient() {
 		log.Fatalf("list apps: %s %s", res.Status(), res.Body)
 	}
 	for _, app := range res.JSON200.Apps {
-		fmt.Println(app.Id, app.Key, app.Enabled)
+		fmt.Println(app.ID, app.Key, app.Enabled)
 	}
 	// Output: 42 my-key true
 }
@@ -110,7 +110,7 @@ func ExampleBeamsUserTokens_Generate_deviceclient() {
 	if reg.JSON200 == nil {
 		log.Fatalf("register: %s %s", reg.Status(), reg.Body)
 	}
-	deviceID := reg.JSON200.Id
+	deviceID := reg.JSON200.ID
 
 	// On the customer's server, for the signed-in user:
 	token, err := clientauth.BeamsUserTokens{InstanceID: instanceID, SecretKey: secretKey}.Generate("alice")
@@ -130,7 +130,7 @@ func ExampleBeamsUserTokens_Generate_deviceclient() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(bound.StatusCode(), dev.JSON200.UserId)
+	fmt.Println(bound.StatusCode(), dev.JSON200.UserID)
 	// Output: 200 alice
 }
 
@@ -146,8 +146,8 @@ func Example_reportingclient() {
 	}
 	res, err := c.ReportEventWithResponse(ctx, instanceID, reportingclient.ReportEventJSONRequestBody{
 		Event:         "open",
-		PublishId:     "pubid-33f3f68e-b0c5-438f-b50f-fae93f6c48df",
-		DeviceId:      "fcm-2f3a7c1e-6b3d-4b8e-9a1f-0c7d5e4b3a2f",
+		PublishID:     "pubid-33f3f68e-b0c5-438f-b50f-fae93f6c48df",
+		DeviceID:      "fcm-2f3a7c1e-6b3d-4b8e-9a1f-0c7d5e4b3a2f",
 		TimestampSecs: 1700000000,
 	})
 	if err != nil {

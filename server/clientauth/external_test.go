@@ -130,7 +130,7 @@ func TestExternalModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dev.JSON200 == nil || dev.JSON200.UserId != "consumer-user" {
+	if dev.JSON200 == nil || dev.JSON200.UserID != "consumer-user" {
 		t.Fatalf("device %q: %s %s, want it bound to consumer-user", deviceID, dev.Status(), dev.Body)
 	}
 	interests, err := devices.ListDeviceInterestsWithResponse(ctx, instanceID, "fcm", deviceID, nil)

@@ -202,8 +202,8 @@ func applyApp(a *storage.App, o admin.AppOptions) {
 	setInt(&a.MaxPresenceMembers, o.MaxPresenceMembers)
 	setInt(&a.MaxPresenceUserInfoBytes, o.MaxPresenceUserInfoBytes)
 	setInt(&a.HistoryEvents, o.HistoryEvents)
-	if o.HistoryTtlMs != nil {
-		a.HistoryTTL = time.Duration(*o.HistoryTtlMs) * time.Millisecond
+	if o.HistoryTTLMs != nil {
+		a.HistoryTTL = time.Duration(*o.HistoryTTLMs) * time.Millisecond
 	}
 	set(&a.PushInstance, o.PushInstance)
 	if o.UserAuthTimeoutMs != nil {
@@ -212,7 +212,7 @@ func applyApp(a *storage.App, o admin.AppOptions) {
 	if o.Webhooks != nil {
 		a.Webhooks = make([]storage.Webhook, 0, len(*o.Webhooks))
 		for _, w := range *o.Webhooks {
-			sw := storage.Webhook{URL: w.Url}
+			sw := storage.Webhook{URL: w.URL}
 			if w.ChannelPrefix != nil {
 				sw.ChannelPrefix = *w.ChannelPrefix
 			}
@@ -237,18 +237,18 @@ func appOut(a storage.App) admin.App {
 			kinds = append(kinds, admin.WebhookKind(k))
 		}
 		prefix, batch := w.ChannelPrefix, w.Batch
-		hooks = append(hooks, admin.Webhook{Url: w.URL, EventTypes: &kinds, ChannelPrefix: &prefix, Batch: &batch})
+		hooks = append(hooks, admin.Webhook{URL: w.URL, EventTypes: &kinds, ChannelPrefix: &prefix, Batch: &batch})
 	}
 	var pushInstance *string
 	if a.PushInstance != "" {
 		pushInstance = &a.PushInstance
 	}
 	return admin.App{
-		PushInstance: pushInstance, Id: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
+		PushInstance: pushInstance, ID: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
 		SubscriptionCount: a.SubscriptionCount, UserAuthTimeoutMs: int(a.UserAuthTimeout.Milliseconds()),
 		MaxConnections: a.MaxConnections, MaxPresenceMembers: a.MaxPresenceMembers,
 		MaxPresenceUserInfoBytes: a.MaxPresenceUserInfoBytes, HistoryEvents: a.HistoryEvents,
-		HistoryTtlMs: int(a.HistoryTTL.Milliseconds()), Webhooks: hooks,
+		HistoryTTLMs: int(a.HistoryTTL.Milliseconds()), Webhooks: hooks,
 		CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
 	}
 }
@@ -269,8 +269,8 @@ func (api *AdminAPI) ListApps(ctx context.Context, _ admin.ListAppsRequestObject
 // CreateApp implements POST /admin/v1/apps.
 func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestObject) (admin.CreateAppResponseObject, error) {
 	a := manage.NewApp()
-	if req.Body.Id != nil {
-		a.ID = *req.Body.Id
+	if req.Body.ID != nil {
+		a.ID = *req.Body.ID
 	}
 	var opts admin.AppOptions
 	convert(req.Body, &opts)
@@ -288,9 +288,9 @@ func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestOb
 
 // GetApp implements GET /admin/v1/apps/{app_id}.
 func (api *AdminAPI) GetApp(ctx context.Context, req admin.GetAppRequestObject) (admin.GetAppResponseObject, error) {
-	a, err := api.db.GetApp(requestCtx(ctx), req.AppId)
+	a, err := api.db.GetApp(requestCtx(ctx), req.AppID)
 	if err != nil {
-		return nil, storeError(appResource, req.AppId, err)
+		return nil, storeError(appResource, req.AppID, err)
 	}
 	return admin.GetApp200JSONResponse(appOut(a)), nil
 }
@@ -319,7 +319,7 @@ func (api *AdminAPI) changeApp(ctx context.Context, id string, change func(*stor
 
 // UpdateApp implements PATCH /admin/v1/apps/{app_id}.
 func (api *AdminAPI) UpdateApp(ctx context.Context, req admin.UpdateAppRequestObject) (admin.UpdateAppResponseObject, error) {
-	a, err := api.changeApp(ctx, req.AppId, func(a *storage.App) { applyApp(a, *req.Body) })
+	a, err := api.changeApp(ctx, req.AppID, func(a *storage.App) { applyApp(a, *req.Body) })
 	if err != nil {
 		return nil, err
 	}
@@ -328,8 +328,8 @@ func (api *AdminAPI) UpdateApp(ctx context.Context, req admin.UpdateAppRequestOb
 
 // DeleteApp implements DELETE /admin/v1/apps/{app_id}.
 func (api *AdminAPI) DeleteApp(ctx context.Context, req admin.DeleteAppRequestObject) (admin.DeleteAppResponseObject, error) {
-	if err := api.db.DeleteApp(requestCtx(ctx), req.AppId); err != nil {
-		return nil, storeError(appResource, req.AppId, err)
+	if err := api.db.DeleteApp(requestCtx(ctx), req.AppID); err != nil {
+		return nil, storeError(appResource, req.AppID, err)
 	}
 	api.stored(requestCtx(ctx))
 	return admin.DeleteApp200JSONResponse{}, nil
@@ -337,7 +337,7 @@ func (api *AdminAPI) DeleteApp(ctx context.Context, req admin.DeleteAppRequestOb
 
 // RotateAppSecret implements POST /admin/v1/apps/{app_id}/rotate-secret.
 func (api *AdminAPI) RotateAppSecret(ctx context.Context, req admin.RotateAppSecretRequestObject) (admin.RotateAppSecretResponseObject, error) {
-	a, err := api.changeApp(ctx, req.AppId, manage.RotateAppSecret)
+	a, err := api.changeApp(ctx, req.AppID, manage.RotateAppSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func (api *AdminAPI) RotateAppSecret(ctx context.Context, req admin.RotateAppSec
 
 // DisableApp implements POST /admin/v1/apps/{app_id}/disable.
 func (api *AdminAPI) DisableApp(ctx context.Context, req admin.DisableAppRequestObject) (admin.DisableAppResponseObject, error) {
-	a, err := api.changeApp(ctx, req.AppId, func(a *storage.App) { a.Enabled = false })
+	a, err := api.changeApp(ctx, req.AppID, func(a *storage.App) { a.Enabled = false })
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +355,7 @@ func (api *AdminAPI) DisableApp(ctx context.Context, req admin.DisableAppRequest
 
 // EnableApp implements POST /admin/v1/apps/{app_id}/enable.
 func (api *AdminAPI) EnableApp(ctx context.Context, req admin.EnableAppRequestObject) (admin.EnableAppResponseObject, error) {
-	a, err := api.changeApp(ctx, req.AppId, func(a *storage.App) { a.Enabled = true })
+	a, err := api.changeApp(ctx, req.AppID, func(a *storage.App) { a.Enabled = true })
 	if err != nil {
 		return nil, err
 	}
@@ -364,27 +364,27 @@ func (api *AdminAPI) EnableApp(ctx context.Context, req admin.EnableAppRequestOb
 
 // GetAppLive implements GET /admin/v1/apps/{app_id}/live.
 func (api *AdminAPI) GetAppLive(ctx context.Context, req admin.GetAppLiveRequestObject) (admin.GetAppLiveResponseObject, error) {
-	if _, err := api.db.GetApp(requestCtx(ctx), req.AppId); err != nil {
-		return nil, storeError(appResource, req.AppId, err)
+	if _, err := api.db.GetApp(requestCtx(ctx), req.AppID); err != nil {
+		return nil, storeError(appResource, req.AppID, err)
 	}
 	state := api.hub.State()
-	chans, err := state.Channels(req.AppId, "")
+	chans, err := state.Channels(req.AppID, "")
 	if err != nil {
 		return nil, stateError(err)
 	}
 	if len(chans) > maxLiveChannels {
 		chans = chans[:maxLiveChannels]
 	}
-	conns, err := state.Connections(req.AppId)
+	conns, err := state.Connections(req.AppID)
 	if err != nil {
 		return nil, stateError(err)
 	}
-	out := admin.GetAppLive200JSONResponse{AppId: req.AppId, Connections: conns, Channels: make([]admin.LiveChannel, 0, len(chans))}
+	out := admin.GetAppLive200JSONResponse{AppID: req.AppID, Connections: conns, Channels: make([]admin.LiveChannel, 0, len(chans))}
 	for _, ch := range chans {
 		lc := admin.LiveChannel{Name: ch.Name, Subscriptions: ch.Subscriptions}
 		if hub.IsPresence(ch.Name) {
 			users := ch.Users
-			members, err := state.PresenceUsers(req.AppId, ch.Name)
+			members, err := state.PresenceUsers(req.AppID, ch.Name)
 			if err != nil {
 				return nil, stateError(err)
 			}
@@ -405,9 +405,9 @@ func applyInstance(in *storage.Instance, o admin.InstanceOptions) {
 		v   *string
 	}{
 		{&in.SecretKey, o.SecretKey}, {&in.JWTIssuer, o.JwtIssuer}, {&in.APNs.KeyPEM, o.ApnsKeyPem},
-		{&in.APNs.KeyID, o.ApnsKeyId}, {&in.APNs.TeamID, o.ApnsTeamId}, {&in.APNs.Topic, o.ApnsTopic},
-		{&in.APNs.URL, o.ApnsUrl}, {&in.APNs.CAPEM, o.ApnsCaPem}, {&in.FCM.ServiceAccountJSON, o.FcmServiceAccountJson},
-		{&in.FCM.URL, o.FcmUrl}, {&in.VAPID.Subject, o.VapidSubject},
+		{&in.APNs.KeyID, o.ApnsKeyID}, {&in.APNs.TeamID, o.ApnsTeamID}, {&in.APNs.Topic, o.ApnsTopic},
+		{&in.APNs.URL, o.ApnsURL}, {&in.APNs.CAPEM, o.ApnsCaPem}, {&in.FCM.ServiceAccountJSON, o.FcmServiceAccountJSON},
+		{&in.FCM.URL, o.FcmURL}, {&in.VAPID.Subject, o.VapidSubject},
 	} {
 		if f.v != nil {
 			*f.dst = *f.v
@@ -427,12 +427,12 @@ func (api *AdminAPI) instanceOut(ctx context.Context, in storage.Instance) (admi
 		return admin.Instance{}, err
 	}
 	out := admin.Instance{
-		Id: in.ID, SecretKey: in.SecretKey, Enabled: in.Enabled, JwtIssuer: in.JWTIssuer,
+		ID: in.ID, SecretKey: in.SecretKey, Enabled: in.Enabled, JwtIssuer: in.JWTIssuer,
 		PublishQuota: in.PublishQuota, Devices: devices, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
 	}
-	out.Apns.KeyConfigured, out.Apns.KeyId, out.Apns.TeamId = in.APNs.KeyPEM != "", in.APNs.KeyID, in.APNs.TeamID
-	out.Apns.Topic, out.Apns.Url, out.Apns.CaConfigured = in.APNs.Topic, in.APNs.URL, in.APNs.CAPEM != ""
-	out.Fcm.ServiceAccountConfigured, out.Fcm.Url = in.FCM.ServiceAccountJSON != "", in.FCM.URL
+	out.Apns.KeyConfigured, out.Apns.KeyID, out.Apns.TeamID = in.APNs.KeyPEM != "", in.APNs.KeyID, in.APNs.TeamID
+	out.Apns.Topic, out.Apns.URL, out.Apns.CaConfigured = in.APNs.Topic, in.APNs.URL, in.APNs.CAPEM != ""
+	out.Fcm.ServiceAccountConfigured, out.Fcm.URL = in.FCM.ServiceAccountJSON != "", in.FCM.URL
 	out.Vapid.PublicKey, out.Vapid.Subject = in.VAPID.PublicKey, in.VAPID.Subject
 	return out, nil
 }
@@ -462,8 +462,8 @@ func (api *AdminAPI) CreateInstance(ctx context.Context, req admin.CreateInstanc
 	if err != nil {
 		return nil, err
 	}
-	if req.Body.Id != nil {
-		in.ID = *req.Body.Id
+	if req.Body.ID != nil {
+		in.ID = *req.Body.ID
 	}
 	var opts admin.InstanceOptions
 	convert(req.Body, &opts)
@@ -486,9 +486,9 @@ func (api *AdminAPI) CreateInstance(ctx context.Context, req admin.CreateInstanc
 // GetInstance implements GET /admin/v1/instances/{instance_id}.
 func (api *AdminAPI) GetInstance(ctx context.Context, req admin.GetInstanceRequestObject) (admin.GetInstanceResponseObject, error) {
 	ctx = requestCtx(ctx)
-	in, err := api.db.GetInstance(ctx, req.InstanceId)
+	in, err := api.db.GetInstance(ctx, req.InstanceID)
 	if err != nil {
-		return nil, storeError(instanceResource, req.InstanceId, err)
+		return nil, storeError(instanceResource, req.InstanceID, err)
 	}
 	out, err := api.instanceOut(ctx, in)
 	if err != nil {
@@ -522,7 +522,7 @@ func (api *AdminAPI) changeInstance(ctx context.Context, id string, change func(
 
 // UpdateInstance implements PATCH /admin/v1/instances/{instance_id}.
 func (api *AdminAPI) UpdateInstance(ctx context.Context, req admin.UpdateInstanceRequestObject) (admin.UpdateInstanceResponseObject, error) {
-	out, err := api.changeInstance(ctx, req.InstanceId, func(in *storage.Instance) error { applyInstance(in, *req.Body); return nil })
+	out, err := api.changeInstance(ctx, req.InstanceID, func(in *storage.Instance) error { applyInstance(in, *req.Body); return nil })
 	if err != nil {
 		return nil, err
 	}
@@ -531,8 +531,8 @@ func (api *AdminAPI) UpdateInstance(ctx context.Context, req admin.UpdateInstanc
 
 // DeleteInstance implements DELETE /admin/v1/instances/{instance_id}.
 func (api *AdminAPI) DeleteInstance(ctx context.Context, req admin.DeleteInstanceRequestObject) (admin.DeleteInstanceResponseObject, error) {
-	if err := api.db.DeleteInstance(requestCtx(ctx), req.InstanceId); err != nil {
-		return nil, storeError(instanceResource, req.InstanceId, err)
+	if err := api.db.DeleteInstance(requestCtx(ctx), req.InstanceID); err != nil {
+		return nil, storeError(instanceResource, req.InstanceID, err)
 	}
 	api.stored(requestCtx(ctx))
 	return admin.DeleteInstance200JSONResponse{}, nil
@@ -540,7 +540,7 @@ func (api *AdminAPI) DeleteInstance(ctx context.Context, req admin.DeleteInstanc
 
 // RotateInstanceSecret implements POST /admin/v1/instances/{instance_id}/rotate-secret.
 func (api *AdminAPI) RotateInstanceSecret(ctx context.Context, req admin.RotateInstanceSecretRequestObject) (admin.RotateInstanceSecretResponseObject, error) {
-	out, err := api.changeInstance(ctx, req.InstanceId, manage.RotateInstanceSecret)
+	out, err := api.changeInstance(ctx, req.InstanceID, manage.RotateInstanceSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -549,7 +549,7 @@ func (api *AdminAPI) RotateInstanceSecret(ctx context.Context, req admin.RotateI
 
 // DisableInstance implements POST /admin/v1/instances/{instance_id}/disable.
 func (api *AdminAPI) DisableInstance(ctx context.Context, req admin.DisableInstanceRequestObject) (admin.DisableInstanceResponseObject, error) {
-	out, err := api.changeInstance(ctx, req.InstanceId, func(in *storage.Instance) error { in.Enabled = false; return nil })
+	out, err := api.changeInstance(ctx, req.InstanceID, func(in *storage.Instance) error { in.Enabled = false; return nil })
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +558,7 @@ func (api *AdminAPI) DisableInstance(ctx context.Context, req admin.DisableInsta
 
 // EnableInstance implements POST /admin/v1/instances/{instance_id}/enable.
 func (api *AdminAPI) EnableInstance(ctx context.Context, req admin.EnableInstanceRequestObject) (admin.EnableInstanceResponseObject, error) {
-	out, err := api.changeInstance(ctx, req.InstanceId, func(in *storage.Instance) error { in.Enabled = true; return nil })
+	out, err := api.changeInstance(ctx, req.InstanceID, func(in *storage.Instance) error { in.Enabled = true; return nil })
 	if err != nil {
 		return nil, err
 	}

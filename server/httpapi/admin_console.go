@@ -21,9 +21,9 @@ type ConsoleParts struct {
 // Channels API's trigger, with the admin token in place of the app's
 // signature.
 func (api *AdminAPI) TriggerAppEvent(ctx context.Context, req admin.TriggerAppEventRequestObject) (admin.TriggerAppEventResponseObject, error) {
-	a, err := api.db.GetApp(requestCtx(ctx), req.AppId)
+	a, err := api.db.GetApp(requestCtx(ctx), req.AppID)
 	if err != nil {
-		return nil, storeError(appResource, req.AppId, err)
+		return nil, storeError(appResource, req.AppID, err)
 	}
 	b := req.Body
 	if err := api.console.Channels.Trigger(&a, b.Name, b.Data, b.Channels); err != nil {
@@ -36,9 +36,9 @@ func (api *AdminAPI) TriggerAppEvent(ctx context.Context, req admin.TriggerAppEv
 // /admin/v1/apps/{app_id}/channels/{channel_name}/events: the Channels
 // API's history read, newest first, for the console.
 func (api *AdminAPI) GetAppChannelEvents(ctx context.Context, req admin.GetAppChannelEventsRequestObject) (admin.GetAppChannelEventsResponseObject, error) {
-	a, err := api.db.GetApp(requestCtx(ctx), req.AppId)
+	a, err := api.db.GetApp(requestCtx(ctx), req.AppID)
 	if err != nil {
-		return nil, storeError(appResource, req.AppId, err)
+		return nil, storeError(appResource, req.AppID, err)
 	}
 	q, err := historyQuery(channels.ListChannelEventsParams{Limit: req.Params.Limit, Cursor: req.Params.Cursor})
 	if err != nil {
@@ -57,18 +57,18 @@ func (api *AdminAPI) GetAppChannelEvents(ctx context.Context, req admin.GetAppCh
 
 // GetAppHistory implements GET /admin/v1/apps/{app_id}/history.
 func (api *AdminAPI) GetAppHistory(ctx context.Context, req admin.GetAppHistoryRequestObject) (admin.GetAppHistoryResponseObject, error) {
-	if _, err := api.db.GetApp(requestCtx(ctx), req.AppId); err != nil {
-		return nil, storeError(appResource, req.AppId, err)
+	if _, err := api.db.GetApp(requestCtx(ctx), req.AppID); err != nil {
+		return nil, storeError(appResource, req.AppID, err)
 	}
-	return admin.GetAppHistory200JSONResponse(api.historyOf(history.App, req.AppId)), nil
+	return admin.GetAppHistory200JSONResponse(api.historyOf(history.App, req.AppID)), nil
 }
 
 // GetInstanceHistory implements GET /admin/v1/instances/{instance_id}/history.
 func (api *AdminAPI) GetInstanceHistory(ctx context.Context, req admin.GetInstanceHistoryRequestObject) (admin.GetInstanceHistoryResponseObject, error) {
-	if _, err := api.db.GetInstance(requestCtx(ctx), req.InstanceId); err != nil {
-		return nil, storeError(instanceResource, req.InstanceId, err)
+	if _, err := api.db.GetInstance(requestCtx(ctx), req.InstanceID); err != nil {
+		return nil, storeError(instanceResource, req.InstanceID, err)
 	}
-	return admin.GetInstanceHistory200JSONResponse(api.historyOf(history.Instance, req.InstanceId)), nil
+	return admin.GetInstanceHistory200JSONResponse(api.historyOf(history.Instance, req.InstanceID)), nil
 }
 
 // historyOf is the history of one app or instance as the API gives it.

@@ -16,10 +16,10 @@ import (
 func TestAdminChannelEvents(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()
-	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42"), HistoryEvents: ptr(10)}); err != nil || res.JSON201 == nil {
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("42"), HistoryEvents: ptr(10)}); err != nil || res.JSON201 == nil {
 		t.Fatalf("create: %v %s", err, res.Body)
 	}
-	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("43")}); err != nil || res.JSON201 == nil {
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("43")}); err != nil || res.JSON201 == nil {
 		t.Fatalf("create: %v %s", err, res.Body)
 	}
 	for _, data := range []string{"one", "two", "three"} {
@@ -49,7 +49,7 @@ func TestAdminChannelEvents(t *testing.T) {
 func TestAdminTriggerEvent(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()
-	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42")}); err != nil || res.JSON201 == nil {
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("42")}); err != nil || res.JSON201 == nil {
 		t.Fatalf("create: %v %s", err, res.Body)
 	}
 	c := subscriber(t, s.hub, "42", "", "news")
@@ -145,11 +145,11 @@ func TestAdminTriggerEvent(t *testing.T) {
 func TestAdminHistory(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()
-	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42")}); err != nil || res.JSON201 == nil {
+	if res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("42")}); err != nil || res.JSON201 == nil {
 		t.Fatalf("create: %v %s", err, res.Body)
 	}
 	const instance = "6f2b8a8e-3c1d-4a55-9a0e-1c2d3e4f5a6b"
-	if res, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr(instance)}); err != nil || res.JSON201 == nil {
+	if res, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{ID: ptr(instance)}); err != nil || res.JSON201 == nil {
 		t.Fatalf("create instance: %v %s", err, res.Body)
 	}
 	t0 := time.Now()

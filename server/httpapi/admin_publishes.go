@@ -22,17 +22,17 @@ func (api *AdminAPI) ListInstancePublishes(ctx context.Context, req admin.ListIn
 	if limit < 1 || limit > maxRecentPublishes {
 		return nil, badRequest(KindInvalidLimit, "limit must be between 1 and %d.", maxRecentPublishes)
 	}
-	if _, err := api.db.GetInstance(ctx, req.InstanceId); err != nil {
-		return nil, storeError(instanceResource, req.InstanceId, err)
+	if _, err := api.db.GetInstance(ctx, req.InstanceID); err != nil {
+		return nil, storeError(instanceResource, req.InstanceID, err)
 	}
-	list, err := api.db.RecentPublishes(ctx, req.InstanceId, limit)
+	list, err := api.db.RecentPublishes(ctx, req.InstanceID, limit)
 	if err != nil {
 		return nil, err
 	}
 	out := admin.ListInstancePublishes200JSONResponse{Publishes: make([]admin.PublishSummary, 0, len(list))}
 	for _, p := range list {
 		s := admin.PublishSummary{
-			PublishId: p.ID, TargetKind: admin.PublishSummaryTargetKind(p.TargetKind), Targets: p.Targets,
+			PublishID: p.ID, TargetKind: admin.PublishSummaryTargetKind(p.TargetKind), Targets: p.Targets,
 			State: admin.PublishSummaryState(p.State), Targeted: p.Targeted, Sent: p.Sent, Failed: p.Failed,
 			Delivered: p.Delivered, Opened: p.Opened, CreatedAt: p.CreatedAt,
 		}

@@ -14,7 +14,7 @@ func TestAdminInstancePublishes(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()
 	const id = "7a3c9b9f-4d2e-4b66-8b1f-2d3e4f5a6b7c"
-	if res, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr(id)}); err != nil || res.JSON201 == nil {
+	if res, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{ID: ptr(id)}); err != nil || res.JSON201 == nil {
 		t.Fatalf("create instance: %v %s", err, res.Body)
 	}
 	create := func(pid string, kind storage.PublishTargetKind, targets ...string) storage.Publish {
@@ -66,7 +66,7 @@ func TestAdminInstancePublishes(t *testing.T) {
 			t.Fatalf("list: %v %d %s", err, res.StatusCode(), res.Body)
 		}
 		got := res.JSON200.Publishes
-		if len(got) != 2 || got[0].PublishId != "pubid-second" || got[1].PublishId != "pubid-first" {
+		if len(got) != 2 || got[0].PublishID != "pubid-second" || got[1].PublishID != "pubid-first" {
 			t.Fatalf("publishes %s", res.Body)
 		}
 		second, first := got[0], got[1]
@@ -86,7 +86,7 @@ func TestAdminInstancePublishes(t *testing.T) {
 	})
 	t.Run("OKLimit", func(t *testing.T) {
 		res, err := s.client.ListInstancePublishesWithResponse(ctx, id, &adminclient.ListInstancePublishesParams{Limit: ptr(1)})
-		if err != nil || res.JSON200 == nil || len(res.JSON200.Publishes) != 1 || res.JSON200.Publishes[0].PublishId != "pubid-second" {
+		if err != nil || res.JSON200 == nil || len(res.JSON200.Publishes) != 1 || res.JSON200.Publishes[0].PublishID != "pubid-second" {
 			t.Fatalf("list: %v %s", err, res.Body)
 		}
 	})

@@ -86,20 +86,20 @@ func TestAdminApps(t *testing.T) {
 	ctx := context.Background()
 
 	created, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{
-		Id: ptr("42"), Key: ptr("key-42"), Secret: ptr("secret-42"), MaxConnections: ptr(10),
-		Webhooks: &[]adminclient.Webhook{{Url: "https://example.com/hook", EventTypes: &[]adminclient.WebhookKind{"member_added"}, Batch: ptr(true)}},
+		ID: ptr("42"), Key: ptr("key-42"), Secret: ptr("secret-42"), MaxConnections: ptr(10),
+		Webhooks: &[]adminclient.Webhook{{URL: "https://example.com/hook", EventTypes: &[]adminclient.WebhookKind{"member_added"}, Batch: ptr(true)}},
 	})
 	if err != nil || created.JSON201 == nil {
 		t.Fatalf("create: %v %d %s", err, created.StatusCode(), created.Body)
 	}
 	a := created.JSON201
-	if a.Id != "42" || a.Key != "key-42" || !a.Enabled || !a.ClientEvents || a.MaxConnections != 10 || a.MaxPresenceMembers != storage.DefaultMaxPresenceMembers ||
+	if a.ID != "42" || a.Key != "key-42" || !a.Enabled || !a.ClientEvents || a.MaxConnections != 10 || a.MaxPresenceMembers != storage.DefaultMaxPresenceMembers ||
 		len(a.Webhooks) != 1 || !*a.Webhooks[0].Batch || (*a.Webhooks[0].EventTypes)[0] != "member_added" {
 		t.Fatalf("created %+v", a)
 	}
 	// Defaults: a random id, key and secret.
 	auto, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{})
-	if err != nil || auto.JSON201 == nil || auto.JSON201.Id == "" || auto.JSON201.Secret == "" {
+	if err != nil || auto.JSON201 == nil || auto.JSON201.ID == "" || auto.JSON201.Secret == "" {
 		t.Fatalf("create with defaults: %v %s", err, auto.Body)
 	}
 
@@ -217,15 +217,15 @@ func TestAdminApps(t *testing.T) {
 			return r.StatusCode(), r.Body, err
 		}, 404, "app_not_found"},
 		{"ErrDuplicateID", func() (int, []byte, error) {
-			r, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("42")})
+			r, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("42")})
 			return r.StatusCode(), r.Body, err
 		}, 409, "app_exists"},
 		{"ErrDuplicateKey", func() (int, []byte, error) {
-			r, err := s.client.UpdateAppWithResponse(ctx, auto.JSON201.Id, adminclient.AppUpdate{Key: ptr("key-42")})
+			r, err := s.client.UpdateAppWithResponse(ctx, auto.JSON201.ID, adminclient.AppUpdate{Key: ptr("key-42")})
 			return r.StatusCode(), r.Body, err
 		}, 409, "app_exists"},
 		{"ErrBadID", func() (int, []byte, error) {
-			r, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{Id: ptr("a b")})
+			r, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("a b")})
 			return r.StatusCode(), r.Body, err
 		}, 400, "invalid_app"},
 		{"ErrEmptySecret", func() (int, []byte, error) {
@@ -237,11 +237,11 @@ func TestAdminApps(t *testing.T) {
 			return r.StatusCode(), r.Body, err
 		}, 400, "invalid_app"},
 		{"ErrWebhookURL", func() (int, []byte, error) {
-			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{{Url: "ftp://x"}}})
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{{URL: "ftp://x"}}})
 			return r.StatusCode(), r.Body, err
 		}, 400, "invalid_app"},
 		{"ErrWebhookKind", func() (int, []byte, error) {
-			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{{Url: "https://x", EventTypes: &[]adminclient.WebhookKind{"nope"}}}})
+			r, err := s.client.UpdateAppWithResponse(ctx, "42", adminclient.AppUpdate{Webhooks: &[]adminclient.Webhook{{URL: "https://x", EventTypes: &[]adminclient.WebhookKind{"nope"}}}})
 			return r.StatusCode(), r.Body, err
 		}, 400, "invalid_app"},
 		{"ErrNotJSON", func() (int, []byte, error) {
@@ -292,15 +292,15 @@ func TestAdminInstances(t *testing.T) {
 	const id = "6f2b8a8e-3c1d-4a55-9a0e-1c2d3e4f5a6b"
 
 	created, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{
-		Id: ptr(id), ApnsKeyPem: ptr("-----BEGIN PRIVATE KEY-----\n..."), ApnsKeyId: ptr("KEY1"), ApnsTeamId: ptr("TEAM1"),
-		ApnsTopic: ptr("com.example.app"), FcmUrl: ptr("http://127.0.0.1:9999"), VapidSubject: ptr("mailto:ops@example.com"), PublishQuota: ptr(5),
+		ID: ptr(id), ApnsKeyPem: ptr("-----BEGIN PRIVATE KEY-----\n..."), ApnsKeyID: ptr("KEY1"), ApnsTeamID: ptr("TEAM1"),
+		ApnsTopic: ptr("com.example.app"), FcmURL: ptr("http://127.0.0.1:9999"), VapidSubject: ptr("mailto:ops@example.com"), PublishQuota: ptr(5),
 	})
 	if err != nil || created.JSON201 == nil {
 		t.Fatalf("create: %v %d %s", err, created.StatusCode(), created.Body)
 	}
 	in := created.JSON201
-	if in.Id != id || !in.Enabled || in.SecretKey == "" || !in.Apns.KeyConfigured || in.Apns.KeyId != "KEY1" || in.Fcm.ServiceAccountConfigured ||
-		in.Fcm.Url != "http://127.0.0.1:9999" || in.Vapid.PublicKey == "" || in.Vapid.Subject != "mailto:ops@example.com" || in.PublishQuota != 5 || in.Devices != 0 {
+	if in.ID != id || !in.Enabled || in.SecretKey == "" || !in.Apns.KeyConfigured || in.Apns.KeyID != "KEY1" || in.Fcm.ServiceAccountConfigured ||
+		in.Fcm.URL != "http://127.0.0.1:9999" || in.Vapid.PublicKey == "" || in.Vapid.Subject != "mailto:ops@example.com" || in.PublishQuota != 5 || in.Devices != 0 {
 		t.Fatalf("created %+v", in)
 	}
 	if strings.Contains(string(created.Body), "BEGIN PRIVATE KEY") {
@@ -324,7 +324,7 @@ func TestAdminInstances(t *testing.T) {
 	})
 	t.Run("OKUpdate", func(t *testing.T) {
 		res, err := s.client.UpdateInstanceWithResponse(ctx, id, adminclient.InstanceUpdate{JwtIssuer: ptr("https://auth.example.com"), PublishQuota: ptr(0)})
-		if err != nil || res.JSON200 == nil || res.JSON200.JwtIssuer != "https://auth.example.com" || res.JSON200.PublishQuota != 0 || res.JSON200.Apns.KeyId != "KEY1" {
+		if err != nil || res.JSON200 == nil || res.JSON200.JwtIssuer != "https://auth.example.com" || res.JSON200.PublishQuota != 0 || res.JSON200.Apns.KeyID != "KEY1" {
 			t.Fatalf("update: %v %s", err, res.Body)
 		}
 	})
@@ -353,11 +353,11 @@ func TestAdminInstances(t *testing.T) {
 			return r.StatusCode(), r.Body, err
 		}, 401, "unauthorized"},
 		{"ErrNotUUID", func() (int, []byte, error) {
-			r, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr("nope")})
+			r, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{ID: ptr("nope")})
 			return r.StatusCode(), r.Body, err
 		}, 400, "invalid_instance"},
 		{"ErrDuplicate", func() (int, []byte, error) {
-			r, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{Id: ptr(id)})
+			r, err := s.client.CreateInstanceWithResponse(ctx, adminclient.InstanceCreate{ID: ptr(id)})
 			return r.StatusCode(), r.Body, err
 		}, 409, "instance_exists"},
 		{"ErrVAPIDSubject", func() (int, []byte, error) {

@@ -133,7 +133,7 @@ type channelsServer struct {
 // TriggerEvent does what the generated strict handler does for the operation
 // (mount installs no strict middlewares), with the fast body decoding.
 func (s channelsServer) TriggerEvent(c *gin.Context, appID channels.AppID, params channels.TriggerEventParams) {
-	req := channels.TriggerEventRequestObject{AppId: appID, Params: params}
+	req := channels.TriggerEventRequestObject{AppID: appID, Params: params}
 	var body channels.TriggerEventRequest
 	if err := bindTriggerEvent(c, &body); err == nil {
 		req.Body = &body
@@ -380,7 +380,7 @@ func validateEvent(app *storage.App, name, data *string, chans []string, socketI
 	}
 	if socketID != nil {
 		if !validSocketID(*socketID) {
-			return ev, badRequest(KindInvalidSocketId, "socket_id %q is not a socket identifier (two integers joined by a dot).", *socketID)
+			return ev, badRequest(KindInvalidSocketID, "socket_id %q is not a socket identifier (two integers joined by a dot).", *socketID)
 		}
 		ev.socketID = *socketID
 	}
@@ -458,7 +458,7 @@ func (api *ChannelsAPI) TriggerEvent(ctx context.Context, req channels.TriggerEv
 	if b == nil {
 		b = &channels.TriggerEventRequest{}
 	}
-	name, data, socketID, infoAttr := pick(b.Name, q.Name), pick(b.Data, q.Data), pick(b.SocketId, q.SocketId), pick(b.Info, q.Info)
+	name, data, socketID, infoAttr := pick(b.Name, q.Name), pick(b.Data, q.Data), pick(b.SocketID, q.SocketID), pick(b.Info, q.Info)
 	// channels and channel come together from the body when it names either.
 	list, single := q.Channels, q.Channel
 	if b.Channels != nil || b.Channel != nil {
@@ -528,7 +528,7 @@ func (api *ChannelsAPI) TriggerBatchEvents(ctx context.Context, req channels.Tri
 		if it.PushIfOffline != nil {
 			return nil, badRequest(KindInvalidPushIfOffline, "batch[%d]: push_if_offline is not taken in a batch; trigger that event on its own (POST /apps/%s/events).", i, app.ID)
 		}
-		ev, err := validateEvent(app, &it.Name, &it.Data, []string{it.Channel}, it.SocketId, it.Info)
+		ev, err := validateEvent(app, &it.Name, &it.Data, []string{it.Channel}, it.SocketID, it.Info)
 		if err != nil {
 			var apiErr *Error
 			if errors.As(err, &apiErr) {
@@ -626,7 +626,7 @@ func (api *ChannelsAPI) GetChannel(ctx context.Context, req channels.GetChannelR
 			return nil, stateError(err)
 		}
 		if ok {
-			out.Cache = nullable.NewNullableWithValue(channels.CacheInfo{Data: data, Ttl: int(ttl.Seconds())})
+			out.Cache = nullable.NewNullableWithValue(channels.CacheInfo{Data: data, TTL: int(ttl.Seconds())})
 		} else {
 			out.Cache = nullable.NewNullNullable[channels.CacheInfo]()
 		}
@@ -650,7 +650,7 @@ func (api *ChannelsAPI) ListPresenceUsers(ctx context.Context, req channels.List
 	}
 	users := make([]channels.PresenceUser, len(ids))
 	for i, id := range ids {
-		users[i] = channels.PresenceUser{Id: id}
+		users[i] = channels.PresenceUser{ID: id}
 	}
 	return channels.ListPresenceUsers200JSONResponse{Users: users}, nil
 }
@@ -668,10 +668,10 @@ func (api *ChannelsAPI) TerminateUserConnections(ctx context.Context, req channe
 			}
 		}
 	}
-	if req.UserId == "" {
-		return nil, badRequest(KindMissingUserId, "The user id is required.")
+	if req.UserID == "" {
+		return nil, badRequest(KindMissingUserID, "The user id is required.")
 	}
-	if err := api.hub.Terminate(app.ID, req.UserId); err != nil {
+	if err := api.hub.Terminate(app.ID, req.UserID); err != nil {
 		return nil, stateError(err)
 	}
 	return channels.TerminateUserConnections200JSONResponse{}, nil

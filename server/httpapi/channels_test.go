@@ -139,7 +139,7 @@ func TestTriggerDeliversToSubscribers(t *testing.T) {
 	ctx := context.Background()
 
 	res, err := s.client.TriggerEventWithResponse(ctx, "1", nil, channelsclient.TriggerEventRequest{
-		Name: ptr("greet"), Data: ptr(`{"hi":1}`), Channels: &[]string{"news", "private-x", "news"}, SocketId: ptr(b.SocketID()),
+		Name: ptr("greet"), Data: ptr(`{"hi":1}`), Channels: &[]string{"news", "private-x", "news"}, SocketID: ptr(b.SocketID()),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestBatch(t *testing.T) {
 	res, err := s.client.TriggerBatchEventsWithResponse(context.Background(), "1", nil, channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{
 		{Name: "e1", Data: "1", Channel: "a"},
 		{Name: "e2", Data: "2", Channel: "presence-p", Info: ptr("user_count")},
-		{Name: "e3", Data: "3", Channel: "a", Info: ptr("subscription_count"), SocketId: ptr(c.SocketID())},
+		{Name: "e3", Data: "3", Channel: "a", Info: ptr("subscription_count"), SocketID: ptr(c.SocketID())},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestChannelQueries(t *testing.T) {
 	if one.JSON200 == nil || !one.JSON200.Cache.IsSpecified() {
 		t.Fatalf("cache: %d %s", one.StatusCode(), one.Body)
 	}
-	if cache := one.JSON200.Cache.MustGet(); cache.Data != "42" || cache.Ttl < 1790 || cache.Ttl > 1800 || *one.JSON200.SubscriptionCount != 1 {
+	if cache := one.JSON200.Cache.MustGet(); cache.Data != "42" || cache.TTL < 1790 || cache.TTL > 1800 || *one.JSON200.SubscriptionCount != 1 {
 		t.Fatalf("cache: %s", one.Body)
 	}
 

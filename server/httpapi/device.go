@@ -132,10 +132,10 @@ func pushInstance(instances InstanceLookup) gin.HandlerFunc {
 		id := c.Param("instance_id")
 		switch {
 		case id == "":
-			writeError(c, badRequest(KindMissingInstanceId, "The instance id is missing from the path."))
+			writeError(c, badRequest(KindMissingInstanceID, "The instance id is missing from the path."))
 			return
 		case !manage.ValidInstanceID(id):
-			writeError(c, badRequest(KindInvalidInstanceId, "The instance id %q is not a UUID.", text.Truncate(id, 64)))
+			writeError(c, badRequest(KindInvalidInstanceID, "The instance id %q is not a UUID.", text.Truncate(id, 64)))
 			return
 		}
 		in := instances.ByID(id)
@@ -215,10 +215,10 @@ func deviceRef(platform device.Platform, id string) (storage.Platform, error) {
 		return "", badRequest(KindInvalidPlatform, "Platform %q is not one of apns, fcm, web.", text.Truncate(string(platform), 64))
 	}
 	if id == "" {
-		return "", badRequest(KindMissingDeviceId, "The device id is missing from the path.")
+		return "", badRequest(KindMissingDeviceID, "The device id is missing from the path.")
 	}
 	if len(id) > maxDeviceIDLength {
-		return "", badRequest(KindInvalidDeviceId, "Device ids are at most %d characters.", maxDeviceIDLength)
+		return "", badRequest(KindInvalidDeviceID, "Device ids are at most %d characters.", maxDeviceIDLength)
 	}
 	return p, nil
 }
@@ -335,7 +335,7 @@ func (api *DeviceAPI) register(ctx context.Context, d storage.Device, known *[]s
 	if err != nil {
 		return device.RegisteredJSONResponse{}, err
 	}
-	return device.RegisteredJSONResponse{Id: stored.ID, InitialInterestSet: interests}, nil
+	return device.RegisteredJSONResponse{ID: stored.ID, InitialInterestSet: interests}, nil
 }
 
 // RegisterApnsDevice implements POST …/devices/apns.
@@ -445,15 +445,15 @@ func (api *DeviceAPI) RegisterWebDevice(ctx context.Context, req device.Register
 // GetDevice implements GET …/devices/{platform}/{device_id}.
 func (api *DeviceAPI) GetDevice(ctx context.Context, req device.GetDeviceRequestObject) (device.GetDeviceResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
+	p, err := deviceRef(req.Platform, req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
-	d, err := api.db.GetDevice(ctx, in.ID, p, req.DeviceId)
+	d, err := api.db.GetDevice(ctx, in.ID, p, req.DeviceID)
 	if err != nil {
-		return nil, deviceError(err, req.DeviceId)
+		return nil, deviceError(err, req.DeviceID)
 	}
-	return device.GetDevice200JSONResponse{Id: d.ID, UserId: d.UserID, Metadata: apiMetadata(d.Metadata)}, nil
+	return device.GetDevice200JSONResponse{ID: d.ID, UserID: d.UserID, Metadata: apiMetadata(d.Metadata)}, nil
 }
 
 // DeleteDevice implements DELETE …/devices/{platform}/{device_id}. Deleting
@@ -461,11 +461,11 @@ func (api *DeviceAPI) GetDevice(ctx context.Context, req device.GetDeviceRequest
 // delete forever.
 func (api *DeviceAPI) DeleteDevice(ctx context.Context, req device.DeleteDeviceRequestObject) (device.DeleteDeviceResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
+	p, err := deviceRef(req.Platform, req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
-	if err := api.db.DeleteDevice(ctx, in.ID, p, req.DeviceId); err != nil && !errors.Is(err, storage.ErrNotFound) {
+	if err := api.db.DeleteDevice(ctx, in.ID, p, req.DeviceID); err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return nil, err
 	}
 	return device.DeleteDevice200JSONResponse{}, nil
@@ -474,7 +474,7 @@ func (api *DeviceAPI) DeleteDevice(ctx context.Context, req device.DeleteDeviceR
 // UpdateDeviceMetadata implements PUT …/devices/{platform}/{device_id}/metadata.
 func (api *DeviceAPI) UpdateDeviceMetadata(ctx context.Context, req device.UpdateDeviceMetadataRequestObject) (device.UpdateDeviceMetadataResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
+	p, err := deviceRef(req.Platform, req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -482,8 +482,8 @@ func (api *DeviceAPI) UpdateDeviceMetadata(ctx context.Context, req device.Updat
 	if err != nil {
 		return nil, err
 	}
-	if err := api.db.UpdateDeviceMetadata(ctx, in.ID, p, req.DeviceId, md); err != nil {
-		return nil, deviceError(err, req.DeviceId)
+	if err := api.db.UpdateDeviceMetadata(ctx, in.ID, p, req.DeviceID, md); err != nil {
+		return nil, deviceError(err, req.DeviceID)
 	}
 	return device.UpdateDeviceMetadata200JSONResponse{}, nil
 }
@@ -491,15 +491,15 @@ func (api *DeviceAPI) UpdateDeviceMetadata(ctx context.Context, req device.Updat
 // UpdateFcmToken implements PUT …/devices/fcm/{device_id}/token.
 func (api *DeviceAPI) UpdateFcmToken(ctx context.Context, req device.UpdateFcmTokenRequestObject) (device.UpdateFcmTokenResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := deviceRef(device.Platform(storage.PlatformFCM), req.DeviceId)
+	p, err := deviceRef(device.Platform(storage.PlatformFCM), req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkToken(p, req.Body.Token); err != nil {
 		return nil, err
 	}
-	if err := api.db.UpdateDeviceToken(ctx, in.ID, p, req.DeviceId, req.Body.Token); err != nil {
-		return nil, deviceError(err, req.DeviceId)
+	if err := api.db.UpdateDeviceToken(ctx, in.ID, p, req.DeviceID, req.Body.Token); err != nil {
+		return nil, deviceError(err, req.DeviceID)
 	}
 	return device.UpdateFcmToken200JSONResponse{}, nil
 }
@@ -508,7 +508,7 @@ func (api *DeviceAPI) UpdateFcmToken(ctx context.Context, req device.UpdateFcmTo
 // token is checked before the device is looked up, so a caller without a
 // valid token learns nothing about which devices exist.
 func (api *DeviceAPI) SetDeviceUser(ctx context.Context, req device.SetDeviceUserRequestObject) (device.SetDeviceUserResponseObject, error) {
-	p, err := deviceRef(req.Platform, req.DeviceId)
+	p, err := deviceRef(req.Platform, req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -521,8 +521,8 @@ func (api *DeviceAPI) SetDeviceUser(ctx context.Context, req device.SetDeviceUse
 	if err != nil {
 		return nil, tokenError(err)
 	}
-	if err := api.db.SetDeviceUser(ctx, in.ID, p, req.DeviceId, userID); err != nil {
-		return nil, deviceError(err, req.DeviceId)
+	if err := api.db.SetDeviceUser(ctx, in.ID, p, req.DeviceID, userID); err != nil {
+		return nil, deviceError(err, req.DeviceID)
 	}
 	return device.SetDeviceUser200JSONResponse{}, nil
 }
@@ -552,7 +552,7 @@ func tokenError(err error) *Error {
 // ListDeviceInterests implements GET …/devices/{platform}/{device_id}/interests.
 func (api *DeviceAPI) ListDeviceInterests(ctx context.Context, req device.ListDeviceInterestsRequestObject) (device.ListDeviceInterestsResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
+	p, err := deviceRef(req.Platform, req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -569,9 +569,9 @@ func (api *DeviceAPI) ListDeviceInterests(ctx context.Context, req device.ListDe
 			return nil, err
 		}
 	}
-	interests, more, err := api.db.DeviceInterests(ctx, in.ID, p, req.DeviceId, after, limit)
+	interests, more, err := api.db.DeviceInterests(ctx, in.ID, p, req.DeviceID, after, limit)
 	if err != nil {
-		return nil, deviceError(err, req.DeviceId)
+		return nil, deviceError(err, req.DeviceID)
 	}
 	out := device.ListDeviceInterests200JSONResponse{Interests: interests}
 	if more {
@@ -600,7 +600,7 @@ func decodeInterestCursor(cursor string) (string, error) {
 // SetDeviceInterests implements PUT …/devices/{platform}/{device_id}/interests.
 func (api *DeviceAPI) SetDeviceInterests(ctx context.Context, req device.SetDeviceInterestsRequestObject) (device.SetDeviceInterestsResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := deviceRef(req.Platform, req.DeviceId)
+	p, err := deviceRef(req.Platform, req.DeviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -616,15 +616,15 @@ func (api *DeviceAPI) SetDeviceInterests(ctx context.Context, req device.SetDevi
 			return nil, invalidInterest(name)
 		}
 	}
-	if err := api.db.SetDeviceInterests(ctx, in.ID, p, req.DeviceId, interests); err != nil {
-		return nil, deviceError(err, req.DeviceId)
+	if err := api.db.SetDeviceInterests(ctx, in.ID, p, req.DeviceID, interests); err != nil {
+		return nil, deviceError(err, req.DeviceID)
 	}
 	return device.SetDeviceInterests200JSONResponse{}, nil
 }
 
 // AddDeviceInterest implements POST …/interests/{interest_name}.
 func (api *DeviceAPI) AddDeviceInterest(ctx context.Context, req device.AddDeviceInterestRequestObject) (device.AddDeviceInterestResponseObject, error) {
-	if err := changeInterest(ctx, req.Platform, req.DeviceId, req.InterestName, api.db.AddDeviceInterest); err != nil {
+	if err := changeInterest(ctx, req.Platform, req.DeviceID, req.InterestName, api.db.AddDeviceInterest); err != nil {
 		return nil, err
 	}
 	return device.AddDeviceInterest200JSONResponse{}, nil
@@ -632,7 +632,7 @@ func (api *DeviceAPI) AddDeviceInterest(ctx context.Context, req device.AddDevic
 
 // RemoveDeviceInterest implements DELETE …/interests/{interest_name}.
 func (api *DeviceAPI) RemoveDeviceInterest(ctx context.Context, req device.RemoveDeviceInterestRequestObject) (device.RemoveDeviceInterestResponseObject, error) {
-	if err := changeInterest(ctx, req.Platform, req.DeviceId, req.InterestName, api.db.RemoveDeviceInterest); err != nil {
+	if err := changeInterest(ctx, req.Platform, req.DeviceID, req.InterestName, api.db.RemoveDeviceInterest); err != nil {
 		return nil, err
 	}
 	return device.RemoveDeviceInterest200JSONResponse{}, nil

@@ -119,7 +119,7 @@ func (s *pushServer) registerFCM(t *testing.T, token string) string {
 	if err != nil || res.JSON200 == nil {
 		t.Fatalf("register: %v %d %s", err, res.StatusCode(), res.Body)
 	}
-	return res.JSON200.Id
+	return res.JSON200.ID
 }
 
 // pushRequest is a hand-made request for the rows the typed client cannot send.
@@ -192,18 +192,18 @@ func TestDeviceLifecycle(t *testing.T) {
 	if err != nil || reg.JSON200 == nil || len(reg.JSON200.InitialInterestSet) != 0 || !strings.Contains(string(reg.Body), `"initialInterestSet":[]`) {
 		t.Fatalf("register apns: %v %d %s", err, reg.StatusCode(), reg.Body)
 	}
-	id := reg.JSON200.Id
+	id := reg.JSON200.ID
 	if res, _ := s.client.AddDeviceInterestWithResponse(ctx, pushInstanceID, "apns", id, "news@home"); res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {
 		t.Fatalf("add interest: %d %s", res.StatusCode(), res.Body)
 	}
 	again, _ := s.client.RegisterApnsDeviceWithResponse(ctx, pushInstanceID, deviceclient.ApnsRegistration{Token: "a1b2c3d4", BundleIdentifier: "com.example.app"})
-	if again.JSON200 == nil || again.JSON200.Id != id || strings.Join(again.JSON200.InitialInterestSet, ",") != "news@home" {
+	if again.JSON200 == nil || again.JSON200.ID != id || strings.Join(again.JSON200.InitialInterestSet, ",") != "news@home" {
 		t.Fatalf("register known token: %d %s", again.StatusCode(), again.Body)
 	}
 
 	// Get.
 	got, _ := s.client.GetDeviceWithResponse(ctx, pushInstanceID, "apns", id)
-	if got.JSON200 == nil || got.JSON200.Id != id || got.JSON200.UserId != "" {
+	if got.JSON200 == nil || got.JSON200.ID != id || got.JSON200.UserID != "" {
 		t.Fatalf("get: %d %s", got.StatusCode(), got.Body)
 	}
 
@@ -270,7 +270,7 @@ func TestDeviceLifecycle(t *testing.T) {
 		t.Fatalf("token after update: %q", stored.Token)
 	}
 	web, _ := s.client.RegisterWebDeviceWithResponse(ctx, pushInstanceID, deviceclient.WebRegistration{Token: webToken("https://push.example.com/sub/1"), Metadata: &deviceclient.Metadata{SdkVersion: ptr("2.1.0")}})
-	if web.JSON200 == nil || !strings.HasPrefix(web.JSON200.Id, "web-") {
+	if web.JSON200 == nil || !strings.HasPrefix(web.JSON200.ID, "web-") {
 		t.Fatalf("register web: %d %s", web.StatusCode(), web.Body)
 	}
 	key, _ := s.client.GetWebVapidPublicKeyWithResponse(ctx, pushInstanceID)
@@ -474,7 +474,7 @@ func TestSetDeviceUser(t *testing.T) {
 		t.Fatalf("set user with the Go SDK's token: %v %d %s", err, res.StatusCode(), res.Body)
 	}
 	got, _ := s.client.GetDeviceWithResponse(ctx, pushInstanceID, "fcm", alice)
-	if got.JSON200 == nil || got.JSON200.UserId != "alice" {
+	if got.JSON200 == nil || got.JSON200.UserID != "alice" {
 		t.Fatalf("device after set user: %s", got.Body)
 	}
 

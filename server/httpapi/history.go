@@ -112,7 +112,7 @@ func (api *ChannelsAPI) ReadHistory(ctx context.Context, app *storage.App, chann
 	}
 	out := channels.ChannelEvents{Events: make([]channels.HistoryEvent, len(page.Events))}
 	for i, ev := range page.Events {
-		out.Events[i] = channels.HistoryEvent{Id: ev.ID.String(), Event: ev.Name, Data: ev.Data, Timestamp: int64(ev.ID.MS)}
+		out.Events[i] = channels.HistoryEvent{ID: ev.ID.String(), Event: ev.Name, Data: ev.Data, Timestamp: int64(ev.ID.MS)}
 	}
 	if page.More {
 		next := page.Events[len(page.Events)-1].ID.String()
@@ -150,7 +150,7 @@ func historyQuery(params channels.ListChannelEventsParams) (eventlog.Query, erro
 	if from != nil {
 		id, err := eventlog.ParseID(*from)
 		if err != nil || id.IsZero() {
-			return q, badRequest(KindInvalidEventId, "%q is not an event id (<milliseconds>-<sequence>, as an event's id or next_cursor).", *from)
+			return q, badRequest(KindInvalidEventID, "%q is not an event id (<milliseconds>-<sequence>, as an event's id or next_cursor).", *from)
 		}
 		q.After = id
 	}

@@ -68,11 +68,11 @@ func TestHistoryKeepsTriggeredEvents(t *testing.T) {
 	}
 	for _, e := range page.Events {
 		if e.Timestamp < before || e.Timestamp > after {
-			t.Fatalf("event %s timestamp %d, want between %d and %d", e.Id, e.Timestamp, before, after)
+			t.Fatalf("event %s timestamp %d, want between %d and %d", e.ID, e.Timestamp, before, after)
 		}
 	}
 	// after=<id>: only what came later, oldest first.
-	third := page.Events[2].Id // ev:3
+	third := page.Events[2].ID // ev:3
 	later := s.history(t, "news", channelsclient.ListChannelEventsParams{After: &third})
 	if got, want := historyData(later.Events), []string{"ev:4", "ev:5"}; !slices.Equal(got, want) {
 		t.Fatalf("after %s: got %v, want %v", third, got, want)
@@ -125,8 +125,8 @@ func TestHistoryRefusals(t *testing.T) {
 		{name: "LimitZero", query: url.Values{"limit": {"0"}}, wantKind: KindInvalidLimit},
 		{name: "LimitOver100", query: url.Values{"limit": {"101"}}, wantKind: KindInvalidLimit},
 		{name: "UnknownDirection", query: url.Values{"direction": {"sideways"}}, wantKind: KindInvalidParameter},
-		{name: "AfterNotAnID", query: url.Values{"after": {"yesterday"}}, wantKind: KindInvalidEventId},
-		{name: "CursorNotAnID", query: url.Values{"cursor": {"1-2-3"}}, wantKind: KindInvalidEventId},
+		{name: "AfterNotAnID", query: url.Values{"after": {"yesterday"}}, wantKind: KindInvalidEventID},
+		{name: "CursorNotAnID", query: url.Values{"cursor": {"1-2-3"}}, wantKind: KindInvalidEventID},
 		{name: "AfterAndCursor", query: url.Values{"after": {"1-0"}, "cursor": {"2-0"}}, wantKind: KindInvalidParameter},
 		{name: "AfterNewestFirst", query: url.Values{"after": {"1-0"}, "direction": {"newest_first"}}, wantKind: KindInvalidParameter},
 		{name: "BadChannelName", path: "/apps/1/channels/a%20b/events", wantKind: KindInvalidChannelName},

@@ -139,8 +139,8 @@ func TestPublishIdempotencyKey(t *testing.T) {
 		t.Fatalf("publish: %v %v", first, err)
 	}
 	again, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, &publishclient.PublishToInterestsParams{IdempotencyKey: ptr("p1")}, body)
-	if err != nil || again.JSON200 == nil || again.JSON200.PublishId != first.JSON200.PublishId || again.HTTPResponse.Header.Get(IdempotentReplayedHeader) != "true" {
-		t.Fatalf("repeat: %v %v, want publish %s replayed", again, err, first.JSON200.PublishId)
+	if err != nil || again.JSON200 == nil || again.JSON200.PublishID != first.JSON200.PublishID || again.HTTPResponse.Header.Get(IdempotentReplayedHeader) != "true" {
+		t.Fatalf("repeat: %v %v, want publish %s replayed", again, err, first.JSON200.PublishID)
 	}
 	if s.notified != 1 {
 		t.Fatalf("%d publishes stored, want 1", s.notified)

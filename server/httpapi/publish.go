@@ -280,31 +280,31 @@ type publishRequest struct {
 // PublishToInterests implements POST …/publishes/interests.
 func (api *PublishAPI) PublishToInterests(ctx context.Context, req publish.PublishToInterestsRequestObject) (publish.PublishToInterestsResponseObject, error) {
 	b := req.Body
-	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookUrl, b.Apns, b.Fcm, b.Web})
+	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookURL, b.Apns, b.Fcm, b.Web})
 	if err != nil {
 		return nil, err
 	}
-	return publish.PublishToInterests200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishId: id}}, nil
+	return publish.PublishToInterests200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishID: id}}, nil
 }
 
 // PublishToInterestsBare implements POST …/publishes, the Go SDK's path.
 func (api *PublishAPI) PublishToInterestsBare(ctx context.Context, req publish.PublishToInterestsBareRequestObject) (publish.PublishToInterestsBareResponseObject, error) {
 	b := req.Body
-	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookUrl, b.Apns, b.Fcm, b.Web})
+	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookURL, b.Apns, b.Fcm, b.Web})
 	if err != nil {
 		return nil, err
 	}
-	return publish.PublishToInterestsBare200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishId: id}}, nil
+	return publish.PublishToInterestsBare200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishID: id}}, nil
 }
 
 // PublishToUsers implements POST …/publishes/users.
 func (api *PublishAPI) PublishToUsers(ctx context.Context, req publish.PublishToUsersRequestObject) (publish.PublishToUsersResponseObject, error) {
 	b := req.Body
-	id, err := api.publish(ctx, publishRequest{storage.TargetUsers, b.Users, b.WebhookUrl, b.Apns, b.Fcm, b.Web})
+	id, err := api.publish(ctx, publishRequest{storage.TargetUsers, b.Users, b.WebhookURL, b.Apns, b.Fcm, b.Web})
 	if err != nil {
 		return nil, err
 	}
-	return publish.PublishToUsers200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishId: id}}, nil
+	return publish.PublishToUsers200JSONResponse{PublishedJSONResponse: publish.PublishedJSONResponse{PublishID: id}}, nil
 }
 
 // checkTargets validates the interests or users of a publish (422).
@@ -335,7 +335,7 @@ func checkTargets(kind storage.PublishTargetKind, targets []string) error {
 // checkUserID validates a user id: 1 to 164 bytes of UTF-8 (400).
 func checkUserID(s string) *Error {
 	if s == "" || len(s) > MaxUserIDBytes || !utf8.ValidString(s) {
-		return badRequest(KindInvalidUserId, "User id %q is invalid: use 1 to %d bytes of UTF-8.", text.Truncate(s, 200), MaxUserIDBytes)
+		return badRequest(KindInvalidUserID, "User id %q is invalid: use 1 to %d bytes of UTF-8.", text.Truncate(s, 200), MaxUserIDBytes)
 	}
 	return nil
 }
@@ -437,9 +437,9 @@ func (api *PublishAPI) store(ctx context.Context, in *storage.Instance, r prepar
 // GetPublish implements GET …/publishes/{publish_id}.
 func (api *PublishAPI) GetPublish(ctx context.Context, req publish.GetPublishRequestObject) (publish.GetPublishResponseObject, error) {
 	in, ctx := requestScope(ctx)
-	p, err := api.db.GetPublish(ctx, in.ID, req.PublishId)
+	p, err := api.db.GetPublish(ctx, in.ID, req.PublishID)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, newError(http.StatusNotFound, KindPublishNotFound, "There is no publish %s on this instance.", text.Truncate(req.PublishId, 128))
+		return nil, newError(http.StatusNotFound, KindPublishNotFound, "There is no publish %s on this instance.", text.Truncate(req.PublishID, 128))
 	}
 	if err != nil {
 		return nil, err
@@ -449,7 +449,7 @@ func (api *PublishAPI) GetPublish(ctx context.Context, req publish.GetPublishReq
 		return nil, err
 	}
 	out := publish.GetPublish200JSONResponse{
-		PublishId: p.ID, State: publish.PublishState(p.State), Targeted: p.Targeted, Sent: p.Sent, Failed: p.Failed,
+		PublishID: p.ID, State: publish.PublishState(p.State), Targeted: p.Targeted, Sent: p.Sent, Failed: p.Failed,
 		Delivered: delivered, Opened: opened, CreatedAt: p.CreatedAt,
 	}
 	if !p.FinishedAt.IsZero() {
@@ -470,7 +470,7 @@ func (api *PublishAPI) deleteUser(ctx context.Context, userID string) error {
 
 // DeleteUser implements DELETE /customer_api/v1/instances/{id}/users/{user_id}.
 func (api *PublishAPI) DeleteUser(ctx context.Context, req publish.DeleteUserRequestObject) (publish.DeleteUserResponseObject, error) {
-	if err := api.deleteUser(ctx, req.UserId); err != nil {
+	if err := api.deleteUser(ctx, req.UserID); err != nil {
 		return nil, err
 	}
 	return doneResponse{}, nil
@@ -478,7 +478,7 @@ func (api *PublishAPI) DeleteUser(ctx context.Context, req publish.DeleteUserReq
 
 // DeleteUserViaUserAPI implements DELETE /user_api/v1/instances/{id}/users/{user_id}.
 func (api *PublishAPI) DeleteUserViaUserAPI(ctx context.Context, req publish.DeleteUserViaUserAPIRequestObject) (publish.DeleteUserViaUserAPIResponseObject, error) {
-	if err := api.deleteUser(ctx, req.UserId); err != nil {
+	if err := api.deleteUser(ctx, req.UserID); err != nil {
 		return nil, err
 	}
 	return doneResponse{}, nil

@@ -261,7 +261,7 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 		{"Interests", func() (result, error) {
 			r, err := s.pclient.PublishToInterestsWithResponse(ctx, pushInstanceID, nil, publishclient.InterestsPublishRequest{
 				Interests: []string{"news", "sport@home"}, Apns: raw(`{"aps":{"alert":{"title":"t","body":"b"}},"headers":{"apns-collapse-id":"c"}}`),
-				Fcm: raw(`{"notification":{"title":"t"},"data":{"n":1},"time_to_live":60,"priority":"high"}`), Web: raw(`{"notification":{"title":"t","deep_link":"https://x"}}`), WebhookUrl: &hook,
+				Fcm: raw(`{"notification":{"title":"t"},"data":{"n":1},"time_to_live":60,"priority":"high"}`), Web: raw(`{"notification":{"title":"t","deep_link":"https://x"}}`), WebhookURL: &hook,
 			})
 			if err != nil {
 				return result{}, err
@@ -291,7 +291,7 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 				t.Fatalf("%v %d %s", err, r.status, r.body)
 			}
 			var body map[string]any
-			if err := json.Unmarshal(r.body, &body); err != nil || len(body) != 1 || !strings.HasPrefix(r.json.PublishId, publishIDPrefix) {
+			if err := json.Unmarshal(r.body, &body); err != nil || len(body) != 1 || !strings.HasPrefix(r.json.PublishID, publishIDPrefix) {
 				t.Fatalf("body %s, want exactly {\"publishId\"}", r.body)
 			}
 			if s.notified != before+1 {
@@ -299,8 +299,8 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 			}
 			// It was told the publish's id and its parsed payload, which it
 			// need not parse again.
-			if s.lastID != r.json.PublishId || s.lastPayload == nil {
-				t.Fatalf("the dispatcher was told %q with payload %v, want %q with one", s.lastID, s.lastPayload, r.json.PublishId)
+			if s.lastID != r.json.PublishID || s.lastPayload == nil {
+				t.Fatalf("the dispatcher was told %q with payload %v, want %q with one", s.lastID, s.lastPayload, r.json.PublishID)
 			}
 			var gateways []string
 			for _, pl := range []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, storage.PlatformWeb} {
@@ -312,12 +312,12 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 				t.Fatalf("the payload handed over is for %v, want %s", gateways, want)
 			}
 			// Stored before the answer, in the accepted state.
-			st, err := s.pclient.GetPublishWithResponse(ctx, pushInstanceID, r.json.PublishId)
+			st, err := s.pclient.GetPublishWithResponse(ctx, pushInstanceID, r.json.PublishID)
 			if err != nil || st.JSON200 == nil {
 				t.Fatalf("status: %v %d %s", err, st.StatusCode(), st.Body)
 			}
 			got := st.JSON200
-			if got.PublishId != r.json.PublishId || got.State != publishclient.PublishState("accepted") || got.Targeted != 0 ||
+			if got.PublishID != r.json.PublishID || got.State != publishclient.PublishState("accepted") || got.Targeted != 0 ||
 				got.Sent != 0 || got.Failed != 0 || got.Delivered != 0 || got.Opened != 0 || got.FinishedAt != nil ||
 				time.Since(got.CreatedAt) > time.Minute {
 				t.Fatalf("publish status %+v", got)
@@ -330,7 +330,7 @@ func TestPublishSuccessThroughClient(t *testing.T) {
 				}
 			}
 			// Another instance cannot see it.
-			other, _ := s.pclient.GetPublishWithResponse(ctx, quotaInstanceID, r.json.PublishId)
+			other, _ := s.pclient.GetPublishWithResponse(ctx, quotaInstanceID, r.json.PublishID)
 			if other.StatusCode() != 404 {
 				t.Fatalf("publish of another instance: %d %s", other.StatusCode(), other.Body)
 			}
@@ -350,7 +350,7 @@ func TestPublishStatusCounts(t *testing.T) {
 	if err != nil || r.JSON200 == nil {
 		t.Fatalf("%v %s", err, r.Body)
 	}
-	id := r.JSON200.PublishId
+	id := r.JSON200.PublishID
 	d, _, err := s.db.RegisterDevice(ctx, storage.Device{InstanceID: pushInstanceID, Platform: storage.PlatformFCM, Token: "f:1"})
 	if err != nil {
 		t.Fatal(err)
@@ -580,7 +580,7 @@ func TestPublishSecretKeyComparedExactly(t *testing.T) {
 	if err != nil || r.JSON200 == nil {
 		t.Fatalf("publish: %v %d %s", err, r.StatusCode(), r.Body)
 	}
-	get := publishPrefix + pushInstanceID + "/publishes/" + r.JSON200.PublishId
+	get := publishPrefix + pushInstanceID + "/publishes/" + r.JSON200.PublishID
 	for _, auth := range []string{"Bearer " + pushSecret[:len(pushSecret)-1], "Bearer " + pushSecret + "x", "Bearer " + strings.ToUpper(pushSecret)} {
 		status, body, _ := s.do(t, pushRequest{"GET", get, "", "", auth})
 		checkStatus(t, status, body, 401, "incorrect_api_key")

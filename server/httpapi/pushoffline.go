@@ -50,7 +50,7 @@ func (api *ChannelsAPI) triggerOrPush(ctx context.Context, app *storage.App, ev 
 		return nil, err
 	}
 	p, err := preparePublish(publishRequest{kind: storage.TargetUsers, targets: []string{userID},
-		webhookURL: body.WebhookUrl, apns: body.Apns, fcm: body.Fcm, web: body.Web})
+		webhookURL: body.WebhookURL, apns: body.Apns, fcm: body.Fcm, web: body.Web})
 	if err != nil {
 		return nil, pushBodyError(err)
 	}
@@ -74,7 +74,7 @@ func (api *ChannelsAPI) triggerOrPush(ctx context.Context, app *storage.App, ev 
 		if err != nil {
 			return nil, err
 		}
-		res.DeliveredVia, res.PublishId = &viaPush, &id
+		res.DeliveredVia, res.PublishID = &viaPush, &id
 	}
 	if ev.info.any() {
 		attrs, err := api.attributes(app.ID, ev.channels[0], ev.info)

@@ -215,7 +215,7 @@ func TestPushIfOfflineErrors(t *testing.T) {
 		{"ErrNoPayload", "key1", "secret1", `{"name":"e","data":"d","channel":"#server-to-user-alice","push_if_offline":{}}`, KindMissingPayload},
 		{"ErrBadPayload", "key1", "secret1", `{"name":"e","data":"d","channel":"#server-to-user-alice","push_if_offline":{"fcm":{"data":7}}}`, KindInvalidPayload},
 		{"ErrWebhookURL", "key1", "secret1", `{"name":"e","data":"d","channel":"#server-to-user-alice","push_if_offline":{"fcm":{},"webhookUrl":"ftp://x"}}`, KindInvalidWebhookUrl},
-		{"ErrUserIDTooLong", "key1", "secret1", pushBody("#server-to-user-" + long), KindInvalidUserId},
+		{"ErrUserIDTooLong", "key1", "secret1", pushBody("#server-to-user-" + long), KindInvalidUserID},
 		{"ErrNotAnObject", "key1", "secret1", `{"name":"e","data":"d","channel":"#server-to-user-alice","push_if_offline":[]}`, KindInvalidRequest},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

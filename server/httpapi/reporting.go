@@ -60,14 +60,14 @@ func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEv
 		return nil, badRequest(KindMissingEvent, "event is required: delivery or open.")
 	case kind != storage.ReportDelivery && kind != storage.ReportOpen:
 		return nil, badRequest(KindInvalidEvent, "event %q is not delivery or open.", text.Truncate(b.Event, 64))
-	case b.PublishId == "":
-		return nil, badRequest(KindMissingPublishId, "publishId is required.")
-	case len(b.PublishId) > maxReportIDLength:
-		return nil, badRequest(KindInvalidPublishId, "publishId is longer than %d bytes.", maxReportIDLength)
-	case b.DeviceId == "":
-		return nil, badRequest(KindMissingDeviceId, "deviceId is required.")
-	case len(b.DeviceId) > maxReportIDLength:
-		return nil, badRequest(KindInvalidDeviceId, "deviceId is longer than %d bytes.", maxReportIDLength)
+	case b.PublishID == "":
+		return nil, badRequest(KindMissingPublishID, "publishId is required.")
+	case len(b.PublishID) > maxReportIDLength:
+		return nil, badRequest(KindInvalidPublishID, "publishId is longer than %d bytes.", maxReportIDLength)
+	case b.DeviceID == "":
+		return nil, badRequest(KindMissingDeviceID, "deviceId is required.")
+	case len(b.DeviceID) > maxReportIDLength:
+		return nil, badRequest(KindInvalidDeviceID, "deviceId is longer than %d bytes.", maxReportIDLength)
 	case b.TimestampSecs == 0:
 		return nil, badRequest(KindMissingTimestamp, "timestampSecs is required: seconds since the Unix epoch.")
 	case b.TimestampSecs < 0:
@@ -75,16 +75,16 @@ func (api *ReportingAPI) ReportEvent(ctx context.Context, req reporting.ReportEv
 	}
 	ev := storage.ReportEvent{
 		InstanceID:    in.ID,
-		PublishID:     b.PublishId,
-		DeviceID:      b.DeviceId,
+		PublishID:     b.PublishID,
+		DeviceID:      b.DeviceID,
 		Kind:          kind,
 		TimestampSecs: b.TimestampSecs,
 	}
-	if b.UserId != nil {
-		if len(*b.UserId) > beamsauth.MaxUserIDLength*4 || len([]rune(*b.UserId)) > beamsauth.MaxUserIDLength {
-			return nil, badRequest(KindInvalidUserId, "userId is longer than %d characters.", beamsauth.MaxUserIDLength)
+	if b.UserID != nil {
+		if len(*b.UserID) > beamsauth.MaxUserIDLength*4 || len([]rune(*b.UserID)) > beamsauth.MaxUserIDLength {
+			return nil, badRequest(KindInvalidUserID, "userId is longer than %d characters.", beamsauth.MaxUserIDLength)
 		}
-		ev.UserID = *b.UserId
+		ev.UserID = *b.UserID
 	}
 	// The flags describe a delivery; on an open they mean nothing and are dropped.
 	if kind == storage.ReportDelivery {

@@ -91,14 +91,14 @@ func TestReportEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ev := range []reportingclient.ReportEvent{
-		{Event: "delivery", PublishId: "pubid-1", DeviceId: d1, TimestampSecs: 1_700_000_000, AppInBackground: &yes, HasDisplayableContent: &yes, HasData: &no},
-		{Event: "Delivery", PublishId: "pubid-1", DeviceId: d2, TimestampSecs: 1_700_000_001, UserId: ptr("alice")},
-		{Event: "delivery", PublishId: "pubid-1", DeviceId: d2, TimestampSecs: 1_700_000_002}, // a retry counts once
-		{Event: "OPEN", PublishId: "pubid-1", DeviceId: d1, TimestampSecs: 1_700_000_010},
-		{Event: "open", PublishId: "pubid-1", DeviceId: d1, TimestampSecs: 1_700_000_011},        // so does an open
-		{Event: "delivery", PublishId: "pubid-1", DeviceId: other, TimestampSecs: 1_700_000_003}, // not a target
-		{Event: "delivery", PublishId: "pubid-1", DeviceId: "fcm-nobody", TimestampSecs: 1_700_000_003},
-		{Event: "delivery", PublishId: "pubid-made-up", DeviceId: d1, TimestampSecs: 1_700_000_004},
+		{Event: "delivery", PublishID: "pubid-1", DeviceID: d1, TimestampSecs: 1_700_000_000, AppInBackground: &yes, HasDisplayableContent: &yes, HasData: &no},
+		{Event: "Delivery", PublishID: "pubid-1", DeviceID: d2, TimestampSecs: 1_700_000_001, UserID: ptr("alice")},
+		{Event: "delivery", PublishID: "pubid-1", DeviceID: d2, TimestampSecs: 1_700_000_002}, // a retry counts once
+		{Event: "OPEN", PublishID: "pubid-1", DeviceID: d1, TimestampSecs: 1_700_000_010},
+		{Event: "open", PublishID: "pubid-1", DeviceID: d1, TimestampSecs: 1_700_000_011},        // so does an open
+		{Event: "delivery", PublishID: "pubid-1", DeviceID: other, TimestampSecs: 1_700_000_003}, // not a target
+		{Event: "delivery", PublishID: "pubid-1", DeviceID: "fcm-nobody", TimestampSecs: 1_700_000_003},
+		{Event: "delivery", PublishID: "pubid-made-up", DeviceID: d1, TimestampSecs: 1_700_000_004},
 	} {
 		res, err := s.reports.ReportEventWithResponse(ctx, pushInstanceID, ev)
 		if err != nil || res.StatusCode() != 200 || strings.TrimSpace(string(res.Body)) != "{}" {

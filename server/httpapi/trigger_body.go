@@ -67,7 +67,7 @@ func decodeTriggerEvent(body []byte, v *channels.TriggerEventRequest) bool {
 			case "channel":
 				dst, field = &vals.channel, &out.Channel
 			case "socket_id":
-				dst, field = &vals.socketID, &out.SocketId
+				dst, field = &vals.socketID, &out.SocketID
 			case "info":
 				dst, field = &vals.info, &out.Info
 			default:

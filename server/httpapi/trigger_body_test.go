@@ -178,7 +178,7 @@ func TestDecodeTriggerEventRandomBodies(t *testing.T) {
 	}
 	taken := 0
 	for range 5000 {
-		req := channels.TriggerEventRequest{Name: maybe(), Data: maybe(), Channel: maybe(), SocketId: maybe(), Info: maybe()}
+		req := channels.TriggerEventRequest{Name: maybe(), Data: maybe(), Channel: maybe(), SocketID: maybe(), Info: maybe()}
 		if rng.IntN(3) > 0 {
 			list := []string{}
 			for range rng.IntN(4) {

@@ -98,7 +98,7 @@ func TestClusterHistoryOnEveryNode(t *testing.T) {
 		}
 	}
 	for i, addr := range addrs {
-		later := readHistory(t, historyClient(t, addr), "feed", first[9].Id, 4)
+		later := readHistory(t, historyClient(t, addr), "feed", first[9].ID, 4)
 		if !slices.Equal(later, first[10:]) {
 			t.Fatalf("node %d: after the 10th event got %d events, want the 20 after it in order", i, len(later))
 		}

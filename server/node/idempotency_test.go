@@ -126,7 +126,7 @@ func TestPublishRetriedAcrossRestart(t *testing.T) {
 	if err != nil || first.JSON200 == nil {
 		t.Fatalf("publish: %v %v", first, err)
 	}
-	waitDone(t, base, first.JSON200.PublishId)
+	waitDone(t, base, first.JSON200.PublishID)
 
 	// The node stops; a new one starts on the same database file.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -139,8 +139,8 @@ func TestPublishRetriedAcrossRestart(t *testing.T) {
 	}
 	_, base2 := serveNode(t, cfg, WithPush(gw.pushOptions()))
 	again, err := client(base2).PublishToInterestsWithResponse(context.Background(), beamsInstance, key, body)
-	if err != nil || again.JSON200 == nil || again.JSON200.PublishId != first.JSON200.PublishId || again.HTTPResponse.Header.Get(httpapi.IdempotentReplayedHeader) != "true" {
-		t.Fatalf("the retry after a restart: %v %v, want publish %s replayed", again, err, first.JSON200.PublishId)
+	if err != nil || again.JSON200 == nil || again.JSON200.PublishID != first.JSON200.PublishID || again.HTTPResponse.Header.Get(httpapi.IdempotentReplayedHeader) != "true" {
+		t.Fatalf("the retry after a restart: %v %v, want publish %s replayed", again, err, first.JSON200.PublishID)
 	}
 	other, err := client(base2).PublishToInterestsWithResponse(context.Background(), beamsInstance, key,
 		publishclient.InterestsPublishRequest{Interests: []string{"news"}, Fcm: rawJSON(`{"notification":{"title":"other"}}`)})
@@ -152,7 +152,7 @@ func TestPublishRetriedAcrossRestart(t *testing.T) {
 	if err != nil || marker.JSON200 == nil {
 		t.Fatalf("a publish without a key: %v %v", marker, err)
 	}
-	waitDone(t, base2, marker.JSON200.PublishId)
+	waitDone(t, base2, marker.JSON200.PublishID)
 	if got := len(gw.fcm.For("fcm-1")); got != 2 {
 		t.Fatalf("the device got %d notifications, want 2 (the publish once, the marker)", got)
 	}

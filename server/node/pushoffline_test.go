@@ -188,7 +188,7 @@ func TestPushIfOfflineOneNode(t *testing.T) {
 
 	alice := signIn(t, addr, "alice")
 	res := triggerPushIfOffline(t, addr, "alice", "message", "while online")
-	if res.DeliveredVia == nil || *res.DeliveredVia != channelsclient.Socket || res.PublishId != nil {
+	if res.DeliveredVia == nil || *res.DeliveredVia != channelsclient.Socket || res.PublishID != nil {
 		t.Fatalf("online: answer %+v, want delivered_via socket", res)
 	}
 	if f := alice.next("message"); f.Channel != "#server-to-user-alice" || f.Data != `{"title":"while online"}` {
@@ -204,10 +204,10 @@ func TestPushIfOfflineOneNode(t *testing.T) {
 		return err == nil && !on
 	})
 	res = triggerPushIfOffline(t, addr, "alice", "message", "while offline")
-	if res.DeliveredVia == nil || *res.DeliveredVia != channelsclient.Push || res.PublishId == nil {
+	if res.DeliveredVia == nil || *res.DeliveredVia != channelsclient.Push || res.PublishID == nil {
 		t.Fatalf("offline: answer %+v, want delivered_via push with a publish_id", res)
 	}
-	checkPushed(t, gw, base, "alice", *res.PublishId, devices)
+	checkPushed(t, gw, base, "alice", *res.PublishID, devices)
 	if c := publishCount(t, n); c != 1 {
 		t.Fatalf("%d publishes, want the one", c)
 	}
@@ -258,11 +258,11 @@ func TestPushIfOfflineThreeNodes(t *testing.T) {
 		return err == nil && !on
 	})
 	res = triggerPushIfOffline(t, addrs[1], "alice", "message", "while offline")
-	if res.DeliveredVia == nil || *res.DeliveredVia != channelsclient.Push || res.PublishId == nil {
+	if res.DeliveredVia == nil || *res.DeliveredVia != channelsclient.Push || res.PublishID == nil {
 		t.Fatalf("offline: answer %+v, want delivered_via push with a publish_id", res)
 	}
-	checkPushed(t, gw, "http://"+addrs[2], "alice", *res.PublishId, devices)
-	if st := getStatus(t, "http://"+addrs[0], *res.PublishId); st.State != "done" || st.Sent != 3 {
+	checkPushed(t, gw, "http://"+addrs[2], "alice", *res.PublishID, devices)
+	if st := getStatus(t, "http://"+addrs[0], *res.PublishID); st.State != "done" || st.Sent != 3 {
 		t.Fatalf("status on node a %+v, want done with 3 sent", st)
 	}
 }

@@ -112,7 +112,7 @@ func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) 
 // storage kept: the publish as the event left it.
 func encodeWebhook(w storage.PublishWebhook) []byte {
 	b, _ := json.Marshal(publish.PublishWebhook{
-		Event: publish.PublishWebhookEvent(w.Event), InstanceId: w.InstanceID, PublishId: w.PublishID,
+		Event: publish.PublishWebhookEvent(w.Event), InstanceID: w.InstanceID, PublishID: w.PublishID,
 		State: publish.PublishState(w.State), Targeted: w.Targeted, Sent: w.Sent, Failed: w.Failed, TimeMs: w.At.UnixMilli(),
 	})
 	return b

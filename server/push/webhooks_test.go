@@ -115,7 +115,7 @@ func TestPublishWebhooks(t *testing.T) {
 	events := map[publish.PublishWebhookEvent]int{}
 	for _, h := range hooks {
 		events[h.body.Event]++
-		if h.signature != SignWebhook("secret", h.raw) || h.body.PublishId != "pub-hook" || h.body.InstanceId != testInstance {
+		if h.signature != SignWebhook("secret", h.raw) || h.body.PublishID != "pub-hook" || h.body.InstanceID != testInstance {
 			t.Errorf("webhook %s signed %q", h.raw, h.signature)
 		}
 		if h.body.Event == publish.PublishFinished {
@@ -146,7 +146,7 @@ func TestPublishWebhooksSentAtOnce(t *testing.T) {
 		var h publish.PublishWebhook
 		_ = json.NewDecoder(r.Body).Decode(&h)
 		mu.Lock()
-		seen[h.PublishId+" "+string(h.Event)]++
+		seen[h.PublishID+" "+string(h.Event)]++
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)

@@ -407,9 +407,9 @@ func payload(ev hub.Event) channels.WebhookEvent {
 	}
 	switch ev.Kind {
 	case hub.MemberAdded, hub.MemberRemoved:
-		p.UserId = str(ev.UserID)
+		p.UserID = str(ev.UserID)
 	case hub.ClientEvent:
-		p.Event, p.Data, p.SocketId, p.UserId = str(ev.Name), &ev.Data, str(ev.SocketID), str(ev.UserID)
+		p.Event, p.Data, p.SocketID, p.UserID = str(ev.Name), &ev.Data, str(ev.SocketID), str(ev.UserID)
 	case hub.SubscriptionCount:
 		n := ev.Count
 		p.SubscriptionCount = &n

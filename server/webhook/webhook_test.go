@@ -251,11 +251,11 @@ func (r *receiver) events() []string {
 	for _, req := range r.requests {
 		for _, e := range req.Events {
 			s := string(e.Name) + ":" + e.Channel
-			if e.UserId != nil {
-				s += ":" + *e.UserId
+			if e.UserID != nil {
+				s += ":" + *e.UserID
 			}
 			if e.Event != nil {
-				s += ":" + *e.Event + "=" + *e.Data + "@" + *e.SocketId
+				s += ":" + *e.Event + "=" + *e.Data + "@" + *e.SocketID
 			}
 			if e.SubscriptionCount != nil {
 				s += ":" + itoa(*e.SubscriptionCount)

@@ -67,7 +67,7 @@ func run() error {
 	if reg.JSON200 == nil {
 		return fmt.Errorf("register: %s %s", reg.Status(), reg.Body)
 	}
-	deviceID := reg.JSON200.Id
+	deviceID := reg.JSON200.ID
 	added, err := devices.AddDeviceInterestWithResponse(ctx, *instance, "fcm", deviceID, "consumer-interest")
 	if err != nil {
 		return fmt.Errorf("add interest: %w", err)
@@ -105,7 +105,7 @@ func run() error {
 	if pub.JSON200 == nil {
 		return fmt.Errorf("publish: %s %s", pub.Status(), pub.Body)
 	}
-	fmt.Println("publish", pub.JSON200.PublishId)
+	fmt.Println("publish", pub.JSON200.PublishID)
 
 	// Reporting API: the device reports the notification opened.
 	reports, err := reportingclient.NewClientWithResponses(*url)
@@ -113,7 +113,7 @@ func run() error {
 		return err
 	}
 	rep, err := reports.ReportEventWithResponse(ctx, *instance, reportingclient.ReportEventJSONRequestBody{
-		Event: "open", PublishId: pub.JSON200.PublishId, DeviceId: deviceID, TimestampSecs: 1700000000,
+		Event: "open", PublishID: pub.JSON200.PublishID, DeviceID: deviceID, TimestampSecs: 1700000000,
 	})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -136,6 +136,6 @@ func run() error {
 	if app.JSON200 == nil {
 		return fmt.Errorf("get app: %s %s", app.Status(), app.Body)
 	}
-	fmt.Println("app", app.JSON200.Id, app.JSON200.Key)
+	fmt.Println("app", app.JSON200.ID, app.JSON200.Key)
 	return nil
 }
