@@ -16,7 +16,7 @@ import (
 // PushIfOffline makes the API take push_if_offline on triggers, publishing
 // through p to the Push instance an app is linked to (storage.App.PushInstance);
 // without it, push_if_offline is refused (push_not_linked). It may be called
-// after Register, before the API serves.
+// after Mount, before the API serves.
 func (api *ChannelsAPI) PushIfOffline(p *PublishAPI) *ChannelsAPI {
 	api.pushes = p
 	return api
