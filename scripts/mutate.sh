@@ -6,6 +6,9 @@
 #   scripts/mutate.sh                                  every package below
 #   scripts/mutate.sh ./server/signing ./server/push   only these
 #   WORKERS=1 TIMEOUT_COEFFICIENT=20 scripts/mutate.sh ./server/hub
+#   EXCLUDE='^(publish|receive)\.go$' scripts/mutate.sh ./server/cluster
+#                                      all but these files (a long run split
+#                                      in parts, each against every test)
 #
 # A mutant KILLED makes a test fail, LIVED passes every test, NOT COVERED is
 # on code no test runs (not tried), TIMED OUT makes the tests hang past the
@@ -15,7 +18,8 @@
 # change what the code does), matched by file:line:column and type.
 #
 # Results (gremlins' JSON and log per package) go to $MUTATE_OUT, bin/mutate
-# by default. Tests run without -race and with -count=1.
+# by default. Tests run without -race, with -count=1 and -failfast (a killed
+# mutant stops at its first failing test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -84,11 +88,12 @@ for pkg in $pkgs; do
 		--output "$out/$name.json" --output-statuses lt)
 	regex=$(excludes "$pkg")
 	if [ -n "$regex" ]; then args+=(--exclude-files "$regex"); fi
+	if [ -n "${EXCLUDE:-}" ]; then args+=(--exclude-files "$EXCLUDE"); fi
 
 	echo "== $pkg ($(date +%H:%M:%S))"
 	start=$(date +%s)
 	# From the package's directory, so that gremlins mutates only its files.
-	(cd "$pkg" && PATH="$shim:$PATH" GOFLAGS="${GOFLAGS:-} -count=1" \
+	(cd "$pkg" && PATH="$shim:$PATH" GOFLAGS="${GOFLAGS:-} -count=1 -failfast" \
 		"$shim/gremlins" "${args[@]}") 2>&1 | tee "$out/$name.log"
 	seconds=$(($(date +%s) - start))
 
