@@ -104,6 +104,30 @@ func TestCopyMovesEveryTable(t *testing.T) {
 	checkErr(t, "Copy into a database with state", err, ErrNotEmpty)
 }
 
+// A copy into SQLite inserts a table of more rows than one statement may
+// carry arguments (32,766) in several statements, every row once.
+func TestCopyOfManyRowsIntoSQLite(t *testing.T) {
+	ctx := t.Context()
+	const devices = 5000 // × 9 columns: 45,000 arguments, if in one statement
+	src := openTestDB(t)
+	_, err := src.CreateInstance(ctx, testInstance(instanceID))
+	checkErr(t, "CreateInstance", err, nil)
+	batch := make([]DeviceImport, devices)
+	for i := range batch {
+		batch[i] = DeviceImport{Device: Device{ID: fmt.Sprintf("fcm-%05d", i), InstanceID: instanceID, Platform: PlatformFCM,
+			Token: fmt.Sprintf("token-%d", i)}}
+	}
+	checkErr(t, "ImportDevices", src.ImportDevices(ctx, batch), nil)
+	dst := openTestDBAt(t, filepath.Join(t.TempDir(), "target.db"))
+	counts, err := Copy(ctx, src, dst)
+	checkErr(t, "Copy", err, nil)
+	check(t, "devices copied", counts["devices"], devices)
+	var n, distinct int
+	err = dst.reader.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(DISTINCT id) FROM devices").Scan(&n, &distinct)
+	checkErr(t, "count", err, nil)
+	check(t, "devices stored, distinct", []int{n, distinct}, []int{devices, devices})
+}
+
 // Every table of the schema is either copied or named as left out, so that
 // a new table cannot be forgotten by Copy unnoticed.
 func TestCopyKnowsEveryTable(t *testing.T) {
