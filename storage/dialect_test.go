@@ -11,6 +11,8 @@ func TestRebindDollar(t *testing.T) {
 		{"a = ? AND b = ?", "a = $1 AND b = $2"},
 		{"a = ?1 AND b = ?2 AND c = ?1", "a = $1 AND b = $2 AND c = $1"},
 		{"x = ?10, y = ?2", "x = $10, y = $2"},
+		{"a = ?9 AND b = ?", "a = $9 AND b = $1"}, // every digit counts, the
+		{"a = ?0 AND b = ?", "a = $0 AND b = $1"}, // first and the last too
 		{"s = '?' AND t = ?", "s = '?' AND t = $1"},
 		{`"we?rd" = ?`, `"we?rd" = $1`},
 		{"s = 'it''s ?' AND t = ?", "s = 'it''s ?' AND t = $1"},
