@@ -78,6 +78,10 @@ func TestNULIsRefusedInEveryStoredString(t *testing.T) {
 			_, _, err := db.RegisterDevice(ctx, Device{InstanceID: instanceID, Platform: PlatformAPNs, Token: nul})
 			return err
 		}},
+		{"DeviceTokenStartingWithNUL", func(ctx context.Context) error {
+			_, _, err := db.RegisterDevice(ctx, Device{InstanceID: instanceID, Platform: PlatformAPNs, Token: "\x00b"})
+			return err
+		}},
 		{"DeviceBundle", func(ctx context.Context) error {
 			_, _, err := db.RegisterDevice(ctx, Device{InstanceID: instanceID, Platform: PlatformAPNs, Token: "t", BundleIdentifier: nul})
 			return err
