@@ -183,6 +183,15 @@ func TestDeviceInterests(t *testing.T) {
 		checkErr(t, "SetDeviceInterests 5000", db.SetDeviceInterests(ctx, instanceID, PlatformWeb, d.ID, full), nil)
 		checkErr(t, "AddDeviceInterest 5001st", db.AddDeviceInterest(ctx, instanceID, PlatformWeb, d.ID, "more"), ErrInterestLimit)
 		checkErr(t, "AddDeviceInterest held", db.AddDeviceInterest(ctx, instanceID, PlatformWeb, d.ID, "x1"), nil)
+		// The last interest in order goes too, though a full set is read
+		// to find what changed; and the 5,000th may then be added back.
+		sorted := slices.Sorted(slices.Values(full))
+		checkErr(t, "SetDeviceInterests 4999", db.SetDeviceInterests(ctx, instanceID, PlatformWeb, d.ID, sorted[:MaxDeviceInterests-1]), nil)
+		got, _, err := db.DeviceInterests(ctx, instanceID, PlatformWeb, d.ID, "", MaxDeviceInterests)
+		checkErr(t, "DeviceInterests", err, nil)
+		check(t, "interests after dropping the last, and whether it is among them",
+			[]any{len(got), slices.Contains(got, sorted[MaxDeviceInterests-1])}, []any{MaxDeviceInterests - 1, false})
+		checkErr(t, "AddDeviceInterest 5000th", db.AddDeviceInterest(ctx, instanceID, PlatformWeb, d.ID, sorted[MaxDeviceInterests-1]), nil)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		_, _, err := db.DeviceInterests(ctx, instanceID, PlatformFCM, d.ID, "", 10)
