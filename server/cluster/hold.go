@@ -28,12 +28,8 @@ func (c *Cluster) releaseLoop() {
 	for {
 		wait := holdTick
 		if c.healthy.Load() {
-			if next, ok := c.releaseHeld(c.ctx, false); ok {
-				wait = c.opts.Hold
-				if next >= 0 {
-					wait = min(max(next, holdTick/20), wait)
-				}
-			}
+			next, ok := c.releaseHeld(c.ctx, false)
+			wait = nextLook(next, ok, c.opts.Hold)
 		}
 		select {
 		case <-c.ctx.Done():
@@ -41,6 +37,21 @@ func (c *Cluster) releaseLoop() {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// nextLook is how long releaseLoop waits to look again after releaseHeld
+// answered next (the time until the earliest held event is due, negative
+// when none is held) or did not answer (answered false): until that event
+// is due, but at least holdTick/20 and at most a hold; holdTick when Redis
+// did not answer.
+func nextLook(next time.Duration, answered bool, hold time.Duration) time.Duration {
+	switch {
+	case !answered:
+		return holdTick
+	case next < 0:
+		return hold
+	}
+	return min(max(next, holdTick/20), hold)
 }
 
 // releaseHeld takes the due held-back webhooks (all of them, with all) out
