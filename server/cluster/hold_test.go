@@ -1,8 +1,15 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // A node looks for due held-back webhooks when the earliest is due, never
@@ -25,5 +32,37 @@ func TestNextLookIsWhenTheEarliestHeldEventIsDue(t *testing.T) {
 		if got := nextLook(tt.next, tt.answered, hold); got != tt.want {
 			t.Errorf("nextLook(%v, %v, %v) = %v, want %v", tt.next, tt.answered, hold, got, tt.want)
 		}
+	}
+}
+
+// One release takes out every held-back webhook that is due, a page of
+// 256 at a time, not only the first page.
+func TestReleaseTakesEveryPage(t *testing.T) {
+	rs := testredis.Start(t)
+	// A hold of an hour: the node's own loop releases nothing meanwhile.
+	n := startNode(t, rs, "pages:", "n1", func(o *Options) { o.Hold = time.Hour })
+	const channels = 300
+	cl := n.connect("app")
+	for i := range channels {
+		name := fmt.Sprintf("ch-%d", i)
+		cl.subscribe(name, nil)
+		cl.wait(name, "pusher_internal:subscription_succeeded")
+		n.hub.Unsubscribe(cl.conn, name)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	wait.Until(t, "every channel_vacated held", func() bool {
+		held, _ := rdb.ZCard(t.Context(), "pages:held").Result()
+		return held == channels
+	})
+	if _, ok := n.c.releaseHeld(t.Context(), true); !ok {
+		t.Fatal("releaseHeld: Redis did not answer")
+	}
+	vacated := 0
+	for i := range channels {
+		vacated += len(n.obs.kinds(fmt.Sprintf("ch-%d", i), hub.ChannelVacated))
+	}
+	if held, _ := rdb.ZCard(t.Context(), "pages:held").Result(); vacated != channels || held != 0 {
+		t.Fatalf("one release: %d channel_vacated out, %d left held; want %d and 0", vacated, held, channels)
 	}
 }
