@@ -85,14 +85,21 @@ func (c *Cluster) releaseHeld(ctx context.Context, all bool) (time.Duration, boo
 			}
 		}
 		if len(list)-1 < page {
-			s, _ := list[0].(string)
-			ms, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				ms = -1
-			}
-			return time.Duration(ms) * time.Millisecond, true
+			return untilDue(list[0]), true
 		}
 	}
+}
+
+// untilDue is the release script's first answer, the milliseconds until the
+// earliest held event left is due, as a duration: negative when none is
+// left (-1), or when the answer is not a number.
+func untilDue(v any) time.Duration {
+	s, _ := v.(string)
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // decodeHeld decodes a held-back webhook as the scripts write it: v or m,

@@ -35,6 +35,25 @@ func TestNextLookIsWhenTheEarliestHeldEventIsDue(t *testing.T) {
 	}
 }
 
+// The release script's answer of when the earliest held event is due reads
+// as milliseconds, and as none held when it is -1 or not a number.
+func TestUntilDueReadsTheReleaseScriptsAnswer(t *testing.T) {
+	for _, tt := range []struct {
+		answer any
+		want   time.Duration
+	}{
+		{"250", 250 * time.Millisecond},
+		{"0", 0},
+		{"-1", -time.Millisecond},
+		{"", -1},
+		{nil, -1},
+	} {
+		if got := untilDue(tt.answer); got != tt.want {
+			t.Errorf("untilDue(%#v) = %v, want %v", tt.answer, got, tt.want)
+		}
+	}
+}
+
 // One release takes out every held-back webhook that is due, a page of
 // 256 at a time, not only the first page.
 func TestReleaseTakesEveryPage(t *testing.T) {
