@@ -179,6 +179,8 @@ func TestTakePublishToken(t *testing.T) {
 			}
 		}
 		check(t, "buckets", bucketIDs(t, db), []string(nil))
+		// The least burst makes a bucket: one token at a time.
+		check(t, "takes with a burst of 1", takeN(t, db, instanceID, t0, 3, 100, 1), 1)
 	})
 }
 
