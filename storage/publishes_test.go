@@ -83,6 +83,13 @@ func TestPublishTargetStreams(t *testing.T) {
 		}
 		check(t, string(platform)+" stream", got, want)
 	}
+	// An interest nobody has: an empty last page, the cursor left as it was.
+	none, err := db.CreatePublish(ctx, Publish{ID: "pub-none", InstanceID: instanceID, TargetKind: TargetInterests,
+		Targets: []string{"missing"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	empty, at, end, err := db.PublishTargets(ctx, none, PlatformFCM, every, "fcm-0005", 16)
+	checkErr(t, "PublishTargets of an interest nobody has", err, nil)
+	check(t, "page of an interest nobody has", []any{len(empty), at, end}, []any{0, "fcm-0005", true})
 
 	u, err := db.CreatePublish(ctx, Publish{ID: "pub-u", InstanceID: instanceID, TargetKind: TargetUsers,
 		Targets: []string{"user-3", "user-1", "nobody"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
