@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -524,6 +525,37 @@ func TestDeliveryClaimsRunOut(t *testing.T) {
 	if len(got) != 1 || got[0].Attempts != 1 {
 		t.Fatalf("after the claim ran out: %+v", got)
 	}
+}
+
+// A retried delivery that ends in a dead token deletes its device; one
+// sent or failed keeps it.
+func TestCompleteDeliveriesPrunesOnlyDeadTokens(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	outcomes := []DeliveryOutcome{DeliverySent, DeliveryFailed, DeliveryDeadToken}
+	for i := range outcomes {
+		d := registerTestDevice(t, db, PlatformFCM, fmt.Sprint("retried-", i))
+		_, err := db.writer.ExecContext(ctx, `INSERT INTO deliveries (publish_id, instance_id, device_id, platform, token,
+			bundle_identifier, user_id, attempts, claimed, next_attempt_at_ms) VALUES ('pub-x', ?, ?, 'fcm', ?, '', '', 1, 0, 0)`,
+			instanceID, d.ID, d.Token)
+		checkErr(t, "insert", err, nil)
+	}
+	claimed, err := db.ClaimDeliveries(ctx, PlatformFCM, time.Now(), time.Minute, 10)
+	checkErr(t, "ClaimDeliveries", err, nil)
+	slices.SortFunc(claimed, func(a, b Delivery) int { return strings.Compare(a.Token, b.Token) })
+	var results []DeliveryResult
+	for i, d := range claimed {
+		results = append(results, DeliveryResult{Delivery: d, Outcome: outcomes[i]})
+	}
+	_, err = db.CompleteDeliveries(ctx, results)
+	checkErr(t, "CompleteDeliveries", err, nil)
+	var kept []string
+	for _, d := range claimed {
+		if _, err := db.GetDevice(ctx, instanceID, PlatformFCM, d.DeviceID); err == nil {
+			kept = append(kept, d.Token)
+		}
+	}
+	check(t, "devices kept", kept, []string{"retried-0", "retried-1"})
 }
 
 func TestPublishWebhookClaims(t *testing.T) {
