@@ -2,6 +2,7 @@ package storage
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -46,6 +47,31 @@ func TestRecentPublishes(t *testing.T) {
 		}
 	}
 
+	// pub-1's one page (both devices) is sent and recorded by node-a.
+	pub1, err := db.GetPublish(ctx, instanceID, "pub-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcm := []Platform{PlatformFCM}
+	pg, err := db.ClaimPage(ctx, pub1, PlatformFCM, map[Platform]bool{PlatformFCM: true}, "node-a", time.Now(), time.Minute, 16)
+	if err != nil || pg == nil {
+		t.Fatalf("ClaimPage: %v, %v", pg, err)
+	}
+	if _, _, err := db.CompletePages(ctx, []PageResult{{PublishID: "pub-1", Page: pg.ID, Owner: "node-a", Epoch: pg.Epoch,
+		Streams: fcm, Targeted: len(pg.Targets), Sent: len(pg.Targets)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("OKNodeShares", func(t *testing.T) {
+		got, err := db.RecentPublishes(ctx, instanceID, 100)
+		if err != nil || len(got) != 3 || got[2].ID != "pub-1" {
+			t.Fatalf("got %+v, %v; want 3 publishes, pub-1 last", got, err)
+		}
+		want := []NodeShare{{Node: "node-a", Pages: 1, Targeted: 2, Sent: 2}}
+		if !reflect.DeepEqual(got[2].Nodes, want) || len(got[1].Nodes) != 0 {
+			t.Fatalf("node shares of pub-1 %+v and pub-2 %+v, want %+v and none", got[2].Nodes, got[1].Nodes, want)
+		}
+	})
 	t.Run("OKNewestFirstWithLimit", func(t *testing.T) {
 		got, err := db.RecentPublishes(ctx, instanceID, 2)
 		if err != nil {
