@@ -172,6 +172,20 @@ func TestOpen(t *testing.T) {
 	})
 }
 
+// Close closes the reader's connections as well as the writer's: none is
+// left to use the database.
+func TestCloseClosesEveryConnection(t *testing.T) {
+	db, err := Open(t.Context(), testDSN(t))
+	checkErr(t, "Open", err, nil)
+	checkErr(t, "Close", db.Close(), nil)
+	if err := db.reader.PingContext(t.Context()); err == nil {
+		t.Fatal("the reader answers after Close")
+	}
+	if err := db.writer.PingContext(t.Context()); err == nil {
+		t.Fatal("the writer answers after Close")
+	}
+}
+
 func TestDataVersion(t *testing.T) {
 	t.Run("ChangesAfterWriteFromOtherDB", func(t *testing.T) {
 		path := testDSN(t)
