@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
@@ -200,4 +203,31 @@ func newsOnTwoNodes(t *testing.T, a, b *node) (subA, subB *client, publish func(
 	publish("before")
 	subB.wait("news", "before")
 	return subA, subB, publish
+}
+
+// Redis losing its data without going away (FLUSHALL, a replica without the
+// data promoted between two heartbeats) is noticed by the heartbeat, which
+// finds the cluster's generation gone: the nodes rebuild their state.
+func TestStateLostWithoutAnOutageIsRebuilt(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	a := ns[0].connect("app")
+	a.subscribe("presence-room", &hub.Member{UserID: "a"})
+	b := ns[1].connect("app")
+	b.subscribe("news", nil)
+	a.wait("presence-room", "pusher_internal:subscription_succeeded")
+	b.wait("news", "pusher_internal:subscription_succeeded")
+	resyncs := ns[0].c.Stats().Resyncs
+
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "node 1 rebuilds its record", func() bool { return ns[0].c.Stats().Resyncs > resyncs })
+	wait.Until(t, "the state is rebuilt", func() bool {
+		st, err := ns[0].hub.State().Channel("app", "news")
+		users, _ := ns[1].hub.State().PresenceUsers("app", "presence-room")
+		return err == nil && st.Subscriptions == 1 && slices.Equal(users, []string{"a"})
+	})
 }
