@@ -172,6 +172,18 @@ func TestOpen(t *testing.T) {
 	})
 }
 
+// A migration's file name starts with its version, a positive number, and
+// an underscore.
+func TestMigrationVersion(t *testing.T) {
+	for name, want := range map[string]int{"0001_init.sql": 1, "0016_apps_push_instance.sql": 16, "0000_zero.sql": 0,
+		"-001_neg.sql": 0, "init.sql": 0, "x_init.sql": 0} {
+		v, err := migrationVersion(name)
+		if v != want || (err == nil) != (want > 0) {
+			t.Errorf("migrationVersion(%q) = %d, %v; want %d", name, v, err, want)
+		}
+	}
+}
+
 // Close closes the reader's connections as well as the writer's: none is
 // left to use the database.
 func TestCloseClosesEveryConnection(t *testing.T) {

@@ -151,6 +151,10 @@ func TestJSONHoldsNUL(t *testing.T) {
 		{"{\"a\":\"\x00\"}", true},
 		{`{"a":"\u00000"}`, true},
 		{`{"\u0000":1}`, true},
+		// At the very start, where the scans begin.
+		{"\x00{}", true},
+		{`\u0000`, true},
+		{`\\u0000`, false},
 	} {
 		if got := JSONHoldsNUL([]byte(tt.json)); got != tt.want {
 			t.Errorf("JSONHoldsNUL(%s) = %v, want %v", tt.json, got, tt.want)
