@@ -218,6 +218,7 @@ func TestStateLostWithoutAnOutageIsRebuilt(t *testing.T) {
 	a.wait("presence-room", "pusher_internal:subscription_succeeded")
 	b.wait("news", "pusher_internal:subscription_succeeded")
 	resyncs := ns[0].c.Stats().Resyncs
+	wait.Until(t, "each node counts two live nodes", func() bool { return ns[0].c.Stats().Nodes == 2 && ns[1].c.Stats().Nodes == 2 })
 
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
