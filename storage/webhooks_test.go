@@ -197,6 +197,22 @@ func TestEnqueueWebhooksCapCountsTheAppsRequests(t *testing.T) {
 	}
 }
 
+// One request over the cap, the app's ids one after the other, drops one.
+func TestEnqueueWebhooksCapOneOver(t *testing.T) {
+	ctx := context.Background()
+	db := openOutboxDB(t)
+	for i := range 4 {
+		dropped, err := db.EnqueueWebhooks(ctx, []OutboxWebhook{{AppID: "1", URL: "http://a", Body: []byte{'0' + byte(i)}}}, 3)
+		want := 0 // the first three fit
+		if i == 3 {
+			want = 1
+		}
+		if err != nil || dropped["1"] != want {
+			t.Fatalf("request %d: dropped %v (%v), want %d", i+1, dropped, err, want)
+		}
+	}
+}
+
 // Up to perURL requests of a URL, each with its own key, are claimed at once,
 // oldest first, and never more, however many claims are made; one waiting
 // for its retry holds back the later ones, even with room left; the limit
