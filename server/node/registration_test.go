@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,14 +27,49 @@ func registrationNodes(tb testing.TB, n int) ([]string, string, []int) {
 	gw, dsn := startGateways(tb), testpg.Start(tb)
 	// The clients share one address: no per-address limit.
 	env := append(crashEnv(tb, gw, dsn), "HERALD_ANON_RATE_LIMIT=0")
+	cores, _ := strconv.ParseFloat(os.Getenv("BENCH_NODE_CPU"), 64)
 	var bases []string
 	var pids []int
 	for i := range n {
 		cmd, base := startChild(tb, append(env, fmt.Sprintf("HERALD_NODE_ID=node-%d", i)))
 		bases = append(bases, base)
 		pids = append(pids, cmd.Process.Pid)
+		if cores > 0 {
+			limitCPU(tb, cmd.Process.Pid, cores)
+		}
 	}
 	return bases, dsn, pids
+}
+
+// limitCPU holds process pid to cores of CPU time for the rest of the test,
+// with a CPU cgroup of its own (cgroup v2, or v1's cpu controller): it needs
+// root and a writable cgroup file system, and fails the test without them.
+func limitCPU(tb testing.TB, pid int, cores float64) {
+	tb.Helper()
+	const period = 100000 // µs
+	quota := strconv.Itoa(int(cores * period))
+	root, limits := "/sys/fs/cgroup", []string{"cpu.max", quota + " " + strconv.Itoa(period)}
+	if _, err := os.Stat(root + "/cgroup.controllers"); err != nil { // v1
+		root, limits = "/sys/fs/cgroup/cpu", []string{"cpu.cfs_period_us", strconv.Itoa(period), "cpu.cfs_quota_us", quota}
+	} else if err := os.WriteFile(root+"/cgroup.subtree_control", []byte("+cpu"), 0o644); err != nil {
+		tb.Fatalf("BENCH_NODE_CPU: enabling the cpu controller: %v", err)
+	}
+	dir := fmt.Sprintf("%s/herald-bench-%d", root, pid)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		tb.Fatalf("BENCH_NODE_CPU needs root and a writable cgroup file system: %v", err)
+	}
+	tb.Cleanup(func() {
+		os.WriteFile(root+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644)
+		os.Remove(dir)
+	})
+	for i := 0; i < len(limits); i += 2 {
+		if err := os.WriteFile(dir+"/"+limits[i], []byte(limits[i+1]), 0o644); err != nil {
+			tb.Fatalf("BENCH_NODE_CPU: %s: %v", limits[i], err)
+		}
+	}
+	if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		tb.Fatalf("BENCH_NODE_CPU: moving node %d into %s: %v", pid, dir, err)
+	}
 }
 
 // registerConcurrently has clients clients register perClient fcm devices
@@ -121,6 +158,11 @@ func TestConcurrentRegistrationsOnPostgreSQL(t *testing.T) {
 // time per registration of the nodes, of PostgreSQL and of this process
 // (the clients), and how many cores they kept busy between them: on a
 // machine whose cores they fill, a second node adds no registrations.
+// BENCH_NODE_CPU=0.25 holds each node to a quarter of a core (limitCPU),
+// so that the nodes, not PostgreSQL or the clients, bound the rate, as
+// nodes on machines of their own would:
+//
+//	BENCH_NODE_CPU=0.25 go test -run '^$' -bench RegisterDevices -benchtime 8000x ./server/node/
 func BenchmarkRegisterDevices(b *testing.B) {
 	for _, n := range []int{1, 2} {
 		b.Run(fmt.Sprintf("Nodes%d", n), func(b *testing.B) {
