@@ -2,8 +2,12 @@ package cluster
 
 import (
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // A node's record lock is released by its unlock, at once: the next lock
@@ -20,5 +24,31 @@ func TestUnlockReleasesTheRecordLock(t *testing.T) {
 			t.Fatalf("a lock held: %v, want errLocked", err)
 		}
 		unlock()
+	}
+}
+
+// A heartbeat that finds the node's record and the cluster's generation as
+// the node left them asks for no rebuild: over many heartbeats the node
+// rebuilds its record only the once it joined.
+func TestSteadyHeartbeatsRebuildNothing(t *testing.T) {
+	rs := testredis.Start(t)
+	// A record that outlives any stall of a busy machine: it cannot expire
+	// between two heartbeats here.
+	n := startNode(t, rs, "steady:", "n1", func(o *Options) { o.Heartbeat, o.NodeTTL = 20*time.Millisecond, time.Minute })
+	wait.Until(t, "the node joined", func() bool { return n.c.Stats().Up && n.c.Stats().Resyncs == 1 })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	// Each heartbeat renews the record's time to live: count renewals.
+	beats, last := 0, time.Duration(0)
+	wait.Until(t, "ten heartbeats", func() bool {
+		ttl, err := rdb.PTTL(t.Context(), "steady:node:n1").Result()
+		if err == nil && ttl > last {
+			beats++
+		}
+		last = ttl
+		return beats > 10
+	})
+	if got := n.c.Stats().Resyncs; got != 1 {
+		t.Fatalf("%d rebuilds over ten steady heartbeats, want the one at the start", got)
 	}
 }
