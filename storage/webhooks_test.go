@@ -83,6 +83,13 @@ func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 	if err != nil || len(both) != 2 || both[0].ID != items[0].ID || both[1].ID != items[1].ID {
 		t.Fatalf("claim after release: %+v (%v), want both in order", both, err)
 	}
+	// Both given back at once are both due again.
+	if err := db.ReleaseWebhooks(ctx, []int64{both[0].ID, both[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := db.ClaimWebhooks(ctx, now, time.Minute, 10, 2); err != nil || len(again) != 2 {
+		t.Fatalf("claim after releasing both: %+v (%v), want both", again, err)
+	}
 	// A claim that runs out (its holder died) makes them due again.
 	later, err := db.ClaimWebhooks(ctx, now.Add(time.Minute), time.Minute, 10, 2)
 	if err != nil || len(later) != 2 {
