@@ -338,6 +338,24 @@ func TestClaimPagesFromAStaleCursor(t *testing.T) {
 	}
 }
 
+// A publish to users none of whom has a device is started by its first
+// claim all the same, which ends its stream with an empty page.
+func TestClaimStartsAPublishWithoutTargets(t *testing.T) {
+	db := openDeviceDB(t)
+	ctx := t.Context()
+	p, err := db.CreatePublish(ctx, Publish{ID: "pub-nobody", InstanceID: instanceID, TargetKind: TargetUsers,
+		Targets: []string{"nobody"}, Payload: json.RawMessage(`{"fcm":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	pages, err := db.ClaimPages(ctx, &p, []Platform{""}, map[Platform]bool{PlatformFCM: true}, "node-a", time.Now(), time.Minute, 16)
+	checkErr(t, "ClaimPages", err, nil)
+	if len(pages) != 1 || pages[0] == nil || len(pages[0].Targets) != 0 || !pages[0].Last {
+		t.Fatalf("pages %+v, want one empty last page", pages)
+	}
+	stored, err := db.GetPublish(ctx, instanceID, p.ID)
+	checkErr(t, "GetPublish", err, nil)
+	check(t, "states after the claim", []PublishState{p.State, stored.State}, []PublishState{PublishDelivering, PublishDelivering})
+}
+
 // One claim takes the next pages of several publishes in one write
 // transaction, in the claims' order while the gateways have room: a stream
 // without room for a full page is left out (no page, not ended, its

@@ -66,6 +66,10 @@ func TestClaimedWebhooksAreNotClaimedTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
+	// A claim of none (no sender free) claims none, and is no error.
+	if none, err := db.ClaimWebhooks(ctx, now, time.Minute, 0, 1); err != nil || len(none) != 0 {
+		t.Fatalf("a claim of none: %+v (%v)", none, err)
+	}
 	first, err := db.ClaimWebhooks(ctx, now, time.Minute, 1, 1)
 	if err != nil || len(first) != 1 || first[0].ID != items[0].ID {
 		t.Fatalf("first claim: %+v (%v), want the first request", first, err)
