@@ -540,6 +540,15 @@ func testSubscriptionCountOverTheCluster(t *testing.T, cluster startCluster) {
 	if counts != 2 {
 		t.Fatalf("%d subscription_count webhook events, want 2 (one per change)", counts)
 	}
+	// b's node dies: the node that takes its record out reports the count
+	// without b's subscription, to a and to the webhook.
+	before := len(ns[0].obs.kinds("room", hub.SubscriptionCount))
+	ns[1].crash()
+	want += ` {"subscription_count":1}`
+	wait.Until(t, "a hears the count of 1", func() bool { return heard(a) == want })
+	wait.Until(t, "the reaper's subscription_count webhook", func() bool {
+		return len(ns[0].obs.kinds("room", hub.SubscriptionCount)) == before+1
+	})
 }
 
 func TestCacheChannelOverTheCluster(t *testing.T) {
