@@ -52,3 +52,24 @@ func TestSteadyHeartbeatsRebuildNothing(t *testing.T) {
 		t.Fatalf("%d rebuilds over ten steady heartbeats, want the one at the start", got)
 	}
 }
+
+// A Redis that answers reads but refuses writes (out of memory) is an
+// outage: the node's heartbeat cannot be renewed, so the node is not up
+// until Redis takes writes again.
+func TestRedisRefusingWritesIsAnOutage(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "oom:", "n1")
+	wait.Until(t, "the node is up", func() bool { return n.c.Stats().Up })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := rdb.ConfigSet(t.Context(), kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.Until(t, "the node is down", func() bool { return !n.c.Stats().Up })
+	if err := rdb.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "the node is up again", func() bool { return n.c.Stats().Up })
+}
