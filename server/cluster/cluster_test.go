@@ -700,15 +700,23 @@ func testDeadNodeConverges(t *testing.T, cluster startCluster) {
 	}
 }
 
-func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
-	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
-	a := ns[0].connect("app")
+// memberAndSubscriber starts two nodes on rs: on the first a member "a"
+// of presence-room, on the second a subscriber of news, both answered.
+func memberAndSubscriber(t *testing.T, rs *testredis.Server) (ns []*node, a, b *client) {
+	t.Helper()
+	ns = cluster(t, rs, 2)
+	a = ns[0].connect("app")
 	a.subscribe("presence-room", &hub.Member{UserID: "a"})
-	b := ns[1].connect("app")
+	b = ns[1].connect("app")
 	b.subscribe("news", nil)
 	a.wait("presence-room", "pusher_internal:subscription_succeeded")
 	b.wait("news", "pusher_internal:subscription_succeeded")
+	return ns, a, b
+}
+
+func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
+	rs := testredis.Start(t)
+	ns, _, b := memberAndSubscriber(t, rs)
 
 	rs.Stop()
 	wait.Until(t, "both nodes see Redis down", func() bool { return !ns[0].c.Stats().Up && !ns[1].c.Stats().Up })

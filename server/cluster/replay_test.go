@@ -210,13 +210,7 @@ func newsOnTwoNodes(t *testing.T, a, b *node) (subA, subB *client, publish func(
 // finds the cluster's generation gone: the nodes rebuild their state.
 func TestStateLostWithoutAnOutageIsRebuilt(t *testing.T) {
 	rs := testredis.Start(t)
-	ns := cluster(t, rs, 2)
-	a := ns[0].connect("app")
-	a.subscribe("presence-room", &hub.Member{UserID: "a"})
-	b := ns[1].connect("app")
-	b.subscribe("news", nil)
-	a.wait("presence-room", "pusher_internal:subscription_succeeded")
-	b.wait("news", "pusher_internal:subscription_succeeded")
+	ns, _, _ := memberAndSubscriber(t, rs)
 	resyncs := ns[0].c.Stats().Resyncs
 	wait.Until(t, "each node counts two live nodes", func() bool { return ns[0].c.Stats().Nodes == 2 && ns[1].c.Stats().Nodes == 2 })
 
