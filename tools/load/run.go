@@ -260,7 +260,10 @@ func (r *runner) connectAll(ctx context.Context) {
 	var next atomic.Int64
 	var done atomic.Int64
 	stopProgress := make(chan struct{})
-	go func() {
+	// The progress line shares r.log with the caller, which writes to it
+	// once this returns: wait for the printer to stop first.
+	var progress sync.WaitGroup
+	progress.Go(func() {
 		tk := time.NewTicker(time.Second)
 		defer tk.Stop()
 		for {
@@ -271,7 +274,7 @@ func (r *runner) connectAll(ctx context.Context) {
 				fmt.Fprintf(r.log, "connecting: %d/%d\n", done.Load(), r.cfg.subs)
 			}
 		}
-	}()
+	})
 	var wg sync.WaitGroup
 	for range min(r.cfg.connConc, max(r.cfg.subs, 1)) {
 		wg.Go(func() {
@@ -293,6 +296,7 @@ func (r *runner) connectAll(ctx context.Context) {
 	}
 	wg.Wait()
 	close(stopProgress)
+	progress.Wait()
 }
 
 type frame struct {
