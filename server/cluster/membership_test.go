@@ -5,7 +5,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
@@ -72,4 +76,63 @@ func TestRedisRefusingWritesIsAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.Until(t, "the node is up again", func() bool { return n.c.Stats().Up })
+}
+
+// A rebuild of the node's record that fails while Redis is otherwise
+// healthy is retried after a wait that doubles each time (100 ms, 200 ms,
+// 400 ms …), not at once and in a loop, from 100 ms again after a rebuild
+// that succeeded; and once Redis takes it, the node rebuilds its record.
+func TestFailedRebuildsBackOff(t *testing.T) {
+	rs := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	acl := func(rules ...string) {
+		t.Helper()
+		if err := rdb.Do(t.Context(), append([]any{"ACL", "SETUSER", "default"}, toAny(rules)...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A rebuild starts with the lock on the node's record, backoff:lock:n1,
+	// which nothing else of a lone node writes: with the locks read-only,
+	// heartbeats, publishes and reads still work.
+	lockReadOnly := []string{"resetkeys", "%R~*", "~backoff:", "~backoff:[^l]*", "~backoff:l[^o]*"}
+	acl(lockReadOnly...)
+	core, logs := observer.New(zapcore.WarnLevel)
+	c, err := New(zap.New(core), hub.New(zap.NewNop()), Options{
+		NodeID: "n1", Prefix: "backoff:", URL: rs.URL(), Heartbeat: 100 * time.Millisecond, NodeTTL: 2 * time.Second,
+		Hold: 300 * time.Millisecond, Settings: testSettings,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	defer c.Close()
+	const failed = "rebuilding the node's record in Redis failed; retrying"
+	for round := 1; round <= 2; round++ {
+		wait.Until(t, "three more failed rebuilds", func() bool { return logs.FilterMessage(failed).Len() >= 3*round })
+		for i, entry := range logs.FilterMessage(failed).All()[3*(round-1) : 3*round] {
+			if got, want := entry.ContextMap()["in"], (100*time.Millisecond)<<i; got != want {
+				t.Errorf("round %d, failed rebuild %d: retried in %v, want %v", round, i+1, got, want)
+			}
+		}
+		if got := c.Stats().Resyncs; got != int64(round-1) {
+			t.Fatalf("round %d: %d rebuilds done while Redis refused them", round, got)
+		}
+		acl("allkeys")
+		wait.Until(t, "the record rebuilt", func() bool { return c.Stats().Resyncs == int64(round) })
+		// Then again: a heartbeat that finds the node's record gone asks
+		// for a rebuild.
+		acl(lockReadOnly...)
+		if err := rdb.Del(t.Context(), "backoff:node:n1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }
