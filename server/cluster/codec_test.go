@@ -36,7 +36,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{
-		"5:ab", "x:ab", ":", "-1:", "99999999999999:a",
+		"5:ab", "3:ab", "x:ab", ":", "-1:", "99999999999999:a",
 		"0x", "12", // no colon at all
 		"000000000001:x", // a length of more than 11 digits
 	} {
