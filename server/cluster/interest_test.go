@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"testing"
@@ -174,4 +175,17 @@ func slotEntries(t *testing.T, c *Cluster) int64 {
 		}
 	}
 	return n
+}
+
+// A channel's slot and shard come from the 32-bit FNV-1a hash of its app,
+// a unit separator and its name: part of what Redis holds, so every
+// version of Herald must spread channels alike.
+func TestChannelHashIsFNV1a(t *testing.T) {
+	for _, c := range [][2]string{{"app", "news"}, {"1", "presence-room"}, {"", ""}, {"a:1", "private-ü"}} {
+		h := fnv.New32a()
+		h.Write([]byte(c[0] + "\x1f" + c[1]))
+		if got, want := channelHash(c[0], c[1]), h.Sum32(); got != want {
+			t.Errorf("channelHash(%q, %q) = %#x, want %#x", c[0], c[1], got, want)
+		}
+	}
 }

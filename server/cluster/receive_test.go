@@ -1,8 +1,13 @@
 package cluster
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
@@ -71,4 +76,104 @@ func TestPanicHandlingAClusterMessageIsCountedAndDeliveryGoesOn(t *testing.T) {
 	if n := ns[0].c.Stats().Panics; n != 0 {
 		t.Fatalf("node 1 counted %d panics", n)
 	}
+}
+
+// Once in place, a node's reader only reads: with the cluster's generation
+// made read-only (a Redis ACL), messages published after are still
+// delivered (only a reader that lost its place looks at the generation
+// again, which writes it when Redis has none).
+func TestAReaderInPlaceOnlyReads(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	cl := ns[1].connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+	// A node's first publish learns the generation it publishes under.
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "before", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	cl.wait("news", "before")
+	prefix := ns[0].c.p
+	setACL(t, rs, "resetkeys", "%R~*", "~"+prefix, "~"+prefix+"[^g]*", "~"+prefix+"g[^e]*")
+	// Two reads of each node begun since (a reader blocks at most two
+	// heartbeats): the readers have gone round their loop under the rule.
+	reads := commandStats(t, rs, "xread", "calls")
+	wait.Until(t, "the readers read again", func() bool { return commandStats(t, rs, "xread", "calls") >= reads+4 })
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "after", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	cl.wait("news", "after")
+}
+
+// A reader whose reads fail waits before it tries again, twice as long each
+// time (from 50 ms to 2 s), rather than in a loop: over the node's next 20
+// heartbeats (2 s), Redis refuses it a handful of reads, not thousands; and
+// once a read works, the next failure waits 50 ms again.
+func TestAFailingReaderBacksOff(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "readfail:", "n1")
+	wait.Until(t, "the node is up", func() bool { return n.c.Stats().Up })
+	// Each heartbeat is one MULTI/EXEC, the one transaction of an idle
+	// node: it counts the node's own time.
+	// Twice: from the start, and again after reads that worked (the wait
+	// starts from 50 ms again).
+	var cl *client
+	for round := 1; round <= 2; round++ {
+		setACL(t, rs, "-xread")
+		beats0, refused0 := commandStats(t, rs, "exec", "calls"), commandStats(t, rs, "xread", "rejected_calls")
+		wait.Until(t, "20 heartbeats", func() bool { return commandStats(t, rs, "exec", "calls")-beats0 >= 20 })
+		if refused := commandStats(t, rs, "xread", "rejected_calls") - refused0; refused > 15 {
+			t.Fatalf("round %d: %d reads refused over 20 heartbeats, want a few (50 ms, 100 ms, … apart)", round, refused)
+		}
+		setACL(t, rs, "+xread")
+		if cl == nil {
+			cl = n.connect("app")
+			cl.subscribe("news", nil)
+			cl.wait("news", "pusher_internal:subscription_succeeded")
+		}
+		event := fmt.Sprintf("after-%d", round)
+		if err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+		cl.wait("news", event)
+	}
+}
+
+// setACL changes the rules of rs's default user, the one the nodes use.
+func setACL(t *testing.T, rs *testredis.Server, rules ...string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	args := []any{"ACL", "SETUSER", "default"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := rdb.Do(t.Context(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commandStats is one figure (calls, rejected_calls …) of a command in
+// rs's INFO commandstats, 0 when the command was never run.
+func commandStats(t *testing.T, rs *testredis.Server, command, figure string) int64 {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	info, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(kv, figure+"="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
