@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -137,6 +138,11 @@ func TestAFailingReaderBacksOff(t *testing.T) {
 		}
 		cl.wait("news", event)
 	}
+	// A reader that lost its place finds the cluster's generation as it
+	// was: nothing to rebuild (the one rebuild is the node's first).
+	if got := n.c.Stats().Resyncs; got != 1 {
+		t.Fatalf("%d rebuilds of the node's record, want 1: Redis lost no data", got)
+	}
 }
 
 // setACL changes the rules of rs's default user, the one the nodes use.
@@ -176,4 +182,37 @@ func commandStats(t *testing.T, rs *testredis.Server, command, figure string) in
 		}
 	}
 	return 0
+}
+
+// A stream entry that no node would write — a batch holding an empty
+// message or a batch, fields that run past the entry, an unknown kind — is
+// dropped, and what follows it is delivered.
+func TestMalformedStreamEntriesAreDropped(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "garbled:", "n1")
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+	event := func(name string) string {
+		return encodeEvent(hub.Message{AppID: "app", Channel: "news", Event: name, Data: "{}"})
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	stream := "garbled:" + slotStreams[slotOf("app", "news")]
+	for _, payload := range []string{
+		encodeFields(kindBatch, "", event("first"), encodeFields(kindBatch, event("nested"))),
+		"B5:ab",
+		"E3:app",
+		"Qwhat",
+		"",
+		event("last"),
+	} {
+		if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: []any{"m", payload}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.wait("news", "last")
+	if got := cl.events("news"); !slices.Equal(got, []string{"pusher_internal:subscription_succeeded", "first", "last"}) {
+		t.Fatalf("events %v, want first and last only", got)
+	}
 }
