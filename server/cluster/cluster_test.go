@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -749,5 +751,29 @@ func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
 	// changed for the clients.
 	if got := ns[0].obs.kinds("presence-room", hub.MemberAdded); len(got) != 1 {
 		t.Fatalf("member_added webhook events %v, want the one before the restart", got)
+	}
+}
+
+// Options left empty take the defaults: keys under herald:, and a node's
+// heartbeat record that lives 5 s, renewed every second.
+func TestOptionsDefaults(t *testing.T) {
+	rs := testredis.Start(t)
+	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), NodeID: "n1", Settings: testSettings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	defer c.Close()
+	wait.Until(t, "the node is up", func() bool { return c.Stats().Up })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	ttl, err := rdb.PTTL(t.Context(), "herald:node:n1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed every second, so more than a second left unless the machine
+	// stalled for four.
+	if ttl <= time.Second || ttl > DefaultNodeTTL {
+		t.Fatalf("the node's record lives %v, want up to %v", ttl, DefaultNodeTTL)
 	}
 }
