@@ -754,13 +754,17 @@ func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
 	}
 }
 
-// Options left empty take the defaults: keys under herald:, and a node's
-// heartbeat record that lives 5 s, renewed every second.
+// Options left empty take the defaults: keys under herald:, a node's
+// heartbeat record that lives 5 s, renewed every second, the webhook hold
+// and the replay window.
 func TestOptionsDefaults(t *testing.T) {
 	rs := testredis.Start(t)
 	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), NodeID: "n1", Settings: testSettings})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o := c.opts; o.Heartbeat != DefaultHeartbeat || o.NodeTTL != DefaultNodeTTL || o.Hold != DefaultHold || o.ReplayWindow != DefaultReplayWindow {
+		t.Fatalf("options %+v, want the defaults", o)
 	}
 	c.Start()
 	defer c.Close()
