@@ -242,19 +242,41 @@ func TestAChangedShardListIsRefused(t *testing.T) {
 // A bad HERALD_REDIS_URL stops the start naming the setting, never with
 // the password.
 func TestBadShardURLsAreRefusedWithoutTheirPassword(t *testing.T) {
-	for _, url := range []string{
-		"redis://:s3cret@127.0.0.1:6379/0,http://:s3cret@127.0.0.1:6380",
-		"redis://:s3cret@127.0.0.1:6379/0,",
-		"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@host:port:x/0",
-		"redis://:s3cret@127.0.0.1:6379/notadb",
-		"redis://:s3cret@[::1/0",
+	// Each error names the setting, and the shard when there are several.
+	for _, c := range []struct{ url, prefix string }{
+		{"redis://:s3cret@127.0.0.1:6379/0,http://:s3cret@127.0.0.1:6380", "HERALD_REDIS_URL: shard 2 of 2 "},
+		{"redis://:s3cret@127.0.0.1:6379/0,", "HERALD_REDIS_URL: shard 2 of 2 "},
+		{"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@host:port:x/0", "HERALD_REDIS_URL, shard 2 of 2: "},
+		{"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@127.0.0.1:6379/x,redis://127.0.0.1:6379/0", "HERALD_REDIS_URL, shard 2 of 3: "},
+		{"redis://:s3cret@127.0.0.1:6379/notadb", "HERALD_REDIS_URL: redis://127.0.0.1:6379/notadb: "},
+		{"redis://:s3cret@[::1/0", "HERALD_REDIS_URL: "},
 	} {
-		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
+		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: c.url})
 		if err == nil {
-			t.Fatalf("%s: accepted", url)
+			t.Fatalf("%s: accepted", c.url)
 		}
-		if !strings.HasPrefix(err.Error(), "HERALD_REDIS_URL") || strings.Contains(err.Error(), "s3cret") {
-			t.Fatalf("%s: %v", url, err)
+		if !strings.HasPrefix(err.Error(), c.prefix) || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("%s: %v, want it to start %q, without the password", c.url, err, c.prefix)
 		}
 	}
+}
+
+// Sign-ins are kept on the first shard: when it loses its data, the nodes
+// rebuild them there with the rest of their records.
+func TestSignInsAreRebuiltWhenTheFirstShardLosesItsData(t *testing.T) {
+	servers, url := shardList(t, 3)
+	ns := cluster(t, servers[0], 2, withURL(url))
+	cl := ns[0].connect("app")
+	if err := ns[0].hub.SignIn(cl.conn, "u", nil); err != nil {
+		t.Fatal(err)
+	}
+	signedIn := func() bool {
+		on, err := ns[1].hub.State().SignedIn("app", "u")
+		return err == nil && on
+	}
+	wait.Until(t, "node 2 sees u signed in", signedIn)
+	resyncs := ns[0].c.Stats().Resyncs
+	servers[0].Restart()
+	wait.Until(t, "node 1 rebuilds its records", func() bool { return ns[0].c.Stats().Resyncs > resyncs })
+	wait.Until(t, "node 2 sees u signed in again", signedIn)
 }
