@@ -781,3 +781,22 @@ func TestOptionsDefaults(t *testing.T) {
 		t.Fatalf("the node's record lives %v, want up to %v", ttl, DefaultNodeTTL)
 	}
 }
+
+// Every Redis client, of one Redis, a Sentinel's primary or a Redis
+// Cluster, gives up on a call after 2 s and one retry: a trigger waits on
+// Redis, and Redis that does not answer must turn into a 503 quickly.
+func TestRedisClientsGiveUpQuickly(t *testing.T) {
+	one, err := redisOptions(Options{URL: "redis://127.0.0.1:6379/0"}, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := quick(&redis.UniversalOptions{})
+	for _, got := range [][4]any{
+		{one.DialTimeout, one.ReadTimeout, one.WriteTimeout, one.MaxRetries},
+		{other.DialTimeout, other.ReadTimeout, other.WriteTimeout, other.MaxRetries},
+	} {
+		if want := [4]any{2 * time.Second, 2 * time.Second, 2 * time.Second, 1}; got != want {
+			t.Errorf("dial, read and write timeouts and retries %v, want %v", got, want)
+		}
+	}
+}
