@@ -136,3 +136,40 @@ func toAny(s []string) []any {
 	}
 	return out
 }
+
+// A node that closes takes its own record out of Redis as it leaves: its
+// heartbeat and its subscriptions are gone when Close returns, without a
+// warning, rather than when its heartbeat would have expired.
+func TestALeavingNodeTakesItsRecordOut(t *testing.T) {
+	rs := testredis.Start(t)
+	startNode(t, rs, "leave:", "n1")
+	core, logs := observer.New(zapcore.WarnLevel)
+	h := hub.New(zap.NewNop())
+	defer h.Close()
+	c, err := New(zap.New(core), h, Options{
+		NodeID: "n2", Prefix: "leave:", URL: rs.URL(), Heartbeat: 100 * time.Millisecond, NodeTTL: time.Minute,
+		Hold: 300 * time.Millisecond, Settings: testSettings,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	n := &node{t: t, hub: h, c: c, obs: &recorder{}}
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if got := rdb.Exists(t.Context(), "leave:node:n2", "leave:ns:n2").Val(); got != 2 {
+		t.Fatalf("%d of the node's heartbeat and subscriptions in Redis, want both", got)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.Exists(t.Context(), "leave:node:n2", "leave:ns:n2").Val(); got != 0 {
+		t.Fatalf("%d of the node's heartbeat and subscriptions left in Redis after Close, want none", got)
+	}
+	if warned := logs.All(); len(warned) > 0 {
+		t.Fatalf("leaving warned: %s %v", warned[0].Message, warned[0].ContextMap())
+	}
+}

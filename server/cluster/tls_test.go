@@ -199,3 +199,27 @@ func (d *dialCounter) forward(c net.Conn, target string) {
 	delete(d.conns, up)
 	d.mu.Unlock()
 }
+
+// A CA file adds its certificates to the system's roots for the connection
+// to Redis; it does not replace them (a Redis with a certificate of a public
+// authority is still trusted).
+func TestTheRedisCAFileAddsToTheSystemRoots(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	testcert.NewCA(t).WriteCert(t, file)
+	got, err := redisRoots(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := x509.SystemCertPool()
+	if err != nil {
+		want = x509.NewCertPool()
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.AppendCertsFromPEM(pem)
+	if !got.Equal(want) {
+		t.Fatal("the roots for Redis are not the system's and the CA file's")
+	}
+}
