@@ -85,3 +85,40 @@ func TestReleaseTakesEveryPage(t *testing.T) {
 		t.Fatalf("one release: %d channel_vacated out, %d left held; want %d and 0", vacated, held, channels)
 	}
 }
+
+// The last node to leave the cluster reports the webhooks still held back
+// as it closes, as one node does at shutdown: no node is left to report
+// them when they are due. A node that leaves others behind leaves them to
+// the others.
+func TestTheLastNodeToLeaveReportsWhatIsHeld(t *testing.T) {
+	rs := testredis.Start(t)
+	// A hold of an hour: nothing is reported but by Close.
+	ns := cluster(t, rs, 2, func(o *Options) { o.Hold = time.Hour })
+	wait.Until(t, "each node counts two", func() bool { return ns[0].c.Stats().Nodes == 2 && ns[1].c.Stats().Nodes == 2 })
+	for i, n := range ns {
+		name := fmt.Sprintf("ch-%d", i)
+		cl := n.connect("app")
+		cl.subscribe(name, nil)
+		cl.wait(name, "pusher_internal:subscription_succeeded")
+		n.hub.Unsubscribe(cl.conn, name)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	prefix := ns[0].c.p
+	wait.Until(t, "both channel_vacated held", func() bool { return rdb.ZCard(t.Context(), prefix+"held").Val() == 2 })
+
+	if err := ns[1].c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if held := rdb.ZCard(t.Context(), prefix+"held").Val(); held != 2 {
+		t.Fatalf("%d held after a node left the other behind, want 2", held)
+	}
+	wait.Until(t, "node 1 counts one", func() bool { return ns[0].c.Stats().Nodes == 1 })
+	if err := ns[0].c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	vacated := len(ns[0].obs.kinds("ch-0", hub.ChannelVacated)) + len(ns[0].obs.kinds("ch-1", hub.ChannelVacated))
+	if held := rdb.ZCard(t.Context(), prefix+"held").Val(); vacated != 2 || held != 0 {
+		t.Fatalf("the last node left: %d channel_vacated reported, %d left held; want 2 and 0", vacated, held)
+	}
+}
