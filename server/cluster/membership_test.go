@@ -154,6 +154,8 @@ func TestALeavingNodeTakesItsRecordOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Start()
+	// A node leaves tidily when it knows Redis answers (it is up).
+	wait.Until(t, "the node is up", func() bool { return c.Stats().Up })
 	n := &node{t: t, hub: h, c: c, obs: &recorder{}}
 	cl := n.connect("app")
 	cl.subscribe("news", nil)
