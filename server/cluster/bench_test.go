@@ -258,13 +258,7 @@ func publishPaced(b *testing.B, h *hub.Hub, conns []*hub.Conn, publishers, chann
 // commandsProcessed is the total_commands_processed of the Redis rs (its
 // INFO stats), the commands it ran since it started.
 func commandsProcessed(b *testing.B, rs *testredis.Server) int64 {
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
-	info, err := rdb.Info(b.Context(), "stats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
+	for _, line := range strings.Split(redisInfo(b, rs, "stats"), "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			return n
@@ -272,6 +266,18 @@ func commandsProcessed(b *testing.B, rs *testredis.Server) int64 {
 	}
 	b.Fatal("no total_commands_processed in INFO stats")
 	return 0
+}
+
+// redisInfo is a section of rs's INFO.
+func redisInfo(tb testing.TB, rs *testredis.Server, section string) string {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	info, err := rdb.Info(tb.Context(), section).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info
 }
 
 // cpuTime is the CPU time a process used, in nanoseconds: the sum of its

@@ -163,13 +163,7 @@ func setACL(t *testing.T, rs *testredis.Server, rules ...string) {
 // rs's INFO commandstats, 0 when the command was never run.
 func commandStats(t *testing.T, rs *testredis.Server, command, figure string) int64 {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
-	info, err := rdb.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
+	for _, line := range strings.Split(redisInfo(t, rs, "commandstats"), "\n") {
 		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
 		if !ok {
 			continue
