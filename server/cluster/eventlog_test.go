@@ -197,3 +197,34 @@ func TestPublishKeptTogetherKeepsEveryEventInOrder(t *testing.T) {
 		t.Fatalf("held %+v, want %d events", st.Apps, publishers*each)
 	}
 }
+
+// Redis that lost its scripts (a restart with its data, SCRIPT FLUSH) has
+// a publish and its history append retried in order: nothing of the node's
+// record was applied out of order, so nothing is rebuilt.
+func TestScriptsLostWithAHistoryAppendRebuildNothing(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 1)
+	store := ns[0].c.EventLog(eventlog.Limits{})
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	cl := ns[0].connect("app")
+	cl.subscribe("feed", nil)
+	cl.wait("feed", "pusher_internal:subscription_succeeded")
+	resyncs := ns[0].c.Stats().Resyncs
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := ns[0].hub.PublishKept(store, p, time.Now(), hub.Message{AppID: "app", Channel: "feed", Event: "tick", Data: "{}"})
+	if err != nil || !kept {
+		t.Fatalf("publish after SCRIPT FLUSH: kept %v, %v", kept, err)
+	}
+	cl.wait("feed", "tick")
+	// A rebuild asked for would come before the next change the node
+	// writes: a subscription.
+	cl.subscribe("other", nil)
+	cl.wait("other", "pusher_internal:subscription_succeeded")
+	if got := ns[0].c.Stats().Resyncs; got != resyncs {
+		t.Fatalf("%d rebuilds after Redis lost its scripts, want none", got-resyncs)
+	}
+}
