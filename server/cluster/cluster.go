@@ -462,6 +462,9 @@ func (c *Cluster) key(parts ...string) string {
 
 // setHealthy records whether Redis answers, logging each change.
 func (c *Cluster) setHealthy(ok bool, err error) {
+	if !ok && c.ctx.Err() != nil {
+		return // a heartbeat cut short by Close: no outage, and Close leaves tidily
+	}
 	if c.healthy.Swap(ok) == ok {
 		return
 	}
