@@ -86,17 +86,11 @@ func TestFailedRebuildsBackOff(t *testing.T) {
 	rs := testredis.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
-	acl := func(rules ...string) {
-		t.Helper()
-		if err := rdb.Do(t.Context(), append([]any{"ACL", "SETUSER", "default"}, toAny(rules)...)...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// A rebuild starts with the lock on the node's record, backoff:lock:n1,
 	// which nothing else of a lone node writes: with the locks read-only,
 	// heartbeats, publishes and reads still work.
 	lockReadOnly := []string{"resetkeys", "%R~*", "~backoff:", "~backoff:[^l]*", "~backoff:l[^o]*"}
-	acl(lockReadOnly...)
+	setACL(t, rs, lockReadOnly...)
 	core, logs := observer.New(zapcore.WarnLevel)
 	c, err := New(zap.New(core), hub.New(zap.NewNop()), Options{
 		NodeID: "n1", Prefix: "backoff:", URL: rs.URL(), Heartbeat: 100 * time.Millisecond, NodeTTL: 2 * time.Second,
@@ -118,23 +112,15 @@ func TestFailedRebuildsBackOff(t *testing.T) {
 		if got := c.Stats().Resyncs; got != int64(round-1) {
 			t.Fatalf("round %d: %d rebuilds done while Redis refused them", round, got)
 		}
-		acl("allkeys")
+		setACL(t, rs, "allkeys")
 		wait.Until(t, "the record rebuilt", func() bool { return c.Stats().Resyncs == int64(round) })
 		// Then again: a heartbeat that finds the node's record gone asks
 		// for a rebuild.
-		acl(lockReadOnly...)
+		setACL(t, rs, lockReadOnly...)
 		if err := rdb.Del(t.Context(), "backoff:node:n1").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-func toAny(s []string) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
 }
 
 // A node that closes takes its own record out of Redis as it leaves: its
