@@ -317,7 +317,8 @@ func cpuTime(pid int) int64 {
 // each Redis gets a call as soon as its previous one is answered: a shard's
 // calls then carry fewer messages than one Redis's, and Redis's CPU goes by
 // calls. The paced rows offer every topology the same load, below the
-// node's limit, so that their calls compare like with like.
+// node's limit, so that their calls compare like with like; the last row
+// is one Redis at the busiest shard's share of that load.
 //
 //	go test -run '^$' -bench Shards -benchtime 20000x ./server/cluster/
 func BenchmarkShards(b *testing.B) {
@@ -336,6 +337,18 @@ func BenchmarkShards(b *testing.B) {
 			})
 		}
 	}
+	// One Redis alone at the busiest of three shards' share of the paced
+	// load: what that shard would cost if a Redis's CPU per message did not
+	// depend on how busy it is. On a virtual machine it does (a Redis woken
+	// less often spends more on each call), and this row shows by how much.
+	busiest := make([]int, 3)
+	for i := range channels {
+		busiest[shardOf("app", "ch"+strconv.Itoa(i), len(busiest))]++
+	}
+	rate := pacedRate * slices.Max(busiest) / channels
+	b.Run(fmt.Sprintf("paced%d/one_Redis_at_the_busiest_shard's_share", rate), func(b *testing.B) {
+		benchShards(b, topologies[0], 64, rate, subs, channels)
+	})
 }
 
 // pacedRate is the offered rate of BenchmarkShards's paced rows, in
