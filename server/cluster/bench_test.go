@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
@@ -266,18 +265,6 @@ func commandsProcessed(b *testing.B, rs *testredis.Server) int64 {
 	}
 	b.Fatal("no total_commands_processed in INFO stats")
 	return 0
-}
-
-// redisInfo is a section of rs's INFO.
-func redisInfo(tb testing.TB, rs *testredis.Server, section string) string {
-	tb.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
-	info, err := rdb.Info(tb.Context(), section).Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return info
 }
 
 // cpuTime is the CPU time a process used, in nanoseconds: the sum of its

@@ -3,8 +3,6 @@ package cluster
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -143,39 +141,6 @@ func TestAFailingReaderBacksOff(t *testing.T) {
 	if got := n.c.Stats().Resyncs; got != 1 {
 		t.Fatalf("%d rebuilds of the node's record, want 1: Redis lost no data", got)
 	}
-}
-
-// setACL changes the rules of rs's default user, the one the nodes use.
-func setACL(t *testing.T, rs *testredis.Server, rules ...string) {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
-	args := []any{"ACL", "SETUSER", "default"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	if err := rdb.Do(t.Context(), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// commandStats is one figure (calls, rejected_calls …) of a command in
-// rs's INFO commandstats, 0 when the command was never run.
-func commandStats(t *testing.T, rs *testredis.Server, command, figure string) int64 {
-	t.Helper()
-	for _, line := range strings.Split(redisInfo(t, rs, "commandstats"), "\n") {
-		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(kv, figure+"="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // A stream entry that no node would write — a batch holding an empty

@@ -1,7 +1,11 @@
 package cluster
 
 import (
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
@@ -49,4 +53,49 @@ func onEachTopology(t *testing.T, test func(t *testing.T, cluster startCluster))
 			})
 		})
 	}
+}
+
+// setACL changes the rules of rs's default user, the one the nodes use.
+func setACL(t *testing.T, rs *testredis.Server, rules ...string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	args := []any{"ACL", "SETUSER", "default"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := rdb.Do(t.Context(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commandStats is one figure (calls, rejected_calls …) of a command in
+// rs's INFO commandstats, 0 when the command was never run.
+func commandStats(t *testing.T, rs *testredis.Server, command, figure string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(redisInfo(t, rs, "commandstats"), "\n") {
+		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(kv, figure+"="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// redisInfo is a section of rs's INFO.
+func redisInfo(tb testing.TB, rs *testredis.Server, section string) string {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	info, err := rdb.Info(tb.Context(), section).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info
 }
