@@ -76,6 +76,14 @@ func Run(t *testing.T, newStore NewStore) {
 		if !slices.Equal(after.Events, all[20:]) || after.More {
 			t.Fatalf("after the 20th: got %d events (more %v), want the last 5", len(after.Events), after.More)
 		}
+		// A page that takes exactly what is left has no more after it,
+		// either way round.
+		if p := page(t, s, "app", "news", policy, eventlog.Query{OldestFirst: true, After: all[19].ID, Limit: 5}, t0); !slices.Equal(p.Events, all[20:]) || p.More {
+			t.Fatalf("the last 5 in a page of 5: got %d events (more %v), want 5 and no more", len(p.Events), p.More)
+		}
+		if p := page(t, s, "app", "news", policy, eventlog.Query{After: all[5].ID, Limit: 5}, t0); len(p.Events) != 5 || p.Events[0] != all[4] || p.Events[4] != all[0] || p.More {
+			t.Fatalf("the first 5, newest first, in a page of 5: got %d events (more %v), want 5 and no more", len(p.Events), p.More)
+		}
 		last := page(t, s, "app", "news", policy, eventlog.Query{OldestFirst: true, After: all[24].ID}, t0)
 		if len(last.Events) != 0 || last.More {
 			t.Fatalf("after the last: got %v (more %v), want none", last.Events, last.More)
