@@ -91,9 +91,32 @@ func TestReplayRingForgetsByAgeAndSize(t *testing.T) {
 	for i := range uint64(10) {
 		r.add([]*outMsg{msg(5 + i)}, t0.Add(1500*time.Millisecond))
 	}
-	if r.bytes > r.max || r.msgs[len(r.msgs)-1].seq != 14 {
-		t.Fatalf("over the byte bound: %d bytes kept, last %d", r.bytes, r.msgs[len(r.msgs)-1].seq)
+	if held := heldBytes(r.msgs); held > r.max || r.msgs[len(r.msgs)-1].seq != 14 {
+		t.Fatalf("over the byte bound: %d bytes kept, last %d", held, r.msgs[len(r.msgs)-1].seq)
 	}
+	// A cache channel's message holds its app, channel and last event too,
+	// and the bound counts them.
+	r = replayRing{window: time.Second, max: 1000}
+	for i := range uint64(5) {
+		m := msg(i + 1)
+		m.cache = &cacheUpdate{app: "app", channel: strings.Repeat("c", 290), value: strings.Repeat("v", 300)}
+		r.add([]*outMsg{m}, t0)
+	}
+	if held := heldBytes(r.msgs); held > r.max || len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].seq != 5 {
+		t.Fatalf("cache channels' messages over the byte bound: %d messages, %d bytes kept", len(r.msgs), held)
+	}
+}
+
+// heldBytes is what msgs hold: their messages and cache channels' events.
+func heldBytes(msgs []*outMsg) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.msg)
+		if m.cache != nil {
+			n += len(m.cache.app) + len(m.cache.channel) + len(m.cache.value)
+		}
+	}
+	return n
 }
 
 // A node delivers a message of an origin only once, whatever comes again.
