@@ -64,6 +64,13 @@ var testSettings = func(appID string) AppSettings {
 // options.
 func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...func(*Options)) *node {
 	t.Helper()
+	return startLoggedNode(t, rs, prefix, id, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id), tune...)
+}
+
+// startLoggedNode is startNode with the node's Cluster logging to log, for
+// tests that look at what it logs.
+func startLoggedNode(t *testing.T, rs *testredis.Server, prefix, id string, log *zap.Logger, tune ...func(*Options)) *node {
+	t.Helper()
 	h := hub.New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id))
 	obs := &recorder{}
 	h.SetObserver(obs)
@@ -79,7 +86,7 @@ func startNode(t *testing.T, rs *testredis.Server, prefix, id string, tune ...fu
 	for _, f := range tune {
 		f(&opts)
 	}
-	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id), h, opts)
+	c, err := New(log, h, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

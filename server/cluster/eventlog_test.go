@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/eventlog/eventlogtest"
@@ -268,5 +272,54 @@ func TestKeepCallsGroupConsecutiveAppendsOfOneAppOnly(t *testing.T) {
 	}
 	if at := groups[0].call.args[0]; at != t0.Add(2*time.Millisecond).UnixMilli() {
 		t.Errorf("the shared append is at %v, want the latest of its requests' times", at)
+	}
+}
+
+// A trigger kept in its channel's history says what failed: refused while
+// Redis does not answer, as any trigger; delivered, with a warning, when
+// only its history append fails; delivered and kept without a word
+// otherwise.
+func TestPublishKeptReportsWhatFailed(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	n := startLoggedNode(t, rs, "kept:", "n1", zap.New(core))
+	store := n.c.EventLog(eventlog.Limits{})
+	p := eventlog.Policy{Events: 10, TTL: time.Hour}
+	sub := n.connect("app")
+	sub.subscribe("news", nil)
+	sub.wait("news", "pusher_internal:subscription_succeeded")
+	publish := func(data string) error {
+		t.Helper()
+		kept, err := n.hub.PublishKept(store, p, time.Now(), hub.Message{AppID: "app", Channel: "news", Event: "tick", Data: data})
+		if !kept {
+			t.Fatalf("publish %s: not kept, the channel is on the history's Redis", data)
+		}
+		return err
+	}
+	const notKept = "an event was delivered but not kept in its channel's history"
+	if err := publish("1"); err != nil {
+		t.Fatal(err)
+	}
+	if logs.FilterMessage(notKept).Len() != 0 {
+		t.Fatal("an event kept in history was logged as not kept")
+	}
+	// The app's history record made a string: the append script fails on
+	// it (WRONGTYPE), the publish in the same pipeline does not.
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.Set(t.Context(), store.key("app"), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish("2"); err != nil {
+		t.Fatalf("a publish whose history append failed: %v", err)
+	}
+	wait.Until(t, "both ticks delivered", func() bool { return sub.count("news", "tick") == 2 })
+	if logs.FilterMessage(notKept).Len() != 1 {
+		t.Fatalf("%d warnings of an event not kept, want 1", logs.FilterMessage(notKept).Len())
+	}
+	rs.Stop()
+	wait.Until(t, "the node sees Redis down", func() bool { return !n.c.Stats().Up })
+	if err := publish("3"); !errors.Is(err, hub.ErrUnavailable) {
+		t.Fatalf("a publish while Redis is down: %v, want hub.ErrUnavailable", err)
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
@@ -248,4 +251,30 @@ func TestStateLostWithoutAnOutageIsRebuilt(t *testing.T) {
 		users, _ := ns[1].hub.State().PresenceUsers("app", "presence-room")
 		return err == nil && st.Subscriptions == 1 && slices.Equal(users, []string{"a"})
 	})
+}
+
+// A node that finds Redis lost its data publishes what it published lately
+// again by itself, before anything new is published, and logs it as done,
+// not as failed.
+func TestAReplayIsLoggedAsDone(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	n := startLoggedNode(t, rs, "replay:", "n1", zap.New(core), func(o *Options) { o.ReplayWindow = time.Minute })
+	// Its record is built: the generation it knows is the one Redis loses.
+	wait.Until(t, "the node's record built", func() bool { return n.c.Stats().Resyncs == 1 })
+	if err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "tick", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "the tick published again", func() bool { return n.c.Stats().Replayed == 1 })
+	if got := logs.FilterMessageSnippet("publishing again what this node published").Len(); got != 1 {
+		t.Errorf("%d logs of the replay, want 1", got)
+	}
+	if failed := logs.FilterMessageSnippet("failed").All(); len(failed) > 0 {
+		t.Errorf("a replay that worked logged %q %v", failed[0].Message, failed[0].ContextMap())
+	}
 }
