@@ -114,7 +114,10 @@ func keepCalls(keeps []*keepReq) []keepGroup {
 // Redis has them. It returns hub.ErrUnavailable at once while Redis does
 // not answer.
 func (c *Cluster) Publish(ms ...hub.Message) error {
-	if c.shards != nil && len(ms) > 0 {
+	if len(ms) == 0 {
+		return nil
+	}
+	if c.shards != nil {
 		return c.publishSharded(ms)
 	}
 	return c.publish(outMsgs(ms), nil)
