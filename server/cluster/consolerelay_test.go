@@ -59,6 +59,13 @@ func testConsoleRelay(t *testing.T, cluster startCluster) {
 	if rb.Wanted("other") {
 		t.Fatal("node b wants the events of an app nobody watches")
 	}
+	// Node a, the app's only watcher (its subscription is the one node b
+	// found), wants none of its own events. (Its loop refreshes as well,
+	// with the same answer.)
+	ra.refresh(map[string]bool{"app": true})
+	if ra.Wanted("app") {
+		t.Fatal("node a, alone watching app, wants its own events")
+	}
 	// Where a node asks PUBSUB is where the watcher's subscription is,
 	// every time (a random node of a Redis Cluster would not know it).
 	for range 10 {
