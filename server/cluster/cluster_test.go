@@ -336,6 +336,37 @@ func testPublishesPackedTogetherArriveInOrder(t *testing.T, cluster startCluster
 	}
 }
 
+// Publishes that wait for the publish loop go to Redis together: one
+// call, and one stream entry for the messages of a slot.
+func TestPublishesThatWaitTogetherShareOneEntry(t *testing.T) {
+	rs := testredis.Start(t)
+	h := hub.New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	defer h.Close()
+	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), h, Options{URL: rs.URL(), NodeID: "n1", Prefix: "together:", Settings: testSettings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Eight publishes wait before the loop runs, as they would behind a
+	// call on its way to Redis.
+	const waiting = 8
+	reqs := make([]*pubReq, waiting)
+	for i := range reqs {
+		m := hub.Message{AppID: "app", Channel: "news", Event: fmt.Sprint("e", i), Data: "{}"}
+		reqs[i] = &pubReq{msgs: outMsgs([]hub.Message{m}), done: make(chan error, 1)}
+		c.pub <- reqs[i]
+	}
+	c.Start()
+	for i, r := range reqs {
+		if err := <-r.done; err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if n := slotEntries(t, c); n != 1 {
+		t.Fatalf("%d waiting publishes of one channel took %d stream entries, want 1", waiting, n)
+	}
+}
+
 func TestPresenceIsExactAcrossNodes(t *testing.T) {
 	onEachTopology(t, testPresenceIsExactAcrossNodes)
 }
