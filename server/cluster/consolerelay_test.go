@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
@@ -207,4 +209,30 @@ func TestConsoleRelayDeliverPanic(t *testing.T) {
 	wait.Until(t, "the panic to be counted", func() bool { return a.c.Stats().Panics == 1 })
 	rb.Send("app", []byte(`{"event":"after"}`))
 	wait.Until(t, "node a to get the next event", func() bool { return inA.all() == `app: {"event":"after"}` })
+}
+
+// A relay message from Redis is read up to relayMaxMessage bytes; a larger
+// one, which no node sends, is dropped unread, as is one that is not a
+// relay message or is this node's own.
+func TestRelayMessagesAreBounded(t *testing.T) {
+	n := startNode(t, testredis.Start(t), "relaybound:", "n1")
+	var in inbox
+	r := n.c.ConsoleRelay(in.deliver)
+	// A message of exactly size bytes from node "other", its one event
+	// padded to fit.
+	message := func(node string, size int) *redis.Message {
+		head, tail := `{"node":"`+node+`","events":[{"pad":"`, `"}]}`
+		return &redis.Message{Channel: r.channel + "app", Payload: head + strings.Repeat("x", size-len(head)-len(tail)) + tail}
+	}
+	r.receive(message("other", relayMaxMessage+1))
+	r.receive(message("n1", relayMaxMessage))
+	r.receive(&redis.Message{Channel: r.channel + "app", Payload: "not json"})
+	r.receive(&redis.Message{Channel: "elsewhere", Payload: message("other", 100).Payload})
+	if events, _ := in.count(); events != 0 {
+		t.Fatalf("%d events delivered from messages over the bound, of this node, malformed or on another channel", events)
+	}
+	r.receive(message("other", relayMaxMessage))
+	if events, _ := in.count(); events != 1 || r.Stats().Received != 1 {
+		t.Fatalf("%d events delivered (%d counted) from a message of exactly the bound, want 1", events, r.Stats().Received)
+	}
 }
