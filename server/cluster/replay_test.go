@@ -108,6 +108,11 @@ func TestReplayRingForgetsByAgeAndSize(t *testing.T) {
 	if held := heldBytes(r.msgs); held > r.max || len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].seq != 5 {
 		t.Fatalf("cache channels' messages over the byte bound: %d messages, %d bytes kept", len(r.msgs), held)
 	}
+	// A message larger than the bound is not kept at all.
+	r.add([]*outMsg{{seq: 6, msg: strings.Repeat("m", 2000)}}, t0)
+	if len(r.msgs) != 0 || r.bytes != 0 {
+		t.Fatalf("a message over the bound: %d messages, %d bytes kept, want none", len(r.msgs), r.bytes)
+	}
 }
 
 // heldBytes is what msgs hold: their messages and cache channels' events.
