@@ -399,9 +399,15 @@ func (c *Cluster) Close() error {
 	}
 	c.cancel()
 	defer c.healthy.Store(false) // publishes after Close are refused at once
-	c.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if c.healthy.Load() {
+		// The reader may be in a blocking read of up to two heartbeats,
+		// which a cancelled context does not end: an entry in its wake-up
+		// stream does.
+		c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c.key("in:", c.id), MaxLen: 64, Approx: true, Values: []string{"w", "1"}})
+	}
+	c.wg.Wait()
 	if c.healthy.Load() {
 		c.rdb.Del(ctx, c.key("node:", c.id))
 		if err := c.reap(ctx, c.id, true); err != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +163,18 @@ func TestALeavingNodeTakesItsRecordOut(t *testing.T) {
 	}
 	if warned := logs.All(); len(warned) > 0 {
 		t.Fatalf("leaving warned: %s %v", warned[0].Message, warned[0].ContextMap())
+	}
+}
+
+// Close does not wait for the reader's blocking read to end by itself
+// (two heartbeats): here an hour's, which would outlast the test.
+func TestCloseWakesTheReader(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "wake:", "n1", func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
+	wait.Until(t, "the node is up and its reader in a blocking read", func() bool {
+		return n.c.Stats().Up && strings.Contains(redisInfo(t, rs, "clients"), "blocked_clients:1")
+	})
+	if err := n.c.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -284,3 +284,48 @@ func TestAReplayLogsThatRedisLostItsData(t *testing.T) {
 		t.Errorf("a replay that worked logged %q %v", failed[0].Message, failed[0].ContextMap())
 	}
 }
+
+// A publish that finds Redis lost its data before the node noticed (its
+// heartbeat has not come yet) still goes through: the node publishes what
+// it published lately again, under Redis's new generation, then this one.
+func TestAPublishRightAfterDataLossGoesThrough(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "lost:", "n1", func(o *Options) {
+		o.Heartbeat, o.NodeTTL, o.ReplayWindow = time.Hour, 2*time.Hour, time.Hour
+	})
+	wait.Until(t, "the node is up", func() bool { return n.c.Stats().Up })
+	publish := func(event string) error {
+		return n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: event, Data: "{}"})
+	}
+	if err := publish("before"); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := publish("after"); err != nil {
+		t.Fatalf("a publish right after Redis lost its data: %v", err)
+	}
+	entries, err := rdb.XRange(t.Context(), "lost:"+slotStreams[slotOf("app", "news")], "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for _, e := range entries {
+		m, _ := e.Values["m"].(string)
+		f, err := fields(m[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := decodeEvent(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, ev.Event)
+	}
+	if !slices.Equal(events, []string{"before", "after"}) || n.c.Stats().Replayed != 1 {
+		t.Fatalf("the channel's stream holds %v (%d replayed), want before again, then after", events, n.c.Stats().Replayed)
+	}
+}
