@@ -108,6 +108,13 @@ func TestReplayRingForgetsByAgeAndSize(t *testing.T) {
 	if held := heldBytes(r.msgs); held > r.max || len(r.msgs) == 0 || r.msgs[len(r.msgs)-1].seq != 5 {
 		t.Fatalf("cache channels' messages over the byte bound: %d messages, %d bytes kept", len(r.msgs), held)
 	}
+	// Messages that fill the bound to its last byte are all kept.
+	size := (&outMsg{msg: strings.Repeat("m", 100)}).size()
+	r = replayRing{window: time.Second, max: 3 * size}
+	r.add([]*outMsg{{seq: 1, msg: strings.Repeat("m", 100)}, {seq: 2, msg: strings.Repeat("m", 100)}, {seq: 3, msg: strings.Repeat("m", 100)}}, t0)
+	if len(r.msgs) != 3 {
+		t.Fatalf("%d of 3 messages that fill the bound kept", len(r.msgs))
+	}
 	// A message larger than the bound is not kept at all.
 	r.add([]*outMsg{{seq: 6, msg: strings.Repeat("m", 2000)}}, t0)
 	if len(r.msgs) != 0 || r.bytes != 0 {
@@ -138,6 +145,15 @@ func TestOriginsDeliverEachMessageOnce(t *testing.T) {
 	}{{"p1", 1, true}, {"p1", 2, true}, {"p1", 2, false}, {"p1", 1, false}, {"p2", 1, true}, {"p1", 5, true}, {"p1", 4, false}} {
 		if got := o.fresh(c.origin, c.seq, now); got != c.fresh {
 			t.Fatalf("%s #%d: fresh %v, want %v", c.origin, c.seq, got, c.fresh)
+		}
+	}
+	// Remembered while heard from within originIdle (ten minutes: a
+	// replay comes within seconds), the limit included; forgotten after.
+	// (A sweep looks at most once a minute.)
+	for _, idle := range []time.Duration{time.Minute, originIdle} {
+		o.sweep(now.Add(idle))
+		if o.fresh("p1", 5, now) {
+			t.Fatalf("an origin heard from %v ago is forgotten", idle)
 		}
 	}
 	o.sweep(now.Add(originIdle + time.Minute))
