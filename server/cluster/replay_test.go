@@ -345,3 +345,36 @@ func TestAPublishRightAfterDataLossGoesThrough(t *testing.T) {
 		t.Fatalf("the channel's stream holds %v (%d replayed), want before again, then after", events, n.c.Stats().Replayed)
 	}
 }
+
+// When Redis answers again after an outage, a node publishes what it
+// published in the window again (the Redis that answers may be a promoted
+// replica without the last writes) and says so; a node that keeps nothing
+// to publish again says nothing.
+func TestAfterAnOutageANodeSaysWhatItPublishesAgain(t *testing.T) {
+	rs := testredis.Start(t)
+	logged := func(id string, replayBytes int) (*node, *observer.ObservedLogs) {
+		core, logs := observer.New(zapcore.InfoLevel)
+		n := startLoggedNode(t, rs, "outage:", id, zap.New(core), func(o *Options) { o.ReplayWindow, o.ReplayBytes = time.Hour, replayBytes })
+		wait.Until(t, id+" up", func() bool { return n.c.Stats().Up })
+		if err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "tick", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+		return n, logs
+	}
+	a, aLogs := logged("a", 0)
+	b, bLogs := logged("b", 1) // every message is over its bound: it keeps none
+	// Every command refused but those that set the rules back.
+	setACL(t, rs, "-@all", "+@connection", "+acl")
+	wait.Until(t, "both nodes see Redis down", func() bool { return !a.c.Stats().Up && !b.c.Stats().Up })
+	setACL(t, rs, "+@all")
+	wait.Until(t, "both nodes done publishing again", func() bool {
+		return a.c.Stats().Up && b.c.Stats().Up && !a.c.forceReplay.Load() && !b.c.forceReplay.Load()
+	})
+	const again = "Redis answers again: publishing again"
+	if got := aLogs.FilterMessageSnippet(again).All(); len(got) != 1 || got[0].ContextMap()["messages"] != int64(1) || a.c.Stats().Replayed != 1 {
+		t.Errorf("node a logged %v and published %d again, want that it publishes its 1 message again", got, a.c.Stats().Replayed)
+	}
+	if got := bLogs.FilterMessageSnippet(again).Len(); got != 0 || b.c.Stats().Replayed != 0 {
+		t.Errorf("node b, which keeps nothing, logged %d times that it publishes again", got)
+	}
+}
