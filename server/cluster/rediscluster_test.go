@@ -3,14 +3,19 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // The shards over a Redis Cluster: each one's keys in one slot (keySlot
@@ -135,5 +140,65 @@ func TestBadRedisClusterSettingsStopTheStart(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A node on a Redis Cluster names each of its shards in what it logs, 1 to
+// ClusterShards; and it keeps a connection free for its calls while every
+// shard's reader waits in a blocking read (here of two hours, with an
+// hour's heartbeat), five or six to a Redis node.
+func TestARedisClusterNodeNamesItsShardsAndHasRoomForCalls(t *testing.T) {
+	rc := testredis.StartCluster(t, 3)
+	core, logs := observer.New(zapcore.InfoLevel)
+	n := startLoggedNode(t, nil, "rc:", "n1", zap.New(core), withURL(rc.URL()), func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
+	wait.Until(t, "every shard's reader in a blocking read", func() bool {
+		blocked := 0
+		for _, rs := range rc.Nodes {
+			for _, line := range strings.Split(redisInfo(t, rs, "clients"), "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+					k, _ := strconv.Atoi(v)
+					blocked += k
+				}
+			}
+		}
+		return n.c.Stats().Up && blocked == ClusterShards
+	})
+	if _, err := n.c.Channels("app", ""); err != nil {
+		t.Fatalf("a query while every reader waits: %v", err)
+	}
+	var named []int
+	for _, e := range logs.FilterMessage("Redis answers: in the cluster").All() {
+		if shard, ok := e.ContextMap()["shard"].(int64); ok {
+			named = append(named, int(shard))
+		}
+	}
+	slices.Sort(named)
+	want := make([]int, ClusterShards)
+	for i := range want {
+		want[i] = i + 1
+	}
+	if !slices.Equal(named, want) {
+		t.Fatalf("shards named in the logs %v, want 1 to %d", named, ClusterShards)
+	}
+}
+
+// The hosts of a seeds URL and its password, which is all before the
+// last @ and may hold one; and the URL as it is shown, without it.
+func TestSeedsURLsAndTheirPasswords(t *testing.T) {
+	for _, c := range []struct{ hosts, password, shown string }{
+		{":s3cret@h1:1,h2:2", "s3cret", "h1:1,h2:2"},
+		{":p@ss@h1:1", "p@ss", "h1:1"},
+		{"@h1:1", "", "h1:1"},
+		{"h1:1", "", "h1:1"},
+	} {
+		password, addrs, err := seedHosts(c.hosts, "redis-cluster", "a host")
+		if err != nil || password != c.password || strings.Join(addrs, ",") != c.shown {
+			t.Errorf("seedHosts(%q): %q %v %v, want %q and %s", c.hosts, password, addrs, err, c.password, c.shown)
+		}
+		for _, scheme := range []string{"redis-cluster://", "redis-sentinel://"} {
+			if got := redactURL(scheme + c.hosts + "/m"); got != scheme+c.shown+"/m" {
+				t.Errorf("redactURL(%q) = %q, want %q", scheme+c.hosts+"/m", got, scheme+c.shown+"/m")
+			}
+		}
 	}
 }
