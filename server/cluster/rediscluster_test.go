@@ -202,3 +202,24 @@ func TestSeedsURLsAndTheirPasswords(t *testing.T) {
 		}
 	}
 }
+
+// Shard i's hash tag over a Redis Cluster is the first "s<i>.<k>" (k from
+// 0) whose slot is in the i-th of the equal parts of the slots. The tags
+// are part of what Redis holds, so every version must choose the same.
+func TestShardTagsAreTheFirstOfTheirPartOfTheSlots(t *testing.T) {
+	for _, n := range []int{1, 3, ClusterShards} {
+		for i, tag := range shardTags(n) {
+			var k int
+			if _, err := fmt.Sscanf(tag, "s"+strconv.Itoa(i)+".%d", &k); err != nil || k < 0 || tag != fmt.Sprintf("s%d.%d", i, k) {
+				t.Fatalf("%d shards: shard %d's tag is %q, want s%d.<k>, k from 0", n, i, tag, i)
+			}
+			lo, hi := i*clusterSlots/n, (i+1)*clusterSlots/n
+			for j := 0; j <= k; j++ {
+				slot := int(keySlot(fmt.Sprintf("s%d.%d", i, j)))
+				if in := slot >= lo && slot < hi; in != (j == k) {
+					t.Fatalf("%d shards: shard %d's tag is %q, but s%d.%d's slot %d is in [%d, %d): %v", n, i, tag, i, j, slot, lo, hi, in)
+				}
+			}
+		}
+	}
+}
