@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
@@ -244,8 +246,9 @@ func TestAChangedShardListIsRefused(t *testing.T) {
 func TestBadShardURLsAreRefusedWithoutTheirPassword(t *testing.T) {
 	// Each error names the setting, and the shard when there are several.
 	for _, c := range []struct{ url, prefix string }{
-		{"redis://:s3cret@127.0.0.1:6379/0,http://:s3cret@127.0.0.1:6380", "HERALD_REDIS_URL: shard 2 of 2 "},
-		{"redis://:s3cret@127.0.0.1:6379/0,", "HERALD_REDIS_URL: shard 2 of 2 "},
+		{"redis://:s3cret@127.0.0.1:6379/0,http://:s3cret@127.0.0.1:6380", "HERALD_REDIS_URL: shard 2 of 2 (http://127.0.0.1:6380) must be a redis:// or rediss:// URL"},
+		{"http://:s3cret@127.0.0.1:6380", "HERALD_REDIS_URL: the URL (http://127.0.0.1:6380) must be a redis:// or rediss:// URL"},
+		{"redis://:s3cret@127.0.0.1:6379/0,", "HERALD_REDIS_URL: shard 2 of 2 is empty"},
 		{"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@host:port:x/0", "HERALD_REDIS_URL, shard 2 of 2: "},
 		{"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@127.0.0.1:6379/x,redis://127.0.0.1:6379/0", "HERALD_REDIS_URL, shard 2 of 3: "},
 		{"redis://:s3cret@127.0.0.1:6379/notadb", "HERALD_REDIS_URL: redis://127.0.0.1:6379/notadb: "},
@@ -279,4 +282,22 @@ func TestSignInsAreRebuiltWhenTheFirstShardLosesItsData(t *testing.T) {
 	servers[0].Restart()
 	wait.Until(t, "node 1 rebuilds its records", func() bool { return ns[0].c.Stats().Resyncs > resyncs })
 	wait.Until(t, "node 2 sees u signed in again", signedIn)
+}
+
+// A node over shards names each one, 1 to n, in what it logs.
+func TestANodeOverShardsNamesThemInItsLogs(t *testing.T) {
+	_, url := shardList(t, 3)
+	core, logs := observer.New(zapcore.InfoLevel)
+	n := startLoggedNode(t, nil, "named:", "n1", zap.New(core), withURL(url))
+	wait.Until(t, "the node is up on every shard", func() bool { return n.c.Stats().Up })
+	var named []int
+	for _, e := range logs.FilterMessage("Redis answers: in the cluster").All() {
+		if shard, ok := e.ContextMap()["shard"].(int64); ok {
+			named = append(named, int(shard))
+		}
+	}
+	slices.Sort(named)
+	if !slices.Equal(named, []int{1, 2, 3}) {
+		t.Fatalf("shards named in the logs %v, want 1, 2 and 3", named)
+	}
 }
