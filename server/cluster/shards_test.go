@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -234,11 +236,28 @@ func TestAChangedShardListIsRefused(t *testing.T) {
 			}
 		})
 	}
-	// The old list's last node leaves: a node of a new list takes over.
+	// Each shard records its place in the list, which is what the others
+	// are refused by.
+	places := func(want ...string) {
+		t.Helper()
+		for i, w := range want {
+			rdb := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+			got, err := rdb.Get(t.Context(), prefix+"shard").Result()
+			rdb.Close()
+			if err != nil || got != w {
+				t.Fatalf("shard %d records %q (%v), want %q", i+1, got, err, w)
+			}
+		}
+	}
+	places("1/3", "2/3", "3/3")
+	// The old list's last node leaves: a node of a new list, refused until
+	// then, takes over.
+	c := startNode(t, servers[0], prefix, "c", withURL(strings.Join(urls[:2], ",")))
+	wait.Until(t, "c is refused", func() bool { return c.c.Ready(t.Context()) != nil })
 	a.c.Close()
 	a.c = nil
-	c := startNode(t, servers[0], prefix, "c", withURL(strings.Join(urls[:2], ",")))
 	wait.Until(t, "the new list's node is up", func() bool { return c.c.Stats().Up && c.c.Ready(t.Context()) == nil })
+	places("1/2", "2/2", "3/3")
 }
 
 // A bad HERALD_REDIS_URL stops the start naming the setting, never with
