@@ -250,12 +250,14 @@ func TestAChangedShardListIsRefused(t *testing.T) {
 		}
 	}
 	places("1/3", "2/3", "3/3")
-	// The old list's last node leaves: a node of a new list, refused until
-	// then, takes over.
+	// The old list's last node dies (its heartbeat expires, its record
+	// stays): a node of a new list, refused until then, takes over.
 	c := startNode(t, servers[0], prefix, "c", withURL(strings.Join(urls[:2], ",")))
-	wait.Until(t, "c is refused", func() bool { return c.c.Ready(t.Context()) != nil })
-	a.c.Close()
-	a.c = nil
+	wait.Until(t, "c is refused", func() bool {
+		err := c.c.Ready(t.Context())
+		return err != nil && strings.Contains(err.Error(), "of the running cluster")
+	})
+	a.crash()
 	wait.Until(t, "the new list's node is up", func() bool { return c.c.Stats().Up && c.c.Ready(t.Context()) == nil })
 	places("1/2", "2/2", "3/3")
 }
