@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
@@ -93,15 +92,7 @@ func TestFailedRebuildsBackOff(t *testing.T) {
 	lockReadOnly := []string{"resetkeys", "%R~*", "~backoff:", "~backoff:[^l]*", "~backoff:l[^o]*"}
 	setACL(t, rs, lockReadOnly...)
 	core, logs := observer.New(zapcore.WarnLevel)
-	c, err := New(zap.New(core), hub.New(zap.NewNop()), Options{
-		NodeID: "n1", Prefix: "backoff:", URL: rs.URL(), Heartbeat: 100 * time.Millisecond, NodeTTL: 2 * time.Second,
-		Hold: 300 * time.Millisecond, Settings: testSettings,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Start()
-	defer c.Close()
+	c := startLoggedNode(t, rs, "backoff:", "n1", zap.New(core)).c
 	const failed = "rebuilding the node's record in Redis failed; retrying"
 	for round := 1; round <= 2; round++ {
 		wait.Until(t, "three more failed rebuilds", func() bool { return logs.FilterMessage(failed).Len() >= 3*round })
@@ -132,19 +123,10 @@ func TestALeavingNodeTakesItsRecordOut(t *testing.T) {
 	// The node alone: another would take its record out too, once its
 	// heartbeat is gone, and Close then leaves it to that node.
 	core, logs := observer.New(zapcore.WarnLevel)
-	h := hub.New(zap.NewNop())
-	defer h.Close()
-	c, err := New(zap.New(core), h, Options{
-		NodeID: "n2", Prefix: "leave:", URL: rs.URL(), Heartbeat: 100 * time.Millisecond, NodeTTL: time.Minute,
-		Hold: 300 * time.Millisecond, Settings: testSettings,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Start()
+	n := startLoggedNode(t, rs, "leave:", "n2", zap.New(core), func(o *Options) { o.NodeTTL = time.Minute })
+	c := n.c
 	// A node leaves tidily when it knows Redis answers (it is up).
 	wait.Until(t, "the node is up", func() bool { return c.Stats().Up })
-	n := &node{t: t, hub: h, c: c, obs: &recorder{}}
 	cl := n.connect("app")
 	cl.subscribe("news", nil)
 	cl.wait("news", "pusher_internal:subscription_succeeded")
@@ -156,6 +138,7 @@ func TestALeavingNodeTakesItsRecordOut(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	n.c = nil // closed
 	for _, key := range []string{"leave:node:n2", "leave:ns:n2"} {
 		if rdb.Exists(t.Context(), key).Val() != 0 {
 			t.Errorf("%s left in Redis after Close", key)
