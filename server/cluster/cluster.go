@@ -403,9 +403,8 @@ func (c *Cluster) Close() error {
 	defer cancel()
 	if c.healthy.Load() {
 		// The reader may be in a blocking read of up to two heartbeats,
-		// which a cancelled context does not end: an entry in its wake-up
-		// stream does.
-		c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c.key("in:", c.id), MaxLen: 64, Approx: true, Values: []string{"w", "1"}})
+		// which a cancelled context does not end.
+		c.rdb.Do(ctx, c.wakeReader()...)
 	}
 	c.wg.Wait()
 	if c.healthy.Load() {

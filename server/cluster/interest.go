@@ -226,5 +226,11 @@ func (c *Cluster) readSlots(ctx context.Context, ops []op) (*call, error) {
 	for i, s := range missing {
 		c.interest.start(s, newestID(newest[i].Val()))
 	}
-	return &call{args: []any{"XADD", c.key("in:", c.id), "MAXLEN", "~", 64, "*", "w", "1"}}, nil
+	return &call{args: c.wakeReader()}, nil
+}
+
+// wakeReader is the command that ends the reader's blocking read at once:
+// an entry in the node's wake-up stream, which the reader reads and skips.
+func (c *Cluster) wakeReader() []any {
+	return []any{"XADD", c.key("in:", c.id), "MAXLEN", "~", 64, "*", "w", "1"}
 }
