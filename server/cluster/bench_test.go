@@ -254,19 +254,6 @@ func publishPaced(b *testing.B, h *hub.Hub, conns []*hub.Conn, publishers, chann
 	waitFramesEach(b, h, conns, func(i int) int { return b.N/channels + btoi(i%channels < b.N%channels) })
 }
 
-// commandsProcessed is the total_commands_processed of the Redis rs (its
-// INFO stats), the commands it ran since it started.
-func commandsProcessed(b *testing.B, rs *testredis.Server) int64 {
-	for _, line := range strings.Split(redisInfo(b, rs, "stats"), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	b.Fatal("no total_commands_processed in INFO stats")
-	return 0
-}
-
 // cpuTime is the CPU time a process used, in nanoseconds: the sum of its
 // threads' run time in /proc/<pid>/task/*/schedstat, which the kernel
 // keeps to the nanosecond (its user and system times go by 10 ms ticks, too
@@ -352,7 +339,7 @@ func benchShards(b *testing.B, tp topology, publishers, rate, subs, channels int
 	h, conns := subscribedNode(b, url, "bench", fmt.Sprintf("s%d:", time.Now().UnixNano()), subs, channels)
 	redis0, cmds0, wakes0 := make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, rs := range servers {
-		redis0[i], cmds0[i], wakes0[i] = cpuTime(rs.PID()), commandsProcessed(b, rs), wakeUps(rs.PID())
+		redis0[i], cmds0[i], wakes0[i] = cpuTime(rs.PID()), infoField(b, rs, "stats", "total_commands_processed"), wakeUps(rs.PID())
 	}
 	b.ResetTimer()
 	publishPaced(b, h, conns, publishers, channels, rate)
@@ -362,7 +349,7 @@ func benchShards(b *testing.B, tp topology, publishers, rate, subs, channels int
 		spent := cpuTime(rs.PID()) - redis0[i]
 		total += spent
 		if spent > busiest {
-			busiest, busiestCmds, busiestWakes = spent, commandsProcessed(b, rs)-cmds0[i], wakeUps(rs.PID())-wakes0[i]
+			busiest, busiestCmds, busiestWakes = spent, infoField(b, rs, "stats", "total_commands_processed")-cmds0[i], wakeUps(rs.PID())-wakes0[i]
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -155,7 +154,7 @@ func TestCloseWakesTheReader(t *testing.T) {
 	rs := testredis.Start(t)
 	n := startNode(t, rs, "wake:", "n1", func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
 	wait.Until(t, "the node is up and its reader in a blocking read", func() bool {
-		return n.c.Stats().Up && strings.Contains(redisInfo(t, rs, "clients"), "blocked_clients:1")
+		return n.c.Stats().Up && infoField(t, rs, "clients", "blocked_clients") == 1
 	})
 	if err := n.c.Close(); err != nil {
 		t.Fatal(err)

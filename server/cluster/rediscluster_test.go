@@ -152,32 +152,20 @@ func TestARedisClusterNodeNamesItsShardsAndHasRoomForCalls(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	n := startLoggedNode(t, nil, "rc:", "n1", zap.New(core), withURL(rc.URL()), func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
 	wait.Until(t, "every shard's reader in a blocking read", func() bool {
-		blocked := 0
+		var blocked int64
 		for _, rs := range rc.Nodes {
-			for _, line := range strings.Split(redisInfo(t, rs, "clients"), "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
-					k, _ := strconv.Atoi(v)
-					blocked += k
-				}
-			}
+			blocked += infoField(t, rs, "clients", "blocked_clients")
 		}
 		return n.c.Stats().Up && blocked == ClusterShards
 	})
 	if _, err := n.c.Channels("app", ""); err != nil {
 		t.Fatalf("a query while every reader waits: %v", err)
 	}
-	var named []int
-	for _, e := range logs.FilterMessage("Redis answers: in the cluster").All() {
-		if shard, ok := e.ContextMap()["shard"].(int64); ok {
-			named = append(named, int(shard))
-		}
-	}
-	slices.Sort(named)
 	want := make([]int, ClusterShards)
 	for i := range want {
 		want[i] = i + 1
 	}
-	if !slices.Equal(named, want) {
+	if named := shardsNamed(logs); !slices.Equal(named, want) {
 		t.Fatalf("shards named in the logs %v, want 1 to %d", named, ClusterShards)
 	}
 }

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
@@ -311,14 +310,7 @@ func TestANodeOverShardsNamesThemInItsLogs(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	n := startLoggedNode(t, nil, "named:", "n1", zap.New(core), withURL(url))
 	wait.Until(t, "the node is up on every shard", func() bool { return n.c.Stats().Up })
-	var named []int
-	for _, e := range logs.FilterMessage("Redis answers: in the cluster").All() {
-		if shard, ok := e.ContextMap()["shard"].(int64); ok {
-			named = append(named, int(shard))
-		}
-	}
-	slices.Sort(named)
-	if !slices.Equal(named, []int{1, 2, 3}) {
+	if named := shardsNamed(logs); !slices.Equal(named, []int{1, 2, 3}) {
 		t.Fatalf("shards named in the logs %v, want 1, 2 and 3", named)
 	}
 }

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
@@ -98,4 +100,31 @@ func redisInfo(tb testing.TB, rs *testredis.Server, section string) string {
 		tb.Fatal(err)
 	}
 	return info
+}
+
+// infoField is a number of rs's INFO section (blocked_clients of
+// "clients", total_commands_processed of "stats" …), 0 when it is not
+// there.
+func infoField(tb testing.TB, rs *testredis.Server, section, field string) int64 {
+	tb.Helper()
+	for _, line := range strings.Split(redisInfo(tb, rs, section), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// shardsNamed are the shard numbers of a node's "Redis answers" logs, one
+// per shard that found Redis answering, in order.
+func shardsNamed(logs *observer.ObservedLogs) []int {
+	var named []int
+	for _, e := range logs.FilterMessage("Redis answers: in the cluster").All() {
+		if shard, ok := e.ContextMap()["shard"].(int64); ok {
+			named = append(named, int(shard))
+		}
+	}
+	slices.Sort(named)
+	return named
 }
