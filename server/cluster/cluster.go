@@ -196,6 +196,7 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 // shard index of count (opts.URL is its URL alone).
 func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Cluster, error) {
 	var rdb redis.UniversalClient
+	watch := &serverWatch{}
 	if strings.HasPrefix(opts.URL, sentinelScheme) {
 		if opts.CAFile != "" {
 			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: Sentinel is reached without TLS")
@@ -204,15 +205,19 @@ func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Clu
 		if err != nil {
 			return nil, err
 		}
+		fo.OnConnect = watch.onConnect
 		rdb = redis.NewFailoverClient(fo)
 	} else {
 		ropts, err := redisOptions(opts, index, count)
 		if err != nil {
 			return nil, err
 		}
+		ropts.OnConnect = watch.onConnect
 		rdb = redis.NewClient(ropts)
 	}
-	return newMember(log, h, opts, rdb, index, count), nil
+	// The client connects at its first command, after Start.
+	watch.c = newMember(log, h, opts, rdb, index, count)
+	return watch.c, nil
 }
 
 // newMember returns the node's membership of the cluster over rdb, the

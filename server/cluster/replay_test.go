@@ -198,7 +198,10 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 func (p *cutProxy) url() string { return "redis://" + p.ln.Addr().String() + "/0" }
 
 func (p *cutProxy) serve(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.Dial("tcp", target)
 	p.mu.Lock()
 	if err != nil || p.down {
 		p.mu.Unlock()
@@ -219,6 +222,19 @@ func (p *cutProxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// failOver forwards new connections to target from now on and closes the
+// ones open, but refuses none: a Redis behind one address that fails over
+// to its replica while the address answers all along.
+func (p *cutProxy) failOver(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
 	for c := range p.conns {
 		c.Close()
 	}

@@ -228,3 +228,57 @@ func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
 		}
 	}
 }
+
+// A Redis behind one address (a managed Redis, a proxy, a DNS name) that
+// fails over to a replica without the last writes, while the address
+// answers all along: the node that made those writes sees no outage, yet
+// it sees another server behind the address, so it publishes its window
+// again, and a node that had not read them delivers them, once.
+func TestMessagesAFailoverBehindOneAddressLostAreDelivered(t *testing.T) {
+	primary := testredis.Start(t)
+	_, port, _ := net.SplitHostPort(primary.Addr())
+	replica := testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	pxA, pxB := newCutProxy(t, primary.Addr()), newCutProxy(t, primary.Addr())
+	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
+	long := func(o *Options) { o.ReplayWindow = time.Minute }
+	a := startNode(t, primary, prefix, "a", withURL(pxA.url()), long)
+	b := startNode(t, primary, prefix, "b", withURL(pxB.url()), long)
+	subA, subB, publish := newsOnTwoNodes(t, a, b)
+
+	// The replica has everything up to "before", then stops following:
+	// what the primary takes from now on, it will never have.
+	stream := prefix + slotStreams[slotOf("app", "news")]
+	newest := func(addr string) string {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		return newestID(rdb.XRevRangeN(t.Context(), stream, "+", "-", 1).Val())
+	}
+	wait.Until(t, "the replica has what the primary has", func() bool { return newest(replica.Addr()) == newest(primary.Addr()) })
+	rr := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rr.Close()
+	if err := rr.ReplicaOf(t.Context(), "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pxB.cut()
+	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
+	publish("taken-1")
+	publish("taken-2")
+	subA.wait("news", "taken-2")
+
+	// The address moves to the promoted replica: a's connections close and
+	// its next ones reach the replica at once.
+	pxA.failOver(replica.Addr())
+	pxB.failOver(replica.Addr())
+	pxB.resume()
+	wait.Until(t, "b is back", func() bool { return b.c.Stats().Up })
+	subB.wait("news", "taken-2")
+	publish("after")
+	subA.wait("news", "after")
+	subB.wait("news", "after")
+	want := []string{"pusher_internal:subscription_succeeded", "before", "taken-1", "taken-2", "after"}
+	for name, s := range map[string]*client{"a": subA, "b": subB} {
+		if got := s.events("news"); !slices.Equal(got, want) {
+			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
+		}
+	}
+}

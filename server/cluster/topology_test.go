@@ -107,13 +107,8 @@ func redisInfo(tb testing.TB, rs *testredis.Server, section string) string {
 // there.
 func infoField(tb testing.TB, rs *testredis.Server, section, field string) int64 {
 	tb.Helper()
-	for _, line := range strings.Split(redisInfo(tb, rs, section), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
+	n, _ := strconv.ParseInt(infoValue(redisInfo(tb, rs, section), field), 10, 64)
+	return n
 }
 
 // shardsNamed are the shard numbers of a node's "Redis answers" logs, one
