@@ -232,13 +232,21 @@ func (p *cutProxy) cut() {
 // ones open, but refuses none: a Redis behind one address that fails over
 // to its replica while the address answers all along.
 func (p *cutProxy) failOver(target string) {
+	p.retarget(target)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.target = target
 	for c := range p.conns {
 		c.Close()
 	}
 	clear(p.conns)
+}
+
+// retarget forwards new connections to target from now on; the ones open
+// stay on the old one.
+func (p *cutProxy) retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
 }
 
 func (p *cutProxy) resume() {

@@ -247,18 +247,7 @@ func TestMessagesAFailoverBehindOneAddressLostAreDelivered(t *testing.T) {
 
 	// The replica has everything up to "before", then stops following:
 	// what the primary takes from now on, it will never have.
-	stream := prefix + slotStreams[slotOf("app", "news")]
-	newest := func(addr string) string {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		defer rdb.Close()
-		return newestID(rdb.XRevRangeN(t.Context(), stream, "+", "-", 1).Val())
-	}
-	wait.Until(t, "the replica has what the primary has", func() bool { return newest(replica.Addr()) == newest(primary.Addr()) })
-	rr := redis.NewClient(&redis.Options{Addr: replica.Addr()})
-	defer rr.Close()
-	if err := rr.ReplicaOf(t.Context(), "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	promote(t, replica, primary, prefix+slotStreams[slotOf("app", "news")])
 	pxB.cut()
 	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
 	publish("taken-1")
@@ -279,6 +268,179 @@ func TestMessagesAFailoverBehindOneAddressLostAreDelivered(t *testing.T) {
 	for name, s := range map[string]*client{"a": subA, "b": subB} {
 		if got := s.events("news"); !slices.Equal(got, want) {
 			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
+		}
+	}
+}
+
+// promote makes replica a primary once it holds stream as primary has it.
+func promote(t *testing.T, replica, primary *testredis.Server, stream string) {
+	t.Helper()
+	newest := func(addr string) string {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		return newestID(rdb.XRevRangeN(t.Context(), stream, "+", "-", 1).Val())
+	}
+	wait.Until(t, "the replica has what the primary has", func() bool { return newest(replica.Addr()) == newest(primary.Addr()) })
+	rr := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rr.Close()
+	if err := rr.ReplicaOf(t.Context(), "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same failover done by roles, behind one address that keeps its
+// connections open: the replica is promoted, the address sends new
+// connections to it, and the old primary, demoted, answers writes with
+// READONLY and its blocked reads with an error. An event the old primary
+// took in between is lost with its data. The nodes leave the connections
+// that answer READONLY and go on on the new primary; every publish answered
+// without error reaches the subscribers of both nodes once, the lost one
+// included.
+func TestNodesFollowADemotedPrimaryBehindOneAddress(t *testing.T) {
+	primary := testredis.Start(t)
+	_, port, _ := net.SplitHostPort(primary.Addr())
+	replica := testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	px := newCutProxy(t, primary.Addr())
+	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
+	long := func(o *Options) { o.ReplayWindow = time.Minute }
+	a := startNode(t, primary, prefix, "a", withURL(px.url()), long)
+	b := startNode(t, primary, prefix, "b", withURL(px.url()), long)
+	subA, subB, publish := newsOnTwoNodes(t, a, b)
+
+	promote(t, replica, primary, prefix+slotStreams[slotOf("app", "news")])
+	publish("between") // taken by the old primary alone
+	subB.wait("news", "between")
+	px.retarget(replica.Addr())
+	rp := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	defer rp.Close()
+	_, replicaPort, _ := net.SplitHostPort(replica.Addr())
+	if err := rp.ReplicaOf(t.Context(), "127.0.0.1", replicaPort).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Publishes through each node until one of each goes through.
+	var taken []string
+	for i, n := range []*node{a, b, a, b} {
+		ev := fmt.Sprint("after-", i)
+		wait.Until(t, "a publish goes through "+n.c.id, func() bool {
+			err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
+			if err != nil && !errors.Is(err, hub.ErrUnavailable) {
+				t.Fatalf("publish: %v", err)
+			}
+			return err == nil
+		})
+		taken = append(taken, ev)
+	}
+	want := append([]string{"pusher_internal:subscription_succeeded", "before", "between"}, taken...)
+	for name, s := range map[string]*client{"a": subA, "b": subB} {
+		s.wait("news", taken[len(taken)-1])
+		if got := s.events("news"); !slices.Equal(got, want) {
+			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
+		}
+	}
+	// Both nodes had read "between" from the old primary, so they delivered
+	// it once; a published it again on the promoted replica, for a node
+	// that had not.
+	rr := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rr.Close()
+	entries, err := rr.XRange(t.Context(), prefix+slotStreams[slotOf("app", "news")], "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var republished bool
+	for _, e := range entries {
+		if m, _ := e.Values["m"].(string); strings.Contains(m, "between") {
+			republished = true
+		}
+	}
+	if !republished {
+		t.Error("the promoted replica never got the event the old primary alone took")
+	}
+}
+
+// A Redis that restarts from its snapshot answers LOADING until it has
+// read it: the nodes take that for an outage (publishes refused as
+// unavailable, nothing else), go on once it is loaded, and every publish
+// answered without error reaches the subscribers of both nodes once, those
+// after the snapshot included.
+func TestNodesWaitForARedisLoadingItsData(t *testing.T) {
+	// 4,000 keys read at 500 µs each: about 2 s of LOADING, with clients
+	// answered every KiB read (by default only every 2 MiB: they would
+	// wait, not be told LOADING).
+	rs := testredis.StartWith(t, "--key-load-delay", "500", "--loading-process-events-interval-bytes", "1024")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	pipe := rdb.Pipeline()
+	for i := range 4000 {
+		pipe.Set(t.Context(), fmt.Sprint("filler:", i), i, 0)
+	}
+	if _, err := pipe.Exec(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("l%d:", time.Now().UnixNano())
+	a, b := startNode(t, rs, prefix, "a"), startNode(t, rs, prefix, "b")
+	subA, subB, _ := newsOnTwoNodes(t, a, b)
+	if err := rdb.Save(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu                sync.Mutex
+		taken, unexpected []string
+		restarted         bool
+		takenAfter        int
+	)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ev := fmt.Sprint("e", i)
+			err := []*node{a, b}[i%2].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
+			mu.Lock()
+			switch {
+			case err == nil:
+				taken = append(taken, ev)
+				if restarted {
+					takenAfter++
+				}
+			case !errors.Is(err, hub.ErrUnavailable):
+				unexpected = append(unexpected, err.Error())
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wait.Until(t, "publishes go through", func() bool { mu.Lock(); defer mu.Unlock(); return len(taken) >= 10 })
+	rs.Restart() // returns once the server answers PING: loaded
+	mu.Lock()
+	restarted = true
+	mu.Unlock()
+	wait.Until(t, "publishes go through again", func() bool { mu.Lock(); defer mu.Unlock(); return takenAfter >= 10 })
+	close(stop)
+	<-done
+	if len(unexpected) > 0 {
+		t.Fatalf("publishes failed otherwise than unavailable: %v", unexpected)
+	}
+	// The nodes' calls met LOADING (Redis counts the calls it rejected).
+	stats := rdb.Info(t.Context(), "commandstats").Val()
+	if rejected := infoValue(stats, "cmdstat_evalsha"); !strings.Contains(rejected, "rejected_calls=") || strings.Contains(rejected, "rejected_calls=0,") {
+		t.Fatalf("no script call met LOADING: cmdstat_evalsha %q", rejected)
+	}
+	for name, s := range map[string]*client{"a": subA, "b": subB} {
+		s.wait("news", taken[len(taken)-1])
+		got := make(map[string]int)
+		for _, e := range s.events("news") {
+			got[e]++
+		}
+		for _, e := range taken {
+			if got[e] != 1 {
+				t.Fatalf("subscriber on %s got %s %d times, answered 200 (of %d)", name, e, got[e], len(taken))
+			}
 		}
 	}
 }
