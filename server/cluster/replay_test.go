@@ -62,15 +62,7 @@ func testMessagesRedisLost(t *testing.T, rs *testredis.Server, px *cutProxy, url
 
 	wait.Until(t, "b is back", func() bool { return b.c.Stats().Up })
 	subB.wait("news", "taken-2")
-	publish("after")
-	subA.wait("news", "after")
-	subB.wait("news", "after")
-	want := []string{"pusher_internal:subscription_succeeded", "before", "taken-1", "taken-2", "after"}
-	for name, s := range map[string]*client{"a": subA, "b": subB} {
-		if got := s.events("news"); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
-		}
-	}
+	newsEnds(t, publish, subA, subB, "taken-1", "taken-2")
 	if n := a.c.Stats().Replayed; n < 2 {
 		t.Errorf("replayed %d messages, want the two Redis lost at least", n)
 	}
@@ -274,6 +266,20 @@ func newsOnTwoNodes(t *testing.T, a, b *node) (subA, subB *client, publish func(
 	publish("before")
 	subB.wait("news", "before")
 	return subA, subB, publish
+}
+
+// newsEnds publishes "after" through publish and checks that the clients
+// of newsOnTwoNodes each got "before", then taken, then "after", each once.
+func newsEnds(t *testing.T, publish func(event string), subA, subB *client, taken ...string) {
+	t.Helper()
+	publish("after")
+	want := append(append([]string{"pusher_internal:subscription_succeeded", "before"}, taken...), "after")
+	for name, s := range map[string]*client{"a": subA, "b": subB} {
+		s.wait("news", "after")
+		if got := s.events("news"); !slices.Equal(got, want) {
+			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
+		}
+	}
 }
 
 // Redis losing its data without going away (FLUSHALL, a replica without the

@@ -18,21 +18,37 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 )
 
+// primaryAndReplica starts a primary and a replica of it, in sync.
+func primaryAndReplica(t *testing.T) (primary, replica *testredis.Server) {
+	t.Helper()
+	primary = testredis.Start(t)
+	_, port, _ := net.SplitHostPort(primary.Addr())
+	replica = testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rc.Close()
+	wait.Until(t, "the replica is in sync", func() bool {
+		info, err := rc.Info(t.Context(), "replication").Result()
+		return err == nil && infoValue(info, "master_link_status") == "up"
+	})
+	return primary, replica
+}
+
+// nodesBehind starts nodes a and b on primary (a Redis), reached through pxA and
+// pxB, each keeping a minute of what it published for a replay.
+func nodesBehind(t *testing.T, primary *testredis.Server, pxA, pxB *cutProxy) (a, b *node) {
+	t.Helper()
+	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
+	long := func(o *Options) { o.ReplayWindow = time.Minute }
+	return startNode(t, primary, prefix, "a", withURL(pxA.url()), long), startNode(t, primary, prefix, "b", withURL(pxB.url()), long)
+}
+
 // sentinelSetup starts a primary, a replica of it and a Sentinel that
 // watches them as master "herald", and waits until the Sentinel knows the
 // replica (it could not promote it otherwise).
 func sentinelSetup(t *testing.T) (primary, sentinel *testredis.Server) {
 	t.Helper()
-	primary = testredis.Start(t)
-	_, port, _ := net.SplitHostPort(primary.Addr())
-	replica := testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	primary, _ = primaryAndReplica(t)
 	sentinel = testredis.StartSentinel(t, "herald", primary.Addr())
-	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
-	defer rc.Close()
-	wait.Until(t, "the replica is in sync", func() bool {
-		info, err := rc.Info(t.Context(), "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	})
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
 	defer sc.Close()
 	wait.Until(t, "the Sentinel knows the replica", func() bool {
@@ -60,91 +76,20 @@ func TestNodesFollowASentinelFailover(t *testing.T) {
 		subs[i].wait("presence-room", "pusher_internal:subscription_succeeded")
 	}
 
-	var (
-		mu               sync.Mutex
-		ok               []string
-		refused          int
-		okAfterKill      int
-		killed           bool
-		firstRefused     time.Time
-		lastRefused      time.Time
-		stop             = make(chan struct{})
-		done             = make(chan struct{})
-		unexpectedErrors []error
-	)
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			ev := fmt.Sprint("e", i)
-			err := ns[i%len(ns)].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
-			mu.Lock()
-			switch {
-			case err == nil:
-				ok = append(ok, ev)
-				if killed {
-					okAfterKill++
-				}
-			case errors.Is(err, hub.ErrUnavailable):
-				refused++
-				if firstRefused.IsZero() {
-					firstRefused = time.Now()
-				}
-				lastRefused = time.Now()
-			default:
-				unexpectedErrors = append(unexpectedErrors, err)
-			}
-			mu.Unlock()
-			if err != nil {
-				time.Sleep(10 * time.Millisecond) // a client retrying, not spinning
-			}
-		}
-	}()
-	count := func(f func() int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return f()
-	}
-	wait.Until(t, "triggers flow", func() bool { return count(func() int { return len(ok) }) >= 50 })
+	pub := startPublishing(t, ns)
+	wait.Until(t, "triggers flow", func() bool { return pub.takenSince(time.Time{}) >= 50 })
 	primary.Stop() // SIGKILL
-	mu.Lock()
-	killed = true
-	mu.Unlock()
-	wait.Until(t, "triggers flow again after the failover", func() bool { return count(func() int { return okAfterKill }) >= 50 })
-	close(stop)
-	<-done
-	if len(unexpectedErrors) > 0 {
-		t.Fatalf("publishes failed otherwise than unavailable: %v", unexpectedErrors)
-	}
+	killed := time.Now()
+	wait.Until(t, "triggers flow again after the failover", func() bool { return pub.takenSince(killed) >= 50 })
+	taken, refused := pub.finish()
 	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "end", Data: "{}"}); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range subs {
 		s.wait("news", "end")
-		var got []string
-		for _, e := range s.events("news") {
-			if strings.HasPrefix(e, "e") {
-				got = append(got, e)
-			}
-		}
-		seen := make(map[string]int)
-		for _, e := range got {
-			seen[e]++
-			if seen[e] > 1 {
-				t.Fatalf("subscriber on node %d got %s twice", i+1, e)
-			}
-		}
-		for _, e := range ok {
-			if seen[e] != 1 {
-				t.Fatalf("subscriber on node %d missed %s, answered 200 (of %d answered 200, %d refused)", i+1, e, len(ok), refused)
-			}
-		}
+		s.each(t, fmt.Sprint("node ", i+1), taken)
 	}
-	t.Logf("%d triggers answered 200, %d refused as unavailable over %v", len(ok), refused, lastRefused.Sub(firstRefused))
+	t.Logf("%d triggers answered 200, %d refused as unavailable over %v", len(taken), refused.n, refused.last.Sub(refused.first))
 	want := []string{"u0", "u1", "u2"}
 	wait.Until(t, "the presence lists agree", func() bool {
 		for _, n := range ns {
@@ -194,10 +139,7 @@ func TestBadSentinelSettingsStopTheStart(t *testing.T) {
 func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
 	rs := testredis.Start(t)
 	pxA, pxB := newCutProxy(t, rs.Addr()), newCutProxy(t, rs.Addr())
-	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
-	long := func(o *Options) { o.ReplayWindow = time.Minute }
-	a := startNode(t, rs, prefix, "a", withURL(pxA.url()), long)
-	b := startNode(t, rs, prefix, "b", withURL(pxB.url()), long)
+	a, b := nodesBehind(t, rs, pxA, pxB)
 	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
 	pxB.cut()
@@ -211,22 +153,14 @@ func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
 	wait.Until(t, "a sees Redis down", func() bool { return !a.c.Stats().Up })
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
-	if err := rdb.Del(t.Context(), prefix+slotStreams[slotOf("app", "news")]).Err(); err != nil {
+	if err := rdb.Del(t.Context(), a.c.key(slotStreams[slotOf("app", "news")])).Err(); err != nil {
 		t.Fatal(err)
 	}
 	pxA.resume()
 	pxB.resume()
 	wait.Until(t, "both are back", func() bool { return a.c.Stats().Up && b.c.Stats().Up })
 	subB.wait("news", "taken-2")
-	publish("after")
-	subA.wait("news", "after")
-	subB.wait("news", "after")
-	want := []string{"pusher_internal:subscription_succeeded", "before", "taken-1", "taken-2", "after"}
-	for name, s := range map[string]*client{"a": subA, "b": subB} {
-		if got := s.events("news"); !slices.Equal(got, want) {
-			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
-		}
-	}
+	newsEnds(t, publish, subA, subB, "taken-1", "taken-2")
 }
 
 // A Redis behind one address (a managed Redis, a proxy, a DNS name) that
@@ -235,19 +169,14 @@ func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
 // it sees another server behind the address, so it publishes its window
 // again, and a node that had not read them delivers them, once.
 func TestMessagesAFailoverBehindOneAddressLostAreDelivered(t *testing.T) {
-	primary := testredis.Start(t)
-	_, port, _ := net.SplitHostPort(primary.Addr())
-	replica := testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	primary, replica := primaryAndReplica(t)
 	pxA, pxB := newCutProxy(t, primary.Addr()), newCutProxy(t, primary.Addr())
-	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
-	long := func(o *Options) { o.ReplayWindow = time.Minute }
-	a := startNode(t, primary, prefix, "a", withURL(pxA.url()), long)
-	b := startNode(t, primary, prefix, "b", withURL(pxB.url()), long)
+	a, b := nodesBehind(t, primary, pxA, pxB)
 	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
 	// The replica has everything up to "before", then stops following:
 	// what the primary takes from now on, it will never have.
-	promote(t, replica, primary, prefix+slotStreams[slotOf("app", "news")])
+	promote(t, replica, primary, a.c.key(slotStreams[slotOf("app", "news")]))
 	pxB.cut()
 	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
 	publish("taken-1")
@@ -261,15 +190,7 @@ func TestMessagesAFailoverBehindOneAddressLostAreDelivered(t *testing.T) {
 	pxB.resume()
 	wait.Until(t, "b is back", func() bool { return b.c.Stats().Up })
 	subB.wait("news", "taken-2")
-	publish("after")
-	subA.wait("news", "after")
-	subB.wait("news", "after")
-	want := []string{"pusher_internal:subscription_succeeded", "before", "taken-1", "taken-2", "after"}
-	for name, s := range map[string]*client{"a": subA, "b": subB} {
-		if got := s.events("news"); !slices.Equal(got, want) {
-			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
-		}
-	}
+	newsEnds(t, publish, subA, subB, "taken-1", "taken-2")
 }
 
 // promote makes replica a primary once it holds stream as primary has it.
@@ -297,17 +218,13 @@ func promote(t *testing.T, replica, primary *testredis.Server, stream string) {
 // without error reaches the subscribers of both nodes once, the lost one
 // included.
 func TestNodesFollowADemotedPrimaryBehindOneAddress(t *testing.T) {
-	primary := testredis.Start(t)
-	_, port, _ := net.SplitHostPort(primary.Addr())
-	replica := testredis.StartWith(t, "--replicaof", "127.0.0.1", port)
+	primary, replica := primaryAndReplica(t)
 	px := newCutProxy(t, primary.Addr())
-	prefix := fmt.Sprintf("f%d:", time.Now().UnixNano())
-	long := func(o *Options) { o.ReplayWindow = time.Minute }
-	a := startNode(t, primary, prefix, "a", withURL(px.url()), long)
-	b := startNode(t, primary, prefix, "b", withURL(px.url()), long)
+	a, b := nodesBehind(t, primary, px, px)
 	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
-	promote(t, replica, primary, prefix+slotStreams[slotOf("app", "news")])
+	stream := a.c.key(slotStreams[slotOf("app", "news")])
+	promote(t, replica, primary, stream)
 	publish("between") // taken by the old primary alone
 	subB.wait("news", "between")
 	px.retarget(replica.Addr())
@@ -331,19 +248,13 @@ func TestNodesFollowADemotedPrimaryBehindOneAddress(t *testing.T) {
 		})
 		taken = append(taken, ev)
 	}
-	want := append([]string{"pusher_internal:subscription_succeeded", "before", "between"}, taken...)
-	for name, s := range map[string]*client{"a": subA, "b": subB} {
-		s.wait("news", taken[len(taken)-1])
-		if got := s.events("news"); !slices.Equal(got, want) {
-			t.Errorf("subscriber on %s got %v, want %v", name, got, want)
-		}
-	}
+	newsEnds(t, publish, subA, subB, append([]string{"between"}, taken...)...)
 	// Both nodes had read "between" from the old primary, so they delivered
 	// it once; a published it again on the promoted replica, for a node
 	// that had not.
 	rr := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 	defer rr.Close()
-	entries, err := rr.XRange(t.Context(), prefix+slotStreams[slotOf("app", "news")], "-", "+").Result()
+	entries, err := rr.XRange(t.Context(), stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,48 +295,12 @@ func TestNodesWaitForARedisLoadingItsData(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var (
-		mu                sync.Mutex
-		taken, unexpected []string
-		restarted         bool
-		takenAfter        int
-	)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			ev := fmt.Sprint("e", i)
-			err := []*node{a, b}[i%2].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
-			mu.Lock()
-			switch {
-			case err == nil:
-				taken = append(taken, ev)
-				if restarted {
-					takenAfter++
-				}
-			case !errors.Is(err, hub.ErrUnavailable):
-				unexpected = append(unexpected, err.Error())
-			}
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	wait.Until(t, "publishes go through", func() bool { mu.Lock(); defer mu.Unlock(); return len(taken) >= 10 })
+	pub := startPublishing(t, []*node{a, b})
+	wait.Until(t, "publishes go through", func() bool { return pub.takenSince(time.Time{}) >= 10 })
 	rs.Restart() // returns once the server answers PING: loaded
-	mu.Lock()
-	restarted = true
-	mu.Unlock()
-	wait.Until(t, "publishes go through again", func() bool { mu.Lock(); defer mu.Unlock(); return takenAfter >= 10 })
-	close(stop)
-	<-done
-	if len(unexpected) > 0 {
-		t.Fatalf("publishes failed otherwise than unavailable: %v", unexpected)
-	}
+	restarted := time.Now()
+	wait.Until(t, "publishes go through again", func() bool { return pub.takenSince(restarted) >= 10 })
+	taken, _ := pub.finish()
 	// The nodes' calls met LOADING (Redis counts the calls it rejected).
 	stats := rdb.Info(t.Context(), "commandstats").Val()
 	if rejected := infoValue(stats, "cmdstat_evalsha"); !strings.Contains(rejected, "rejected_calls=") || strings.Contains(rejected, "rejected_calls=0,") {
@@ -433,14 +308,101 @@ func TestNodesWaitForARedisLoadingItsData(t *testing.T) {
 	}
 	for name, s := range map[string]*client{"a": subA, "b": subB} {
 		s.wait("news", taken[len(taken)-1])
-		got := make(map[string]int)
-		for _, e := range s.events("news") {
-			got[e]++
-		}
-		for _, e := range taken {
-			if got[e] != 1 {
-				t.Fatalf("subscriber on %s got %s %d times, answered 200 (of %d)", name, e, got[e], len(taken))
+		s.each(t, name, taken)
+	}
+}
+
+// steadyPublisher publishes events e0, e1, … to "news" through its nodes in
+// turn, as triggers from clients that retry would come, until finish.
+type steadyPublisher struct {
+	t          *testing.T
+	stop       chan struct{}
+	done       chan struct{}
+	mu         sync.Mutex
+	taken      []string    // answered without error, in order
+	at         []time.Time // when each of taken was answered
+	refused    refusals
+	unexpected []error // failed otherwise
+}
+
+// refusals counts the publishes refused as unavailable, and when the
+// first and the last were.
+type refusals struct {
+	n           int
+	first, last time.Time
+}
+
+func startPublishing(t *testing.T, nodes []*node) *steadyPublisher {
+	p := &steadyPublisher{t: t, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for i := 0; ; i++ {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(5 * time.Millisecond): // a client, not a spin
 			}
+			ev := fmt.Sprint("e", i)
+			err := nodes[i%len(nodes)].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
+			now := time.Now()
+			p.mu.Lock()
+			switch {
+			case err == nil:
+				p.taken, p.at = append(p.taken, ev), append(p.at, now)
+			case errors.Is(err, hub.ErrUnavailable):
+				if p.refused.n == 0 {
+					p.refused.first = now
+				}
+				p.refused.n++
+				p.refused.last = now
+			default:
+				p.unexpected = append(p.unexpected, err)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// takenSince is how many publishes were answered without error after since.
+func (p *steadyPublisher) takenSince(since time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, at := range p.at {
+		if at.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// finish stops publishing and returns what was taken and refused; a
+// publish that failed otherwise than unavailable fails the test.
+func (p *steadyPublisher) finish() ([]string, refusals) {
+	p.t.Helper()
+	close(p.stop)
+	<-p.done
+	if len(p.unexpected) > 0 {
+		p.t.Fatalf("publishes failed otherwise than unavailable: %v", p.unexpected)
+	}
+	return p.taken, p.refused
+}
+
+// each checks that the client got every one of taken on "news" once, and
+// no event twice; who names it in failures.
+func (cl *client) each(t *testing.T, who string, taken []string) {
+	t.Helper()
+	got := make(map[string]int)
+	for _, e := range cl.events("news") {
+		got[e]++
+		if got[e] > 1 {
+			t.Fatalf("subscriber on %s got %s twice", who, e)
+		}
+	}
+	for _, e := range taken {
+		if got[e] != 1 {
+			t.Fatalf("subscriber on %s missed %s, answered 200 (of %d)", who, e, len(taken))
 		}
 	}
 }
