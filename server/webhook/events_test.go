@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/storage"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/storage"
 )
 
 // Drops are logged at once for an app's first, then at most once per
@@ -171,10 +173,14 @@ func TestFiltersAndBatching(t *testing.T) {
 		{URL: counts.srv.URL, EventTypes: []string{"subscription_count"}},
 		{URL: batched.srv.URL, Batch: true, EventTypes: []string{"channel_occupied"}},
 	}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, fast)
+	// Observed before the dispatcher starts, so that they are queued
+	// together whatever the machine's speed: a batch takes what is queued.
+	d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), fast)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-a"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "news"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.SubscriptionCount, Channel: "news", Count: 3})
+	d.Start()
+	t.Cleanup(d.Close)
 	if got := strings.Join(presenceOnly.waitFor(1), " "); got != "channel_occupied:presence-a" {
 		t.Fatalf("presence endpoint got %s", got)
 	}
