@@ -195,7 +195,9 @@ func (p *cutProxy) serve(c net.Conn) {
 	p.mu.Unlock()
 	up, err := net.Dial("tcp", target)
 	p.mu.Lock()
-	if err != nil || p.down {
+	// Cut, or moved to another target while dialling: refused, as the
+	// connections open then were closed.
+	if err != nil || p.down || p.target != target {
 		p.mu.Unlock()
 		c.Close()
 		if up != nil {
