@@ -71,27 +71,27 @@ func (c *Cluster) heartbeat() {
 	c.elsewhereMu.Unlock()
 }
 
-// beat renews the heartbeat and the node's connection counts.
+// beat renews the heartbeat and the node's connection counts, in one
+// script: atomic, and on a primary demoted behind the node's address it
+// fails with READONLY itself, which makes the client drop the connection
+// (a transaction would fail with EXECABORT, and the client would keep the
+// connection and the heartbeat would fail on it for good).
 func (c *Cluster) beat(ctx context.Context) error {
-	pipe := c.rdb.TxPipeline()
+	local := c.hub.LocalConnections()
+	args := make([]any, 0, 4+2*len(local))
+	args = append(args, c.p, c.id, c.epoch, c.opts.NodeTTL.Milliseconds())
+	for app, n := range local {
+		args = append(args, app, n)
+	}
+	cl := &call{script: beatScript, args: args}
+	c.exec(ctx, []*call{cl})
+	if cl.err != nil {
+		return cl.err
+	}
 	// The previous value says whether the heartbeat lived on: when it is
 	// not this process's (it expired while the process stalled, and another
 	// node may have taken the record out), the record is rebuilt.
-	prev := pipe.SetArgs(ctx, c.key("node:", c.id), c.epoch, redis.SetArgs{TTL: c.opts.NodeTTL, Get: true})
-	pipe.SAdd(ctx, c.key("nodes"), c.id)
-	nc := c.key("nc:", c.id)
-	pipe.Del(ctx, nc)
-	if local := c.hub.LocalConnections(); len(local) > 0 {
-		args := make([]any, 0, 2*len(local))
-		for app, n := range local {
-			args = append(args, app, n)
-		}
-		pipe.HSet(ctx, nc, args...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
-		return err
-	}
-	if prev.Val() != c.epoch {
+	if prev, _ := cl.val.(string); prev != c.epoch {
 		c.needResync.Store(true)
 	}
 	return nil

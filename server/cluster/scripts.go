@@ -194,6 +194,21 @@ end
 return out
 `)
 
+// beatScript renews a node's heartbeat and its connection counts: ARGV
+// node epoch ttl_ms, then app and count pairs. It answers the heartbeat's
+// previous value, empty when it had expired.
+var beatScript = newScript(`
+local node = ARGV[2]
+local prev = redis.call('SET', P .. 'node:' .. node, ARGV[3], 'PX', ARGV[4], 'GET')
+redis.call('SADD', P .. 'nodes', node)
+local nc = P .. 'nc:' .. node
+redis.call('DEL', nc)
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', nc, ARGV[i], ARGV[i + 1])
+end
+return prev or ''
+`)
+
 // releaseScript takes the held-back webhooks that are due (all of them
 // with flag a) out of P held and returns them, for the node that ran it to
 // report, after the milliseconds until the earliest one left is due (-1:

@@ -414,3 +414,25 @@ func (cl *client) each(t *testing.T, who string, taken []string) {
 		}
 	}
 }
+
+// A node whose address first leads to a replica (read-only) and then, for
+// new connections, to the primary (a failover done before it started):
+// its heartbeats fail on the replica, with READONLY, which makes the
+// client leave those connections, and it joins the cluster through the
+// primary once the address leads there. (No held-webhook look runs in the
+// hour's hold, so the heartbeat is the node's only write.)
+func TestANodeLeavesConnectionsThatAnswerReadOnly(t *testing.T) {
+	primary, replica := primaryAndReplica(t)
+	px := newCutProxy(t, replica.Addr())
+	n := startNode(t, primary, fmt.Sprintf("ro%d:", time.Now().UnixNano()), "a", withURL(px.url()), func(o *Options) { o.Hold = time.Hour })
+	rr := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer rr.Close()
+	wait.Until(t, "the replica refused a heartbeat", func() bool {
+		return infoValue(rr.Info(t.Context(), "errorstats").Val(), "errorstat_READONLY") != ""
+	})
+	if n.c.Stats().Up {
+		t.Fatal("a node on a read-only replica is up")
+	}
+	px.retarget(primary.Addr())
+	wait.Until(t, "the node is up through the primary", func() bool { return n.c.Stats().Up })
+}
