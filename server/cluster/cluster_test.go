@@ -677,10 +677,13 @@ func TestConnectionQuotaOverTheCluster(t *testing.T) {
 
 func testConnectionQuotaOverTheCluster(t *testing.T, cluster startCluster) {
 	ns := cluster(2)
+	var first []*hub.Conn
 	for range 2 {
-		if _, err := ns[0].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
+		c, err := ns[0].hub.Connect("app", hub.ConnectOptions{MaxConns: 3})
+		if err != nil {
 			t.Fatal(err)
 		}
+		first = append(first, c)
 	}
 	wait.Until(t, "the other node counts them", func() bool { return ns[1].c.ConnectionsElsewhere("app") == 2 })
 	if _, err := ns[1].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
@@ -691,6 +694,14 @@ func testConnectionQuotaOverTheCluster(t *testing.T, cluster startCluster) {
 	}
 	if n, err := ns[1].hub.State().Connections("app"); err != nil || n != 3 {
 		t.Fatalf("Connections = %d %v", n, err)
+	}
+	// The first node's connections gone, the other counts none of them.
+	for _, c := range first {
+		ns[0].hub.Remove(c)
+	}
+	wait.Until(t, "the other node counts none", func() bool { return ns[1].c.ConnectionsElsewhere("app") == 0 })
+	if _, err := ns[1].hub.Connect("app", hub.ConnectOptions{MaxConns: 3}); err != nil {
+		t.Fatalf("a connection under the quota again: %v", err)
 	}
 }
 
