@@ -173,9 +173,12 @@ func TestFiltersAndBatching(t *testing.T) {
 		{URL: counts.srv.URL, EventTypes: []string{"subscription_count"}},
 		{URL: batched.srv.URL, Batch: true, EventTypes: []string{"channel_occupied"}},
 	}}}
-	// Observed before the dispatcher starts, so that they are queued
-	// together whatever the machine's speed: a batch takes what is queued.
-	d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), fast)
+	// Observed before the dispatcher starts, so that they wait together
+	// for its first flush, a second after: the collector would have to
+	// stall that long between taking two queued events to split them.
+	opts := fast
+	opts.Flush = time.Second
+	d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-a"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "news"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.SubscriptionCount, Channel: "news", Count: 3})

@@ -299,11 +299,6 @@ func (d *Dispatcher) collect(ctx context.Context) {
 		case ev := <-d.in:
 			accept(ev)
 		case <-tick.C:
-			// What is queued already goes in this flush: events observed
-			// together are batched together however late the tick is.
-			for n := len(d.in); n > 0; n-- {
-				accept(<-d.in)
-			}
 			flush(false)
 		case <-ctx.Done():
 			for {
