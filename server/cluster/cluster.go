@@ -480,8 +480,7 @@ func (c *Cluster) setHealthy(ok bool, err error) {
 	}
 	if ok {
 		c.log.Info("Redis answers: in the cluster")
-		c.forceReplay.Store(true)
-		c.askReplay()
+		c.replayAnyway()
 		return
 	}
 	c.stats.outages.Add(1)

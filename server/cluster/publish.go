@@ -502,3 +502,11 @@ func (c *Cluster) askReplay() {
 	default:
 	}
 }
+
+// replayAnyway has the publish loop publish its window again soon even
+// when Redis's generation did not change: the Redis that answers may be
+// another server (a promoted replica) without the last writes.
+func (c *Cluster) replayAnyway() {
+	c.forceReplay.Store(true)
+	c.askReplay()
+}

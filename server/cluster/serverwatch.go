@@ -46,8 +46,7 @@ func (w *serverWatch) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if before != "" && before != id {
 		w.c.log.Warn("another Redis server answers than before (a failover or a restart): publishing again what this node published in the last moments, in case it lacks some",
 			zap.String("run_id", id), zap.String("was", before))
-		w.c.forceReplay.Store(true)
-		w.c.askReplay()
+		w.c.replayAnyway()
 	}
 	return nil
 }
