@@ -91,6 +91,10 @@ type Options struct {
 	// node read it: DefaultReplayWindow and DefaultReplayBytes when 0.
 	ReplayWindow time.Duration
 	ReplayBytes  int
+
+	// after is the release loop's timer (hold.go): time.After, unless a
+	// test runs the loop on a clock of its own.
+	after func(time.Duration) <-chan time.Time
 }
 
 // Cluster is one node's membership of a cluster.
@@ -243,6 +247,9 @@ func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalCli
 	}
 	if opts.Settings == nil {
 		opts.Settings = func(string) AppSettings { return AppSettings{} }
+	}
+	if opts.after == nil {
+		opts.after = time.After
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{

@@ -34,7 +34,7 @@ func (c *Cluster) releaseLoop() {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-c.opts.after(wait):
 		}
 	}
 }

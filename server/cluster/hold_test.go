@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,5 +121,132 @@ func TestTheLastNodeToLeaveReportsWhatIsHeld(t *testing.T) {
 	vacated := len(ns[0].obs.kinds("ch-0", hub.ChannelVacated)) + len(ns[0].obs.kinds("ch-1", hub.ChannelVacated))
 	if held := rdb.ZCard(t.Context(), prefix+"held").Val(); vacated != 2 || held != 0 {
 		t.Fatalf("the last node left: %d channel_vacated reported, %d left held; want 2 and 0", vacated, held)
+	}
+}
+
+// loopClock is a release loop's timer that the test runs: each wait the
+// loop asks for is recorded, and ends only when the test fires it.
+type loopClock struct {
+	mu    sync.Mutex
+	waits []chan time.Time
+	asked []time.Duration
+	seen  int
+}
+
+func (lc *loopClock) after(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	lc.mu.Lock()
+	lc.waits, lc.asked = append(lc.waits, ch), append(lc.asked, d)
+	lc.mu.Unlock()
+	return ch
+}
+
+// next waits for the loop to ask for its next wait and returns how long
+// it asked for; fire ends that wait.
+func (lc *loopClock) next(t *testing.T) time.Duration {
+	t.Helper()
+	var d time.Duration
+	wait.Until(t, "the release loop asks for its next wait", func() bool {
+		lc.mu.Lock()
+		defer lc.mu.Unlock()
+		if len(lc.asked) <= lc.seen {
+			return false
+		}
+		d = lc.asked[lc.seen]
+		lc.seen++
+		return true
+	})
+	return d
+}
+
+// fire ends the last wait next returned, as if it had passed.
+func (lc *loopClock) fire() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.waits[lc.seen-1] <- time.Now()
+}
+
+// redisMillis is Redis's clock, in the milliseconds of the held set's scores.
+func redisMillis(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+// A channel_vacated is held for the node's hold by Redis's clock, and the
+// node's release loop, whose clock the test runs, looks again when the
+// earliest held event is due rather than a whole hold later: it reports
+// the event at that look, then waits a hold with nothing held, and looks
+// every holdTick while Redis does not answer. Redis's clock cannot be
+// moved, so the test moves the held event's due time instead.
+func TestAHeldWebhookGoesOutWhenItIsDue(t *testing.T) {
+	rs := testredis.Start(t)
+	clock := &loopClock{}
+	const hold = time.Hour
+	n := startNode(t, rs, "due:", "n1", func(o *Options) { o.Hold, o.after = hold, clock.after })
+	// Nothing held, Redis answering: the loop looks again in a hold (its
+	// first look may have found Redis not answering yet).
+	wait.Until(t, "the node is up", func() bool { return n.c.Stats().Up })
+	d := clock.next(t)
+	if d == holdTick {
+		clock.fire()
+		d = clock.next(t)
+	}
+	if d != hold {
+		t.Fatalf("with nothing held the loop looks again in %v, want a hold (%v)", d, hold)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	cl := n.connect("app")
+	cl.subscribe("ch", nil)
+	cl.wait("ch", "pusher_internal:subscription_succeeded")
+	before := redisMillis(t, rdb)
+	n.hub.Unsubscribe(cl.conn, "ch")
+	var held []redis.Z
+	wait.Until(t, "the channel_vacated held", func() bool {
+		held = rdb.ZRangeWithScores(t.Context(), "due:held", 0, -1).Val()
+		return len(held) == 1
+	})
+	after := redisMillis(t, rdb)
+	if due := int64(held[0].Score); due < before+hold.Milliseconds() || due > after+hold.Milliseconds() {
+		t.Fatalf("held until %d, want a hold (%v) after the leave, between %d and %d by Redis's clock", due, hold, before+hold.Milliseconds(), after+hold.Milliseconds())
+	}
+	member := held[0].Member
+
+	// Ten minutes of the hold left at the loop's next look: it looks again
+	// in ten minutes, not in a hold.
+	const left = 10 * time.Minute
+	rdb.ZAddXX(t.Context(), "due:held", redis.Z{Score: float64(redisMillis(t, rdb) + left.Milliseconds()), Member: member})
+	clock.fire()
+	if d = clock.next(t); d > left || d < left-time.Minute {
+		t.Fatalf("with the earliest held event due in %v the loop looks again in %v", left, d)
+	}
+	if got := n.obs.kinds("ch", hub.ChannelVacated); len(got) != 0 {
+		t.Fatalf("%v reported before it was due", got)
+	}
+
+	// Due: the next look reports it, and nothing is left held.
+	rdb.ZAddXX(t.Context(), "due:held", redis.Z{Score: float64(redisMillis(t, rdb) - 1), Member: member})
+	clock.fire()
+	if d = clock.next(t); d != hold {
+		t.Fatalf("with nothing held the loop looks again in %v, want a hold (%v)", d, hold)
+	}
+	if got := n.obs.kinds("ch", hub.ChannelVacated); len(got) != 1 {
+		t.Fatalf("the look after the event was due reported %v, want one channel_vacated", got)
+	}
+	if left := rdb.ZCard(t.Context(), "due:held").Val(); left != 0 {
+		t.Fatalf("%d held after the release", left)
+	}
+
+	// Redis gone: the loop looks again every holdTick.
+	rs.Stop()
+	wait.Until(t, "the node sees Redis gone", func() bool { return !n.c.Stats().Up })
+	clock.fire()
+	if d = clock.next(t); d != holdTick {
+		t.Fatalf("with Redis gone the loop looks again in %v, want %v", d, holdTick)
 	}
 }
