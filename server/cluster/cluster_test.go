@@ -835,21 +835,46 @@ func TestOptionsDefaults(t *testing.T) {
 	}
 }
 
-// Every Redis client, of one Redis, a Sentinel's primary or a Redis
-// Cluster, gives up on a call after 2 s and one retry: a trigger waits on
-// Redis, and Redis that does not answer must turn into a 503 quickly.
+// Every Redis client New builds, of one Redis, a shard, a Sentinel's
+// primary or a Redis Cluster, gives up on a call after 2 s and one retry: a
+// trigger waits on Redis, and Redis that does not answer must turn into a
+// 503 quickly. Checked on the clients themselves, so that one built with
+// the library's defaults (5 s dials, 3 s reads, 3 retries) is caught. (The
+// address refuses connections: New takes that for an outage.)
 func TestRedisClientsGiveUpQuickly(t *testing.T) {
-	one, err := redisOptions(Options{URL: "redis://127.0.0.1:6379/0"}, 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := quick(&redis.UniversalOptions{})
-	for _, got := range [][4]any{
-		{one.DialTimeout, one.ReadTimeout, one.WriteTimeout, one.MaxRetries},
-		{other.DialTimeout, other.ReadTimeout, other.WriteTimeout, other.MaxRetries},
+	const down = "127.0.0.1:1"
+	for _, url := range []string{
+		"redis://" + down + "/0",
+		"redis://" + down + "/0,redis://" + down + "/1",
+		"redis-sentinel://" + down + "/herald",
+		"redis-cluster://" + down,
 	} {
-		if want := [4]any{2 * time.Second, 2 * time.Second, 2 * time.Second, 1}; got != want {
-			t.Errorf("dial, read and write timeouts and retries %v, want %v", got, want)
+		c, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		members := c.shards
+		if members == nil {
+			members = []*Cluster{c}
+		}
+		for i, m := range members {
+			var got [4]any
+			switch rdb := m.rdb.(type) {
+			case *redis.Client:
+				o := rdb.Options()
+				got = [4]any{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries}
+			case *redis.ClusterClient:
+				o := rdb.Options()
+				got = [4]any{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries}
+			default:
+				t.Fatalf("%s: a client of type %T", url, rdb)
+			}
+			if want := [4]any{2 * time.Second, 2 * time.Second, 2 * time.Second, 1}; got != want {
+				t.Errorf("%s, shard %d: dial, read and write timeouts and retries %v, want %v", url, i+1, got, want)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
