@@ -13,7 +13,12 @@ COMMIT     ?= $(shell git describe --always --dirty=+modified --abbrev=40 --excl
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 
-.PHONY: run build build-ts test test-go test-ts test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout bench-cluster mutate clean
+# The container image make image tags, and the tool that builds and runs it.
+IMAGE      ?= localhost/herald:dev
+PODMAN     ?= podman
+IMAGE_CTX  := bin/image
+
+.PHONY: run build image test-image test-helm build-ts test test-go test-ts test-compat test-load-smoke generate check-generated check-tidy lint lint-spec docs check-docs bench bench-compare bench-fanout bench-cluster mutate clean
 
 ## run: serve on 127.0.0.1:8080 with ./herald.db (created on first start, credentials printed once)
 run:
@@ -22,6 +27,18 @@ run:
 ## build: the one binary, ./herald: static (no cgo), with its version stamped in
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o herald ./server
+
+## image: the container image $(IMAGE) (default localhost/herald:dev; make image IMAGE=…) with podman, from the binary of build: scripts/Dockerfile's prebuilt stage, no registry needed (docker build -f scripts/Dockerfile . builds the binary itself)
+image: build
+	@# The context folder holds only what the prebuilt stage copies: the binary, and the
+	@# volume's and /tmp's mount points with their modes (a COPY keeps a folder's contents' modes).
+	rm -rf $(IMAGE_CTX) && mkdir -p $(IMAGE_CTX)/user/data $(IMAGE_CTX)/root/tmp
+	chmod 0700 $(IMAGE_CTX)/user/data && chmod 1777 $(IMAGE_CTX)/root/tmp
+	cp herald $(IMAGE_CTX)/herald
+	@# --format docker keeps the HEALTHCHECK (the OCI format has none).
+	$(PODMAN) build --format docker -f scripts/Dockerfile --build-arg BINARY=prebuilt \
+	  --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE) \
+	  -t $(IMAGE) $(IMAGE_CTX)
 
 ## test: every test — Go (with the race detector), the TypeScript client package, the real-SDK compatibility suites, a load-tool smoke run
 test: test-go test-ts test-compat test-load-smoke
