@@ -98,7 +98,7 @@ func redisClusterOptions(raw string) (*redis.ClusterOptions, error) {
 // unreachable Redis must turn into a 503 quickly rather than hang.
 func quick(o *redis.UniversalOptions) *redis.UniversalOptions {
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
-	o.MaxRetries = 1
+	o.MaxRetries, o.DialerRetries = 1, 1
 	return o
 }
 
