@@ -348,7 +348,7 @@ func encodeMetadata(md map[string]string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode device metadata: %w", err)
 	}
-	return string(b), checkJSONText(b)
+	return string(b), CheckJSON(b)
 }
 
 func decodeMetadata(s string) map[string]string {

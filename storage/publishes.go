@@ -99,8 +99,10 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 	if err != nil {
 		return Publish{}, err
 	}
-	if err := errors.Join(checkJSONText(targets), checkJSONText(p.Payload)); err != nil {
-		return Publish{}, ErrInvalidText
+	for _, b := range [][]byte{targets, p.Payload} {
+		if err := CheckJSON(b); err != nil {
+			return Publish{}, err
+		}
 	}
 	p.State, p.Cursor, p.Resolved, p.Targeted, p.Sent, p.Failed = PublishAccepted, "", false, 0, 0, 0
 	p.CreatedAt = now()

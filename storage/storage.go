@@ -36,6 +36,10 @@ var (
 	// which PostgreSQL's text cannot store (raw, or as JSON's \u0000
 	// escape): it is refused on SQLite too, so both give one answer.
 	ErrInvalidText = errors.New("storage: text holds the NUL character")
+	// ErrInvalidJSON means JSON to be written is not valid, or holds what
+	// one of the databases would refuse (see CheckJSON, whose *JSONError
+	// says what): it is refused on both, so both give one answer.
+	ErrInvalidJSON = errors.New("storage: JSON the databases cannot store")
 	// ErrUnknownInstance means an app was to be linked to a Push instance
 	// that does not exist (App.PushInstance).
 	ErrUnknownInstance = errors.New("storage: no such Push instance")

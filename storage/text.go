@@ -28,11 +28,3 @@ func JSONHoldsNUL(b []byte) bool {
 		off = i + 1
 	}
 }
-
-// checkJSONText is ErrInvalidText when the JSON text b holds a NUL character.
-func checkJSONText(b []byte) error {
-	if JSONHoldsNUL(b) {
-		return ErrInvalidText
-	}
-	return nil
-}
