@@ -72,3 +72,30 @@ func TestAnotherRedisServerIsNoticedWhenItIsOne(t *testing.T) {
 		}
 	})
 }
+
+// A Redis that refuses INFO to the node's user (an ACL of -info) still
+// lets the node join and publish: the server watch, which asks INFO of
+// each new connection, is skipped rather than failing the connection.
+func TestARedisRefusingInfoLetsTheNodeJoin(t *testing.T) {
+	rs := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.Do(t.Context(), "ACL", "SETUSER", "herald", "on", ">s3cret", "~*", "&*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://herald:s3cret@" + rs.Addr() + "/0"
+	refused := commandStats(t, rs, "info", "rejected_calls")
+	ns := cluster(t, rs, 2, withURL(url))
+	wait.Until(t, "both nodes in the cluster", func() bool { return ns[0].c.Stats().Up && ns[1].c.Stats().Up })
+	sub := ns[1].connect("app")
+	sub.subscribe("news", nil)
+	sub.wait("news", "pusher_internal:subscription_succeeded")
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "hello", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	sub.wait("news", "hello")
+	// The nodes did ask, and were refused.
+	if got := commandStats(t, rs, "info", "rejected_calls"); got <= refused {
+		t.Fatalf("INFO refused %d times, want the nodes' connections refused it", got-refused)
+	}
+}
