@@ -110,7 +110,7 @@ func limitBody(limit int) gin.HandlerFunc {
 			}
 			return
 		}
-		rb, err := readBody(r.Body, r.ContentLength, limit)
+		rb, err := readBody(r.Body, limit)
 		if err != nil {
 			writeError(c, bodyReadError(err, int64(limit)))
 			return

@@ -34,17 +34,19 @@ const (
 var requestBodies = sync.Pool{New: func() any { return &requestBody{buf: make([]byte, 0, initialBodyBuffer)} }}
 
 // readBody reads r to its end into a pooled requestBody. A body of more than
-// limit bytes is errBodyTooLarge; a read error is returned as it is. size is
-// the declared Content-Length (-1 when unknown), used only to size the
-// buffer. The caller releases the body once the request is answered.
-func readBody(r io.Reader, size int64, limit int) (*requestBody, error) {
+// limit bytes is errBodyTooLarge; a read error is returned as it is. The
+// caller releases the body once the request is answered.
+//
+// The buffer grows as bytes arrive, never ahead of them: the declared
+// Content-Length is not trusted to size it. These bodies are read before
+// anything is authenticated (the Channels API needs them for body_md5), and
+// sizing the buffer from the header let any client hold 256 KiB per
+// connection by announcing a body and sending none: 1,000 idle connections
+// held 277 MB. Now a connection holds what it sent, at most twice over
+// (append's growth), or a pooled buffer (at most maxPooledBody).
+func readBody(r io.Reader, limit int) (*requestBody, error) {
 	b := requestBodies.Get().(*requestBody)
 	buf := b.buf[:0]
-	if size > 0 && size <= int64(limit) && int(size) >= cap(buf) {
-		// One more byte than announced, so the read that sees EOF needs
-		// no growth.
-		buf = make([]byte, 0, size+1)
-	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]

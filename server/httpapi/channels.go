@@ -193,7 +193,7 @@ func (api *ChannelsAPI) authenticate(c *gin.Context) {
 	r := c.Request
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
-		rb, err := readBody(r.Body, r.ContentLength, MaxRequestBodyBytes)
+		rb, err := readBody(r.Body, MaxRequestBodyBytes)
 		if err != nil {
 			if errors.Is(err, errBodyTooLarge) {
 				writeError(c, newError(http.StatusRequestEntityTooLarge, KindBodyTooLarge, "The request body is larger than %d bytes.", MaxRequestBodyBytes))
