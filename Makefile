@@ -40,8 +40,12 @@ image: build
 	  --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE) \
 	  -t $(IMAGE) $(IMAGE_CTX)
 
-## test: every test — Go (with the race detector), the TypeScript client package, the real-SDK compatibility suites, a load-tool smoke run
-test: test-go test-ts test-compat test-load-smoke
+## test: every test — Go (with the race detector), the TypeScript client package, the real-SDK compatibility suites, a load-tool smoke run, the image and the Helm chart
+test: test-go test-ts test-compat test-load-smoke test-image
+
+## test-image: make image, then the container tests on it with podman (server/container_test.go): a node alone on its volume, a cluster of three, the Helm chart played with podman kube play
+test-image: image $(COMPAT_DIR)/node_modules/.installed
+	HERALD_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 20m -run '^TestContainer' ./server/
 
 test-go:
 	@# -timeout 30m: on a loaded machine server/node alone runs past go test's default 10 minutes.
