@@ -608,7 +608,6 @@ func checkImage(t *testing.T, p *podman) {
 		im.Labels["org.opencontainers.image.version"], im.Labels["org.opencontainers.image.revision"])
 }
 
-
 // Three containers of the image as one cluster, on one Redis and one
 // PostgreSQL database (run by the test on 127.0.0.1), each node on its own
 // port: pusher-js on node 1 receives an event triggered through node 3; a
