@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +143,129 @@ func TestBadRedisClusterSettingsStopTheStart(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fakeClusterNode is a server speaking RESP that answers CLUSTER INFO with
+// info, AUTH with OK and every other command with an error, as Redis
+// answers a command it does not know: for the states a Redis Cluster's node reports that a test
+// cannot easily put real ones in.
+func fakeClusterNode(t *testing.T, info string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					args, err := readCommand(r)
+					if err != nil {
+						return
+					}
+					reply := "-ERR unknown command\r\n"
+					switch {
+					case len(args) == 2 && strings.EqualFold(args[0], "cluster") && strings.EqualFold(args[1], "info"):
+						reply = fmt.Sprintf("$%d\r\n%s\r\n", len(info), info)
+					case len(args) > 0 && strings.EqualFold(args[0], "auth"):
+						reply = "+OK\r\n"
+					}
+					if _, err := conn.Write([]byte(reply)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// readCommand reads one command a client sends: an array of bulk strings.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, n)
+	for i := range args {
+		if line, err = r.ReadString('\n'); err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil {
+			return nil, err
+		}
+		b := make([]byte, size+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		args[i] = string(b[:size])
+	}
+	return args, nil
+}
+
+// clusterInfo is a CLUSTER INFO reply of a node that says state of the
+// cluster, assigned slots bound to a node and failed of them in FAIL.
+func clusterInfo(state string, assigned, failed int) string {
+	return fmt.Sprintf("cluster_state:%s\r\ncluster_slots_assigned:%d\r\ncluster_slots_ok:%d\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:%d\r\ncluster_known_nodes:3\r\ncluster_size:3\r\n",
+		state, assigned, assigned-failed, failed)
+}
+
+// The start stops unless the Redis Cluster both says cluster_state:ok and
+// serves every slot: a node that serves part of the slots and says ok
+// (cluster-require-full-coverage no) stops it, and so does one that has
+// every slot bound but says fail (as the others say with a primary down).
+// The first seed that answers decides, after those that do not.
+func TestARedisClusterServingPartOfTheSlotsStopsTheStart(t *testing.T) {
+	half := testredis.StartClusterNode(t)
+	rdb := redis.NewClient(&redis.Options{Addr: half.Addr()})
+	defer rdb.Close()
+	for _, cmd := range [][]any{
+		{"CONFIG", "SET", "cluster-require-full-coverage", "no"},
+		{"CLUSTER", "ADDSLOTSRANGE", 0, clusterSlots/2 - 1},
+	} {
+		if err := rdb.Do(t.Context(), cmd...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait.Until(t, "the half-served Redis Cluster says it is ok", func() bool {
+		return strings.Contains(rdb.ClusterInfo(t.Context()).Val(), "cluster_state:ok")
+	})
+	down := testredis.StartClusterNode(t)
+	down.Stop()
+	failing := fakeClusterNode(t, clusterInfo("fail", clusterSlots, clusterSlots/3))
+	for _, c := range []struct {
+		seeds, want string // want: what the error says; empty, accepted
+	}{
+		{half.Addr(), "serves 8192 of the 16384 slots (cluster_state:ok)"},
+		{failing, "serves 16384 of the 16384 slots (cluster_state:fail)"},
+		{down.Addr() + "," + failing, "serves 16384 of the 16384 slots (cluster_state:fail)"},
+		{fakeClusterNode(t, clusterInfo("ok", clusterSlots, 0)) + "," + failing, ""},
+	} {
+		c1, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis-cluster://:s3cret@" + c.seeds})
+		switch {
+		case c.want == "" && err != nil:
+			t.Fatalf("%s: %v", c.seeds, err)
+		case c.want == "":
+			c1.Close()
+		case err == nil:
+			c1.Close()
+			t.Fatalf("%s: accepted, want %q", c.seeds, c.want)
+		case !strings.HasPrefix(err.Error(), "HERALD_REDIS_URL") || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret"):
+			t.Fatalf("%s: %v, want it to say %q", c.seeds, err, c.want)
+		}
 	}
 }
 
