@@ -34,6 +34,9 @@ const (
 type JSONError struct {
 	Offset int    // the byte of the JSON text where the fault is
 	Reason string // e.g. "holds a lone surrogate escape (\ud800)"
+	// Syntax is set when the text is no JSON at all; the other refusals
+	// are of JSON that encoding/json reads.
+	Syntax bool
 	nul    bool
 }
 
@@ -81,7 +84,9 @@ func (c *jsonChecker) fail(at int, format string, args ...any) error {
 	return &JSONError{Offset: at, Reason: fmt.Sprintf(format, args...)}
 }
 
-func (c *jsonChecker) invalid() error { return c.fail(c.i, "is not valid JSON") }
+func (c *jsonChecker) invalid() error {
+	return &JSONError{Offset: c.i, Reason: "is not valid JSON", Syntax: true}
+}
 
 // peek is the next byte, or 0 at the end (a raw NUL was refused before).
 func (c *jsonChecker) peek() byte {

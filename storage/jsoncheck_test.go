@@ -81,6 +81,9 @@ func TestCheckJSON(t *testing.T) {
 			if !errors.As(err, &je) || !errors.Is(err, ErrInvalidJSON) || !strings.Contains(err.Error(), tt.reason) {
 				t.Fatalf("CheckJSON = %v, want a *JSONError matching ErrInvalidJSON, saying %q", err, tt.reason)
 			}
+			if je.Syntax != (tt.reason == "not valid JSON") {
+				t.Fatalf("Syntax = %v for %v", je.Syntax, err)
+			}
 			if got, want := errors.Is(err, ErrInvalidText), tt.reason == "NUL"; got != want {
 				t.Fatalf("errors.Is(err, ErrInvalidText) = %v, want %v (NUL alone)", got, want)
 			}

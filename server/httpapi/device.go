@@ -163,8 +163,8 @@ func requestScope(ctx context.Context) (*storage.Instance, context.Context) {
 // jsonBody reads a request body of at most limit bytes and, when it is not
 // empty, requires Content-Type: application/json. Requests without a body
 // (GET, DELETE, add interest, set user) need no content type: the Web and
-// Android SDKs send none. A request holding the NUL character is refused
-// (refuseNUL).
+// Android SDKs send none. A request holding the NUL character, or JSON
+// the databases do not both store, is refused (refuseUnstorable).
 func jsonBody(limit int64) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := c.Request
@@ -190,7 +190,7 @@ func jsonBody(limit int64) gin.HandlerFunc {
 				return
 			}
 		}
-		if refuseNUL(c, body) {
+		if refuseUnstorable(c, body) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

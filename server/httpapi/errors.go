@@ -57,6 +57,13 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 			writeError(c, nulRefused)
 			return
 		}
+		var je *storage.JSONError
+		if errors.As(err, &je) && !je.Syntax {
+			// What storage refused of the JSON the API's checks let
+			// through (refuseUnstorable): the client's, on both databases.
+			writeError(c, unstorableJSON(je))
+			return
+		}
 		log.Error("request failed", zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err))
 		writeError(c, internalError)
 	}

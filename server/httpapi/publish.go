@@ -218,7 +218,8 @@ func (api *PublishAPI) allow(ctx context.Context, instanceID string) bool {
 
 // publishBody reads a body of at most the route's limit (10 KiB for
 // interests, 200 KiB for users; 400 beyond) and requires JSON for it. A
-// request holding the NUL character is refused (refuseNUL).
+// request holding the NUL character, or JSON the databases do not both
+// store, is refused (refuseUnstorable).
 func publishBody(c *gin.Context) {
 	r := c.Request
 	if r.Body == nil || r.Body == http.NoBody || r.Method == http.MethodGet || r.Method == http.MethodDelete {
@@ -245,7 +246,7 @@ func publishBody(c *gin.Context) {
 		writeError(c, badRequest(KindInvalidContentType, "A request body must be sent with Content-Type: application/json."))
 		return
 	}
-	if refuseNUL(c, body) {
+	if refuseUnstorable(c, body) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -408,6 +409,12 @@ func preparePublish(r publishRequest) (preparedPublish, error) {
 	payload, err := json.Marshal(stored)
 	if err != nil {
 		return preparedPublish{}, err
+	}
+	// The Publish API checked its whole body already; a trigger's
+	// push_if_offline is checked here.
+	var je *storage.JSONError
+	if errors.As(storage.CheckJSON(payload), &je) {
+		return preparedPublish{}, unstorableJSON(je)
 	}
 	return preparedPublish{kind: r.kind, targets: r.targets, webhook: webhook, payload: payload, parsed: parsed}, nil
 }
