@@ -314,3 +314,53 @@ func TestANodeOverShardsNamesThemInItsLogs(t *testing.T) {
 		t.Fatalf("shards named in the logs %v, want 1, 2 and 3", named)
 	}
 }
+
+// A batch whose events are on two shards, one of them down, is refused as
+// unavailable (a 503), whichever shard its first event is on, and whether
+// or not the node has noticed the shard is down yet: nothing is lost
+// silently (the events of the shard that answers may go out, as the README
+// says). The batch goes through again once the shard is back.
+func TestABatchOverTwoShardsOneDownIsRefused(t *testing.T) {
+	servers, url := shardList(t, 2)
+	n := startNode(t, servers[0], "batch:", "n1", withURL(url))
+	wait.Until(t, "the node is up on both shards", func() bool { return n.c.Stats().Up })
+	on := func(shard int) string {
+		for i := 0; ; i++ {
+			if name := fmt.Sprint("ch", i); shardOf("app", name, 2) == shard {
+				return name
+			}
+		}
+	}
+	up, down := on(0), on(1)
+	sub := n.connect("app")
+	sub.subscribe(up, nil)
+	sub.wait(up, "pusher_internal:subscription_succeeded")
+	batch := func(event string, channels ...string) error {
+		ms := make([]hub.Message, len(channels))
+		for i, ch := range channels {
+			ms[i] = hub.Message{AppID: "app", Channel: ch, Event: event, Data: "{}"}
+		}
+		return n.hub.Publish(ms...)
+	}
+
+	servers[1].Stop()
+	refused := func(when string) {
+		t.Helper()
+		for _, order := range [][]string{{up, down}, {down, up}} {
+			if err := batch("lost", order...); !errors.Is(err, hub.ErrUnavailable) {
+				t.Fatalf("%s, a batch on %v (shard %d down): %v, want unavailable", when, order, shardOf("app", down, 2)+1, err)
+			}
+		}
+	}
+	refused("before the node noticed")
+	wait.Until(t, "the node sees the shard down", func() bool { return !n.c.shards[1].Stats().Up })
+	refused("once the node noticed")
+	if err := batch("alone", up); err != nil {
+		t.Fatalf("a publish on the shard that answers: %v", err)
+	}
+	sub.wait(up, "alone")
+
+	servers[1].Restart()
+	wait.NoError(t, func() error { return batch("back", up, down) })
+	sub.wait(up, "back")
+}
