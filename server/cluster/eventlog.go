@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,15 @@ type EventLogStore struct {
 
 	held    sync.Map // app id → eventlog.AppStats as the last append saw them
 	dropped [4]atomic.Int64
+	// origin and calls make each append call's token: origin names this
+	// store (random), calls counts its calls.
+	origin string
+	calls  atomic.Uint64
+}
+
+// token names one append call, so that the script can tell it sent again.
+func (s *EventLogStore) token() string {
+	return s.origin + strconv.FormatUint(s.calls.Add(1), 36)
 }
 
 var _ eventlog.Store = (*EventLogStore)(nil)
@@ -46,7 +57,7 @@ var _ eventlog.Store = (*EventLogStore)(nil)
 // NewEventLogStore returns the store over the Redis rdb gives for each app,
 // its keys under prefix, bounded per app by limits.
 func NewEventLogStore(rdb func(app string) redis.Cmdable, prefix string, limits eventlog.Limits) *EventLogStore {
-	return &EventLogStore{rdb: rdb, prefix: prefix, limits: limits.WithDefaults()}
+	return &EventLogStore{rdb: rdb, prefix: prefix, limits: limits.WithDefaults(), origin: randomID() + ":"}
 }
 
 // EventLog returns the store of the cluster's channel histories, each app's
@@ -62,93 +73,162 @@ func (s *EventLogStore) streamPrefix(app string) string {
 	return s.key(app) + ":c:"
 }
 
+// TrimBudget bounds the work of one append script call, so that no app's
+// append blocks Redis for the others: besides one event read and dropped
+// per entry it appends, it reads and drops at most TrimBudget events one
+// at a time and drops at most TrimBudget channels whole (each at a cost
+// that does not grow with its events). What it leaves for lack of budget,
+// the next appends drop first; should the app be over its bytes when the
+// budget runs out, the call's own events go (the oldest first) until it
+// holds no more than before the call, so an app's bytes never grow past
+// its bound.
+const TrimBudget = 1000
+
 // histAppendScript: KEYS meta lru sizes stream…; ARGV now_ms floor_ms
-// max_events max_bytes max_channels ttl_ms stream_prefix, then channel name
-// data per entry, in the order of the streams. Answers the events dropped
-// by reason (events, age, bytes, channels), then the app's events and bytes.
-var histAppendScript = redis.NewScript(`
+// max_events max_bytes max_channels ttl_ms stream_prefix token, then
+// channel name data per entry, in the order of the streams. Answers the
+// events dropped by reason (events, age, bytes, channels), the app's
+// events and bytes, then the work done one by one: the events read to drop
+// them and the channels dropped whole. A call whose token is the last the
+// app's history took is the same call again (go-redis sends a pipeline
+// again when its answers were lost on the way): it appends nothing.
+var histAppendScript = redis.NewScript(strings.NewReplacer(
+	"{{event_overhead}}", strconv.Itoa(eventlog.EventOverhead),
+	"{{channel_overhead}}", strconv.Itoa(eventlog.ChannelOverhead),
+	"{{name_copies}}", strconv.Itoa(eventlog.ChannelNameCopies),
+	"{{budget}}", strconv.Itoa(TrimBudget),
+).Replace(`
 local meta, lru, sizes = KEYS[1], KEYS[2], KEYS[3]
 local now, floor = ARGV[1], tonumber(ARGV[2])
 local maxEvents, maxBytes, maxChannels = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ttl, prefix = ARGV[6], ARGV[7]
+local n = (#ARGV - 8) / 3
 local dropped = {0, 0, 0, 0}
-local function account(c, n, b, why)
-  redis.call('HINCRBY', meta, 'events', -n)
-  redis.call('HINCRBY', meta, 'bytes', -b)
-  dropped[why] = dropped[why] + n
-  if redis.call('HINCRBY', sizes, 'n:' .. c, -n) <= 0 then
-    redis.call('DEL', prefix .. c)
+if redis.call('HGET', meta, 'token') == ARGV[8] then
+  local h = redis.call('HMGET', meta, 'events', 'bytes')
+  return {0, 0, 0, 0, tonumber(h[1] or '0'), tonumber(h[2] or '0'), 0, 0}
+end
+redis.call('HSET', meta, 'token', ARGV[8])
+-- What this call may still do one by one.
+local events, channels = {{budget}} + n, {{budget}}
+local function held() return tonumber(redis.call('HGET', meta, 'bytes') or '0') end
+-- account: k events of c that cost b went for reason why, and c with them
+-- (its own cost too) when none is left. (0 - x, not -x: Lua writes -0 for
+-- a zero, which Redis takes for no integer.)
+local function account(c, k, b, why)
+  dropped[why] = dropped[why] + k
+  redis.call('HINCRBY', meta, 'events', 0 - k)
+  local left = redis.call('HINCRBY', sizes, 'n:' .. c, 0 - k)
+  local rest = redis.call('HINCRBY', sizes, 'b:' .. c, 0 - b)
+  if left <= 0 then
+    b = b + rest
+    redis.call('UNLINK', prefix .. c)
     redis.call('ZREM', lru, c)
     redis.call('HDEL', sizes, 'n:' .. c, 'b:' .. c, 'l:' .. c)
-  else
-    redis.call('HINCRBY', sizes, 'b:' .. c, -b)
   end
+  redis.call('HINCRBY', meta, 'bytes', 0 - b)
 end
+-- dropChannel drops c whole: its counts say what it held.
 local function dropChannel(c, why)
-  local n = tonumber(redis.call('HGET', sizes, 'n:' .. c) or '0')
-  local b = tonumber(redis.call('HGET', sizes, 'b:' .. c) or '0')
-  account(c, n, b, why)
+  channels = channels - 1
+  account(c, tonumber(redis.call('HGET', sizes, 'n:' .. c) or '0'), 0, why)
 end
--- entries: as XRANGE answers them, the oldest of channel c.
-local function dropEntries(c, entries, why)
-  if #entries == 0 then return end
-  local ids, b = {}, 0
-  for i, e in ipairs(entries) do
-    ids[i] = e[1]
-    b = b + #e[2][2] + #e[2][4]
+-- dropOldest drops the oldest events of c up to the id upto, at most k of
+-- them, fewer once they free need bytes (need false: all k); it answers
+-- the bytes they freed (0: none was there).
+local function dropOldest(c, k, upto, need, why)
+  k = math.min(k, events)
+  if k <= 0 then return 0 end
+  local es = redis.call('XRANGE', prefix .. c, '-', upto, 'COUNT', k)
+  local b, m = 0, 0
+  for _, e in ipairs(es) do
+    m = m + 1
+    b = b + #e[2][2] + #e[2][4] + {{event_overhead}}
+    if need and b >= need then break end
   end
-  redis.call('XDEL', prefix .. c, unpack(ids))
-  account(c, #entries, b, why)
+  if m == 0 then return 0 end
+  events = events - m
+  local last = es[m][1]
+  local dash = string.find(last, '-', 1, true)
+  -- Trimmed from the front rather than deleted one by one: Redis frees
+  -- the stream's nodes as they empty.
+  redis.call('XTRIM', prefix .. c, 'MINID', string.sub(last, 1, dash - 1) .. '-' .. string.format('%d', tonumber(string.sub(last, dash + 1)) + 1))
+  account(c, m, b, why)
+  return b
 end
+local before = held()
 -- Channels not written to for the TTL hold only expired events.
 for _ = 1, 100 do
   local front = redis.call('ZRANGE', lru, 0, 0)[1]
-  if not front or tonumber(redis.call('HGET', sizes, 'l:' .. front) or '0') >= floor then break end
+  if not front or channels <= 0 or tonumber(redis.call('HGET', sizes, 'l:' .. front) or '0') >= floor then break end
   dropChannel(front, 2)
 end
-for i = 0, (#ARGV - 7) / 3 - 1 do
-  local c, name, data, key = ARGV[8 + 3 * i], ARGV[9 + 3 * i], ARGV[10 + 3 * i], KEYS[4 + i]
+local mine = {}
+for i = 0, n - 1 do
+  local c, name, data, key = ARGV[9 + 3 * i], ARGV[10 + 3 * i], ARGV[11 + 3 * i], KEYS[4 + i]
   local ms = now
   local last = redis.call('HGET', sizes, 'l:' .. c)
   if last and tonumber(last) > tonumber(now) then ms = last end
   if not last then
-    -- Unknown to the counts (they expired before it, under a shorter
-    -- TTL): what it holds is counted nowhere, so it goes.
-    redis.call('DEL', key)
+    -- A new channel: its own cost. A stream the counts do not know (they
+    -- expired before it, under a shorter TTL) is counted nowhere, so it
+    -- goes.
+    redis.call('UNLINK', key)
+    local cost = {{channel_overhead}} + {{name_copies}} * #c
+    redis.call('HSET', sizes, 'b:' .. c, cost)
+    redis.call('HINCRBY', meta, 'bytes', cost)
   end
-  redis.call('XADD', key, ms .. '-*', 'e', name, 'd', data)
+  local id = redis.call('XADD', key, ms .. '-*', 'e', name, 'd', data)
   redis.call('PEXPIRE', key, ttl)
-  local size = #name + #data
+  local size = #name + #data + {{event_overhead}}
+  mine[#mine + 1] = {c, id, size}
   redis.call('HSET', sizes, 'l:' .. c, ms)
   redis.call('HINCRBY', sizes, 'b:' .. c, size)
-  local n = redis.call('HINCRBY', sizes, 'n:' .. c, 1)
+  local count = redis.call('HINCRBY', sizes, 'n:' .. c, 1)
   redis.call('HINCRBY', meta, 'bytes', size)
   redis.call('HINCRBY', meta, 'events', 1)
   redis.call('ZADD', lru, redis.call('HINCRBY', meta, 'seq', 1), c)
-  while redis.call('ZCARD', lru) > maxChannels do
+  while channels > 0 and redis.call('ZCARD', lru) > maxChannels do
     dropChannel(redis.call('ZRANGE', lru, 0, 0)[1], 4)
   end
-  if n > maxEvents then
-    dropEntries(c, redis.call('XRANGE', key, '-', '+', 'COUNT', n - maxEvents), 1)
+  if count > maxEvents then
+    dropOldest(c, count - maxEvents, '+', false, 1)
   end
-  dropEntries(c, redis.call('XRANGE', key, '-', '(' .. ARGV[2] .. '-0'), 2)
-  while tonumber(redis.call('HGET', meta, 'bytes')) > maxBytes do
-    local front = redis.call('ZRANGE', lru, 0, 0)[1]
-    if not front then break end
-    local oldest = redis.call('XRANGE', prefix .. front, '-', '+', 'COUNT', 1)
-    if #oldest == 0 then
+  dropOldest(c, events, '(' .. ARGV[2] .. '-0', false, 2)
+end
+-- The bytes, once the entries are in: the channel written least recently
+-- gives its oldest events, whole when all of it must go.
+while true do
+  local over = held() - maxBytes
+  if over <= 0 then break end
+  local front = redis.call('ZRANGE', lru, 0, 0)[1]
+  if not front then break end
+  if tonumber(redis.call('HGET', sizes, 'b:' .. front) or '0') <= over then
+    if channels <= 0 then break end
+    dropChannel(front, 3)
+  else
+    if events <= 0 then break end
+    if dropOldest(front, events, '+', over, 3) == 0 then
+      if channels <= 0 then break end
       dropChannel(front, 3) -- its stream expired under it
-    else
-      dropEntries(front, oldest, 3)
     end
   end
+end
+-- Out of budget and over the bound: this call's own events go, so the app
+-- holds no more than before it.
+local i = 1
+while held() > math.max(maxBytes, before) and i <= #mine do
+  local c, id, size = mine[i][1], mine[i][2], mine[i][3]
+  if redis.call('XDEL', prefix .. c, id) == 1 then account(c, 1, size, 3) end
+  i = i + 1
 end
 redis.call('PEXPIRE', meta, ttl)
 redis.call('PEXPIRE', lru, ttl)
 redis.call('PEXPIRE', sizes, ttl)
-local held = redis.call('HMGET', meta, 'events', 'bytes')
-return {dropped[1], dropped[2], dropped[3], dropped[4], tonumber(held[1] or '0'), tonumber(held[2] or '0')}
-`)
+local h = redis.call('HMGET', meta, 'events', 'bytes')
+return {dropped[1], dropped[2], dropped[3], dropped[4], tonumber(h[1] or '0'), tonumber(h[2] or '0'),
+  {{budget}} + n - events, {{budget}} - channels}
+`))
 
 // Append implements eventlog.Store.
 func (s *EventLogStore) Append(ctx context.Context, app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) error {
@@ -165,9 +245,9 @@ func (s *EventLogStore) appendCall(app string, p eventlog.Policy, entries []even
 	keys := make([]string, 3, 3+len(entries))
 	keys[0], keys[1], keys[2] = s.key(app), s.key(app)+":lru", s.key(app)+":sizes"
 	nowMS := now.UnixMilli()
-	args := make([]any, 7, 7+3*len(entries))
-	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = nowMS, nowMS-p.TTL.Milliseconds(),
-		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), s.streamPrefix(app)
+	args := make([]any, 8, 8+3*len(entries))
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7] = nowMS, nowMS-p.TTL.Milliseconds(),
+		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), s.streamPrefix(app), s.token()
 	for _, e := range entries {
 		keys = append(keys, s.streamPrefix(app)+e.Channel)
 		args = append(args, e.Channel, e.Name, e.Data)
@@ -181,7 +261,7 @@ func (s *EventLogStore) appended(app string, v []int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("keep channel history: %w", err)
 	}
-	if len(v) != 6 {
+	if len(v) != 8 {
 		return fmt.Errorf("keep channel history: unexpected answer %v", v)
 	}
 	for r := range 4 {
@@ -240,11 +320,17 @@ func (s *EventLogStore) Read(ctx context.Context, app, channel string, p eventlo
 	}
 	var msgs []redis.XMessage
 	if q.OldestFirst {
-		start := floor.String()
-		if !q.After.IsZero() && !q.After.Less(floor) {
-			start = "(" + q.After.String()
+		start := floor
+		if !q.After.IsZero() {
+			next, ok := q.After.Next()
+			if !ok {
+				return eventlog.Page{}, nil // nothing comes after the last id there is
+			}
+			if floor.Less(next) {
+				start = next
+			}
 		}
-		msgs, err = rdb.XRangeN(ctx, key, start, "+", int64(limit+1)).Result()
+		msgs, err = rdb.XRangeN(ctx, key, start.String(), "+", int64(limit+1)).Result()
 	} else {
 		end := "+"
 		if !q.After.IsZero() {

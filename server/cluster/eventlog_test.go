@@ -260,7 +260,7 @@ func TestKeepCallsGroupConsecutiveAppendsOfOneAppOnly(t *testing.T) {
 		// Each entry adds its stream to the keys and channel, name and
 		// data to the arguments, after the call's own.
 		var datas []string
-		for j := 9; j < len(g.call.args); j += 3 {
+		for j := 10; j < len(g.call.args); j += 3 {
 			datas = append(datas, g.call.args[j].(string))
 		}
 		if g.reqs[0].app != want[i].app || !slices.Equal(datas, want[i].datas) || len(g.reqs) != len(want[i].datas) {
@@ -321,5 +321,145 @@ func TestPublishKeptReportsWhatFailed(t *testing.T) {
 	wait.Until(t, "the node sees Redis down", func() bool { return !n.c.Stats().Up })
 	if err := publish("3"); !errors.Is(err, hub.ErrUnavailable) {
 		t.Fatalf("a publish while Redis is down: %v, want hub.ErrUnavailable", err)
+	}
+}
+
+// fillHistory appends n events of data to each of channels channels of
+// app ("<name>-<i>"), a hundred a call.
+func fillHistory(t *testing.T, s *EventLogStore, app, name string, channels, n int, data string, p eventlog.Policy, now time.Time) {
+	t.Helper()
+	var batch []eventlog.Entry
+	for c := range channels {
+		for range n {
+			batch = append(batch, eventlog.Entry{Channel: fmt.Sprintf("%s-%04d", name, c), Name: "e", Data: data})
+			if len(batch) == 100 {
+				if err := s.Append(t.Context(), app, p, batch, now); err != nil {
+					t.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+	}
+	if len(batch) > 0 {
+		if err := s.Append(t.Context(), app, p, batch, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// appendOnce runs one append script call and returns its answer: dropped
+// by reason (4), events and bytes held, events read one by one and
+// channels dropped whole.
+func appendOnce(t *testing.T, s *EventLogStore, rdb redis.Scripter, app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) []int64 {
+	t.Helper()
+	cl := s.appendCall(app, p, entries, now)
+	v, err := histAppendScript.Run(t.Context(), rdb, cl.keys, cl.args...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) != 8 {
+		t.Fatalf("the append answered %v, want 8 numbers", v)
+	}
+	if err := s.appended(app, v, nil); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// trigger is one trigger's events: one of 10 KB on each of n channels
+// "big-<i>".
+func trigger(n int) []eventlog.Entry {
+	data := strings.Repeat("x", 10<<10)
+	es := make([]eventlog.Entry, n)
+	for i := range es {
+		es[i] = eventlog.Entry{Channel: fmt.Sprintf("big-%04d", i), Name: "ev", Data: data}
+	}
+	return es
+}
+
+// One trigger of 10 KB to 100 channels of an app at its bytes bound, with
+// its room held by many small events, is one script call whose work does
+// not grow with the events it drops: the channels that must go whole go
+// at a cost of their own (issue 45: such a call dropped a million events
+// one by one and blocked Redis for seconds). Every event of the trigger is
+// kept, and the app is within its bound.
+func TestHistoryAppendWorkIsBoundedPerCall(t *testing.T) {
+	rdb := redisClient(t)
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	const channels, each = 200, 100
+	limit := channels * (eventlog.ChannelCost("small-0000") + each*eventlog.Entry{Name: "e"}.Cost())
+	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "bounded:", eventlog.Limits{MaxBytes: limit})
+	now := time.Now()
+	fillHistory(t, s, "app", "small", channels, each, "", p, now)
+	if st := s.Stats().Apps[0]; st.Events != channels*each || st.Bytes != int64(limit) {
+		t.Fatalf("filled: %+v, want %d events of %d bytes", st, channels*each, limit)
+	}
+	big := trigger(100)
+	v := appendOnce(t, s, rdb, "app", p, big, now)
+	if read, whole := v[6], v[7]; read > TrimBudget+int64(len(big)) || whole > TrimBudget {
+		t.Fatalf("the call read %d events and dropped %d channels whole one by one, want at most %d and %d",
+			read, whole, TrimBudget+len(big), TrimBudget)
+	}
+	if v[2] < 100*each || v[5] > int64(limit) {
+		t.Fatalf("dropped %d events for bytes and holds %d bytes; want over %d dropped, within %d", v[2], v[5], 100*each, limit)
+	}
+	for _, e := range big {
+		if pg, err := s.Read(t.Context(), "app", e.Channel, p, eventlog.Query{}, now); err != nil || len(pg.Events) != 1 {
+			t.Fatalf("%s: read %d events, %v; want the trigger's", e.Channel, len(pg.Events), err)
+		}
+	}
+}
+
+// An append that would need more than its budget to make room stops
+// there, and drops its own events (the oldest first) until the app holds
+// no more than before it: the bound holds whatever the budget. An app
+// over its bound (HERALD_HISTORY_MAX_BYTES lowered) gets back within it
+// over the next appends, each within its budget.
+func TestHistoryAppendOverBudgetKeepsTheBound(t *testing.T) {
+	rdb := redisClient(t)
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	const channels = TrimBudget * 3 / 2
+	limit := channels * (eventlog.ChannelCost("small-0000") + eventlog.Entry{Name: "e"}.Cost())
+	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "budget:", eventlog.Limits{MaxBytes: limit})
+	now := time.Now()
+	fillHistory(t, s, "app", "small", channels, 1, "", p, now)
+	big := trigger(100)
+	v := appendOnce(t, s, rdb, "app", p, big, now)
+	if v[7] != TrimBudget || v[5] > int64(limit) {
+		t.Fatalf("dropped %d channels whole and holds %d bytes; want the budget's %d and at most %d", v[7], v[5], TrimBudget, limit)
+	}
+	if kept := v[4] - (channels - TrimBudget); kept <= 0 || kept >= int64(len(big)) {
+		t.Fatalf("%d events held, %d of them the trigger's; want some of its %d dropped for the bound", v[4], kept, len(big))
+	}
+
+	lower := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "budget:", eventlog.Limits{MaxBytes: limit / 10})
+	held := v[5]
+	for i := 0; held > int64(limit/10); i++ {
+		if i == 10 {
+			t.Fatalf("ten appends on, the app holds %d bytes, over its bound %d", held, limit/10)
+		}
+		v := appendOnce(t, lower, rdb, "app", p, []eventlog.Entry{{Channel: "news", Name: "e", Data: "x"}}, now)
+		if v[5] >= held || v[6] > TrimBudget+1 || v[7] > TrimBudget {
+			t.Fatalf("append %d: %d bytes held after %d, %d events read, %d channels dropped; want fewer bytes within the budget", i, v[5], held, v[6], v[7])
+		}
+		held = v[5]
+	}
+}
+
+// Every key of an app's history expires its TTL after the app's (or the
+// channel's) last append, as Redis counts it: an app that stops writing
+// leaves nothing behind.
+func TestEventLogStoreKeysExpireTheTTLAfterTheLastAppend(t *testing.T) {
+	rdb := redisClient(t)
+	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "ttl:", eventlog.Limits{})
+	p := eventlog.Policy{Events: 10, TTL: 90 * time.Minute}
+	if err := s.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "x"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{s.key("app"), s.key("app") + ":lru", s.key("app") + ":sizes", s.streamPrefix("app") + "news"} {
+		ttl, err := rdb.PTTL(t.Context(), key).Result()
+		if err != nil || ttl > p.TTL || ttl < p.TTL-time.Minute {
+			t.Fatalf("%s expires in %v (%v), want %v", key, ttl, err, p.TTL)
+		}
 	}
 }

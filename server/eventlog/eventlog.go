@@ -14,14 +14,19 @@
 //   - past Policy.Events events of a channel its oldest go, and events older
 //     than Policy.TTL are neither returned nor kept;
 //   - past Limits.MaxChannels channels of an app, the one written least
-//     recently goes whole; past Limits.MaxBytes, that channel's oldest
-//     events go, one at a time, until the app is within its bytes.
+//     recently goes whole; past Limits.MaxBytes, once an Append has added
+//     its entries, that channel's oldest events go, one at a time, until
+//     the app is within its bytes;
+//   - an app's bytes are what its history really costs to hold (Cost,
+//     ChannelCost), not only its events' names and data, so that MaxBytes
+//     bounds the memory of the process or of Redis.
 package eventlog
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +40,31 @@ const (
 	MaxPage = 100
 )
 
+// What holding an event and a channel costs beyond the bytes of their
+// names and data, counted against Limits.MaxBytes. Measured
+// (BenchmarkMemoryHeld, cluster's BenchmarkEventLogStoreHeld; README,
+// Channel history): in memory an event's slot is 48 bytes (its id and two
+// strings) and its strings are rounded up to an allocation's size; in
+// Redis a stream entry's header and its share of its stream's node are
+// smaller. A channel's log, its place in the app's order of channels and
+// its counts cost a few hundred bytes (in Redis: its stream key, a member
+// of a sorted set and three counts, each naming the channel).
+const (
+	EventOverhead   = 64
+	ChannelOverhead = 512
+	// ChannelNameCopies is how many times a store may hold a channel's
+	// name (Redis: the stream's key, the sorted set's member, three
+	// counts).
+	ChannelNameCopies = 5
+)
+
+// ChannelCost is what a channel with history costs, its events aside.
+func ChannelCost(channel string) int { return ChannelOverhead + ChannelNameCopies*len(channel) }
+
 // Limits bound the history of one app, whatever its settings.
 type Limits struct {
-	// MaxBytes bounds the bytes of event names and data an app keeps;
+	// MaxBytes bounds what an app's history costs: each event its name,
+	// its data and EventOverhead, each channel its ChannelCost;
 	// DefaultMaxBytes when 0.
 	MaxBytes int
 	// MaxChannels bounds the channels an app keeps history of;
@@ -84,6 +111,18 @@ func (id ID) Less(o ID) bool { return id.MS < o.MS || id.MS == o.MS && id.Seq < 
 // IsZero reports whether id is the zero ID, which no event has.
 func (id ID) IsZero() bool { return id == ID{} }
 
+// Next returns the first ID after id; false when id is the last there is
+// (a cursor past every event).
+func (id ID) Next() (ID, bool) {
+	switch {
+	case id.Seq < math.MaxUint64:
+		return ID{id.MS, id.Seq + 1}, true
+	case id.MS < math.MaxUint64:
+		return ID{id.MS + 1, 0}, true
+	}
+	return ID{}, false
+}
+
 // ErrInvalidID means a text is not an event ID.
 var ErrInvalidID = errors.New("eventlog: not an event id (<milliseconds>-<sequence>)")
 
@@ -105,8 +144,9 @@ type Entry struct {
 	Data    string // as triggered: an encrypted channel's ciphertext
 }
 
-// size is what an entry counts against Limits.MaxBytes.
-func (e Entry) size() int { return len(e.Name) + len(e.Data) }
+// Cost is what keeping the entry counts against Limits.MaxBytes, its
+// channel aside (ChannelCost).
+func (e Entry) Cost() int { return len(e.Name) + len(e.Data) + EventOverhead }
 
 // Event is a kept event.
 type Event struct {

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,20 +29,23 @@ type appLog struct {
 	mu       sync.Mutex
 	channels map[string]*channelLog
 	lru      list.List // of *channelLog, least recently appended to first
-	bytes    int
+	bytes    int       // what the app's history costs: Entry.Cost and ChannelCost
 	events   int
 	ttl      time.Duration // of the app's last Append, for Sweep
 	dead     bool          // Sweep took it out of Memory.apps: make a new one
 }
 
-// channelLog is one channel's events, oldest first from head.
+// channelLog is one channel's events, oldest first, in a ring: no more
+// slots than the channel's policy keeps events once full, so that a
+// channel that appends and drops one event at a time holds no slack.
 type channelLog struct {
-	name   string
-	events []Event // events[head:] are kept
-	head   int
-	bytes  int
-	last   ID // of the newest event ever appended, so IDs keep increasing
-	elem   *list.Element
+	name  string
+	ring  []Event // ring[head], ring[head+1], … (mod len), n of them
+	head  int
+	n     int
+	bytes int
+	last  ID // of the newest event ever appended, so IDs keep increasing
+	elem  *list.Element
 }
 
 // NewMemory returns an empty in-memory store bounded by limits.
@@ -88,91 +92,126 @@ func (m *Memory) Append(_ context.Context, app string, p Policy, entries []Entry
 	for _, e := range entries {
 		m.append(a, p, e, now)
 	}
+	for a.bytes > m.limits.MaxBytes && a.lru.Len() > 0 {
+		ch := a.lru.Front().Value.(*channelLog)
+		if ch.bytes <= a.bytes-m.limits.MaxBytes {
+			m.dropChannel(a, ch, DroppedBytes) // all of it would go, one at a time
+		} else {
+			m.dropOldest(a, ch, 1, DroppedBytes)
+		}
+	}
 	return nil
 }
 
-// append keeps one entry and restores the bounds. a.mu is held.
+// append keeps one entry and restores the channel's bounds. a.mu is held.
 func (m *Memory) append(a *appLog, p Policy, e Entry, now time.Time) {
 	ch := a.channels[e.Channel]
 	if ch == nil {
-		ch = &channelLog{name: e.Channel}
+		ch = &channelLog{name: e.Channel, bytes: ChannelCost(e.Channel)}
 		ch.elem = a.lru.PushBack(ch)
 		a.channels[e.Channel] = ch
+		a.bytes += ch.bytes
 		for len(a.channels) > m.limits.MaxChannels {
 			m.dropChannel(a, a.lru.Front().Value.(*channelLog), DroppedChannels)
 		}
 	} else {
 		a.lru.MoveToBack(ch.elem)
 	}
+	// Past the channel's count its oldest go: before the new one comes,
+	// so that the ring needs no slot more than the policy keeps.
+	if over := ch.n + 1 - p.Events; over > 0 {
+		m.dropOldest(a, ch, over, DroppedEvents)
+		if ch.n == 0 { // the channel went with them: make it again
+			m.append(a, p, e, now)
+			return
+		}
+	}
 	id := ID{MS: uint64(now.UnixMilli())}
 	if !ch.last.Less(id) {
 		id = ID{ch.last.MS, ch.last.Seq + 1}
 	}
 	ch.last = id
-	ch.events = append(ch.events, Event{ID: id, Name: e.Name, Data: e.Data})
-	size := e.size()
-	ch.bytes += size
-	a.bytes += size
+	name := e.Name
+	if ch.n > 0 && ch.at(ch.n-1).Name == name {
+		name = ch.at(ch.n - 1).Name // one copy of a name the channel repeats
+	}
+	ch.push(Event{ID: id, Name: name, Data: e.Data}, p.Events)
+	cost := e.Cost()
+	ch.bytes += cost
+	a.bytes += cost
 	a.events++
-	if over := ch.len() - p.Events; over > 0 {
-		m.dropOldest(a, ch, over, DroppedEvents)
-	}
 	m.dropExpired(a, ch, p.TTL, now)
-	for a.bytes > m.limits.MaxBytes && a.lru.Len() > 0 {
-		m.dropOldest(a, a.lru.Front().Value.(*channelLog), 1, DroppedBytes)
-	}
 }
 
-func (ch *channelLog) len() int { return len(ch.events) - ch.head }
+// at returns the channel's i-th kept event, oldest first.
+func (ch *channelLog) at(i int) *Event {
+	j := ch.head + i
+	if j >= len(ch.ring) {
+		j -= len(ch.ring)
+	}
+	return &ch.ring[j]
+}
+
+// push adds ev as the newest event, growing the ring up to slots (or as
+// many as it holds, should the policy have shrunk).
+func (ch *channelLog) push(ev Event, slots int) {
+	if ch.n == len(ch.ring) {
+		ch.resize(min(max(ch.n+1, slots), max(4, 2*len(ch.ring))))
+	}
+	*ch.at(ch.n) = ev
+	ch.n++
+}
+
+// resize moves the kept events to a ring of size slots, oldest first.
+func (ch *channelLog) resize(size int) {
+	ring := make([]Event, size)
+	for i := range ch.n {
+		ring[i] = *ch.at(i)
+	}
+	ch.ring, ch.head = ring, 0
+}
+
+// search returns the index of the first kept event whose ID is id or
+// after it.
+func (ch *channelLog) search(id ID) int {
+	return sort.Search(ch.n, func(i int) bool { return !ch.at(i).ID.Less(id) })
+}
 
 // dropOldest drops the n oldest events of ch, and ch itself once empty.
 func (m *Memory) dropOldest(a *appLog, ch *channelLog, n int, why Reason) {
-	n = min(n, ch.len())
-	for _, ev := range ch.events[ch.head : ch.head+n] {
-		size := len(ev.Name) + len(ev.Data)
-		ch.bytes -= size
-		a.bytes -= size
+	n = min(n, ch.n)
+	for i := range n {
+		ev := ch.at(i)
+		cost := Entry{Name: ev.Name, Data: ev.Data}.Cost()
+		ch.bytes -= cost
+		a.bytes -= cost
+		*ev = Event{} // let the strings go
 	}
-	clear(ch.events[ch.head : ch.head+n]) // let the strings go
-	ch.head += n
+	ch.head = (ch.head + n) % max(1, len(ch.ring))
+	ch.n -= n
 	a.events -= n
 	m.dropped[why].Add(int64(n))
 	switch {
-	case ch.len() == 0:
+	case ch.n == 0:
+		a.bytes -= ch.bytes // the channel's own cost
 		a.lru.Remove(ch.elem)
 		delete(a.channels, ch.name)
-	case ch.head > len(ch.events)/2:
-		// Move the kept events to the front, so the slice does not grow
-		// without bound under a steady append and trim.
-		n := copy(ch.events, ch.events[ch.head:])
-		clear(ch.events[n:])
-		ch.events = ch.events[:n]
-		ch.head = 0
+	case ch.n <= len(ch.ring)/4:
+		// Mostly empty (dropped for age or bytes): give the slots back.
+		ch.resize(max(4, 2*ch.n))
 	}
 }
 
 // dropExpired drops the events of ch older than ttl.
 func (m *Memory) dropExpired(a *appLog, ch *channelLog, ttl time.Duration, now time.Time) {
-	floor := ID{MS: uint64(now.Add(-ttl).UnixMilli())}
-	kept := ch.events[ch.head:]
-	if n, _ := slices.BinarySearchFunc(kept, floor, compareID); n > 0 {
+	if n := ch.search(ID{MS: uint64(now.Add(-ttl).UnixMilli())}); n > 0 {
 		m.dropOldest(a, ch, n, DroppedAge)
 	}
 }
 
 // dropChannel drops the whole history of ch.
 func (m *Memory) dropChannel(a *appLog, ch *channelLog, why Reason) {
-	m.dropOldest(a, ch, ch.len(), why)
-}
-
-func compareID(e Event, id ID) int {
-	switch {
-	case e.ID.Less(id):
-		return -1
-	case id.Less(e.ID):
-		return 1
-	}
-	return 0
+	m.dropOldest(a, ch, ch.n, why)
 }
 
 // Read implements Store.
@@ -188,34 +227,38 @@ func (m *Memory) Read(_ context.Context, app, channel string, p Policy, q Query,
 	if ch == nil {
 		return Page{}, nil
 	}
-	kept := ch.events[ch.head:]
 	// The events not expired, newest p.Events of them (the policy may have
-	// shrunk since they were appended).
-	from, _ := slices.BinarySearchFunc(kept, floor, compareID)
-	from = max(from, len(kept)-p.Events)
-	kept = kept[from:]
+	// shrunk since they were appended): ch.at(from) to ch.at(ch.n-1).
+	from := max(ch.search(floor), ch.n-p.Events)
 	limit := q.limit()
 	var page Page
 	if q.OldestFirst {
-		start := 0
+		start := from
 		if !q.After.IsZero() {
-			start, _ = slices.BinarySearchFunc(kept, ID{q.After.MS, q.After.Seq + 1}, compareID)
+			next, ok := q.After.Next()
+			if !ok {
+				return page, nil // nothing comes after the last id there is
+			}
+			start = max(from, ch.search(next))
 		}
-		end := min(len(kept), start+limit)
-		page.Events = slices.Clone(kept[start:end])
-		page.More = end < len(kept)
+		end := min(ch.n, start+limit)
+		page.Events = make([]Event, 0, max(0, end-start))
+		for i := start; i < end; i++ {
+			page.Events = append(page.Events, *ch.at(i))
+		}
+		page.More = end < ch.n
 		return page, nil
 	}
-	end := len(kept)
+	end := ch.n
 	if !q.After.IsZero() {
-		end, _ = slices.BinarySearchFunc(kept, q.After, compareID)
+		end = ch.search(q.After)
 	}
-	start := max(0, end-limit)
-	page.Events = make([]Event, 0, end-start)
+	start := max(from, end-limit)
+	page.Events = make([]Event, 0, max(0, end-start))
 	for i := end - 1; i >= start; i-- {
-		page.Events = append(page.Events, kept[i])
+		page.Events = append(page.Events, *ch.at(i))
 	}
-	page.More = start > 0
+	page.More = start > from
 	return page, nil
 }
 

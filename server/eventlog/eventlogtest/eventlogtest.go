@@ -5,6 +5,7 @@ package eventlogtest
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -114,7 +115,7 @@ func Run(t *testing.T, newStore NewStore) {
 		if got := readAll(t, s, "app", "news", eventlog.Policy{Events: 2, TTL: time.Hour}, false, 100, t0); !slices.Equal(datas(got), []string{"6", "7"}) {
 			t.Fatalf("with 2 events: got %v, want the last two", datas(got))
 		}
-		checkHeld(t, s, "app", 5, 5*3)
+		checkHeld(t, s, "app", 5, costs(5, 3)+eventlog.ChannelCost("news"))
 	})
 
 	t.Run("ForgetsPastTTL", func(t *testing.T) {
@@ -132,7 +133,7 @@ func Run(t *testing.T, newStore NewStore) {
 		// The next append drops what expired.
 		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "newer"}}, later)
 		checkDropped(t, s, eventlog.DroppedAge, 2)
-		checkHeld(t, s, "app", 2, 2+3+2+5)
+		checkHeld(t, s, "app", 2, costs(1, 5)+costs(1, 7)+eventlog.ChannelCost("news"))
 	})
 
 	t.Run("ChannelsBound", func(t *testing.T) {
@@ -150,15 +151,17 @@ func Run(t *testing.T, newStore NewStore) {
 	})
 
 	t.Run("BytesBound", func(t *testing.T) {
-		s := newStore(t, eventlog.Limits{MaxBytes: 1000})
 		data := strings.Repeat("x", 98) // 100 bytes with the name "ev"
+		// Room for both channels and ten events.
+		limit := eventlog.ChannelCost("old") + eventlog.ChannelCost("new") + costs(10, 100)
+		s := newStore(t, eventlog.Limits{MaxBytes: limit})
 		for i := range 8 {
 			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "old", Name: "ev", Data: data}}, t0.Add(time.Duration(i)*time.Millisecond))
 		}
 		for i := range 4 {
 			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "new", Name: "ev", Data: data}}, t0.Add(time.Duration(10+i)*time.Millisecond))
 		}
-		// Twelve of 100 bytes in 1000: the two oldest of the channel
+		// Twelve events where ten fit: the two oldest of the channel
 		// written least recently went.
 		if got := readAll(t, s, "app", "old", policy, false, 100, t0); len(got) != 6 {
 			t.Fatalf("old has %d events, want 6", len(got))
@@ -167,11 +170,81 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Fatalf("new has %d events, want 4", len(got))
 		}
 		checkDropped(t, s, eventlog.DroppedBytes, 2)
-		checkHeld(t, s, "app", 10, 1000)
+		checkHeld(t, s, "app", 10, limit)
 		// Another app has bytes of its own.
 		appendPolicy(t, s, "other", policy, []eventlog.Entry{{Channel: "old", Name: "ev", Data: data}}, t0)
 		if got := readAll(t, s, "app", "old", policy, false, 100, t0); len(got) != 6 {
 			t.Fatalf("after another app's event, old has %d events, want 6", len(got))
+		}
+		// A channel that must go whole for the bytes takes its own cost
+		// with it: one append of six events to a third channel, which
+		// costs a little more than "old" with its six events, leaves room
+		// for them once "old" is gone and "new" gave the oldest of its
+		// four.
+		var six []eventlog.Entry
+		for range 6 {
+			six = append(six, eventlog.Entry{Channel: "third", Name: "ev", Data: data})
+		}
+		appendPolicy(t, s, "app", policy, six, t0.Add(20*time.Millisecond))
+		for ch, want := range map[string]int{"old": 0, "new": 3, "third": 6} {
+			if got := readAll(t, s, "app", ch, policy, false, 100, t0); len(got) != want {
+				t.Fatalf("after six on a third channel, %s has %d events, want %d", ch, len(got), want)
+			}
+		}
+		checkDropped(t, s, eventlog.DroppedBytes, 2+6+1)
+		checkHeld(t, s, "app", 9, eventlog.ChannelCost("new")+eventlog.ChannelCost("third")+costs(9, 100))
+	})
+
+	t.Run("ReadAppliesTheCurrentTTL", func(t *testing.T) {
+		s := newStore(t, eventlog.Limits{})
+		long := eventlog.Policy{Events: 100, TTL: time.Hour}
+		appendPolicy(t, s, "app", long, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "old"}}, t0)
+		appendPolicy(t, s, "app", long, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "new"}}, t0.Add(8*time.Minute))
+		// The app's TTL was shortened to 5 minutes since: ten minutes on,
+		// only what is younger than 5 minutes is read, though the last
+		// append kept the first for an hour.
+		short := eventlog.Policy{Events: 100, TTL: 5 * time.Minute}
+		at := t0.Add(10 * time.Minute)
+		for _, newestFirst := range []bool{false, true} {
+			if got := datas(readAll(t, s, "app", "news", short, newestFirst, 100, at)); !slices.Equal(got, []string{"new"}) {
+				t.Fatalf("with a TTL of 5m, 10m on (newest first %v): got %v, want only the new one", newestFirst, got)
+			}
+		}
+		if got := datas(readAll(t, s, "app", "news", long, false, 100, at)); !slices.Equal(got, []string{"old", "new"}) {
+			t.Fatalf("with the TTL of 1h: got %v, want both", got)
+		}
+	})
+
+	t.Run("ClockBehindKeepsIDsIncreasing", func(t *testing.T) {
+		s := newStore(t, eventlog.Limits{})
+		// A node whose clock is a minute ahead appends, then one whose
+		// clock is right: its event is kept after the first.
+		appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "ahead"}}, t0.Add(time.Minute))
+		appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "behind"}}, t0)
+		appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "later"}}, t0.Add(2*time.Minute))
+		got := readAll(t, s, "app", "news", policy, false, 100, t0.Add(2*time.Minute))
+		if d := datas(got); !slices.Equal(d, []string{"ahead", "behind", "later"}) {
+			t.Fatalf("kept %v, want ahead, behind, later", d)
+		}
+		if !got[0].ID.Less(got[1].ID) || !got[1].ID.Less(got[2].ID) {
+			t.Fatalf("ids %v, %v, %v do not increase", got[0].ID, got[1].ID, got[2].ID)
+		}
+		if got[1].ID.MS != got[0].ID.MS {
+			t.Fatalf("the event from behind has id %v, want the first's millisecond %v", got[1].ID, got[0].ID)
+		}
+	})
+
+	t.Run("CursorAtTheLastID", func(t *testing.T) {
+		s := newStore(t, eventlog.Limits{})
+		appendN(t, s, "app", "news", 3, t0)
+		ms := uint64(t0.UnixMilli())
+		for _, after := range []eventlog.ID{{MS: ms, Seq: math.MaxUint64}, {MS: math.MaxUint64, Seq: math.MaxUint64}} {
+			if p := page(t, s, "app", "news", policy, eventlog.Query{OldestFirst: true, After: after}, t0); len(p.Events) != 0 || p.More {
+				t.Fatalf("oldest first after %v: got %v (more %v), want nothing", after, p.Events, p.More)
+			}
+			if p := page(t, s, "app", "news", policy, eventlog.Query{After: after}, t0); len(p.Events) != 3 || p.More {
+				t.Fatalf("newest first before %v: got %v (more %v), want the three", after, p.Events, p.More)
+			}
 		}
 	})
 
@@ -265,6 +338,11 @@ func readAll(t *testing.T, s eventlog.Store, app, channel string, p eventlog.Pol
 	return nil
 }
 
+// costs is what n events of size bytes (name and data) cost.
+func costs(n, size int) int {
+	return n * eventlog.Entry{Data: strings.Repeat("x", size)}.Cost()
+}
+
 func datas(evs []eventlog.Event) []string {
 	var out []string
 	for _, e := range evs {
@@ -280,11 +358,11 @@ func checkDropped(t *testing.T, s eventlog.Store, r eventlog.Reason, want int64)
 	}
 }
 
-func checkHeld(t *testing.T, s eventlog.Store, app string, events, bytes int64) {
+func checkHeld(t *testing.T, s eventlog.Store, app string, events int64, bytes int) {
 	t.Helper()
 	for _, a := range s.Stats().Apps {
 		if a.AppID == app {
-			if a.Events != events || a.Bytes != bytes {
+			if a.Events != events || a.Bytes != int64(bytes) {
 				t.Fatalf("app %s holds %d events of %d bytes, want %d of %d", app, a.Events, a.Bytes, events, bytes)
 			}
 			return
