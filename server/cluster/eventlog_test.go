@@ -275,6 +275,26 @@ func TestKeepCallsGroupConsecutiveAppendsOfOneAppOnly(t *testing.T) {
 	}
 }
 
+// keptNews returns the channel history of n's cluster, a policy keeping
+// 10 events, a subscriber of app's channel news on n, and publish, which
+// publishes a tick of data there kept in that history (the same Redis
+// keeps both).
+func keptNews(t *testing.T, n *node) (*EventLogStore, eventlog.Policy, *client, func(data string) error) {
+	store := n.c.EventLog(eventlog.Limits{})
+	p := eventlog.Policy{Events: 10, TTL: time.Hour}
+	sub := n.connect("app")
+	sub.subscribe("news", nil)
+	sub.wait("news", "pusher_internal:subscription_succeeded")
+	return store, p, sub, func(data string) error {
+		t.Helper()
+		kept, err := n.hub.PublishKept(store, p, time.Now(), hub.Message{AppID: "app", Channel: "news", Event: "tick", Data: data})
+		if !kept {
+			t.Fatalf("publish %s: not kept, the channel is on the history's Redis", data)
+		}
+		return err
+	}
+}
+
 // A trigger kept in its channel's history says what failed: refused while
 // Redis does not answer, as any trigger; delivered, with a warning, when
 // only its history append fails; delivered and kept without a word
@@ -283,19 +303,7 @@ func TestPublishKeptReportsWhatFailed(t *testing.T) {
 	rs := testredis.Start(t)
 	core, logs := observer.New(zapcore.WarnLevel)
 	n := startLoggedNode(t, rs, "kept:", "n1", zap.New(core))
-	store := n.c.EventLog(eventlog.Limits{})
-	p := eventlog.Policy{Events: 10, TTL: time.Hour}
-	sub := n.connect("app")
-	sub.subscribe("news", nil)
-	sub.wait("news", "pusher_internal:subscription_succeeded")
-	publish := func(data string) error {
-		t.Helper()
-		kept, err := n.hub.PublishKept(store, p, time.Now(), hub.Message{AppID: "app", Channel: "news", Event: "tick", Data: data})
-		if !kept {
-			t.Fatalf("publish %s: not kept, the channel is on the history's Redis", data)
-		}
-		return err
-	}
+	store, _, sub, publish := keptNews(t, n)
 	const notKept = "an event was delivered but not kept in its channel's history"
 	if err := publish("1"); err != nil {
 		t.Fatal(err)
