@@ -209,12 +209,12 @@ type row struct {
 	err error
 }
 
-// Scan is sql.Row's, with invalidText's mapping.
+// Scan is sql.Row's, with dbError's mapping.
 func (r *row) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
 	}
-	return invalidText(r.Row.Scan(dest...))
+	return dbError(r.Row.Scan(dest...))
 }
 
 // Err is sql.Row's.
@@ -222,7 +222,7 @@ func (r *row) Err() error {
 	if r.err != nil {
 		return r.err
 	}
-	return invalidText(r.Row.Err())
+	return dbError(r.Row.Err())
 }
 
 // handle is a connection pool that speaks the dialect.
@@ -236,7 +236,7 @@ func (h *handle) ExecContext(ctx context.Context, q string, args ...any) (sql.Re
 		return nil, err
 	}
 	res, err := h.DB.ExecContext(ctx, h.d.rebind(q), h.d.args(args)...)
-	return res, invalidText(err)
+	return res, dbError(err)
 }
 
 func (h *handle) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -244,7 +244,7 @@ func (h *handle) QueryContext(ctx context.Context, q string, args ...any) (*sql.
 		return nil, err
 	}
 	rows, err := h.DB.QueryContext(ctx, h.d.rebind(q), h.d.args(args)...)
-	return rows, invalidText(err)
+	return rows, dbError(err)
 }
 
 func (h *handle) QueryRowContext(ctx context.Context, q string, args ...any) *row {
@@ -265,7 +265,7 @@ func (t *tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result
 		return nil, err
 	}
 	res, err := t.Tx.ExecContext(ctx, t.d.rebind(q), t.d.args(args)...)
-	return res, invalidText(err)
+	return res, dbError(err)
 }
 
 func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -273,7 +273,7 @@ func (t *tx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows
 		return nil, err
 	}
 	rows, err := t.Tx.QueryContext(ctx, t.d.rebind(q), t.d.args(args)...)
-	return rows, invalidText(err)
+	return rows, dbError(err)
 }
 
 func (t *tx) QueryRowContext(ctx context.Context, q string, args ...any) *row {
@@ -314,7 +314,7 @@ func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error)
 		return nil, err
 	}
 	res, err := s.s.ExecContext(ctx, args...)
-	return res, invalidText(err)
+	return res, dbError(err)
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
@@ -325,7 +325,7 @@ func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error)
 		return nil, err
 	}
 	rows, err := s.s.QueryContext(ctx, args...)
-	return rows, invalidText(err)
+	return rows, dbError(err)
 }
 
 func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *row {

@@ -17,10 +17,10 @@ import (
 func (db *DB) pgxWrite(ctx context.Context, fn func(pgx.Tx) error) error {
 	conn, err := db.writer.Conn(ctx)
 	if err != nil {
-		return err
+		return unavailable(err)
 	}
 	defer conn.Close()
-	return conn.Raw(func(dc any) error {
+	return unavailable(conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return errors.New("not a pgx connection")
@@ -31,7 +31,7 @@ func (db *DB) pgxWrite(ctx context.Context, fn func(pgx.Tx) error) error {
 			}
 			return fn(t)
 		})
-	})
+	}))
 }
 
 // rowsSource streams the rows of a query into CopyFrom, each scanned as

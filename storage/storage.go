@@ -43,6 +43,13 @@ var (
 	// ErrUnknownInstance means an app was to be linked to a Push instance
 	// that does not exist (App.PushInstance).
 	ErrUnknownInstance = errors.New("storage: no such Push instance")
+	// ErrUnavailable means the database could not be reached or cannot
+	// write now — a PostgreSQL failover: the primary gone, a standby not
+	// yet promoted, a connection lost — rather than anything wrong with
+	// what was asked; the same request may succeed later. Each write is
+	// one transaction, so nothing of it is half-written; one whose commit
+	// was lost may or may not have been made.
+	ErrUnavailable = errors.New("storage: the database is unavailable")
 )
 
 // DB is an open Herald database: one writer connection and a pool of reader
@@ -326,7 +333,7 @@ func applyMigration(ctx context.Context, db *handle, version int, path string) (
 // write runs fn in a transaction on the writer connection.
 func (db *DB) write(ctx context.Context, fn func(*tx) error) error {
 	defer db.timed("write", time.Now())
-	return inTx(ctx, db.writer, fn)
+	return unavailable(inTx(ctx, db.writer, fn))
 }
 
 // writeRows runs fn in a write transaction that, on PostgreSQL, does not
@@ -337,7 +344,7 @@ func (db *DB) write(ctx context.Context, fn func(*tx) error) error {
 // rather than one at a time; on SQLite, with its one writer, it is write.
 func (db *DB) writeRows(ctx context.Context, fn func(*tx) error) error {
 	defer db.timed("write", time.Now())
-	return inTxLocking(ctx, db.writer, !db.d.postgres, fn)
+	return unavailable(inTxLocking(ctx, db.writer, !db.d.postgres, fn))
 }
 
 // read runs fn in a read-only transaction on a reader connection, so that
@@ -346,10 +353,10 @@ func (db *DB) read(ctx context.Context, fn func(*tx) error) error {
 	defer db.timed("read", time.Now())
 	t, err := db.reader.BeginTx(ctx, db.d.readOptions())
 	if err != nil {
-		return err
+		return unavailable(err)
 	}
 	defer t.Rollback() // nothing to commit
-	return fn(&tx{t, db.d})
+	return unavailable(fn(&tx{t, db.d}))
 }
 
 // writeLock is the PostgreSQL advisory lock every write transaction takes

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -24,6 +25,8 @@ type Error struct {
 	Status      int
 	Kind        string // short snake_case kind, the body's "error"
 	Description string // one sentence, the body's "description"
+	// RetryAfter, when set, is sent as the Retry-After header, in seconds.
+	RetryAfter int
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Kind, e.Description) }
@@ -39,6 +42,9 @@ func badRequest(kind, format string, args ...any) *Error {
 // writeError is the one function that writes an error body, used by every
 // failure path: handlers, generated error hooks, NoRoute, NoMethod, recovery.
 func writeError(c *gin.Context, e *Error) {
+	if e.RetryAfter > 0 {
+		c.Header("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	c.AbortWithStatusJSON(e.Status, common.Error{Error: e.Kind, Description: e.Description})
 }
 
@@ -49,6 +55,13 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 		var apiErr *Error
 		if errors.As(err, &apiErr) {
 			writeError(c, apiErr)
+			return
+		}
+		if errors.Is(err, storage.ErrUnavailable) {
+			// Not the request's fault, nor a bug: the database cannot
+			// write now (a failover). The client retries.
+			log.Warn("the database is unavailable; request answered 503", zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err))
+			writeError(c, databaseUnavailable)
 			return
 		}
 		if errors.Is(err, storage.ErrInvalidText) {
@@ -68,6 +81,15 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 		writeError(c, internalError)
 	}
 }
+
+// databaseUnavailable is the answer to every request that needed the
+// database while it could not be reached or could not write
+// (storage.ErrUnavailable): during a PostgreSQL failover, until a primary
+// answers. Whatever the request was, nothing of it is half-written; a
+// request whose commit was lost on the way may have been carried out, so a
+// publish is best retried with its Idempotency-Key.
+var databaseUnavailable = &Error{Status: http.StatusServiceUnavailable, Kind: KindDatabaseUnavailable, RetryAfter: 1,
+	Description: "The database cannot be reached or cannot write now (it may be failing over); retry after the time in Retry-After."}
 
 var internalError = &Error{Status: http.StatusInternalServerError, Kind: KindInternalError, Description: "The server failed to handle the request; it has been logged."}
 

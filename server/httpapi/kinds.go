@@ -11,6 +11,7 @@ const (
 	KindAuthKeyAppMismatch            = "auth_key_app_mismatch"
 	KindBodyTooLarge                  = "body_too_large"
 	KindDataTooLarge                  = "data_too_large"
+	KindDatabaseUnavailable           = "database_unavailable" // 503: the database cannot be reached or cannot write (a failover)
 	KindDeviceNotFound                = "device_not_found"
 	KindEmptyBatch                    = "empty_batch"
 	KindEndpointNotAllowed            = "endpoint_not_allowed"

@@ -128,7 +128,9 @@ func (api *PublishAPI) idempotencyKeys() gin.HandlerFunc {
 			b, _ := c.Value(publishBodyKey).([]byte)
 			return b
 		},
-		unavailable: internalError,
+		// The keys are in the database: when it fails, it is most likely
+		// unavailable, and the publish cannot be stored either.
+		unavailable: databaseUnavailable,
 	})
 }
 

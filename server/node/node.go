@@ -230,10 +230,10 @@ func (n *Node) openStorage(ctx context.Context, cfg config.Config, undo *closers
 	if n.instances, err = directory.NewInstances(ctx, db, n.log.Named("instances")); err != nil {
 		return fmt.Errorf("loading instances: %w", err)
 	}
-	n.ready = []httpapi.ReadyCheck{{Name: "database", Check: func(ctx context.Context) error {
-		_, err := db.DataVersion(ctx) // one row from a reader: the file answers
-		return err
-	}}}
+	// Ready while the database answers and takes writes: on PostgreSQL
+	// not while a failover leaves no primary, or only a standby, behind
+	// HERALD_DB.
+	n.ready = []httpapi.ReadyCheck{{Name: "database", Check: db.Ready}}
 	return nil
 }
 
