@@ -41,6 +41,7 @@ var (
 )
 
 type server struct {
+	port   int
 	url    string // of the server's postgres database, as the superuser
 	dir    string // the data folder we made, "" for HERALD_TEST_POSTGRES_URL
 	cmd    *exec.Cmd
@@ -64,10 +65,7 @@ func Start(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { srv, srvErr = startServer() })
 	if missing {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("PostgreSQL is not installed; CI must install it (Debian package postgresql)")
-		}
-		t.Skip("PostgreSQL is not installed (Debian package postgresql): skipping the PostgreSQL test")
+		skipMissing(t)
 	}
 	if srvErr != nil {
 		t.Fatalf("starting PostgreSQL: %v", srvErr)
@@ -98,6 +96,16 @@ func Start(t testing.TB) string {
 	return u.String()
 }
 
+// skipMissing skips t because the PostgreSQL binaries are not installed,
+// or fails it under CI=true.
+func skipMissing(t testing.TB) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal("PostgreSQL is not installed; CI must install it (Debian package postgresql)")
+	}
+	t.Skip("PostgreSQL is not installed (Debian package postgresql): skipping the PostgreSQL test")
+}
+
 // PID is the process id of the server Start's databases are on (0 when it
 // is one named by HERALD_TEST_POSTGRES_URL, or none started yet): its
 // sessions run in child processes, which benchmarks count in its CPU time.
@@ -117,60 +125,92 @@ func startServer() (*server, error) {
 		missing = true
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "herald-pg-")
+	cred, err := runAs()
 	if err != nil {
 		return nil, err
 	}
-	// initdb and postgres refuse to run as root: then they run as the
-	// postgres user (or nobody), who must own the folder.
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		if cred, err = unprivileged(); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	dir, err := serverDir(cred)
+	if err != nil {
+		return nil, err
 	}
 	data := filepath.Join(dir, "data")
+	if err := initData(initdb, data, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &server{dir: dir}
+	if err := s.startOnFreePort(pgBin, data, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// runAs is the user the PostgreSQL programs run as: nil for the test's own,
+// except when the tests run as root, which initdb and postgres refuse: the
+// postgres user (or nobody) then.
+func runAs() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	return unprivileged()
+}
+
+// serverDir makes a new temporary folder for a server, owned by cred's user.
+func serverDir(cred *syscall.Credential) (string, error) {
+	dir, err := os.MkdirTemp("", "herald-pg-")
+	if err != nil {
+		return "", err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// initData makes a new data folder (initdb) owned by cred's user.
+func initData(initdb, data string, cred *syscall.Credential) error {
 	// A linguistic collation (ICU's English, where 'a' sorts before 'Z'),
 	// as operators' databases often have: the schema must not depend on
 	// the database's locale. Plain initdb where ICU is missing.
 	var out []byte
+	var err error
 	for _, locale := range [][]string{{"--locale-provider=icu", "--icu-locale=en-US"}, nil} {
 		os.RemoveAll(data)
 		cmd := exec.Command(initdb, append([]string{"-D", data, "-U", "herald", "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions"}, locale...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		if out, err = cmd.CombinedOutput(); err == nil {
-			break
+			return nil
 		}
 	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
-	}
-	s := &server{dir: dir}
+	return fmt.Errorf("initdb: %v\n%s", err, out)
+}
+
+// startOnFreePort starts the server of data on a free port, trying again
+// on another when the port was taken meanwhile; settings are added to
+// start's.
+func (s *server) startOnFreePort(pgBin, data string, cred *syscall.Credential, settings ...string) error {
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+			return err
 		}
-		if err = s.start(pgBin, data, port, cred); err == nil {
-			return s, nil
+		if err = s.start(pgBin, data, port, cred, settings...); err == nil {
+			return nil
 		}
 		if attempt == 4 {
-			os.RemoveAll(dir)
-			return nil, err
+			return err
 		}
 	}
 }
 
 // start runs postgres on port, tuned for tests (no fsync: a test database
-// need not survive a crash), and waits until it answers.
-func (s *server) start(pgBin, data string, port int, cred *syscall.Credential) error {
+// need not survive a crash), with settings ("name=value") after those, and
+// waits until it answers.
+func (s *server) start(pgBin, data string, port int, cred *syscall.Credential, settings ...string) error {
 	logFile := filepath.Join(s.dir, "postgres.log")
 	log, err := os.Create(logFile)
 	if err != nil {
@@ -180,8 +220,12 @@ func (s *server) start(pgBin, data string, port int, cred *syscall.Credential) e
 	if cred != nil {
 		os.Chown(logFile, int(cred.Uid), int(cred.Gid))
 	}
-	cmd := exec.Command(pgBin, "-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-k", s.dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
+	args := []string{"-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-k", s.dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200"}
+	for _, setting := range settings {
+		args = append(args, "-c", setting) // the last of a name wins
+	}
+	cmd := exec.Command(pgBin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, so a signal to the test's group leaves it be
 	// until stop; killed with the test process if that dies first.
@@ -195,6 +239,7 @@ func (s *server) start(pgBin, data string, port int, cred *syscall.Credential) e
 		cmd.Process.Kill()
 		<-exited
 	}
+	s.port = port
 	s.url = fmt.Sprintf("postgres://herald@127.0.0.1:%d/postgres?sslmode=disable", port)
 	db, err := sql.Open("pgx", s.url)
 	if err != nil {
