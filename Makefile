@@ -41,7 +41,12 @@ image: build
 	  -t $(IMAGE) $(IMAGE_CTX)
 
 ## test: every test — Go (with the race detector), the TypeScript client package, the real-SDK compatibility suites, a load-tool smoke run, the image and the Helm chart
-test: test-go test-ts test-compat test-load-smoke test-image
+test: test-go test-ts test-compat test-load-smoke test-helm test-image
+
+## test-helm: the Helm chart (scripts/helm/herald): helm lint, and each main value set rendered and decoded strictly into the Kubernetes API types (tools/helm, Helm's packages in their own module)
+test-helm:
+	cd tools/helm && $(GO) test -count=1 ./...
+	cd tools/helm && $(GO) run . lint ../../scripts/helm/herald
 
 ## test-image: make image, then the container tests on it with podman (server/container_test.go): a node alone on its volume, a cluster of three, the Helm chart played with podman kube play
 test-image: image $(COMPAT_DIR)/node_modules/.installed
@@ -91,6 +96,7 @@ check-tidy:
 	cd tools && $(GO) mod tidy -diff
 	cd tools/load && $(GO) mod tidy -diff
 	cd tools/baseline && $(GO) mod tidy -diff
+	cd tools/helm && $(GO) mod tidy -diff
 
 ## lint: go vet and staticcheck (the server, and the limit baseline in tools/baseline), and lint-spec
 lint: lint-spec

@@ -133,7 +133,7 @@ func (p *podman) run(name string, args []string, cmd ...string) *container {
 		if p.t.Failed() {
 			p.t.Logf("logs of %s:\n%s", c.name, c.logs())
 		}
-		p.output("rm", "--force", "--time", "0", c.name)
+		p.output("rm", "--force", "--volumes", "--time", "0", c.name)
 	})
 	p.must(append(append(append([]string{"run", "--detach", "--name", c.name}, args...), p.image), cmd...)...)
 	return c
@@ -680,4 +680,64 @@ func TestContainerCluster(t *testing.T) {
 		t.Fatalf("the publish was sent by %+v, want a share on each of the three nodes", shares)
 	}
 	t.Logf("the publish's shares: %+v", shares)
+}
+
+// The Helm chart's cluster mode (scripts/helm/herald), rendered by
+// tools/helm with Helm's packages and played with podman kube play: the
+// Deployment, its ConfigMap and its Secret (given to podman secret create,
+// see tools/helm), on a Redis run by the test. The pod starts, passes the
+// readiness probe's request (GET /readyz, Redis included), takes its node
+// id from its name, and pusher-js receives a trigger signed with the app
+// secret from the Secret.
+func TestContainerHelmChart(t *testing.T) {
+	p := startPodman(t)
+	redis := testredis.Start(t)
+	addr := freeAddr(t)
+	release := p.name("chart")
+	colon := strings.LastIndex(p.image, ":")
+	if colon < strings.LastIndex(p.image, "/") {
+		t.Fatalf("HERALD_IMAGE=%s has no tag", p.image)
+	}
+	creds := credentials{AppID: "9", Key: "chart-key", Secret: "chart-secret"}
+	secrets := t.TempDir()
+	render := exec.Command("go", "run", ".", "template", "--podman", addr, "--secrets", secrets,
+		"--set", "fullnameOverride="+release, "--set", "replicaCount=1", "--set", "redis.url="+redis.URL(),
+		"--set", "image.repository="+p.image[:colon], "--set", "image.tag="+p.image[colon+1:], "--set", "image.pullPolicy=Never",
+		"--set", "env.HERALD_APP_ID="+creds.AppID, "--set", "env.HERALD_APP_KEY="+creds.Key,
+		"--set", "secretEnv.HERALD_APP_SECRET="+creds.Secret,
+		filepath.Join("..", "..", "scripts", "helm", "herald"))
+	render.Dir = filepath.Join("..", "tools", "helm")
+	var stderr strings.Builder
+	render.Stderr = &stderr
+	manifest, err := render.Output()
+	if err != nil {
+		t.Fatalf("tools/helm template: %v\n%s", err, stderr.String())
+	}
+	file := filepath.Join(t.TempDir(), "herald.yaml")
+	if err := os.WriteFile(file, manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.must("secret", "create", release, filepath.Join(secrets, release+".json"))
+	t.Cleanup(func() { p.output("secret", "rm", release) })
+	// From a folder of its own: podman 4.3 builds an image from a folder of
+	// the image's name in its working folder (here ./herald, the binary).
+	play := exec.Command("podman", "kube", "play", file)
+	play.Env, play.Dir = p.env, t.TempDir()
+	out, err := play.CombinedOutput()
+	t.Cleanup(func() {
+		c := &container{p: p, name: release + "-pod-0-herald"}
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", c.name, c.logs())
+		}
+		p.output("kube", "down", file)
+	})
+	if err != nil {
+		t.Fatalf("podman kube play: %v\n%s\n%s", err, out, manifest)
+	}
+	c := &container{p: p, name: release + "-pod-0-herald"}
+	ready(t, c, "http://"+addr)
+	if nodes := logEntries(c.logs(), "cluster mode"); len(nodes) != 1 || nodes[0]["node"] != release+"-pod-0" {
+		t.Fatalf("the pod's node id, from its name: %v", nodes)
+	}
+	channelsSmoke(t, creds, addr, addr)
 }
