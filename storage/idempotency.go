@@ -71,14 +71,29 @@ func (db *DB) ClaimIdempotencyKey(ctx context.Context, c KeyClaim, fingerprint s
 }
 
 // CompleteIdempotencyKey keeps the answer (status and body) of the request
-// that claimed the key, until expires, if c is still the key's claim.
-func (db *DB) CompleteIdempotencyKey(ctx context.Context, c KeyClaim, status int, response []byte, expires time.Time) error {
+// that claimed the key, until expires, if c is still the key's claim. Then,
+// when the instance's keys cost more than maxBytes (each its key's and
+// answer's bytes and overhead), its oldest are deleted until they do not:
+// this one too, should its answer alone be over.
+func (db *DB) CompleteIdempotencyKey(ctx context.Context, c KeyClaim, status int, response []byte, expires time.Time, maxBytes, overhead int) error {
 	if response == nil {
 		response = []byte{}
 	}
 	err := db.write(ctx, func(tx *tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET status = ?, response = ?, expires_ms = ?
+		res, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET status = ?, response = ?, expires_ms = ?
 			WHERE instance_id = ? AND key = ? AND token = ?`, status, response, expires.UnixMilli(), c.InstanceID, c.Key, c.Token)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		// The newest keys whose costs add up to at most maxBytes stay.
+		_, err = tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE instance_id = ? AND key IN (
+			SELECT key FROM (
+				SELECT key, SUM(length(key) + length(response) + ?) OVER (ORDER BY created_ms DESC, key DESC) AS total
+				FROM idempotency_keys WHERE instance_id = ?) AS newest
+			WHERE total > ?)`, c.InstanceID, overhead, c.InstanceID, maxBytes)
 		return err
 	})
 	if err != nil {

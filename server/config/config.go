@@ -103,9 +103,13 @@ type Config struct {
 	// Idempotent publishing (README, Idempotent publishing).
 	IdempotencyTTL     time.Duration // HERALD_IDEMPOTENCY_TTL: how long an Idempotency-Key is remembered; 0 means 24h
 	IdempotencyMaxKeys int           // HERALD_IDEMPOTENCY_MAX_KEYS: keys kept per app and per instance; 0 means 10000
+	// IdempotencyMaxBytes (HERALD_IDEMPOTENCY_MAX_BYTES) is what the kept
+	// keys of an app or instance may cost (idempotency.KeyCost); 0 means
+	// 32 MiB.
+	IdempotencyMaxBytes int
 
 	// Channel history (README, Channel history): bounds per app.
-	HistoryMaxBytes    int // HERALD_HISTORY_MAX_BYTES: bytes of event names and data kept per app; 0 means 16 MiB
+	HistoryMaxBytes    int // HERALD_HISTORY_MAX_BYTES: what an app's history may cost (eventlog.Limits); 0 means 16 MiB
 	HistoryMaxChannels int // HERALD_HISTORY_MAX_CHANNELS: channels with history kept per app; 0 means 10000
 
 	// Warnings are what the loading noticed and let pass (a configuration
@@ -252,6 +256,7 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	count("HERALD_WEBHOOK_MAX_QUEUED", &c.WebhookMaxQueued)
 	count("HERALD_MAX_SUBSCRIPTIONS_PER_APP", &c.MaxSubscriptions)
 	count("HERALD_IDEMPOTENCY_MAX_KEYS", &c.IdempotencyMaxKeys)
+	count("HERALD_IDEMPOTENCY_MAX_BYTES", &c.IdempotencyMaxBytes)
 	count("HERALD_HISTORY_MAX_BYTES", &c.HistoryMaxBytes)
 	count("HERALD_HISTORY_MAX_CHANNELS", &c.HistoryMaxChannels)
 	if env("HERALD_APP_HISTORY_EVENTS") != "" {

@@ -26,7 +26,7 @@ var defaults = Config{
 	Addr: DefaultAddr, DB: DefaultDB, LogFormat: "json", LogLevel: "info", AnonRateLimit: DefaultAnonRateLimit,
 	ActivityTimeout: 120 * time.Second, PongTimeout: 30 * time.Second, WebhookMaxQueued: 10000,
 	BodyReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, PushLease: 30 * time.Second,
-	IdempotencyTTL: 24 * time.Hour, IdempotencyMaxKeys: 10000,
+	IdempotencyTTL: 24 * time.Hour, IdempotencyMaxKeys: 10000, IdempotencyMaxBytes: 32 << 20,
 	HistoryMaxBytes: 16 << 20, HistoryMaxChannels: 10000,
 }
 
@@ -67,6 +67,7 @@ func TestLoad(t *testing.T) {
 		"HERALD_PUSH_LEASE":                "5s",
 		"HERALD_IDEMPOTENCY_TTL":           "1h",
 		"HERALD_IDEMPOTENCY_MAX_KEYS":      "50",
+		"HERALD_IDEMPOTENCY_MAX_BYTES":     "65536",
 		"HERALD_APP_HISTORY_EVENTS":        "0",
 		"HERALD_APP_HISTORY_TTL":           "5m",
 		"HERALD_APP_PUSH_INSTANCE":         "3f2504e0-4f89-41d3-9a0c-0305e82c3301",
@@ -109,6 +110,7 @@ func TestLoad(t *testing.T) {
 		PushLease:             5 * time.Second,
 		IdempotencyTTL:        time.Hour,
 		IdempotencyMaxKeys:    50,
+		IdempotencyMaxBytes:   65536,
 		AppHistoryEvents:      new(int), // set to 0: history off
 		AppHistoryTTL:         5 * time.Minute,
 		AppPushInstance:       "3f2504e0-4f89-41d3-9a0c-0305e82c3301",

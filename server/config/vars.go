@@ -62,7 +62,8 @@ var Vars = []Var{
 	{Name: "HERALD_PUSH_LEASE", Default: "30s", Doc: "how long a node holds a page of a push publish's targets without renewing it (it renews every quarter of it): on a shared PostgreSQL database, how soon another node takes over a dead one's pages"},
 	{Name: "HERALD_IDEMPOTENCY_TTL", Default: "24h", Doc: "how long an Idempotency-Key of a trigger, batch or Beams publish is remembered from its first request"},
 	{Name: "HERALD_IDEMPOTENCY_MAX_KEYS", Default: "10000", Doc: "Idempotency-Key values kept per app and per instance; past it the oldest are forgotten first"},
-	{Name: "HERALD_HISTORY_MAX_BYTES", Default: "16777216", Doc: "bytes of channel history (event names and data) kept per app; past it the least recently written channel's oldest events go first"},
+	{Name: "HERALD_IDEMPOTENCY_MAX_BYTES", Default: "33554432", Doc: "bytes of Idempotency-Key answers kept per app and per instance (each its key, its answer and 256 bytes); past it the oldest are forgotten first"},
+	{Name: "HERALD_HISTORY_MAX_BYTES", Default: "16777216", Doc: "bytes of channel history kept per app (each event its name, data and 64 bytes; each channel 512 bytes and its name five times); past it the least recently written channel's oldest events go first"},
 	{Name: "HERALD_HISTORY_MAX_CHANNELS", Default: "10000", Doc: "channels with history kept per app; past it the least recently written channel's history goes"},
 	{Name: "HERALD_NODE_ID", Doc: "this node's id in the cluster and in the push publishes' leases, unique among its nodes (unset: random at each start)"},
 }

@@ -30,11 +30,24 @@ const (
 	// DefaultMaxKeys is how many keys one scope keeps; beyond it the
 	// oldest are forgotten first.
 	DefaultMaxKeys = 10000
+	// DefaultMaxBytes is what one scope's kept keys may cost in all
+	// (KeyCost); beyond it the oldest are forgotten first. 10,000 answers
+	// of a trigger with a few channels' info fit; 10,000 of 23 KB do not.
+	DefaultMaxBytes = 32 << 20
 	// DefaultLock is how long a key stays claimed by a request that has not
 	// finished: a node that died while processing it leaves a claim that
 	// expires after this, instead of a key that answers 409 for a day.
 	DefaultLock = time.Minute
 )
+
+// KeyOverhead is what a kept key costs beyond its name and its answer's
+// body: its fingerprint, its claim's token, its times and its place in its
+// scope's order, in memory as in Redis or the database.
+const KeyOverhead = 256
+
+// KeyCost is what a key with an answer of body bytes counts against
+// Options.MaxBytes (body is 0 while the key is claimed).
+func KeyCost(key string, body int) int { return len(key) + body + KeyOverhead }
 
 // MaxKeyLength is the longest key accepted, in bytes; keys are 1 to
 // MaxKeyLength printable ASCII characters (ValidKey).
@@ -133,8 +146,10 @@ type Store interface {
 	// Making room for a new key may forget the scope's oldest.
 	Begin(ctx context.Context, c Claim, fp Fingerprint, now time.Time) (*Entry, error)
 	// Complete keeps the claim's answer until c.Expires, if the claim is
-	// still the key's. It may keep res.Body itself: the caller hands it
-	// over and does not change it afterwards.
+	// still the key's; making room for its bytes may forget the scope's
+	// oldest keys (and this one, should its answer alone be over the
+	// bound). It may keep res.Body itself: the caller hands it over and
+	// does not change it afterwards.
 	Complete(ctx context.Context, c Claim, res Response) error
 	// Release forgets the key, if c is still its claim, so that the
 	// request may be tried again.
@@ -143,9 +158,10 @@ type Store interface {
 
 // Options bound a Guard and its store.
 type Options struct {
-	TTL     time.Duration // how long a key is remembered; DefaultTTL when 0
-	MaxKeys int           // keys kept per scope; DefaultMaxKeys when 0
-	Lock    time.Duration // how long an unfinished claim holds; DefaultLock when 0
+	TTL      time.Duration // how long a key is remembered; DefaultTTL when 0
+	MaxKeys  int           // keys kept per scope; DefaultMaxKeys when 0
+	MaxBytes int           // what a scope's keys cost in all (KeyCost); DefaultMaxBytes when 0
+	Lock     time.Duration // how long an unfinished claim holds; DefaultLock when 0
 }
 
 // WithDefaults returns o with the defaults in place of its zero fields.
@@ -155,6 +171,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = DefaultMaxKeys
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.Lock <= 0 {
 		o.Lock = DefaultLock
@@ -191,6 +210,13 @@ type Guard struct {
 func NewGuard(store Store, opts Options) *Guard {
 	_, inProcess := store.(*Memory)
 	return &Guard{store: store, opts: opts.WithDefaults(), now: time.Now, inProcess: inProcess}
+}
+
+// WithClock makes the guard tell the time with now instead of time.Now (a
+// test's clock), and returns it.
+func (g *Guard) WithClock(now func() time.Time) *Guard {
+	g.now = now
+	return g
 }
 
 // finishTimeout bounds Finish's write to a store that does I/O. It runs

@@ -12,8 +12,9 @@ import (
 // restart, which for a Channels trigger (itself not kept) loses nothing a
 // client could tell.
 type Memory struct {
-	maxKeys int
-	lock    time.Duration
+	maxKeys  int
+	maxBytes int
+	lock     time.Duration
 
 	mu     sync.Mutex
 	scopes map[string]*memScope
@@ -30,6 +31,7 @@ type memScope struct {
 	keys        map[string]*memEntry
 	front, back *memEntry
 	n           int
+	bytes       int // KeyCost of every key
 }
 
 type memEntry struct {
@@ -50,7 +52,11 @@ func (s *memScope) pushBack(e *memEntry) {
 	s.back = e
 	s.keys[e.key] = e
 	s.n++
+	s.bytes += e.cost()
 }
+
+// cost is what e counts against Options.MaxBytes.
+func (e *memEntry) cost() int { return KeyCost(e.key, len(e.entry.Response.Body)) }
 
 // unlink takes e out of the scope.
 func (s *memScope) unlink(e *memEntry) {
@@ -67,15 +73,16 @@ func (s *memScope) unlink(e *memEntry) {
 	e.prev, e.next = nil, nil
 	delete(s.keys, e.key)
 	s.n--
+	s.bytes -= e.cost()
 }
 
 var _ Store = (*Memory)(nil)
 
-// NewMemory returns an empty store keeping at most opts.MaxKeys keys per
-// scope, an unfinished claim for at most opts.Lock.
+// NewMemory returns an empty store keeping at most opts.MaxKeys keys and
+// opts.MaxBytes per scope, an unfinished claim for at most opts.Lock.
 func NewMemory(opts Options) *Memory {
 	opts = opts.WithDefaults()
-	return &Memory{maxKeys: opts.MaxKeys, lock: opts.Lock, scopes: map[string]*memScope{}}
+	return &Memory{maxKeys: opts.MaxKeys, maxBytes: opts.MaxBytes, lock: opts.Lock, scopes: map[string]*memScope{}}
 }
 
 // Begin implements Store.
@@ -96,13 +103,18 @@ func (m *Memory) Begin(_ context.Context, c Claim, fp Fingerprint, now time.Time
 		// An expired claim deeper in the list than expire looks.
 		m.remove(s, me)
 	}
-	for s.n >= m.maxKeys {
-		m.remove(s, s.front)
-		m.evicted.Add(1)
+	for s.front != nil && (s.n >= m.maxKeys || s.bytes+KeyCost(c.Key, 0) > m.maxBytes) {
+		m.evict(s)
 	}
 	s.pushBack(&memEntry{key: c.Key, token: c.Token, expires: c.LockEnd(now, m.lock), entry: Entry{Fingerprint: fp}})
 	m.keys.Add(1)
 	return nil, nil
+}
+
+// evict forgets s's oldest key before its time, to make room.
+func (m *Memory) evict(s *memScope) {
+	m.remove(s, s.front)
+	m.evicted.Add(1)
 }
 
 // Complete implements Store. It keeps res.Body itself, not a copy.
@@ -110,8 +122,14 @@ func (m *Memory) Complete(_ context.Context, c Claim, res Response) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.claimed(c); e != nil {
+		s := m.scopes[c.Scope]
+		s.bytes -= e.cost()
 		e.entry.Done, e.entry.Response = true, res
 		e.expires = c.Expires
+		s.bytes += e.cost()
+		for s.bytes > m.maxBytes {
+			m.evict(s)
+		}
 	}
 	return nil
 }

@@ -18,9 +18,10 @@ import (
 // instance (the scope) in the database, so they hold across restarts and,
 // on a PostgreSQL database, over every node sharing it.
 type Store struct {
-	db      *storage.DB
-	maxKeys int
-	lock    time.Duration
+	db       *storage.DB
+	maxKeys  int
+	maxBytes int
+	lock     time.Duration
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -28,7 +29,7 @@ var _ idempotency.Store = (*Store)(nil)
 // New returns the store over db with opts' bounds.
 func New(db *storage.DB, opts idempotency.Options) *Store {
 	opts = opts.WithDefaults()
-	return &Store{db: db, maxKeys: opts.MaxKeys, lock: opts.Lock}
+	return &Store{db: db, maxKeys: opts.MaxKeys, maxBytes: opts.MaxBytes, lock: opts.Lock}
 }
 
 func keyClaim(c idempotency.Claim) storage.KeyClaim {
@@ -50,7 +51,7 @@ func (s *Store) Begin(ctx context.Context, c idempotency.Claim, fp idempotency.F
 
 // Complete implements Store.
 func (s *Store) Complete(ctx context.Context, c idempotency.Claim, res idempotency.Response) error {
-	return s.db.CompleteIdempotencyKey(ctx, keyClaim(c), res.Status, res.Body, c.Expires)
+	return s.db.CompleteIdempotencyKey(ctx, keyClaim(c), res.Status, res.Body, c.Expires, s.maxBytes, idempotency.KeyOverhead)
 }
 
 // Release implements Store.

@@ -105,6 +105,38 @@ func Run(t *testing.T, newStore NewStore) {
 		mustBegin(t, s, claim("s1", "k0", "b", at), fp1, at, nil) // forgotten for k3
 	})
 
+	t.Run("OldestForgottenPastTheBytes", func(t *testing.T) {
+		body := make([]byte, 1000)
+		o := opts
+		o.MaxKeys, o.MaxBytes = 100, 3*idempotency.KeyCost("k0", len(body))
+		s := newStore(t, o)
+		res := idempotency.Response{Status: 200, Body: body}
+		complete := func(key string, at time.Time, res idempotency.Response) {
+			t.Helper()
+			c := claim("s1", key, "a", at)
+			mustBegin(t, s, c, fp1, at, nil)
+			if err := s.Complete(ctx, c, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 4 {
+			complete(fmt.Sprint("k", i), t0.Add(time.Duration(i)*time.Millisecond), res)
+		}
+		// Three answers fit: the oldest of four went.
+		at := t0.Add(time.Second)
+		for _, k := range []string{"k1", "k2", "k3"} {
+			mustBegin(t, s, claim("s1", k, "b", at), fp1, at, &idempotency.Entry{Fingerprint: fp1, Done: true, Response: res})
+		}
+		mustBegin(t, s, claim("s1", "k0", "b", at), fp1, at, nil)
+		// An answer over the bound by itself is not kept, and takes the
+		// others with it.
+		complete("big", at.Add(time.Millisecond), idempotency.Response{Status: 200, Body: make([]byte, o.MaxBytes)})
+		later := at.Add(time.Second)
+		for _, k := range []string{"big", "k3"} {
+			mustBegin(t, s, claim("s1", k, "c", later), fp1, later, nil)
+		}
+	})
+
 	t.Run("OneOfManyClaims", func(t *testing.T) {
 		s := newStore(t, opts)
 		const n = 8
@@ -128,6 +160,62 @@ func Run(t *testing.T, newStore NewStore) {
 		if got := len(won); got != 1 {
 			t.Fatalf("%d of %d concurrent claims of one key won, want 1", got, n)
 		}
+	})
+
+	t.Run("Guard", func(t *testing.T) { runGuard(t, newStore) })
+}
+
+// runGuard runs the rules a Guard applies over stores from newStore, with
+// the default bounds (the README's numbers), on a clock the test moves: a
+// completed key is replayed for the whole TTL, well past the claim's lock;
+// an unfinished claim holds for the lock, not longer; a failure frees its
+// key.
+func runGuard(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	res := idempotency.Response{Status: 200, Body: []byte(`{"ok":true}`)}
+	start := func(t *testing.T) (*idempotency.Guard, *time.Time) {
+		clock := t0
+		opts := idempotency.Options{}
+		return idempotency.NewGuard(newStore(t, opts), opts).WithClock(func() time.Time { return clock }), &clock
+	}
+	begin := func(t *testing.T, g *idempotency.Guard, want idempotency.Outcome) (idempotency.Claim, idempotency.Response) {
+		t.Helper()
+		out, c, r, err := g.Begin(ctx, "s1", "k", fp1)
+		if err != nil || out != want {
+			t.Fatalf("Begin: %v, %v; want %v", out, err, want)
+		}
+		return c, r
+	}
+	t.Run("DoneKeyReplaysForItsTTL", func(t *testing.T) {
+		g, clock := start(t)
+		c, _ := begin(t, g, idempotency.Proceed)
+		if err := g.Finish(ctx, c, res); err != nil {
+			t.Fatal(err)
+		}
+		for _, at := range []time.Duration{2 * time.Minute, idempotency.DefaultTTL - time.Millisecond} {
+			*clock = t0.Add(at)
+			if _, got := begin(t, g, idempotency.Replay); got.Status != res.Status || string(got.Body) != string(res.Body) {
+				t.Fatalf("%v on: replayed %d %s, want %d %s", at, got.Status, got.Body, res.Status, res.Body)
+			}
+		}
+		*clock = t0.Add(idempotency.DefaultTTL)
+		begin(t, g, idempotency.Proceed)
+	})
+	t.Run("ClaimHoldsForTheLock", func(t *testing.T) {
+		g, clock := start(t)
+		begin(t, g, idempotency.Proceed)
+		*clock = t0.Add(idempotency.DefaultLock - time.Millisecond)
+		begin(t, g, idempotency.InFlight)
+		*clock = t0.Add(idempotency.DefaultLock)
+		begin(t, g, idempotency.Proceed)
+	})
+	t.Run("FailureFreesTheKey", func(t *testing.T) {
+		g, _ := start(t)
+		c, _ := begin(t, g, idempotency.Proceed)
+		if err := g.Finish(ctx, c, idempotency.Response{Status: 500, Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		begin(t, g, idempotency.Proceed)
 	})
 }
 
