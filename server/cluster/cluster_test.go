@@ -883,3 +883,19 @@ func TestRedisClientsGiveUpQuickly(t *testing.T) {
 		}
 	}
 }
+
+// A query of the HTTP API (channels, presence users, a cached event) waits
+// 2 s at most for Redis: its context's deadline.
+func TestQueriesWaitTwoSecondsAtMost(t *testing.T) {
+	c, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis://127.0.0.1:1/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := c.queryContext()
+	defer cancel()
+	deadline, ok := ctx.Deadline()
+	if left := time.Until(deadline); !ok || left > 2*time.Second || left < time.Second {
+		t.Fatalf("a query's deadline is %v away (%v), want 2 s", left, ok)
+	}
+}
