@@ -156,7 +156,7 @@ func openSQLite(ctx context.Context, path string) (*DB, error) {
 // URL; its connection parameters — sslmode, connect_timeout, … — apply) and applies any
 // pending migrations.
 func openPostgres(ctx context.Context, dsn string) (*DB, error) {
-	pool, err := sql.Open("pgx", dsn)
+	pool, err := sql.Open("pgx", withConnectTimeout(dsn))
 	if err != nil {
 		return nil, fmt.Errorf("open PostgreSQL: %w", err)
 	}
@@ -176,6 +176,29 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 		return nil, fmt.Errorf("open PostgreSQL: %w", err)
 	}
 	return &DB{writer: h, reader: h, d: d, schema: schema}, nil
+}
+
+// DefaultConnectTimeout bounds each attempt to connect to a PostgreSQL
+// server, unless the URL sets connect_timeout: without it, a server whose
+// machine died (its packets dropped, no refusal) holds every request that
+// needs a new connection for as long as the system's TCP retries (minutes),
+// and a multi-host URL does not move on to the next host meanwhile.
+const DefaultConnectTimeout = 5 * time.Second
+
+// withConnectTimeout is dsn with connect_timeout=DefaultConnectTimeout
+// added when it sets none.
+func withConnectTimeout(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn // pgx says what is wrong with it
+	}
+	q := u.Query()
+	if q.Get("connect_timeout") != "" {
+		return dsn
+	}
+	q.Set("connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // Name is how dsn is shown in messages: a PostgreSQL URL without its

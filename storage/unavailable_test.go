@@ -186,3 +186,18 @@ func TestUnavailablePostgreSQL(t *testing.T) {
 	_, err = db.GetInstance(ctx, instanceID)
 	checkErr(t, "GetInstance on a read-only server", err, nil)
 }
+
+// A PostgreSQL URL without connect_timeout gets DefaultConnectTimeout's, so
+// that a dead server's dropped packets cannot hold requests for minutes;
+// one that sets it keeps its own, and the rest of the URL is kept.
+func TestConnectTimeout(t *testing.T) {
+	for _, tt := range []struct{ dsn, want string }{
+		{"postgres://u:p@a:5432,b:5433/herald?target_session_attrs=read-write",
+			"postgres://u:p@a:5432,b:5433/herald?connect_timeout=5&target_session_attrs=read-write"},
+		{"postgres://u@a/herald?connect_timeout=2&sslmode=verify-full", "postgres://u@a/herald?connect_timeout=2&sslmode=verify-full"},
+	} {
+		if got := withConnectTimeout(tt.dsn); got != tt.want {
+			t.Errorf("withConnectTimeout(%s) = %s, want %s", tt.dsn, got, tt.want)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -60,7 +62,7 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 		if errors.Is(err, storage.ErrUnavailable) {
 			// Not the request's fault, nor a bug: the database cannot
 			// write now (a failover). The client retries.
-			log.Warn("the database is unavailable; request answered 503", zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err))
+			warnUnavailable(log, c, err)
 			writeError(c, databaseUnavailable)
 			return
 		}
@@ -80,6 +82,21 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 		log.Error("request failed", zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err))
 		writeError(c, internalError)
 	}
+}
+
+// unavailableWarned is when the last answer 503 database_unavailable was
+// logged at warn, unix ms: a database failing over would otherwise write a
+// warning per request. The others are logged at debug.
+var unavailableWarned atomic.Int64
+
+func warnUnavailable(log *zap.Logger, c *gin.Context, err error) {
+	now := time.Now().UnixMilli()
+	fields := []zap.Field{zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err)}
+	if last := unavailableWarned.Load(); now-last >= limitWarnEvery.Milliseconds() && unavailableWarned.CompareAndSwap(last, now) {
+		log.Warn("the database is unavailable: requests that need it are answered 503", append(fields, zap.Duration("quiet_for", limitWarnEvery))...)
+		return
+	}
+	log.Debug("the database is unavailable; request answered 503", fields...)
 }
 
 // databaseUnavailable is the answer to every request that needed the
