@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,5 +189,40 @@ func TestTriggerRetrySignedAnewIsReplayed(t *testing.T) {
 	}
 	if got := strings.Join(s.received(t, sub), " "); got != "news:e:once" {
 		t.Fatalf("subscriber received %q, want the event once", got)
+	}
+}
+
+// A trigger whose handler panics is answered 500 and frees its key: the
+// retry with the same key is processed again, not answered with a replay
+// of an empty answer.
+func TestTriggerRetriedAfterAPanicIsProcessed(t *testing.T) {
+	var panicked atomic.Bool
+	s := newTestServerWith(t, testApps, func(api *ChannelsAPI) {
+		api.OnTrigger(func(_, _, _, _ string) {
+			if panicked.CompareAndSwap(false, true) {
+				panic("a bug after the publish")
+			}
+		})
+	})
+	sub := s.subscriber(t, "1", "", "news")
+	trigger := func() *channelsclient.TriggerEventResponse {
+		t.Helper()
+		res, err := s.client.TriggerEventWithResponse(context.Background(), "1", nil, channelsclient.TriggerEventRequest{
+			Name: ptr("e"), Data: ptr("one"), Channels: &[]string{"news"},
+		}, withKey("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if first := trigger(); first.StatusCode() != 500 {
+		t.Fatalf("the trigger that panicked: %d %s, want 500", first.StatusCode(), first.Body)
+	}
+	again := trigger()
+	if again.StatusCode() != 200 || again.JSON200 == nil || again.HTTPResponse.Header.Get(IdempotentReplayedHeader) != "" {
+		t.Fatalf("the retry: %d %q (replayed %q), want 200 processed anew", again.StatusCode(), again.Body, again.HTTPResponse.Header.Get(IdempotentReplayedHeader))
+	}
+	if got := strings.Join(s.received(t, sub), " "); got != "news:e:one news:e:one" {
+		t.Fatalf("subscriber received %q, want the event from each try", got)
 	}
 }
