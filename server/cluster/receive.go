@@ -24,7 +24,13 @@ func (c *Cluster) receiveLoop() {
 				c.sleep(&backoff)
 				continue
 			}
-			c.readerReady.Store(true)
+			if !c.readerReady.Swap(true) {
+				// The writer drops what it is given before the reader is
+				// ready and rebuilds the node's record instead: it may
+				// do so now, not at its next tick (a node's first
+				// subscriptions come as soon as it serves).
+				c.ops.wake()
+			}
 		}
 		slots, from := c.interest.reading()
 		streams = append(streams[:0], c.key(globalStream), c.key("in:", c.id))

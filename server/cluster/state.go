@@ -42,6 +42,12 @@ func (q *opQueue) push(o op) {
 	q.mu.Lock()
 	q.ops = append(q.ops, o)
 	q.mu.Unlock()
+	q.wake()
+}
+
+// wake has the writer look at the queue and the node's state now rather
+// than at its next tick.
+func (q *opQueue) wake() {
 	select {
 	case q.ready <- struct{}{}:
 	default:
@@ -57,10 +63,7 @@ func (q *opQueue) take(max int) []op {
 	copy(out, q.ops)
 	q.ops = q.ops[n:]
 	if len(q.ops) > 0 {
-		select {
-		case q.ready <- struct{}{}:
-		default:
-		}
+		q.wake()
 	}
 	return out
 }
