@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // startNode runs a node on a free loopback port with app 77 (key
@@ -47,7 +48,18 @@ func subscriber(t *testing.T, h *hub.Hub, user string, chans ...string) *hub.Con
 			t.Fatal(err)
 		}
 	}
-	c.Take(nil)
+	// In cluster mode a subscription is complete once Redis answered it:
+	// events published before that need not reach it.
+	var got string
+	wait.Until(t, "every subscription_succeeded", func() bool {
+		got += frames(t, h, c)
+		for _, ch := range chans {
+			if !strings.Contains(got, `"event":"pusher_internal:subscription_succeeded","channel":"`+ch+`"`) {
+				return false
+			}
+		}
+		return true
+	})
 	return c
 }
 
