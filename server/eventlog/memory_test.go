@@ -1,6 +1,8 @@
 package eventlog_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +61,42 @@ func TestParseID(t *testing.T) {
 		if tt.ok && got.String() != tt.in {
 			t.Errorf("ParseID(%q).String() = %q", tt.in, got.String())
 		}
+	}
+}
+
+// The bounds the README promises when nothing is set: 10,000 channels and
+// 16 MiB an app, 100 events a page.
+func TestMemoryDefaultBounds(t *testing.T) {
+	if l := (eventlog.Limits{}).WithDefaults(); l.MaxChannels != 10000 || l.MaxBytes != 16<<20 {
+		t.Fatalf("default limits %+v, want 10000 channels and 16 MiB", l)
+	}
+	m := eventlog.NewMemory(eventlog.Limits{})
+	p := eventlog.Policy{Events: 1000, TTL: time.Hour}
+	now := time.Now()
+	var es []eventlog.Entry
+	for i := range 10001 {
+		es = append(es, eventlog.Entry{Channel: fmt.Sprintf("c-%05d", i), Name: "ev"})
+	}
+	if err := m.Append(t.Context(), "many", p, es, now); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Stats(); st.Dropped[eventlog.DroppedChannels] != 1 {
+		t.Fatalf("10,001 channels: %d dropped for the channels bound, want 1", st.Dropped[eventlog.DroppedChannels])
+	}
+	// 170 events of 100 KB are over 16 MiB by a few.
+	big := eventlog.Entry{Channel: "big", Name: "ev", Data: strings.Repeat("x", 100_000)}
+	for range 170 {
+		if err := m.Append(t.Context(), "large", p, []eventlog.Entry{big}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range m.Stats().Apps {
+		if a.AppID == "large" && (a.Bytes > 16<<20 || a.Bytes < 16<<20-int64(big.Cost()) || a.Events >= 170) {
+			t.Fatalf("170 events of 100 KB: %d held in %d bytes, want within 16 MiB by less than one event", a.Events, a.Bytes)
+		}
+	}
+	pg, err := m.Read(t.Context(), "large", "big", p, eventlog.Query{}, now)
+	if err != nil || len(pg.Events) != 100 || !pg.More {
+		t.Fatalf("a read without a limit: %d events (more %v), %v; want 100 and more", len(pg.Events), pg.More, err)
 	}
 }

@@ -194,3 +194,12 @@ func TestOnlySuccessfulAnswersAreKept(t *testing.T) {
 		}
 	}
 }
+
+// The bounds the README promises when nothing is set: keys kept 24 h,
+// 10,000 and 32 MiB of them per app or instance, a claim held 1 minute.
+func TestDefaults(t *testing.T) {
+	want := idempotency.Options{TTL: 24 * time.Hour, MaxKeys: 10000, MaxBytes: 32 << 20, Lock: time.Minute}
+	if got := (idempotency.Options{}).WithDefaults(); got != want {
+		t.Fatalf("defaults %+v, want %+v", got, want)
+	}
+}
