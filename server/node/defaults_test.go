@@ -26,11 +26,12 @@ func TestConfigDefaultsAgreeWithThePackages(t *testing.T) {
 		"HERALD_PUSH_LEASE":         push.DefaultLease,
 	}
 	counts := map[string]int{
-		"HERALD_WEBHOOK_MAX_QUEUED":   webhook.DefaultMaxQueued,
-		"HERALD_IDEMPOTENCY_MAX_KEYS": idempotency.DefaultMaxKeys,
-		"HERALD_ANON_RATE_LIMIT":      config.DefaultAnonRateLimit,
-		"HERALD_HISTORY_MAX_BYTES":    eventlog.DefaultMaxBytes,
-		"HERALD_HISTORY_MAX_CHANNELS": eventlog.DefaultMaxChannels,
+		"HERALD_WEBHOOK_MAX_QUEUED":    webhook.DefaultMaxQueued,
+		"HERALD_IDEMPOTENCY_MAX_KEYS":  idempotency.DefaultMaxKeys,
+		"HERALD_IDEMPOTENCY_MAX_BYTES": idempotency.DefaultMaxBytes,
+		"HERALD_ANON_RATE_LIMIT":       config.DefaultAnonRateLimit,
+		"HERALD_HISTORY_MAX_BYTES":     eventlog.DefaultMaxBytes,
+		"HERALD_HISTORY_MAX_CHANNELS":  eventlog.DefaultMaxChannels,
 	}
 	defaults := map[string]string{}
 	for _, v := range config.Vars {
