@@ -22,6 +22,7 @@ func (n *Node) routes(cfg config.Config, a apis) (*gin.Engine, error) {
 	readTimeout, writeTimeout := httpTimeouts(cfg)
 	n.upgrades = upgrade.NewServer(engine, upgrade.Options{
 		HeaderTimeout: min(maxHeaderTimeout, readTimeout),
+		ReadTimeout:   readTimeout, // the http.Server's: a handed-over request has it from accept
 		WriteTimeout:  writeTimeout,
 		Go:            n.ws.Go,
 		Log:           n.log.Named("upgrade"),

@@ -48,15 +48,15 @@ type head struct {
 // connection is closed, as net/http does.
 var errHeadTooSlow = errors.New("upgrade: no complete request head in time")
 
-// readHead reads c's first request head, within opts.HeaderTimeout, and
-// judges it. It reads no more than it must to tell: a head that cannot be an
+// readHead reads c's first request head, within opts.HeaderTimeout of
+// accepted, and judges it. It reads no more than it must to tell: a head that cannot be an
 // upgrade for here is given up on as soon as its first bytes show it, and is
 // returned with req nil for net/http to read again. Either way the head's
 // deadline stays set on c: a hand-over keeps it (replayConn), and an upgrade
 // served here lifts it when it hijacks (HijackWithHead) or ends with its
 // refusal. An error means the connection is done.
-func readHead(c net.Conn, opts Options) (head, error) {
-	h := head{deadline: time.Now().Add(opts.HeaderTimeout), buf: headBuffers.Get().(*[]byte)}
+func readHead(c net.Conn, accepted time.Time, opts Options) (head, error) {
+	h := head{deadline: accepted.Add(opts.HeaderTimeout), buf: headBuffers.Get().(*[]byte)}
 	if err := c.SetReadDeadline(h.deadline); err != nil {
 		return h, err
 	}

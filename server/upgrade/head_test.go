@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHeadEnd(t *testing.T) {
@@ -67,7 +68,7 @@ func FuzzParseUpgrade(f *testing.F) {
 func TestReplayConnKeepsItsBufferUntilReplayed(t *testing.T) {
 	buf := headBuffers.Get().(*[]byte)
 	*buf = append((*buf)[:0], "GET /x HTTP/1.1\r\n"...)
-	rc := newReplayConn(pipeConn(t), head{buf: buf})
+	rc := newReplayConn(pipeConn(t), head{buf: buf}, time.Now(), 0)
 	var got []byte
 	p := make([]byte, 5)
 	for len(got) < len("GET /x HTTP/1.1\r\n") {
@@ -89,7 +90,7 @@ func TestReplayConnKeepsItsBufferUntilReplayed(t *testing.T) {
 
 	empty := headBuffers.Get().(*[]byte)
 	*empty = (*empty)[:0]
-	if rc := newReplayConn(pipeConn(t), head{buf: empty}); rc.h.buf != nil {
+	if rc := newReplayConn(pipeConn(t), head{buf: empty}, time.Now(), 0); rc.h.buf != nil {
 		t.Fatal("an empty head's buffer kept by the handed-over connection")
 	}
 }
@@ -107,7 +108,7 @@ func TestReadHeadInPieces(t *testing.T) {
 			_, _ = client.Write([]byte(full[:split]))
 			_, _ = client.Write([]byte(full[split:]))
 		}()
-		h, err := readHead(server, opts)
+		h, err := readHead(server, time.Now(), opts)
 		if err != nil || h.req == nil || h.req.URL.Path != "/app/key" {
 			t.Errorf("split at %d: request %v, error %v; want the upgrade read whole", split, h.req, err)
 		}
@@ -124,7 +125,7 @@ func TestReadHeadInPieces(t *testing.T) {
 		_, _ = client.Write([]byte("GET /other HTTP/1.1\r\n"))
 		client.Close()
 	}()
-	h, err := readHead(server, opts)
+	h, err := readHead(server, time.Now(), opts)
 	if err != nil || h.req != nil || string(*h.buf) != "GET /other HTTP/1.1\r\n" {
 		t.Fatalf("another path: request %v, error %v, read %q; want it handed over after its first bytes", h.req, err, *h.buf)
 	}

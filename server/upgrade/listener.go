@@ -44,9 +44,17 @@ type Options struct {
 	// HeaderTimeout bounds the wait for a request head, as
 	// http.Server.ReadHeaderTimeout does. Default 10 s.
 	HeaderTimeout time.Duration
+	// ReadTimeout is the http.Server's ReadTimeout, which bounds a request's
+	// head and body together: the first request of a connection handed
+	// over has it from accept, not from when net/http started on it
+	// (replayConn). Zero: none.
+	ReadTimeout time.Duration
 	// WriteTimeout bounds writing an answer that is not an upgrade (a 429,
 	// a 400). Default 10 s.
 	WriteTimeout time.Duration
+	// Now is the clock that times a connection from its accept (tests set
+	// it). Default time.Now.
+	Now func() time.Time
 	// Go runs an upgrade request, once its head is read, on another
 	// goroutine, which should be a pooled one: the upgrade goes deep, and a
 	// fresh goroutine would grow its stack on the way. Default: a new
@@ -65,6 +73,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	return o
 }
@@ -183,7 +194,7 @@ func (l *Listener) acceptLoop() {
 		}
 		delay = 0
 		l.s.inFlight.Add(1)
-		go l.serveConn(c)
+		go l.serveConn(c, l.s.opts.Now())
 	}
 }
 
@@ -196,17 +207,18 @@ func isTemporary(err error) bool {
 // serveConn reads c's first request head and has it served when it is an
 // upgrade, or hands c to the http.Server. It runs on a goroutine of its own:
 // waiting for a head (up to HeaderTimeout) is shallow, and must not hold one
-// of Options.Go's, which serve the request once it is there.
-func (l *Listener) serveConn(c net.Conn) {
+// of Options.Go's, which serve the request once it is there. The
+// connection's deadlines run from accepted, whichever side serves it.
+func (l *Listener) serveConn(c net.Conn, accepted time.Time) {
 	s := l.s
-	head, err := readHead(c, s.opts)
+	head, err := readHead(c, accepted, s.opts)
 	switch {
 	case err != nil: // the client went away or stayed silent past the timeout
 		head.release()
 		c.Close()
 		s.inFlight.Done()
 	case head.req == nil: // not for here: net/http reads it again
-		l.handOver(newReplayConn(c, head))
+		l.handOver(newReplayConn(c, head, accepted, s.opts.ReadTimeout))
 		s.inFlight.Done()
 	default:
 		s.opts.Go(func() {

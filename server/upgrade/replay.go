@@ -11,23 +11,33 @@ import (
 // from it here put back in front: its reads return them first. net/http
 // reads one request at a time, never concurrently, so they need no lock.
 //
-// The head's deadline runs from accept, whichever side reads the head. The
-// connection comes with readHead's deadline still set, and the first read
-// deadline net/http sets (from ReadHeaderTimeout, or ReadTimeout without
-// one, set before it reads the first head) is held to it, so that a head
-// dribbled in just inside HeaderTimeout here does not get a second timeout
-// there. An http.Server with neither timeout sets no deadline before the
-// head: readHead's holds, and net/http's first, after the head, is zero and
-// taken as it is. Later deadlines (the body's, keep-alive's) are net/http's.
+// The first request's deadlines run from accept, whichever side reads it.
+// net/http sets two read deadlines before it hands that request to its
+// handler, both from the moment it starts reading the head: the head's
+// (ReadHeaderTimeout, or ReadTimeout without one) and, once it has the head,
+// the whole request's (ReadTimeout), which bounds the body. Here it starts
+// only after the hand-over, which may come up to HeaderTimeout after accept:
+// so the first is held to the head's deadline from accept (readHead's), and
+// the second to accept plus Options.ReadTimeout. Without that a head
+// dribbled in just inside HeaderTimeout here got a second timeout there, and
+// a stalled body was cut 39 s after accept, not 30. A deadline net/http sets
+// as zero (an http.Server without those timeouts) is taken as it is, as are
+// its later ones (the background read's, keep-alive's, a lifted deadline).
 type replayConn struct {
 	net.Conn
-	h            head
-	pending      []byte
-	headDeadline time.Time // zero once net/http has set its first deadline
+	h       head
+	pending []byte
+	// held are the deadlines from accept that net/http's first read
+	// deadlines are held to, in the order it sets them; each is dropped
+	// once used.
+	held []time.Time
 }
 
-func newReplayConn(c net.Conn, h head) *replayConn {
-	rc := &replayConn{Conn: c, h: h, pending: *h.buf, headDeadline: h.deadline}
+func newReplayConn(c net.Conn, h head, accepted time.Time, readTimeout time.Duration) *replayConn {
+	rc := &replayConn{Conn: c, h: h, pending: *h.buf, held: []time.Time{h.deadline, {}}}
+	if readTimeout > 0 {
+		rc.held[1] = accepted.Add(readTimeout)
+	}
 	if len(rc.pending) == 0 {
 		rc.h.release()
 	}
@@ -47,12 +57,13 @@ func (rc *replayConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// SetReadDeadline implements net.Conn, holding the first deadline to the
-// head's.
+// SetReadDeadline implements net.Conn, holding net/http's first deadlines
+// to the ones from accept.
 func (rc *replayConn) SetReadDeadline(t time.Time) error {
-	if d := rc.headDeadline; !d.IsZero() {
-		rc.headDeadline = time.Time{}
-		if t.After(d) {
+	if len(rc.held) > 0 {
+		d := rc.held[0]
+		rc.held = rc.held[1:]
+		if !d.IsZero() && t.After(d) {
 			t = d
 		}
 	}
