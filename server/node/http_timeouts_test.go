@@ -334,27 +334,42 @@ func TestStalledBodyOnLongLivedRoutesRefused(t *testing.T) {
 
 // An upgrade refused with an HTTP answer closes its connection, whichever
 // path serves it (the fast path takes heads up to 4 KiB, net/http the
-// rest): a request pipelined behind it is never answered.
+// rest) and whoever refuses it (the WebSocket library, or the router: no
+// route, another method, a redirect): a request pipelined behind it (here
+// GET /metrics) is never answered.
 func TestRefusedUpgradeClosesConnection(t *testing.T) {
 	addr := startTimeoutNode(t, wait.Limit, wait.Limit)
 	// Without Sec-WebSocket-Key the WebSocket library refuses with 400.
 	refused := strings.Replace(upgradeHead, "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "", 1)
-	for _, tt := range []struct {
-		name    string
-		padding int
-	}{{"ShortHead", 0}, {"LongHead", 5000}} {
+	// asking turns upgradeHead's request line into another.
+	asking := func(requestLine string) string {
+		return requestLine + upgradeHead[strings.Index(upgradeHead, "\r\n"):]
+	}
+	padding := "X-Padding: " + strings.Repeat("p", 5000) + "\r\n"
+	for _, tt := range []struct{ name, head, status string }{
+		{"ShortHead", refused, "400"},
+		{"LongHead", refused + padding, "400"},
+		{"NoRoute", asking("GET /nowhere HTTP/1.1"), "404"},
+		{"NoRouteUnderApp", asking("GET /app/go-sdk-key/more HTTP/1.1"), "404"},
+		{"NoRouteLongHead", asking("GET /nowhere HTTP/1.1") + padding, "404"},
+		{"OtherMethod", asking("POST /app/go-sdk-key HTTP/1.1") + "Content-Length: 0\r\n", "405"},
+		{"Redirect", asking("GET /docs HTTP/1.1"), "301"},
+		{"TrailingSlash", asking("GET /app/go-sdk-key/ HTTP/1.1"), "301"},
+		{"HTTP10KeepAlive", strings.Replace(asking("GET /nowhere HTTP/1.0"), "Connection: Upgrade", "Connection: keep-alive, Upgrade", 1), "404"},
+		{"HTTP10KeepAliveApp", strings.Replace(asking("GET /app/go-sdk-key HTTP/1.0"), "Connection: Upgrade", "Connection: keep-alive, Upgrade", 1), "426"},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			conn := dialRaw(t, addr)
-			req := refused + "X-Padding: " + strings.Repeat("p", tt.padding) + "\r\n\r\n" + "GET /healthz HTTP/1.1\r\nHost: herald\r\n\r\n"
+			req := tt.head + "\r\n" + "GET /metrics HTTP/1.1\r\nHost: herald\r\n\r\n"
 			if _, err := io.WriteString(conn, req); err != nil {
 				t.Fatal(err)
 			}
 			got := waitClosed(t, conn)
-			if !strings.HasPrefix(got, "HTTP/1.1 400 ") {
-				t.Fatalf("answered %q, want a 400", got)
+			if !strings.HasPrefix(got, "HTTP/1.1 "+tt.status+" ") && !strings.HasPrefix(got, "HTTP/1.0 "+tt.status+" ") {
+				t.Fatalf("answered %.200q, want a %s", got, tt.status)
 			}
-			if n := strings.Count(got, "HTTP/1.1 "); n != 1 {
+			if n := strings.Count("\n"+got, "\nHTTP/1."); n != 1 {
 				t.Fatalf("%d answers on the connection, want only the refusal: %q", n, got)
 			}
 		})

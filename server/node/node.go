@@ -345,7 +345,9 @@ func (n *Node) serveHTTP(cfg config.Config, engine *gin.Engine) {
 	// (httpapi.LongLived says why this way round).
 	readTimeout, writeTimeout := httpTimeouts(cfg)
 	n.http = &http.Server{
-		Handler:           engine,
+		// A refused upgrade closes its connection here too, as on the fast
+		// path (upgrade.CloseRefused says why).
+		Handler:           upgrade.CloseRefused(engine),
 		ReadHeaderTimeout: min(maxHeaderTimeout, readTimeout),
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
