@@ -304,7 +304,7 @@ type apis struct {
 // buildAPIs builds the Channels and Push APIs, starts push delivery and
 // the WebSocket handler, and creates the metrics over them.
 func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, undo *closers) (apis, error) {
-	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys}
+	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys, MaxBytes: cfg.IdempotencyMaxBytes}
 	a := apis{anon: httpapi.NewAnonLimiter(cfg.AnonRateLimit), history: n.channelHistory(cfg)}
 	a.channels = httpapi.NewChannelsAPI(n.hub, n.apps, n.log).Idempotency(n.channelKeys(idem)).History(a.history)
 	a.channels.OnTrigger(n.ops.console.Triggered)
