@@ -118,13 +118,10 @@ func (m *Memory) append(a *appLog, p Policy, e Entry, now time.Time) {
 		a.lru.MoveToBack(ch.elem)
 	}
 	// Past the channel's count its oldest go: before the new one comes,
-	// so that the ring needs no slot more than the policy keeps.
+	// so that the ring needs no slot more than the policy keeps (and the
+	// channel stays, with its last id, even when they were all it held).
 	if over := ch.n + 1 - p.Events; over > 0 {
-		m.dropOldest(a, ch, over, DroppedEvents)
-		if ch.n == 0 { // the channel went with them: make it again
-			m.append(a, p, e, now)
-			return
-		}
+		m.drop(a, ch, over, DroppedEvents)
 	}
 	id := ID{MS: uint64(now.UnixMilli())}
 	if !ch.last.Less(id) {
@@ -179,6 +176,16 @@ func (ch *channelLog) search(id ID) int {
 
 // dropOldest drops the n oldest events of ch, and ch itself once empty.
 func (m *Memory) dropOldest(a *appLog, ch *channelLog, n int, why Reason) {
+	m.drop(a, ch, n, why)
+	if ch.n == 0 {
+		a.bytes -= ch.bytes // the channel's own cost
+		a.lru.Remove(ch.elem)
+		delete(a.channels, ch.name)
+	}
+}
+
+// drop drops the n oldest events of ch, leaving ch itself.
+func (m *Memory) drop(a *appLog, ch *channelLog, n int, why Reason) {
 	n = min(n, ch.n)
 	for i := range n {
 		ev := ch.at(i)
@@ -191,12 +198,7 @@ func (m *Memory) dropOldest(a *appLog, ch *channelLog, n int, why Reason) {
 	ch.n -= n
 	a.events -= n
 	m.dropped[why].Add(int64(n))
-	switch {
-	case ch.n == 0:
-		a.bytes -= ch.bytes // the channel's own cost
-		a.lru.Remove(ch.elem)
-		delete(a.channels, ch.name)
-	case ch.n <= len(ch.ring)/4:
+	if ch.n > 0 && ch.n <= len(ch.ring)/4 {
 		// Mostly empty (dropped for age or bytes): give the slots back.
 		ch.resize(max(4, 2*ch.n))
 	}

@@ -118,6 +118,24 @@ func Run(t *testing.T, newStore NewStore) {
 		checkHeld(t, s, "app", 5, costs(5, 3)+eventlog.ChannelCost("news"))
 	})
 
+	t.Run("KeepsLastOneWithIDsIncreasing", func(t *testing.T) {
+		// A channel that keeps one event drops its only one at each
+		// append, in the same millisecond: the new one's id is still past
+		// it.
+		s := newStore(t, eventlog.Limits{})
+		p := eventlog.Policy{Events: 1, TTL: time.Hour}
+		var last eventlog.ID
+		for i := range 3 {
+			appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: fmt.Sprint(i)}}, t0)
+			got := readAll(t, s, "app", "news", p, false, 100, t0)
+			if len(got) != 1 || got[0].Data != fmt.Sprint(i) || !last.Less(got[0].ID) {
+				t.Fatalf("after append %d: %v, want only it, with an id past %v", i, got, last)
+			}
+			last = got[0].ID
+		}
+		checkDropped(t, s, eventlog.DroppedEvents, 2)
+	})
+
 	t.Run("ForgetsPastTTL", func(t *testing.T) {
 		s := newStore(t, eventlog.Limits{})
 		p := eventlog.Policy{Events: 100, TTL: time.Minute}
