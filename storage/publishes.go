@@ -51,7 +51,11 @@ type Publish struct {
 	Targets    []string        // interests or user ids
 	Payload    json.RawMessage // {"apns":…, "fcm":…, "web":…}, only the given ones
 	WebhookURL string          // "" when none
-	State      PublishState
+	// WebhookGuarded: the webhook URL is not the Push instance's own (a
+	// trigger's push_if_offline gave it), so its webhooks go only where a
+	// Web Push endpoint may (netguard), never to a private address.
+	WebhookGuarded bool
+	State          PublishState
 	// Cursor is how far pages of the targets were claimed (see ClaimPage):
 	// for interests a JSON object of per-platform stream cursors (last
 	// device id, or streamEnd once the stream's last page was claimed; a
@@ -66,7 +70,7 @@ type Publish struct {
 	FinishedAt time.Time // zero until done
 }
 
-const publishColumns = `id, instance_id, target_kind, targets, payload, webhook_url, state, cursor, resolved,
+const publishColumns = `id, instance_id, target_kind, targets, payload, webhook_url, webhook_guarded, state, cursor, resolved,
 	targeted, sent, failed, created_at_ms, finished_at_ms`
 
 func scanPublish(s scanner) (Publish, error) {
@@ -74,7 +78,7 @@ func scanPublish(s scanner) (Publish, error) {
 	var kind, targets, payload, state string
 	var created int64
 	var finished sql.NullInt64
-	if err := s.Scan(&p.ID, &p.InstanceID, &kind, &targets, &payload, &p.WebhookURL, &state, &p.Cursor, &p.Resolved,
+	if err := s.Scan(&p.ID, &p.InstanceID, &kind, &targets, &payload, &p.WebhookURL, &p.WebhookGuarded, &state, &p.Cursor, &p.Resolved,
 		&p.Targeted, &p.Sent, &p.Failed, &created, &finished); err != nil {
 		return Publish{}, err
 	}
@@ -118,8 +122,8 @@ func (db *DB) CreatePublish(ctx context.Context, p Publish, quota int, dayStart 
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO publishes (`+publishColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', 0, 0, 0, 0, ?, NULL)`,
-			p.ID, p.InstanceID, string(p.TargetKind), string(targets), string(p.Payload), p.WebhookURL, string(p.State),
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', 0, 0, 0, 0, ?, NULL)`,
+			p.ID, p.InstanceID, string(p.TargetKind), string(targets), string(p.Payload), p.WebhookURL, p.WebhookGuarded, string(p.State),
 			p.CreatedAt.UnixMilli())
 		return conflict(err)
 	})
@@ -760,6 +764,7 @@ type PublishWebhook struct {
 	ID         int64
 	InstanceID string // signs the request with this instance's secret key at send time
 	URL        string
+	Guarded    bool // the publish's WebhookGuarded
 
 	PublishID              string
 	Event                  PublishEvent
@@ -776,9 +781,9 @@ func enqueuePublishWebhookTx(ctx context.Context, tx *tx, p Publish, ev PublishE
 	if p.WebhookURL == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO publish_webhook_outbox (instance_id, url, publish_id, event, state,
-		targeted, sent, failed, at_ms, attempts, next_attempt_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
-		p.InstanceID, p.WebhookURL, p.ID, string(ev), string(p.State), p.Targeted, p.Sent, p.Failed, ts.UnixMilli(),
+	_, err := tx.ExecContext(ctx, `INSERT INTO publish_webhook_outbox (instance_id, url, guarded, publish_id, event, state,
+		targeted, sent, failed, at_ms, attempts, next_attempt_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+		p.InstanceID, p.WebhookURL, p.WebhookGuarded, p.ID, string(ev), string(p.State), p.Targeted, p.Sent, p.Failed, ts.UnixMilli(),
 		ts.UnixMilli(), ts.UnixMilli())
 	return err
 }
@@ -792,7 +797,7 @@ func (db *DB) ClaimPublishWebhooks(ctx context.Context, t time.Time, lease time.
 	var out []PublishWebhook
 	err := db.write(ctx, func(tx *tx) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT id, instance_id, url, publish_id, event, state, targeted, sent, failed,
+		rows, err := tx.QueryContext(ctx, `SELECT id, instance_id, url, guarded, publish_id, event, state, targeted, sent, failed,
 			at_ms, attempts, next_attempt_at_ms, created_at_ms
 			FROM publish_webhook_outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`, t.UnixMilli(), limit)
 		if err != nil {
@@ -802,7 +807,7 @@ func (db *DB) ClaimPublishWebhooks(ctx context.Context, t time.Time, lease time.
 			var w PublishWebhook
 			var event, state string
 			var at, next, created int64
-			if err := rows.Scan(&w.ID, &w.InstanceID, &w.URL, &w.PublishID, &event, &state, &w.Targeted, &w.Sent, &w.Failed,
+			if err := rows.Scan(&w.ID, &w.InstanceID, &w.URL, &w.Guarded, &w.PublishID, &event, &state, &w.Targeted, &w.Sent, &w.Failed,
 				&at, &w.Attempts, &next, &created); err != nil {
 				rows.Close()
 				return err

@@ -24,6 +24,7 @@ import (
 	"github.com/heraldrt/herald/server/idempotency"
 	"github.com/heraldrt/herald/server/internal/clientrate"
 	"github.com/heraldrt/herald/server/internal/text"
+	"github.com/heraldrt/herald/server/netguard"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 )
@@ -74,6 +75,10 @@ type PublishAPI struct {
 	// idem honours Idempotency-Key on publishes; nil until Idempotency
 	// sets it, and then the header is ignored.
 	idem *idempotency.Guard
+	// strangerHooks says where webhook URLs that are not the instance's
+	// own (push_if_offline's, from an app's server) may lead: the Web Push
+	// endpoints' rules (AllowWebPushHosts); nil: https to public hosts.
+	strangerHooks *netguard.Policy
 }
 
 // limitWarnEvery spaces the warnings of the shared rate limit's database
@@ -145,6 +150,17 @@ const publishBodyKey = "herald.publish.body"
 // with g's keys scoped per instance; call it before Mount.
 func (api *PublishAPI) Idempotency(g *idempotency.Guard) *PublishAPI {
 	api.idem = g
+	return api
+}
+
+// AllowWebPushHosts lets the webhook URLs of triggers' push_if_offline lead
+// to hosts (names or IP addresses, each optionally with ":port";
+// HERALD_WEBPUSH_ALLOWED_HOSTS) that are private or plain http, as Web Push
+// endpoints may. Without it such a URL must be https to a host that is no
+// literal internal address, and its webhooks are sent only to public
+// addresses (checked when dialled). It returns api.
+func (api *PublishAPI) AllowWebPushHosts(hosts []string) *PublishAPI {
+	api.strangerHooks = netguard.NewPolicy(hosts)
 	return api
 }
 
@@ -278,12 +294,16 @@ type publishRequest struct {
 	webhookURL *string
 	apns, fcm  *json.RawMessage
 	web        *json.RawMessage
+	// hookGuard, when set, judges webhookURL (not the instance's own):
+	// see PublishAPI.strangerHooks.
+	hookGuard *netguard.Policy
+	guarded   bool
 }
 
 // PublishToInterests implements POST …/publishes/interests.
 func (api *PublishAPI) PublishToInterests(ctx context.Context, req publish.PublishToInterestsRequestObject) (publish.PublishToInterestsResponseObject, error) {
 	b := req.Body
-	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookURL, b.Apns, b.Fcm, b.Web})
+	id, err := api.publish(ctx, publishRequest{kind: storage.TargetInterests, targets: b.Interests, webhookURL: b.WebhookURL, apns: b.Apns, fcm: b.Fcm, web: b.Web})
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +313,7 @@ func (api *PublishAPI) PublishToInterests(ctx context.Context, req publish.Publi
 // PublishToInterestsBare implements POST …/publishes, the Go SDK's path.
 func (api *PublishAPI) PublishToInterestsBare(ctx context.Context, req publish.PublishToInterestsBareRequestObject) (publish.PublishToInterestsBareResponseObject, error) {
 	b := req.Body
-	id, err := api.publish(ctx, publishRequest{storage.TargetInterests, b.Interests, b.WebhookURL, b.Apns, b.Fcm, b.Web})
+	id, err := api.publish(ctx, publishRequest{kind: storage.TargetInterests, targets: b.Interests, webhookURL: b.WebhookURL, apns: b.Apns, fcm: b.Fcm, web: b.Web})
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +323,7 @@ func (api *PublishAPI) PublishToInterestsBare(ctx context.Context, req publish.P
 // PublishToUsers implements POST …/publishes/users.
 func (api *PublishAPI) PublishToUsers(ctx context.Context, req publish.PublishToUsersRequestObject) (publish.PublishToUsersResponseObject, error) {
 	b := req.Body
-	id, err := api.publish(ctx, publishRequest{storage.TargetUsers, b.Users, b.WebhookURL, b.Apns, b.Fcm, b.Web})
+	id, err := api.publish(ctx, publishRequest{kind: storage.TargetUsers, targets: b.Users, webhookURL: b.WebhookURL, apns: b.Apns, fcm: b.Fcm, web: b.Web})
 	if err != nil {
 		return nil, err
 	}
@@ -373,6 +393,7 @@ type preparedPublish struct {
 	kind    storage.PublishTargetKind
 	targets []string
 	webhook string
+	guarded bool // the webhook goes through the Web Push endpoints' guard
 	payload []byte        // the payloads given, as stored
 	parsed  *push.Payload // and as the dispatcher reads them
 }
@@ -387,6 +408,11 @@ func preparePublish(r publishRequest) (preparedPublish, error) {
 	if r.webhookURL != nil && *r.webhookURL != "" {
 		if err := checkWebhookURL(*r.webhookURL); err != nil {
 			return preparedPublish{}, err
+		}
+		var refused *netguard.RefusedError
+		if r.guarded && errors.As(r.hookGuard.CheckURL(*r.webhookURL), &refused) {
+			return preparedPublish{}, unprocessable(KindInvalidWebhookUrl, "webhookUrl's host %q is not allowed (%s): it must be an https URL of a public host.",
+				text.Truncate(refused.Target, 100), refused.Reason)
 		}
 		webhook = *r.webhookURL
 	}
@@ -418,7 +444,7 @@ func preparePublish(r publishRequest) (preparedPublish, error) {
 	if errors.As(storage.CheckJSON(payload), &je) {
 		return preparedPublish{}, unstorableJSON(je)
 	}
-	return preparedPublish{kind: r.kind, targets: r.targets, webhook: webhook, payload: payload, parsed: parsed}, nil
+	return preparedPublish{kind: r.kind, targets: r.targets, webhook: webhook, guarded: r.guarded, payload: payload, parsed: parsed}, nil
 }
 
 // store stores a prepared publish of instance in within the instance's
@@ -429,7 +455,7 @@ func (api *PublishAPI) store(ctx context.Context, in *storage.Instance, r prepar
 	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 	p, err := api.db.CreatePublish(ctx, storage.Publish{
 		ID: publishIDPrefix + uuid.Must(uuid.NewRandomFromReader(rand.Reader)).String(), InstanceID: in.ID,
-		TargetKind: r.kind, Targets: r.targets, Payload: r.payload, WebhookURL: r.webhook,
+		TargetKind: r.kind, Targets: r.targets, Payload: r.payload, WebhookURL: r.webhook, WebhookGuarded: r.guarded,
 	}, in.PublishQuota, day)
 	if errors.Is(err, storage.ErrQuotaExceeded) {
 		return "", newError(http.StatusPaymentRequired, KindQuotaExceeded, "The instance has used its quota of %d publishes for today (UTC).", in.PublishQuota)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -49,8 +50,14 @@ func (api *ChannelsAPI) triggerOrPush(ctx context.Context, app *storage.App, ev 
 	if err != nil {
 		return nil, err
 	}
+	if n := pushIfOfflineSize(body); n > MaxUsersPublishBytes {
+		return nil, newError(http.StatusRequestEntityTooLarge, KindBodyTooLarge,
+			"push_if_offline holds %d bytes; a publish to users is at most %d KiB.", n, MaxUsersPublishBytes/1024)
+	}
+	// Its webhook URL comes from the app's server, not the instance's: it
+	// may lead only where a Web Push endpoint may.
 	p, err := preparePublish(publishRequest{kind: storage.TargetUsers, targets: []string{userID},
-		webhookURL: body.WebhookURL, apns: body.Apns, fcm: body.Fcm, web: body.Web})
+		webhookURL: body.WebhookURL, apns: body.Apns, fcm: body.Fcm, web: body.Web, guarded: true, hookGuard: api.pushes.strangerHooks})
 	if err != nil {
 		return nil, pushBodyError(err)
 	}
@@ -84,6 +91,22 @@ func (api *ChannelsAPI) triggerOrPush(ctx context.Context, app *storage.App, ev 
 		res.Channels = &map[string]channels.ChannelAttributes{ev.channels[0]: attrs}
 	}
 	return res, nil
+}
+
+// pushIfOfflineSize is the bytes of push_if_offline's payloads and webhook
+// URL, which the Publish API's bound of a publish to users
+// (MaxUsersPublishBytes) bounds: the trigger's own body may be larger.
+func pushIfOfflineSize(body *channels.PushIfOffline) int {
+	n := 0
+	for _, raw := range []*json.RawMessage{body.Apns, body.Fcm, body.Web} {
+		if raw != nil {
+			n += len(*raw)
+		}
+	}
+	if body.WebhookURL != nil {
+		n += len(*body.WebhookURL)
+	}
+	return n
 }
 
 // pushInstance is the enabled Push instance app is linked to, or the 400

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -171,6 +172,12 @@ func TestPushIfOfflineOffline(t *testing.T) {
 	if got := s.received(t, listener); len(got) != 0 {
 		t.Fatalf("the event went over the socket too: %v", got)
 	}
+	// With info, the channel's attributes come too, as when online.
+	status, body = s.trigger(t, "key1", "secret1", strings.Replace(pushBody("#server-to-user-bob"), `"name"`, `"info":"subscription_count","name"`, 1))
+	attrs, _ := body["channels"].(map[string]any)["#server-to-user-bob"].(map[string]any)
+	if status != 200 || body["delivered_via"] != "push" || attrs == nil || attrs["subscription_count"] != float64(1) {
+		t.Fatalf("with info: got %d %v, want delivered_via push and the channel's subscription_count, 1", status, body)
+	}
 
 	// A retry with the same Idempotency-Key is answered as the first was,
 	// and publishes nothing again.
@@ -186,8 +193,8 @@ func TestPushIfOfflineOffline(t *testing.T) {
 	if res.Header.Get("Idempotent-Replayed") != "true" || again["publish_id"] != first["publish_id"] || first["delivered_via"] != "push" {
 		t.Fatalf("retry: %v (replayed %q), want the first answer %v", again, res.Header.Get("Idempotent-Replayed"), first)
 	}
-	if n := len(s.published.list()); n != 2 {
-		t.Fatalf("%d publishes after the retry, want 2 (bob's and carol's once)", n)
+	if n := len(s.published.list()); n != 3 {
+		t.Fatalf("%d publishes after the retry, want 3 (bob's two and carol's once)", n)
 	}
 
 	// The instance's daily quota holds: 402, and nothing sent.
@@ -276,5 +283,81 @@ func TestPushIfOfflineClusterUnavailable(t *testing.T) {
 	}
 	if got := s.published.list(); len(got) != 0 {
 		t.Fatalf("published %v without knowing", got)
+	}
+}
+
+// A push_if_offline's webhook URL comes from the app's server, not from the
+// Push instance's: it may lead only where a Web Push endpoint may (https to
+// a host that is no internal address, or a host of AllowWebPushHosts), and
+// its publish is stored as guarded, so that its webhooks are dialled
+// through the guard too. The Publish API's own webhook URLs keep the
+// operator's rules.
+func TestPushIfOfflineWebhookGuard(t *testing.T) {
+	s := newPushOfflineServer(t)
+	withHook := func(url string) string {
+		return `{"name":"e","data":"d","channel":"#server-to-user-bob","push_if_offline":{"fcm":{},"webhookUrl":"` + url + `"}}`
+	}
+	for _, url := range []string{"https://127.0.0.1/hook", "https://10.1.2.3/hook", "https://[::1]:8443/hook", "https://localhost/hook",
+		"https://169.254.169.254/latest", "http://hooks.example.com/hook"} {
+		status, body := s.trigger(t, "key1", "secret1", withHook(url))
+		if status != 400 || body["error"] != KindInvalidWebhookUrl || !strings.Contains(body["description"].(string), "not allowed") {
+			t.Fatalf("%s: got %d %v, want 400 %s", url, status, body, KindInvalidWebhookUrl)
+		}
+	}
+	if got := s.published.list(); len(got) != 0 {
+		t.Fatalf("refused webhook URLs published %v", got)
+	}
+	stored := func(body string) storage.Publish {
+		t.Helper()
+		status, res := s.trigger(t, "key1", "secret1", body)
+		id, _ := res["publish_id"].(string)
+		if status != 200 || id == "" {
+			t.Fatalf("got %d %v, want 200 with a publish_id", status, res)
+		}
+		p, err := s.db.GetPublish(context.Background(), pushInstanceID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := stored(withHook("https://hooks.example.com/hook")); p.WebhookURL != "https://hooks.example.com/hook" || !p.WebhookGuarded {
+		t.Fatalf("stored webhook %q guarded %v, want the public URL, guarded", p.WebhookURL, p.WebhookGuarded)
+	}
+	s.pub.AllowWebPushHosts([]string{"127.0.0.1"})
+	if p := stored(withHook("http://127.0.0.1:9/hook")); !p.WebhookGuarded {
+		t.Fatal("a webhook of an allowed host was stored unguarded")
+	}
+	ps := &publishServer{pushServer: &pushServer{db: s.db}}
+	engine, _ := newPublishEngine(t, s.db, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), ps, nil)
+	ps.engine = engine
+	srv := httptest.NewServer(engine)
+	t.Cleanup(srv.Close)
+	ps.url = srv.URL
+	status, res, _ := ps.do(t, pushRequest{"POST", publishPrefix + pushInstanceID + "/publishes/users", "application/json",
+		`{"users":["bob"],"fcm":{},"webhookUrl":"http://127.0.0.1:9/hook"}`, "Bearer " + pushSecret})
+	checkStatus(t, status, res, 200, "")
+	if p, err := s.db.GetPublish(context.Background(), pushInstanceID, res["publishId"].(string)); err != nil || p.WebhookGuarded {
+		t.Fatalf("the Publish API's own webhook: guarded %v (%v), want unguarded", p.WebhookGuarded, err)
+	}
+}
+
+// push_if_offline's payloads are bounded as a Publish API's publish to
+// users (MaxUsersPublishBytes, 200 KiB), not by the trigger's body limit
+// (256 KiB): at the bound it is published, a byte over it is 413.
+func TestPushIfOfflineBound(t *testing.T) {
+	s := newPushOfflineServer(t)
+	sized := func(n int) string {
+		fcm := `{"data":{"k":"` // … `"}}`
+		return `{"name":"e","data":"d","channel":"#server-to-user-bob","push_if_offline":{"fcm":` + fcm + strings.Repeat("x", n-len(fcm)-3) + `"}}}}`
+	}
+	if status, body := s.trigger(t, "key1", "secret1", sized(MaxUsersPublishBytes)); status != 200 || body["delivered_via"] != "push" {
+		t.Fatalf("at the bound: got %d %v, want 200 delivered_via push", status, body)
+	}
+	status, body := s.trigger(t, "key1", "secret1", sized(MaxUsersPublishBytes+1))
+	if status != 413 || body["error"] != KindBodyTooLarge || !strings.Contains(body["description"].(string), "200 KiB") {
+		t.Fatalf("a byte over: got %d %v, want 413 %s naming 200 KiB", status, body, KindBodyTooLarge)
+	}
+	if n := len(s.published.list()); n != 1 {
+		t.Fatalf("%d publishes, want the one at the bound", n)
 	}
 }

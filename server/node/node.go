@@ -325,7 +325,7 @@ func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, und
 		return apis{}, fmt.Errorf("starting push delivery: %w", err)
 	}
 	undo.push(n.push.Close)
-	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem))
+	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem)).AllowWebPushHosts(cfg.WebPushAllowedHosts)
 	a.channels.PushIfOffline(a.publish) // triggers' push_if_offline publish through it
 	n.ws = ws.NewHandler(n.hub, socketApps{n.apps}, n.log.Named("ws"), ws.Options{
 		ActivityTimeout:        cfg.ActivityTimeout,

@@ -3,12 +3,14 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/heraldrt/herald/gen/channelsclient"
 	"github.com/heraldrt/herald/server/clientauth"
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -66,4 +68,51 @@ func testUnstorablePayloads(t *testing.T, db string) {
 	if c := publishCount(t, n); c != 0 {
 		t.Fatalf("%d publishes stored", c)
 	}
+}
+
+// A push_if_offline's webhook URL may lead only where a Web Push endpoint
+// may: a loopback one is refused by default, and with the loopback address
+// in HERALD_WEBPUSH_ALLOWED_HOSTS it is taken and its webhooks arrive.
+func TestPushIfOfflineWebhookGuarded(t *testing.T) {
+	sink := &webhookSink{}
+	hooks := httptest.NewServer(sink)
+	t.Cleanup(hooks.Close)
+	gw := startGateways(t)
+	trigger := func(base string) *channelsclient.TriggerEventResponse {
+		t.Helper()
+		c, err := channelsclient.NewClientWithResponses(base, channelsclient.WithRequestEditorFn(clientauth.ChannelsSigner("go-sdk-key", "go-sdk-secret")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fcm := json.RawMessage(`{"notification":{"title":"t"}}`)
+		res, err := c.TriggerEventWithResponse(context.Background(), "77", nil, channelsclient.TriggerEventRequest{
+			Name: ptr("message"), Data: ptr("{}"), Channel: ptr("#server-to-user-alice"),
+			PushIfOffline: &channelsclient.PushIfOffline{Fcm: &fcm, WebhookURL: ptr(hooks.URL + "/hook")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	cfg := pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db"))
+	cfg.WebPushAllowedHosts = nil
+	_, base := serveNode(t, cfg, WithPush(gw.pushOptions()))
+	if res := trigger(base); res.StatusCode() != 400 || !strings.Contains(string(res.Body), "invalid_webhook_url") {
+		t.Fatalf("a loopback webhook by default: %d %s, want 400 invalid_webhook_url", res.StatusCode(), res.Body)
+	}
+
+	_, base = serveNode(t, pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
+	res := trigger(base)
+	if res.JSON200 == nil || res.JSON200.PublishID == nil {
+		t.Fatalf("a loopback webhook of an allowed host: %d %s, want 200 with a publish_id", res.StatusCode(), res.Body)
+	}
+	wait.Until(t, "publish_finished at the allowed host", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, ev := range sink.events {
+			if ev["event"] == "publish_finished" && ev["publishId"] == *res.JSON200.PublishID {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -95,7 +95,7 @@ func (o Options) withDefaults() Options {
 	o.WebhookMaxAge = cmp.Or(o.WebhookMaxAge, 5*time.Minute)
 	o.SendTimeout = cmp.Or(o.SendTimeout, 30*time.Second)
 	if o.WebhookClient == nil {
-		o.WebhookClient = netguard.WebhookClient(10*time.Second, o.WebhookDialContext, 0)
+		o.WebhookClient = netguard.WebhookClient(webhookTimeout, o.WebhookDialContext, 0)
 	}
 	return o
 }
@@ -131,6 +131,10 @@ type Dispatcher struct {
 	log       *zap.Logger
 	opts      Options
 	webGuard  *netguard.Policy // where Web Push endpoints may lead
+	// guardedHooks sends the webhooks of publishes whose webhook URL is not
+	// the instance's own (storage.Publish.WebhookGuarded): where Web Push
+	// endpoints may lead, and nowhere else.
+	guardedHooks *http.Client
 
 	queues  map[storage.Platform]chan job
 	results chan outcome
@@ -247,6 +251,7 @@ func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options
 		reading:          map[string]*reading{},
 		claimed:          map[int64]bool{},
 	}
+	d.guardedHooks = d.webGuard.Client(webhookTimeout)
 	for _, p := range platforms {
 		// A platform holds at most about platformLimit() in flight.
 		d.queues[p] = make(chan job, 2*opts.MaxInFlight+opts.PageSize)

@@ -30,6 +30,9 @@ func SignWebhook(secretKey string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
+// webhookTimeout bounds one publish webhook request.
+const webhookTimeout = 10 * time.Second
+
 // webhookLease is how long a claimed publish webhook waits for its sender
 // (eight requests of at most 10 s each) before another may send it: after
 // a crash, that long.
@@ -89,7 +92,11 @@ func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) 
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(WebhookSignatureHeader, SignWebhook(in.SecretKey, body))
-		resp, err := d.opts.WebhookClient.Do(req)
+		client := d.opts.WebhookClient
+		if w.Guarded {
+			client = d.guardedHooks
+		}
+		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			ok = resp.StatusCode >= 200 && resp.StatusCode < 300

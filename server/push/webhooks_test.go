@@ -177,3 +177,35 @@ func TestPublishWebhooksSentAtOnce(t *testing.T) {
 		wait.Until(t, id+" publish_finished sent", func() bool { return has(id+" publish_finished") && outboxEmpty() })
 	}
 }
+
+// The webhook of a publish whose URL is not the instance's own (Guarded: a
+// trigger's push_if_offline gave it) goes only where a Web Push endpoint
+// may: not to a loopback sink, unless WebPushAllowedHosts names its host;
+// the instance's own webhook URLs reach it either way (the operator's
+// rules, private addresses allowed by default).
+func TestGuardedPublishWebhooks(t *testing.T) {
+	var received atomic.Int32
+	sink := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { received.Add(1) }))
+	t.Cleanup(sink.Close)
+	db, in := openTestDB(t, storage.Instance{})
+	for _, tt := range []struct {
+		name    string
+		guarded bool
+		allowed []string
+		want    int32
+	}{
+		{"GuardedRefused", true, nil, 0},
+		{"GuardedAllowedHost", true, []string{"127.0.0.1"}, 1},
+		{"Unguarded", false, nil, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			received.Store(0)
+			d := New(db, instanceMap{in.ID: &in}, zap.NewNop(), Options{WebPushAllowedHosts: tt.allowed})
+			d.sendWebhook(t.Context(), storage.PublishWebhook{ID: 1, InstanceID: in.ID, URL: sink.URL, Guarded: tt.guarded,
+				PublishID: "pub-1", Event: storage.PublishStarted, CreatedAt: time.Now()})
+			if got := received.Load(); got != tt.want {
+				t.Fatalf("the loopback sink received %d requests, want %d", got, tt.want)
+			}
+		})
+	}
+}
