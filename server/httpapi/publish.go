@@ -393,7 +393,7 @@ type preparedPublish struct {
 	kind    storage.PublishTargetKind
 	targets []string
 	webhook string
-	guarded bool // the webhook goes through the Web Push endpoints' guard
+	guarded bool          // the webhook goes through the Web Push endpoints' guard
 	payload []byte        // the payloads given, as stored
 	parsed  *push.Payload // and as the dispatcher reads them
 }
