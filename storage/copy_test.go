@@ -42,9 +42,13 @@ func dump(t *testing.T, db *DB) map[string][]string {
 	return out
 }
 
-func TestCopyMovesEveryTable(t *testing.T) {
+// fillEveryTable writes a row or two into every copied table of src, ids
+// numbered by the database included (app_webhooks 1 and 2, publish_pages
+// 18, report_events 7, deliveries 9, publish_webhook_outbox 11,
+// webhook_outbox 15).
+func fillEveryTable(t *testing.T, src *DB) {
+	t.Helper()
 	ctx := t.Context()
-	src := openTestDBAt(t, filepath.Join(t.TempDir(), "source.db")) // SQLite, as a deployment starts
 	_, err := src.CreateApp(ctx, App{ID: "1", Key: "k1", Secret: "s1", Enabled: true, ClientEvents: true,
 		Webhooks: []Webhook{{URL: "https://example.com/a", EventTypes: []string{"channel_occupied"}}, {URL: "https://example.com/b", Batch: true}}})
 	checkErr(t, "CreateApp", err, nil)
@@ -67,6 +71,12 @@ func TestCopyMovesEveryTable(t *testing.T) {
 		_, err := src.writer.ExecContext(ctx, stmt)
 		checkErr(t, stmt, err, nil)
 	}
+}
+
+func TestCopyMovesEveryTable(t *testing.T) {
+	ctx := t.Context()
+	src := openTestDBAt(t, filepath.Join(t.TempDir(), "source.db")) // SQLite, as a deployment starts
+	fillEveryTable(t, src)
 	want := dump(t, src)
 	for _, tb := range copyTables {
 		if len(want[tb.name]) == 0 {
@@ -102,6 +112,39 @@ func TestCopyMovesEveryTable(t *testing.T) {
 	// A target with state is refused, and keeps its state.
 	_, err = Copy(ctx, src, mid)
 	checkErr(t, "Copy into a database with state", err, ErrNotEmpty)
+}
+
+// After a copy into PostgreSQL every table whose ids the database numbers
+// numbers new rows after the copied ones: its sequence was moved past them
+// (a copy that left one behind made the next page, report or webhook
+// collide with a copied row). New publish pages, whose ids the dispatcher's
+// leases and records name, are claimed with fresh ids.
+func TestCopyIntoPostgreSQLNumbersNewRowsAfterTheCopied(t *testing.T) {
+	ctx := t.Context()
+	src := openTestDBAt(t, filepath.Join(t.TempDir(), "source.db"))
+	fillEveryTable(t, src)
+	dst := openTestDBAt(t, testpg.Start(t))
+	_, err := Copy(ctx, src, dst)
+	checkErr(t, "Copy", err, nil)
+	for _, tb := range copyTables {
+		if !tb.identity {
+			continue
+		}
+		var copied, next int64
+		err := dst.writer.QueryRowContext(ctx, `SELECT (SELECT MAX(id) FROM `+tb.name+`), nextval(pg_get_serial_sequence('`+tb.name+`', 'id'))`).Scan(&copied, &next)
+		checkErr(t, tb.name, err, nil)
+		if next <= copied {
+			t.Errorf("%s: the next id is %d, not after the copied %d", tb.name, next, copied)
+		}
+	}
+	p, err := dst.CreatePublish(ctx, Publish{ID: "pub-2", InstanceID: instanceID, TargetKind: TargetInterests, Targets: []string{"news"},
+		Payload: []byte(`{"web":{}}`)}, 0, time.Time{})
+	checkErr(t, "CreatePublish", err, nil)
+	page, err := dst.ClaimPage(ctx, p, PlatformWeb, map[Platform]bool{PlatformWeb: true}, "node-b", time.Now(), time.Minute, 10)
+	checkErr(t, "ClaimPage", err, nil)
+	if page == nil || page.ID <= 18 || len(page.Targets) != 1 {
+		t.Fatalf("claimed page %+v, want one of web-1 numbered after the copied page 18", page)
+	}
 }
 
 // A copy into SQLite inserts a table of more rows than one statement may

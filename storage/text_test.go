@@ -3,8 +3,11 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testpg"
 )
 
 // Every string an API stores is refused with ErrInvalidText when it holds
@@ -159,5 +162,37 @@ func TestJSONHoldsNUL(t *testing.T) {
 		if got := JSONHoldsNUL([]byte(tt.json)); got != tt.want {
 			t.Errorf("JSONHoldsNUL(%s) = %v, want %v", tt.json, got, tt.want)
 		}
+	}
+}
+
+// A device imported with the NUL character in an interest is refused with
+// ErrInvalidText, in the same words on PostgreSQL (whose import streams
+// rows with COPY, which would refuse it with an error naming no row) as on
+// SQLite, and nothing of the import is stored.
+func TestImportDevicesRefusesNULInAnInterest(t *testing.T) {
+	words := map[string]string{}
+	for name, dsn := range map[string]func(*testing.T) string{
+		"SQLite":     func(t *testing.T) string { return filepath.Join(t.TempDir(), "herald.db") },
+		"PostgreSQL": func(t *testing.T) string { return testpg.Start(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := openTestDBAt(t, dsn(t))
+			ctx := t.Context()
+			if _, err := db.CreateInstance(ctx, testInstance(instanceID)); err != nil {
+				t.Fatal(err)
+			}
+			err := db.ImportDevices(ctx, []DeviceImport{
+				{Device: Device{ID: "fcm-ok", InstanceID: instanceID, Platform: PlatformFCM, Token: "t1"}, Interests: []string{"news"}},
+				{Device: Device{ID: "fcm-nul", InstanceID: instanceID, Platform: PlatformFCM, Token: "t2"}, Interests: []string{"ok", "a\x00b"}},
+			})
+			checkErr(t, "ImportDevices", err, ErrInvalidText)
+			words[name] = err.Error()
+			n, err := db.CountDevices(ctx, instanceID)
+			checkErr(t, "CountDevices", err, nil)
+			check(t, "devices stored", n, 0)
+		})
+	}
+	if words["SQLite"] != "" && words["PostgreSQL"] != "" && words["SQLite"] != words["PostgreSQL"] {
+		t.Fatalf("PostgreSQL says %q, SQLite %q", words["PostgreSQL"], words["SQLite"])
 	}
 }
