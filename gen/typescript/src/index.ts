@@ -14,6 +14,7 @@ import { channelsSigner } from './signing.js'
 
 export { beamsUserToken, DEFAULT_TOKEN_TTL_SECONDS, MAX_USER_ID_LENGTH, type BeamsUserTokenOptions } from './beams-token.js'
 export { stringToSign } from './signing.js'
+export { enableRecovery, type RecoverablePusher, type Recovery } from './recovery.js'
 
 /** The generated types of each API: `paths`, `components` (schemas), `operations`. */
 export type * as Admin from './generated/admin.js'
