@@ -74,6 +74,11 @@ type Options struct {
 	// unset): an hour makes anything that waited for a poll instead of its
 	// wake-up or due time never come.
 	idlePoll time.Duration
+	// now and ticker, set by tests, are the clock of the pages' leases
+	// (claims, take-overs, renewals) and the renewer's ticker: time.Now
+	// and time.NewTicker unset.
+	now    func() time.Time
+	ticker func(every time.Duration) (ticks <-chan time.Time, stop func())
 }
 
 // DefaultLease is Options.Lease's default, and HERALD_PUSH_LEASE's (a node
@@ -94,6 +99,15 @@ func (o Options) withDefaults() Options {
 	o.MaxBackoff = cmp.Or(o.MaxBackoff, 5*time.Minute)
 	o.WebhookMaxAge = cmp.Or(o.WebhookMaxAge, 5*time.Minute)
 	o.SendTimeout = cmp.Or(o.SendTimeout, 30*time.Second)
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.ticker == nil {
+		o.ticker = func(every time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(every)
+			return t.C, t.Stop
+		}
+	}
 	if o.WebhookClient == nil {
 		o.WebhookClient = netguard.WebhookClient(webhookTimeout, o.WebhookDialContext, 0)
 	}

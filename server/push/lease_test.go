@@ -1,12 +1,16 @@
 package push
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -118,5 +122,65 @@ func TestPageTakenOverIsSentAgain(t *testing.T) {
 	defer a.mu.Unlock()
 	if len(a.claimed) != 0 || ra.open != 0 {
 		t.Fatalf("a still holds %d pages (%d of the publish) after recording them", len(a.claimed), ra.open)
+	}
+}
+
+// A page in flight has its lease renewed every quarter of the lease
+// (HERALD_PUSH_LEASE, 30 s by default: every 7.5 s, as the config README
+// says), each renewal writing the time then plus the whole lease: when a
+// renewal comes, three quarters of the lease are left, so a renewal or two
+// that the database delays lose nothing. The renewer's ticker and the
+// clock are the test's; the leases are read as the database holds them.
+func TestLeasesRenewedEveryQuarter(t *testing.T) {
+	ctx := t.Context()
+	db, in, raw := openTestDBRaw(t)
+	var devices []storage.DeviceImport
+	for i := range 4 {
+		devices = append(devices, storage.DeviceImport{Device: storage.Device{ID: fmt.Sprintf("apns-%02d", i), InstanceID: in.ID,
+			Platform: storage.PlatformAPNs, Token: fmt.Sprintf("tok-%d", i)}, Interests: []string{"news"}})
+	}
+	if err := db.ImportDevices(ctx, devices); err != nil {
+		t.Fatal(err)
+	}
+	publishAPNs(t, db, "pub-lease")
+	var mu sync.Mutex
+	clock := time.UnixMilli(1_800_000_000_000)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	ticks, every := make(chan time.Time), make(chan time.Duration, 1)
+	d := New(db, instanceMap{in.ID: &in}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), Options{Owner: "node-a", PageSize: 4, now: now,
+		ticker: func(e time.Duration) (<-chan time.Time, func()) { every <- e; return ticks, func() {} }})
+	active := d.listPublishes(ctx)
+	if len(active) != 1 || !d.claimPages(ctx, active, []*storage.PageClaim{{Publish: &active[0].publish,
+		Streams: []storage.Platform{storage.PlatformAPNs}, Platforms: active[0].wanted}}) {
+		t.Fatal("no page claimed")
+	}
+	leaseUntil := func() time.Time {
+		var ms int64
+		if err := raw.QueryRowContext(ctx, `SELECT lease_until_ms FROM publish_pages WHERE owner = 'node-a'`).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return time.UnixMilli(ms)
+	}
+	if got, want := leaseUntil(), now().Add(DefaultLease); !got.Equal(want) {
+		t.Fatalf("claimed until %v, want the claim's time plus the lease, %v", got, want)
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.renew(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if e := <-every; e != 7500*time.Millisecond {
+		t.Fatalf("the leases are renewed every %v, want a quarter of the %v lease, 7.5 s", e, DefaultLease)
+	}
+	for range 3 {
+		before := leaseUntil()
+		mu.Lock()
+		clock = clock.Add(7500 * time.Millisecond)
+		mu.Unlock()
+		ticks <- now()
+		wait.Until(t, "the lease renewed at the tick", func() bool { return leaseUntil().Equal(now().Add(DefaultLease)) })
+		if left := before.Sub(now()); left != 22500*time.Millisecond {
+			t.Fatalf("the renewal found %v of the lease left, want three quarters of it, 22.5 s", left)
+		}
 	}
 }

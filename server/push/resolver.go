@@ -76,13 +76,13 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 // lease, in a loop of its own: a resolver or a recorder that waits (on the
 // database, on a full gateway) must not let them run out.
 func (d *Dispatcher) renew(ctx context.Context) {
-	t := time.NewTicker(d.opts.Lease / 4)
-	defer t.Stop()
+	ticks, stop := d.opts.ticker(d.opts.Lease / 4)
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 		d.mu.Lock()
 		open := make([]int64, 0, len(d.claimed))
@@ -93,7 +93,7 @@ func (d *Dispatcher) renew(ctx context.Context) {
 		if len(open) == 0 {
 			continue
 		}
-		if _, err := d.db.RenewPages(ctx, d.opts.Owner, open, time.Now().Add(d.opts.Lease)); err != nil && ctx.Err() == nil {
+		if _, err := d.db.RenewPages(ctx, d.opts.Owner, open, d.opts.now().Add(d.opts.Lease)); err != nil && ctx.Err() == nil {
 			d.log.Error("renewing the leases of pages in flight", zap.Error(err))
 		}
 	}
@@ -219,7 +219,7 @@ func (d *Dispatcher) claimPages(ctx context.Context, rs []*reading, claims []*st
 	for i, r := range rs {
 		accepted[i] = r.publish.State == storage.PublishAccepted
 	}
-	err := d.db.ClaimPagesOf(ctx, claims, d.roomLeft(), d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
+	err := d.db.ClaimPagesOf(ctx, claims, d.roomLeft(), d.opts.Owner, d.opts.now(), d.opts.Lease, d.opts.PageSize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return false
@@ -268,7 +268,7 @@ func (d *Dispatcher) roomLeft() map[storage.Platform]int {
 // got one. The publish is probed again in the next round until it has none
 // left: a dead node may have left several.
 func (d *Dispatcher) takeOver(ctx context.Context, r *reading) bool {
-	got, err := d.db.TakeOverPage(ctx, r.publish, r.wanted, d.opts.Owner, time.Now(), d.opts.Lease, d.opts.PageSize)
+	got, err := d.db.TakeOverPage(ctx, r.publish, r.wanted, d.opts.Owner, d.opts.now(), d.opts.Lease, d.opts.PageSize)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("taking over a page of publish targets", zap.String("publish", r.publish.ID), zap.Error(err))
