@@ -344,15 +344,7 @@ func (c *Cluster) ID() string { return c.id }
 // reachable Redis is in use at once.
 func (c *Cluster) Start() {
 	c.hub.SetCluster(c)
-	var redacted []string
-	if seedsURL(c.opts.URL) {
-		redacted = []string{redactURL(c.opts.URL)}
-	} else {
-		for _, u := range strings.Split(c.opts.URL, ",") {
-			redacted = append(redacted, redactURL(strings.TrimSpace(u)))
-		}
-	}
-	c.log.Info("cluster mode", zap.Strings("redis", redacted), zap.String("prefix", c.p))
+	c.log.Info("cluster mode", zap.Strings("redis", redactURLs(c.opts.URL)), zap.String("prefix", c.p))
 	if c.shards == nil {
 		c.join()
 		return

@@ -122,23 +122,45 @@ func redactURL(raw string) string {
 	return scheme + "://" + rest
 }
 
+// redactURLs is HERALD_REDIS_URL as the node logs it at start: its URLs,
+// each as redactURL shows it.
+func redactURLs(raw string) []string {
+	if seedsURL(raw) {
+		return []string{redactURL(raw)}
+	}
+	var shown []string
+	for _, u := range strings.Split(raw, ",") {
+		shown = append(shown, redactURL(strings.TrimSpace(u)))
+	}
+	return shown
+}
+
 // seedHosts splits the "[:password@]host:port[,host:port…]" of a
 // redis-sentinel:// or redis-cluster:// URL. Errors name the setting and
-// never print the password; what names the hosts in them.
+// never print any part of the password; what names the hosts in them.
 func seedHosts(s, scheme, what string) (password string, addrs []string, err error) {
+	userInfo := false
 	if at := strings.LastIndexByte(s, '@'); at >= 0 {
 		user, pw, _ := strings.Cut(s[:at], ":")
 		if user != "" {
 			return "", nil, fmt.Errorf("HERALD_REDIS_URL: a %s URL takes a password only (%s:password@…), not a user name", scheme, scheme)
 		}
-		password, s = pw, s[at+1:]
+		password, s, userInfo = pw, s[at+1:], true
 	}
-	for _, h := range strings.Split(s, ",") {
+	hosts := strings.Split(s, ",")
+	for i, h := range hosts {
 		host, port, err := net.SplitHostPort(strings.TrimSpace(h))
-		if err != nil || host == "" || port == "" {
+		if err == nil && host != "" && port != "" {
+			addrs = append(addrs, net.JoinHostPort(host, port))
+			continue
+		}
+		if userInfo {
+			// After the last @: a host, never a part of the password.
 			return "", nil, fmt.Errorf("HERALD_REDIS_URL: %q is not %s host:port", h, what)
 		}
-		addrs = append(addrs, net.JoinHostPort(host, port))
+		// With no @, ":secret" may be a password whose host was
+		// forgotten: it is named by its place only.
+		return "", nil, fmt.Errorf("HERALD_REDIS_URL: host %d of %d is not %s host:port (a password comes first: %s:password@host:port)", i+1, len(hosts), what, scheme)
 	}
 	return password, addrs, nil
 }

@@ -123,6 +123,8 @@ func TestBadRedisClusterSettingsStopTheStart(t *testing.T) {
 		"redis-cluster://:s3cret@127.0.0.1:6379,nohost",
 		"redis-cluster://user:s3cret@127.0.0.1:6379",
 		"redis-cluster://",
+		"redis-cluster://:s3cret",
+		"redis-cluster://:s3cret/x@127.0.0.1:6379",
 	} {
 		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
 		if err == nil {

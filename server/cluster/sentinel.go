@@ -32,7 +32,9 @@ func sentinelOptions(raw string) (*redis.FailoverOptions, error) {
 	bad := func(why string) error { return fmt.Errorf("HERALD_REDIS_URL: %s", why) }
 	rest := strings.TrimPrefix(raw, sentinelScheme)
 	hosts, master, ok := strings.Cut(rest, "/")
-	if !ok || master == "" || strings.Contains(master, "/") {
+	// A master name with an @ is the rest of a password holding a /, cut
+	// there: it is refused without being shown.
+	if !ok || master == "" || strings.ContainsAny(master, "/@") {
 		return nil, bad("a redis-sentinel:// URL ends with /<master name>: redis-sentinel://[:password@]host:port[,host:port…]/<master>")
 	}
 	if strings.ContainsAny(master, "?#") {

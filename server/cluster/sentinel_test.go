@@ -116,6 +116,9 @@ func TestBadSentinelSettingsStopTheStart(t *testing.T) {
 		"redis-sentinel://:s3cret@" + sentinel.Addr(),
 		"redis-sentinel://:s3cret@" + sentinel.Addr() + ",nohost/herald",
 		"redis-sentinel://user:s3cret@" + sentinel.Addr() + "/herald",
+		// No @ before the hosts: the rest of a password holding a /.
+		"redis-sentinel://" + sentinel.Addr() + "/s3cret@127.0.0.1:26379",
+		"redis-sentinel://:s3cret/herald",
 	} {
 		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
 		if err == nil {

@@ -61,15 +61,26 @@ func shardURLs(raw string) ([]string, error) {
 		if strings.HasPrefix(p, redisClusterScheme) {
 			return nil, errors.New("HERALD_REDIS_URL: a redis-cluster:// URL cannot be mixed with other URLs (it is one Redis Cluster, its shards Herald's own)")
 		}
+		what := "the URL"
+		if len(parts) > 1 {
+			what = fmt.Sprintf("shard %d of %d", i+1, len(parts))
+		}
 		if !strings.HasPrefix(p, "redis://") && !strings.HasPrefix(p, "rediss://") {
-			what := "the URL"
-			if len(parts) > 1 {
-				what = fmt.Sprintf("shard %d of %d", i+1, len(parts))
-			}
 			if p == "" {
 				return nil, fmt.Errorf("HERALD_REDIS_URL: %s is empty", what)
 			}
+			if !strings.Contains(p, "://") {
+				// Not a URL: most likely the rest of a password cut at its
+				// comma, which nothing of may be shown.
+				return nil, fmt.Errorf("HERALD_REDIS_URL: %s must be a redis:// or rediss:// URL (a comma in a password is written %%2C)", what)
+			}
 			return nil, fmt.Errorf("HERALD_REDIS_URL: %s (%s) must be a redis:// or rediss:// URL", what, text.RedactURL(p))
+		}
+		if text.UserInfoMisread(p) {
+			// The parser would take a part of the password for the host,
+			// the port, the database or an option, and show it in its
+			// errors, Herald in its logs and the client in its own.
+			return nil, fmt.Errorf("HERALD_REDIS_URL: %s cannot be read whole (an @ after its host, or a port without a host): a password holding / ? # or , is written percent-encoded (%%2F %%3F %%23 %%2C) and followed by @host:port", what)
 		}
 		parts[i] = p
 	}

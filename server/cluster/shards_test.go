@@ -273,12 +273,21 @@ func TestBadShardURLsAreRefusedWithoutTheirPassword(t *testing.T) {
 		{"redis://:s3cret@127.0.0.1:6379/0,redis://:s3cret@127.0.0.1:6379/x,redis://127.0.0.1:6379/0", "HERALD_REDIS_URL, shard 2 of 3: "},
 		{"redis://:s3cret@127.0.0.1:6379/notadb", "HERALD_REDIS_URL: redis://127.0.0.1:6379/notadb: "},
 		{"redis://:s3cret@[::1/0", "HERALD_REDIS_URL: "},
+		// Passwords holding an unencoded / ? # or , and one with its host
+		// forgotten: the parsers would show a part of them.
+		{"redis://:12/s3cret@127.0.0.1:6379", "HERALD_REDIS_URL: the URL cannot be read whole"},
+		{"redis://:123?s3cret@127.0.0.1:6379", "HERALD_REDIS_URL: the URL cannot be read whole"},
+		{"redis://user:123#s3cret@127.0.0.1:6379", "HERALD_REDIS_URL: the URL cannot be read whole"},
+		{"redis://:12,s3cret@127.0.0.1:6379", "HERALD_REDIS_URL: shard 1 of 2 cannot be read whole"},
+		{"redis://:ab,s3cret@127.0.0.1:6379", "HERALD_REDIS_URL: shard 2 of 2 must be a redis:// or rediss:// URL (a comma"},
+		{"redis://:s3cret", "HERALD_REDIS_URL: (unparsable URL): invalid port"},
+		{"redis://:123456", "HERALD_REDIS_URL: the URL cannot be read whole"},
 	} {
 		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: c.url})
 		if err == nil {
 			t.Fatalf("%s: accepted", c.url)
 		}
-		if !strings.HasPrefix(err.Error(), c.prefix) || strings.Contains(err.Error(), "s3cret") {
+		if !strings.HasPrefix(err.Error(), c.prefix) || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "123") {
 			t.Fatalf("%s: %v, want it to start %q, without the password", c.url, err, c.prefix)
 		}
 	}
