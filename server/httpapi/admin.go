@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -176,7 +177,27 @@ func convert(src, dst any) {
 	_ = json.Unmarshal(b, dst)
 }
 
-// applyApp sets the options given in o on a.
+// maxDurationMs is the most milliseconds a time.Duration holds (about 292
+// years).
+const maxDurationMs = math.MaxInt64 / int64(time.Millisecond)
+
+// checkAppDurations refuses the durations of o that a time.Duration cannot
+// hold, either way: converted, they would wrap around to any value
+// (userAuthTimeoutMs 288230376151712744 was stored as 1 s). The rules of
+// the values that fit are manage's.
+func checkAppDurations(o admin.AppOptions) error {
+	for _, d := range []struct {
+		name string
+		ms   *int
+	}{{"userAuthTimeoutMs", o.UserAuthTimeoutMs}, {"historyTtlMs", o.HistoryTTLMs}} {
+		if d.ms != nil && (int64(*d.ms) > maxDurationMs || int64(*d.ms) < -maxDurationMs) {
+			return badRequest(KindInvalidApp, "%s is %d; a duration is at most %d milliseconds.", d.name, *d.ms, maxDurationMs)
+		}
+	}
+	return nil
+}
+
+// applyApp sets the options given in o on a; checkAppDurations has passed.
 func applyApp(a *storage.App, o admin.AppOptions) {
 	set := func(dst *string, v *string) {
 		if v != nil {
@@ -274,6 +295,9 @@ func (api *AdminAPI) CreateApp(ctx context.Context, req admin.CreateAppRequestOb
 	}
 	var opts admin.AppOptions
 	convert(req.Body, &opts)
+	if err := checkAppDurations(opts); err != nil {
+		return nil, err
+	}
 	applyApp(&a, opts)
 	if err := manage.ValidateApp(a); err != nil {
 		return nil, storeError(appResource, a.ID, err)
@@ -319,6 +343,9 @@ func (api *AdminAPI) changeApp(ctx context.Context, id string, change func(*stor
 
 // UpdateApp implements PATCH /admin/v1/apps/{app_id}.
 func (api *AdminAPI) UpdateApp(ctx context.Context, req admin.UpdateAppRequestObject) (admin.UpdateAppResponseObject, error) {
+	if err := checkAppDurations(*req.Body); err != nil {
+		return nil, err
+	}
 	a, err := api.changeApp(ctx, req.AppID, func(a *storage.App) { applyApp(a, *req.Body) })
 	if err != nil {
 		return nil, err
