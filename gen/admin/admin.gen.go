@@ -526,11 +526,6 @@ type InstanceID = string
 // sentence for people.
 type BadRequest = externalRef0.Error
 
-// ClusterUnavailable The one error body of every Herald API. `error` is a short machine-readable
-// kind (for example `invalid_signature`, `not_found`); `description` is one
-// sentence for people.
-type ClusterUnavailable = externalRef0.Error
-
 // Conflict The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -555,6 +550,11 @@ type PayloadTooLarge = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unauthorized = externalRef0.Error
+
+// Unavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type Unavailable = externalRef0.Error
 
 // GetAppChannelEventsParams defines parameters for GetAppChannelEvents.
 type GetAppChannelEventsParams struct {
@@ -1259,8 +1259,6 @@ func RegisterHandlersWithOptions(router gin.IRouter, si ServerInterface, options
 
 type BadRequestJSONResponse externalRef0.Error
 
-type ClusterUnavailableJSONResponse externalRef0.Error
-
 type ConflictJSONResponse externalRef0.Error
 
 type InternalErrorJSONResponse externalRef0.Error
@@ -1270,6 +1268,15 @@ type NotFoundJSONResponse externalRef0.Error
 type PayloadTooLargeJSONResponse externalRef0.Error
 
 type UnauthorizedJSONResponse externalRef0.Error
+
+type UnavailableResponseHeaders struct {
+	RetryAfter *int
+}
+type UnavailableJSONResponse struct {
+	Body externalRef0.Error
+
+	Headers UnavailableResponseHeaders
+}
 
 type ListAppsRequestObject struct {
 }
@@ -1316,6 +1323,23 @@ func (response ListApps500JSONResponse) VisitListAppsResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApps503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response ListApps503JSONResponse) VisitListAppsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1412,6 +1436,23 @@ func (response CreateApp500JSONResponse) VisitCreateAppResponse(w http.ResponseW
 	return err
 }
 
+type CreateApp503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response CreateApp503JSONResponse) VisitCreateAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteAppRequestObject struct {
 	AppID AppID `json:"app_id"`
 }
@@ -1476,6 +1517,23 @@ func (response DeleteApp500JSONResponse) VisitDeleteAppResponse(w http.ResponseW
 	return err
 }
 
+type DeleteApp503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DeleteApp503JSONResponse) VisitDeleteAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAppRequestObject struct {
 	AppID AppID `json:"app_id"`
 }
@@ -1536,6 +1594,23 @@ func (response GetApp500JSONResponse) VisitGetAppResponse(w http.ResponseWriter)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetApp503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response GetApp503JSONResponse) VisitGetAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1647,6 +1722,23 @@ func (response UpdateApp500JSONResponse) VisitUpdateAppResponse(w http.ResponseW
 	return err
 }
 
+type UpdateApp503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response UpdateApp503JSONResponse) VisitUpdateAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAppChannelEventsRequestObject struct {
 	AppID       AppID  `json:"app_id"`
 	ChannelName string `json:"channel_name"`
@@ -1727,15 +1819,18 @@ func (response GetAppChannelEvents500JSONResponse) VisitGetAppChannelEventsRespo
 	return err
 }
 
-type GetAppChannelEvents503JSONResponse struct{ ClusterUnavailableJSONResponse }
+type GetAppChannelEvents503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response GetAppChannelEvents503JSONResponse) VisitGetAppChannelEventsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -1805,6 +1900,23 @@ func (response DisableApp500JSONResponse) VisitDisableAppResponse(w http.Respons
 	return err
 }
 
+type DisableApp503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DisableApp503JSONResponse) VisitDisableAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type EnableAppRequestObject struct {
 	AppID AppID `json:"app_id"`
 }
@@ -1865,6 +1977,23 @@ func (response EnableApp500JSONResponse) VisitEnableAppResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EnableApp503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response EnableApp503JSONResponse) VisitEnableAppResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1976,15 +2105,18 @@ func (response TriggerAppEvent500JSONResponse) VisitTriggerAppEventResponse(w ht
 	return err
 }
 
-type TriggerAppEvent503JSONResponse struct{ ClusterUnavailableJSONResponse }
+type TriggerAppEvent503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response TriggerAppEvent503JSONResponse) VisitTriggerAppEventResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -2054,6 +2186,23 @@ func (response GetAppHistory500JSONResponse) VisitGetAppHistoryResponse(w http.R
 	return err
 }
 
+type GetAppHistory503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response GetAppHistory503JSONResponse) VisitGetAppHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAppLiveRequestObject struct {
 	AppID AppID `json:"app_id"`
 }
@@ -2118,15 +2267,18 @@ func (response GetAppLive500JSONResponse) VisitGetAppLiveResponse(w http.Respons
 	return err
 }
 
-type GetAppLive503JSONResponse struct{ ClusterUnavailableJSONResponse }
+type GetAppLive503JSONResponse struct{ UnavailableJSONResponse }
 
 func (response GetAppLive503JSONResponse) VisitGetAppLiveResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -2196,6 +2348,23 @@ func (response RotateAppSecret500JSONResponse) VisitRotateAppSecretResponse(w ht
 	return err
 }
 
+type RotateAppSecret503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response RotateAppSecret503JSONResponse) VisitRotateAppSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListInstancesRequestObject struct {
 }
 
@@ -2241,6 +2410,23 @@ func (response ListInstances500JSONResponse) VisitListInstancesResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListInstances503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response ListInstances503JSONResponse) VisitListInstancesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2337,6 +2523,23 @@ func (response CreateInstance500JSONResponse) VisitCreateInstanceResponse(w http
 	return err
 }
 
+type CreateInstance503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response CreateInstance503JSONResponse) VisitCreateInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteInstanceRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 }
@@ -2401,6 +2604,23 @@ func (response DeleteInstance500JSONResponse) VisitDeleteInstanceResponse(w http
 	return err
 }
 
+type DeleteInstance503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DeleteInstance503JSONResponse) VisitDeleteInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetInstanceRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 }
@@ -2461,6 +2681,23 @@ func (response GetInstance500JSONResponse) VisitGetInstanceResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInstance503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response GetInstance503JSONResponse) VisitGetInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2558,6 +2795,23 @@ func (response UpdateInstance500JSONResponse) VisitUpdateInstanceResponse(w http
 	return err
 }
 
+type UpdateInstance503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response UpdateInstance503JSONResponse) VisitUpdateInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DisableInstanceRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 }
@@ -2618,6 +2872,23 @@ func (response DisableInstance500JSONResponse) VisitDisableInstanceResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DisableInstance503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DisableInstance503JSONResponse) VisitDisableInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2686,6 +2957,23 @@ func (response EnableInstance500JSONResponse) VisitEnableInstanceResponse(w http
 	return err
 }
 
+type EnableInstance503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response EnableInstance503JSONResponse) VisitEnableInstanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetInstanceHistoryRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 }
@@ -2746,6 +3034,23 @@ func (response GetInstanceHistory500JSONResponse) VisitGetInstanceHistoryRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetInstanceHistory503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response GetInstanceHistory503JSONResponse) VisitGetInstanceHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2829,6 +3134,23 @@ func (response ListInstancePublishes500JSONResponse) VisitListInstancePublishesR
 	return err
 }
 
+type ListInstancePublishes503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response ListInstancePublishes503JSONResponse) VisitListInstancePublishesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RotateInstanceSecretRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 }
@@ -2889,6 +3211,23 @@ func (response RotateInstanceSecret500JSONResponse) VisitRotateInstanceSecretRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateInstanceSecret503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response RotateInstanceSecret503JSONResponse) VisitRotateInstanceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3682,154 +4021,160 @@ func (sh *strictHandler) RotateInstanceSecret(ctx *gin.Context, instanceID Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rcts4muiroLhbFbsOJVOy7DhynapVHCfxdC5uXyY73cqxYBKSMKYANgHaUadctQ9xnuE82D7JKXwA",
-	"SJCCZCl2z3R20n86Fonbh+9+49cg5rOMM8KkCPpfA/IFz7KUwL8HWab+J4rZDOfzoB8MGMJZFoTBLU4L",
-	"op7FKSVMHt/q4TIvSBjEOcGSJAMZ9INu1O21or1W1L3oRP3OXn83+iUIA8LwdUoSO2JKheT53E4Tlb9c",
-	"yPS9/oEmQT/odYMwuCFqK7N5S/0jDGb4yxFnjMSSciaCfieKogh+Ps2JICwm78nsmuT6Ue3BpSD5CRvz",
-	"l3NJ4HG3FwaCxDmRegXz7zAQxbWIc5qpNY54waTdeZElD521ECQfFHJ6QWeEF9Kc545cTzm/EUH/16/B",
-	"NZbxNOiPcSoU/KaYMZKe5mRMvwT9IDPbbSnAKRBdzDO131+DGZzsCicJSRQo9J85mfFbkgSfw6DI06Af",
-	"TKXMRH9nx9xtWxIhd9Tqwf3n+/tQ3fNbDe/6dV9Mc0JQximTAvExwnD9zwQyt+MiAmWS5Lc4PScxZ4kI",
-	"+nthwHhCgn6g4BfzTP0TflEwzinRR2d4ph7EzhWGQcGohB8VpM0i6vXdsBf2Pt+H5TCZ08mE5HB6Mygj",
-	"+ZWATbgjo7AbRu3a2ISk9Ha9sQdhp73vjrW3d05gg6uHt7thFEa+4a8xTddZH4Z/DgNJZ/BL53mnt9/r",
-	"vdgFXC//2nP/6qlnakyO4xtLaua231Eh61f9kZEmaeMs01f0h9A40GKdyuE0/0hSzwoxPWFCYharW9kd",
-	"d/eiHolavfHBi1avk+y2XuAobkW70R456Ma7u1En+NdjEJ9LpLklPv7gkC7iDMk7jswGRQOdTsqLLV9Q",
-	"h5vZS/s1UPDFKY2J2pshlvJ0OeezBqhF0O9qAKp/ORSW5fzvJJat3cUBHUVJLr/p76oTVojQkHjUPEB3",
-	"VE7R4PSDQJgl6BO5RqeFmNbPyEBwxviIszGdFIq72Fu7IXP3V40eN2QOUBm8POp0d18dv34ThIEkeAa/",
-	"XhwP3ne6u729ffUrz2gMXHHWthelSVZfYnC/Flkm5JbGQANdRSMNKh3HMwAAydVbgxhYsOcw1ZJArQfj",
-	"F3ifdLutbu9gt9V7gXHrYG+v2+p098Yd3Iv3nh+oq/37nTwRoiC5lgpZcZ1SMf254BIDzmty+gmo/vXB",
-	"4Ch6FR33jjsvey93j14Muq+eH++/3huov7qvgrVo6xZnaoNf9Vqxnvrl8eujn6Oz12c3ycn5Zfbu4rjz",
-	"8aLz8uwy/XD517/+8p+fXqf4U+dL8p/pi8nfPv3l77+8+evsl+40wzMprj/t3cZvX8/j3bNOwpIe+c/s",
-	"+fhtpzXuDTSqKbRTzAHTVPI+z8R/2MuK+Sy4d1HNL3TveF3kWvzbWO6q/7XwOtJ3bVHY6TYk2Xg9Cdbu",
-	"1YflROZ0jeXCqN2ty2ycXPAbwtaQmetKTJ+MtDfkF5T2Rur3oH/TcP3BCH4wgocYAcjVU33yc41ffnQb",
-	"U0bFlCTIgMlFO/OTQbu1bt2Ser8DSpKhYMU37EJLxvfUeMVD9GJ24O4iw8nwhGjRLJSC3N9/8TwMJM4n",
-	"RKoRz6NI0bSdoFuf4LqaoGMn6L04cCfYiyJF3DwjTP158LxEIaCWrLimSWt3d7w73j8greso3mv1dg/G",
-	"reu9aNwaY/Jid7wf9w6ScWAX6HRe7IWBkFgCm+FMEbde8CfK1KTAaImQInB3omlH/w0qyGfg8BnO8YxI",
-	"UEvAjj55pf6RkFIRAfUJdG5Ek7ZS3DRyWA2JqjcyLNVtG+aHs+yKKi6Xk98K6vAOEU/JDKsFZvjLO8Im",
-	"chr093thMKPM/tlRm5KS5Gre//ProPULbv0etV5cDYetz//r39Wh5iAkhMwpmwQuF1y2+VIzokmIMLq8",
-	"PHlVP8ma3MBzVjv1Bgfe3a8dWP3pnjhqvRi0XuPW+PPXg/uW+2dvkz873XsfsO7VJkXGmdCuk5c4OSO/",
-	"FUTTc8yZBDQDNTilMVZQ3Pm7UKD8WgGsCWRZYgiaFUKia4I6SHK031Mqdo5jhWFKTRi0fkG49TuKWi/Q",
-	"FWqFiHGJhsFsroYPA7iVPOc5QPYWpzS5UhLj3gXlv+dkHPSDf9upHEI7+qlQP804uzqGOeC0i9hwzZM5",
-	"ogKWhiXQX84/fggRzxFGwLDQdU7wjUAY5UVK0JY6njMPEngu0N2UxtPtttrbUVoISfJLhm8xTZV4egww",
-	"1R5jPeMzgc5IQgVKONEbxkzckTxEgiM5hUMkBMWYqWc5wfEUqc1yOSW5OFQjppRN0B0WSPGPNjojMp+j",
-	"FEuSu8A2610VzhGeDOgGPGim9spZOkf//V//d9n24bxwPirtE31oNOY5nM5sVoOes3FKY/lYgBvs5Tm6",
-	"IYAdOM0JTuZI4hvCXFAp7ka+UMVgnxQt9erqfGYHZmXgb4o74FSPf+RJlaakgAlCTRHpFLMkJbByrlnB",
-	"oYL9FAt0TQhDKZ9MSFInTb2fK/3Dk4FhwFDByJeMxJIkdqOwBoDhA5evecGSx0DgA4erBhOZJmgY9Lp1",
-	"tqOul3F5NYaVnuxoHzgSRTyFxXleSqTQ3rmSKurSZzgd83ym4K20LjxPubIk+DsluR979eZ6Sw6YqknV",
-	"+pih7n630+uh67kkwoWHevdKcn4FLz8tyq/cz94++om+BDBcMlzIKc/p7yR5HAwUyyEkEQBznMwoQ1KZ",
-	"aX3FHhM0MMvAfH30kuCc5GhYRNFu/Pb4bPDu1dXg1fuTD1cXH386/gC/ExdYhbvRJwVVbWdoSnBCcsAX",
-	"KoTi8DyvZESM83zePGEbNCWzJCh76tmF9kuDhp7zjOSSar2gcnx5xZN5qtiHUWgRZ6EW+p0oUjChksxg",
-	"eEMFAXfniX4Iir15jvMcz9XjBEvsXxZ8hkg9R1gg7e4VKCcxobcEURkiLNGMC4k6Efrp5SEqRIHTdA4C",
-	"HknyRbYXVSKryi1fUD0HWYqExLkEgar4R1aIKcn7Cvb6n1eWMfbb2gtsdbyuc05Hb63UxV/1JhyHo4HD",
-	"53Ic14aa9nF6Lqzm/C6hfs15SjBrmNpfA8VksDKflEHakhQWX4BMaWv75ms4ystXFBAUTt03/ea+N2ji",
-	"RRFwqPtRp+ZZ903pc7M/8F7D6+57u+6D9yHLaSGmlalRqsQCpZTdaFG7JQhBgyz7qH2824cIXyu9DN1N",
-	"CUOMM+JFUOvJ9wDE48/33ZXjeFj37j3efh9cKvf/14rkV3G7T3qAGlun/AZBgEGl4yll9MLiY1hHdx8Y",
-	"fAdYwB8vsqzAjCbSNzDcgYZLbi74l9DzEbwMAi1NP47Bb7EKiBUOBfdhkxVomlqq4241jLDtQ5RjlvAZ",
-	"SuiESqGRUSNmg48pW32RjTUO9Lkeu6vvTQfr1kSVgTb9VqIJTLgEqjYStLCFEz/XWS70PsZxkVGSlJJP",
-	"WSi50lKv5yAfXNHTkH+rTqh2eKSnXDxpI/qzsKeMsIWgljWqHD5SEusi5E6AlGoEUcJgCUwt2nkxjGdm",
-	"JzYGHyoRms8RZ/YhTtXWVsuuhlWQpvzOSPuWFsnCOZ7D5TYTV/VVfiIkA6adYiHRB7OOOgmYpQYspQ1q",
-	"ZkOD0xO09eb4Au0oRNz5qn1f9zsWjDtfzb+uFJbc7+hptw9RpCQDH48NhdFZMdOBYnAO6T+jcA2ZWj/G",
-	"a55PiEQ3JJP2CHgsQakG64LN0YymKdWRCKH2oexMrRAnZIyLVKItdV1TXuTbmhfYw6ods9qG96PegYmG",
-	"r961Eej1zYJTOQZ7t8mUUHs7RAWjvxWkwYM63YNwHcWg4YMoH6KUzqg0F2BF7urN+zWK+gLmAcpIjmwk",
-	"2GLNEih3omh7o8UX1JT6Fs7p70SfDgiw2oYOXD8TSInEK8rGfOmOur01trSpLrSlpErle932Kkd9hJFJ",
-	"k0GSD9no37QDoCV5S+27pc0wmmiza6R18JHayxUdX/HxOKWMjFAZaUBymvNiMkVU61dDppZVUxnSU++3",
-	"0YnUPkvw6aCtXhShkeN7HGln2h0VRKlrbMjILJNzpFEPFUwdQNgTtYesjq27+yv1ucYFwu8+WliLBry6",
-	"YH2FY+CQyH3zCiJmSGEF5AusYrBenbDp7OOinmshp1giRqgCIxJ0whBVum5ud3FNlGqs5EVpO5fsVlmv",
-	"VFlfNXa5Ejkfo5CutEzv/QLxEnS7H/Lwhzz8IQ9/yMMf8vCHPPwXlofGlnUSxhqyC2V4QjQ5mjNV6WIh",
-	"whpxjqx7+e3FxakSKc+E/e24vI26yCSlGFvrjPV9wqRreKYZ+SKv4iIXOgrXRFbjxpvxnFhZM+ZKWB/q",
-	"sCUMVGdXf6m5ABjt4CHXsDnb5wfhrc+x4PCwDvVF9659f+HJMheSdogr1qW5jys7NR8ybEmQ3wrFa6sY",
-	"ycIakPIm8SzzCA9nWiSo9adeMvoFkYzHUzVh6cakTO73HvZ3gENRH9k41909+KDroHHDw9ZMZlyAFZ0R",
-	"dE3kHSE601hnSvq8MjapaBHcik3whDxTskJRPraR70OkeS5XvwnKJilpOn0cLqiTKn23qXPkBMK5gq/i",
-	"UxY5eUI0n9KhdxP+ZYrJ/Kr3+9nLx3MLoHWI0ID3XI/yuL9MUmRz658UlYEWClCF7AYIlocaQ1ykDBFP",
-	"EyIkGtNcyMPSS/e8W3fSPYhMnt3ZZMwFnROngmheUAFTvSyQEvxGWQQmmGU6SbvMyoS/QDdVOqfJUsEz",
-	"ziZqrpnmJDp71FwbYeh3knOvhGpQgEaF0ObXNrG4OpIFfXmlK6jjvLz0Oo34o2qfFFJJnYZAiUAgbIUO",
-	"jEDmSkZyiHFue5FZ59I2Jx3BLKN+mb9j1gD0OESjKvUW3smxJIjfEm25WCigazJWnJtKF9dtaY+TvevD",
-	"fJvPu+CjZea2tB4M6MrHaATgHfnCpKxQuumDbm8TLgR4lMv7bmm5XuqUDLTRaU5vFVhuyFwjFlOGKsqJ",
-	"LHJGklDn7dxNCWgtckrm8JYgclEW26TihlFbSzH2WaSNfOMlryzx3dsUZN8jnYfseQJJwV8fEL/1bdk9",
-	"lCva+fVsYf2cvhv5hjhsmQLdvMMzMqFKIpAEmXf8ImalJ8CkUNeva3lCtTe+uA4gl06px/tgtSQ87KRl",
-	"e57Ws7R9QUsnbduHFZsHS6us7RoQnRxuf+xW514/BLhqmmrQIrR86k51UDd4WoGvAaxQ065GCXuqCv02",
-	"CWpavrNpZNOO2zy86cnyLSOby0OaHoPUH9Jsllo0NcKyrGJN7adkzA8GwsupV8F5g7hclXzmcUain8gc",
-	"jWlq9IsJvSUMXc+Rybnyc/sjfEpmHuv6i8wxOhqgWL0+pjGWRKCt0+P328rElXmhFDOeIzXHZZ56Rb56",
-	"9pNl+6tj0eXL3t1ARVw7O9D5UGB5UzbR3ja1paWrX5SiZZ3lL6y0cfN/9vaXvH2pGadnp9dYEHR59s4q",
-	"+1QgW/6IM9rOCjFt48yUaSzkG/UONk3nGcez8xqD/otJp2sot0fvkWHkCOsXAYQKZSySCC8ox/HMe1o1",
-	"44rDjuNZe8L5JCU4o2L9w9ZkhA8vcRyTTJIEUXhNEQc4w/7y6UI0ltjrdMOH5YzHmQt+N5ym/I4koAIm",
-	"eF66WrVv8mEPTk1aPYhVwLTPK9HSdMCYOh/EcwNidHl2Atnhysb86+D05JWmkHWAcL+CI60fGPnBkH4w",
-	"pB8M6QdD+oMYkptktaC4zZYFsE7r0SJEkzLpq5bshbaa4S0BxvL26iToBd+ycZesjGKsDOSJKoCQ+K1A",
-	"03+gOcUrKiRlsWwGyMTKoz3gbTUOivrufQqsQcsPPCHnU5x7EvZs/eXXDXynpHKdemnfFG76jcOaU9z1",
-	"AJbllAsg1BaS9p9yQcCzL9YBk3bF6e04K5htlGWvKyB3botwFzwu3+JoKKtulx0R3MI5yXT6o3ZwGllK",
-	"OUPlDH4UrO6yWR9TzSFQTsaF0MmVGE2wJHd4DqUyWvoX2ZLJnbpgr9O4zGeobdlWx7kLlJnZBZM0BTdr",
-	"LeawEoqm9nhxCzSeancwTD3ld2hWxNO+qQCaWAQiNmj7TCBTsqv93TA2JzHPE5LousSC6fD2Hc9v4LlA",
-	"YoohFovRKRdykpPzn99B1QQINZGlVCJc1m1QJvl2CHmsanaaoK2RqXX58PHV8dXJq9F2qDgxFKglJG+j",
-	"YxCJoCeV00D0mXEd3yu3ONf+wbUM4gVG4OGStpL6G5FTD/cjj1OY7ePCxBc+rmNtKb9dtPUvZgq4v5Z+",
-	"Zju2qnxXC4e6wtvncXZrvqtp3OJvze2Xj10FR7xIIYabqGv3n6ksLm9OemI3pQgMduXiOKRPr8Mqqwuq",
-	"nb5a2IJ1BRsNay1EDDa5bq2H+azf/+P0N/i6Ebpb7v2QF6hawLdFG7Nf2JdpyLQYrGYJEsrawqmNVWfg",
-	"74eKPH+2Q6Od02KsI51XesIdiEG4W102ZWoupdWoZwQzYQw+M2qNqql64yif3L+hEDQmrFxJ8SnNzN01",
-	"1Xtr8yYDX0C4Wp7A80UeVfhsik9TUmUFKDv29OP5BUkOQeXt7+xU2u/OzjrmRAM7lvnP3X07bMLm4HFT",
-	"1lDl/V/dYmUUO024lvTksiU4VzaiHuN4Sq5mVDTrcXRCjZcR1Sof/Y4CRnQFsC4S5WNze28V5iZocHrS",
-	"RiN4YQRV20hMeS7RDMdTykgrJzhRJuaQqetGW0pmmfLQKqtJGd5YFjkZhWhU1v6Otg/RyNnQSKf7kSFT",
-	"qARKsZotI1yZvJDn1Ei7cA/jCwyW84DUIl+yFFOmKAfrmPZdzm2poVOcXe9cgQs5rQ5Q1YDOFN3Xa7oh",
-	"1ej98cXbj6+GQ3Y6uHg7HLKfL4/P/latgbMMaevOqzUT/0WdA8wBwkZ/gRdBaxAM35CrGAtS3/gC8B9O",
-	"g4HF68Wx3iiIIHGRUzk/V8RrfEJQ7AoNmbxopmO0fIwWq3zbgSmbBW4IFcHVVhXJ6pJdysbck8iCmdKH",
-	"sMVXY5SUCU5lAkAtQVDo6PTbi4vTsLybIRN4RqAjhbCJUqOpnlZNM4J57C/lVCOkiAxDKkSWFkJPpWQg",
-	"AmlZ5SbbPhfXxQTFnAmeKuTBiUBUbreHbMigEPn0RBGC8dwoVUcQCTWxo0XYjdAWliglSuXu7A9Z1Qxk",
-	"+9AQsq0Bh5xDyGbQ5cujVbXY4A4weY/tISt1+1ucU0joowIVTBBpPYpQXq9zWQTqRb02XIFSuCW+IYiM",
-	"xySWiJucyLxg4IkDhVjBH5JvdPgfktRiM3iGzQs6be3dCUo4QOolT6hxWP7l/OOHPvAxjWRGUdaNOXQu",
-	"slu5bOre0Vavsztk12TOWbLdRsdwDM0JbQMXgBQ1OatqAYNkFb/UbElSCSRneSYUhQ9OT4IwuCW50Jja",
-	"aUftyKrYOKNBP9htR+1dME7lFKhoB8ho57azY8v4Jr60Tb1XF8et7ActMiFMUpyKsPQCK8S1aYoAXxev",
-	"UUqFHCm+fgcnBW9bmSYCfZSUSjZQO2o0t+lG0frtAmxtoNXvfOqAfXXH1jfer13kX43w1verk7o1hVQ3",
-	"gOhFnWUTlyfduWx0HdjTx149qN5TBM5RNvNSGzWEs+zy4M7M/YGowBNRlWMqc4oLD2q8piRNBErJWCJe",
-	"SE19Tso1GMC129equcnbYQmfDdnzFhSqQpzXxHdvyBx2pGVXaNlTaMokSsWLJUPmSfblLFS2a9xIig/B",
-	"v9f0ioVD1om6plWGddJCFrkmtzpu6vj3ANreGV73kifzDfFyXKRpveHakdKvWZ2e8MIJACjYEletD+CG",
-	"zWu93WRrvV//4e2gwUmNG3DRzEdjpmKqCm8NcjnHv9+IcE0Ow31dI4EejAscp7M5x1mH22zGaVZwGcVe",
-	"heQ5sQxmDV7hNAn7Vp7Ui148PKhs5qQGdHYfHtDsj/MUzE9fttGJPKztPmzIwbLISbO7lPiCnq/g97Iu",
-	"Qid9SuGIvZTe1BU6pOcatdHrnM+0bsQZYuSuVk5Qcucbk5MXp1yQRP/ei6IOrGUz6VGM01SALWDfsWMn",
-	"RKJe1FkUr3rvloV9q3xVVOeicFNvX0BYvWzSRm7TttHX+1H7EVjYe3hQ2WbqKbBJH2I5NoV+FcoS62P0",
-	"JqUxjVCWQ4teHdar3+sbIh97qf8UFvY93b/pV68vkjiyya80Oe04l+TJVa/s6Had959BQ/d5+UYWOUah",
-	"zoCD6EaIcpKlODbc6G6qDL0Uir0wMy4z+FMLZDFket9msm2flqNzPR6r5TTrXp1m00XOGrocH4+Xf+AD",
-	"mv7eN6qfqunONAD0+c0b+oqUGQU+U2WdEZZAyra7jq/dvemgv4bSsgkFmPyZtbSO6IfW8ST0/h2pKeCC",
-	"MDUTWhwAdR86DUDRjSniprmpGdlIn3mgaHup/V8WilXqjtpIGdy0xYxQBjuq1aGPrDdpOxwyRu7Kyp2V",
-	"tYFamxmy0caF5yMAmvYr9LVrzOmZh4TELBGIsrLOXX9XpnRattFIl/WBdxjGj5wqwVEZz8UTYgpM2kh/",
-	"nUh7fTVgGC9ryidEiiGDqlvz01VCBVizIx/n1UK8Vh0ZLAiSBf+MjfeofdXb9pXa2l5kGh7/VhBo5W86",
-	"HoNdGbhswZpX5cdMyuJ9J5Go44vv+TDnQfjV3Mid5/u9zosefEQmgq9o+PZsajaXNGTudRZdz58fqeqW",
-	"Bam/2vrL4OswmBEh8IQMg/4wmJI05cPgvixKBNPaRlPAPK8fLqrVK/ZrDyFDfT1G3SjR9bVhLYt0HWp9",
-	"JspK6IqBP6oRZ8UXWPklFksGh0gqiU+lsnhAMLuara48QL0uarXMgJZhOB/cdpxNAnralpy1/Vvy3Vqk",
-	"2m3TWrqkScUqTPjjT67KqlFryDdP/+u6sBr4ir3r7N0y2Fr84emU5HAx79CinOIRaOvy7F2LiBhnBGpt",
-	"bU/e7Tq7mc1bZpi/HbwrY9btB981fNLpgL/AjVYIaYNnEPr/VvPB66t9t+iQ0EuN+gtOCI/fYTdsOh20",
-	"g2E31E5JnY3jeiypWJhDmy1U6nL5Mr9ReJwUem/fpUEbWsgm35NpewZJeo5WVEMIllQ3v5nWqX33T4/P",
-	"lwyi46OkxJSRz+umlx8tYpjuFfKdIpgJiHxP+DWAlLh18AvhCaZsQywrbZinxbIqyx5SV6BfhuS6pCXX",
-	"vUGMYmUOVTYUBQlIhLJ+hgxbb4dihbyQ6C6nUid1mr74i9F6q6LpmBnPIVPFhO/RiXQaHEE43GzDY1AN",
-	"2ej04/mCKWVNJm77cdjYvVLmCjklTEJFTdJ38hXAXBBoq2qlHeru3Gp9pRnrIFsFBv1JDvP3kEEG2Xao",
-	"ewaoCXV0G7K8nF/HmLUgoMgrKZELiOhr7xXE8nXfGa2tOIMrH+qMyJzGGr0Ati0D26FCBKXfYTQyXZlG",
-	"29o1vYbBOGSlxXiIcMntbc8nm+5sxN6uz84zndoHWXZsTIRv97NxRha/3qQviDNA1UrJqRxs1acQXTXo",
-	"c/iwfWOUo9K82cQP5napf2pX2MYhCUvcy4MSjzKLjlyNFL6KY8kgcGyGPlJiF2z2rqac5R/YQf8b/QcK",
-	"URsder6sU1NW/1Gf2JFlF6HyIztlizYvO9KMrqJ65+s71imUk+3HCLbdJ/l4jHCUuPrnRP4487O26Df5",
-	"OzuPOvxx9UEGKlA36h1EOi1CeyH1xVKBOlG3F7lgUUP+qK+KrPiaSImBsGX3BS2Stkb1jY00Xv0zTWfD",
-	"+5S9VHJon/aAdXMhoxzc8SJNNlOIplWzK69XV8kI3cBGC9RRo33QCG3tbYPYKzIoprW1NlNe5GjreTca",
-	"Mt0Fa7velCnU3TkpQzMy4/kcXc+dj0Pp7l/UfHuDJP0hGzmK4AhtgRnpdvzZ1hZmRnKTs7fY7GfIym4/",
-	"pTwnycioKaJsmpiUTRPV6JIlKd3KDrMSeRRqxUgta65lO0Sjst7ATo7GSpcUQ/ZbQQr9WQiviqsGu5/v",
-	"HqEt24wLdb982dbJTKP6J7pHbXTiNAozV6X7rGgPtYHrM4FwCtnMWyNoC9WHn0fbfYTFjVNtpC4UEGuK",
-	"wXdda2dlkhaHrBNFkaeb1aECLrSUAv84ROVgRmhupb8xxTjKOZ8N2Zjnyx3cb8svyj7e9HLauj1kgVVe",
-	"0nU51Aq/6kXVJ/d7ssMuSuyUOR6PaVyRU0XfC98eeJrQ9gp+lZqPO/iZVfPbCJCu2PyIQ5m6S53mm7np",
-	"STZkmEHfq4X2tcbuqOqCIcu5rAd2GcByhIZvUzxNvqqGw8P5qrdk03zVW7IMj6sE8n8RF3ZFBU7u/FaV",
-	"QFF9sZGykv3OeEK2/zHkkHO1o1bVSvdp3RpnbsqIXkRTDwZfsEnD5Yz4XGq1vY0Oy48cConnoo1MlF8T",
-	"qfXKYzf9v56wBgHu1Cb7gu/ZWtBjJ1Nu0YN3BvsYZNm5TWD93tIoynwwBXRbqPP9iJI3inTKFEgXc5yi",
-	"oxUaa63L1orag3q77RJoBmFuyDy05bk238C6fKCNCAiAWkJdVZmzUI3wyNaJi5UMJ+UhH42ftNGzbCWi",
-	"1hqcrY+xjWH+b5vaI/0ZSxxqyOJioNN47WkKGiosqqoahsxQwOXlyauwrHKo4WpZzTDOiZialigK3ZYX",
-	"HJxUn/7/dj/hoxLsIfeuPnSAYl21QA0n/0SuAfwLhQlrfpC73lpm+SfsN0bmPzLjnzodWdciyG8gxocI",
-	"8UcVwNpVAA9xBr+A2vnqfBl+7cqARZFlWm82tKqKkdgagSVJ+zU28CNz/9sy95feynJhsTQvcnGuBxWR",
-	"p9Uw3hD5JEjxp2Fl31s1wMMYsEIH2cimsxBcXSTQ1GAWcoaX8h6dhjdap0Ojr1rgSVQU22vcUTJOPwgT",
-	"jXWC0uqsjpLh9HAMBi+POt3dV8ev3wT1fo1BS/338vjNyQd0enby18HFMfrp+G/w65C9P3lzMZgcD96/",
-	"fP/m5fy3N+fvey8Gk+M3R0fm33fHb1++vblL7k5eDn7+efLf//X/hgzGHn945ZkvqPd2DC6OB+873d3e",
-	"3n5Q6+MYxHzWtuoNNsblb7blnwMH53ukzkeAMErw3AVFvWmgevsb9KU/slbhX1pf+rZ43vdYjrCpTvXt",
-	"iY9Nvvhw9qOjb5UpkIpz63ZZITJ5ASC6z6D7GGUTNz8JAjeoF/XQqDxD1WkGXA3QTo2hgt0wfuf2xNUd",
-	"6HQg1bbdKBOevEmQ/7ME/HefHWkP8kz4UyI3xvxvzZBcC/EbaZJ2zGipGvBAwuT/NGT8vjMpfbi4mD65",
-	"MUY+lDzwSkfB5whLSWaZqT4y0fnruVI8Yz4jIQSGnSyDIds8zQA1sgyG7FvSDNzI/ZBtub0d1ZJGZ98O",
-	"0Ui3FhyhLROEqDUq3Q6HbJQTmVN4BSOZYyYgs1ONK3ISInioLwGlWJJ8W7dySogS0jeEqQ1onyJYhXfY",
-	"2v3Jdj3erwOTJYyr481wshjqXxKctKTwZCF32phwXfL9EXyv855nAmWFmNoWu9T2CVsvEv9kluRaDKHW",
-	"D3OpN0Rhu5CVddIsCnLi81nOJzkRAm3Z5p6h7sQXIk2A2+bTacTCZ256FBFmOsLaAlSalw6cITPKsPGr",
-	"cFl6VbT3qt4OzYZ9qI4D+QjIjeCUueAPVWS+5Xf6W8QOJExKwWH5NdpuvT6zu3l9Znez8szPj6b8zNs5",
-	"dSXxe5qtrk//3sFeVlAC+s9tzz01/8hJrERP5Q5wKEynvfzzWMYjMxjWUm59aQw3ZL5WKkOl8dbzGdql",
-	"+ecafEn17QZv8oLt1rNJ5oI94lOlL/wpPCuelAYFnO8yraFyFy3mNuhDLdGxna6lgOtuv9JfPyt81om9",
-	"mhKqTiP9nZ1O93k7akftTv8gOogA980SS8oLdNfRdiUxINNisUK23pLUeb/a+f3n+/8fAAD//w==",
+	"7H37cts23uirYPh9M7XmULIky44jz5lZxXYSb26uL81uqxwLJiEJawpgCdCOmvHMeZrzYOdJvsEPAAlS",
+	"kCzFbrfbpP80FonbD7/7jV+CiM9SzgiTIuh/CchnPEsTAv8epKn6n8hnM5zNg34wYAinaRAGtzjJiXoW",
+	"JZQweXyrh8ssJ2EQZQRLEg9k0A+67W6v2d5ttrsXnXa/s9vfaf8chAFh+DohsR0xpULybG6naRe/XMjk",
+	"nf6BxkE/6HWDMLghaiuzeVP9Iwxm+PMhZ4xEknImgn6n3W634efTjAjCIvKOzK5Jph9VHlwKkp2wMX8x",
+	"lwQed3thIEiUEalXMP8OA5FfiyijqVrjkOdM2p3nafzQWXNBskEupxd0RnguzXnuyPWU8xsR9H/5Elxj",
+	"GU2D/hgnQsFvihkjyWlGxvRz0A9Ss92mApwC0cU8Vfv9JZjBya5wHJNYgUL/mZEZvyVx8CkM8iwJ+sFU",
+	"ylT0t7fN3bYkEXJbrR7cf7q/D9U9v9bwrl73xTQjBKWcMikQHyMM1/+DQOZ2XESgTJLsFifnJOIsFkF/",
+	"NwwYj0nQDxT8Ip6qf8IvCsYZJfroDM/Ug8i5wjDIGZXwo4K0WUS9vhP2wt6n+7AYJjM6mZAMTm8GpSS7",
+	"ErAJd2Q77IbtVmVsTBJ6u97Y/bDT2nPH2ts7J7DB1cNb3bAdtn3DX2KarLM+DP8UBpLO4JfOs05vr9d7",
+	"vgO4Xvy16/7VU8/UmAxHN5bUzG2/pUJWr/oDI3XSxmmqr+h3oXGgxSqVw2n+SFJPczE9YUJiFqlb2Rl3",
+	"d9s90m72xvvPm71OvNN8jttRs73T3iX73Whnp90Jvj0G8alAmlvi4w8O6SLOkLzjyGxQ1NDppLjY4gV1",
+	"uJm9tF8CBV+c0IiovRliKU6XcT6rgVoE/a4GoPqXQ2Fpxv9FItncWRzQUZTk8pv+jjphiQg1iUfNA3RH",
+	"5RQNTt8LhFmMPpJrdJqLafWMDARnhA85G9NJrriLvbUbMnd/1ehxQ+YAlcGLw0535+j45asgDCTBM/j1",
+	"4njwrtPd6e3uqV95SiPgirOWvShNsvoSg/u1yDImtzQCGugqGqlR6TiaAQBIpt4aRMCCPYcplwRq3R8/",
+	"x3uk2212e/s7zd5zjJv7u7vdZqe7O+7gXrT7bF9d7b/u5IkQOcm0VEjz64SK6Y85lxhwXpPTG6D6l/uD",
+	"w/ZR+7h33HnRe7Fz+HzQPXp2vPdyd6D+6h4Fa9HWLU7VBr/otSI99Yvjl4c/ts9ent3EJ+eX6duL486H",
+	"i86Ls8vk/eVPP/38j48vE/yx8zn+R/J88s+Pf//Xz69+mv3cnaZ4JsX1x93b6PXLebRz1olZ3CP/SJ+N",
+	"X3ea495Ao5pCO8UcME0k7/NU/M1eVsRnwb2Lan6he8erItfi38ZyV/2videRvmuLwk63JsnG60mwVq86",
+	"LCMyo2ssF7Zb3arMxvEFvyFsDZm5rsT0yUh7Q35BaW+keg/6Nw3X74zgOyN4iBGAXD3VJz/X+OVHtzFl",
+	"VExJjAyYXLQzPxm0W+vWLan3O6AkGQpWfMMutGR8T41XPEQvZgfuLDKcFE+IFs1CKcj9vefPwkDibEKk",
+	"GvGs3VY0bSfoVie4Lifo2Al6z/fdCXbbbUXcPCVM/bn/rEAhoJY0v6Zxc2dnvDPe2yfN63a02+zt7I+b",
+	"17vtcXOMyfOd8V7U24/HgV2g03m+GwZCYglshjNF3HrBN5SpSYHREiFF4O5E047+G1SQT8DhU5zhGZGg",
+	"loAdfXKk/hGTQhEB9Ql0bkTjllLcNHJYDYmqN1Is1W0b5ofT9IoqLpeRX3Pq8A4RTckMqwVm+PNbwiZy",
+	"GvT3emEwo8z+2VGbkpJkat7/88ug+TNu/tZuPr8aDpuf/td/q0PNQUgImVE2CVwuuGzzhWZE4xBhdHl5",
+	"clQ9yZrcwHNWO/UGB97ZqxxY/emeuN18Pmi+xM3xpy/79033z94mf3a69z5g3atNipQzoV0nL3B8Rn7N",
+	"iabniDMJaAZqcEIjrKC4/S+hQPmlBFgdyLLAEDTLhUTXBHWQ5Givp1TsDEcKw5SaMGj+jHDzN9RuPkdX",
+	"qBkixiUaBrO5Gj4M4FayjGcA2Vuc0PhKSYx7F5T/nZFx0A/+a7t0CG3rp0L9NOPs6hjmgNMuYsM1j+eI",
+	"ClgalkB/P//wPkQ8QxgBw0LXGcE3AmGU5QlBW+p4zjxI4LlAd1MaTRsttTclbhIaPQqEJZGpjdwQ2CJO",
+	"MoLjOZL4hjAXOIrEyGeqqPxJYaNXV+c1OzArA5EpFMWJHv/IkypxTTKkOavClClmcUJg5Uzj4wGiEk2x",
+	"QNeEMJTwyYTEVfzQ+7nSPzwZGAYM5Yx8TkkkSWw3CmsAGN5z+ZLnLH4MBN5zuGqw02iMhkGvW8V9db2M",
+	"y6sxrPRkR3vPkcijKSzOs4IthvbOFWtTlz7DyZhnMwVvJfrxPOFKneVvlfh47NWb6y3IMFGTqvUxQ929",
+	"bqfXQ9dzSYQLD/XuleT8Cl5+WpRfuZ/dPfSGvgAwXDKcyynP6G8kfhwMFO8hJBYAcxzPKENS2Qp9JAiL",
+	"0cAsA/P10QuCM5KhYd5u70Svj88Gb4+uBkfvTt5fXXx4c/weficusHJ3o08KqsrO0JTgmGSAL1QIyiYK",
+	"jWJONGeNcJbN6ye0gLzFNFFa/Ppw1FZKkgtJgPkUiuXiLs1bPwh0RmIqyi1hJu5IFiLBkYRL4DFBEWbq",
+	"WUZwNIXtcjklmThQI6bqUHdYqHuRLXRGZDZHCZYkc+Ft1rvKnXMB/LDE11iQB7ZrX7M7uSZ6MwRYsfnx",
+	"LqOSIMbv0BaVaIbn6jXFPQHstyRrHKAMtofHkmhqViYlokxvuzkY17Zt163t+8kQ5lCDBc0UlDlL5iEa",
+	"eUA16i+7DLi9cMgEV5LAPNJ3iMaGY5kJW+hDhka+E8H0ZMg2hTJGp1zISUbOf3wLgAYgh0MGTHvkwHRU",
+	"ogofuwJMUcYUJ+OmmlYS1hqyIAw01QA6O5MsosZHWMd7pBBpP4JQgvMOU3WaMc+IxgC1kS0sUUKwkKjT",
+	"aAUVPZQyOstnoGcb3VAJ0gmBO1QGub7WI7PwVxHrfwKiPyVf3PRksLMh899uo48qyJdmVNnYFSCEKGeS",
+	"JggPmX2sCUMgPMGUtdD7tVDyQM1gn91NuToCn82oBK6XcCHBUz4l6A7P4Tam+JZojUwxeKpOmEvFUocM",
+	"W7tfrXKtZjTeM63oqFkEnhE0OonJLOWSsGjefEPmI8tZ4UaHrEJcFtVDvRHLKJSuzoBTb0ZV5xsSzgqD",
+	"bjUhFfilDWslAi90DBC8IRlPSSapEWtFkMErzsxTtWcLYM5CbWB12m21TSrJDIbXzD0ILZ3oh+BEMc9x",
+	"luF5YGSUf1mIzwBmIyyQDq0JlJGI0FuCqAwRlmimMKTTRm9eHKBc5DhJ5mBMIUk+y9ai+WnN5uULqufA",
+	"UJGQOJMggBX2pLmYkqyvLl7/88rq//2WjrhZe7rrnNPxEZQ3+YvehBPcMXD4VIzj2imm40meC6sEGguo",
+	"X3OeEMxqbs0vgdKlsdSciDQVt/JBpvBr+uarBSW/LKBcPUbpe4PGXhSB4KUfdSpRTN+UvpDmA+/VIpy+",
+	"t6vxTh+ynOaKzVi3TuF+ECih7EZblFuCEDRI0w86ntY4QPha6XHobkoYYpwRL4LaqKkHIJ7Yqe+uHCfv",
+	"unfviaz64FKGWr+UJL9KeH3UA9TYKuXXCAKcVzp2XUSKLT6GVXT3gcF3gAX88SLLCsyoI30Nwx1ouOTm",
+	"gn8JPR/Cy6DCJMmHMfiIVwGxxKHgPqyzAk1TS105WzWHl9JeMIv5DMV0QqXQyKgRs8bH9no+NlY70Kdq",
+	"nkR1bzoxYk1UGWg320o0gQmXQNVG3Re2cOLnOsuF3ocoylOlNthXlHqRSRKj6znIB1f01OTfqhOqHR7q",
+	"KRdPWou0L+wpVRpPLYHAaiMOHylVgAXInQApVQiigMESmFq082IYT81ObL5TqERoNkec2Yc4UVtbLbtq",
+	"zq8k4XdG2je1SBbO8Rwut5m4qq7yhpAUmHaiNK33Zh11EjD8DFgKI8/MhganJ2jr1fEF2laIuP1Fxxnu",
+	"ty0Yt7+Yf10pLLnf1tM2DlBbSQY+HhsKM3qbzsmxalw7XEOmVo/xkmcTItENSaU9gjVKwInG5mhGk4Qa",
+	"FVbtQ+Ibov0+MRnjPJFoS13XlOdZQ/MCe1i1Y1bZ8F67t28yj1bv2gj06mYhgBeBW7fOlFCroQwK+mtO",
+	"ajyo090P11EMapZ/8RAldEaluQArcldv3q9RVBcwD1BKMmSzbizWLIFyp91ubLT4gppSMyTob0SfDgiw",
+	"3IZOEvpBICUSrygb86U76vbW2NKmutCWkiplnKvhVY6UiWlSEpHkQzb6L+3nbkreVPtuam8jjbV3caR1",
+	"8JHayxUdX/HxOKGMjFAR1UVymvF8MkVU61dDppZVUxnSU++30InU8SEIXaCtXruNRk6cZ6Sdb3dUEKWu",
+	"sSEjs1TOkUY9lDN1AGFPpC2/WmBthT63YAlmRPpoYS0a8OqC1RWOgUMi980ryE5ACisgN2sVg/XqhHUX",
+	"m7bYS7Ekp1giRqgCIxJ0whBVum5md3FNlGqs5EXhIi7YLWXgSamxy5XI+RiFdKVleu8XiJeg232Xh9/l",
+	"4Xd5+F0efpeH3+XhNywPjS3rJOfWZBdK8YRocjRnKlNzQ4Q14hxa9/Lri4tTJVJ+EPa34+I2qiKTFGJs",
+	"rTNW9wmTruGZZuSzvIryTHCvG9+48WY8I1bWjLkS1gc6LggDbfRDzQXAaAUPuYbN2T49CG99jgWHh3Wo",
+	"L7p37fsLT5a5kLRDXLEuzX1c2an5kGFLgvyaK15bpgIsrAHpxRLPUo/wcKZFglp/6iWjnxFJeTRVExZu",
+	"TMrkXu9hfwc4FPWRjXPd3YMPug4a1zxs9cTxBVjRGUHXRN4Roqs6dFa6zytjEzgXwa3YBI/JD0pWKMrH",
+	"NrR8gDTP5eo3QdkkIXWnj8MFdQK77zZ1PrJAOFPwVXzKIiePieZTOoRnspyYYjK/6P1+8vLxzAJoHSI0",
+	"4D3XozzuL5OAvhCGVlQGWihAFeKCkBMWagxxkTJEPImJkGhMMyEPCi/ds27VSfcgMnl2ZxPfF3ROnAii",
+	"eUEJTPWyQErwG2URmGCa6oKYIgMe/gLdVOmcJiMQzzibqLlmmpPoTH1zbYSh30jGvRKqRgEaFUJby1DH",
+	"4vJIFvTFla6gjvPi0qs04o+qfVRIJXW2HSUCgbAVOjACmS4pySB+3/Ais65bqE86gllG/SJX0qwB6HGA",
+	"RmWZA7yTYUkgZA0vWSjYuCuVLq7bMkqnUsKH+bZ2YsFHy8xtaT0Y0JWP0QjAO/KFSVmudNMH3d4mXAjw",
+	"KJb33dJyvdQpz2qh04zeKrDckLlGLKYMVZQRmWeMxCFkyyicBq1FTskc3hJELspiW8BRM2or5Rw+i7RW",
+	"27HklSW+e1vu4Xukaz48T6AA48sD4re6LbuHYkU7v54trJ7TdyNfEYctyk3qd3hGJlRJBBIj845fxKz0",
+	"BJhylep1LS9e8cYX1wHk0in1eB+sloSHnRIYz9NqRYwvaOmUyPiwYvNgaVkhUwGiUy/jj93qOpeHAFdO",
+	"Uw5ahJZP3SkP6gZPS/DVgBVq2tUoYU9Vot8mQU3LdzaNbNpxm4c3PRUVRWRzeUjTY5D6Q5r1sra6RliU",
+	"sK2p/RSM+cFAeDH1KjhvEJcrc6w9zkj0hszRmCZGv5jQW8LQ9RyZLDs/tz/Ep2Tmsa4/ywyjwwGK1Otj",
+	"GmFJBNo6PX7XUCauzHKlmPEMqTkus8Qr8tWzN5btr45FFy97dwPVx610X6f9guVN2UR729SWlq5+UYiW",
+	"dZa/sNLGzf/Z3Vvy9qVmnJ6dQvLe5dlbq+xTgWypOU5pK83FtIVTUxK3kG/U2980nWcczc4rDPrvJoGy",
+	"ptwevkOGkSOsXwQQKpSxSCK8oBxHM+9p1YwrDjuOZq0J55OE4JSK9Q9bkRE+vMRRRFJJYkThNUUc4Az7",
+	"+8cLUVtit9MNH5YzHmcu+N1wkvA7EoMKGON54WrVvsmHPTgVafUgVgHTPi9FS90BY2oqEc8MiNHl2Qlk",
+	"kysb86fB6cmRppB1gHC/giOtHxj5zpC+M6TvDOk7Q/qdGJKbZLWguM2WBbBOq9EiROMi6auS7IW26uEt",
+	"AcZyY3US9IJv2bhLVkYxVgbyRBlAiP1WoOn1Up/iiApJWSTrATKx8mgPeFuNg6K6e58Ca9DyPY/J+RRn",
+	"noQ9W+v+ZQPfKSldp17aN0XyfuOw4hR3PYBF6foCCLWFpP2nXBDw7It1wKRdcXo7zgpmG0WLgRWQO7cN",
+	"DxY8Ll/jaCg6HCw7IriFM5Lq9Eft4DSylHKGihn8KFjeZb0MtJxDoIyMc6GTKzGaYEnu8BwqQrX0z9Ml",
+	"kzs9GLxO4yKfobJlW03nLlBkZuuiFjnVtc7rQdH0eVjcAo2m2h0MU0/5HZrl0bRvCl0nFoGIDdr+IJBp",
+	"j6D93TA2IxHPYhLrGvCc6fD2Hc9u4LlAYoohFlsp2SnqgUSaUImcwhgmeSOEPFY1O43R1siUdL7/cHR8",
+	"dXI0aoSKE0MddkyyFjoGkQh6UjENRJ8Z1/G9Yotz7R9cyyBeYAQeLmm7VnwlcurhfuRxmmD4uDDxhY+r",
+	"WFvIbxdt/YuZZhlfCj+zHVt2GVELh7qbhs/j7PbXKKdxG21obr987Co44kUKMdxEXbv/TEUjj/qkJ3ZT",
+	"isBgVy6OQ/r0OqyyvKDK6cuFLVhXsNGw0q7JYJPr1nqYz/r9P04vmS8bobvl3g95gcoFfFu0MfuFfZnm",
+	"d4vBahYjoawtnNhYdQr+fqi782c71FrnLcY6knmpJ+jKPbhbXTZlWgtIq1HPCGbCGHxm1BpVU9UmfT65",
+	"f0MhaExYsZLiU5qZu2uq99bmTQa+gHCVPIFnizwq99kUH6ekzApQduzph/MLEh+Aytvf3i613+3tdcyJ",
+	"GnYs85+7+3bYhM3B46asocz7v7rFyih2Gh4u6X9oS3CubEQ9wtGUXM2oqNfj6IQaLyOqFLL6HQWM6EYX",
+	"uhcCH5vbe60wN0aD05MWGsELI2hOgsSUZxLNcDSljDQzgmNlYg6Zum60pWSWKQgus5qU4Y1lnpFRiEZF",
+	"i4tR4wCNnA2NdLofGTKFSqAUq9lSwpXJC3lOtbQL9zC+wGAxD0gt8jlNMGWKcrCOad9l3JYaOvWy1S5B",
+	"OJfT8gBlX4GZovtq6xJINXp3fPH6w9FwyE4HF6+HQ/bj5fHZP8s1cJoibd15tWbiv6hzgDlA2Ogv8CJo",
+	"DYLhG3IVYUGqG18A/sNpMLB4tdbZGwURJMozKufniniNTwiKXaH5nRfNdIyWj9FiM4uiVh24ITS+KLeq",
+	"SFZXYFM25p5EFsyUPoQtvhqjpEhwKhIAKgmCQkenX19cnIbF3QwZVCpnOXjCtAgdTfW0apoRzGN/KaYa",
+	"QfU0hlSINMmFnkrJQATSssxNtj2FrvMJijgTPIGS8VggKhutIRsy6LdxeqIIwXhulKojiISa2NEi7EZu",
+	"8fLekJWNlxoHhpBtpTfkHEI2g+7SMVrVcgTcASbvsTVkhW5/izMKCX1UoJwJIq1HEbrI2HL0XrvXgitQ",
+	"CrfENwSR8ZhEEnGTE5nlDDxxoBAr+EPyjQ7/Q5JaZAbPsHlBp629PUExB0i94DE1Dsu/n3943wc+ppHM",
+	"KMq6FF7nIruVy6a9C9rqdXaG7JrMOYsbLXQMx9Cc0DbLMuXuGhXUAgbJSn6p2ZKkEkjO8kzofTI4PQnC",
+	"4JZkQmNqp9Vuta2KjVMa9IOdVru1A8apnAIVbQMZbd92tm0Z38SXtqn36uK4lf2gRcaESYoTERZeYIW4",
+	"Nk0R4OviNUqokCPF1+/gpOBtK9JEoGedUskGake1RmLddnvDbi64rFv0qQP21W1b37h+a5JyhLddgzqp",
+	"W1NIdZ+jXruzbOLipNuXteY6u/rYqwdVW2fBqJ2HR63oxAGgKHovqrMa2lt2/3DtBgVA2uCJKCs6lUXG",
+	"hQe7XlKSxAIlZCwRz6UmYCdrG2zoCgJp7d6k/rCYz4bsWRNqXSFUbELEN2QOO9LiL7QcLjSVFoXuxuIh",
+	"8+QLcxYq8zeq5dWH4CKsO9bCIeu0u6aplPXzQiK6ptgqeusQ+gC6lBp2+YLH8w1Re5wnSbU/5qFS0VmV",
+	"JPHCCQAo2NJnpW3rhr3Gvc2/K626//Du/eDnxjW4aP6lMVPxZYW3Brmc499vRPsmDeK+qtRAy9wFptXZ",
+	"nGmtw7A2Y1YrGJXi0ELyjFgetQa7cXo6fi1b67WfPzyoaHuoBnTW4Gj1TnJ/Ev6p8cVoZh7ueB/WpHFR",
+	"aqU5ZkJ8odcj+L2oztCpp1I4wjehN1W1Eum5Ri30MuMzraFxhhi5qxQ1FAz+xmQGRgkXts1Or93uwFo2",
+	"nx9FOEkEWCT2HTt2QiTqtTuLQl7v3XLBr5XyinBdKqhbDws4r5eNW8ht0zn6cj9qPQKRew8PKno6/kkQ",
+	"UsNhOUKGfl3QsozHKIBK9RuhNIO+7jo+WUWNV0Q+Fi/+LYz0G0Mh850UjQvEEbJ+7c9pA70kZ7B8ZVu3",
+	"ib7/BNaKz+M5svg1CnU2IER6QpSRNMGR4Yl3U2X0JlD4hplxH8KfWrMQQ6b3bSZr+NQ1nffyWHWtXgPs",
+	"fOQgz1hNKeXj8fIPS0Gz+ftaJVg53ZkGgD6/eUNfkTIpwX+sLFXCYkhfd9fxfWbFfLllDe1rEyIyuURr",
+	"qU/t7+rTk7CMb0vfAo+OKUHRQgkYxIHTfxXdmJp4mpkSnI0Uswdq4Je6U4q6u1JvUxspYsW2NhSqikeV",
+	"sv6Rdc41wiFj5K4ohFpZaqnVsiEbbVzHPwKgaTeNaXLqdNpFQmIWC0RZ0TZAfxKt8AG30EhXSYKzHcaP",
+	"nKLLUREexxNi6nVaSH9YTzvRNWAYL0r0J0SKIYMiZvPTVUwFWPYjH/PWqkSl2DRYkEUL7i4bPlP7qnZB",
+	"LNTO3bbp1f9rTuArNKZZP9jYlXao1tQsvsNV9EIIV3d4DH2Y8yD8Kl75zrO9Xud5D75/1oYPQPn2bEpg",
+	"l3xLoNdZ9OR/eqTOXtT3/mLLWYMvw2BGhMATMgz6w2BKkoQPg/uixhPcDDY4Ba6K6uHalfLPfuUhJPyv",
+	"x+trFc++5u1FzbNDrT+IorC8lAGPat9d8gVWfETMksEBkkppoNA6FWS7q1/rQg7U66Jm0wxoGobz3m1a",
+	"Wyegp21YW9m/Jd+tRaptmK8iFDSpWIWJJv01FOrlUmrgK5qv8nXLWStxnKdTsMPF/E2La4o5oK3Ls7dN",
+	"IiKcEqhZti38G1U+M5s3zTD/J0xc4bLuN0y6hkE6X21ZYEMrpLNBMEih+FrTw+uwfrvoUtFLjfoLbhSP",
+	"52QnrLtNtItkJ9SeWZ3V5LptqViYQ5s8VOq2A0WeqPC4WfTe/iPt6dBCNv7GLOszyJd0NKoKTrG4RJ7N",
+	"NFYdA3l6krhkkKgwigtkG/lcj3r50SKS6rYt/6E4agJL3xiKDiDBcR0UNe3iN0PUwoR6WkQtayYgEQm6",
+	"n0iuC5Qy3enF6HXmUEV7WJDDRCjja8iw9dcohsxz3Xhfp+iaj/ks5l5YDVGHL3kGeUcmGQOdSKddFSQ3",
+	"mG147LkhG51+OF+w5KzFxm13Facfv8I3wiTUR8V9J/sErBWBtsrG6KHuta7WV4q5jneWYNAfszJ/Dxnk",
+	"AzbCsvG+zlWAnD3n1zFmTYjt8lJWZQLyM7T/TTfcH5ctUZzBpSN5RmRGI41eANumge1QIYJSLzEamR5b",
+	"o4Z28a9hrw5ZYbAeIFzIHNvByyavG+G74zMzTd/9QZoeGwvl6z2FnJHF7x7qC+IMULVUtUoXYfkRYVcZ",
+	"+xQ+bF4ZFa2wrjbx5LnfHHhqZ97GoR1L3MuDO4+yyg5dvRi+J2fJIHBMlj5SkhtcBl1NOcs/TYf+N/ob",
+	"ClELHXi+SVdRmf+oj9PJoidU8Xm6ouGelx1pRldSvfPdOuuTykjjMbJx50m+eCccVbL6DbTfz/qtLPpV",
+	"HtvOow5/XH5egwrUbff22zpDRTtB9cVSgTrtbq9d/5rN7/UptBWfQCswELbsvqBF0taourGRxqt/i+Vu",
+	"mJ4y1wrW7FMbsO4RZbSCO54n8Waa0LTsWeb1JivhoPsQaUk6qnWBGqGt3QbIuzyFmmhbMjXleYa2nnXb",
+	"Q6abmTWqvbVC3WSVMjQjM57N0fXc+TiObuJGzSdUSNwfspGjAY7QFlixbuOmhjZwU5KZ1MvFnk1DVjRt",
+	"KgQ5iUdGPxFF78u46H2pRhe8CD54JKuieBRqjUgta66lEaJRUTZiJ0djpUSKIfs1J7n+uodXt1WDrUZy",
+	"ruZHW7anGup+/tzQCWXFKy+hTmXUQidOvzdzVbpdjvaMG7j+IBBOICl9awTdvfrwM3ywSdw4RWPqQgGx",
+	"phh85pWuZCb3dMg67Xbb05TsQAEXOoOBXx4CijAj9CjTX8RkHGWcz4ZszLPljvXXxUfYH2+2Od35HrLe",
+	"Su/suqxphT/3omx3/I3ZcBcFgssMj8c0KimyZBELX6F4msD+CpaXmM98+Pld/SsZkHVa/5xHkcRNnTas",
+	"melON2SYQQe0hUbGxmYpK8Qh372oDHd5yHKagK+UPE3msobDw5nLt2TTzOVbsowUylKCv7r3vUR/p3xi",
+	"q8wbKT/ySVnBumc8Jo0/hg4yrnbULLspP60v5MzNlNGLaLLB4MY2adScEZ8rr7K30UHxOWch8Vy0kElu",
+	"0NRpAwrYrQCpZgtCUD6xydrgNrdm99hJU1z0HJ7BPgZpem4TkP/TskeKTDoFdFur9U2JoVeK+ooUVhf5",
+	"nNK1FQpzpVfbigqWatP2Au4G527IPLRF3jbNwrqaoBkNCI9KNmNZ37VQ0/LIBpyL9TAnxSEfjeK01vlu",
+	"Ja5X2uStj/S1Yf4Pwdsj/UULZSr45iKx0wHwacpiSkQsa2OGzBDR5eXJUVjUylTQvaiJGWdETE1vHoWx",
+	"y8tWijaHj3FxPqpMAxIfq0MHKNK1L9TIk4/kGsC/UN6yP36O90i32+z29neavecYN/d3d7vNTnd33MG9",
+	"aPfZfieo9zgKTEsjnoq/2dzHiM828ZTW2mf+LnUj1GkNvBZNfwU9P0TL32tJ/shakoeYi19Mbn+x/9yk",
+	"vmRRcJo2sjX1sORFttJkSelHhZN8r//4t9V/LL3Y5SJraV7r4lwPalRPqyq9IvJJ8OpPw1C/wZqSh5Fo",
+	"hTK1kYlsL2F1qUldFVtIG1/KAXUm5midnqe+mpMn0bVs935HWzp9L0xE3EkMUGd1tCWnK2oweHHY6e4c",
+	"Hb98FVQ7oAZN9d+L41cn79Hp2clPg4tj9Ob4n/DrkL07eXUxmBwP3r149+rF/NdX5+96zweT41eHh+bf",
+	"d8evX7y+uYvvTl4Mfvxx8v//7/8bMhh7/P7IM19Q7ZYaXBwP3nW6O73dvaDSGTWI+Kxl9TRsbPVfbRNN",
+	"Bw7OF36dz2phFOO5C4pqG0719lcofr9nxcs3rfh9XUz1Gy1q2VQ5/Pos2jprfTiV1lEci3xaxfx1D7sQ",
+	"mfQOUCDOoCUgZRM3zQzCcKjX7qFRcYay/RN4bqDHIUM5u2H8zm1UrdtC6ni47YVT5K15M2r/WmrG91Tb",
+	"EhY/CH9+7cbE87XptmvRTi3n1o4ZLVVGHsi+/avh8zeflutD58Vc3I2R+qGElCOdWTFHWEoyS00lncn4",
+	"uJ4rDTriMxJCsoGTuTJkm6euoFrmypB9TeqKmw0yZFtu21e1pDE+GiEa6a6jI7RlglOVHsaNcMhGGZEZ",
+	"hVcwkhlmAtKE1bg8IyGCh/oSUIIlyRq6y1tMlLZxQ5jagPbygoV8h60bJW5Uc0h0pLqAcXm8GY4X00eW",
+	"RKstNT1ZGgetTbguB/ie0PFkCR0O2ae5mNoG3tR2IVwvu+PJrOq1eEql2+5S55IiGCFLS61eKufkfKQZ",
+	"n2RECLRlWweHus9niDQNN8yHGYmFz9y0LyPM9Ju29dg0K/xhQ2YMA+Om4rJwUml/YrXZog0HUh0f9NGg",
+	"G9krahMeKlB+ze/0l84dSJg0lYPiW9fdarlyd/Ny5e5m1cqfHs08Um9f5pX8w9PKeX0W4h3s5SYFoP/c",
+	"tu2fkAVlJFICsPSuOESqs7H+fVznkfk1a2npviSbGzJfK9GmVN2r2TatwhR2jd+4/LiMN7XGNvLaJK/G",
+	"HvGpkmv+FI4qT8KNAs63mnRTOvAWM280XJYYC05nZiAXtyfzL58USeisd01MZQeh/vZ2p/us1W61W53+",
+	"fnu/DeRjllhSdKM7K7dKuQV5QIvV69W2y8775c7vP93/TwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

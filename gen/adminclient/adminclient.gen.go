@@ -521,11 +521,6 @@ type InstanceID = string
 // sentence for people.
 type BadRequest = externalRef0.Error
 
-// ClusterUnavailable The one error body of every Herald API. `error` is a short machine-readable
-// kind (for example `invalid_signature`, `not_found`); `description` is one
-// sentence for people.
-type ClusterUnavailable = externalRef0.Error
-
 // Conflict The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
@@ -550,6 +545,11 @@ type PayloadTooLarge = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type Unauthorized = externalRef0.Error
+
+// Unavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type Unavailable = externalRef0.Error
 
 // GetAppChannelEventsParams defines parameters for GetAppChannelEvents.
 type GetAppChannelEventsParams struct {
@@ -2637,6 +2637,11 @@ type ClientWithResponsesInterface interface {
 	RotateInstanceSecretWithResponse(ctx context.Context, instanceID InstanceID, reqEditors ...RequestEditorFn) (*RotateInstanceSecretResponse, error)
 }
 
+// ListAppsResponse503Headers the declared response headers of an HTTP 503 response for ListApps
+type ListAppsResponse503Headers struct {
+	RetryAfter int
+}
+
 type ListAppsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2646,6 +2651,10 @@ type ListAppsResponse struct {
 	JSON401 *Unauthorized
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListAppsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2661,6 +2670,11 @@ func (r ListAppsResponse) GetJSON401() *Unauthorized {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListAppsResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListAppsResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2692,6 +2706,11 @@ func (r ListAppsResponse) ContentType() string {
 	return ""
 }
 
+// CreateAppResponse503Headers the declared response headers of an HTTP 503 response for CreateApp
+type CreateAppResponse503Headers struct {
+	RetryAfter int
+}
+
 type CreateAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2707,6 +2726,10 @@ type CreateAppResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateAppResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -2739,6 +2762,11 @@ func (r CreateAppResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateAppResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r CreateAppResponse) GetBody() []byte {
 	return r.Body
@@ -2768,6 +2796,11 @@ func (r CreateAppResponse) ContentType() string {
 	return ""
 }
 
+// DeleteAppResponse503Headers the declared response headers of an HTTP 503 response for DeleteApp
+type DeleteAppResponse503Headers struct {
+	RetryAfter int
+}
+
 type DeleteAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2779,6 +2812,10 @@ type DeleteAppResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteAppResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2799,6 +2836,11 @@ func (r DeleteAppResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r DeleteAppResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteAppResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2830,6 +2872,11 @@ func (r DeleteAppResponse) ContentType() string {
 	return ""
 }
 
+// GetAppResponse503Headers the declared response headers of an HTTP 503 response for GetApp
+type GetAppResponse503Headers struct {
+	RetryAfter int
+}
+
 type GetAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2841,6 +2888,10 @@ type GetAppResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetAppResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2861,6 +2912,11 @@ func (r GetAppResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetAppResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetAppResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2892,6 +2948,11 @@ func (r GetAppResponse) ContentType() string {
 	return ""
 }
 
+// UpdateAppResponse503Headers the declared response headers of an HTTP 503 response for UpdateApp
+type UpdateAppResponse503Headers struct {
+	RetryAfter int
+}
+
 type UpdateAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2909,6 +2970,10 @@ type UpdateAppResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateAppResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2946,6 +3011,11 @@ func (r UpdateAppResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r UpdateAppResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r UpdateAppResponse) GetBody() []byte {
 	return r.Body
@@ -2975,6 +3045,11 @@ func (r UpdateAppResponse) ContentType() string {
 	return ""
 }
 
+// GetAppChannelEventsResponse503Headers the declared response headers of an HTTP 503 response for GetAppChannelEvents
+type GetAppChannelEventsResponse503Headers struct {
+	RetryAfter *int
+}
+
 type GetAppChannelEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2989,7 +3064,9 @@ type GetAppChannelEventsResponse struct {
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *ClusterUnavailable
+	JSON503 *Unavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetAppChannelEventsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3018,7 +3095,7 @@ func (r GetAppChannelEventsResponse) GetJSON500() *InternalError {
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetAppChannelEventsResponse) GetJSON503() *ClusterUnavailable {
+func (r GetAppChannelEventsResponse) GetJSON503() *Unavailable {
 	return r.JSON503
 }
 
@@ -3051,6 +3128,11 @@ func (r GetAppChannelEventsResponse) ContentType() string {
 	return ""
 }
 
+// DisableAppResponse503Headers the declared response headers of an HTTP 503 response for DisableApp
+type DisableAppResponse503Headers struct {
+	RetryAfter int
+}
+
 type DisableAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3062,6 +3144,10 @@ type DisableAppResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DisableAppResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3082,6 +3168,11 @@ func (r DisableAppResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r DisableAppResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DisableAppResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3113,6 +3204,11 @@ func (r DisableAppResponse) ContentType() string {
 	return ""
 }
 
+// EnableAppResponse503Headers the declared response headers of an HTTP 503 response for EnableApp
+type EnableAppResponse503Headers struct {
+	RetryAfter int
+}
+
 type EnableAppResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3124,6 +3220,10 @@ type EnableAppResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EnableAppResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3144,6 +3244,11 @@ func (r EnableAppResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r EnableAppResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r EnableAppResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3175,6 +3280,11 @@ func (r EnableAppResponse) ContentType() string {
 	return ""
 }
 
+// TriggerAppEventResponse503Headers the declared response headers of an HTTP 503 response for TriggerAppEvent
+type TriggerAppEventResponse503Headers struct {
+	RetryAfter *int
+}
+
 type TriggerAppEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3193,7 +3303,9 @@ type TriggerAppEventResponse struct {
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *ClusterUnavailable
+	JSON503 *Unavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TriggerAppEventResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3232,7 +3344,7 @@ func (r TriggerAppEventResponse) GetJSON500() *InternalError {
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r TriggerAppEventResponse) GetJSON503() *ClusterUnavailable {
+func (r TriggerAppEventResponse) GetJSON503() *Unavailable {
 	return r.JSON503
 }
 
@@ -3265,6 +3377,11 @@ func (r TriggerAppEventResponse) ContentType() string {
 	return ""
 }
 
+// GetAppHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetAppHistory
+type GetAppHistoryResponse503Headers struct {
+	RetryAfter int
+}
+
 type GetAppHistoryResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3276,6 +3393,10 @@ type GetAppHistoryResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetAppHistoryResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3296,6 +3417,11 @@ func (r GetAppHistoryResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetAppHistoryResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetAppHistoryResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3327,6 +3453,11 @@ func (r GetAppHistoryResponse) ContentType() string {
 	return ""
 }
 
+// GetAppLiveResponse503Headers the declared response headers of an HTTP 503 response for GetAppLive
+type GetAppLiveResponse503Headers struct {
+	RetryAfter *int
+}
+
 type GetAppLiveResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3339,7 +3470,9 @@ type GetAppLiveResponse struct {
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *ClusterUnavailable
+	JSON503 *Unavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetAppLiveResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3363,7 +3496,7 @@ func (r GetAppLiveResponse) GetJSON500() *InternalError {
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r GetAppLiveResponse) GetJSON503() *ClusterUnavailable {
+func (r GetAppLiveResponse) GetJSON503() *Unavailable {
 	return r.JSON503
 }
 
@@ -3396,6 +3529,11 @@ func (r GetAppLiveResponse) ContentType() string {
 	return ""
 }
 
+// RotateAppSecretResponse503Headers the declared response headers of an HTTP 503 response for RotateAppSecret
+type RotateAppSecretResponse503Headers struct {
+	RetryAfter int
+}
+
 type RotateAppSecretResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3407,6 +3545,10 @@ type RotateAppSecretResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RotateAppSecretResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3427,6 +3569,11 @@ func (r RotateAppSecretResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r RotateAppSecretResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RotateAppSecretResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3458,6 +3605,11 @@ func (r RotateAppSecretResponse) ContentType() string {
 	return ""
 }
 
+// ListInstancesResponse503Headers the declared response headers of an HTTP 503 response for ListInstances
+type ListInstancesResponse503Headers struct {
+	RetryAfter int
+}
+
 type ListInstancesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3467,6 +3619,10 @@ type ListInstancesResponse struct {
 	JSON401 *Unauthorized
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListInstancesResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3482,6 +3638,11 @@ func (r ListInstancesResponse) GetJSON401() *Unauthorized {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListInstancesResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListInstancesResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3513,6 +3674,11 @@ func (r ListInstancesResponse) ContentType() string {
 	return ""
 }
 
+// CreateInstanceResponse503Headers the declared response headers of an HTTP 503 response for CreateInstance
+type CreateInstanceResponse503Headers struct {
+	RetryAfter int
+}
+
 type CreateInstanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3528,6 +3694,10 @@ type CreateInstanceResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateInstanceResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -3560,6 +3730,11 @@ func (r CreateInstanceResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateInstanceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r CreateInstanceResponse) GetBody() []byte {
 	return r.Body
@@ -3589,6 +3764,11 @@ func (r CreateInstanceResponse) ContentType() string {
 	return ""
 }
 
+// DeleteInstanceResponse503Headers the declared response headers of an HTTP 503 response for DeleteInstance
+type DeleteInstanceResponse503Headers struct {
+	RetryAfter int
+}
+
 type DeleteInstanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3600,6 +3780,10 @@ type DeleteInstanceResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteInstanceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3620,6 +3804,11 @@ func (r DeleteInstanceResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r DeleteInstanceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteInstanceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3651,6 +3840,11 @@ func (r DeleteInstanceResponse) ContentType() string {
 	return ""
 }
 
+// GetInstanceResponse503Headers the declared response headers of an HTTP 503 response for GetInstance
+type GetInstanceResponse503Headers struct {
+	RetryAfter int
+}
+
 type GetInstanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3662,6 +3856,10 @@ type GetInstanceResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetInstanceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3682,6 +3880,11 @@ func (r GetInstanceResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetInstanceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetInstanceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3713,6 +3916,11 @@ func (r GetInstanceResponse) ContentType() string {
 	return ""
 }
 
+// UpdateInstanceResponse503Headers the declared response headers of an HTTP 503 response for UpdateInstance
+type UpdateInstanceResponse503Headers struct {
+	RetryAfter int
+}
+
 type UpdateInstanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3728,6 +3936,10 @@ type UpdateInstanceResponse struct {
 	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateInstanceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3760,6 +3972,11 @@ func (r UpdateInstanceResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r UpdateInstanceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r UpdateInstanceResponse) GetBody() []byte {
 	return r.Body
@@ -3789,6 +4006,11 @@ func (r UpdateInstanceResponse) ContentType() string {
 	return ""
 }
 
+// DisableInstanceResponse503Headers the declared response headers of an HTTP 503 response for DisableInstance
+type DisableInstanceResponse503Headers struct {
+	RetryAfter int
+}
+
 type DisableInstanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3800,6 +4022,10 @@ type DisableInstanceResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DisableInstanceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3820,6 +4046,11 @@ func (r DisableInstanceResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r DisableInstanceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DisableInstanceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3851,6 +4082,11 @@ func (r DisableInstanceResponse) ContentType() string {
 	return ""
 }
 
+// EnableInstanceResponse503Headers the declared response headers of an HTTP 503 response for EnableInstance
+type EnableInstanceResponse503Headers struct {
+	RetryAfter int
+}
+
 type EnableInstanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3862,6 +4098,10 @@ type EnableInstanceResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EnableInstanceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3882,6 +4122,11 @@ func (r EnableInstanceResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r EnableInstanceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r EnableInstanceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3913,6 +4158,11 @@ func (r EnableInstanceResponse) ContentType() string {
 	return ""
 }
 
+// GetInstanceHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetInstanceHistory
+type GetInstanceHistoryResponse503Headers struct {
+	RetryAfter int
+}
+
 type GetInstanceHistoryResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3924,6 +4174,10 @@ type GetInstanceHistoryResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetInstanceHistoryResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3944,6 +4198,11 @@ func (r GetInstanceHistoryResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetInstanceHistoryResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetInstanceHistoryResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3975,6 +4234,11 @@ func (r GetInstanceHistoryResponse) ContentType() string {
 	return ""
 }
 
+// ListInstancePublishesResponse503Headers the declared response headers of an HTTP 503 response for ListInstancePublishes
+type ListInstancePublishesResponse503Headers struct {
+	RetryAfter int
+}
+
 type ListInstancePublishesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3988,6 +4252,10 @@ type ListInstancePublishesResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListInstancePublishesResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4013,6 +4281,11 @@ func (r ListInstancePublishesResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListInstancePublishesResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListInstancePublishesResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4044,6 +4317,11 @@ func (r ListInstancePublishesResponse) ContentType() string {
 	return ""
 }
 
+// RotateInstanceSecretResponse503Headers the declared response headers of an HTTP 503 response for RotateInstanceSecret
+type RotateInstanceSecretResponse503Headers struct {
+	RetryAfter int
+}
+
 type RotateInstanceSecretResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4055,6 +4333,10 @@ type RotateInstanceSecretResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RotateInstanceSecretResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4075,6 +4357,11 @@ func (r RotateInstanceSecretResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r RotateInstanceSecretResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RotateInstanceSecretResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4595,6 +4882,26 @@ func ParseListAppsResponse(rsp *http.Response) (*ListAppsResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListAppsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4656,6 +4963,26 @@ func ParseCreateAppResponse(rsp *http.Response) (*CreateAppResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers CreateAppResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4703,6 +5030,26 @@ func ParseDeleteAppResponse(rsp *http.Response) (*DeleteAppResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteAppResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4750,6 +5097,26 @@ func ParseGetAppResponse(rsp *http.Response) (*GetAppResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetAppResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4818,6 +5185,26 @@ func ParseUpdateAppResponse(rsp *http.Response) (*UpdateAppResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers UpdateAppResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4873,12 +5260,25 @@ func ParseGetAppChannelEventsResponse(rsp *http.Response) (*GetAppChannelEventsR
 		response.JSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ClusterUnavailable
+		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetAppChannelEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4926,6 +5326,26 @@ func ParseDisableAppResponse(rsp *http.Response) (*DisableAppResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DisableAppResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4973,6 +5393,26 @@ func ParseEnableAppResponse(rsp *http.Response) (*EnableAppResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers EnableAppResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5042,12 +5482,25 @@ func ParseTriggerAppEventResponse(rsp *http.Response) (*TriggerAppEventResponse,
 		response.JSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ClusterUnavailable
+		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers TriggerAppEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5095,6 +5548,26 @@ func ParseGetAppHistoryResponse(rsp *http.Response) (*GetAppHistoryResponse, err
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetAppHistoryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5143,12 +5616,25 @@ func ParseGetAppLiveResponse(rsp *http.Response) (*GetAppLiveResponse, error) {
 		response.JSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ClusterUnavailable
+		var dest Unavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetAppLiveResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5196,6 +5682,26 @@ func ParseRotateAppSecretResponse(rsp *http.Response) (*RotateAppSecretResponse,
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers RotateAppSecretResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5236,6 +5742,26 @@ func ParseListInstancesResponse(rsp *http.Response) (*ListInstancesResponse, err
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListInstancesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5297,6 +5823,26 @@ func ParseCreateInstanceResponse(rsp *http.Response) (*CreateInstanceResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers CreateInstanceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5344,6 +5890,26 @@ func ParseDeleteInstanceResponse(rsp *http.Response) (*DeleteInstanceResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteInstanceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5391,6 +5957,26 @@ func ParseGetInstanceResponse(rsp *http.Response) (*GetInstanceResponse, error) 
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetInstanceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5452,6 +6038,26 @@ func ParseUpdateInstanceResponse(rsp *http.Response) (*UpdateInstanceResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers UpdateInstanceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5499,6 +6105,26 @@ func ParseDisableInstanceResponse(rsp *http.Response) (*DisableInstanceResponse,
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DisableInstanceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5546,6 +6172,26 @@ func ParseEnableInstanceResponse(rsp *http.Response) (*EnableInstanceResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers EnableInstanceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5593,6 +6239,26 @@ func ParseGetInstanceHistoryResponse(rsp *http.Response) (*GetInstanceHistoryRes
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetInstanceHistoryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5647,6 +6313,26 @@ func ParseListInstancePublishesResponse(rsp *http.Response) (*ListInstancePublis
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListInstancePublishesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -5694,6 +6380,26 @@ func ParseRotateInstanceSecretResponse(rsp *http.Response) (*RotateInstanceSecre
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers RotateInstanceSecretResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

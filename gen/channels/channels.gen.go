@@ -249,8 +249,21 @@ type PresenceUsers struct {
 // not linked to a Push instance (`push_not_linked`), when the event names
 // another channel or more than one (`invalid_push_channel`), or when the
 // body is not a valid publish (`missing_payload`, `invalid_payload`,
-// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
-// not.
+// `invalid_webhook_url`, `invalid_user_id`, `invalid_request`), whether
+// the user is online or not.
+//
+// Bounds beyond a publish's: its payloads and `webhookUrl` together are at
+// most 200 KiB, the Publish API's bound of a publish to users (413
+// `body_too_large` beyond). `webhookUrl` comes from the app's server, not
+// the Push instance's, so it may lead only where a Web Push endpoint may:
+// an `https` URL of a host that is no internal address (loopback,
+// private, link-local…), unless the host is one of
+// `HERALD_WEBPUSH_ALLOWED_HOSTS` (400 `invalid_webhook_url`
+// otherwise); its webhooks are sent only to the addresses that rule
+// allows, checked when dialled. Its JSON is held to the Push APIs' rule
+// (400 `invalid_request`): no NUL character, lone surrogate escape,
+// nesting beyond 100 levels, or number beyond a 64-bit float, written in
+// more than 100 characters or with an exponent of more than 3 digits.
 type PushIfOffline struct {
 	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
 	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
@@ -350,8 +363,21 @@ type TriggerEventFields struct {
 	// not linked to a Push instance (`push_not_linked`), when the event names
 	// another channel or more than one (`invalid_push_channel`), or when the
 	// body is not a valid publish (`missing_payload`, `invalid_payload`,
-	// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
-	// not.
+	// `invalid_webhook_url`, `invalid_user_id`, `invalid_request`), whether
+	// the user is online or not.
+	//
+	// Bounds beyond a publish's: its payloads and `webhookUrl` together are at
+	// most 200 KiB, the Publish API's bound of a publish to users (413
+	// `body_too_large` beyond). `webhookUrl` comes from the app's server, not
+	// the Push instance's, so it may lead only where a Web Push endpoint may:
+	// an `https` URL of a host that is no internal address (loopback,
+	// private, link-local…), unless the host is one of
+	// `HERALD_WEBPUSH_ALLOWED_HOSTS` (400 `invalid_webhook_url`
+	// otherwise); its webhooks are sent only to the addresses that rule
+	// allows, checked when dialled. Its JSON is held to the Push APIs' rule
+	// (400 `invalid_request`): no NUL character, lone surrogate escape,
+	// nesting beyond 100 levels, or number beyond a 64-bit float, written in
+	// more than 100 characters or with an exponent of more than 3 digits.
 	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
 	// SocketID A connection's socket identifier, two integers joined by a dot.
@@ -473,6 +499,11 @@ type InternalError = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type PayloadTooLarge = externalRef0.Error
+
+// TriggerUnavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type TriggerUnavailable = externalRef0.Error
 
 // Unauthorized The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
@@ -1024,6 +1055,15 @@ type IdempotencyKeyReusedJSONResponse externalRef0.Error
 type InternalErrorJSONResponse externalRef0.Error
 
 type PayloadTooLargeJSONResponse externalRef0.Error
+
+type TriggerUnavailableResponseHeaders struct {
+	RetryAfter *int
+}
+type TriggerUnavailableJSONResponse struct {
+	Body externalRef0.Error
+
+	Headers TriggerUnavailableResponseHeaders
+}
 
 type UnauthorizedJSONResponse externalRef0.Error
 
@@ -1695,15 +1735,18 @@ func (response TriggerEvent500JSONResponse) VisitTriggerEventResponse(w http.Res
 	return err
 }
 
-type TriggerEvent503JSONResponse struct{ ClusterUnavailableJSONResponse }
+type TriggerEvent503JSONResponse struct{ TriggerUnavailableJSONResponse }
 
 func (response TriggerEvent503JSONResponse) VisitTriggerEventResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
@@ -2119,188 +2162,198 @@ func (sh *strictHandler) TerminateUserConnections(ctx *gin.Context, appID AppID,
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rcts4lvCroNRbFamWUiTZjhO5UrvuJN3JdG4bO9s7G+YTIRKSMCYBDgFZVqdctU+zD7ZP8hXOAUiQ",
-	"omQ5SffM1k5+RTSJy8G53/ClE8ssl4IJrTqTL52cFjRjmhXw6zzPXz03/0mYigueay5FZ9K5XDJC8zzl",
-	"MTVPCE+Y0HzOWTHoBB12Q7M8ZZ1J56gTdLj5IKd62Qk6gmbmMc3zKU86Qadgf13xgiWdiS5WLOioeMky",
-	"aubL6M1rJhZ62ZmMh8Ogk3Hhfo+Cjt7kZhylCy4WndvboPNsSYVg6VuasfdmB9trPicxvkPMKkj344fX",
-	"faZimrOEcEH0khGzyl59B3nBFBMx6xdSZu27scNO4ee+Pf1TweadSeeHhxXEH+Jf1UNv/bCfVwnLcqmZ",
-	"iDe/sE3bbq7YBhYdp5wJTTJ6xRRZ5WQuC6KXXBGzEKY06VLy8eOr5wFRdNObkBHRkoxPTkKRF1xoOksZ",
-	"Ob949uqVgU9BY3P0AbliuSY5K2rHbIYeH5OlXBWKdPWShUKx4poVDxR5+eLD+evn01fPX7x5/+7yxdtn",
-	"f55eXr7ukXkhM1jnnBdKu0UNyGXzUSjWXC8JhY1xRfJCxkwplpwRSgqWM6oJvGEGU+YIzYtUJNWDcqRu",
-	"xvRSJgGcaEBWQvGFYAn564oV+M1MJpsz/JIvBNWrgpGMbkjC53NW9AhXoaBCrVnBkmpaXDA+L6deMpqw",
-	"gkTlken+B5andMOSCTE4EAVmrIQkLOXXrFBESL3kYkHognIRECkIFRsiZMKInBNK4nSlNCsQSOVWzSrM",
-	"QFIvWVGeLlfkeDz2YbTkKfNWyxVRmqcpmTEzZwnWUJhPh08G5J1IN0StYvN8vkpJd3xz07O7VIQWDLBh",
-	"Quhcw7YJKwpAMlxXRjehmDGyUizBLQ3IuSBcXNOUJ+44j4fDQShqtHUyH82G8SnrP54fH/WPk1PWf0JP",
-	"TvqjeDwfz47ok2Q0dCSHQK6IzqOPviGQXbzj5KTJO3KqNSvMmP/vUxjejIf9MLw5ffH5n/+ps81Ybg09",
-	"q1wKxYAf/kiTDwh48yuWwhy3+a9HJg//ogyJfnE7hQ8zrhQXC0vm8Oiapiu2Tdk/82s8PstXlKFXXfDF",
-	"ghUGVbio/iIL93/gWuZYOhM319S9BgxFSP3e8rI9k39U5shjKog0SDFjJOVKs8RMXLLCcn5/UiH11L3h",
-	"ZoaJ85VavpX6NRdXhinunNq8N+XzqZzPUy4YEYwlCgBB85yk8LkBBSXvV2pJuFCaipiR7pIVNE3MW4b/",
-	"JVQzcjwm/b4ZsF++Fq6Gw6O4/MkTeMB6/h5gCWYjOBue/2H8O5ZZJsX0BYwE321LTI9kM5rOZZEZwBZk",
-	"VjB6pQglKc+4HnSMOEMO8FHQa8pTw6MPx7d2cW15ygNFPrCEK5JIBozI0nlAlESxAWwopsL8rWA0Rs4H",
-	"TEedlaxrTRVRTOgB+cB0sSEp1Vb4W1ja+aYrbwvfDZoWPCQDlinSzWTX2mGzsDmuAa8F48A/FbPsm10b",
-	"8WlozMgzZK5mHDNa4Xg9ClWWDcjbBgBQiLijNSJkZn7qgrMEWHu5sBDHgxkMK7wNOj/JYsaThIlvPV1D",
-	"IuZQuTKATvyDMMqWe975rvhc0wD9ybf0l1fio/omDD4vIWxlMVekIQJ2CrozOI4NkUD3QH5Osvtw4tVw",
-	"0yu2mXIxXanviLNbW7Ci/btsYwviH5gRx9+GVi0wNlgPct4QBK3vyGkmqFqtFCOUCLYGBQBfN7+cArgH",
-	"8gWu/bvi6tduhHRlgWpjD6EsjPJAU5zsG6kWlWcypzxF2bakIrHKm13RmTnqJVVkxpggqVwsGlhr1zPF",
-	"B98PWwVZCXaTs9hIf7tQmAPA8J5uUkmTSylf02LxTaT9AvhvQjU1KD0ajo9HZLbRTCFnBZno/jL0t24+",
-	"mWoppyks4btt3VuQNLseDckvPwakhieAGvDX8ckj8gv/EaDyUdCVXsqC/3Yf0gNlsLRC9mhIZvBpZa6U",
-	"Ejyj2krpEmnMW+TNi8uX756HoXh/fvkyDMW/fXzx4c8V9zEyQ7G4YHViRLW9mgeUOM0zpjTN8ruWV74I",
-	"Wo4sDDJTQR4Nh2YuKRJF6JpuKrOwNCDNl6Q7Ojo5Gj5+fHr6pHdG4iWLrzwj94EicSrjq7b11mf/vVQ3",
-	"S6pmMia0PdAzEsFqIvAsKKu849Kp+2bQqVZkTQkdLwHXwO1SyJwVmiM2OP35Pk6DAAjirk9gwufmxVtj",
-	"Wc3lXR+8EnN5rnXBZyvNlPkKLbADpnHramj2QA5p+m7emXzaP4pR9F/N39nPbj83T+at1ETTKwZGESUz",
-	"A9GJMVC5ZhkiOvKOgs2B2XePh8NQRA5nGguLemeloaVW8RJMXWAGRsHRisi1sIqbkvEV01Oe3AWIC3jx",
-	"1fMOmpLONfSpY71FcGZBeeCfSxNUzv7CYg22AI2X7JU9qhbF3vw5cQsF94F54ow0YFxilaZkvWTo5sK/",
-	"c0VYluuNISbzdzQy0GdVx0aHV/W5nwODnCOTpko7RRoBiCajZ8YOtq3roKN1uj3wheUTKZtrMmNzZCKN",
-	"jbKbnBcMLNCMC56tss5kWM5gpOKCFVtAt9A207ZCGpfqoXsrxC0zMHygfNNCHgc4Q8gixIUUjBg1rfrO",
-	"rLoOYrWalbNMY7lCptAweqQQLDY/FLHvzwxOCyn6zvIuTfPeXZAJOivFil1zPedKcxFroyMV9enuP9Xt",
-	"blADn1DbDJCVzw0pq7uo7CVXWhYb5Ka3QSejN6/wu9GwWhAtCroBDsZu9DReFQpVuENHbqFiu849yOQI",
-	"t8HgDS7fyd5Lwr8NOjKOVzlHvaJ+Vr8uGairVJOUGUI0CBeXyAIGRXl+HhnOpEwZRXbWin73QZ97EGG5",
-	"kz1Qe83VbrEI/6dJws1yafq+9s4B8rIuzhpLaCy2nHLPYt9agbgv3jAhqxwc78Oh52c3XCM67/8nof3f",
-	"yLD/hExJnzwl/0oCMiBnkeHdoYh+QB2pr2XfAL2Prizz39KNFQ3I+4LN+Q1TJOdWabriIpmQKC/4NdWs",
-	"HwWhKH8wERebXLOkHwXmFevai4LSrY1SwoyhSAQ/6iO4R6RlTP9vdmT7CH3A+6M7noe229x7718+nff/",
-	"k/Z/G/afTMOw//Rfg8FZq+826LwwTPgdntb28QjLpP908e4twTP1iKM65Epj2mO6BGSlVjRNN4TigImM",
-	"VxkIKhHLxIgKRSjBtQUuEgBGXyhK6iwUYTc01mYYRRb8mokBOdckk0qjGTIho2EwPh6ihWTQ5+PlT/3H",
-	"pHs8OgrFjG2kSHoDEpUAjgiQqPKQDu0qM4A1rqzDbMZCY/EV4G1wITEknXpM7EvYUTJjYWcSgkQNO7f1",
-	"MwVTre1ASq1wBygNpQQ2QjVsbjIAY0dpWmhwwBn1LjIqHCsmEVIK/po6o3gSHQSK8XDYr8ARihIe5CBw",
-	"zKW8E6W3QFGTWFuMrl3juiy9lYhyVFXaVqt6xdzou8Yx8G798m7FtikYGzbilogS5CX66bWUV5XjNTCQ",
-	"zXiacmceKm6UC/PCR8FvCMtlvDRrnMsioxrlyqPjzp1iBgLMCIFSza6W2MbOG1tqZRnXaIbmKY2ZWTpH",
-	"fDJ8/oEiSxxhQiLk0f7GkFFb5q2MKihiZrl3EAou4oJRVWI2u2bFptLqfU26EUYbnT46Hj05Ph6af/1h",
-	"HRePGxGvYf/J5y+jYDy87Xv/b2WfDcuvRR/NMtpXLKcFrSnD1gzuRpWKYETBtpJhnoJciBpR9+rDoEU1",
-	"2Sa2rbW7UNdHxYpt8kLs3k4iaKBPG474A7forSv3+CC1tbbK26ae2lgQDt26ppqZvHVOSHcPwHydONHj",
-	"hT6k+4lGbWUngoZhcU8KForSpDxIJQlA88TAOxeoWIAUNFw6NCyWz134AMIvVNspjTq75ophABx9bXP4",
-	"cJZytTRvAzRC0TVre28fn79/9UD1gHzkShNAPxVN6oqx0bhoLpTBvXmcRWZZoYjWbBYFBEJG4BtAjFbV",
-	"pA/UgHywbgQg0OPhsAIVxl9gU/tClVEjwhj1gmqMiiWrKszvdEhZeN40s49u3Yth3zMDyqIcMxQAPG4j",
-	"fbi1EozdyEWKc3TnGpiUo7pHnr9kzWZLKa+mqyL1XwVq5W4zsOwSfbgiUkA81whoITVyrzrVmPO4i1bs",
-	"oqfnuVDW+2xwfx5nh375U5x5H67Z7NAPf2Wz+ocGCB+L9B7fwxcfXrfbwqWPqM2GKO24B8oRaJVtFRC9",
-	"lsRKQEX+IrkhtpnRQhMJ6qzHKR8db4uCfw7DAf6nVQRconoBrkov76F+euB2O5jneW7PhqEOOpP7dQcz",
-	"xDnbmGF9yWqVtihAYBiQlUiZUqW7cEGvmcHpuYy2/TPlHhvnU/P/eDLa/ARmYoYGHcd5kGWRYKD8IGjt",
-	"s1gryOwCAoD5J87SZIcnaw5/A+YqvEA4fm3ZoczRzPacoGehiPwpLGpERNGNIuslj5eQNuROjGi5YC7s",
-	"HXwXX7fvCqjv651gZhMjNLQxT4XYpBoOKTORY5b3PQY3ecO9tAdt/1c55e/hiv9aD/heTPU4zGHxgRY0",
-	"3w4SnG9j9oREBl5GhpnjsU4PZ3o7LcFhj1MRHNaQ7kzqJZjnoARENJvxxUquVJlxFfUGoQiFtXhoqiSh",
-	"ccxybRQKEMmg7aSMXjPlqBBTUGyOIvJg0lWMhQIUsJwV1MqBKke3d4ZYjRAhuPOZjUGtlzJ1agX39IHA",
-	"kig3tEq1Da4popZylSaQGYOa14IJhrr9z5KYozOfYNqnLlYxGCbR9iEYRQqsF9hYyUBsihHVNrgCgDBD",
-	"8TQlCYtlwhQyCCmYPf2drjiuUy/31pBA68st7wKK7IrEfA46N/2F7Fs8bUOwJs4eIGJQqgDraYacIBEB",
-	"PT27OOP3dXduM0smdLGBXN+V4H9dVTKsCuVo2eoaK91Y02ve4q/4tfTQ+DuekAh5R9SwNCCjypkLzg0Z",
-	"CsTfdZulIkW6CXAGOxjXMIzVvFALh1FghtL6IDXjw+jnjCZAbGY01NqMQmtNbbHKDKLgrB3knZ7yUelL",
-	"1be7oFED2QQWE01gTzxxOoQdxZCpVIwoTfXK0l3N1CHRzy8uSalm0pw/vB49dNaGevjF/XfKk1v3mnle",
-	"LfM2cmnOlvS2jeKtU7fq7It259I7iHbBG8h6BgQpx6il1iPtMuZdJAD8APbZNY0NxwG7A3wDU2OkRBNP",
-	"apMoY9mMFVOaJPix/V2wTF6zxH/ZDOPskwGJkNVNYWG110iEzyqREJUSDuWDN5CfDespGW0ejsZSWt74",
-	"fjrRbq+hrRFw3ivz4n0dho0hdnoOnSLiiKZ51lWw2x21sVK886x+2uM0X3jHZn6WeNFpjV21keZX6Cvf",
-	"EBc7xMNk5c6+0L8lNU8x2j6Yyj3iyO79u4vLAbkAtglM5xnmIfUvNzmbkGYqEiDmf/Tfg++8/wvbRFDb",
-	"UUvvvGKbHrDk6sULlyAUke6S3YTi5ZvzZ/2Ll+fjk0eWkymGShU68gMzil9N4U+AiUi9NmK4Zyy4xp5u",
-	"79DONc/YNGuxIt7c5ZKuhJcDuxE8ccGoDfDf11/tlhLsCyrXcpVa0cFor1if4RADdTGri56/fzUo05U4",
-	"xKSWstAko/GSC9YvGE3oLGWhMLyadOeyINYvWzl8ytwwwyaF1NO5XIkk6p0Z+VYuKELnDxQJGfyLGSRb",
-	"5kzmKWs76Npm2uRKOQ5okewmTykXVok10F8X0rnPvWy4umv5d02i22ao7Qd1ATAHCFuZDy+Co0AJesWm",
-	"MVWsvvDtxLzgDgaDk9dVvjakanOt7VQ5MUFoG+/O379VdbXKehADODYIVnmJdGgESfhsQiKaqwiLpKjY",
-	"kHiltMwMu1Ck64yoJFEomwcY5Yt6aKSU/okIa4TMQLg35/dUlQFkk5O5eahxRbBwtyw7RCjAR4wlJAZe",
-	"EekmbE5XqSYRTVmhITZPohmNrxYFYD8yBNgJWco0MYPYBNB+WQIRVd5pN0yk8HMcLlmwqBeU8xdcFlxv",
-	"vOlHQ5j5BGipmr4XoFu7D4lRFOkPtRZ4HMs0pblifdSD4JmWOY8ja9ORhF3zmD1QZLaCJGTfyygLNEKd",
-	"QvlAkViKOV+s0DrIeQwG77ucYZUgu9EFVPKpieU/V2xDZmbf7pSwQIMpPABnBQXlolXkzg9yKVlCMLxt",
-	"8+KpcEH7naZqKCIj3wYf6PoNU4ouDL9SsrR3DbrZzOacKoSCxRy9LORqsQzFCoIeC5a0+63V/QjlPM9T",
-	"AzzcXsLBsUuLTQALQHOlBg7cHBDCjKVyTWjBQmGHOXNM3TBthRVbTbQKHFI5J8YWRgZm0jJnxKEZWEkG",
-	"jq37NnPsKEQxfyKa3WjMmHanZDURsMVtMLD8v6FJWB9x8EllTFP+W6l7QJ5f5RVostn9R9Dw5Mpk06Kb",
-	"ga5nPQUtf9z1l2376PNt0AGIt8NHrIxq63IjIWwUS3FGhgS1XUW4vjt1z+jNC1m0b2TriLdXMrJlDxX/",
-	"sJVzg8rcHX1umzlbQcVw30ttbw6dMnBz1WSBITMeG3VQM6HMEyQr9JnjWHfODRjdFiSBP5A5T5nNIKlh",
-	"ntlqXHDNY5oifn4TOrWct14aCuzvUvq3/SbWUDuccTxDiQhFCbYWzSDPgNSkoxWMqL5nTFN43/y4eP6L",
-	"EXK5UTsMJfYC8yulMbDS6kvDpYHxkCUrWKvTx/LvezK+FiF71iqcB+QdRBCB59GCEb4QsmjLmW3KtW3M",
-	"eOuhoGqUXfHEQoDZMAfMaukSZeGAnOtQQPLVo2ObjNT9mtQqKI/ekUvUa4nSbZF0Q7K31O0au6QssIA6",
-	"bfTxAuCVlrkiuthwsTgj0TACHIJCMiM0ALTNwGBrPLCmlGyvIhoNI9LlWcYSTjVLN0YrOYlIN5drVvQV",
-	"veZi0QNNZxSRbirXTOmeR/cdKPg+6QSdUasRX1fKWliBlR+l9CLdSiB6ulpAomvJ8ygg//Nf/92rNNTS",
-	"EXsnEW89qTuOG3qHr2V7Yej7kRD5iRdsRhVzmrVDpJQtaLwhPz17Q9SS5iwguqBCpaAOaWlY4cvLy/fk",
-	"ehSKDBc0sW4uArU8RrmIZcZs1EFhTrn78aeLd2/7No2xh2rEgnKxg90ELgMSPzc2oS8JIjsVqNgiKSRP",
-	"BrW/nxklIWNTLacpvzaKt0XrnvuSlB9qnbqUVKcmR8KY3WlEHpJoyRfLqFe9Xr4WkMjxjekV20TeWmrP",
-	"d+u0wJ0w2QMKAQy3BG6FYR6WgDrj+NsgFDvDKfdSUW0oqKajkr0qqr+fVm3hm2TRmVXuAYtKhd5pNl7K",
-	"66DCFijHgT0lpShzyNMqcHz0uL9d6hGHP1DdKi3Jox0nDRfB5y7CB17gEh+9h71BKH65L3Jsi7at2dq1",
-	"Sbs5aGjjhSzB2d3Gv3cqv+YP01TGU1os6q62bVW44UIrP92FYfVNbP855fHVlMbueFv02RR9KNtZqvGO",
-	"T3hGF+2KfKlDbu+LLnao/vEVK+5lFdi/fCVAq2/bIdqmUfoy2clS5ISdoGP4YKs49Rnt7josQzpXjOXK",
-	"kiqwKTQgBHHdOlBjIl1qs9WPyZqxK+W0G7RlxsejJy45+vBqoYMlq5endU/J+iubYaqelayThtCqJwrU",
-	"BVQonISq85To8vJ1ZHXds9KuLuGCqY2FXCtWhKJgMePG+ou+hDWGF3YmRkcJiEu1n5Av9jcyVPfk9vY2",
-	"CkhZguG6KTE1Gj9exBlmX5bVyZUy7Ll0/v38/avnRrTtlnsNWe5zfLsXr4IhFNalw7UiK3El5BqtecJF",
-	"nK4SlpxZtVvLvJ+ya5ZWar/PKzGvEtuNfL0gdc2qdjl79gvS72Oz5XTB2o22rzfIvl4+/rqkGpb1I6OZ",
-	"Aiq4eP4LUUu5VmeIzDYpxR3u7mSFnaIlYSyHdNcWq+XDayJzJgw+umhKPTKvCIiHHfUNS56wqf/BlM+n",
-	"ims2XVI1nct4pVp97+uqjY2ZlhJNZ84Rbz6HhgvweXu5nJM7LbuZb23igQIXT3v968FupUOZNeYPqGXp",
-	"cbmTc7uj/Vuzbpci21Z2ES21zicPH6KX3PxQ8MuA3HaNW5qlQ1yo5KU0FJFNmLDjeyknLgka6olQ0XYZ",
-	"JHMuIFGCdI/H4x3pz1WSeg+6nWEtmc3ayhgVCgp/B81ihePHbcalYvHKiO+LeMkyqwKu9LK189/ldmh2",
-	"4LqkQe6Y12dxpZegRFRKRs7NoMaUXunlhd90olk0cEO2A7ouP8fLTrMxlFfE+96AZKutnzEpEUoQ+4Gk",
-	"uJgWBTdSD5TILDmJAttS74a8eX7iZoWktVBwoXjC/HXAfpFb79x/S7ysDoXL3XVLF3sCwGckWymoEjMb",
-	"5PUeFw5crrlF2bZi5zKr0qQdy/x3VqhW3895uqYbRaLRYBjtneLajrA1wa2XdrqrS00fYA+GkjltOXdS",
-	"zLW0C8iaF6wfyyynms9SVukYmDEQCvdqOcyk7LeAMe+g/A0J10wFNh2y7Hhn6NSl3mBWl7Ilq6zIuKCa",
-	"EQrpZBiicgXzoNH88AOxmRSAP1wszNMXYME636TDyCoTs0q2JJEjKKMQ1k8N/BA+lI3RaE6kF3jYDZkS",
-	"Pmbb9AhDEDZHAqI4hhOhrV/Vb1jqsWkYddSObKvIMqxtY3rNvIwDUjACIucGLFEUhQKD3yTshKEIO+T9",
-	"+eXL8gcEwu17oViDkYvBca6sW6ABQMJujE63tfgAtb4UnIQxVSwJQqFkobGW4YptArIuuNZMkOiKbZ6C",
-	"uyEiXeu8Msqh180VIVTVQkAt3vhRNAjF++osoWPI+3cXl5YdFQwtcmAsZ3gMFRJwZVha1dwmkwXk5R7W",
-	"2gaoPzBqXYUJIKrq2QfViQe2DSok5qOK7J2UQXhfn8bWRJj8UKEARAqLesXSCM0A4WeICJqhJsTjpW1b",
-	"YzvWkPOyp1sofExZMK3I8fAIqOoFZijU8opIdISRblheND59nByPT2bJfPRoGJ8ePXk8PIqsb8vgXCii",
-	"U5ocnZ4ejY7H9NGjJ+PZ+GT2OHLcQJVSIBRgIFFbfTyXMuwEYZkpG3Ymn0KjmBrto38Udj4Hpd0Udr6E",
-	"oa1cDs3v0P4pDDu3YefWGHKGMiMWHz06oaenJ/Q4ToYnT57MKZudHh2dHI+Ho9mjedQjVKMggJ5FtmXR",
-	"6PSJpUIQjqHQEjNIuCrpyeBbKB7SPFcPjx4izwuF4ypP2+CEyFtnNk+rKb0/W8bzdDQY4lOHbE/v2lFJ",
-	"xa72v+pUWVs6qa/8X/72C68GKRH/aUKPT44fj4/jJ6czOno8okfjOI5Hp/R0/Gh8MqPD8enpaH4ynJ0M",
-	"2YidHh8N2fEpHc2P5scnp+xRXELjhx/Ia55xrayY8NqUUb8on3T9ovwzcjw6srkKvTNjXFiRhlWx9stQ",
-	"+AUqZ657EWaO+MMjqM9qzSSshWxfGg+HUJp5WE8JaGh3UP1m78wlX1dzNkrzDb5kdFMV5h9alf+hSgMy",
-	"0hY6uBVY3GgbqtkCIp99jZDh/FiG1xRmTsOhQAWHWW0fvKH4d4zQbfURQF73p4t3b0NxgZUTtubfBumA",
-	"kHlhQ3QKtIJNFTu0QXyq/O4CgRGCwEObUUEsfGA3FjrZKtUcGw54p+ZcKa5aNxQYQfQaIOFqHqiqLLav",
-	"+G9eizyzA47NpG2jAovG1vxRXlGKoWdFonqGaeQOREuMinpZPi7NsbS5ICHdxnLJ75NA6ulHB2WPIv/F",
-	"QwuFwaCVgN7c23miRj9rbD4owQHE7tL/Xf1IQ98tldhO0HGa9aQzGgwHQ+jXkzNBc96ZdI4Gw8ERhliX",
-	"YNohF/2CXfBvHwLhT6ss11y2pfq+MMeBPALKFbnX/IGk/MrovYqLRcr6jlXY9HssPLAlKIAdocCyRAAj",
-	"ZP8/MDaYGdzmrgWGu3CRsBvC7Xu7Sh1DYX/DsqrPSJc6s9ilAKHtbV6BV9WVDQEZS9kA+1fsvum1Usdu",
-	"nc6NGlRdzu2cXkvlsls7tWEybH++pi6KZhS0Wuf1yn4tVVR75GWx1aukqgKqKlcVnGZ1T8KOMrXqlYd4",
-	"j8JtcOeLjb7/rlaJKf2jdbDdo6mks+nUKstosSntOaOslmeg4AjqfSxAELhmC2W7R1sE+8mrT6h0LVdB",
-	"tas9jDVE51ICGPwR6jcsVKMYlgmjLFmaShwGt+Q3nyqHtv6tTi3XvzMaHx0PTh6dPu7cfgYH1VpWTcc8",
-	"wKylFbWQA7KWpWz+IyCAIxzXRgC1v32IGS1gNwe3uGyr476tpwvrYsWa3e7Hw+E9Mc557evAfSubFA/H",
-	"WAHWd0DsRVb7ee34t0/HgNdvTzb+BmBBed+OrqAWYfxwhdeygisSfbmN9tSZ21sb4KoI12m8azSMUGyx",
-	"wKB2xUXPWfjI5KRgD8ABY2Ujskt/lK07KWwjy2M84jZ4lKjw0Lv1AD4Z3f1JrRUufHR090dVO3T44snd",
-	"X7S1GTffjg6YrdnD2Hw3Ht93zg9ls+qTQ0BZ7x8NXx2w1JbrAACfK1KxNgY2mSvNBqMNSlGrhNB0ofzO",
-	"hWachkLi150uWIsu8oHpVSGcl8dredDUy0DYL6mqtWDxGp4lno8uKDP5oQYb3C9SMVsECUq99dWjQzkU",
-	"OXS8QwUHUupRx0HF1S4qo7myOVC+LnJmb1OBT556fYpa+lvCYno4LJpnlWUh56FIar0y2xSI11zpZ5U4",
-	"+VrVoVkQk3p+0R1QguJwC6f2e412OIznPNWsmM42U/y6s+9ypq2Axp4+GXnV1MbePOO3iQJFzuE4OnY9",
-	"h2jUXFVU26zXxvCsis+03TxTkx9t27fy6TCB0ezGgErbt8nRNK3LQofjDcFZqxGva1KTL5AX4pQTI2Th",
-	"OhbvEphq+CZgn1aXvZgzaFDJoQtoCOHbewhhvw/oDunrKkpLIrANS5r1X/U+veD++HIbYTv/v1/x97eU",
-	"Jgbq2+D1pUfVi2GP/Hj4xb8a7XanOLnArjFV5yjHvLmqVkFFYhUcZPMBKawUAj9E21kPyDN0xRgFzUBi",
-	"pSH7OmE5EwkT0OxjTmaFpElMDRNfTMB03MDlQ+BOYX9d0dRiU8xzTCaBalvMyrA2ttfsVVrlrybmtCyb",
-	"cFnn+8S2Jo+Mqm83GXYmZE5TxW6jNjHyM3NS5PezP7fu0dvLzLW0pzCpc/FdQnRHCTzpoiZRa3lmO6Mx",
-	"AQEIv+qh52qZoHUg6db6nduZBuRclAPKbMaFDV1AZkCLSGjtM/j3KBrK1tEVvZ7XW77bzveGZ+PLPrt2",
-	"X1eGZl7w2Niqx+Nb2xt9Mjo9HtZ6ToN1eBt0QId6dsAKQB2pN5pvWYZYpak/DSJ/o9u1PwtkbcQtG209",
-	"vnK6+kba6/qPdkvH861uD97M7WKxOWNTEt5TDmIX8HY56JakNBRw/UOq7ZBqPzNMdgM4GR4OfdK92wm+",
-	"QbY9rNy3rSLusnZJgtp5S0KZiwiK+/n7V6RbxkCB6ZV5EVAY6/XkUL3AZXbRPEfLC3O/bFNa0oVIVrT0",
-	"utyqiCimNfSkjlru0ev37dt9u+63oaieaZ2SkyzqTcpQFMyaUbHx1fwAr0CQaeJCPCCxaZ5XHXPJ5eVr",
-	"VPdtMk0tfp6zom82NZMrkahQdO1loy9fXVy++/Dn6Zvz/5j++OfLFxcBafnLs5fnb9++eH3RCzDob2+m",
-	"QycxOFWksKaskAkbEHC1Y+QLbFdBIp7YiL3SRlnxvoQYGSSQUMzrhwZ/yj/UB8oe0YC8uHYKRJmpWwou",
-	"DFjAxas2hTjm+ZIVEDkCrQRukahQx4AKIjxv2RoupwFf0Gzjko3PSJTwAq3rpwb8Sk/hnYig5sQ1gXqo",
-	"QSgiKBp7am9JdCHAUscq0yEc/kLfMAMBLDaD31KwgOA8oYCJJtibgTpMRRDStYVu1Jwu40ph4kFOF6we",
-	"DA1FBIGuqAyJgn4AXVHnMk3lOiCRd7MD2JKK6aB2R2ypKVpdEt+1+/a+bgIAsjrNQWAG73lFZaFAMhOy",
-	"RGabHzEkjtjKC/iiO9wDv3d44QD1zqJoDonSC9eOfTQc1hwI42G7dgRHVFOPLDK6XokuoXRUSyYdtSWT",
-	"bpUXCsBzh8Ndr14diwprOG5zeOoPyUIy5y0AzI3qbhH/5R36X0lStV2WRRfeEs1B++N9PsRT4roVcj8J",
-	"yTmagda4dlSGFD+4oxt4az6gGelgLXb7EpQ2+VYnPtfLrGDXXK6UxSUwGChIPZcmVTDSrZfmlhDu7dva",
-	"0Y6t2Xtdvnpv36Sh+/2KPu1Wsm2fLXzawXb7LSfnddSv/dGssXaHzda399UvLd9pvbYSWHE95ltJtH+o",
-	"m7vUzQ+gEGxfDkC61KXOlt0Qet+sf5aN5/c67LHPYBnB37rcCXqWN22dAPU1LrjmNK3UZ/9KAtSZsMli",
-	"njNaKCgvD8hSro1+BEphKLyMXNRolvTaSFPSdoeVZ6uTS7jdXshQeOm4M6Z4YnN1y/SvBzs98PXW/X+g",
-	"iP1mjmIP99MXyyhgGfBfmhoGAk0oDqP3OhD2W5Q2EeAfRH6Hp/RwUjqYzO/KBrpgrtin7G2MZkh1l1DV",
-	"+s1wiKSiZpuFDUTtXROGb802fuPLAXmO/Uohmk3VRsTLQgq5sjloODn2Lw6F7R88Y2UdpG0FgE23gOAz",
-	"uin7rc6YdaJae8/vfIxXOwj8yNhFOS10owoFr+W1F0vYZsNeJxGy5sZyua6ZerW3sHzET5Dyc6Ks+VGL",
-	"JISingcFAYd9bXPJzpwmlzt3aFIT2ZHTBMWRdyY12eSq7f7DXf96kLOydt/VtjQvs4AqHCgY7QUe/oFa",
-	"rSW4VAwpTBp+/INvMfu1zBGDvyyxhwCcd58LL1wcCio2WHVgT9Pa9VvLausaXLUXtmdtPfG19ryQfIMf",
-	"hZ3bWkwRffd+m2GoBrCrrpw4rHEDiEX9oHa1iHefSakIAwJvnxaiZJdrZdsCBy4vE0plJCbChqKgZQsa",
-	"jKJDJcHGzdirjOJy/5havw0AuK2lE4Rec2N4/j//9d8GKkZ6Y/vmJea7K8JFKGZMr5m7bxSKCtyEbtML",
-	"14DPTLAn7e6Fbfr6ByXcBftuJmvc1cLVbgbWdkdYm7liu8AeJr29Dv67Foo9WL56oe2pa612MF6pdY+F",
-	"4w0HbZkMrBH0+ZqV+3l4rXZhGTq7l2W0C9pV2ZvheeVlAZ8+O18SzdztXnVn6Ndu8FNth1XO4GfzTp7K",
-	"pLy9d8/u1afPNQB8h9svmu0rlN5YlC/a3EvVLbagtNxAI4BvOPYqv7N941Uu6KEH719YcUjs8xsW/0cG",
-	"Hb9fEvGFUStp6uVdUHVlFBAbo+UF8TdmCyLak0Y+2f4qfbYqOq7ZSn+l4Pa1Xe4TmwTcCj0LMPigj2GM",
-	"zu7InmE92/ZuyqBTGZErGzFiImlUlLbs5g/NZbY3uNSufatvywwbtF/u5l3KxlLF2i5FaN9fU4dD89Pf",
-	"57yQGexzJmegNbRt3Ik+tu5XG227Jd7eC+b6rLq2o9hrAkf0CjRmcoYWrb0UrNkYY/9nYNgBYPb3WXcG",
-	"iEEQ1xnbEnqjDH5AXmkVijfPT4IDqgoD1Fa58KpEUS2qn6vvlWku5IGCZe4itUqAfL5Hrvq9M6drl/ns",
-	"S52GeFixsfXh2HukNGz922ug90nVU8BYkWiIGDMSLuLhuo3bYozAcxnRmbxmvdJ4Ao8SWqf+XT0ZKxas",
-	"9aoeA6q2+3rgRhwIozrl/UF5r8+aC3NGNuH6d0uwF3NZZcjfmVv/64GZE356n8epd1xZf3RbY+E73hrt",
-	"y0T8tSWxAsqWtvj012ch2htctudt8KDAvwYTuZI3Z+P2GxyzfgeM+cGT/nB2Ej9JTll/RMez/nF8lPQf",
-	"syfz/pCOZuP4KDlmJ3N0LOENM/dZWMnL9y3NjvvVpHxnEQT4Ku4sgbAJ2uWVR/+n6h/G96R0sOZf3MSM",
-	"JUju3uk2z6D0Lywp+GwTSFFHf4Cck9FwOCydFVjvpWVCN6T78fIZBtnwngKcdMrcrPdAmNrNFC2o0u5+",
-	"2qawSYvXxO0qFGZbCeXpptpcta9uVF9+1DurGj1RVXZb/L9RjnI8fnJPjNNSvqFiY1Fd7cG5N+VVtKPh",
-	"0NEk5gzYgi1Ia+KqPMMzolK5JolcCx/ftJTTjIrN1I3xt0E5SCKpEInaXdgOH9sISdNUrg3Cba1/D879",
-	"PdQHldd8SiwMctcKt+V476kQAm/lwy/2qqPbh2XznakX4dtTy4x1Q5UnwLv2TdXuDo5TWdb/xzKBYg7b",
-	"ZmMFjRMzuiEFs0NVcUJP5zuzelxA+ByOIyid27YiCAsCWl2Qbl8fFSueeVv7XkU8l+Vey9s2rO+AYi+a",
-	"PheN+2usyQVegpzqZaWtu5unmmWd+0p3Mi7c79F2esq3Ri4PJmW4LvGd663dHpT0Yse0YPYaEESQbZXj",
-	"HzHLnbzgmQGZq93zvHFbGiWxXQstP7AX0N/6DesA98tWdZ8+b/WVc4+8JmvuUdnQ7NNng2joWkBqWhWp",
-	"MdSx6d9ofDoYDoaD0eTx8PEQwul2SVvUVGsmRuwtE46vWSqxbG2bFv/N7zTmsqm3HKhtBRGxtVBa+o7V",
-	"qVN1bj/f/v8AAAD//w==",
+	"7L0Nb9s6lj/8VQjfBWpjZdfOS9M6KHZz295p9/a22Sbd7mzVx6Il2uZEJjUiHcdTBNhPsx9sP8kDnkNS",
+	"lCwnTts7M3/szOACtSLx9fCc33nl104ql4UUTGjVGX/tFLSkS6ZZCb/OiuLNS/OPjKm05IXmUnTGncsF",
+	"I7Qocp5S84TwjAnNZ5yVg07UYTd0WeSsM+4cdqIONx8UVC86UUfQpXlMi2LCs07UKdmfV7xkWWesyxWL",
+	"OipdsCU1/S3pzVsm5nrRGR8Mh1FnyYX7PYo6elOYdpQuuZh3bm+jzosFFYLl7+iSnZsZbI/5jKT4DjGj",
+	"IN2PH972mUppwTLCBdELRswoe/UZFCVTTKSsX0q5bJ+NbXYCP++a0z+VbNYZd356XK34Y/yrehyMH+bz",
+	"JmPLQmom0s2vbNM2myu2gUGnOWdCkyW9YoqsCjKTJdELrogZCFOadCn5+PHNy4gouumNyYhoSQ6Oj2NR",
+	"lFxoOs0ZObt48eaNWZ+SpmbrI3LFCk0KVta22TR9cEQWclUq0tULFgvFymtWPlLk9asPZ29fTt68fPXb",
+	"+fvLV+9e/HFyefm2R2alXMI4Z7xU2g1qQC6bj2Kx5npBKEyMK1KUMmVKseyUUFKyglFN4A3TmDJbaF6k",
+	"Iqse+Ja6S6YXMotgRyOyEorPBcvIn1esxG+mMtuc4pd8LqhelYws6YZkfDZjZY9wFQsq1JqVLKu6xQHj",
+	"c9/1gtGMlSTxW6b7H1iR0w3LxsTQQBKZtjKSsZxfs1IRIfWCizmhc8pFRKQgVGyIkBkjckYoSfOV0qzE",
+	"RfJTNaMwDUm9YKXfXa7I0cFBuEYLnrNgtFwRpXmekykzffpljYX5dPhsQN6LfEPUKjXPZ6ucdA9ubnp2",
+	"lorQkgE1jAmdaZg2YWUJRIbjWtJNLKaMrBTLcEoDciYIF9c055nbzqPhcBCL2tk6no2mw/SE9Z/Ojg77",
+	"R9kJ6z+jx8f9UXowO5ge0mfZaOiOHC5ydeiC89E3B2QX7zg+bvKOgmrNStPm//c5jm8Ohv04vjl59eWf",
+	"/6mzzVhuzXlWhRSKAT/8mWYfcOHNr1QKs93mn8ExefwnZY7oVzdT+HDJleJibo85PLqm+Yptn+w/8Gvc",
+	"PstXlDmvuuTzOSsNqXBR/UWW7t/Atcy2dMaur4l7DRiKkPrc8rI7Ov+ozJanVBBpiGLKSM6VZpnp2LNC",
+	"33/YqZB64t5wPUPHxUot3kn9losrwxR3dm3em/DZRM5mOReMCMYyBQtBi4Lk8LlZCkrOV2pBuFCaipSR",
+	"7oKVNM/MW4b/ZVQzcnRA+n3TYN+/Fq+Gw8PU/+QZPGC9cA4wBDMR7M0P/xObLqS8+vjh7f7jH5O1/arM",
+	"HymykEqTuDMaDsz/j+OOORNCakLzXK5ZRrpFya/N2GmWlUyp3phwTZYrpc0uUEEWWheKfPzwFnlEsZrm",
+	"PIV2wynYUzexnU9WZY5kvJ8YSuVyKcXkFbQG320L/oDzLGk+k+XS0EdJpiWjV4pQkvMl14OOkcrIyD4K",
+	"ek15bkTN/semHXVY1vhIkQ8s44pkktl1BHYVESVR+gE3TakwfysZTZGBA+9Up54Dr6kiigk9IB+YLjck",
+	"p9piGLuetr/JKpjCD1tNuzxkCZxf5JvxrrHDZGFyXMPxFIyDGFDMSiF2bVCAYRVGLKOMMO2Y1konshAb",
+	"sOWAvGssAMpCt7VGEk7NT11yloGE8gOLsT3owXD026jziyynPMuY+N7dNSfdbCpXZqGzcCMMZnTPOz+U",
+	"nmtANux8C4a9ER/Vd1HwmV9hCym4Ig1JtlNen8J2bIgE9gXHzwGUGgOomptcsc2Ei8lK/UCa3ZqCRSg/",
+	"ZBpbK/6BGVTxfWTVssaG6gGumANB6zNyAAsR4koxQolga8Ax+Lr55XDsHStf4th/KK1+60RIV5aIfnu4",
+	"ysJgIJpjZ995alEHIDPKcxTRCyoyi0HtiE7NVi+oIlPGBMnlfN6gWjueCT74cdQqyEqwm4KlBsTYgUIf",
+	"sAzndJNLml1K+ZaW8+862q+A/2ZUU0PSo+HB0YhMN5op5KwgE91fhuHUzScTLeUkhyH8sKkHA5Jm1qMh",
+	"+fXnKCASoAv408HxE/Ir/zkiQEQWaz5SsUgaoCax7w+H5n3L/S/x/W8S8gCErYy9A1v93Uh+s8pU0ylV",
+	"7J7hutfcSECc0nSBWMk+XJdcMyLkmnS5l7rmHJkRmqXuOXaJupeZiOZLZpQAGHb/bNYYtuu3Me7fD7NE",
+	"JGlZquQeKBOLPbEM2Q1lYmGwTNuWvi8j5IHbBOy09pViZSzs44gkbesGk7hnK2OxvZeUnEul5yW7+Pe3",
+	"sJ2wlW5IwcYlfvCgjS9oPuubdjQTqPzvA8hIHY9FVleGoxX0tU2mn2A4rROPiGKpFBkon2vKzaRnssQR",
+	"bMxid6kmOaNKkxHoUIH6zQVfrpahoc6w9zkDerqNOh8FXemFLPlfHiLaYT7eWHPH6TONTyqrjucTS6ot",
+	"L/BCybxFfnt1+fr9yzgW52eXr+NY/PvHVx/+WKEbg0kVS0vWqmdVAzIzM2dTabos7huefxG0KLOwekEF",
+	"eTIc+oWna7qprGfezgbHvzs6PD4cPn16cvKsd0rSBUuvAlvgI0XSXKZXbeOt9/57qYYWCpjOmNB2Q09J",
+	"AqNJwACrrI0Dh07dN4NONSJrcdHpAmQZWKdLWbBScys4rJnhIbZVZOD3fQIdvjQv3kYdLmbyvg/eiJk8",
+	"07rk05VmynyFhqo9unHjarAqOA55/n7WGX++u5XzlVq8mb23n91+ae7MO6mJplcMbEeUTM2KjgkVhGu2",
+	"REJHbFKyGYDJ7tFwGIvE0UyTh/ZOvT1KrdIFWASBYxsFSisi18JCAyXTK6YnPLtvIS7gxTcvO2hxcxb0",
+	"zx1rVIc9i/yGf/GcRU7/xFINtgbDkd/YrWqBD8iw7UDBymqeOFsWYB+xynOyXjD0BuDfuSJsWeiNOUzm",
+	"74hv0LRfp0ZHV/W+XwIAmyEINOzSCjdcQLSsBda+wbYRMuponW83fGH5RM5mnjvr5kTZTcFLBoY6z5aH",
+	"LWy5vuh2tU23rSuNQw3IvXXFLTMwfMC/aVceGzjFlcUVF1IwYtTA6jsz6voSq9XU9zJJ5QqZQgOgSCFY",
+	"an4oYt+fGpoWUvSdgdJbMHv3rUzUMUBhV18vudJcpBrQRL27h3d1u3upgU+obQbI/HNzlNV9p+w1V1qW",
+	"G+Smt1FnSW/e4HejYTUgWpZ0AxyM3ehJuioVqoj7ttxyiu047yAmd3AbDN7Q8r3s3R/826gj03RVcMQV",
+	"DbSzYIAkPW4xBJd6YgGDhd+/4BhOpcwZRXbWSn4PIZ8HHEI/kztW7S1Xu8Ui/JtmGTfDpfl57Z095GVd",
+	"nDWG0Bis7/KOwb6zAvEut+yYrArwTw6HgTvScI3krP9fhPb/Qob9Z2RC+uQ5+VcSkQE5TSKA4clPiJH6",
+	"WvbNovfR4m/+6a39yYCcl2zGb5giBbeg6YqLbEwSa3/vJ5HRe+0PJtJyU2iW9ZPIvGI9IEnk9QiUEqYN",
+	"RRL4UW/BPSItbYZ/sy3bRwjk73aCB46sbnPuvX/5fNb/L9r/y7D/bBLH/ef/Gg1OW11cUeeVYcLvcbe2",
+	"t0dYJv1vF+/fEdzT4HBUm1whpjtMIxFZqRXN8w2h2GAm09USBJVIZWZEhSKU4Ngi5zAFo1Is/OksFWE3",
+	"NNWmGUXm/NpoS2eaLKXRRobk15/HZDSMDo6GaIEx5PPx8pf+U9I9Gh3GYso2UmS9AUn8AicEjqgKiA7t",
+	"NqYBa7zx2l8s2I3ZMFVFDuDRqYcOfI07Si5Z3BnHIFHjzm19T8EU1LYhHhXuWEpzUiLryB82JxmBsqM0",
+	"LTUoxV4NZuU4wZOCvybO6DZO9lqKg+GwXy2H13unjOy1HDMp7yXpraWoSawtRteOuC69BQFJjqoKbbXC",
+	"K+Za39WOWe/WL+8Htk3B2NARt0SUIK/RnamlvKqMIZFZ2SXPc+7UQ8UNuDAvfBT8hrBCpgszxpksl1Sj",
+	"XHly1LlXzEAcDq6Ah9nVENvYeWNKrSzjGtXQIqcpGKs40pPh848UWWALY5Igjw4nhozaMm9loKBImeXe",
+	"USy4SEtGladsds3KTYXqQyTdiDYYnTw5Gj07Ohqa//WHdVo8agQGDPvPvnwdRQfD237w71b22dD8WvDo",
+	"ckn7ihW0pDUwbNXgblJBBCMKtkGGeQpyIWkEJ1UfRi3QZPuwbY3dRQR8VGgfqh8vpO7tWKsG+bTRSNhw",
+	"C25ducd7wdbaKG+bOLUxIGy6dUw1NXlrn/DcPQL1dexET2COlO4nKrWVnggIw9KeFCwWXqXcC5JEgDwx",
+	"PokLBBYgBQ2Xjg2L5TPnngSTKNW2SwNn11wxNBWiOd+HBqiFeRtWIxZdM7Zz+/js/M0j1YPjI1eaAPmp",
+	"ZFwHxgZx0UIoQ3uzdAl201gkazZNIgJ2XLANIEWrqtNHakA+WDMCHNCj4bBaKvTvwqTuiuhIGoEYSS+q",
+	"2qhYsqqioRyGlGVgTTPz6NatGPY906AsfZuxgMVzERk4Nb+M3cQF1BToLjJr4lt1jwJ7SRB7Eb4Kp5XX",
+	"vraqrp2fmQnYtHF/uSJSQCiMLM3ABrGIxc9yZbg/Qphw2cfAY+1wFFBRUkWgJETLudV/SkaojgWgJevJ",
+	"icgWgZCp6amdoCyOSsyqVa6rhFTAKuw5lYbNeUsmLYpHytozAavglGsk8MjHOizpxlBlhvFI6wUzoyef",
+	"2BQ/YCIrJIfwx83YkANJIE4mqQJlIPIGTg3sL3GoxwXakG4uZTGl6VUEIZEGo0dAnf1cpjT/3//+n15E",
+	"ViI370K8n8TgFzwmsUhs6OOnVz+ff7x4PTl7+/b9p1cvJ6/fX1xeJGBMI620YcM0zBHuncL22b9i0J1C",
+	"k1q+cZ4QO2AwnVJNylXOYgHxQypCS6o5dIamM07znGUD8kYrBNpckQUDWEH8ap+dv1GPbDP1UXq6HJsV",
+	"e/fxbQUGI5KbiatVWco51YxgDG0UC8EUIE5Lm6PhkOTsmuXK2taWU1ZWhPvkqD/lmsxySXVErNODcGEI",
+	"0x3gUUMLLJ1j2yBOEBJmi6v3D0nG51wrFP11kWOY2X2CxtL55KwQyrqGjeCYpct9v/wlXQYfrtl03w8/",
+	"sWn9Q3t8HvC9C1FrNSR5A2ubAu6NIOZgonSrIrojotd4auZmE/4kuZFUU6PCZRJ0wQBmPDnaxlH/HMcD",
+	"/EcrfrLuY7DzB7GV9d0Dm/XegCHwGTSsXKBwuF/3IAnssw1J1IesVnmL9gBatWMbztY+p9fMnLKZTLaN",
+	"m36Ojf2pGU8DgGt+giQ2TYOC4NwvsszQKbzXat1l7qlWZtciwDL/wlme7TADz+BvwItF4NnFry2WkAXa",
+	"qAIPwmkskrALSxoJUXSjyHrB0wVwSbdjXsC1Hf5vcxSFdrT6vN4LZiZh+RPGwhIbuMuBUSUOaTx0G1zn",
+	"DdvsHWT7/5RH6wF+rG91H91JqQGH2c+51kLm2x62s23KHpPErFdiQwusxdDZrRzEdtTj8LWjGtKdSr0A",
+	"2xYg6IQup3y+kivlo7qTHgBCay6guZKEpikrtEHjgGcBJeSMXhv4hafQin/Mg0AeTLqKMcRg5shQKweq",
+	"PKDeKVI1rgjBmU+tA3e9kLnD5DwA05E9otycVaqtZ1oRtZCrPINQD1Rb5kwwVIz/IInZOvMJppbocpWC",
+	"hE+2N8FoIaD6w8Q8A7FRQFRbzyQshGmK5znJWCozZtGBFMzu/k47Ntd5kN9jjkDryy3vAonscmN+iTo3",
+	"/bnsWzptI7Amze4hYlCqAOvZinlZezPpLs74Y30F28ySCV1uIJ9oJfifV5UMq/ygWrbalb0NeHLN6a4Y",
+	"luaMxyRB3pE01HQIEXK6trPhxwLpd92m5tsQJ9ODbYxraMYiL5b5oGvowavupKa5G83GqDHmsJnWELXx",
+	"DE5xJ+owsVoaQsFeO8g7A/BR4aXq250RPeGSjWEwNpKJZw5D2FbMMZWKEaWpXtlzV1cDkz+8uiQeZtKC",
+	"P74ePXZ6mnr81f1zwrNb95p5Xg3zNnGpVPbobVuUtnbdwtlX7ZbZ9+AqhjeQ9QwInhwDS607x2XlOTca",
+	"GNHss2uaGo4DSjsY1iZGw0/GgdQmyZIZhWVCsww/tr9LtpTXLAtfNs045X5AEmR1ExhY7TWS4LNKJCRe",
+	"wqF8CBoKM24CkNFmHmwMpeWNH4eJdpvcbR6iM/2aFx9qbW80sdPs7oCIOzTNva4iRdxWGy0l2M/qp91O",
+	"80Wwbeanp4tOq+O37Wh+A175DqfyPuZZK3fuipuxRy0ARtsbU9kW3bE7f39xOSAXwDaB6bzAIL7+5aZg",
+	"Y9KM4wPC/M/+OTie+r+yTQL5o7Xciyu26aHdyr944aLrEtJdsJtYvP7t7EX/4vXZwfETy8kUQ1CFXrDI",
+	"tBJmbIYdYBRfr+0wPDCQosaebu9B55ov2WTZokX8dp8/pxJebtmN4ElLRm10zEOdPW4o0V0RGbVAv1Zy",
+	"MOgVc0AdYSAWs1j07PzNwMf6cXDoLmSpyZKmCy5Yv2Q0o9OcxcLwatKdyZJYp0ZlgvKBlYZNCqknM7kS",
+	"WdI7NfLNDyixhrhYKGboL2WQCVEwWeSsbaNrk2mTK74dQJHspsgpFxbEmtVfl9L5noJQ0rpf5neNQN1m",
+	"qO0bdQFrDitsZT68CIYCJegVm6RUsfrAt6Nao3sYDHZeh3xtRNVmWtsJOTG6bpvuzs7fqTqssvbuCI2l",
+	"VNWy2FAJkvDZmCS0UAkmYlOxIelKabk07EKRrlOiskyhbB6gizzpoZLi7ROJja1OYoFzc04DVSlANnOI",
+	"m4caRwQDd8OyTcQCHCyYpmrWKyHdjM3oKtckoTkrNQS2kGRK06t5CdSPDAFmQhYyz0wjNnq6XwVvV64d",
+	"10yi8HNsLpuzpBf5/ksuS643QfejIfR8DGep6r4XoU+oD1GFFM8fohZ4nMo8p4VifcRB8EzLgqeJ1elI",
+	"xq55yh4pMl1BhlBoZbTx/IEPgKRSzPh8hdpBwVNQeN8XDCsRsBtdQrUANbb854ptyNTM2+2SjdNXuAFO",
+	"C4r8oFXi9s+Zz619GpPWqHARLztV1VgkRr4NPtD1b0wpOofYeen1XUNuNu2ooNaBYClHL0q5mi9isQKP",
+	"4Zxl7XZr9bCDclYUuVk8nF7GwbBLy00EA0B1pbYcODk4CFOWyzWhJYuFbebUMXXDtBW6I5pkFTmickaM",
+	"LYqMTKc+4MqRGWhJZh1b52362JElav5ENLvRmLHkdskiEdDFrSfd/9ucSUz+cOsDzh3+F489IEi2sgo0",
+	"2ezdW9Cw5Mps04LNAOtZS0HLH3f9ZVs/+nIbdWDF29fHulpk4HNNpTglQ4JoVxGu7497Nbh5Lsv2iWxt",
+	"8fZIRjYnseIfNjt/UKm7oy9tPS9XUJWkH+SFNJvOGZi5arLAHDOeGjiomVDmCR4rtJljW/f2DRTd5iSB",
+	"P5AZz5kNv6pRnplqWnLNU5ojfX4XObXst16YE9jfBfq37SZWUdufcbxAiQgZgzZR3BDPgNSkoxWMCN+X",
+	"TFN43/y4ePmrEXKFgR3mJPYi8yunKbDS6kvDpYHxkAUrWavRJ8hgegDjaxGyp63CeUDegysceB4tGeFz",
+	"Icu2gPOmXNumjHcBCapGTjTP7Aow6+aAXu25RFk4IGfOF//kyEbydb8lLhFKsOwIxOu1eOm2jnRDsrfU",
+	"BjF6ic9OgnxEtPHCwistC0UwOeyUJMMEaAiyvI3QgKVtOgZb/YE1ULI9imQ0TEiXL5cs41SzfGNQyXFC",
+	"uoVcs7Kv6DUX8x4gnVFCurlcM6V7wbnvQFGZ407UGbUq8XVQ1sIKrPzw0ot0K4EYYLWIJNeSF0lEMILA",
+	"IVRviL33EG89qRuOG7gjRNmBG/phR4j8wksGuY4WWTtCytmcphvyy4vfiFrQgkVEl1SoHOCQloYVvr68",
+	"PCfXo1gscUBja+YikAhnwEUql8x6HRQmZLgf/3bx/l3fxgD3EEbMKRc72E3kwofxc6MThpIgsV0BxBZZ",
+	"KXk2qP391ICEJZtoOcn5tQHelqx77kviP9Q6d/HcDiYnwqjdeUIek2TB54ukV73uX4tI4vjG5IptkmAs",
+	"tee7MS1wJ4yUgiwajH0x/4Gbh2UAZxx/G8RipzvlQRDVuoJqGJXcCVHD+bSihe+SRacW3AMVeUDvkE0Q",
+	"Lz6oqAVy2WBOmRdljnhaBU5IHg/XS4PDETZU10r98WinScNF8Lnz8IEV2NNj8LA3iMWvDyWObdG21Vs7",
+	"mrSTg6J5gcsSjN1t/Hsn+IVosVymE1rO66a2bSjcMKH5T3dRWH0S23/OeXo1oanb3hY8m6MNZTvEO93x",
+	"CV/SeTuQ9xhye150vgP6p1esfJBWYP/yjQtafdu+om2IMpTJTpYiJ+xEHcMHW8VpyGh3JzGao3PFWKHs",
+	"UQU2hQqEIK4iGCImyDwHwHRE1oxdKYduUJc5OBo9c5kF+6fa7S1ZgzitB0pWH7NoJeu4IbTqgQJ1ARUL",
+	"J6HqPCW5vHybWKx76vVqvy4YF1zKNdQ6KFnKuNH+kq9xjeHFnbHBKBFxeSpj8tX+Robqntze3iYR8flL",
+	"rmIjU6ODp/N0iaHLPrW/AsOBSec/zs7fvDSibbfca8jykOPbuQTpP7GwJh2uFVmJKyHXqM0TLtJ8lbHs",
+	"1MJuLYs+xCNWsD/klRiUjOUjvl2QuoKYu4w9dwvSH6OzFXTO2pW2b1fIvl0+flpQDcP6mdGlglNw8fJX",
+	"ohZyrU6RmG1Qitvc3cEKO0VLxlgBseItWsuHt0QWTLjQWNNT3TOvCIiHHclBC56xSfjBhM8mims2WVA1",
+	"mcl0pVpt7+uqLInplhJNp84Qbz6HakjweXuuqZM7LbOZbU3ikQITT3vy+N5mpX2ZNcYPqIW3uNzLud3W",
+	"/q1Zd1DFcSuACwLHx48fo5Ucosjhl1lyW5m2CiX3vJTGIrEBE7b9IOTExc1DMh4CbRdBMuMCAiVI9+jg",
+	"YEfuQJXh0YOKqpiIaaO2lowKBVnzg2amz9HTNuVSsXRlxPdFumBLCwFXetFaXfhy2zU7cJVYIXYsqOW8",
+	"0gsAERXIKLhp1KjSK724CCu2NDNubsi2Q9fF5wTRadaH8oYE35sl2SodbFRKXCXw/UBQXErLkhupByBy",
+	"mR0nkS3be0N+e3nseoWgtVhwoXjGwnHAfJFb75x/i7+svgqXu5P+Lu5wAJ/6AqBmgrxeIMYtl6sM42u+",
+	"7Bxmlde3Y5j/wUrVavs5y9d0o0gyGgyTO7u4ti1sdXAbhJ3uKiHXh7UHRcnstpw5KebK5kZkzUvWT+Wy",
+	"oJpPc1ZhDIwYiIV71Tcz9sVK0Ocd+d8QcM1UZMMhfVVdc05d6A1GdSmb783KJRdQpBXCydBF5apNAKL5",
+	"6SdiIymAfqCyUyxegQbrbJOOIqtIzCrYkiTuQBlAWN81sEOEq2yURrMjvSigboiUCCnbhkeYA2FjJFwu",
+	"jUBdv0p+sqfHhmHUSTux5ai9W9v69JpxGXuEYESQNxOLJEligc5vEnfiWMQdcn52+dr/AEe4fS8WmP2D",
+	"znGurFmgsYCE3RhMtzX4CFFfDkbClCqWQQmyUmMuwxXbVEkoyRXbPAdzQ0K61nhlwGFQMR5XqMqFgETW",
+	"gyfJIBbn1V5CuZ3z9xeXlh2VDDVyYCynNrfHEwFXhqVVlaGWsoS43P3qQsHpjwysqygBRFU9+qDa8ciW",
+	"WofAfITIwU4Zgg/xNJYGxOCHigTAU1jW0/1GqAaIMEJE0CUiIZ4ubM0nW+6JnPmCq7EIKWXOtCJHw0M4",
+	"Va8wQqEWV0SSQ/R0w/CSg5On2dHB8TSbjZ4M05PDZ0+Hh4m1bRmai0VyQrPDk5PD0dEBffLk2cH04Hj6",
+	"NHHcQHkpEAtQkKhN3Z9JGXei2EfKxp3x59gAU4M++odx50vk9aa48zWObdp/bH7H9k9x3LmNO7dGkTMn",
+	"M2Hp4ZNjenJyTI/SbHj87NmMsunJ4eHx0cFwNH0yS3qEahQEUPDL1vsanTyzpxCEYyy0xAgSrvx5MvQW",
+	"i8e0KNTjw8fI82LhuMrztnVC4q0zm+dVl8GfLeN5PhoM8akjtuf3zcifYlc4oyojXRs6qY/8X/72A68a",
+	"8YT/PKNHx0dPD47SZydTOno6oocHaZqOTujJwZOD4ykdHpycjGbHw+nxkI3YydHhkB2d0NHscHZ0fMKe",
+	"pH41fvqJvOVLrpUVE0ENURpWtCDdsKLFKTkaHbp0y9OqZqdNKbdfxiJMUDl1pb8wciRsHpf6tFaJxWrI",
+	"9qWD4RDymvcryALVZvdKfu6duuDrqs9GXQtDL0u6qapa7FvS4kMVBmSkLeSolpgoaAue2gSikH2NkOH8",
+	"7N1rqqoBiRkcZrR9sIbi39FDt1WEA3ndv128fxeLC8ycsAUzrJMODjIvrYtOASrYVL5D68SnKizNERkh",
+	"CDy06RXExAd2Y1dnuco1x2odwa45U4pLdY8FehCD6mE4mkeqyinvK/6XoH6tmQHHCytslQ9Lxlb9UUFS",
+	"ijnPiiT1CNPEbYiW6BUNonxcmKPXuSAg3fpyye8TQBrgo72iR5H/4qbFwlDQSsD9H9txogafNSYf+eWA",
+	"w+7C/13+SAPvehDbiToOWY87o8FwMIRiVwUTtOCdcedwMBwcoot1AaodctGveNPO7WM4+JMqyrWQbaG+",
+	"r8x2II+AdEUeVE4hOb8yuFdxMc9Z37EKG36PiQc2BQWoIxaYlgjLCNH/j4wOZhq3sWuR4S5cZOyGcPve",
+	"rlTHWNjfMKzqM9KlTi12IUCoe5tX4FV1ZV1ARlM2i/3JZhAnjVLazowaVTep2D6D+w78jTDUusnwipU1",
+	"dV40A9Bqt7tU+quHqHbLfbLVm6zKAqoyVxXsZnUX0440teqVx3hX021074uNu4VcrhJT+mdrYHtARVan",
+	"06nVcknLjdfnDFj1e6BgC+pFYEAQuEolvlaqTYL9HOQnVFjLZVDtqq1kFdGZlLAMYQv1W5yqVgzLhFYW",
+	"LM8lNoNTCiu3+aatfatTi/XvjA4OjwbHT06edm6/gIFqLauKfcHCrKUVtRADspZeNv81VgBbOKq1ALC/",
+	"vYkpLWE2e9eHbcvjvq2HC+tyxZo36hwMhw+kOGe1ry/uO9k88bCN1cKGBog7idV+Xtv+7d0xyxvW9jv4",
+	"jsWC9L4dJXUtwYTuiqDeC1ck+Xqb3JFnbm+GguuoXO3srkEYsdhigVHtGq2e0/CRyUkBZTm8bER2Gbay",
+	"de+VrQJ7hFvcth6eFB4HNyvBJ6P7P6nVkYaPDu//qLqrBL54dv8XbXeAmG9He/TWvGDAfHdw8NA+P/ib",
+	"JI73Wcr65Q7w1R5DbbmrB+i5OipWx8AKjV5tMGhQilomhKZzFZb9NO00AEmYdzpnLVjkA9OrUjgrT1Dy",
+	"oInLQNgvqKrVLwqqBWaBjS7ykfyQgw3mF6mYTYIEUG9t9WhQjkUB5SIR4EBIPWIcBK52UEtaKBsDFWKR",
+	"U3tjG3zyPCjy1VIcFgbTw2ZRPas0CzmLRVYrNNsGIN5ypV9U4uRboUMzISYP7KI7VgmSw+06td+duMNg",
+	"POO5ZuVkupng1527LoDccmjcUSejqCpC2dvtwhprAOQcjaNhNzCIJs1RJbXJBjVATyv/TNvtdjX50TZ9",
+	"K5/2ExjNagwI2r5PjuZ5XRY6Gm8IzlqOeB1Jjb9CXIgDJ0bIwp1pwUVzVfPNhX1eXShn9qBxSvYdQEMI",
+	"3z5ACIdFdHdIX5dR6g+BLVjSzP+qF7kG88fX2wTv2vn7FX9/S2liVn17eUPpUdViuEN+PP4aXr96u1Oc",
+	"XGDVGCyBFhbR4aoaBRWZu6QD2HxESiuFwA7RttcD8gJNMQagmZVYaYi+zljBRMYEFPuYkWkpaZZSKJA1",
+	"BtVxAxccgjmF/XlFc0tNKS8wmASybTEqw+rYQaVkacFfTcxp6SvYWeP72Nb1TwzUt5OMO2Myo7lit0mb",
+	"GPkDc1Lk99M/t+7qvZOZa2l3YVzn4ruE6I4UeNJFJFGrF2jLCjIBDogw66Hncpmg7ibp1i4LsD0NyJnw",
+	"DcrllAvruoDIgBaR0Fqk8+9RNPi669V5Pavfl2CvjTA8G18O2bX7ulI0i5KnRlc9Ori1FwuMRydHw1rB",
+	"dtAOb6MOYKgXe4wA4Ej9loaWYYhVnofdIPE3SsWHvdibNbcn2rp9vrv6RNrz+g93S8ezrWoPQc/tYrHZ",
+	"Y1MSPlAOYgn9djnohqQ0JHD9Q6rtkGp/YBjsButkeDhcMhBc7fEdsu1xZb5tFXGXtRtG1M4rRnwsIgD3",
+	"s/M3pOt9oMD0fFwEJMYGNTlUL3KRXbQoUPPC2C9b0Zl0wZOVLIIS0SohimkNBd2Tlrt6+337dt+O+10s",
+	"qmda5+R4mfTG3hUFvS6p2IQwP8L7Q2SeORcPSGysNeoGd3n5FuG+Daap+c8LVvbNpKDsqYpF11b1fP3m",
+	"4vL9hz9Ofjv7z8nPf7x8dRGRlr+8eH327t2rtxe9CJ3+9kY0NBKDUUUKq8oKmbEBAVM7er5AdxUk4Zn1",
+	"2CttwErwJfjIIICEYlw/FPhT4aY+UnaLBuTVtQMQPlLXCy50WMDl7jaEOOXFgpXgOQJUAlewVKRjlgo8",
+	"PO/YGm52AlvQdOOCjU9JkvEStevnZvmVnsA7CUHkxDWBfKhBLBJIGntub2J2LkCPsXw4hKNfqBtmVsBd",
+	"fkdBt48I9hML6GiMtRmoo1RcQrq2q5s0u1typTDwoKBzVneGxiIBR1fiXaKAD6DC6EzmuVxHJAmuRQFd",
+	"UjEd1e6h90jRYkl81847+Lq5ABDVaTYCI3jPqlMWCzxmQnpitvERQ+IOm78dN7nHPPB7uxf2gHeWRAsI",
+	"lJ67uwxGw2HNgHAwbEdHsEU1eGSJ0dVKdAGlo1owadt1dFsjSwTQuaPhbpCvjkmFNRq3MTz1h2QumbMW",
+	"AOUmdbNI+PIO/OePVG2WPukiGKLZ6LC9L/tYSly1Qh4GITlDM5w1rt0pwxM/uKeUfms8INw6uC8I2b5B",
+	"qE2+1Q+fq2VWsmsuV8rSEigMUDHah0mVjHTrqbl+hXt3Te1wx9TspUjfPLfvQuhhvaLPu0G2rbOFTzt4",
+	"V0XLzgXXUdT+aMZYuwBq69uH4kvLd1rvlAZWXPf5VhLtH3BzF9z8AIBg+2YN0qUudNZXQ+h9N/70tzbc",
+	"abDHOoPeg791MxoU/G/qOhHiNS645jSv4HN4nwdiJiyyWBSMlgrSyyOykGuDjwAUxiKIyEVEs6DXRpqS",
+	"tgvgAl2dXNIriJSMRRCOO2WKZzZW14d/Pdppga/fe/FXFLHfzVHs5n7+ahkFDAP+SXPDQKAIxX7nvb4I",
+	"d2uUNhDgH4f8Hkvp/kdp72N+XzTQBXPJPr62Maoh1UVcVek3wyGy6jTbKGw41MEde/jWdBMWvhyQl1iv",
+	"FLzZVG1EuiilkCsbg4adY/3iWNj6wVPm8yBtKQAsugUHfkk3vt7qlFkjqtX3wsrHeC+KwI+MXlTQUjey",
+	"UPDOfHsriy02HFQSIWtuNJfrmqpXewvTR8IAqTAmyqofNU9CLOpxUOBwuKtsLtkZ0+Ri5/YNaiI7Ypog",
+	"OfLeoCYbXLVdf7gb3q1z6nP3XW5L8yYYyMKBhNFeFNAfwGotwaRijsK4Ycff+wrATz5GDP6ywBoCsN99",
+	"LgJ3cSyo2GDWgd1Nq9dvDautanBVXtjutbXE18rzQvANfhR3bms+RbTdh2WGIRvAjroy4jTuTnGkH9Xu",
+	"5QkuA/JAGAh4e7eQJLtcK1sWOPL3kkTkzyuJgbCxKKkvQYNedMgk2Lgee5VS7OePofXbCwBXHXWiOChu",
+	"DM//97//x6yKkd5YvnmB8e4KLgqZMr1m7rJeSCpwHbpJz10BPtPBHWF3r2zR179SwF1017V+jYuOuNrN",
+	"wNou2GtTV2wV2P2kd1DBf9dAsQbLNw+0PXStVQ/G++geMHC84aAtkoE1nD7fMvIwDq9VL/SuswdpRrtW",
+	"u0p7MzzPXxbw+YuzJdGluxqvbgz91gl+rs2wihn8Yt4pcpn5q6/vmL36/KW2AD/g9otm+QqlN5bkyzbz",
+	"UnUFNICWGygE8B3bXsV3tk+8igXdd+PDCyv28X1+x+D/mk7HHxdEfGFgJc2DuAuqrgwAsT5aXpJwYjYh",
+	"oj1o5LOtr9Jnq7Ljiq30VwquLtxlPrFBwK2rZxcMPuijG6Oz27NnWM+2vpszqFRG5Mp6jJjIGhmlLbP5",
+	"q8Yy2xtcancm1qdlmo3ab0YMbjRkuWJtlyK0z6+J4VD9DOc5K+US5jmVU0ANbRN3oo+t+9VEWy6kcfeC",
+	"uTqrruwo1prAFoMEjamcokZrLwVrFsa4+zNQ7GBh7q6z7hQQQyCuMrY96I00eLjiLRa/vTyO9sgqjBCt",
+	"chFkiSIsqu9raJVpDgSuBsw2u45aJUC+PCBW/cGR07XLfO4KnQZ/WLmx+eFYe8QrtuHtNVD7pKopYLRI",
+	"VESMGgkX8XDdxm3RRxCYjOhUXrOeV57AooTaaXhXz5KVc9Z6VY9Zqrb7euBGHHCjOvD+yN/rs+bC7JEN",
+	"uP7dAuzFTFYR8vfG1n/aM3IiDO8LODW01RZDUWPhO94a3RWJ+KklsALSlrb49LdHIdobXLb7bfCgKLxD",
+	"FrlS0Gfj9htss34HjPnBs/5wepw+y05Yf0QPpv2j9DDrP2XPZv0hHU0P0sPsiB3P0LCEN8w8ZGCel981",
+	"NNvuNx/le5MgwFZxbwqEDdD2Vx79n8p/OHjgSQdt/tVNyliGxz3Y3eYeePvCgoLNNoMQdbQHyBkZDYdD",
+	"b6zAfC8tM7oh3Y+XL9DJhvcUYKcT5np9AMHUbqZoIZV289P2CRu3WE3crGJhppVRnm+qyVXz6ib14Se9",
+	"06rQE1W+2uL/jXSUo4NnD6Q4LeVvVGwsqas7aO632jWw9kxizIBN2IKwJq78Hp4Slcs1yeRahPSmpZws",
+	"qdi4W23V34bkIIikIiRqZ2ErfGwTJF7sS7rJ1vjvoLnf0U9hufX9+UH+mk+JiUHuTu62GO87MoTAWvn4",
+	"q73q6PaxL74zCTx8d+QyY95QZQkIrn1TJLxkO82lz/9PZQbJHLbMxgoKJy7phpTMNlX5CQPMd2pxXET4",
+	"DLYj8sZtmxGECQGtJkg3r4+KlS+Cqf2oJJ5LP1d/24a1HVCsRdPnonF/jVW5wEpQUL2o0Lq7eaqZ1nlX",
+	"6s6SC/d7tB2e8r2ey72PMlyX+N7V1m53Sga+Y1oyew0IEsg25PiHz3InL3hhlszl7gXWuC1ESWzVQssP",
+	"0AttM2ltwTqgfV+q7vOXrbpy7lFQZM098gXNPn8xhIamBTxNqzI3ijoW/RsdnAyGg+FgNH46fDoEd7od",
+	"0tZpqhUTI/aWCcfX7CmxbG37LP57WGnMRVNvGVDbEiJSq6G01B2rn07Vuf1y+/8HAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -242,8 +242,21 @@ type PresenceUsers struct {
 // not linked to a Push instance (`push_not_linked`), when the event names
 // another channel or more than one (`invalid_push_channel`), or when the
 // body is not a valid publish (`missing_payload`, `invalid_payload`,
-// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
-// not.
+// `invalid_webhook_url`, `invalid_user_id`, `invalid_request`), whether
+// the user is online or not.
+//
+// Bounds beyond a publish's: its payloads and `webhookUrl` together are at
+// most 200 KiB, the Publish API's bound of a publish to users (413
+// `body_too_large` beyond). `webhookUrl` comes from the app's server, not
+// the Push instance's, so it may lead only where a Web Push endpoint may:
+// an `https` URL of a host that is no internal address (loopback,
+// private, link-local…), unless the host is one of
+// `HERALD_WEBPUSH_ALLOWED_HOSTS` (400 `invalid_webhook_url`
+// otherwise); its webhooks are sent only to the addresses that rule
+// allows, checked when dialled. Its JSON is held to the Push APIs' rule
+// (400 `invalid_request`): no NUL character, lone surrogate escape,
+// nesting beyond 100 levels, or number beyond a 64-bit float, written in
+// more than 100 characters or with an exponent of more than 3 digits.
 type PushIfOffline struct {
 	// Apns The APNs notification payload, sent as the request body to APNs: `aps`
 	// and any custom keys (Herald adds `data.pusher`). The optional `headers`
@@ -343,8 +356,21 @@ type TriggerEventFields struct {
 	// not linked to a Push instance (`push_not_linked`), when the event names
 	// another channel or more than one (`invalid_push_channel`), or when the
 	// body is not a valid publish (`missing_payload`, `invalid_payload`,
-	// `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
-	// not.
+	// `invalid_webhook_url`, `invalid_user_id`, `invalid_request`), whether
+	// the user is online or not.
+	//
+	// Bounds beyond a publish's: its payloads and `webhookUrl` together are at
+	// most 200 KiB, the Publish API's bound of a publish to users (413
+	// `body_too_large` beyond). `webhookUrl` comes from the app's server, not
+	// the Push instance's, so it may lead only where a Web Push endpoint may:
+	// an `https` URL of a host that is no internal address (loopback,
+	// private, link-local…), unless the host is one of
+	// `HERALD_WEBPUSH_ALLOWED_HOSTS` (400 `invalid_webhook_url`
+	// otherwise); its webhooks are sent only to the addresses that rule
+	// allows, checked when dialled. Its JSON is held to the Push APIs' rule
+	// (400 `invalid_request`): no NUL character, lone surrogate escape,
+	// nesting beyond 100 levels, or number beyond a 64-bit float, written in
+	// more than 100 characters or with an exponent of more than 3 digits.
 	PushIfOffline *PushIfOffline `json:"push_if_offline,omitempty"`
 
 	// SocketID A connection's socket identifier, two integers joined by a dot.
@@ -466,6 +492,11 @@ type InternalError = externalRef0.Error
 // kind (for example `invalid_signature`, `not_found`); `description` is one
 // sentence for people.
 type PayloadTooLarge = externalRef0.Error
+
+// TriggerUnavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type TriggerUnavailable = externalRef0.Error
 
 // Unauthorized The one error body of every Herald API. `error` is a short machine-readable
 // kind (for example `invalid_signature`, `not_found`); `description` is one
@@ -2144,6 +2175,11 @@ func (r ListPresenceUsersResponse) ContentType() string {
 	return ""
 }
 
+// TriggerEventResponse503Headers the declared response headers of an HTTP 503 response for TriggerEvent
+type TriggerEventResponse503Headers struct {
+	RetryAfter *int
+}
+
 type TriggerEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2168,7 +2204,9 @@ type TriggerEventResponse struct {
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *ClusterUnavailable
+	JSON503 *TriggerUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TriggerEventResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2222,7 +2260,7 @@ func (r TriggerEventResponse) GetJSON500() *InternalError {
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r TriggerEventResponse) GetJSON503() *ClusterUnavailable {
+func (r TriggerEventResponse) GetJSON503() *TriggerUnavailable {
 	return r.JSON503
 }
 
@@ -2947,12 +2985,25 @@ func ParseTriggerEventResponse(rsp *http.Response) (*TriggerEventResponse, error
 		response.JSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ClusterUnavailable
+		var dest TriggerUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers TriggerEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

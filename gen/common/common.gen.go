@@ -30,19 +30,40 @@ type Error struct {
 	Error string `json:"error"`
 }
 
+// DatabaseUnavailable The one error body of every Herald API. `error` is a short machine-readable
+// kind (for example `invalid_signature`, `not_found`); `description` is one
+// sentence for people.
+type DatabaseUnavailable = Error
+
+type DatabaseUnavailableResponseHeaders struct {
+	RetryAfter int
+}
+type DatabaseUnavailableJSONResponse struct {
+	Body Error
+
+	Headers DatabaseUnavailableResponseHeaders
+}
+
 // Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
 // Stored as a slice of fixed-width chunks rather than one concatenated
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"bFNNT9tMEP4rozm9r+SaUA5F5oTUSHCooC09VBjhjXfCbnFmtzMTQoTy36t1UiiQ264983z58RP2aZET",
-	"E5ti84TaB1q48TgVSVIOnrSXmC0mxgavAkFiAiqvYZb8GtIc6IFkDWckbvBwenleQzcOdBAVHGhIYrBw",
-	"fYhMH4Scd7OBWr6P7OG/eRKgR7fIA0EX+cEN0d9qvGNnS6Gugo6T3c7Tkn33/wl0/wga8RNTy0psxD1B",
-	"QcuU8kB1y1hhlpRJLJK+M/PW2wUTPONYcAb0mAcXWWFVbiunsJLEd7CKFsACgdDvJanVWOHOAjbolhZe",
-	"DIBPpMCpBGD9q7UTKFPwZXp1dvG5bfny9Oqsbfnrj+m3ny8cLmdQ6oVGGlvnwqEmke9wUyHt/1Dfx8zH",
-	"hNN8xBkHK4gMyu6ebnun9Fr4u/Df820qLOKjkMfmekdeveK+eV5Ks1/UG27KVuR52qNyWzjQ4IQ8zNZ7",
-	"qjQdn2wLJ6Q5sdJL6U4vzytI3PL2quZsqRX0TiSSjsbf9NXTPDJ5CCS7jli00f+OdSfm789Q4QOJbvUe",
-	"1pN6UlJPmdjliA0e1ZP6qBTNWSgd21SoJGUFm+snXMqADQaz3BwcHH78VADqw+Z4cjzBzc3mTwAAAP//",
+	"rJTNbttIDMdfhZjdQwIodrI9bKGcAjRAgv1o2qSHRVVEtERb00gcLYeyawR+9wVHduw0Pu5NmuH8+fUj",
+	"n10Vuj4wsUaXPzuh2AeOlH4+oOIMI31hXKJvcdaSHVeBlVjtE/u+9RWqDzz9HgPbGf3Arh8ta4qV+N6u",
+	"Xe4eGoJ6KwkVMgeFGYEQVg3VEGR3uBKvBBxWcOIVOlyb2Rx963kBYUlyeglCKmvAuZKANgTqOwLP8NnO",
+	"z67sfOIyRyJBXO52fh+Hg1w2mYtVQx1arL8KzV3ufpnuCzIdb+P0OqlsNpvsf0gphVRweSyk8jQHhLsQ",
+	"dSF0/+lP6MV3KOtX2WcwsPoWsODdNXJckUTABXqewN9Bm2Q9T7UR+negqOAjNNjOzywYJb40hd3dqgmW",
+	"Qug6r7DCCG2ICoGTwArXqQ0NLglmRAwVinjLcNAMYigYoR9mrY+NeZmZonXITFZem6QSsSMob2vq+qDE",
+	"1frsD1qXk7FlYysLLg8aWEKkKnAdszEQH4FDTVZW5KANyaRgl7mGsCZJyB68fgvg/agGGmCF3jo1D0Ij",
+	"SlauE1RoCaPCxanBY7XxQrXLVQY6hKXz7Luhc/lF5nTdk8udZ6UFJUo2L2ClmEZ6jo5DYILEA8xCvbZ+",
+	"0ZJkDTck2NZwdXc7gTIZlFZXhNgEsZGoGs90JoS1YVPwk+caTuZBYDt+UHpeYuvrx+gXjDoIlRmUHPRx",
+	"Hgauy9NLKA8CSvqBqeBINt4Vgan1FPqWxjL3EnoS9eNyeJXMz7l9ZIIXHW1QgX70LXqOsLI/A2wlgRd7",
+	"OrYgpqHdbRCHgzb7BKAOZAhYAbR69ewSzAr+un64+fihKPju6uGmKPjTl+vP/+x9YN8bUkLJzbZxUcXz",
+	"wpYBHW/Ufap5qvB2oJJhZusmMj7RY4WRXgf+pvhv/W0OAfu6df56wXx7eRRm36nScQV5nocjUY7AQWxQ",
+	"qIbZ+ghK1+lkBG636ffQXd3d2qAVPP5GRR1ith31mBL/idea5p6phoaELl8U49jxLggVrA1yenZ1d7tf",
+	"U61/IkDr6IECaAgjaeo1VXEb+zal3UhlbkkSx6wvJueTc+td6Imx9y537ybnk3eGK2pjpNowkizTgvj6",
+	"7AZpXe4a1T6fTi9++90EJhf5+/P3527zbfNfAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

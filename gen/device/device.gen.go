@@ -989,6 +989,23 @@ func (response RegisterApnsDevice500JSONResponse) VisitRegisterApnsDeviceRespons
 	return err
 }
 
+type RegisterApnsDevice503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response RegisterApnsDevice503JSONResponse) VisitRegisterApnsDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RegisterFcmDeviceRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	Body       *RegisterFcmDeviceJSONRequestBody
@@ -1097,6 +1114,23 @@ func (response RegisterFcmDevice500JSONResponse) VisitRegisterFcmDeviceResponse(
 	return err
 }
 
+type RegisterFcmDevice503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response RegisterFcmDevice503JSONResponse) VisitRegisterFcmDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UpdateFcmTokenRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	DeviceID   DeviceID   `json:"device_id"`
@@ -1188,6 +1222,23 @@ func (response UpdateFcmToken500JSONResponse) VisitUpdateFcmTokenResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateFcmToken503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response UpdateFcmToken503JSONResponse) VisitUpdateFcmTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1286,6 +1337,23 @@ func (response RegisterWebDevice500JSONResponse) VisitRegisterWebDeviceResponse(
 	return err
 }
 
+type RegisterWebDevice503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response RegisterWebDevice503JSONResponse) VisitRegisterWebDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteDeviceRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
@@ -1363,6 +1431,23 @@ func (response DeleteDevice500JSONResponse) VisitDeleteDeviceResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteDevice503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DeleteDevice503JSONResponse) VisitDeleteDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1448,6 +1533,23 @@ func (response GetDevice500JSONResponse) VisitGetDeviceResponse(w http.ResponseW
 	return err
 }
 
+type GetDevice503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response GetDevice503JSONResponse) VisitGetDeviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListDeviceInterestsRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	Platform   Platform   `json:"platform"`
@@ -1526,6 +1628,23 @@ func (response ListDeviceInterests500JSONResponse) VisitListDeviceInterestsRespo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeviceInterests503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response ListDeviceInterests503JSONResponse) VisitListDeviceInterestsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1626,6 +1745,23 @@ func (response SetDeviceInterests500JSONResponse) VisitSetDeviceInterestsRespons
 	return err
 }
 
+type SetDeviceInterests503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response SetDeviceInterests503JSONResponse) VisitSetDeviceInterestsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RemoveDeviceInterestRequestObject struct {
 	InstanceID   InstanceID   `json:"instance_id"`
 	Platform     Platform     `json:"platform"`
@@ -1708,6 +1844,23 @@ func (response RemoveDeviceInterest500JSONResponse) VisitRemoveDeviceInterestRes
 	return err
 }
 
+type RemoveDeviceInterest503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response RemoveDeviceInterest503JSONResponse) VisitRemoveDeviceInterestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AddDeviceInterestRequestObject struct {
 	InstanceID   InstanceID   `json:"instance_id"`
 	Platform     Platform     `json:"platform"`
@@ -1786,6 +1939,23 @@ func (response AddDeviceInterest500JSONResponse) VisitAddDeviceInterestResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddDeviceInterest503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response AddDeviceInterest503JSONResponse) VisitAddDeviceInterestResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1882,6 +2052,23 @@ func (response UpdateDeviceMetadata500JSONResponse) VisitUpdateDeviceMetadataRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateDeviceMetadata503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response UpdateDeviceMetadata503JSONResponse) VisitUpdateDeviceMetadataResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2005,6 +2192,23 @@ func (response SetDeviceUser500JSONResponse) VisitSetDeviceUserResponse(w http.R
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetDeviceUser503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response SetDeviceUser503JSONResponse) VisitSetDeviceUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2659,115 +2863,125 @@ func (sh *strictHandler) GetWebVapidPublicKey(ctx *gin.Context, instanceID Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H19U9s6t+9X0fg5M4V7neCEQCHMnjkBQgmb15CQlroXK/ZKomLL3pJMCB2++x1JtmMn5qUt+5w+z+5/",
-	"JLHlpaX1+ltrmW+GGwZRSIEKbjS/GRFmOAABTH3ahzviQmdf/u0BdxmJBAmp0TR6E0Ce+hURD6ggIwIM",
-	"MRAxo+Ch4QyJCSAGY8IFw/KmqmEacI+DyAejaeCI8srGqOauwzauvB/WvUrD3YLK9mjTqtRwfbjuNrwN",
-	"2BwZpkHkAyMsJoZpUBzI2/Wjb4hnmAaDv2LCwDOagsVgGtydQIAlyQG+PwY6FhOjudkwjYDQ9GPNNMQs",
-	"kitxwQgdG4+PptGhXGD69H7PYz5BJLkot20TYdTvd/aLO9wabeNNqNcr9cbWeqWxjXFla2OjXqnVN0Y1",
-	"3HA33m/VyjeXPuI7tre+Wdie/BhhIYDJ1f/fZ6uy3aoc4Mroy7etx0r+Y+N7Ptbqj/9llHNOAAMuTtUG",
-	"FnnXoogkFyC5RbTS7x5XgLs4Ag8RqkRFsmC1yEEvpLHgT/FIL3ijPj/Hpf9iMDKaxr/W5oK+pn/lawW6",
-	"5UbOfSxGIQueE/h3HI2xgCmeoSi5fFm2y6lOr/9hgjP6HiW1DHgUUg5KV3ex14W/YuBCfnJDKoCqP3EU",
-	"+cRVOrj2lcvNfJsTu3RWiOlF0DD0ZiiI5V+AOFCBpkRM0J5euNKbRdBEi2srRjAWMnVEd9gn3k1Cyo0S",
-	"m8fX7tQNgyCkN221mNrt8nmkpBKOAuxLvoCHQoaGDPAtRxj5JCCiiaYspGOU0IEkHSbC1KY5XUZigtVC",
-	"NBSJOku1Vkwo/nR0eXaKwuFXcIWJsE0DwjmhY/ncZMdoRMD35COybwrybyIRhijAdJZ9z1OC9OWOItyR",
-	"azpuzHjIHEnN0aCnDiGMBXLgPnJM5PB4qK8jnDum/AvbNLHM2GeAvRkahjH1kAgRpqGYAEMxB1a1qTyN",
-	"g5ANiecB/RmpkYchwlug7zginCPXxyRIWSYmhGdmU18QAyuTFP3L28rI0aCXPfMJiqpGasIo9vViP8kL",
-	"DuwOGBph4oNi/ARTz4fEJyqh3UFEoAnmaAhAkR+Ox+AVeaLpudFfvBlPWhTFFO4jcAV4KaHqGYoNp6E4",
-	"kNLykxxgoHmdxgivdvcopPp4CqY14Uni9WkobkaKyDfjymmIeOzOvbtSJJp8mewhpIgIxaRzPPND7PXC",
-	"8BizMfystBQsLuHIl4syaXYoqlmNrY33m2g4E8DzvJAX34gwvFFX/z12tZQgdEJ2FRe6KrgD5cNeywDl",
-	"qW5pOFVf8jgIMJspt6PMh1KQzCrfUpia2usQwee20jCNO+zHipvE++5gkgiC/dTzX4Iwmp/noUZEgBtf",
-	"JFsoTBdppDBNhOHtSfiizuJ1Z9jNhdVd4LEvnjrJNETnSSguT0sdXi8MTzCd6QCf/6wES3+SeRtp1OQ5",
-	"BvieBHGAwhGqWVZCSkGGpfhKN3iT/Pa2UvxdRM1ZkgRRP8WTk5CBVpcNK9UmjiJgiIMbUg+NWBhoO4c9",
-	"jwHnOzJ3YjOER0JpGiBBAqkLqCu/r7Tk93neMSzgRoUJ8IZ2UBGeEZxQCcj1CVDxLqNW7805bHdbx/s3",
-	"rdOz05tuq9e+Oe6cdHqOTbHvh1OOVhSxyMnT6qxW9ZaSrTq5/TkJe7iMTUxjAthLEtHcRcvcvtQ3ST87",
-	"xUTGqyPNf0AU7kU+TFSEgYdWsEA+YC5QTSUdzyRZhEqByaeM0hCNQfHv0TT6FMdiEjLyAN6bxFBKVuE+",
-	"kvSoqFIHLToynIEoatAt0Jvk4rdVn1ayK0U+0mehyBE8oVOG3Tr4NbXEZt+mwbhpU0k6J+McKJALBTm4",
-	"DAS6hZk284eX9Y1N5XuTLakgNduWEoVWRPkJCOxhgZe5OJCxunrK2SVaQwF2zy7R5f6fiEEUMsERHsro",
-	"mQgO/khyMmJhBEwQbQRJyK+AcaLPKpdg1yxrKfE1jQC733cD925ff/lj9o1ON+QCcvd5868wm8IWhrEM",
-	"NTsZOlEuaTiK3nGkr81BGZIjOarqGxsvwCam9ubnDO5IGPM9ZSg6Hn9JAv8sv0vyNHe2z61QkAPJKil9",
-	"L930QSfuPXWtTqFTxf+crGAuc/BLyUFoz7nMfqKMwLKkvHJX+R1JB9bxnvG4ouDh0yxvB0EQiRmaToAi",
-	"GlKolmI2+Z0roCl5XNlm23LBM/2xDN7RD8xlxrlHzlc5cINXKG6Leiwk3ncoLdZ3/I/q4YEbvJ0aRti9",
-	"xWNQ4MAOCtUF2C/TxV9G+/Jn+YbKVyZ8hduecZtSeFJgbozvIKceC6zcqm3XX7Rr34dpmqgm44/aZgO5",
-	"E8ywK4BxGWU6rco1wpUHZFW20Q2qoD/QfyMTVdGOs0BVbRmjzmO4rco1rjxYle0b26788d9mdefL/y1B",
-	"Y+eEn+NxmX3Ksij5QUDAvw8kzR6IGcMzI4dC5nW7+EwZhe0pGGuZkecMNLgorVUg47aMQsQgwITuoAhz",
-	"johAmGdwWLlNW5CdRSuXSyCXiC6TvEKG9vaMDPB9R9+3YeXMTsLYJ4kvo/TPJ81AkdsdT6dB0rhOcJKH",
-	"AGY+AYYiFnqxK/gOwq4LkQAPYeqp4DPmGp3K9lkSCqWbqS3vxTSeNvzakaLU8DQVfQpBTfQn5+cdtCIT",
-	"7VUTOTkD5KCVkRus2lTmGnPL7qCVKQxXq6iN3YkK/pEmVy6LBQpCGf5bVk5hd1BMlUW1aUIBlgI5pmES",
-	"i76B6/nlQ8ynayCt8sIHlenR57TsMXIDwzSmMMwJ6py6EujiiRDqFfXGapn5K0NXltQgMzHFEIrHQ3nZ",
-	"UIO2WfrLBWaimUQ5o5AhjChMU5hdJz9uzJi0Y3PrpSwaRkqeEheVgjAc4TEmVEvUGxjhsnCuhA9llkO5",
-	"1X7kYVHiLP5Ot36FI+Kdx0OfuH/CbPnZd0u/l0TBVNLDgHPw0HmlvrGJInWHTClNNMQcNhsx87OqSYQ9",
-	"j9DxyxHxwtPLNjCA4fMh4I/E/H8nxwtZfyk/Qwq6FqCh33CE4A7YDB0Cw76HWuedKnLUBU5iUCchEzLL",
-	"nhAKFQbYw0MfbHpLqIdWRiqRV3gHctIiDydjikXMwDGRk0H5zuoOcnIEqfVDCjaV0QFQF5TiRRBGPpRZ",
-	"4sJmFvd2RnUJU62jynlwH/mYUKmlWKAp5kmRUMEQuTLNQmU3FpP5BpAXgsZmAizcSbG6I69CJ+3e4dm+",
-	"bdPzVu/QtulFv939NH8GjqIEAim1ZFB+UJeK54rD4Uitoy40EaGIU3wLNy7mUCR8ifkvKoB+eBEY+lIW",
-	"YXFwY0bE7FIKpz4LmUkeDXoqDQLMgB2ELMDCaBry26WKlKprytMVSWJraiCokuBGGb+yysAcNzKzX22q",
-	"qo68WBldKQnLV1VYowqmWpKUXsltaWrnvJkIEWl8jNBRWK4zrfNODiOVkRVHK+Ts0kwzWRMNYLgqNyZJ",
-	"SV1ACj1r+rFNC90lJtIPGqosJjDRUB63/FOVcRNsm3pzj5X+aNPMA1XRgDCoSAOCBRn6MOekfBgwtAs4",
-	"4CiJwKR229Sm//oXSkMALj+3Ugc5BD+kY4WzSkOxGAuYaDoh7kRKNWDGpThGWEy4CttlcODYdKUVRT7I",
-	"+G3kBg5aOSAMpJVGe34Ye+gEOMdjQserqqQ9BXmCAxgqeneKIKM6cm3hUz0YsnDKgb3j6vpLzRp1Vgqb",
-	"WK2iVs7ZJ1i2BiaJ4DZNd6I4S7wdhNPL59UTFFK1++zaBJ5VVgzF1ANm06TOnrIzLSlobqZwtLJDLmaM",
-	"AE9bDVS/BQf5eJXuKEhFnppNnec7L2RorGScg3RzSRdXDvNe3UGKqCnhYNOGZVUzujL3mFCx8qHdM9F+",
-	"+7jda5tIu0zdzaAly0QchJBfqkOQwriKKIDMFQoNIlW0G3pqewzmITc6IbtopVFbR0OYhdRbrdrUyTU9",
-	"OVnbiW7EQCsNy1pVUTtFcE+4enRmDFYaVkNG+dJT2ZTHrgsyXeSoblk7SPoIxaX8Lr3QjQPpDzzEVBCK",
-	"MOVTYMj59uhkp4YF6A4S+UWq6pKhNKSzIIy5iXg4r5bIPSZFDlXqSQxCWjJZ6ZzfbdpU/rK22Vg1kQjH",
-	"oLoxMq3sKrhLbq513nnHm89UWOZPTUtKKx6MsNzKhrWDHMtBImZUB7iKKhSORqv6WcOYyVvDkU3FlCQu",
-	"sYp21WkgIpqoUd/WlxbLMyvTSehDWqUxUa6KIoXem3ujhaJPFe2ddS9RxGDkk/Ek4ZbUGzeM5TmkTM8i",
-	"c6Uri41jhP8IzIJaWUfMJFRJXSKJMu2eB+wpCX0OTD3+ci7kCd6Kb4Ejp1AZaUojyoAhO7asdfdo0FN/",
-	"gNNMGnZyTsymyq+hlFOllZC5R0N5h4ZWVElkZiYNczYdxdKRr2aeLiNTupzn3Z5NVxzp23hzbU3TnVM/",
-	"TX81ivmEhjLR0laGq2+AVd0w0I1GaguqscambkhHZBxLA5l68nTJvNmddyJpUl2sCkTD+S+Z8VRWVmn+",
-	"Tnp18fRy9Vu00qjXc9ZEnaM8JpkpavKf0mG0QqQqzK0ExzPkpEFNE33+4qw2544gYuEdcFXWmkjZGMaJ",
-	"ISdCZXq8GKgQr4rOqD9T/ltZ0XShjAc21WKFkctApbbYNzOZe8elEKVbkkok/1S2bk50Yr34gpLNTdOK",
-	"c3be65ydXjpaCKSH4TZ1WspWVqTJZqFfaUlPUTljZExoE/0fx0Sc6IgZZAyjUCMX+74C41wWcl4J1cU6",
-	"jBJEqGAzyRZUQDOPLQzTuEtxCaNWtaqWjHHDCCiOiNE01qtWdd1QmOdERZFrSbsPjsjaXW0t5Slf+5YT",
-	"1sfkKr6m4AeZg4W8JOPvZpl3LuPXscRyeClZpFuZiwCBtFLpQvowS7pW0o4DLQ2xyqy5lhG9jk1Xlupu",
-	"ZoZ/rRaervpeNAy3BDDo/kXAKg1wGWChaUr8QYJ8q5PJJKXj5XjRiijfT9tZ8o3fn8vTz/kla7lW6ccv",
-	"OnEALnZDb/Z9JfDlKonMUqvJFVUcRUaxJpFHz4za+2rDKCJeRiOVrCSTNnBtWHfXvQZsjDat97Wt+vY6",
-	"bgw33E3vPWyNtq2Xfn99VX2pNvtYTKoEi2Gxa7duWU8tm123luu0ejSNxmtuyXUDq1tqL99SaGRQNzVe",
-	"vinrF5Q31NZfvmGxd07eV99++b7F7pxH09h4DSOKfZ35hNVofv5i5vq7Ui7LKLN1fspztSOBx1y1iSV9",
-	"SqpB7Dvt08gNnjZPx+RWm1n14PzYxA5yFpVEYyNJlVD7/STVtKk00RkskSQSq88ZgQM3+F+2AXn1XsTT",
-	"jdqSgteq20UFH53WP90fbd1eWMHuurh+Hx3X3I/QbJ23tmvDw78eto7vP9xZR7frQW+TDfinqB5fDU+3",
-	"3Qvojnrjw1n/a+f2zD9/aN1fTvfd9t0B2xUf6GFwdHv81wC64lPcCc/xpXcwPvz6p399v3e3S09ebxUW",
-	"K8W/jcK/q1E42Dt5e5uw9i2bZXpcy9DfKBZlLRJAsxb+tCl5VB596FBZt8BNdZhiqiAkS4WINHA+CPCa",
-	"WSDDALsTUMCrAifVsr6v8ly5VuHRhNsUI3lBcdArpYmrjE2vUGaBdNHhwA16Sd/Nj5sf88Wrs0m2nzJV",
-	"qckZn69f/8ImJ1/Teb25eTUbXk1Hvm2opMtwP6RQRTIpSxvNFfzyw+bsn2aZIh+rZCVnmHKzaUpW38pQ",
-	"TWH4dPDiqEc5CSibVN3QilzGw8xD2I8meAhidQmn1aj3ElCbIskKBpSWTG7SAepFIaHCQf3ucYqh2NS5",
-	"hRmvRvWNTW/iaIhDfSP9loNUl76GdqSgpWvMEUaKNBKiVw1HCKclxEjmrxyY5EATqXKRTdXFahjLJ0Lm",
-	"ucgPw2iI3VsTRYzcYQEm8gm9rfihKxP5mJK/Ykg+2TSIfUFczAUKGYopj8CVMZ2HOucZUqj2oG6YhFw4",
-	"CvpSgJlNdaIPHmpY1pwjaiImgXkd+Uhf92ing0jvUoAjZFlvtshx4x1H8kloJcUbB+3d8/7l4U3r+Phs",
-	"0N6/OTy77F06q1V0GCZQnLT9CYLHgIf+HXgIi4XIFWvUTuW+yVWqeqCmajC1abrjpFSeh5tUOV7mu4FC",
-	"R5L82ScK+Rhh4j8X1A5g+AsFtYXwtV6tFcNXmB35w6A7Hdb92NvrbHaCieUd7j6cka276+BUHAfe3bDu",
-	"8evBwRR/PIk/1bfFcf366/By++F6sHF7XO9+6gX3X3Fvd73X7x6c+geDi9uj86v2ddQPRKNDpgTXrzbc",
-	"WWcTZkfTk6/9+vWHMTkjR3sX/av9i49et3t7RD9Z/n5/sH3SbbenPavbuLg6OsDt2lXXP7oetL09XD84",
-	"hEPv9vLDuHFt+b3LQfTnRe1KXFKfum0RueunJ/2Hbl3SAP3aZr93cIaDE6tX696d1nbbJ3u1i5N2mxzv",
-	"HU28j92w8zUkF/2DgwvrYL3fv967rp8eXdQO7nrt7u5Je7vtzY62Rxd//PF6t7dYkP+FIu1/atCM0uLd",
-	"M4Fz0iz0A17pW1qEe8xH0dpByci2rNlMfl9A9Zbny5QBVoBzgtpWUceDIAql7jdlAO2DKIK5yjqlabcq",
-	"UaEVTGeqoXEVYZ+HGUZbtywTDcHFMQebLnc8i6QemAyP6p2gmAriIyKQqm9BOiJTNH96d29g+V6Op+eD",
-	"6N8de/+OPH8RNdXikklxeaxoGmMoxdMX4fF3XBWe5lUokR9KQCsLQwkK57apVLzUVxbL87qgHlJ/pqvq",
-	"+i0RWdVd5GryNg1pmT58APGfqgxJ92lSxCoOqp6GYrHQtjSvOnKDiuVtw9boPa5sDjfcSsNbh0p9VMMV",
-	"a7jtbnnvYXO0gRfg9+/B59LxFUMJ4TCdKp/TufsCjd8zU/tjNYKMRPlHxbJqxndM4Sai9ezk7T/NpHwA",
-	"8YI9eSsvv1bovx8/3+XrhnqWVqUjIfOAVZFC05zFOYDqfFbBUQhXpOcTTD2boCcSmgjzW93Cm4YPhdmE",
-	"ElN0THhiizq5KYRfzyiZZS1uqtw+D49UF5s0/2mbgWXtoLT7pGZZhdbDevIinL9iYLP5m3BUY4iRV7Vk",
-	"gaRPPZnTTj89N4RbSrKTP8cEdoiS+QgU4THsyNQ/jPBfMSRjAQutnr12fP1hO/Y+dh+M8j3o4zaeeCXT",
-	"Ru2lGaM38AA+1oDMXAPl5uW3apMFkzrXl8/Jaw5KZ3eUPZPCXlxXHdgf9YIePLm8JFtF9sl7FcqfVJgL",
-	"KjL88TvscGHeqeyNJ4oVUgjmrT7/MLMsrU9ml9/xwmuHNHew/F2QoGC1czNHj2Z5TSI3lyGkQdV1B7jH",
-	"rvD1uPeY3AHNWY+VfPfVjoKBdGioZhmkZIV3OkMLEPb91Sraj7USAE9fFqYvVa1jKKTlXQ6X8G9hcH8G",
-	"ZCro3OIrTL5XfS5B/C4W/McXC+Y2QLdyZv2VPBlCKFH9tw/Z5G259/c9C9l05wZhTm02mpVtR9Kfh2m0",
-	"IdGNy/Oe+Dzwk+E1qsLwHK6iSShak181enuRivwc2W885lfy0n06n+bIoEUl6bne+2f8c2lxruV5C7oj",
-	"whc0Z7nhX+OUhR7qTF/moE2+90AuUGyvRmMQXA0ezEcokTr301Afux42Lg4QlGhjy/N+q+JvVfxbVfFy",
-	"WRHV6zNfVMM385V5QOvJyFsNm6kuPzEBwlDSYJ0NGCSKQ8eIz7iA4F1SahUTmNlUjTXrs9ZBup7qQ0wH",
-	"C0kFWYQMvAyj3UGA3Ymez1d99HKZ54fqn+790dqSZYT/ceH5Ag65UYZD1l5f35zPCf8O0/8xYXpWHPl7",
-	"0VQFwD9lanYJ9RYGJ9Sn5OXDGl07GvTS9Lzs1XHV4jyVag7UU6wKRk3DiZ3CO4qVXeKoYVlVmz4fJti0",
-	"rYW5qcKLrCHSec172B2zOEH8zTZ4PLSNpp1VBmzDtA24j2yj2ahZ9UajsWVZpm0QztV16TjVax737GyV",
-	"bTw6Ns2PPr9iaEwxSv2suS354TiOTctn1WB2NBl+cMkZOer0Hzq1U9LhHdrdcPc6m53b6OPV3tF2FWZH",
-	"D96gIy+qufWr2XGvNT257PBOcNWQF57ut6cnXy+s0/3x9GRvSvDH04fO15Dgw67lHp5sHs+2Gtdf/clp",
-	"0J+dEGt2uj9+OO5dbHwatMXZfr92Qqz7k69XwcmgbX166K+f7bdj9/DqAX/YuPM++AEenE68D/7dkJ4k",
-	"31/NjoPTu+Hl0Xb1pn94wh7e3+81JkdRv79xdHrkjoPRurc14u7dw0Q0Di+jbhdag4uEE08DRH1dfPpd",
-	"Lv+fMuo/1Hf+CsM+f5f5j4We9Vf7gP35C2v/91xH7kULn788FhyJtNiF0DUry1Mc6Il3NZ36s15lCsOK",
-	"elVKRTdNVm71q1pK63G93BhhlunyfEeopFS1XSYzeTLAnEt40s1o01uYVZEaDk6M/HyyW9rCCJO552io",
-	"1wjcyFVVm+R8UNV5omVgAMOFd9P8dBPhT+jw0ntwjN32wd6F1T3o3nqdy3503GvXznq13W7fP+1fXV1/",
-	"HBz4eFC79z762+NPg6Ov1x+uguv6JMKB4MPBxp17eDBz17s1j3oN+Bi9Hx3WKqNG6/Vx6AJ3niiAy0P6",
-	"h2WNvaJ7vmqdd/ZzLyTKK1vS8qYWk0Kt5SpmfvLWkebaWq3+vmrJDKG5ZW1ZSpKSu58abjURA6ynRZO2",
-	"sdxLtwv/OYeXVHpby/WhVE0jHaQs//uVsnWylr+kudnN3yj3/fjl8f8HAAD//w==",
+	"7H39UuM60+etqPy8VRN2neCEwECoU/UGCEM4fIYEZhjPYsXuJBpsyceSCWGKi9pb2CvbkmQ7dmK+Znje",
+	"Pe/Z+Y8kstxq9Zd+3S1+GC4LQkaBCm60fhghjnAAAiL1aQ/uiAvdPfm3B9yNSCgIo0bL6E8AeepXRDyg",
+	"gowIRCgCEUcUPDScITEBFMGYcBFh+VDNMA24x0Hog9EycEh5dX1Ud9dgC1c/DhteteluQnVrtGFV67gx",
+	"XHOb3jpsjAzTIPKFIRYTwzQoDuTj+tU3xDNMI4K/YhKBZ7REFINpcHcCAZYkB/j+COhYTIzWRtM0AkLT",
+	"j3XTELNQzsRFROjYeHw0jS7lAtOn13sW8wkiyaDcsk2E0WDQ3SuucHO0hTeg0ag2mptr1eYWxtXN9fVG",
+	"td5YH9Vx013/uFkvX1z6ijcsb22jsDz5McRCQCRn/19frepWu7qPq6NvPzYfq/mPzbd8rDce/8Mo55yA",
+	"CLg4UQtY5F2bIpIMQHKJqDLoHVWBuzgEDxGqREWyYKXIQY/RWPCneKQnvFGfn+PSf0QwMlrGv1bngr6q",
+	"f+WrBbrlQs58LEYsCp4T+A8cjbGAKZ6hMBm+LNvlVKfjf5rgjL5HSW0EPGSUg9LVHez14K8YuJCfXEYF",
+	"UPUnDkOfuEoHV79zuZgfc2KX9gpFehI0ZN4MBbH8CxAHKtCUiAna1RNX+7MQWmhxbsWIKGKR2qI77BPv",
+	"JiHlRonN42tX6rIgYPSmoyZTq13ej5RUwlGAfckX8BCL0DACfMsRRj4JiGihacToGCV0IEmHiTC1aU6X",
+	"kZhgNRFlIlFnqdaKCcWfDi9OTxAbfgdXmAjbNCCcEzqW701WjEYEfE++IvumIP8mEoyhANNZ9j1PCdLD",
+	"HUW4I+d03DjiLHIkNYdXfbUJLBbIgfvQMZHD46EeRzh3FEGJWcZ+BNiboSGLqYcEQ5gyMYEIxVyaLBbp",
+	"lRxAhH0PeQz0ArlgEdi04qTblzDZaSEOgBIR46nats+6HzjKbc1KzaZyl/dZNCSeB/RXpFFusmC3QD9w",
+	"RDhHro9JkG6FmBCemWM9IIaoTAL1L+8re4dX/eydT1BUM1LTSLGvJ/tFXnCI7iBCI0x8UHs6wdTzIfG1",
+	"ame2ERFogjkaAlDks/EYvCJPND03+ot340mbopjCfQiuAC8lVL1DseGEiX0piL/IgQg0r9PY49VhBGJU",
+	"b0/BZCc8SaIJysTNSBH5blw5YYjH7jxqUHpHky+TNTCKiFBMOsMzn2Gvz9gRjsbwq9JSsOSEI19OGklz",
+	"RlHdam6uf9xAw5kAnueFHHwjGLtRo/899rqUIHRMdhQXeipoBOUbX8sA5QFvKZuqL3kcBDiaKXemzIdS",
+	"kMza31KYmtqbEWXJEhtsmMYd9mPFTeK9OUglgmA/jSguQBitr/MQJiTAjW+SLRSmizRSmCbC8P4kfFN7",
+	"8bo97OXC9R7w2BdP7WQa+vMkxJe7pTavz9gxpjN9cOC/KsHSVWWOTBo1uY8BvidBHCA2QnXLSkgpyLAU",
+	"X+leb5Lf3leK30TUnCWp5/wVnhyzCLS6rFupNnEUQoQ4uIx6aBSxQNs57HkRcL4tz2TRDOGRUJoGSJBA",
+	"6gLqye+rbfl9nncRFnCjwg94RzuoCM8ITqgE5PoEqPiQUavX5hx0eu2jvZv2yenJTa/d79wcdY+7fcem",
+	"2PfZlKOKIhY5eVqdlZpeUrJUJ7c+J2EPl7GJaUwAe8kBNzdomdsX+iHpZ6eYyDh4pPkPiMK9yIefijDw",
+	"UAUL5APmAtXVYeaZwxuhUmDyR1FpiMag+PdoGgOKYzFhEXkA711iKCWrcB9KelS0qoMWHXHOQBQ16Bbo",
+	"TTL4fdWnnaxKkY/0XihyBE/olOG8DqpNLbHZt2mQb9pUxapknAMbcqEgBzcCgW5hps38wUVjfUP53mRJ",
+	"SZCa0LuHBR5iDgOK7zDx8dD/Zd/rJVMiFytSh1L8sTvRrE++nEZEAKJsiipEoADP5DAZ3KnzxB1EK29W",
+	"3/S9N3FuLe+6f29dmaLMpk4ZZc5KC2F0xrgYR3BxfoTCiEivWGCCiWIqiC+PNunPmPIpRBzhMSa0hk6Y",
+	"mKjRo3wkLCVmgv1RVRIjgG7LGdLfphMml8CCgAg0xRz5jAsdJAKSR3u5GxN8BzqOdnEUEbnCWJiIM5ti",
+	"FMZDn/CJfMtQzig3Sg5RAidn4TgA5HQ9CEImgLqz6p8wcwpWyqalZsrMolXKPJBsTc5u72K/lERJdr2b",
+	"scrkS9HUDik/BoHlhi8TdSUP00pdTy/QKgqwe3qBLvb+RBGELBIc4aE83hLBwR9JqsKIhRAJoqMJwvgl",
+	"RJxoFcwhYHXLWkKmTCPA7tse4N7t64c/Zt9oPEBOIFefj6MUqFpYwjCWZ7ZuBh+WGxAchh840mNzWKPk",
+	"SI6qxvr6C7imqcPiswjuCIv5rvK4XY+/ZAr+LH9K8jS3t8/NUJADySppxl966JNG1vpqrMa4UqH8msxg",
+	"LnPwW8lG6BB0mf1EedNlSXnlqvIrkpFg13smdBWFUDlFYrYRBKGYoekEKKKMQq0UVM2vXCHByevKFtuR",
+	"E57qj2X4q35hDrrKvXI+y74bvEJx29SLGPHeoLRYP/Ffqof7bvB+ahhi9xaPQaF324ipAdgv08W/jfbl",
+	"9/Idla9M+AqPPRN/SuFJkfOxdK1z9Vhg5WZ9q/GiXXtb0sFEdekI6xtN5E5whF0hAwg2Qk67eo1w9QFZ",
+	"1S10g6roD/SfyEQ1tO0sUFVfTiLlkyzt6jWuPljVrRvbrv7xn2Zt+9v/LEmXzAk/w+My+5TBEfKDgIC/",
+	"LYuRvRBHEZ4ZuTRBXreL75THmV2FMy8z8iwCjf5LaxXIACKjEEUQYEK3UYg5R0QgzDO8utymLcjOopXL",
+	"ITFLRJdJXgHqeH9GBvi+q59bt3JmJ2Hsk8SXUfrnk2agyO2up/EEaVwnODnQA458AhEKI+bFruDbCLsu",
+	"hAI8hKmnTnEx1zBvts6SUChdTH15LabxtOHXjhSlhqel6FMpjkR/cn7eQRUcUr5iIidngBxUGbnBik3l",
+	"oX1u2R1UmcJwpYY62FVxNEaaXDktFiiQIXndsnIKu41iqiyqTRMKsBTIMWXJoe4dXM/fPsR8OknZLs9M",
+	"Uhm6f03zkiM3MExjCsOcoM6pK8EAnwihXlEQUCszf2Uw5ZIaZCamGELxeCiHDXX2I8ORuMCRaCVRzkie",
+	"lxCFaZoK0yiCG0eRtGNz66UsGkZKnhIXlaKZ6dFSSdQ7GOGycK6ED2WWQ7nVQehhUeIs/p1u/RKHxDuT",
+	"p1z3T5gtv/tu6feSKJhKeiLgHDx0Vm2sb+hzs4tuYWaiIeaw0YwjP0trhtjzCB2/HBEvvL1sAVcwfD4E",
+	"/JmY/9/J8QL8UspPRkEn1XQOhY0Q3EE0S7O47bNuDTlqgJMY1AmLhDxlTwiFagTYw0MfbHpLqIcqI4WI",
+	"KRgLZQlfTsYUizgCx0ROlhNzVraRkyNIzc8o2FRGB0BdUIoXAgt9KLPEhcUsru2U6hoDNY/Kt8N96GNC",
+	"pZZijdDoLH4GryRIzkLpRSwm8wXMs9oBFu6kmCaVo9Bxp39wumfb9KzdP7Btej7o9L7M34HDMMESSy0Z",
+	"lG/UheK54nCCSKmBJiIUcYpv4cbFHIqELzH/RQXQLy8idN/KIiwObhwRMbuQwqn3Qp4kD6/66hgEOIJo",
+	"n0UBFkbLkN8upXZV4YHcXZEcbE2NqFYTADbjV5ZimwOwZvarTVX6nhdLFyolYfmKCmtURYOWJKVXclma",
+	"2jlvJkKEGqgkdMTKdaZ91s0lG2RkxVGFnF6Y6UnWRFcwXJELk6SkLiDN4Wj6sU0L5V9mUvMwVKeYwERD",
+	"ud3yT1VqkSSJqDf3WOmPNs08UA1dkQiq0oBgQYY+zDkpXwYR2gEccJREYFK7bWrTf/0LpSEAl5/bqYMc",
+	"gs/oWAF+0lAsxgImmk6IO5FSDThSJRwhFhOuwnYZHDg2rbTD0AcZv43cwEGVfRKBQnt3fRZ76Bg4x2NC",
+	"xyuq5mQKcgevYKjo3S6i9WrLtYVP9WAYsSmH6ANX4y80a9ReKWxipYbaOWefJIU0wk8Et2m6EsVZ4m0j",
+	"nA6fpyERo2r12dgkz6GsGIqpB5FN53iqYmeam9PcTDFiZYc08svTWiBVEMVBvl4ddxSkInfNps7zpVEy",
+	"NFYyzkG6uaTMMpc8WtlGiqgp4WDTpmXV5tU2qXtMqKh86vRNtNc56vQ7JtIuU5cbackyEQch5JdqE6Qw",
+	"riAKIM8KhQquGtphnlpeBPOQGx2THVRp1tfQEGaMeis1mzq5qkQnqwvTlVKo0rSsFRW1UwT3hKtXZ8ag",
+	"0rSaMsqXnsqmPHZdkMdFjhqWtY2kj1Bcyq/SY24cSH/goUgFoQnkj5wfj47aNcV4kWJSaXKBZ1kJJia6",
+	"lglhn9wmqeqRPCZpJWtaVlmV04pUEoikV5U7TLJCJ8l3ffQ5GRzNbRWqRHiKVILDtmPLsizHzJc0Kkn9",
+	"K5Y+WjC2YiIB96JQUTbo71c3TYSRr71pHEVMai7SBZKo4tiGbcfepmXZhqRPhZRcTaytPEcUuGRVkKWH",
+	"63J1PtyBz1XaCyMaB0OIkg1FGG00q0Mi0MhnWKCKxu/+z/+u1zZhzdqUXNBJE7mWQFWEpfMW4JMosY5y",
+	"23UQJKVgTsca8siYCK627GqSgEBvSCFV8ukhm44w8VViTFXXZaKjGSoFnCe7psUFPLRurT2VfNK0FzIw",
+	"23JLynNJNs0nkzLLIXdKpaDlF6m7UQQwOgtYzE3E2Tz1LfUsyVirvH3ilNL8d6V7drdhU/nL6kZTigsb",
+	"g6rayzxDT0GukkRVe9d6Jl0+f2taH1DxYISlOq1b28ixHCTiiOpDlqIKsdFoRb9rGEfyUTayqZiSJCyr",
+	"oR0tQES0ULOxVcJCVJlOmA/zXFYuyyQNrzePiBYy+DW0e9q7QGEEI5+MJwm3pCy4LJa2IGV6djpU9nqx",
+	"upjwn4H6UDurnJwwBSwk1nDdsqz5oTElYcAhUq+/mBvaBPPHt8CRU0hzt6QjjyBC0kSsuYdXffUHOK2k",
+	"qjMXSNlUxVYo5VRpWnseVaF8UIUqKr89S02QTUexDCZXsmgrI1OGPc+HXtI8yviKt1ZXNd05F6Dpr4Ux",
+	"n1AmD/va03H1DUQ1lwWOsjxqCapK0qYuoyMyjqVaptFkOmXe9c8rVjWpcyuR/pI5cOXplffZTkcXdy9X",
+	"jIMqzUYj59HUPsptAioS8p/SYVQhUhXmnorjGXLSwLqFvn7TmexkAWHE7oCrGgVlS4ZxavKFQht4MVgm",
+	"Xg2dUn+mYkjlydOJMh7YVIsVRm4ECl7BvpnJ3AcuhShdklQi+afytzkbmSbNi0o2N00V5/Ss3z09uXC0",
+	"EMgoh9vUaSt/XZVhQ8T8altGK9XTiIwJbaH/4ZiIE31qAxlHK+TSxb6vLLEbMc6rTA3WobwgQh14khOr",
+	"Cqrn8a1hGncpNmbUa1bNkucsFgLFITFaxlrNqq0ZCnefqJPMalK7iUOyeldfTXnKV3/khPUxGcVXFQTW",
+	"+mGEjJegTr0M/cmhTjqeXT7iSBbpfpciSCWtVDqR3sySEsS0fExLQ6zQHa5lRM9j08pS7tfMMNiVwttV",
+	"EaOGgpdALl3kDlgdRd0IsNA0Jf4gyb6onckkpevleNEOKd9LaxPz3UFfyyGQ+ZDVXD/N4zd9eAUudpg3",
+	"e1t1zXKmznBZUEtG1HAYGsW8WB7BNeofa02jiLoazVSyEjTHwPVhw13zmrA+2rA+1jcbW2u4OVx3N7yP",
+	"sDnasl76/fUlNkv1AY/Fg72IYlhs7WhY1lPTZuNWc2Wzj6bRfM0juZYR9Uj95UcKVWnqoebLD2XF3/KB",
+	"+trLDywWQsvnGlsvP7dYavloGuuvYUSxSF899Qoqn6key+MuRuvrNzNX75tulIxg22cnPJcCFXjMVdlw",
+	"UreqCobfaOJGbvC0hTuSRyHdt3HCC+1528hZ1DMN8SXJbh06JIiJTaWVn/eM6PPwynN2ZN8N/h+bkbyF",
+	"WEwLGfUlG1GvbRVtxOik8eX+cPP23Ap21sT1x/Co7n6GVvusvVUfHvz1sHl0/+nOOrxdC/ob0RX/Ejbi",
+	"y+HJlnsOvVF/fDAbfO/envpnD+37i+me27nbj3bEJ3oQHN4e/XUFPfEl7rIzfOHtjw++/+lf3+/e7dDj",
+	"1xuWxYKH33bl/2O7sr97/P5mZfVH1nb7uJrlQcJYlBULAc0aztI+l1F5DKQDdl1VPdXBkqlCoexARqSN",
+	"9EGA18rCKQ0YqBSEgunVtL6vTttyrsKr5ekdIzmg2JOc0qRKNZMZyoyYTr/tu0E/qUD7eQtmvjg6a7r+",
+	"JWuXWq3x2dr139hq5bObr7dYr2bDq+nIF9CVFD7vMQo11E9wQCmQCoj8aYv427i92biFPlanrpxty3Vi",
+	"K3F/L1s3heHTIZSjXuUkGY4khY0qchoPRx7CfjjBQxArS0kPnUJaynqkaRmFqUtjKBfpAPVCRqhw0KB3",
+	"lIJBNnVuYcZrYWN9w5s4GqtR30jv6SDVO6YxKimr6RxzuJ4iDenoWdkI4TQfH8qDOIdIcqCFVO7Vpmqw",
+	"aj32iZAHduQzFg6xe2uiMCJ3WICJfEJvqz5zsW+imJK/Ykg+2TSIfUFczAViEYopD8GVkaWHumcZ5KnW",
+	"oB6YMC4cheEp5M+mGYjbtKw5R1SfZpIzceQrfd05lLbHfkiRGhZlHUMix40PHMk3oUoKnF51ds4GFwc3",
+	"7aOj06vO3s3B6UX/wlmpoQOWYIrSfSRQZASc+XfgISwW4mes4Ud1iE9GqVSc6vXE1KbpipO6kzxupmpb",
+	"5ME9UDBPAgT4REE4I0z850LrKxj+jULrQhDdqNWLQTTMDv1h0JsOG37s7XY3usHE8g52Hk7J5t11cCKO",
+	"Au9u2PD49dX+FH8+jr80tsRR4/r78GLr4fpq/fao0fvSD+6/4/7OWn/Q2z/x96/Obw/PLjvX4SAQzS6Z",
+	"Ety4XHdn3Q2YHU6Pvw8a15/G5JQc7p4PLvfOP3u93u0h/WL5e4OrreNepzPtW73m+eXhPu7UL3v+4fVV",
+	"x9vFjf0DOPBuLz6Nm9eW37+4Cv88r1+KC+pTtyNCd+3kePDQa0gaYFDfGPT3T3FwbPXrvbuT+k7neLd+",
+	"ftzpkKPdw4n3uce63xk5H+zvn1v7a4PB9e514+TwvL5/1+/0do47Wx1vdrg1Ov/jj9d7zsXqlr9RvP/b",
+	"u/106I7SZPoz4XtSvPcTju1HmhR/zMfy2sfJ+Lqs+FN+X0A4lxunlQ1X4HuCYNdQ1vYkWjKM90EUgW1l",
+	"4FL8QKWMUQXTmUodriDsc5bh1Q3LMtEQXBxzlYZc7EAQSX4+uRVBryTpGSMCqXwzpL2fRQuqV/cOxvPl",
+	"qH5+c8ubTwC/499/jqZricsUoTxiNY0xlKYnFrMNH7jK482TeiLfZ4QqC31GKm1gU6m7qccuVtzoGhlG",
+	"/ZkulNFlDFkhjciV2diU0TKV+gTin6pPSUF5khMsXuJwompOCnnLpbscRm5Qtbwt2Bx9xNWN4bpbbXpr",
+	"UG2M6rhqDbfcTe8jbIzW8UI24y1YZdqRZighHKY3rszp3HmBxrfcN/FzKZeMRPlH1bLqxhtuqEhE69lb",
+	"KX5bpTdbpU8gXjBJ7xVrrBa6csbP1/67TPe6q3MVizyIakghi85id1Bt3sHkKLQv1F1Lpq5F0n1KLYT5",
+	"rS7sT4OYQsdSiTU7IjwxZ91cb9Lfz66ZZYWvqgBiHqSp2lbpQdLCD8vaRmk9UN2yCgXJjeT+OlW6Nr/A",
+	"TpXqGHltTSZIuleSa1DST8+1jZeS7OT3McFPwqRrCoV4DNu67gv/FUPSLLRQAN7vxNeftmLvc+/BKF+D",
+	"3m7jiZsU1+svdR6+gxPxsUaW5hooFy+/VYssWOW5vnxNbhEq7ehTJlEKe3FetWF/NAp68OT0kmx1vkiu",
+	"LSp/U6FbsMjwxzeY8kIXZNmFYooVUgjmxVe/LftbLbs0YJlp/8ALFw5qBmP5uyBBwfDnmhkfzfIUT67h",
+	"S0ibrNM4cI9d4esLWcbkDmjOAFXyJXXbChLTAaqqaJXCye70UTNA2PdXamgv1noEWRmuHqrqARGj5aUr",
+	"F/Dfwmb/CuBWUNvFS8beqoEXIH7nXn6jUy/nXuZmRJf4ZnW3PGmQKrEe7x84ysdyl/8+C1/15jZlTm3W",
+	"NpotR9Kfh6y0LdJNFfN+nTwIlmFXKmHzHMakSSgapL9rDPkiFfke19/Y1D8sVhjQebNahtQqZcm1Fj0T",
+	"JZSmS9uet6B+gr2gfMv9TBr2LZTnZyo3B7DyBSVygmLlPhqD4Kqvat4hjpTonDAtOfouhWJ/VIlCtz3v",
+	"tzb/1ua/uzZfLOuyugT8RU1+N4+dxwefPEKodlxVQComQCKUlP9n7S+J7tEx4jMuIPiQ5M/FBGY2VRc/",
+	"aHHRpw3dEYciHbIkZQGCReBlkPc2AuxO9A0mqstDTvP8tSNP14RphctOx/+4c8YCrLteBuvWX5+0nt+k",
+	"8Pu88fu88frzRpau+veC0yol8pS12iHUW+gMUp+Sf8GgwcrDq372rxFKLrqtFRsGVd2pvipAodJpULNd",
+	"+GcNyrRx1LSsmk2fD1Zs2tH60FJBTlZr67zmv9E4ZvGahh+2weOhbbTsLFdjG6ZtwH1oG61m3Wo0m81N",
+	"yzJtg3CuxqX9gq953bPNg7bx6Ng0f7/EK7oiFaPUz5rbkh+O49i0vBkTZoeT4SeXnJLD7uChWz8hXd6l",
+	"vXV3t7vRvQ0/X+4ebtVgdvjgXXXloLrbuJwd9dvT44su7waXTTnwZK8zPf5+bp3sjafHu1OCP588dL8z",
+	"gg96lntwvHE022xef/cnJ8Fgdkys2cne+OGof77+5aojTvcG9WNi3R9/vwyOrzrWl4fB2uleJ3YPLh/w",
+	"p/U775Mf4KuTiffJvxvS4+T7y9lRcHI3vDjcqt0MDo6jh4/3u83JYTgYrB+eHLrjYLTmbY64e/cwEc2D",
+	"i7DXg/bVecKJp8GygU4H/q6B+K/yCz/VFfEKqzv/zys/FwA3Xu1G9ubX6/+39j65C3G+fnss+CJp9AsB",
+	"dFZrQXGgbyZRHdy/6pimMKyqK62quh63equv1CrNkPZzrbbZkZ3ni40lpaqiN+lblWHuXEmSQlmb3sKs",
+	"hlQDfeIn5jdwSHMaYjJ3Pk113cuNnFVV4M6buZ0n6kCuYLhwh9gv16f+ghlYuq/M2Ons755bvf3erde9",
+	"GIRH/U79tF/f6Q38k8Hl5fXnq30fX9Xvvc/+1vjL1eH360+XwXVjEuJA8OHV+p17sD9z13p1j3pN+Bx+",
+	"HB3Uq6Nm+/XR8AJ3nqhqkJv0Tzz+PhMB9ose/rJ91t3LXRyXV7akFFJNJoVay1Uc+cntUK3V1XrjY82S",
+	"55TWprVpKUlKnn6qAdxEEWDdUZ2UE+b+y0jhXxDyktx7ezndlqppqOOc5f9jVzZPVgqa1M27+Qfluh+/",
+	"Pf7fAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

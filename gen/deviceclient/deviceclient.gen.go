@@ -1905,6 +1905,11 @@ type RegisterApnsDeviceResponse429Headers struct {
 	RetryAfter int
 }
 
+// RegisterApnsDeviceResponse503Headers the declared response headers of an HTTP 503 response for RegisterApnsDevice
+type RegisterApnsDeviceResponse503Headers struct {
+	RetryAfter int
+}
+
 type RegisterApnsDeviceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1922,8 +1927,12 @@ type RegisterApnsDeviceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RegisterApnsDeviceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RegisterApnsDeviceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1961,6 +1970,11 @@ func (r RegisterApnsDeviceResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RegisterApnsDeviceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r RegisterApnsDeviceResponse) GetBody() []byte {
 	return r.Body
@@ -1995,6 +2009,11 @@ type RegisterFcmDeviceResponse429Headers struct {
 	RetryAfter int
 }
 
+// RegisterFcmDeviceResponse503Headers the declared response headers of an HTTP 503 response for RegisterFcmDevice
+type RegisterFcmDeviceResponse503Headers struct {
+	RetryAfter int
+}
+
 type RegisterFcmDeviceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2012,8 +2031,12 @@ type RegisterFcmDeviceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RegisterFcmDeviceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RegisterFcmDeviceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2051,6 +2074,11 @@ func (r RegisterFcmDeviceResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RegisterFcmDeviceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r RegisterFcmDeviceResponse) GetBody() []byte {
 	return r.Body
@@ -2085,6 +2113,11 @@ type UpdateFcmTokenResponse429Headers struct {
 	RetryAfter int
 }
 
+// UpdateFcmTokenResponse503Headers the declared response headers of an HTTP 503 response for UpdateFcmToken
+type UpdateFcmTokenResponse503Headers struct {
+	RetryAfter int
+}
+
 type UpdateFcmTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2100,8 +2133,12 @@ type UpdateFcmTokenResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateFcmTokenResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateFcmTokenResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2132,6 +2169,11 @@ func (r UpdateFcmTokenResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r UpdateFcmTokenResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r UpdateFcmTokenResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2168,6 +2210,11 @@ type RegisterWebDeviceResponse429Headers struct {
 	RetryAfter int
 }
 
+// RegisterWebDeviceResponse503Headers the declared response headers of an HTTP 503 response for RegisterWebDevice
+type RegisterWebDeviceResponse503Headers struct {
+	RetryAfter int
+}
+
 type RegisterWebDeviceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2183,8 +2230,12 @@ type RegisterWebDeviceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RegisterWebDeviceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RegisterWebDeviceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2215,6 +2266,11 @@ func (r RegisterWebDeviceResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r RegisterWebDeviceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RegisterWebDeviceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2251,6 +2307,11 @@ type DeleteDeviceResponse429Headers struct {
 	RetryAfter int
 }
 
+// DeleteDeviceResponse503Headers the declared response headers of an HTTP 503 response for DeleteDevice
+type DeleteDeviceResponse503Headers struct {
+	RetryAfter int
+}
+
 type DeleteDeviceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2264,8 +2325,12 @@ type DeleteDeviceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteDeviceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteDeviceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2291,6 +2356,11 @@ func (r DeleteDeviceResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r DeleteDeviceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteDeviceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2327,6 +2397,11 @@ type GetDeviceResponse429Headers struct {
 	RetryAfter int
 }
 
+// GetDeviceResponse503Headers the declared response headers of an HTTP 503 response for GetDevice
+type GetDeviceResponse503Headers struct {
+	RetryAfter int
+}
+
 type GetDeviceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2340,8 +2415,12 @@ type GetDeviceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetDeviceResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetDeviceResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2367,6 +2446,11 @@ func (r GetDeviceResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetDeviceResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetDeviceResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2403,6 +2487,11 @@ type ListDeviceInterestsResponse429Headers struct {
 	RetryAfter int
 }
 
+// ListDeviceInterestsResponse503Headers the declared response headers of an HTTP 503 response for ListDeviceInterests
+type ListDeviceInterestsResponse503Headers struct {
+	RetryAfter int
+}
+
 type ListDeviceInterestsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2416,8 +2505,12 @@ type ListDeviceInterestsResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListDeviceInterestsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListDeviceInterestsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2443,6 +2536,11 @@ func (r ListDeviceInterestsResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListDeviceInterestsResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListDeviceInterestsResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2479,6 +2577,11 @@ type SetDeviceInterestsResponse429Headers struct {
 	RetryAfter int
 }
 
+// SetDeviceInterestsResponse503Headers the declared response headers of an HTTP 503 response for SetDeviceInterests
+type SetDeviceInterestsResponse503Headers struct {
+	RetryAfter int
+}
+
 type SetDeviceInterestsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2494,8 +2597,12 @@ type SetDeviceInterestsResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SetDeviceInterestsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetDeviceInterestsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2526,6 +2633,11 @@ func (r SetDeviceInterestsResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r SetDeviceInterestsResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SetDeviceInterestsResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2562,6 +2674,11 @@ type RemoveDeviceInterestResponse429Headers struct {
 	RetryAfter int
 }
 
+// RemoveDeviceInterestResponse503Headers the declared response headers of an HTTP 503 response for RemoveDeviceInterest
+type RemoveDeviceInterestResponse503Headers struct {
+	RetryAfter int
+}
+
 type RemoveDeviceInterestResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2575,8 +2692,12 @@ type RemoveDeviceInterestResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RemoveDeviceInterestResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RemoveDeviceInterestResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2602,6 +2723,11 @@ func (r RemoveDeviceInterestResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r RemoveDeviceInterestResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RemoveDeviceInterestResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2638,6 +2764,11 @@ type AddDeviceInterestResponse429Headers struct {
 	RetryAfter int
 }
 
+// AddDeviceInterestResponse503Headers the declared response headers of an HTTP 503 response for AddDeviceInterest
+type AddDeviceInterestResponse503Headers struct {
+	RetryAfter int
+}
+
 type AddDeviceInterestResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2651,8 +2782,12 @@ type AddDeviceInterestResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AddDeviceInterestResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AddDeviceInterestResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2678,6 +2813,11 @@ func (r AddDeviceInterestResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r AddDeviceInterestResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r AddDeviceInterestResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2714,6 +2854,11 @@ type UpdateDeviceMetadataResponse429Headers struct {
 	RetryAfter int
 }
 
+// UpdateDeviceMetadataResponse503Headers the declared response headers of an HTTP 503 response for UpdateDeviceMetadata
+type UpdateDeviceMetadataResponse503Headers struct {
+	RetryAfter int
+}
+
 type UpdateDeviceMetadataResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2729,8 +2874,12 @@ type UpdateDeviceMetadataResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateDeviceMetadataResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateDeviceMetadataResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2761,6 +2910,11 @@ func (r UpdateDeviceMetadataResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r UpdateDeviceMetadataResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r UpdateDeviceMetadataResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -2797,6 +2951,11 @@ type SetDeviceUserResponse429Headers struct {
 	RetryAfter int
 }
 
+// SetDeviceUserResponse503Headers the declared response headers of an HTTP 503 response for SetDeviceUser
+type SetDeviceUserResponse503Headers struct {
+	RetryAfter int
+}
+
 type SetDeviceUserResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2816,8 +2975,12 @@ type SetDeviceUserResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SetDeviceUserResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetDeviceUserResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2858,6 +3021,11 @@ func (r SetDeviceUserResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r SetDeviceUserResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SetDeviceUserResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -3370,6 +3538,13 @@ func ParseRegisterApnsDeviceResponse(rsp *http.Response) (*RegisterApnsDeviceRes
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3383,6 +3558,16 @@ func ParseRegisterApnsDeviceResponse(rsp *http.Response) (*RegisterApnsDeviceRes
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RegisterApnsDeviceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3451,6 +3636,13 @@ func ParseRegisterFcmDeviceResponse(rsp *http.Response) (*RegisterFcmDeviceRespo
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3464,6 +3656,16 @@ func ParseRegisterFcmDeviceResponse(rsp *http.Response) (*RegisterFcmDeviceRespo
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RegisterFcmDeviceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3525,6 +3727,13 @@ func ParseUpdateFcmTokenResponse(rsp *http.Response) (*UpdateFcmTokenResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3538,6 +3747,16 @@ func ParseUpdateFcmTokenResponse(rsp *http.Response) (*UpdateFcmTokenResponse, e
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers UpdateFcmTokenResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3599,6 +3818,13 @@ func ParseRegisterWebDeviceResponse(rsp *http.Response) (*RegisterWebDeviceRespo
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3612,6 +3838,16 @@ func ParseRegisterWebDeviceResponse(rsp *http.Response) (*RegisterWebDeviceRespo
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RegisterWebDeviceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3666,6 +3902,13 @@ func ParseDeleteDeviceResponse(rsp *http.Response) (*DeleteDeviceResponse, error
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3679,6 +3922,16 @@ func ParseDeleteDeviceResponse(rsp *http.Response) (*DeleteDeviceResponse, error
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteDeviceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3733,6 +3986,13 @@ func ParseGetDeviceResponse(rsp *http.Response) (*GetDeviceResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3746,6 +4006,16 @@ func ParseGetDeviceResponse(rsp *http.Response) (*GetDeviceResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetDeviceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3800,6 +4070,13 @@ func ParseListDeviceInterestsResponse(rsp *http.Response) (*ListDeviceInterestsR
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3813,6 +4090,16 @@ func ParseListDeviceInterestsResponse(rsp *http.Response) (*ListDeviceInterestsR
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListDeviceInterestsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3874,6 +4161,13 @@ func ParseSetDeviceInterestsResponse(rsp *http.Response) (*SetDeviceInterestsRes
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3887,6 +4181,16 @@ func ParseSetDeviceInterestsResponse(rsp *http.Response) (*SetDeviceInterestsRes
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers SetDeviceInterestsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -3941,6 +4245,13 @@ func ParseRemoveDeviceInterestResponse(rsp *http.Response) (*RemoveDeviceInteres
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -3954,6 +4265,16 @@ func ParseRemoveDeviceInterestResponse(rsp *http.Response) (*RemoveDeviceInteres
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RemoveDeviceInterestResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4008,6 +4329,13 @@ func ParseAddDeviceInterestResponse(rsp *http.Response) (*AddDeviceInterestRespo
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -4021,6 +4349,16 @@ func ParseAddDeviceInterestResponse(rsp *http.Response) (*AddDeviceInterestRespo
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AddDeviceInterestResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4082,6 +4420,13 @@ func ParseUpdateDeviceMetadataResponse(rsp *http.Response) (*UpdateDeviceMetadat
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -4095,6 +4440,16 @@ func ParseUpdateDeviceMetadataResponse(rsp *http.Response) (*UpdateDeviceMetadat
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers UpdateDeviceMetadataResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4170,6 +4525,13 @@ func ParseSetDeviceUserResponse(rsp *http.Response) (*SetDeviceUserResponse, err
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -4183,6 +4545,16 @@ func ParseSetDeviceUserResponse(rsp *http.Response) (*SetDeviceUserResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers SetDeviceUserResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

@@ -811,6 +811,23 @@ func (response DeleteUser500JSONResponse) VisitDeleteUserResponse(w http.Respons
 	return err
 }
 
+type DeleteUser503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DeleteUser503JSONResponse) VisitDeleteUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PublishToInterestsBareRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	Params     PublishToInterestsBareParams
@@ -945,6 +962,23 @@ func (response PublishToInterestsBare500JSONResponse) VisitPublishToInterestsBar
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PublishToInterestsBare503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response PublishToInterestsBare503JSONResponse) VisitPublishToInterestsBareResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1087,6 +1121,23 @@ func (response PublishToInterests500JSONResponse) VisitPublishToInterestsRespons
 	return err
 }
 
+type PublishToInterests503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response PublishToInterests503JSONResponse) VisitPublishToInterestsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PublishToUsersRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	Params     PublishToUsersParams
@@ -1225,6 +1276,23 @@ func (response PublishToUsers500JSONResponse) VisitPublishToUsersResponse(w http
 	return err
 }
 
+type PublishToUsers503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response PublishToUsers503JSONResponse) VisitPublishToUsersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPublishRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	PublishID  string     `json:"publish_id"`
@@ -1318,6 +1386,23 @@ func (response GetPublish500JSONResponse) VisitGetPublishResponse(w http.Respons
 	return err
 }
 
+type GetPublish503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response GetPublish503JSONResponse) VisitGetPublishResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteUserViaUserAPIRequestObject struct {
 	InstanceID InstanceID `json:"instance_id"`
 	UserID     UserID     `json:"user_id"`
@@ -1407,6 +1492,23 @@ func (response DeleteUserViaUserAPI500JSONResponse) VisitDeleteUserViaUserAPIRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteUserViaUserAPI503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response DeleteUserViaUserAPI503JSONResponse) VisitDeleteUserViaUserAPIResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1711,123 +1813,133 @@ func (sh *strictHandler) DeleteUserViaUserAPI(ctx *gin.Context, instanceID Insta
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3pctvI9e+r9EVSNVJdkCJpyiNTlarI21gZL4olZSoz8CWawCHZEdiNoJuiOS5V5SHuM+TB8iS3zulu",
-	"LCSoxfbcJPX3JwsEej/L72ztT0GiFrmSII0ORp+CnBd8AQYKejpNYZErAzJZ/whr/CUFnRQiN0LJYBSc",
-	"sCtYMzMHlmQCpGELfgWaLXM2VQUzc6FZvpxkQs/ZHmeXl6fPQ6b5en/E+swoNjg8jGReCGn4JAN2cv7s",
-	"9JQlc17wBGcQsivIDcuhYEJqw2UC1O9gyOZqWWi2hyNrKK6h+E5H8tWL9yevn49Pn794c/bu4sXbZ38d",
-	"X1y83mfTQi1oklNRaMMK+PsStAmZkPRryg2fcA0h04rxpFBaR7IAbXhhNOMyZXANxZpJlQLTc14IOWPC",
-	"dNnFZpdsJcyccdoUoXFpKgGtIT1mnBWQA3ef0Lz5AuhLHKH8YaJSbMu41CsoIKXvI1nN3r5wS8cWsdvh",
-	"0zTeL/uaA0+hiGRcnqDpvIc842tIR8wUS4hD+tg1Bs2kMnNcGZ9xIe3i/BQjaReGn0BRznE4GLC9WFQ0",
-	"Mr6C9biApYY03q+veS4ywHlF0i5CaKaNyDI2ARyy3Cfqtfeky97JbM30MsGfp8uM7Q16vX23ds14AZFE",
-	"2hgxPjVQMC4ZFAWRnN3TBV+zCTCciV/QiWRCXvNMpO582LDX60YyCAP4yBd5BsEoOJz2J73ke+gcTYeP",
-	"OsP0e+g84YeHnX4ymA4mj/iTtN8LwkAg8ds9DsJA8gW2rTFLB7klDHQyhwVHtlnwj69Bzsw8GA0OD8Ng",
-	"IaR/7odBzo2BAvv8P79E0cdBrxNFH79/8eF//z4IA7POsXdtkO6Cm5swOHXMcPp8myPx2M6Wel5xjEhB",
-	"GjEVUITM8mC3seSj6RP+GAaDzmB49KgzfMJ55+jwcNDpDw6nfT5MDr8/6vsl59zMqwX7IcYiDcIAeUAU",
-	"kAYjJK8di3/0uLF2fKwvvtd5ctJ5yTvTD5+Objr1x+FDHvuDm/adu9RQ7Nq1pUY5k7K9y/evO6ATnkO6",
-	"H1pB1X88ZJO1Ac3UlF1evOwcNfcQ23Z6vR37hG/v2qPfFzANRsHvDipxfGDf6gM36xtcQQE6V1IDieen",
-	"PH1vJQ8+JUoin+OfPM8zkXBc3cHfNC7xUzXbtsV7ASYBUhQ+7GRp5qoQv1IfI/YUeAEFi5a93qNEQ1KA",
-	"IcGAz17a0JYgFwajYCG0FnI25vVugpv7rjhRi4WS4xfUG617e8qNGbopIFe7oUOrluyeMCQFfCmVYX86",
-	"f/c2tNKoxiT+rVdT2NoLOqMUy3gxA7bX77EfxVNSQ0IaQDWhw0gOetXveNx6n6nC9YfjMTX5GyQmxF85",
-	"Q/JgpabFEZxkQnF0EwbPlYQHnWhjYzdUtGSwyM26Po1uxRz2h7Y9xklYNeC3If50E3dxfk1YcCovNXwJ",
-	"AZ409SfBhg1hulNjHLMCTLFmik7R1FVnnR43lZSQ46WGr0eQJyXOaer3r7IMEvkoI3lmJ/CFzG4RE5ty",
-	"kUGK4m3OZWoVtD+JY5zEnGs2AZAsU7PZxn66+YztD19vHyVbSviYQ2Ig9ROlMWgb3irzUi1l+oU7UDhZ",
-	"UCnJ+yjB5vqd6pPKjKc0pa+2B28VIp9Kg4dWlNgfPZkpiRAUBz1zCO6Bm1KiRlRXy4lIO48eTR9NHx9B",
-	"Z9JLDjvDR0fTzuSwN+1MOTx5NH2cDI/S6f1X6ab1HvQyM7tkuF8NsYVCuIuYdGUZhKWQiWtiAYYiwqLX",
-	"EgAjf9UBruWwOKxw9D7J7hI5Kwnf6bBi0HtgZCeP/7xUhr/4mACk8KW0V9EcshcBVGE0+zsOgeii3+v1",
-	"aqic7CiV8jXbu7x4tl+nQWoyBj+tr6pc2yeZcpGty0Oj8YkEL5R6w+XaYRH9JTv0RhUoiLjEjfDSSJMN",
-	"qCFRMkXKJw3hp3jMdKZWLFUrWd8do9R4wSXaI25WX22DHj5H2qVL6dHQlxPRxOIxo65AeuTSGPE7zSqY",
-	"1pRciSoKSMyY5wJ14dclnPaJwa550bY4Lcgn2QNgBFGZg0345zXPlq3YwpOrg7aGZcCtNEB247nUIZsm",
-	"Cyt5YNKGYnO+zhRPyYS4gvV7snBvGfSiDcGsPCdNCQM2XQY1y/oYv2KcSViRoWo/xyfX5DZcY41vezhf",
-	"8VAdACQIOVkalirrMGALbhIHd6g/0lX4uLH6SG4svwGX6ssnkVvOnk75JJf6zB0BEkWaCpwcz84KlUNh",
-	"BBKDNahazISztzRVMXWExNxphkyjZcB1HffYpRpFzUYs5rmOI4mkweWaJUtt1AJPRbO9V1DwLGU8TTWL",
-	"U254N1/qORTxvkXNKreTZLFVNNiRRdueL2h854SyJy/wR2NnRBP303JdRDJGgu3gSB1E8DHbS2HKl5lh",
-	"Mc+gMDGdQDzhydWsQFwSs9UcpF0Jm6ssxU4ci3X4NRcZ8l1MB6GWtW5ibZvb7tIZxPthOX4hVCHMujZ8",
-	"v0cjH9L5VsPvh8w2gY+5KOgAYmQ131OisoznGjoijbvuU6NykcReeadwLUhuTJaEUuv+DFVY11hNuiRK",
-	"TsVsWRCyzUXSjWQk3+UgaWLw0RTkn9Mj59VDFkOSLk+JFcATVL10AFyzmbgGGZaT1rE/v2QOyRWkbAJr",
-	"FPoW0nPpjSyighlIKDiC2R+Ut0IjGaMw677nqzco92YQk+/R+lCty9FB35xruwuOcsy8UMvZPJJLmcy5",
-	"RFROHqy8xgkoNvXDGOUkzzPcPLu8VCTUrFiHNAFrJDS2wy6OGGECqH7JJee6OWaONwrgqWZKZustsgo9",
-	"Ubl93abIEAfNRXLlqMCSGVI+7WPrunGMdoVJr5iBj84G96dkBVBshKEhY72clH8jT9L8mN+fTCU88y4H",
-	"XD3KYiXh3TQY/fJp0+EU3n4EzbnjYPjvZh+Bn1Hry11vbrYM/A83YUA73r4/crmYQGGBCzCe50wkSh4z",
-	"xDcLdQ2azA1y3onFchGMeuUIaAvOgIzAhBuYqaJ9IVtHvD2TvtMOlfxgyzzlBkjnSRz3l/6HtpEXS4oh",
-	"dGrgYbPrDCUrb+oCZDORAMoFkBp/sWxVdx7dObb2Jukm9KAXbCoyYJIvYIPycKlJIYxIeGbp84vIqeW8",
-	"zRw5sGMB0p0UEgaoxR4mOJ5ZjYgNXciHiKfLGtrRKUYbtFiA4fQ9Ppw//xGVXK4Ky4n7oTX0EhKlVUuU",
-	"0iR4GFrvLf6r0LnjHyr4WpTscaty7rJ3hFFI5vECmJhJ5bxMm9K3qde2KeNtjQT1hsdIpG4HgKEeYhYZ",
-	"Ob60urDLTkwkF0obVvql9+LSyx6zRC1Rj1SRtGO7jLUBlomFMCzhUioTyQmSfl644IusITkyNWue+8fD",
-	"cJulNzT79kovpfjojCLtYjWruUjmVptoo3LNTLEWcnbM4l5MNEQ+MFQatLXN6EBrSMTNw4OS7VnE/V7M",
-	"9sRiAangBrI1opLDmO3lagVFR/NrIWfksY37MdvL1Aq02a/xfUBRn8MgDPrBh53je1DWIgqc/ii1F9ur",
-	"FGINq4UsvlYij0P2r3/8c79CqFbntoY0Nv24m7+EwcfOTLl5BRu4A+f+Mll8Frg+YS9FAROuwSNqT0AZ",
-	"zHiyZi+fvWF6znMImSm41BnBIKNQBL66uDhj1/1ILuxERhZCx4wsKgQViVoAs+vUbE8q2fEPaIV0QCYq",
-	"hXTfwocZF3KHmAm9B9423z9mcV0DxG4ogtYyLZRIu433xwgOFjA2apyJawTcjpz3fUtWNjQmixEj1+Bx",
-	"LFWx4FnMDlg8F7N5vF99Xn4WstjLC7Ti4tpcGr/vxrIklVBsZULjLpOPE6UUTxLIjXOsebnWjeQubMoe",
-	"BE0t+m5iU3YrNK2vpxUlfJEOOnagnqioBPIe0XBU/3akbkUtAhUArSktVZgnnlZFUyePh9ujNeaod9S0",
-	"Rkv2aKdJlB729zFutYRsLNK4osfaj/vdSP74UOLYVmlbo7WjSLc4BDtMTRsT6bbJ7Z2gF1+MM5WMeTGz",
-	"nh4DC90Oge0PvCj4utF0F4U1F7H9OhPJ1Zgn/nhbcGxmYzBbbxAyt79Y8Fk7gC+x4/a6+GwH5E+uoHiQ",
-	"NeDefOaGVm3bd7QNSdZ1sdehVhIGYYBysFWN1gXtNoGdOxiBrHMFkGvHqiSmrOEgmZpOMyE9UmJ73DAC",
-	"SkO2ArjSHtVYG2Yw7D8Z9Hq3WzUP16inLjD8lsL/LQFZHzl2VkGZYlABNuKek87PjHd+Zb3OEzZmHfYH",
-	"9kcWsi47jjewWR/B2e6UkpPOz7zza6/zZBxFnT/8Mewe74BRfuLaBW9eCshS3c7qU3pHLtTSmWdUFRQ/",
-	"ZvFmdy4+EFurwMx56YXFg3QgQluBbPMk2sH1XS7Nur/wJgymyeKuFjUMhNzq593gk9vaN078hs7m1Lbr",
-	"O/Lyj9vstYLJXd3/BJPa9FYwmSt1dVlk92hHX75/HdjcEZ998kttjR9a2HfHyVkfS+bM0/tsyAYl3XwI",
-	"Ay7XroP6fOhcP5QizD6jyVv/CE+y9g0+bn6Cu1n7BB9x0F1BgTrFuqTEfq9X/UaacTNmQF5KAnrTZGEd",
-	"RPEKJjHbGw4GLN6IGsTWhFsJDftouVl55PJI1DSSNh+FO8usssCckeYNtN3+RJvLok2xTAzNr333Y6vZ",
-	"68Jr1zGVUWUXvh192mDDWvS4NcZZ+mhL7rYN2m2Y+gFWPbcRppvWueGmRbTGHtDEIxdPDpnhxQyMxT8F",
-	"aJUhzluDOWaxiy8LOYtH/rtIIjCyrtzycwePcEEptlMSYu8/tu0ouuM/Ibf0jF8DW+YuwdCpQD+/ACnS",
-	"D44PSkKrRqytd6m3jyEpAGnhhE5oivrVBCOE0NBBXdom48ug+vb2PSed6SSzdcqATSdt+MyqsHzQ5g2z",
-	"aSV3OT04m3EDK75mBUwpLkTQmxvmNs55CwowhQC9YyghKfPhIetXOcgvWLxt3j6dBlNsI71Wt+SuXfGU",
-	"0j6S9vR/jwwMyysEKJFSb197lZJREr9RaABOecH2yCHlkJWSCey3zW4nP/tp12bidqUkmjp5lkcV1sj8",
-	"FpnglN2OeLlK102s4rRoPaja5C24dgfmmde1HFNiOM3L/+LpsJWFK37YPkcft9pBMvcjqN+APLa7RHZ6",
-	"0wIFf5qDdfrQdrE5z+nQKLmenH8LkWXCuUxwk0suFdI8Ht5NP/YYGlsVPpSo3OTbiGdXRvCJzwfenQHM",
-	"7na5RnLL58p2u1zvRvVbNIDT/wK0Tqmqxyyud/PfgtJp7vdG6D6HegOb/2eCc7u0XeT62aC8hVj+EwE5",
-	"rb4C4z3Pib8dGPfZ278NGt/e9hYk3nY2YVCjrQf65n+Cia0DcQsfbbi9Q+dwt1VATRd3JL2Pu+mVjC8u",
-	"XscuSnZcRuRLz4rNFS/USkMRyQISENegWfwparhMo2DE/vWPf4YsIl8vPn5yz9Yl63+5ubmJQwYyKdaI",
-	"hHwREuj+4GjmEraqjLoqjFZLBvnLydnpc8o02+k534gG1H3Gbi0MPvLEZGvGdSRdMogwmi3llVQrmwfA",
-	"hEyyZYrmgQ3YGZV3MriGrAoY1r2tkSzdrezzXfGRvD1N5HZX/NeJ9uZ8Bu3h3s8P5X6+h/0nVFc4rafA",
-	"F5q44Pz5j0zP1UofW2I2qnG49ejaPTMyUoB8nAnZgjUv3792JoJNu9qyH4Rm5GBuIPuq67lIKae8bDAW",
-	"07EWBsZzrsdTlSxbFPz5XK3K8j0aljPDJ15lY3PK46XmtWEnSmXAZd1z3bKa6dYivtOUHNK6gPsnpNzX",
-	"3WuNEj0vczXu9P36o/23OH9rar3N9RvPjclHBwc2rw4fND3hVrvq0TlO2ZmhTobySMZNMyeu6MurzlrB",
-	"Kr0ThjnDRJMyjGTs8mXHDqWMl0W2oRF9tZA9N7YALjWTSsIGOB30hkdhW2yklk3aikRRbdtaTW+TWT+K",
-	"kyAnZ6ddFtMHFJrjyLuFYQuezIWETgE85ZMMInklZMr2rDinjGBWLk+LmeRmWVAWV1mhEe+Tz6ecEPWv",
-	"JCprkAZ8dXEOKs9a08sai9lc2zsJrOyHTg8+5hkXUrMVPq24ZqtCIYd6RVXP5y1LCVGjVQtoy7QtS3Tw",
-	"K/bmxcWrd8+jSJ6dXLyKIvnnyxfv/1qNwfPcJVy3siu0H9Q57TntsON/+pCsOi35FYwTrqE58a3Nv9PV",
-	"ZwdvivAPbRkNGpJlIcz6HJGYPQu7ptai9Ivd6eYurZiEHyWqV3NEVrT5z0JOVXuvJ2enrJaS7iLhlNdM",
-	"bhKggmo9b0hL7TWOdZzoSOrlBHueWOdK5WsmnljKtATBlAI5VRklWHo+t4jNqEimkIEBxunj77QfoMt+",
-	"EgV00ADgRkwyqKjhjHSwU45OoOCqbIqzcVWwHeoYFwgyzZVAtOHIwLZ0qOP8+Y+agNXvfkfVmCCNx3gy",
-	"ki+IrZF/7GYZuhogfkhhaVzOvCrVbJzoiHFf71mrAB32eojgLbch3Bj2+n6evkYFH/0GTFQqwGI0yhSx",
-	"KaHPXLrixTqHEdusRIjZHidrX4OJZKOWk+N5Ue0wbzr7SSq7U8QZNw6f4Jw3RFq+JIJge8Nez+UbhywT",
-	"V3j6NmUdZUxZworL8NnmKNWb39ydxs/+9Y//y7j1Grijj6TdT2SXkElF/lql2ILLdZOGHenyqt6+Ee8k",
-	"73jpXJFNM45tWnE4EXvVQJe1191Esll4gx2W5Ut4pt7BTMc6HDw5tlNzXzilS6VNkWzUNrmWulaO5VK9",
-	"hcsbHvYGbCmNyCxGgo+GXV48YylHg+PcXl+A0/cWxIBuHIjk09IrpGu7rjdszFFVhKzFr0ihE3UNlv+9",
-	"TRxJNa3obMtJVc8LHOH7uOlycn6rSNZv3dCUoiXo5BfLzIgOebFq0WlvJVml/Z22a4mkVkpC4UxB58rW",
-	"bM6vgVbgl2wpShQMzac9SgUcEt3naDk202JePnvjXqopswldpW3LJ2pp3FsbLnDWolByf4SoyWemKZRX",
-	"Zg4Lm9CunTQsBSDt6ZSLjCqEnBN67YXGc/dMRiSRVb1ysXFVB/kShKkqGu0h+iiUpUfrWbdCtwwa+VzT",
-	"MhvQHjRSISG7Es5b4VuAXi4AwQUUKB4NZVPmkBLs9S6SBEXXhgUi2TQTs7nBlXKWFFzP/X0ZCGAiSRdm",
-	"kNhwvv6mwtII2Hjm51OVwTcUmNVKkUSWT5lZiQRCRnuADFqfUZe9sHEF5/kv0wkTXhQCnEOlkTbsbpvZ",
-	"zB5me41CnBEiQu81tol55VUpIYvnXD8XOs/4GgGlE/f+Rc03gus4dXU0pYSoS2XaqjJwY8tTNV/TJ3j2",
-	"vhYuBZ56cu/3IqkKdikLmAltaN0H7ClPbSzmAttY4r98+/7FD6fnFy/ev3iOOzzsDWssMOwNSaAO+719",
-	"ZgFBvWzGU7CzGkjt/UTqrXJUxqEH32fvzi8Qcm/ZGlZjuNIoUiOX719HcpcJUsU2W62RkJBrzWUTSae8",
-	"Yzdi59yDyBHTcz44fPwHixDm8JG9enPyrHP+6mRw+LhEpyhfaYIhKvzSWbSz8tDhiy57aYvgN6JBnlFN",
-	"IcoreJAx1XTqKhSmsGILIZcGtDUVvIPTbyUeTk3ABGGAUNHVInR73Z4PRvJcBKPgUbfXfWTznecEcA9s",
-	"sRkUY56Lg+v+gV+HPvhUu3jl5oBI8OCTu2TkxiJXpIO2OJ+lD2txOeYuOdbDv6pEWtQvuUC1gEdvcz5J",
-	"/7jAOlugYm5iXqsVeTmIIFNeWRlsb+SJJM3HuoeoP1+D5oCsvQAIUrfDJZSkmnW7lktNGL5+a9UOJ3j1",
-	"yUHt/pyb8M6vfeTgw8blK4Neb5eLv/zugG7yuAmD4X0+rl3nQk36dzdp1BRTo+HdjcpbFLDB4MndDTbr",
-	"u2/C4PA+C2reWkGW3HKx4MW6PD9/8qTpsswRnT//PetgdIxsbY8fFHn0EJfZ8DOf6VrMBAc58HHZOzin",
-	"hHWUWKH0jtIxKsuo7Biuyyu3LlSZQBMT2m+db+mlJU8kICNUgLJhAxjVRulnW4M95WRd/5ZUv3Hzm6V+",
-	"Ov6nzi36gDJtnmU/ODBItntJBO9khR/CTaBCrh2SVHnGzVQVCxSivuLahxh9raMv/bNe2+AVZJkK2UoV",
-	"Wfq/GuI5y5S1813EcdPZfM8OGmmCvwRz+vlDGTG8Z681V3LgnYGr1cohmG6iFm1zr+KMze28WKm6wD6x",
-	"WdtUSxN6Q8c3rG2l2wgfD9BzlQejYDhoc8W7dbwsQM9ZquTSeRxzb0EL6xd2U34LK0TclMPTzAu2WcCb",
-	"TuBHj3u9za21oyC9YycfmjHWctccveGWHUyQ8zp+pQ8oht+V93jTdF2ZYgk3n6MOqrta/r/qhMHdjZpX",
-	"nHyWJundQ5O03RxFWmhwn3XVL4r4d+qus5bs0Qcpq0rzfJ7COmikKLerrnM0P5s5XfYeA3uHIokDNMZF",
-	"elx3TzaNPbRR1x5lt6XHkkcG5C1mbJedRPJBhuQOM9EWLZUXZDZ9a7g0ut1gV4JA5VmKJLmWjit0OvN3",
-	"LpTugiltjVrJUvdYY9BvkpqSd8G9K4ErL3vAjdFXAg3y++n0b/r8mz7/ps+/6fNv+vzfqs93akJWU4Ql",
-	"OX9VnV4mNH65Pm938FCse0OX93xgyYkTssb/9NNFyDTYWzCsQ5KdnJ36+/Sk99G3e63ttQUy2bg9lG8k",
-	"25EmvqfKtsGgrnfEVz5iTU7itfVJuVIMGxqRjUuZus6Je6suphy8/yY9bFZuzltaw8XgxLtzf6/Z19O1",
-	"5T0y/ZsqDfeX+h3I7s/Bw/XnvfKf3H0nW1r05iEXKn9TCd9Uwv1UQkOYOvFJVP9Vpf8n38L58GfQXi3E",
-	"8los0FqZJ2enI5cmomuhSfpvD6qSuOrusHrhGy7QFrSFlQpxxQy27KdbFsphJySMbYZjHEn6sK4zv3Ph",
-	"uDLp5T09CjmjzK4W6fsDGLfXXyp5d14ve5rWdqUAsyxcCVeVvPSAG3Bbr3ivDu++N+H3B0d3VHfsijg8",
-	"QEHUigwbKuIp1TfWa61K3VArKQwGvcGw0zvs9AYX/d6ofzh61Pu5UaM1OuwPqgqnR1V13bAXfu4Nw76w",
-	"6TH24SqZmtWSVaVSf9Dr0ZWV7sL0WngBf/nsZfWpbNuv67BZadjSfvhzVa42Ovr+i9fe7z85rC3ermVz",
-	"2Q+9itkVkd5+FXP3W7SqTR1QHAiPgwSgk4+Naqo97qPo5V1yt7r8KF779UK7OwJVaRkl3Rmgekv/rQ1F",
-	"qCLpvZW3R1z/Ijj+Y8Pa32Kv/2Nir0Qqt0dfa9m6RA61PN1fPuA5upxZerksPT6jg4P+4Ptur9vr9kdH",
-	"vaMenbnrfbsyoMybKgunZeoTZc0cFt0tzQy6BSPUklYhrTBd7b9t0cHNh5v/FwAA//8=",
+	"7H3rchs5luarYNkTUVJskkpSlEumoiNGvpU15YvakqZiutLLBDMPSYySQHYCFM1yKKIfYp9h/u8r7KP0",
+	"k2ycAyAvZFIX2zXbFeFfNslEAgc4l+/coM+dRC1yJUEa3Rl97uS84AswUNCnsxQWuTIgk/XPsMZvUtBJ",
+	"IXIjlOyMOqfsGtbMzIElmQBp2IJfg2bLnE1VwcxcaJYvJ5nQc7bH2dXV2YuAab7eH7E+M4oNjo4imRdC",
+	"Gj7JgJ1ePD87Y8mcFzzBFQTsGnLDciiYkNpwmQC9dzBkc7UsNNvDmTUUN1D8oCP5+uWH0zcvxmcvXr49",
+	"f3/58t3z/xhfXr7ZZ9NCLWiRU1Fowwr42xK0CZiQ9G3KDZ9wDQHTivGkUFpHsgBteGE04zJlcAPFmkmV",
+	"AtNzXgg5Y8L02OXmK9lKmDnjtClCI2kqAa0hPWGcFZADd4/QuvkC6EmcofxiolIcy7jUKyggpecjWa3e",
+	"/uBIxxGx2+GzNN4v3zUHnkIRybg8QdP9AHnG15COmCmWEAf0sBsMmkll5kgZn3EhLXF+iZG0hOEjUJRr",
+	"HA4GbC8WFY+Mr2E9LmCpIY336zTPRQa4rkhaIoRm2ogsYxPAKct9oreGT3vsvczWTC8T/Hq6zNjeIAz3",
+	"He2a8QIiibwxYnxqoGBcMigKYjm7pwu+ZhNguBJP0KlkQt7wTKTufNgwDHuR7AQd+MQXeQadUedo2p+E",
+	"yY/QPZ4OD7vD9EfoPuVHR91+MpgOJof8adoPO0FHIPPbPe4EHckXOLYmLF2UlqCjkzksOIrNgn96A3Jm",
+	"5p3R4Ogo6CyE9J/7QSfnxkCB7/xfv0bRp0HYjaJPP778+D//pRN0zDrHt2uDfNe5vQ06Z04Yzl5sSyQe",
+	"2/lSzyuJESlII6YCioBZGew1SD6ePuVPYDDoDobHh93hU867x0dHg25/cDTt82Fy9ONx35OcczOvCPZT",
+	"jEXaCTooA6KAtDNC9tpB/OGTBu34sU582H162n3Fu9OPn49vu/WPw8d87A9u23fuSkOxa9eWGvVMyvau",
+	"Przpgk54Dul+YBVV/8mQTdYGNFNTdnX5qnvc3EMc2w3DHfuEv963R/9SwLQz6vzpoFLHB/ZXfeBWfYsU",
+	"FKBzJTWQen7G0w9W8+CnREmUc/wvz/NMJBypO/hPjSR+rlbbRrxXYBIgReXDTpdmrgrxG71jxJ4BL6Bg",
+	"0TIMDxMNSQGGFAN+9tqGtgSlsDPqLITWQs7GvP6azu1DKU7UYqHk+CW9jejeXnJjhW4JKNVu6sCaJbsn",
+	"DFkBf5TKsH+7eP8usNqoJiT+V2+mcLRXdEYplvFiBmyvH7KfxTMyQ0IaQDOhg0gOwup7PG69z1Th3ofz",
+	"MTX5T0gMSiDyBivNLL7eqaWAqcJqej8vjXwNBc9Sliqro5k2qgDUu3bU2B1dPGIagDl+0Egb0XB6fvaD",
+	"ZrXt20eddxt0XigJj2Kbxult4ADJYJGbdZ3WXiWB9ou2g8RFWFvjaY4/38Y9XF8Te5zJKw1fw+WnTSNN",
+	"2GRDY+80SyesAFOsmSJWMXX7XGf6TUso5Hip4dtx/WkJppog4puQQXYFFTHP7AK+UqNYWMamXGSQog6d",
+	"c5laFOBP4gQXMeeaTQAky9RstrGfbj1j+8W320fJlhI+5ZAYSP1CaQ7ahnfKvFJLmX7lDhRO4VSW+CGW",
+	"tkm/s69SmfGUlvTN9uCdQnhVwYTA6iv7pWczJRHn4qTnDiY+clNKaIo2cTkRaffwcHo4fXIM3UmYHHWH",
+	"h8fT7uQonHanHJ4eTp8kw+N0+nAq3bI+gF5mZpeh8NSQWCjE1Ah8V1ZAWAqZuCERYKgiLEQuUTbKVx1F",
+	"WwmLgwqs75OBKOG5kvCDDioBfQAQd/r4L0tl+MtPCUAKX8t7Fc+heBEKFkazv+EUCGH6YRjWoD85ayrl",
+	"a7Z3dfl8v86DNGQMflnf1IK3LzLlIluXh0bzEwteKvWWy7U3cF+zQ2/Rgpo5l7gRXhtpcjQ1JEqmyPlk",
+	"IfwST5jO1IqlaiXru2OUGi+4XHsjrL/dBj1+jbRLV9JDrq9nookFfUZdg/TwqDHjD5pVWLCpuRJVFJCY",
+	"Mc8F2sJvyzjtC4Nd66JtcVaQT7JHwAjiMge08L83PFu2YgvPrg4/G5YBt9oAxY3nUgdsmiys5oFJG1TO",
+	"+TpTPCU/5RrWH8iNvmPSyzYEs/KShCLNN+ISNff9BJ9inElYkTdsH8dPbshduMZ6+PZwvuGh1kHvZGkq",
+	"xLvgJnFwh95Htgo/blAfyQ3yG3CpTr5TuW5ZL1wA6EryGy6yx7FIu+j4mBJLuEQSJgh6eDKHFNfuvlwV",
+	"wgCTasX2hPEhCwRMiNrUDRT7HrHZKAeSbMQC+Zx9wO+7p/h9/aj8vONljZZvekyPpYxWFsm4bWXx/ohx",
+	"dq60mRVw8Zc3LC/EghfrxiYEbCmNyBinUCH9XMaBbGTnnYtcqWkdXSIvzXk27eJiDMgTfEMpEHOFJKjF",
+	"QhgSmkyRuNILVtwGkOb8Biw2TXhRCKRwaQKmVSR5HVVMgEKAhh5pQvMt5NCzJ2dPNJJx7Rxjp9h1UKp2",
+	"CjkiK1vetdEqCylINdVGb/PhhX0bYu8VF3hSU7QpxFG4XXulmuqTyb8jgCOkWCwXFKtyLh1i8xkQl1Rq",
+	"gNZ0mkt97nQZik6aClwQz84LlUNhBGpVO0OLU3/+jmReTJ24MacWA6bRj+e6ccSkM4yiYSMW81zHkUQd",
+	"y+WaJUtt1ALVm2Z7zovmaaoZ8WIvX+o5FPG+dT9VbhfJYre9cSSt2+oNDM3vnGqrQgV+abRzs9/pclnu",
+	"FZGMUfN3caYu7lvM9lKY8mVmWMwzKExMqiye8OR6ViDAj9lqDtJSwuYqS/ElThF1K7khLlPL2mtibYfb",
+	"16UziPeDcv5CqEKYdW36fkgzH5GirKbfD5gdAp9yUdABxGiz/JsSlWU819AVadxzjxqViyT2KDiFG0EG",
+	"eLIkd68effThjZqZTpScitmyIBcxF0kvkpF8n4OkhcEnU1A0XY9cDB5tFdqG8pSc8tH2ALhmM3EDMigX",
+	"rWN/fskckmtI2QTWiJ6sb8ylj1YQF8xAQsHRK/xJ+ZhRJGNU+b0PfPUWAcQMYsoU2IyHTRA4HzLn2u6C",
+	"4xwzL9RyNo/kUiZzLtG9JQnOa5KAxkU/TlBO8zzDzbPkpSKhYcU6oAVYb7uxHZY4EoQJII6lALp7zYmP",
+	"MBXAU82UzNZbbBV4pnL7us2RAU6ai+TacYFlM+R82sdWunGOdvNJPzEDn0xg1Z/fUdKusRGGpoz1clL+",
+	"H2WS1sf8/mQq4ZkPECL1qOWUhPfTzujXz5vh4eDuI2iuHSfDfzff0fErav1x1y+3W5Gyj7dBh3a8fX/k",
+	"cjGBwtsrnudMJEqeMHQUFuoGNPntQaW4w23FHXQSbmCminZCto54eyV9B7Mq/cGWecoNECKROO+v/Y9t",
+	"My+WlPHr1iDW5qsz1Ky8aQtQzEQCqBdAavzGilU91Hvv3NrHdjYxPP3ApiIDJvkCNjgPSU0KYUTCM8uf",
+	"X8VOLedt5iiBXetp3MshAWG9xymO59Yi4kCXoCXm6bGGdXSG0aYYF2A4PY8fLl78jEYuV4WVxP3ARkwS",
+	"UqXVSNTSpHjYHApoCQQ3QMwjFF+LkT1pNc499p7APuk8XgATM6lcuHZT+zbt2jZnvKuxoN7AdyJ1OwAM",
+	"7RCzLoaTS2sLe+zURHKB+LLMIu3FZU4sZolaoh2p8t4nloy1AZYJBKgWVUdygqyfFy5VKmsuEQG4Wp7t",
+	"yTDYFukNy75N6ZUUnzwIdT7Hai6SubUm2qhcMwseT1gcxsRDFExGo0Fb28zltSYw3To8KNleRdwPY7Yn",
+	"FgtIBTeQrRGVHMVsL1crKLqa3wg5o/xK3I/ZXqZWoM1+Te47lKM96gSdfufjzvk9KGtRBc5+lNaL7VUG",
+	"sYbVAhbfKJHHAfvH3/9rv0Ko1ua2JiA3EyKb3wSdT92ZcuvqbOAOXPurZPFF4PqUvRIFkOPmELVnoAxm",
+	"PFmzV8/fMj3nOQTMFFzqjGCQUagCX19enrObfiQXdiEjC6FjRqEJBBWJWgCzdGq2J5Xs+g/ozndBJiqF",
+	"dN/CB/TadqiZwOfL7PD9ExbXLUDspiJoLdNCibTX+P0EwcECxkaNM3GDgNux874fycqBxmQxYuQaPI6l",
+	"KhY8i9kBi+diNo/3q8fLxwIWe30xvoZ1XFtL4/vdWJa0EqqtTGjcZUoWoJbiSQK5cRFqr9d6kdyFTdmj",
+	"oKlF301syu6EpnV6WlHCV9mgEwfqiYtKIO8RDUfzb2fqVdwi0AAQTWlpwjzztBqaOns83h+tCUf9RU1v",
+	"tBSPdp5E7WG/H+NWS8jGIo0rfqx9ud+L5M+PZY5tk7Y1WzuKdMQh2GFq2lhIr01v7wS9+MM4U8mYFzMb",
+	"MjWw0O0Q2H7Bi4KvG0N3cViTiO2fM5Fcj3nij7cFx2Y2mbn1C0Lm9h8WfNYO4EvsuE0Xn+2A/Mk1FI/y",
+	"BtwvX7ih1dj2HW1DknVb7G2o1YSdoIN6sNWM1hXt7ugTis41QK6dqJKaso6DZGo6zYT0SIkiUgSUhmwF",
+	"cK09qrE+zGDYfzoIw7u9msdb1DNXxvGOinVaKht8nYfzCsqCoAqwkfScdv/KePc3FnafsjHrsj+zf2UB",
+	"67GTeAOb9RGc7S4AO+3+lXd/C7tPx1HU/fO/Br2THTDKL1y7LOgrAVmq20V9Sr9RLqKMXBpVlbCcsHjz",
+	"dS7RFluvwMx5mc7Ag3QgQluFbAOH7eD6vqBzPV54G3SmyeK+ETUMhNLq192Qk7vGN078ls7mzI7rO/by",
+	"H7fFawWT+17/C0xqy1vBZK7U9VWRPWAcPfnhTcdWevlw7K81Gj+2iO+Ok7Mxlsy5pw/ZkA1Ouv0YdLhc",
+	"uxfU10Pn+rFUYfYzurz1h/Aka8/gx81HcDdrj+BHnHRXdq3Osa6EuB+G1XdkGTeTbxSlJKA3TRY2QBSv",
+	"YBKzveFgwOKN9FtsXbiV0LCPnpvVR67qS00jaavHuPPMKg/Mpz6cg7Y7nmgrz7Qplomh9bXvfmwte115",
+	"7TqmsjzD1UGMPm+IYa0Mo7VYoIzRltJtB7T7MPUDrN7cxphuWReGmxbVGntAE49cYUbADC9mYCz+KUCr",
+	"DHHeGswJi12hhpCzeOSfiyQCIxvKLR938AgJSnGckhD7+LEdRxkf/wiFpWf8Btgyd+XAzgT69XWQI/3k",
+	"+EFJaLWINXqXevsYkgKQF07phKZoX41N2UEXbWmbji+rU7a37wXZTKeZbVAGbPF3I2ZW1bd02qJhtj7r",
+	"vqAHZzNuYMXXrIApJVgJenPD3Ma5aIFNgukdUwlJJUSPoV/lIL+CeDu8fTkNodhGeq1hyV274jmlfSbt",
+	"+f8BpUxWVghQIqfeTXtV21Qyv1HoAE55wfYoIOWQlZIJ7Letbqc8+2XXVuJ2pWSaOnuWRxXU2PwOneCM",
+	"3Y7CE5Wum1jFWdF6dUJTtuDGHZgXXjdyTG0ctC7/jefDVhGu5GH7HH3eagfLPIyhfgf22H4litPbFij4",
+	"yxxs0Ie2i815TodGrTAU/FuILBMuZIKbXEqpkObJ8H7+scfQ2KrgsUzlFt/GPLvq90999f7uen12f8g1",
+	"klsxV7Y75Ho/qt/iAVz+V6B1Kiw/YXH9NX8UlE5rfzBC9x0PG9j8nxOcW9J2sesXg/IWZvlnBOREfQXG",
+	"Qy+Jvx8Y970Wvw8a3972FiTedjZBp8Zbj4zN/wIT27XlCB9thL0DF3C3PXvNEHck98q6oXpUMr68fBO7",
+	"LNlJmZEvIyu26aJQKw1FJAtIQNyAZvHnqBEyjToj9o+//1fAIor14sfP7rMNyfpvbm9v44CBTIo1IiHf",
+	"Mgi6PzieucrHqjS1SqPVikH+/fT87AWVbO6MnG9kA+oxY0cLg088MdmacR1JVwwijGZLeS3VytYBMCGT",
+	"bJmie2ATdkbl3QxuIKsShvVoayTLcCv78lB8JO8uE7k7FP9tsr05n0F7uvfLU7lfHmH/Bc0VLusZ8IUm",
+	"Kbh48TPTc7XSJ5aZjWocbj279sCKjBQgH2dCtmDNqw9vnItgy662/AehGQWYG8i+evVcpNScUQ4Yi+lY",
+	"CwPjOdfjqUqWLQb+Yq5WZbMtTcuZ4RNvsnE4FcTT8Nq0E6Uy4LIeuW6hZrpFxA+aikNaCXh4QcpDw73W",
+	"KdHzslbj3tivP9r/L8HfmllvC/3Gc2Py0cGBravDD5o+4Va7Xu85Ltm5oU6H8kjGTTcnrvjLm85aezn9",
+	"JgxzjokmYxjJssPPoZTxssg2LKJvu7PnxhbApWZSSdgAp4NweBy05UZq9b6tSBTNtu2s9j6ZjaM4DXJ6",
+	"ftZjMT1AqTmOslsYtuDJXEjoFsBTPskgktdCpmzPqnOqm2YleVrMJDfLgqq4ylaneJ9iPuWC6P1KorEG",
+	"acDfBZCDyrPW8rIGMZu0vZfAyvfQ6cGnPONCarbCTyuu2apQKKHeUNUL48vGX7RoFQFtJetlrxs+xd6+",
+	"vHz9/kUUyfPTy9dRJP9y9fLDf1Rz8Dx3nQut4grtB3VBe0477OSfHiSvTkt+DeOEa2gufGvz7w312cmb",
+	"KvxjW0WDhmRZCLO+QCRmz8LS1HqFxOXuvg1XVkzKjzo+qjWiKNoKdSGnqv2tp+dnrFa47zLh1CBAYRKg",
+	"6w/0vKEttbc4NnCiI6mXE3zzxAZXqlgzycRSpiUIphLIqcqowNLLuUVsRkUyhQwMME4PU0suTdBjv4gC",
+	"uugAcCMmGVTccE422BlHp1CQKlvibFzPepdejASCTHMlEG04NrAjHeq4ePGzJmD1pz9R7zRI4zGejORL",
+	"EmuUH7tZhi7yiB/TBh6XK68aqxsnOmLcd2fX+rWHYYgI3kobwo1h2PfrrLqZI+k3YKJSARajUaWILQl9",
+	"7soVL9c5jNhmv0bM9jh5+xpMJBvN1xzPizr9eTPYT1rZnSKuuHH4BOe8I9LyJDEE2xuGoas3DlgmrvH0",
+	"bck66piy4RzJ8NXmqNWbz9zfD8P+8ff/zbiNGrijj6TdTxSXgElF8Vql2ILLdZOHHevy6naMRr6TouNl",
+	"cEU23Ti26cXhQuzFID3W3sAWyWYHG76w7APk1J5gA8x0rMPB0xO7NPeEM7rUIxjJRpOgG6lrfY2u1Fu4",
+	"uuFhOHC9JISR4JNhV5fPWcrR4biwl43g8r0HMaD7QayTaY+jfl2MLkNEysxdVz6nQ6ZgS52KMIzkdsP+",
+	"foCcU6BBdd3YtQLGEf3v3dWbKkjF9gq+ovOII5S4MIzLO2zoUgE8h78tKc2h1H5A9dMNVqNIGLnL1pAu",
+	"i0LNuAFmr7tge3HUiaJlehyGUQfXR5EVC1Ise2omgapSFvXTjSQ5T9qWzPrqZLf7nD0ZdicIbzLFDdvj",
+	"E7U07P/+n37vGA7DY9wF26CDtOBrI1lyTT3FXvg2LjTVFCtBTqzWcchSMRPG6rgy0PmIdqW9eitSJKdc",
+	"ZNSERcJR04y4obbPr9lDz47Cw12NTk5L1bt9TkonYKtvKZL1xqWApL8WC39A7xK+wTcv2dzayLWSCXNv",
+	"ixJu4LMyEqprmkZvxFVG1TUZWvyGWnmibsDaPB8HiqSaVrp1KzBbr4Ud4e9xM8zqYrWRrN8LpaksUZC2",
+	"WywzI7oUua2xi48MWKD6g7a0RFIrJaFw4Q+XvtG20wsp8CTbIxEFUyvJ9qj8dUi6PoeCogG1UrBXz9+6",
+	"H9WU2SLGMp5jmd3+alNkLkIilNwfUU+bq8ZEVsM5F7aJQzsEUBp92lPkSWovdYmXtTeUL9xnCpyQKq03",
+	"qDUuk6L4mTBVO7w9RJ95tTrYZpMs0CgTpV49lRWw9qBR85I3U7qwFnAUoJcL0FbJRVLQ1SV5Dmmt80zJ",
+	"BM31htct2TQTs7lBSjlLCq7nvj0SQXskqfGPTKXLbzVBmkadyjO/nuqilgZos0gskmjmUmZWIoGA0R6g",
+	"UaqvqMde2lyay3aVJbS2L9AFERul8u4+tM2KebbXaD4boRfkMyW2GLW8zCtg8ZzrF0LnGV+jEnEQx/9Q",
+	"iwciHWeud6y0inUkQltVJivt3QaaUxcgnb1vpE6Bp57d+2EkVcGuZAEzoQ3RfcCe8dTmHy9xjGX+q3cf",
+	"Xv50dnH58sPLF7jDw3BYE4FhOCSjNeyH+8yC4HqrmOdg5ykT1PuFlGUVnI8D73Cev7+4RDdzy7+2KMm1",
+	"A5KKvvrwJpK73O4qn9/qgQfkrdXClJF0gDV2M3YvvOM0YnrOB0dP/mxR8Rw+sddvT593L16fDo6elB4Z",
+	"YgpaYIAgtwyQ7mxbd5i6x17ZG1Q2MqBeUKum00iiYKrp1HXlTGHFFkIuDWjrHvugvt9KPJyagukEHXSP",
+	"XP9NL+yFPgHPc9EZdQ57Ye/Q1vjPyak7sA2WUIx5Lg5u+geeDn3wuXY12O0BseDBZ3cN1q311pAP2nLb",
+	"lj9slMEJdymx3uWp7tcQ9WuY0Czg0ds6Z7I/rpjEwoSmn+e6istJhOuVJR1sO4sjSeuxIVF6n++7dM6b",
+	"vaIOUrfDJUigC08sLVea/Nb6vYo7Ej/VIwe1G95ug3uf9tmyjxvXgw3CcFdaq3zugK6Bug06w4c8XLtw",
+	"jIb07x/SuJCCBg3vH1RewYMDBk/vH7B5Ocht0Dl6CEHNK49o1OH9o+64N4ACIMvFghfrkgU885CxzDLH",
+	"t56F9kr8XrnsPykKhKM7Y6s2+EzXUo04yYEvZ7hH+EpviOqRlN7RcUlQsAK5XJf3Sl6qsu4sJie5db1l",
+	"coMC+ICyVPlhDdfZqDZhOd+a7BmnoNTvKTgb15taASIOeuayCY+4JoRn2U8OT1LIq2SC97KCIMEm1qGI",
+	"KCm7PONmqooF6mF/44fPzPsWYd8xa5MdndeQZSpgK1Vk6f9oaPgsUzY85hL1mzmaB76gUV37a2dOX38s",
+	"E+0PfGstA9PxMfTVauVAUC9Ri7a1V+n55nZerlRd55/aZgdqQQt8fMAPrG2l2wifRtNzlXdGneGgLYPl",
+	"6HhVgJ6zVMmlC9TnPvAkbDrFLfkdrBC0U+lbs5zeFs9v5k4On4Th5tbaWZDf8SUfm6UJ5a45fsMtO5ig",
+	"5HU9pY+4jGVXufBtM+JriiXcfolFqe4K+281K4P7BzWv2PoiYxQ+wBi13VxIhmzwELrqFxX9wc3feUvd",
+	"9qPsXWW8vszmHTSaA9qt3wU6wc1qSnuDiL1jhjSKMJqJ9KSeGGi6nOgprz3WbytMpygVyDuc6R47jeSj",
+	"3NkdzqptFywvkm5GtZE0uldkV2lOFdONJAV1TyqMPPO3nZRBiyltjVrJ0nxZl9RvkppSjMP9VsJnXr4B",
+	"N0Zfizz3VQ/3wYLvkOA7JPgOCb5Dgu+Q4I8OCXYaU1azpaVEfFNYUFYjfz0kaI9UUX5tAw6EPivsNBLF",
+	"BP7tl8uALu7GJ21klZ2en/lbZaVPNrSH3+2dIzLZuEObb1TKkjF/oNW3mdyezyhUwW5N0e61Da65Piqb",
+	"45GNG9V6Lhp9pzmnAto/kik3K7fmLcPjEuji/YW/3fPbmevyEqj+bVVD/2v9zw24/w4eb4IfVLzoLiva",
+	"MsS3j/nbBd+tyner8t9mVRr62GlgEpxvakA++xEunzGD9m5BltfyotbXPT0/G7kyMV1L09IfKapaYqu7",
+	"A+uNr0igbWgNKivkmpls21+vbJTFl5A+txXOcSTpwbrZ/cGlJsuitw/0UcgZVXa2KPCfwLi9/lrlvfOe",
+	"9rO0tisFmGXhWjir4sVHXCXf+gdZqsN76N+t6Q+O7+nu2pV9eYSNqTUZN6zMM+pvrvdalual1lLcGYSD",
+	"YTc86oaDy3446h+NDsO/Nno0R0f9QdXheFh11w7D4Euv6veNjU/wHa6TsdktXXUq9gdhSJcKu788UsuT",
+	"4DdfTFafrm3wdB01O41bxg//WrWrjo5//Gra+/2nRzXiLS2bZD/2bxq4JvK7/6ZB73vm7neyKJQTwxMl",
+	"HepUbKMhc4/7ooTyOso7Y5eU/v52mfIdSbu0TDrvTNa9o79jR9m6SPqw690J7H8XHP+xVQLfU9nfU9kP",
+	"T2UTt92dzK71DBBH1boFfv2IrOAq9+nHZRn9Gh0c9Ac/9sJe2OuPjsPjkNjGvX27P6msZCuvb5CpL9c3",
+	"c1j0tvAB6BakUiudh7RClrU/9aY7tx9v/18AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

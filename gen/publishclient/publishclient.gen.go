@@ -1164,6 +1164,11 @@ type ClientWithResponsesInterface interface {
 	DeleteUserViaUserAPIWithResponse(ctx context.Context, instanceID InstanceID, userID UserID, reqEditors ...RequestEditorFn) (*DeleteUserViaUserAPIResponse, error)
 }
 
+// DeleteUserResponse503Headers the declared response headers of an HTTP 503 response for DeleteUser
+type DeleteUserResponse503Headers struct {
+	RetryAfter int
+}
+
 type DeleteUserResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1179,6 +1184,10 @@ type DeleteUserResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteUserResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1211,6 +1220,11 @@ func (r DeleteUserResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteUserResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r DeleteUserResponse) GetBody() []byte {
 	return r.Body
@@ -1240,6 +1254,11 @@ func (r DeleteUserResponse) ContentType() string {
 	return ""
 }
 
+// PublishToInterestsBareResponse503Headers the declared response headers of an HTTP 503 response for PublishToInterestsBare
+type PublishToInterestsBareResponse503Headers struct {
+	RetryAfter int
+}
+
 type PublishToInterestsBareResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1261,6 +1280,10 @@ type PublishToInterestsBareResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PublishToInterestsBareResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1308,6 +1331,11 @@ func (r PublishToInterestsBareResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PublishToInterestsBareResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r PublishToInterestsBareResponse) GetBody() []byte {
 	return r.Body
@@ -1337,6 +1365,11 @@ func (r PublishToInterestsBareResponse) ContentType() string {
 	return ""
 }
 
+// PublishToInterestsResponse503Headers the declared response headers of an HTTP 503 response for PublishToInterests
+type PublishToInterestsResponse503Headers struct {
+	RetryAfter int
+}
+
 type PublishToInterestsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1358,6 +1391,10 @@ type PublishToInterestsResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PublishToInterestsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1405,6 +1442,11 @@ func (r PublishToInterestsResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PublishToInterestsResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r PublishToInterestsResponse) GetBody() []byte {
 	return r.Body
@@ -1434,6 +1476,11 @@ func (r PublishToInterestsResponse) ContentType() string {
 	return ""
 }
 
+// PublishToUsersResponse503Headers the declared response headers of an HTTP 503 response for PublishToUsers
+type PublishToUsersResponse503Headers struct {
+	RetryAfter int
+}
+
 type PublishToUsersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1455,6 +1502,10 @@ type PublishToUsersResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PublishToUsersResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1502,6 +1553,11 @@ func (r PublishToUsersResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PublishToUsersResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r PublishToUsersResponse) GetBody() []byte {
 	return r.Body
@@ -1531,6 +1587,11 @@ func (r PublishToUsersResponse) ContentType() string {
 	return ""
 }
 
+// GetPublishResponse503Headers the declared response headers of an HTTP 503 response for GetPublish
+type GetPublishResponse503Headers struct {
+	RetryAfter int
+}
+
 type GetPublishResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1546,6 +1607,10 @@ type GetPublishResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetPublishResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1578,6 +1643,11 @@ func (r GetPublishResponse) GetJSON500() *InternalError {
 	return r.JSON500
 }
 
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetPublishResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
+}
+
 // GetBody returns the raw response body bytes
 func (r GetPublishResponse) GetBody() []byte {
 	return r.Body
@@ -1607,6 +1677,11 @@ func (r GetPublishResponse) ContentType() string {
 	return ""
 }
 
+// DeleteUserViaUserAPIResponse503Headers the declared response headers of an HTTP 503 response for DeleteUserViaUserAPI
+type DeleteUserViaUserAPIResponse503Headers struct {
+	RetryAfter int
+}
+
 type DeleteUserViaUserAPIResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1622,6 +1697,10 @@ type DeleteUserViaUserAPIResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteUserViaUserAPIResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -1652,6 +1731,11 @@ func (r DeleteUserViaUserAPIResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r DeleteUserViaUserAPIResponse) GetJSON500() *InternalError {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteUserViaUserAPIResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -1899,6 +1983,26 @@ func ParseDeleteUserResponse(rsp *http.Response) (*DeleteUserResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteUserResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -1981,6 +2085,26 @@ func ParsePublishToInterestsBareResponse(rsp *http.Response) (*PublishToInterest
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PublishToInterestsBareResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -2063,6 +2187,26 @@ func ParsePublishToInterestsResponse(rsp *http.Response) (*PublishToInterestsRes
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PublishToInterestsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -2145,6 +2289,26 @@ func ParsePublishToUsersResponse(rsp *http.Response) (*PublishToUsersResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PublishToUsersResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -2206,6 +2370,26 @@ func ParseGetPublishResponse(rsp *http.Response) (*GetPublishResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetPublishResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -2267,6 +2451,26 @@ func ParseDeleteUserViaUserAPIResponse(rsp *http.Response) (*DeleteUserViaUserAP
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteUserViaUserAPIResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

@@ -227,6 +227,23 @@ func (response ReportEvent500JSONResponse) VisitReportEventResponse(w http.Respo
 	return err
 }
 
+type ReportEvent503JSONResponse struct {
+	externalRef0.DatabaseUnavailableJSONResponse
+}
+
+func (response ReportEvent503JSONResponse) VisitReportEventResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// ReportEvent Report a delivery or an open.
@@ -340,49 +357,59 @@ func (sh *strictHandler) ReportEvent(ctx *gin.Context, instanceID string) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"rFhtc9u4Ef4rO7ybidwRZb1ZsZVPytmduJeLXdvpzY2pihC5FHEhARaAJGtc//fOAhBF2UqaXPJNJCHs",
-	"27O7z+5jkMiykgKF0cH4MdBJjiWzPy/Kymyu5n9iYugxRZ0oXhkuRTAOJgKQvsM/bq8+gLSnOkE7MJsK",
-	"g3HgXgRP7eAGK6nMxQqFvaVSskJlOFoRrKouxVuWfFoouRTpSzFXothAJhXEKRZ8hWoTv4F1jiZHBSZH",
-	"YFUFa6aBC/s4r+9qKDOXskAmSJsUVzzBywOS7nIEZXXlYgHuHN1Rsof3KBYmD8a9/mk7KLmon2sJ2igu",
-	"FiQAt4bu375TH1rM3w4KE+QrTIGBkIZnPGF0/AjIXlmhsIeXmkxlVYUpcHPUJlOZ2EDCtFWwYsagIiH/",
-	"bt2fp9P7C5zevy+m95d8ev+vlXu+UdP7PzbT/95fyen9deVefhDTo5+DA0bkTJ8zw/5COJp2QMKU4ta8",
-	"lBkGFdsUkn0mMCSS66pgGzYv8BcpzEE/fpsCOSPh5MCQC4MqYwkCFliiMIfVqJbzguv8cwDxn2GOORfp",
-	"C4F/AS+Gl6gNK6tbTPRLob/nKIAbyCn+AlMbfY2JFKkGzUWCVomPgj8AVjLJSYVMqpKZYBxwYUbDwOrA",
-	"y2XZ1ID8sUBFKpB/PmewBd86lzusPre5Te53yedhzTXMKQPBSJDiRRKNhi/c8NQOFP5nyRWmwfje51Az",
-	"GI3Efe6y6YGak8iylGJ2oZRUh+2SAgHpM8xlugGZARKY4B0qVqQwub7sQGwPxGQPA51LZaBkSc4FhgpZ",
-	"SjiNxCfCQYsQiQ+srAqEmIsVK3g603whmFkqjNsQC2lmGXklPnpD4K0VsvdLgZHQSKBP0OK7QlkV2IkE",
-	"+WGvZu4Z8zI/EOp7TM4M4ENVMC40rOmJSuVaSbGANTe5jRp5HrXNB29CMA7Y0uQ7AyCVqCnqUDKT7P3t",
-	"DdAp+O3i7t3VeRSJ68nduygS//x4cfPHTgZVaY2JwmbaNYrm4UDdWp9bD8vM3mMPuhwQ7BPOtjVwp/gL",
-	"5wf/F21WeHtP9ktQ0b+4yORLLc8tMrVvHpCjQpcS+1WdwuxrFpVEkbpD3Nj42+TuROJ3rjCkjswMnxe4",
-	"8+D1UlOJe4us1HBT96nJ9SW0Vv2jTiQiQcC2cC6X2sAcXW+2V8S+ooZ3mwrHFI/C63X8p5au0SQ5UxpN",
-	"JCqmWIkGlYV+Ucg1pkdWZWaglNrAaAi/8reUIpSqFsIWGZhacXJpQOGCqTQSRtpOBa1dxW5DfL79ffQG",
-	"Mo5F6uBVcG0wdT5kCoEvhFTWMWQbGcuEXqPS8MvVzS1UCrOCL3KzRaOGVnx1fXd59eE2dhprFKmORDxJ",
-	"EtQ6JDcoWYQTsiq8UnzBxRj+Flv//fQT/E5JwjUkcikMpvR2so2sfafByDVTqQZu9LYfvNJ1P8I0rtu3",
-	"/U0Na1shI7FtIPjASVvpCicX2jDKWOabiq+klK1UqWRmpRmmFmj02F21q7YKF+Q3wtXzC1sWaEzDHDOp",
-	"XLPY6pBxwXWO6VEk6FS+E9Y49YqoFd2tjW6TZc+q+1Y3ahTaxynJMflEb3TDmOZF1k7fWnzv8D4mxrBC",
-	"3QYtgdU22kJWYGa8ce4aq40X3eiFz5NOSBMJH88OXLAk37rXB1TSPytUtWNIOwvsN6QWMoLV7fmvOhIK",
-	"jdocWWgSXP2twBaMiw7USDEeRc0zXIM2vCjI2QRhTKHf7UL8+BTbgAJJ8IB3NdMea7u8A21YgWSx04ig",
-	"6YVZOb6ZudhxpTswEbAUn4Rcix0abCcbdodbtN8wg1Dwkptt+aAUo1NCik0ply4QdXKR3fY4ptZhScFR",
-	"GGBpqlBraF1er0aRoC/Ho+FRG4xcOGZWlzFXLEnMKz2G+N3FzeT9+Wzy4erD7GZydzF7f/nb5V1Mtm1F",
-	"erYDrRQztiwMnHTfQNyNwSyVcACzKoHMsiMnaL5UNrmySJj1Fj8deIsbuoibMQz7Z74u3lBEw0lmUMXQ",
-	"WueywC2/aoNFHdMGej5H6h4EsWIGZ94ZcedZPdLPIeIaueHGNinPMqim79fyoB2sUGnXWHqdbqdL7ZFq",
-	"Cat4MA4GnW5n4Dh/bsnAcT2yzFjFj1f9422w9fHj9ueMp0/HFtD2P5XU5jAr8vG0SKTCaRPcw+xQS/PZ",
-	"GolGcXdll/5Y57ZNUDKCiia03Ghz1K5REYm4pnoxvdhQbUq3M52fG2yRZYZ1KtsKY4K4R+nYltlI0OnE",
-	"NTqg/u2Ko2v1HbhFhCh4XuEDS7fWOU9yb6qORJIzscBnddCVCxdJImTWB0Sc92ZcCo5vnzoY3x9ys437",
-	"LilTFORTm+vw8ePl+T6jOc3O2Aj7/bA/PB2EwzPGwtOTk37Y659kPTZMTl6f9gIiJ8HY4iJoB4KVjgvV",
-	"8Q+anMeoJbb9pE9AaLDzwWhvYqHHxnx53w3PJuHfWZhNH0+fwubj8Fsee/2nA3Pn09Qpidq8lemGNEt2",
-	"c+BzykLvvJM8LXYAtEuMZVky+hlMDgGWvLFixRIPriCcd3aLgoBVQocnWS8Z4BkLX8/7aThMTjE8y0bd",
-	"sMf680EyTE9wlAX1+L/TpjFMZ6zQ+NlJ14ltzJ/0m6fhYJANstEphvNuchIOB6dZOD/pZmHG8GyQjZLh",
-	"aZq9GIrGvde94Wg4PBv0d/Od/RF2uz1LgSkJ931110xVu2xo+uk7HWLF/Xj7zrqH7Xtq4vtnhVkwDn46",
-	"3q26jv2e67iZuk/7owFFxL7QlRTaoazf7X49LoPx41fr0Vy2WT1elg3rStudkwQry2Zqxs+1ZRLtehci",
-	"lW0/3I58Nf+Blj5cBGmAoFYz/Eb7nm8Ft1xhfw6hidRV+y+PIbbwuVmwHuS8KjNbLL7anXsbgM/483mn",
-	"IH/RxNTep9A83X501dl9JvsiUX9obEEtS/aDURsana1NQ4JLIpoRIhHvgdpNUVxr4gJEbZ0D6sAMvycw",
-	"d3akclSxtuxrOst+SHw/qZcZPy4gHyToZbJrix1rdG/wnUbv45FrKGiGUsQIBYxOTgYjmG8M6qaZdHRm",
-	"pJzZsz8Wc19Uxw3V1vD+2fcY/pubIZiAk+6OvRMv92Q6U7IEk1MtcdydJh2jNsCICFuAEzaJgTUIctNJ",
-	"Tfr741xkFa8V9lpueemrWltn2+enB7uz0NA6RNWPOs4kb+r+AOCZv+N4ObLUkrjHoHHowJrKr2ONhDXj",
-	"pjlqC3yodxONZQq0GpNF58vc7AurW+vAk++r2ARKjWqFCjLGC7Rzfc5EWuD+ms8uoTXMEQUUcrHAdL80",
-	"EEdkxcy9+GGAsFMsPlSYUPfyiloZHctiNCZLxc0mGN9P2w0uc+PXCduV24YqKhOW2tgVJFvoetWsg6lj",
-	"DPZ6x9qXqgjGQW5MNT4+7vVf0yzW6Y1Pu6fdgIiqv+DlMtCLs0NQhWI7U3R2tNzLfJo+/S8AAP//",
+	"rFrvcts4kn+VLs5WjXwlyfpnjy1/cjbeGt9k4qzt3NSW6TMhsiliQwFcAJKiyvmh7hXuya66AVKULWeT",
+	"ib/RJAT0n193/7rhL1GqF5VWqJyNpl8ig7bSyiL/kerFQquHt8KJmbD4UYmVkKWYlei/KofK0aOoqlKm",
+	"wkmtDv9ptaJ3+FksKr8yQ5saWdHnaBrdFghZ2BJSoZR2MEMwKNICM9Cmfrk20iEovYaOdLAQG1qWC1lK",
+	"NQe9QnNwBgad2YDIHRpwBYKTCwSp4Jre987pfT/qRmiMNtE0qs99WLZ0eexGNi1wIUjWvxjMo2n00+HW",
+	"Lof+qz0M9rjgzR4fH7uvoBlLFqtkn2TJwRQEfNDWzQ3e/P0dVEYuhNnsGKELS+VkCSJW9Weh7BqNBTEX",
+	"UvXhvXYFr87ZRAb/tUTrQFooRJn3SBiH6ox2qL+tC00q6MVCOlgLC6W2DrTiDdZiw94oxAphhqggFcZI",
+	"0nDpumB1rARUy1kpbUGnzGhHchQtWUtX8C5WLBCSywwXlXao0k3vN9wkfe8579FYJS0/JmAx1SqzXS+I",
+	"tKB0hmRWobQr0PRjFXWjAkWGhgHc+vVzHN743cBpWAtJnsq1QY8oMldHOChRWAfDA8IQ2UYazKKpM0ts",
+	"Y2YhlVwsF9F02I3cpsJoGknlcI6MkscGXyzTxaJym6vZPzF1z2U6V4D0Hf7z5uo9aF5FZ4dd/QsC7DVW",
+	"2riLVQjAyugKjZM+bkVVXao3Iv00N3qpsufHXKlyA7k2kGRYyhWaTXIG6wLJiOwcUVXsduk9Pmv2agkz",
+	"07pEoSIOg5VM8TLbH+yGZSWT+nW0x0J8fodq7opoOhyddMmEzd/NCdYZqeZ0ANaK7u6+FR86IuwOBlOU",
+	"K8xAgNJO5iExHRBQEl2h4sVLS6qKqsIMpDvokqpCbSAVlgWshHNo6JD/7ty9ze7vLvD+7l15f3cp7+/+",
+	"a+X/vjb3d//Y3P/P3ZW+v/tQ+Zfv1f3BX6I9ShTCUir9E+5o69EEm+BcA5XYlFq84Bg6UtqqFBvKJ3/d",
+	"ZuwfEaAQdDgZsEcwN7lIEbDEBSq3X4yQDF4CSJ0rZlhIlT078E/ghcqAdWJR3WBqnx/6R4EKpIOC/K8w",
+	"Y++H7AJWqhRZiI9KfgasdFqQCLk2C+F8bB9Pou5Xw74bkX1eUpjBty70FqtPde6S+X3wBVhTIqUIpHyl",
+	"1bMgOp48M8NjO2fdhRhqO6MVuE9Ndr8n5+yUv716aYXABQ1mOttQwUECE/yKRpQZnH+47EPCCxLSR4At",
+	"tKHSnhZSYc+gyAinsfpEOOgQIgONgESqlShl9mDlXAm3NJh0IVHaPeRkleTgjMDbCMT7a4WxskigT5Hx",
+	"XaGuSvR1Yjdn7ijzPD4Qmn1cIRzg56oUUllY01+UKtdGq/m2vIVKyuSjZkKRWLpiqwBkGqmGkQFcuvOz",
+	"M6BV8PvF7a9Xb+NYfTi//TWO1d8/Xlz/Y3sGZWmLqcF22LWS5n5H3bDN2cKBEfBCHwNKfMKHOgduBX9m",
+	"/Ojfoo0P32VIz0FFv5Iq18+lfMvItKF4QIEGfUjsZnVyc8hZlBJV5hdJpjeag7sfqz+kwR4ROuHkrMSt",
+	"BT8sLaW4NygWFq6bOnX+4RI6q9FBP1axImAznBdLy3yOazNvkYSM2rvdVDiFpzSYC01aCGPRxaoSRiyQ",
+	"iCpBvyz1GrMDFlk4WBC/Op7Ab/INhQiFKkOYkRFok14SjZoLk8XKaa5U0Nlm7C4kb+vngzPIJZaZh1cp",
+	"rcPM21AYBDlX2rBhWBUGtGtxV9uQV+0KsI5okSjlJ05CBvOlrYncZDCIVaeJzYDe5IDTl6HgD66oiYTO",
+	"NlN+ev/xHZtGpGSRjhFrYB4cx8vBYDBIuvVPKuEKttK/lpRKnNYHXXD42Xm5pVfx4+3feiddEFD6oF8a",
+	"o+fCIaBNRUV2iqM4XmYng0EckXzCGLGxvLEHowWFbKYFqesKoWBI2pW4wpI4pyHoLRczNDDDjSa/wfGk",
+	"N5MO8lILBx0xIxf93/8O+yc4HpyQFTy3Jl1o21jV+251t7QzG1MoSivcc1BkbuUYQybn0llCclMVvr3P",
+	"6LR7iFhR88DdU5dOpBzoI4nNqRAzG3zm2wjM4GgwfqlDCXHQpuln5JD9DUes2h1H38cWBVvdsfz16voG",
+	"KoN5KeeFq39poZNcfbi9vHp/k/iIsagyG6vkPE3R2h6FodFl75yiqndl5FyqKfxHwvH700/wR0BKqpfK",
+	"YUZvz+vMwu+oC1gLw6rbmo/8bBs+hFnS0Ed+JsJUV+hY1QQGP0uSNvRJUlknqGKIQGpCJadqQZVS53ya",
+	"E2aOzk79Vttqb3BOcUsOeLphhxOdsHXP4lokKpdK2gKzg1jRqmJ7WGvVzxSRtLd1HtpP2EUtGxEVG/yU",
+	"Fph+oje2pUx7I9YzUJuA0mBjYqwrtNQbUpcZdGTAlZi7oJzfhqUJR7e42NOkr7SLVfBnHy5EWtTmDQ7V",
+	"9MsKTWMYko4T6xmJhYJgdfP2N0tdrzObA06NFDVh17p9bpDSzjf1GmnBOlmWZOwQLaPBAJIvj4nPc3RC",
+	"SLi+ZvOyrs/7YJ0ouYP1EhE0w2F8TiBT3nfS2D6cK1iqT0qv1RYNzKQmg0mN9mvKe6VcSFeXLwoxDmit",
+	"Ngu99I5ogov05uWYscHSUlIKEllm0FroXH5YHceKvhweTyj56rnvDJoy6os1HfOznULy68X1+bu3D+fv",
+	"r94/XJ/fXjy8u/z98jZpxgvM/JhtQyfDXCxLB0eDM0gGCbilUR5gLBLoPD/wB82WhoMrj5Vb1/jpwxuf",
+	"i6WbwmR0uicfQWdd6BK304NWX+9jpOFAkBjh8CEYI+k/yUf2KUQ8kXTSMUkKLJc4xS6XiLrRCo31xGbY",
+	"H/QHRM8ol4hKRtNo3B/0x77nLJiMHjYt84Oo5OFqdFg72x5+qR8fZPZ4yIDm31Tauv2sPPiTkUiJkwM8",
+	"wGwfpQrRSoW9IRc+7dIPm9jmACUluF50fGtNNS+gIlZJ02ok9GJDuSnb1nXuWznJCif6FVOxhCAeUDrl",
+	"NEs1k4KaiRYQf/TJ0VPNPtwgQhw9zfAR0/11IdMiqGpjlRZCzfFJHvTpwnuyKYbUuO3MWMg5gb7ZaHq3",
+	"z8zs921QZqjIphzr8PHj5dtdRn2Sn4pjHI16o8nJuDc5FaJ3cnQ06g1HR/lQTNKjX06GEZHjaMq4iLqR",
+	"EgvPxRv/f30qte0Ox8c7HTP92Zpv3A16p+e9v4lefv/l5LHX/nPyPX8OR4975h6P915ItO6NzjbfPjkO",
+	"bZkHID3b5WIh6DE63wdYssZKlEvcOwLz1tkOqiJRKds7yofpGE9F75fZKOtN0hPsnebHg95QjGbjdJId",
+	"4XEeNeOnrTStYU4uSosvTlr8sa35Bz3LrDce5+P8+AR7s0F61JuMT/Le7GiQ93KBp+P8OJ2cZPmzpnw6",
+	"/GU4OZ5MTsej7XyBH3qDwZBbMArCXVvdtkOVh11tO/2gQfi419fvdLBfv2+e1LdD93G3NSWP8IvWRcdo",
+	"MPiuG41vlqM97H3hwoBNydU5TbFiNtN0nNIyk+g2szhtuPz4oXzDf6Bj9ydBamCp1Ey+U7+nU+mGwu/0",
+	"wZYE52z/9Ta4fQFTd4pBlAdOFq96AfO0UpC9qM3t7lJomdUffXbuNv1prJoPrSl8t+7Ku9Aqa13qEHwE",
+	"Jb5/3UG0b+GltdwNGQjaM+N2LSfzOZ4+xKqZCvnG+3l3PQVytysC4YKWDbYOn/zgFZ0Jxtta7Fsq1q6r",
+	"Q51qhnSv5+j3Guwy3ZbbPis9HP/oveQOzqWFknoz47vw46Oj8THMNg5tW01a+uC0fuC1r4vlr4rjh0Ws",
+	"+Oj0RxT/vRk0HA22XQHx/UDSc6MX/sIt9ATffe/aptWvZ6Lf/X1dEDhIWfPdnxtpvW4vdyU8i7PhKvZJ",
+	"C3CwcyEJe+8jX+XakXtc/Oza17NhSPh6N5Hd6OjHKgGB0qJZoeE7aOR5QSFUVuLu+JovV6y/HS71fI7Z",
+	"bmog7inKB//i1QDB3TF+rjClqhgE5TM4To4G45dOaOjA4Vf+6YH5B6ZLI90mmt7dd1s06zpMOupp9Mbf",
+	"SzPr4um8mNvmFsZG957MsIS+oViaMppGhXPV9PBwOPqF2sT+cHoyOBlExKHDBs/n5OE47s8qVHW70992",
+	"DOHMx/vH/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -320,6 +320,11 @@ type ReportEventResponse429Headers struct {
 	RetryAfter int
 }
 
+// ReportEventResponse503Headers the declared response headers of an HTTP 503 response for ReportEvent
+type ReportEventResponse503Headers struct {
+	RetryAfter int
+}
+
 type ReportEventResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -335,8 +340,12 @@ type ReportEventResponse struct {
 	JSON429 *externalRef0.Error
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *externalRef0.Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *externalRef0.DatabaseUnavailable
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReportEventResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReportEventResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -367,6 +376,11 @@ func (r ReportEventResponse) GetJSON429() *externalRef0.Error {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ReportEventResponse) GetJSON500() *externalRef0.Error {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReportEventResponse) GetJSON503() *externalRef0.DatabaseUnavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -492,6 +506,13 @@ func ParseReportEventResponse(rsp *http.Response) (*ReportEventResponse, error) 
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest externalRef0.DatabaseUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -505,6 +526,16 @@ func ParseReportEventResponse(rsp *http.Response) (*ReportEventResponse, error) 
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReportEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

@@ -829,16 +829,41 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Cluster mode only — this node cannot reach Redis, so it cannot answer for the cluster. */
-        ClusterUnavailable: {
+        /**
+         * @description Cluster mode only, `cluster_unavailable`: this node cannot reach Redis,
+         *     so it cannot answer for the cluster. Or `database_unavailable`: the
+         *     database cannot be reached or cannot write now (a PostgreSQL failover),
+         *     with `Retry-After`; nothing of the request is half-written.
+         */
+        Unavailable: {
             headers: {
+                /** @description With `database_unavailable`, seconds to wait before retrying (at least 1). */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description The database cannot be reached or cannot write now (error
+         *     `database_unavailable`): a PostgreSQL primary failing over, until a
+         *     primary answers again. Nothing of the request is half-written; a
+         *     request whose commit was lost on the way may have been carried out, so
+         *     a publish is best retried with the same `Idempotency-Key`. Retry after
+         *     `Retry-After` seconds, on this node or another.
+         */
+        DatabaseUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying (at least 1). */
+                "Retry-After": number;
                 [name: string]: unknown;
             };
             content: {
                 /**
                  * @example {
-                 *       "error": "cluster_unavailable",
-                 *       "description": "The cluster's Redis does not answer, so this node cannot reach the others; nothing was sent. Retry later."
+                 *       "error": "database_unavailable",
+                 *       "description": "The database cannot be reached or cannot write now (it may be failing over); retry after the time in Retry-After."
                  *     }
                  */
                 "application/json": components["schemas"]["Error"];
@@ -883,6 +908,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     createApp: {
@@ -912,6 +938,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getApp: {
@@ -941,6 +968,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     deleteApp: {
@@ -971,6 +999,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     updateApp: {
@@ -1007,6 +1036,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     rotateAppSecret: {
@@ -1036,6 +1066,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     disableApp: {
@@ -1065,6 +1096,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     enableApp: {
@@ -1094,6 +1126,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getAppLive: {
@@ -1123,7 +1156,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
-            503: components["responses"]["ClusterUnavailable"];
+            503: components["responses"]["Unavailable"];
         };
     };
     triggerAppEvent: {
@@ -1203,7 +1236,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["InternalError"];
-            503: components["responses"]["ClusterUnavailable"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getAppChannelEvents: {
@@ -1276,7 +1309,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
-            503: components["responses"]["ClusterUnavailable"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getAppHistory: {
@@ -1306,6 +1339,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     listInstances: {
@@ -1328,6 +1362,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     createInstance: {
@@ -1357,6 +1392,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getInstance: {
@@ -1386,6 +1422,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     deleteInstance: {
@@ -1416,6 +1453,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     updateInstance: {
@@ -1451,6 +1489,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     rotateInstanceSecret: {
@@ -1480,6 +1519,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     disableInstance: {
@@ -1509,6 +1549,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     enableInstance: {
@@ -1538,6 +1579,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     listInstancePublishes: {
@@ -1574,6 +1616,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getInstanceHistory: {
@@ -1603,6 +1646,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
 }

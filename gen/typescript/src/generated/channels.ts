@@ -259,8 +259,21 @@ export interface components {
          *     not linked to a Push instance (`push_not_linked`), when the event names
          *     another channel or more than one (`invalid_push_channel`), or when the
          *     body is not a valid publish (`missing_payload`, `invalid_payload`,
-         *     `invalid_webhook_url`, `invalid_user_id`), whether the user is online or
-         *     not.
+         *     `invalid_webhook_url`, `invalid_user_id`, `invalid_request`), whether
+         *     the user is online or not.
+         *
+         *     Bounds beyond a publish's: its payloads and `webhookUrl` together are at
+         *     most 200 KiB, the Publish API's bound of a publish to users (413
+         *     `body_too_large` beyond). `webhookUrl` comes from the app's server, not
+         *     the Push instance's, so it may lead only where a Web Push endpoint may:
+         *     an `https` URL of a host that is no internal address (loopback,
+         *     private, link-local…), unless the host is one of
+         *     `HERALD_WEBPUSH_ALLOWED_HOSTS` (400 `invalid_webhook_url`
+         *     otherwise); its webhooks are sent only to the addresses that rule
+         *     allows, checked when dialled. Its JSON is held to the Push APIs' rule
+         *     (400 `invalid_request`): no NUL character, lone surrogate escape,
+         *     nesting beyond 100 levels, or number beyond a 64-bit float, written in
+         *     more than 100 characters or with an exponent of more than 3 digits.
          */
         PushIfOffline: {
             webhookUrl?: components["schemas"]["WebhookURL"];
@@ -616,7 +629,10 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Event data over 10 KB, or a request body over 256 KiB. */
+        /**
+         * @description Event data over 10 KB, a request body over 256 KiB, or a trigger's
+         *     `push_if_offline` over 200 KiB.
+         */
         PayloadTooLarge: {
             headers: {
                 [name: string]: unknown;
@@ -673,6 +689,24 @@ export interface components {
                  *       "description": "This Idempotency-Key was used for a request with another body; use a new key for a new request."
                  *     }
                  */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description Cluster mode only, `cluster_unavailable`: this node cannot reach Redis,
+         *     so it can neither send the event to the other nodes nor answer for
+         *     them; nothing was sent. Or, with `push_if_offline` and the user
+         *     offline, `database_unavailable`: the database cannot be reached or
+         *     cannot write now (a PostgreSQL failover), with `Retry-After`; nothing
+         *     is half-written. The request may be retried, on this node or another.
+         */
+        TriggerUnavailable: {
+            headers: {
+                /** @description With `database_unavailable`, seconds to wait before retrying (at least 1). */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
                 "application/json": components["schemas"]["Error"];
             };
         };
@@ -846,7 +880,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["InternalError"];
-            503: components["responses"]["ClusterUnavailable"];
+            503: components["responses"]["TriggerUnavailable"];
         };
     };
     triggerBatchEvents: {

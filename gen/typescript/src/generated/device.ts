@@ -375,8 +375,9 @@ export interface components {
          * @description The request is malformed or breaks a limit: wrong content type, an
          *     instance id that is not a UUID, a body that is not a JSON object, a
          *     missing or invalid field, an invalid interest name, too many interests, an
-         *     invalid `limit` or `cursor`, a JWT without `exp`, `sub` or `iss`, or a
-         *     device already bound to another user.
+         *     invalid `limit` or `cursor`, a JWT without `exp`, `sub` or `iss`, a
+         *     device already bound to another user, or JSON Herald does not store
+         *     (`invalid_request`: see Requests in the API's description).
          */
         BadRequest: {
             headers: {
@@ -505,6 +506,30 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The database cannot be reached or cannot write now (error
+         *     `database_unavailable`): a PostgreSQL primary failing over, until a
+         *     primary answers again. Nothing of the request is half-written; a
+         *     request whose commit was lost on the way may have been carried out, so
+         *     a publish is best retried with the same `Idempotency-Key`. Retry after
+         *     `Retry-After` seconds, on this node or another.
+         */
+        DatabaseUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying (at least 1). */
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "database_unavailable",
+                 *       "description": "The database cannot be reached or cannot write now (it may be failing over); retry after the time in Retry-After."
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: {
         /**
@@ -570,6 +595,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     registerFcmDevice: {
@@ -607,6 +633,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     registerWebDevice: {
@@ -642,6 +669,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getDevice: {
@@ -682,6 +710,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     deleteDevice: {
@@ -723,6 +752,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     updateDeviceMetadata: {
@@ -775,6 +805,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     updateFcmToken: {
@@ -821,6 +852,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     setDeviceUser: {
@@ -865,6 +897,7 @@ export interface operations {
             422: components["responses"]["TooManyDevices"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     listDeviceInterests: {
@@ -916,6 +949,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     setDeviceInterests: {
@@ -970,6 +1004,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     addDeviceInterest: {
@@ -1016,6 +1051,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     removeDeviceInterest: {
@@ -1062,6 +1098,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getWebVapidPublicKey: {

@@ -443,7 +443,9 @@ export interface components {
         /**
          * @description The Authorization header is missing, the content type is not JSON, the
          *     instance id is not a UUID, the body is too large (10 KiB for interests,
-         *     200 KiB for users) or not a JSON object, or a path parameter is invalid.
+         *     200 KiB for users) or not a JSON object, a path parameter is invalid, or
+         *     the body is JSON Herald does not store (`invalid_request`: see Requests
+         *     in the API's description).
          */
         BadRequest: {
             headers: {
@@ -561,6 +563,30 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The database cannot be reached or cannot write now (error
+         *     `database_unavailable`): a PostgreSQL primary failing over, until a
+         *     primary answers again. Nothing of the request is half-written; a
+         *     request whose commit was lost on the way may have been carried out, so
+         *     a publish is best retried with the same `Idempotency-Key`. Retry after
+         *     `Retry-After` seconds, on this node or another.
+         */
+        DatabaseUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying (at least 1). */
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "database_unavailable",
+                 *       "description": "The database cannot be reached or cannot write now (it may be failing over); retry after the time in Retry-After."
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: {
         /**
@@ -637,6 +663,7 @@ export interface operations {
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     publishToInterestsBare: {
@@ -682,6 +709,7 @@ export interface operations {
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     publishToUsers: {
@@ -727,6 +755,7 @@ export interface operations {
             422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     getPublish: {
@@ -763,6 +792,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     deleteUser: {
@@ -791,6 +821,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
     deleteUserViaUserAPI: {
@@ -819,6 +850,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
 }

@@ -73,7 +73,32 @@ export interface components {
             description: string;
         };
     };
-    responses: never;
+    responses: {
+        /**
+         * @description The database cannot be reached or cannot write now (error
+         *     `database_unavailable`): a PostgreSQL primary failing over, until a
+         *     primary answers again. Nothing of the request is half-written; a
+         *     request whose commit was lost on the way may have been carried out, so
+         *     a publish is best retried with the same `Idempotency-Key`. Retry after
+         *     `Retry-After` seconds, on this node or another.
+         */
+        DatabaseUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying (at least 1). */
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": "database_unavailable",
+                 *       "description": "The database cannot be reached or cannot write now (it may be failing over); retry after the time in Retry-After."
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
     headers: never;
@@ -115,8 +140,9 @@ export interface operations {
             };
             /**
              * @description The content type is not JSON, the instance id is not a UUID, the body
-             *     is not a JSON object, or `event`, `publishId`, `deviceId` or
-             *     `timestampSecs` is missing or invalid.
+             *     is not a JSON object, `event`, `publishId`, `deviceId` or
+             *     `timestampSecs` is missing or invalid, or the body is JSON Herald
+             *     does not store (`invalid_request`: see the API's description).
              */
             400: {
                 headers: {
@@ -197,6 +223,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            503: components["responses"]["DatabaseUnavailable"];
         };
     };
 }
