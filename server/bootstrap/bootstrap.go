@@ -19,6 +19,9 @@ import (
 // Run creates or updates the apps and instances that cfg names and, when the
 // database has none, creates a default of each.
 func Run(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger) error {
+	if err := checkSettings(cfg); err != nil {
+		return err
+	}
 	if err := ensureApp(ctx, db, cfg, log); err != nil {
 		return fmt.Errorf("default app: %w", err)
 	}
@@ -29,6 +32,66 @@ func Run(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger
 		return fmt.Errorf("HERALD_APP_PUSH_INSTANCE: %w", err)
 	}
 	return nil
+}
+
+// checkSettings holds each setting that goes into the default app or
+// instance to the rules the admin API and the CLI apply to the field it
+// sets (manage's), before anything is written: a non-UUID
+// HERALD_INSTANCE_ID or an app secret with characters the admin API refuses
+// stopped nothing at start, and the error names the variable. Each value is
+// checked alone, set on an otherwise valid app or instance, so that the
+// message is about it; none of the messages shows a secret.
+func checkSettings(cfg config.Config) error {
+	var errs []error
+	for _, s := range []struct {
+		name, value string
+		check       func(string) error
+	}{
+		{"HERALD_APP_ID", cfg.AppID, func(v string) error { return app(func(a *storage.App) { a.ID = v }) }},
+		{"HERALD_APP_KEY", cfg.AppKey, func(v string) error { return app(func(a *storage.App) { a.Key = v }) }},
+		{"HERALD_APP_SECRET", cfg.AppSecret, func(v string) error { return app(func(a *storage.App) { a.Secret = v }) }},
+		{"HERALD_APP_WEBHOOK_URL", cfg.AppWebhookURL, func(v string) error {
+			return app(func(a *storage.App) { a.Webhooks = []storage.Webhook{{URL: v}} })
+		}},
+		{"HERALD_INSTANCE_ID", cfg.InstanceID, func(v string) error { return instance(func(in *storage.Instance) { in.ID = v }) }},
+		{"HERALD_INSTANCE_SECRET_KEY", cfg.InstanceSecretKey, func(v string) error {
+			return instance(func(in *storage.Instance) { in.SecretKey = v })
+		}},
+		{"HERALD_APNS_KEY_ID", cfg.APNsKeyID, func(v string) error { return instance(func(in *storage.Instance) { in.APNs.KeyID = v }) }},
+		{"HERALD_APNS_TEAM_ID", cfg.APNsTeamID, func(v string) error { return instance(func(in *storage.Instance) { in.APNs.TeamID = v }) }},
+		{"HERALD_APNS_TOPIC", cfg.APNsTopic, func(v string) error { return instance(func(in *storage.Instance) { in.APNs.Topic = v }) }},
+		{"HERALD_APNS_URL", cfg.APNsURL, func(v string) error { return instance(func(in *storage.Instance) { in.APNs.URL = v }) }},
+		{"HERALD_FCM_URL", cfg.FCMURL, func(v string) error { return instance(func(in *storage.Instance) { in.FCM.URL = v }) }},
+		{"HERALD_VAPID_SUBJECT", cfg.VAPIDSubject, func(v string) error { return instance(func(in *storage.Instance) { in.VAPID.Subject = v }) }},
+	} {
+		if s.value == "" {
+			continue // unset: the stored value or the default stays
+		}
+		if err := s.check(s.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		}
+	}
+	// The gateways' files, read and held to their fields' rules on an
+	// instance of no consequence.
+	probe := storage.Instance{}
+	if err := applyGateways(&probe, cfg); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// app validates an otherwise valid app with set applied to it.
+func app(set func(*storage.App)) error {
+	a := manage.NewApp()
+	set(&a)
+	return manage.ValidateApp(a)
+}
+
+// instance validates an otherwise valid instance with set applied to it.
+func instance(set func(*storage.Instance)) error {
+	in := storage.Instance{ID: "00000000-0000-4000-8000-000000000000", SecretKey: "k", Enabled: true}
+	set(&in)
+	return manage.ValidateInstance(in)
 }
 
 // linkPushInstance links the app from the environment to
@@ -186,15 +249,20 @@ func gatewayVarsSet(cfg config.Config) bool {
 // applyGateways copies the gateway variables that are set onto in, reading
 // the key, CA and service account files.
 func applyGateways(in *storage.Instance, cfg config.Config) error {
-	read := func(path string, dst *string) error {
+	// A file's content is held to the rules of the field it sets, as
+	// checkSettings holds the values of the other variables.
+	read := func(name, path string, set func(*storage.Instance, string)) error {
 		if path == "" {
 			return nil
 		}
 		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
+		if err == nil {
+			err = instance(func(probe *storage.Instance) { set(probe, string(b)) })
 		}
-		*dst = string(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		set(in, string(b))
 		return nil
 	}
 	set := func(v string, dst *string) {
@@ -203,9 +271,9 @@ func applyGateways(in *storage.Instance, cfg config.Config) error {
 		}
 	}
 	if err := errors.Join(
-		read(cfg.APNsKeyFile, &in.APNs.KeyPEM),
-		read(cfg.APNsCAFile, &in.APNs.CAPEM),
-		read(cfg.FCMServiceAccountFile, &in.FCM.ServiceAccountJSON),
+		read("HERALD_APNS_KEY_FILE", cfg.APNsKeyFile, func(i *storage.Instance, v string) { i.APNs.KeyPEM = v }),
+		read("HERALD_APNS_CA_FILE", cfg.APNsCAFile, func(i *storage.Instance, v string) { i.APNs.CAPEM = v }),
+		read("HERALD_FCM_SERVICE_ACCOUNT_FILE", cfg.FCMServiceAccountFile, func(i *storage.Instance, v string) { i.FCM.ServiceAccountJSON = v }),
 	); err != nil {
 		return err
 	}

@@ -508,8 +508,8 @@ func TestRunInstanceFromEnv(t *testing.T) {
 		log, _ := observed()
 		missing := filepath.Join(t.TempDir(), "missing.p8")
 		err := Run(context.Background(), db, config.Config{InstanceID: instanceID, APNsKeyFile: missing}, log)
-		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "default instance") {
-			t.Fatalf("Run: got %v, want a default instance error naming %s", err, missing)
+		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "HERALD_APNS_KEY_FILE") {
+			t.Fatalf("Run: got %v, want an error naming HERALD_APNS_KEY_FILE and %s", err, missing)
 		}
 		if n := len(listInstances(t, db)); n != 0 {
 			t.Fatalf("got %d instances after the failure, want 0", n)
@@ -569,4 +569,52 @@ func TestRunSeveralInstances(t *testing.T) {
 			t.Fatalf("got topics %q and %q, want only the named instance's set", got[0].APNs.Topic, got[1].APNs.Topic)
 		}
 	})
+}
+
+// A setting that the admin API would refuse in the field it sets stops the
+// start with an error naming the variable, before anything is written, and
+// without the secret it holds: a non-UUID instance id, a key or secret with
+// characters outside A-Z a-z 0-9 _ - ., the NUL character a TOML file can
+// hold, a value over its length, a key file holding NUL.
+func TestRunRefusesWhatTheAdminAPIRefuses(t *testing.T) {
+	const secret = "s3cret:with/odd chars"
+	for _, tt := range []struct {
+		name, variable string
+		cfg            func(t *testing.T) config.Config
+	}{
+		{"AppID", "HERALD_APP_ID", func(*testing.T) config.Config { return config.Config{AppID: "a/b"} }},
+		{"AppKey", "HERALD_APP_KEY", func(*testing.T) config.Config { return config.Config{AppID: "42", AppKey: secret} }},
+		{"AppSecret", "HERALD_APP_SECRET", func(*testing.T) config.Config { return config.Config{AppID: "42", AppSecret: secret} }},
+		{"AppSecretNUL", "HERALD_APP_SECRET", func(*testing.T) config.Config { return config.Config{AppID: "42", AppSecret: "s3cret\x00"} }},
+		{"AppWebhookURL", "HERALD_APP_WEBHOOK_URL", func(*testing.T) config.Config {
+			return config.Config{AppID: "42", AppWebhookURL: "https://example.com/" + strings.Repeat("x", 3000)}
+		}},
+		{"InstanceID", "HERALD_INSTANCE_ID", func(*testing.T) config.Config { return config.Config{InstanceID: "not-a-uuid"} }},
+		{"InstanceIDBraced", "HERALD_INSTANCE_ID", func(*testing.T) config.Config { return config.Config{InstanceID: "{" + instanceID + "}"} }},
+		{"InstanceSecretKeyNUL", "HERALD_INSTANCE_SECRET_KEY", func(*testing.T) config.Config {
+			return config.Config{InstanceID: instanceID, InstanceSecretKey: "s3cret\x00key"}
+		}},
+		{"InstanceSecretKeyLong", "HERALD_INSTANCE_SECRET_KEY", func(*testing.T) config.Config {
+			return config.Config{InstanceID: instanceID, InstanceSecretKey: strings.Repeat("s3cret", 50)}
+		}},
+		{"APNsTopic", "HERALD_APNS_TOPIC", func(*testing.T) config.Config { return config.Config{APNsTopic: strings.Repeat("t", 300)} }},
+		{"APNsKeyFileNUL", "HERALD_APNS_KEY_FILE", func(t *testing.T) config.Config {
+			return config.Config{InstanceID: instanceID, APNsKeyFile: writeFile(t, "apns.p8", "-----BEGIN PRIVATE KEY-----\x00")}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := openDB(t)
+			log, logs := observed()
+			err := Run(context.Background(), db, tt.cfg(t), log)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.variable+": ") || !manage.IsInvalid(err) {
+				t.Fatalf("Run: %v, want a refusal naming %s", err, tt.variable)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("the refusal shows the secret: %v", err)
+			}
+			if apps, ins := listApps(t, db), listInstances(t, db); len(apps) != 0 || len(ins) != 0 || logs.Len() != 0 {
+				t.Fatalf("after the refusal: %d apps, %d instances, %d log entries; want nothing done", len(apps), len(ins), logs.Len())
+			}
+		})
+	}
 }

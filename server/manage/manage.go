@@ -105,6 +105,9 @@ func ValidateWebhook(w storage.Webhook) error { return validateWebhook(w, w.URL)
 // info and query (text.RedactURL), where credentials go.
 func validateWebhook(w storage.Webhook, label string) error {
 	label = text.RedactURL(label)
+	if holdsNUL(w.URL, w.ChannelPrefix) {
+		return errNUL
+	}
 	if len(w.URL) > maxURLLength || len(w.ChannelPrefix) > 200 {
 		return invalid("webhook %.64q: the URL is limited to %d characters and the channel prefix to 200", label, maxURLLength)
 	}
@@ -169,10 +172,30 @@ func ValidateInstance(in storage.Instance) error {
 	}
 	for _, u := range []struct{ name, url string }{{"APNs", in.APNs.URL}, {"FCM", in.FCM.URL}} {
 		if u.url != "" && !strings.HasPrefix(u.url, "http://") && !strings.HasPrefix(u.url, "https://") {
-			errs = append(errs, invalid("the %s URL must start with http:// or https://, not %q", u.name, u.url))
+			errs = append(errs, invalid("the %s URL must start with http:// or https://, not %q", u.name, text.RedactURL(u.url)))
 		}
 	}
+	if holdsNUL(in.SecretKey, in.JWTIssuer, in.APNs.KeyPEM, in.APNs.KeyID, in.APNs.TeamID, in.APNs.Topic, in.APNs.URL,
+		in.APNs.CAPEM, in.FCM.ServiceAccountJSON, in.FCM.URL, in.VAPID.Subject) {
+		errs = append(errs, errNUL)
+	}
 	return errors.Join(errs...)
+}
+
+// errNUL refuses the NUL character, which the admin API refuses in every
+// request (PostgreSQL's text cannot hold it): the CLI and the settings read
+// at start (a TOML file may hold "\u0000", a key file anything) follow the
+// same rule.
+var errNUL = invalid("no field may hold the NUL character")
+
+// holdsNUL reports whether any of fields holds the NUL character.
+func holdsNUL(fields ...string) bool {
+	for _, f := range fields {
+		if strings.IndexByte(f, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // RotateAppSecret gives the app a new random secret.

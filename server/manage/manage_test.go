@@ -32,6 +32,7 @@ func TestValidateApp(t *testing.T) {
 		{"ErrNegativeLimit", func(a *storage.App) { a.MaxConnections = -1 }, "negative"},
 		{"ErrNegativeMembers", func(a *storage.App) { a.MaxPresenceMembers = -1 }, "negative"},
 		{"ErrWebhookScheme", func(a *storage.App) { a.Webhooks = []storage.Webhook{{URL: "ftp://example.com"}} }, "http://"},
+		{"ErrWebhookNUL", func(a *storage.App) { a.Webhooks = []storage.Webhook{{URL: "https://example.com/\x00"}} }, "NUL"},
 		{"ErrWebhookKind", func(a *storage.App) {
 			a.Webhooks = []storage.Webhook{{URL: "https://example.com", EventTypes: []string{"nope"}}}
 		}, "unknown event kind"},
@@ -125,6 +126,9 @@ func TestValidateInstance(t *testing.T) {
 		{"ErrAPNsURL", func(in *storage.Instance) { in.APNs.URL = "api.push.apple.com" }, "APNs URL"},
 		{"ErrFCMURL", func(in *storage.Instance) { in.FCM.URL = "ftp://fcm" }, "FCM URL"},
 		{"ErrLongTopic", func(in *storage.Instance) { in.APNs.Topic = strings.Repeat("t", 257) }, "APNs topic"},
+		{"ErrNULSecret", func(in *storage.Instance) { in.SecretKey = "a\x00b" }, "NUL"},
+		{"ErrNULKeyFile", func(in *storage.Instance) { in.APNs.KeyPEM = "-----BEGIN\x00" }, "NUL"},
+		{"ErrURLShownRedacted", func(in *storage.Instance) { in.FCM.URL = "ftp://user:s3cret@fcm" }, "not \"ftp://fcm\""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := valid()
