@@ -42,6 +42,10 @@ func Run(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.Logger
 // checked alone, set on an otherwise valid app or instance, so that the
 // message is about it; none of the messages shows a secret.
 func checkSettings(cfg config.Config) error {
+	push := cfg.AppPushInstance
+	if push == "none" {
+		push = "" // unlinks
+	}
 	var errs []error
 	for _, s := range []struct {
 		name, value string
@@ -52,6 +56,9 @@ func checkSettings(cfg config.Config) error {
 		{"HERALD_APP_SECRET", cfg.AppSecret, func(v string) error { return app(func(a *storage.App) { a.Secret = v }) }},
 		{"HERALD_APP_WEBHOOK_URL", cfg.AppWebhookURL, func(v string) error {
 			return app(func(a *storage.App) { a.Webhooks = []storage.Webhook{{URL: v}} })
+		}},
+		{"HERALD_APP_PUSH_INSTANCE", push, func(v string) error {
+			return app(func(a *storage.App) { a.PushInstance = v })
 		}},
 		{"HERALD_INSTANCE_ID", cfg.InstanceID, func(v string) error { return instance(func(in *storage.Instance) { in.ID = v }) }},
 		{"HERALD_INSTANCE_SECRET_KEY", cfg.InstanceSecretKey, func(v string) error {

@@ -589,6 +589,7 @@ func TestRunRefusesWhatTheAdminAPIRefuses(t *testing.T) {
 		{"AppWebhookURL", "HERALD_APP_WEBHOOK_URL", func(*testing.T) config.Config {
 			return config.Config{AppID: "42", AppWebhookURL: "https://example.com/" + strings.Repeat("x", 3000)}
 		}},
+		{"AppPushInstance", "HERALD_APP_PUSH_INSTANCE", func(*testing.T) config.Config { return config.Config{AppID: "42", AppPushInstance: "nonexistent"} }},
 		{"InstanceID", "HERALD_INSTANCE_ID", func(*testing.T) config.Config { return config.Config{InstanceID: "not-a-uuid"} }},
 		{"InstanceIDBraced", "HERALD_INSTANCE_ID", func(*testing.T) config.Config { return config.Config{InstanceID: "{" + instanceID + "}"} }},
 		{"InstanceSecretKeyNUL", "HERALD_INSTANCE_SECRET_KEY", func(*testing.T) config.Config {
