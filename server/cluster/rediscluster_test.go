@@ -152,7 +152,7 @@ func TestBadRedisClusterSettingsStopTheStart(t *testing.T) {
 // info, AUTH with OK and every other command with an error, as Redis
 // answers a command it does not know: for the states a Redis Cluster's node reports that a test
 // cannot easily put real ones in.
-func fakeClusterNode(t *testing.T, info string) string {
+func fakeClusterNode(t testing.TB, info string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
