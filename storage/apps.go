@@ -20,6 +20,12 @@ const (
 	// DefaultHistoryTTL is the App.HistoryTTL of an app that keeps history
 	// but gave no age limit.
 	DefaultHistoryTTL = time.Hour
+	// DefaultRecoveryWindow is the App.RecoveryWindow of an app that set
+	// none: how long a connection that dropped may take to come back and
+	// still get what it missed.
+	DefaultRecoveryWindow = 2 * time.Minute
+	// RecoveryOff is the App.RecoveryWindow of an app that recovers nothing.
+	RecoveryOff = -time.Millisecond
 )
 
 // App is a Channels application.
@@ -45,6 +51,11 @@ type App struct {
 	// stored as DefaultHistoryTTL when HistoryEvents is set. Whole
 	// milliseconds.
 	HistoryTTL time.Duration
+	// RecoveryWindow is how long after losing its connection a client may
+	// come back and get what it missed on its channels, for an app that
+	// keeps history; 0 is stored as DefaultRecoveryWindow, RecoveryOff
+	// turns it off. Whole milliseconds.
+	RecoveryWindow time.Duration
 	// PushInstance is the id of the Push instance the app is linked to,
 	// which a trigger's push_if_offline publishes through; empty when
 	// none. It must name an existing instance (ErrUnknownInstance); when
@@ -77,7 +88,7 @@ func (w Webhook) Takes(kind, channel string) bool {
 
 // appColumns lists the apps columns in the order scanApp reads them.
 const appColumns = `id, key, secret, enabled, client_events, subscription_count, user_auth_timeout_ms,
-	max_connections, max_presence_members, max_presence_user_info_bytes, history_events, history_ttl_ms, push_instance, created_at_ms, updated_at_ms`
+	max_connections, max_presence_members, max_presence_user_info_bytes, history_events, history_ttl_ms, recovery_window_ms, push_instance, created_at_ms, updated_at_ms`
 
 // CreateApp stores a new app and its webhooks and returns it as stored, with
 // timestamps, defaults and webhook IDs filled in. It returns ErrConflict when
@@ -91,10 +102,10 @@ func (db *DB) CreateApp(ctx context.Context, app App) (App, error) {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO apps (`+appColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			app.ID, app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
 			app.UserAuthTimeout.Milliseconds(), app.MaxConnections, app.MaxPresenceMembers,
-			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), nullable(app.PushInstance),
+			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), app.RecoveryWindow.Milliseconds(), nullable(app.PushInstance),
 			app.CreatedAt.UnixMilli(), app.UpdatedAt.UnixMilli())
 		if err != nil {
 			return conflict(err)
@@ -198,11 +209,11 @@ func (db *DB) UpdateApp(ctx context.Context, app App) error {
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE apps SET key = ?, secret = ?, enabled = ?, client_events = ?,
 			subscription_count = ?, user_auth_timeout_ms = ?, max_connections = ?, max_presence_members = ?,
-			max_presence_user_info_bytes = ?, history_events = ?, history_ttl_ms = ?, push_instance = ?, updated_at_ms = ?
+			max_presence_user_info_bytes = ?, history_events = ?, history_ttl_ms = ?, recovery_window_ms = ?, push_instance = ?, updated_at_ms = ?
 			WHERE id = ?`,
 			app.Key, app.Secret, app.Enabled, app.ClientEvents, app.SubscriptionCount,
 			app.UserAuthTimeout.Milliseconds(), app.MaxConnections, app.MaxPresenceMembers,
-			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), nullable(app.PushInstance),
+			app.MaxPresenceUserInfoBytes, app.HistoryEvents, app.HistoryTTL.Milliseconds(), app.RecoveryWindow.Milliseconds(), nullable(app.PushInstance),
 			now().UnixMilli(), app.ID)
 		if err != nil {
 			return conflict(err)
@@ -255,6 +266,12 @@ func (app App) withDefaults() App {
 	if app.HistoryEvents > 0 && app.HistoryTTL == 0 {
 		app.HistoryTTL = DefaultHistoryTTL
 	}
+	switch {
+	case app.RecoveryWindow == 0:
+		app.RecoveryWindow = DefaultRecoveryWindow
+	case app.RecoveryWindow < 0:
+		app.RecoveryWindow = RecoveryOff
+	}
 	return app
 }
 
@@ -285,17 +302,18 @@ func nullable(s string) any {
 
 func scanApp(s scanner) (App, error) {
 	var app App
-	var userAuthTimeoutMS, historyTTLMS, createdMS, updatedMS int64
+	var userAuthTimeoutMS, historyTTLMS, recoveryWindowMS, createdMS, updatedMS int64
 	var pushInstance sql.NullString
 	err := s.Scan(&app.ID, &app.Key, &app.Secret, &app.Enabled, &app.ClientEvents, &app.SubscriptionCount,
 		&userAuthTimeoutMS, &app.MaxConnections, &app.MaxPresenceMembers, &app.MaxPresenceUserInfoBytes,
-		&app.HistoryEvents, &historyTTLMS, &pushInstance, &createdMS, &updatedMS)
+		&app.HistoryEvents, &historyTTLMS, &recoveryWindowMS, &pushInstance, &createdMS, &updatedMS)
 	if err != nil {
 		return App{}, err
 	}
 	app.PushInstance = pushInstance.String
 	app.UserAuthTimeout = time.Duration(userAuthTimeoutMS) * time.Millisecond
 	app.HistoryTTL = time.Duration(historyTTLMS) * time.Millisecond
+	app.RecoveryWindow = time.Duration(recoveryWindowMS) * time.Millisecond
 	app.CreatedAt = fromMillis(createdMS)
 	app.UpdatedAt = fromMillis(updatedMS)
 	return app, nil

@@ -20,6 +20,7 @@ func testApp(id, key string) App {
 		MaxPresenceUserInfoBytes: 2048,
 		HistoryEvents:            25,
 		HistoryTTL:               5 * time.Minute,
+		RecoveryWindow:           30 * time.Second,
 		Webhooks: []Webhook{
 			{URL: "https://example.com/hook", EventTypes: []string{"channel_occupied", "channel_vacated"}, ChannelPrefix: "private-", Batch: true},
 			{URL: "https://example.com/all"},
@@ -58,6 +59,7 @@ func TestCreateApp(t *testing.T) {
 		got, err := db.CreateApp(t.Context(), App{ID: "1", Key: "key1", Webhooks: []Webhook{{URL: "https://example.com", EventTypes: []string{}}}})
 		checkErr(t, "CreateApp", err, nil)
 		check(t, "MaxPresenceMembers", got.MaxPresenceMembers, DefaultMaxPresenceMembers)
+		check(t, "RecoveryWindow", got.RecoveryWindow, DefaultRecoveryWindow)
 		check(t, "MaxPresenceUserInfoBytes", got.MaxPresenceUserInfoBytes, DefaultMaxPresenceUserInfoBytes)
 		check(t, "HistoryEvents", got.HistoryEvents, 0)
 		check(t, "HistoryTTL", got.HistoryTTL, time.Duration(0)) // no history, no age limit
@@ -168,6 +170,7 @@ func TestUpdateApp(t *testing.T) {
 			MaxPresenceUserInfoBytes: 64,
 			HistoryEvents:            3,
 			HistoryTTL:               0, // stored as the default, since history is on
+			RecoveryWindow:           RecoveryOff,
 			Webhooks:                 []Webhook{{URL: "https://example.org/new", EventTypes: []string{"client_event"}}},
 			CreatedAt:                time.Unix(1, 0), // ignored
 		}
