@@ -142,17 +142,22 @@ type Entry struct {
 	Channel string
 	Name    string
 	Data    string // as triggered: an encrypted channel's ciphertext
+	// Exclude is the socket_id the event was triggered without, which a
+	// recovery of that connection's subscription leaves out too. Only a
+	// Positioned store keeps it.
+	Exclude string
 }
 
 // Cost is what keeping the entry counts against Limits.MaxBytes, its
 // channel aside (ChannelCost).
-func (e Entry) Cost() int { return len(e.Name) + len(e.Data) + EventOverhead }
+func (e Entry) Cost() int { return len(e.Name) + len(e.Data) + len(e.Exclude) + EventOverhead }
 
 // Event is a kept event.
 type Event struct {
-	ID   ID
-	Name string
-	Data string
+	ID      ID
+	Name    string
+	Data    string
+	Exclude string // Entry.Exclude
 }
 
 // Time is when the event was appended.
@@ -223,6 +228,26 @@ type Store interface {
 	// Stats returns the store's figures.
 	Stats() Stats
 }
+
+// Positioned is a Store that recovery can build on (one node's Memory):
+// it tells the IDs of what it appends, so that a publish can carry them,
+// and gives back every event of a channel after a position, saying whether
+// its log still holds all of them.
+type Positioned interface {
+	Store
+	// AppendIDs is Append, returning the ID of each entry.
+	AppendIDs(ctx context.Context, app string, p Policy, entries []Entry, now time.Time) ([]ID, error)
+	// Last is the ID of the newest event appended to the channel (zero
+	// when none is kept).
+	Last(app, channel string) ID
+	// Since returns, oldest first, the events of the channel after after
+	// and up to upTo, and complete: false when the log no longer holds
+	// every event after after (dropped past a bound or for age, or with
+	// their channel), which the caller cannot then make up for.
+	Since(ctx context.Context, app, channel string, p Policy, after, upTo ID, now time.Time) (events []Event, complete bool, err error)
+}
+
+var _ Positioned = (*Memory)(nil)
 
 // limit is q.Limit within 1..MaxPage.
 func (q Query) limit() int {

@@ -33,6 +33,9 @@ type appLog struct {
 	events   int
 	ttl      time.Duration // of the app's last Append, for Sweep
 	dead     bool          // Sweep took it out of Memory.apps: make a new one
+	// evicted is the newest ID of any channel dropped whole: events after
+	// a position before it may have been lost with their channel.
+	evicted ID
 }
 
 // channelLog is one channel's events, oldest first, in a ring: no more
@@ -45,6 +48,8 @@ type channelLog struct {
 	n     int
 	bytes int
 	last  ID // of the newest event ever appended, so IDs keep increasing
+	since ID // of the first event of this log: what came before went with an earlier one
+	gone  ID // of the newest event dropped while the log stayed
 	elem  *list.Element
 }
 
@@ -71,9 +76,15 @@ func (m *Memory) app(app string, create bool) *appLog {
 }
 
 // Append implements Store.
-func (m *Memory) Append(_ context.Context, app string, p Policy, entries []Entry, now time.Time) error {
+func (m *Memory) Append(ctx context.Context, app string, p Policy, entries []Entry, now time.Time) error {
+	_, err := m.AppendIDs(ctx, app, p, entries, now)
+	return err
+}
+
+// AppendIDs implements Positioned.
+func (m *Memory) AppendIDs(_ context.Context, app string, p Policy, entries []Entry, now time.Time) ([]ID, error) {
 	if !p.On() || len(entries) == 0 {
-		return nil
+		return nil, nil
 	}
 	a := m.app(app, true)
 	a.mu.Lock()
@@ -89,8 +100,9 @@ func (m *Memory) Append(_ context.Context, app string, p Policy, entries []Entry
 	for e := a.lru.Front(); e != nil && e.Value.(*channelLog).last.MS < floor; e = a.lru.Front() {
 		m.dropChannel(a, e.Value.(*channelLog), DroppedAge)
 	}
-	for _, e := range entries {
-		m.append(a, p, e, now)
+	ids := make([]ID, len(entries))
+	for i, e := range entries {
+		ids[i] = m.append(a, p, e, now)
 	}
 	for a.bytes > m.limits.MaxBytes && a.lru.Len() > 0 {
 		ch := a.lru.Front().Value.(*channelLog)
@@ -100,11 +112,12 @@ func (m *Memory) Append(_ context.Context, app string, p Policy, entries []Entry
 			m.dropOldest(a, ch, 1, DroppedBytes)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
-// append keeps one entry and restores the channel's bounds. a.mu is held.
-func (m *Memory) append(a *appLog, p Policy, e Entry, now time.Time) {
+// append keeps one entry, restores the channel's bounds and returns the
+// entry's ID. a.mu is held.
+func (m *Memory) append(a *appLog, p Policy, e Entry, now time.Time) ID {
 	ch := a.channels[e.Channel]
 	if ch == nil {
 		ch = &channelLog{name: e.Channel, bytes: ChannelCost(e.Channel)}
@@ -128,16 +141,20 @@ func (m *Memory) append(a *appLog, p Policy, e Entry, now time.Time) {
 		id = ID{ch.last.MS, ch.last.Seq + 1}
 	}
 	ch.last = id
+	if ch.since.IsZero() {
+		ch.since = id
+	}
 	name := e.Name
 	if ch.n > 0 && ch.at(ch.n-1).Name == name {
 		name = ch.at(ch.n - 1).Name // one copy of a name the channel repeats
 	}
-	ch.push(Event{ID: id, Name: name, Data: e.Data}, p.Events)
+	ch.push(Event{ID: id, Name: name, Data: e.Data, Exclude: e.Exclude}, p.Events)
 	cost := e.Cost()
 	ch.bytes += cost
 	a.bytes += cost
 	a.events++
 	m.dropExpired(a, ch, p.TTL, now)
+	return id
 }
 
 // at returns the channel's i-th kept event, oldest first.
@@ -181,15 +198,21 @@ func (m *Memory) dropOldest(a *appLog, ch *channelLog, n int, why Reason) {
 		a.bytes -= ch.bytes // the channel's own cost
 		a.lru.Remove(ch.elem)
 		delete(a.channels, ch.name)
+		if a.evicted.Less(ch.last) {
+			a.evicted = ch.last
+		}
 	}
 }
 
 // drop drops the n oldest events of ch, leaving ch itself.
 func (m *Memory) drop(a *appLog, ch *channelLog, n int, why Reason) {
 	n = min(n, ch.n)
+	if n > 0 && ch.gone.Less(ch.at(n-1).ID) {
+		ch.gone = ch.at(n - 1).ID
+	}
 	for i := range n {
 		ev := ch.at(i)
-		cost := Entry{Name: ev.Name, Data: ev.Data}.Cost()
+		cost := Entry{Name: ev.Name, Data: ev.Data, Exclude: ev.Exclude}.Cost()
 		ch.bytes -= cost
 		a.bytes -= cost
 		*ev = Event{} // let the strings go
@@ -262,6 +285,64 @@ func (m *Memory) Read(_ context.Context, app, channel string, p Policy, q Query,
 	}
 	page.More = start > from
 	return page, nil
+}
+
+// Last implements Positioned.
+func (m *Memory) Last(app, channel string) ID {
+	a := m.app(app, false)
+	if a == nil {
+		return ID{}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ch := a.channels[channel]; ch != nil {
+		return ch.last
+	}
+	return ID{}
+}
+
+// Since implements Positioned.
+func (m *Memory) Since(_ context.Context, app, channel string, p Policy, after, upTo ID, now time.Time) ([]Event, bool, error) {
+	a := m.app(app, false)
+	if a == nil || !p.On() {
+		// Sweep forgets an app only once all its events are past its TTL,
+		// and a recovery's window is within the TTL: nothing missed is lost.
+		return nil, p.On(), nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := a.channels[channel]
+	if ch == nil || after.Less(ch.since) {
+		// What came after the position, if anything, was in a log of the
+		// channel that went whole: lost if one went after it.
+		if after.Less(a.evicted) {
+			return nil, false, nil
+		}
+		if ch == nil {
+			return nil, true, nil
+		}
+	}
+	if after.Less(ch.gone) {
+		return nil, false, nil // dropped from the log
+	}
+	start := 0
+	if !after.IsZero() {
+		next, ok := after.Next()
+		if !ok {
+			return nil, true, nil
+		}
+		start = ch.search(next)
+	}
+	// Past the policy (it may have shrunk, or they aged) is lost too.
+	floor := ID{MS: uint64(now.Add(-p.TTL).UnixMilli())}
+	if start < ch.n && start < max(ch.search(floor), ch.n-p.Events) {
+		return nil, false, nil
+	}
+	var out []Event
+	for i := start; i < ch.n && !upTo.Less(ch.at(i).ID); i++ {
+		out = append(out, *ch.at(i))
+	}
+	return out, true, nil
 }
 
 // Sweep drops the events past each app's TTL (as of its last Append) and
