@@ -21,6 +21,9 @@ type Message struct {
 	// Cache marks an HTTP-triggered event on a cache channel, which becomes the
 	// channel's cached event. Client events are never cached.
 	Cache bool
+	// Position is the event's ID in its channel's history, when it has one
+	// (PublishKept); recoverable subscribers get it (recovery.go).
+	Position eventlog.ID
 }
 
 // Publish hands the messages on for delivery on every node: on a single node
@@ -53,16 +56,6 @@ type Keeper interface {
 	PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []Message) (kept bool, err error)
 }
 
-// PublishKept publishes ms as Publish does and, in a cluster that can
-// (Keeper), has them appended to store's history in the same round trip.
-// It reports whether they were: when not, the caller appends them.
-func (h *Hub) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms ...Message) (kept bool, err error) {
-	if k, ok := h.cluster.(Keeper); ok {
-		return k.PublishKept(store, p, now, slices.Clone(ms))
-	}
-	return false, h.Publish(ms...)
-}
-
 // PublishClientEvent publishes a client event, whose sender is the
 // connection m.ExcludeSocketID names (and, on a presence channel, the user
 // m.UserID), and reports it to the observer (the client_event webhook), once,
@@ -84,9 +77,10 @@ const fanoutQueue = 4096
 // fanoutItem is a message to deliver, a cluster's answer to a subscription
 // (snap), or (with done set) a marker that Flush waits on.
 type fanoutItem struct {
-	msg  Message
-	snap *Snapshot
-	done chan struct{}
+	msg     Message
+	snap    *Snapshot
+	recover *recoverItem
+	done    chan struct{}
 }
 
 // startWorkers starts one fan-out worker per CPU. A channel always maps to
@@ -106,6 +100,8 @@ func (h *Hub) startWorkers() {
 					close(it.done)
 				case it.snap != nil:
 					h.completeSubscribe(it.snap)
+				case it.recover != nil:
+					h.recover(it.recover)
 				default:
 					h.Deliver(it.msg)
 				}
@@ -179,10 +175,14 @@ func (h *Hub) Deliver(m Message) {
 	}
 	frame := EventFrame(m.Event, m.Channel, m.Data, m.UserID)
 	sent := 0
-	for _, c := range ch.subs {
-		if c.socketID != m.ExcludeSocketID {
-			c.Send(frame)
-			sent++
+	if len(ch.recov) > 0 && !m.Position.IsZero() {
+		sent = deliverPositioned(ch, m, frame)
+	} else {
+		for _, c := range ch.subs {
+			if c.socketID != m.ExcludeSocketID {
+				c.Send(frame)
+				sent++
+			}
 		}
 	}
 	ch.mu.RUnlock()

@@ -74,6 +74,11 @@ type Hub struct {
 	// (see there).
 	observerPanics recovery.Counter
 
+	// keepMu orders kept publishes and recoveries on a node of its own
+	// (recovery.go). Lock order: c.subMu, then keepMu, then channel locks.
+	keepMu     sync.Mutex
+	recoveries recoveryCounters
+
 	mu   sync.RWMutex
 	apps map[string]*appState
 }
@@ -125,6 +130,8 @@ type channel struct {
 	index   map[*Conn]int // position in subs
 	members map[string]*member
 	dead    bool // removed from the app's map; subscribers must look it up again
+
+	recov map[*Conn]*recovering // the recoverable subscribers (recovery.go); nil when none
 
 	occupied    bool        // channel_occupied reported, channel_vacated not yet
 	countSentAt time.Time   // when the last subscription_count went out
@@ -249,6 +256,9 @@ type SubscribeOptions struct {
 	// in cluster mode, the presence channel turns out to be full (on a
 	// single node Subscribe returns ErrPresenceFull instead).
 	FullRefusal []byte
+	// Recovery, when set, makes the subscription recoverable and may
+	// recover a previous one's (recovery.go). Ignored in cluster mode.
+	Recovery *Recovery
 }
 
 // Subscribe adds c to the channel and queues, in order, the
@@ -280,6 +290,10 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	// if the subscription fails further on.
 	if !a.takeSubscription(opts.MaxAppSubscriptions) {
 		return ErrTooManySubscriptions
+	}
+	if opts.Recovery != nil {
+		h.keepMu.Lock()
+		defer h.keepMu.Unlock()
 	}
 	ch := a.lockChannel(name)
 	userID := ""
@@ -315,6 +329,10 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 		}
 		m.conns++
 	}
+	var recovery fanoutItem
+	if opts.Recovery != nil {
+		recovery = h.recoverable(a, ch, c, opts.Recovery)
+	}
 	c.Send(succeededFrame(ch, name))
 	if ch.cache {
 		// Under ch.mu, so that it is ordered with Deliver (see there).
@@ -323,6 +341,10 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	h.countChangedLocked(a, ch)
 	ch.mu.Unlock()
 	c.channels.set(name, &subscription{ch: ch, userID: userID})
+	if recovery.recover != nil {
+		// After ch.mu (its worker may be waiting for it), before h.keepMu.
+		h.workers[workerOf(a.id, name, len(h.workers))] <- recovery
+	}
 	return nil
 }
 
@@ -700,6 +722,9 @@ func (ch *channel) removeLocked(c *Conn) bool {
 	ch.subs[last] = nil
 	ch.subs = ch.subs[:last]
 	delete(ch.index, c)
+	if ch.recov != nil {
+		delete(ch.recov, c)
+	}
 	return true
 }
 

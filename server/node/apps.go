@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/heraldrt/herald/server/directory"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
@@ -37,6 +38,8 @@ func socketApp(app *storage.App) (ws.App, bool) {
 		MaxConnections:           app.MaxConnections,
 		MaxPresenceMembers:       app.MaxPresenceMembers,
 		MaxPresenceUserInfoBytes: app.MaxPresenceUserInfoBytes,
+		History:                  eventlog.Policy{Events: app.HistoryEvents, TTL: app.HistoryTTL},
+		RecoveryWindow:           app.RecoveryWindow,
 		Webhooks:                 appWebhooks(app),
 	}, true
 }

@@ -327,7 +327,10 @@ func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, und
 	undo.push(n.push.Close)
 	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem)).AllowWebPushHosts(cfg.WebPushAllowedHosts)
 	a.channels.PushIfOffline(a.publish) // triggers' push_if_offline publish through it
+	// Recovery builds on the node's own history; not yet over a cluster's.
+	recoverable, _ := a.history.(eventlog.Positioned)
 	n.ws = ws.NewHandler(n.hub, socketApps{n.apps}, n.log.Named("ws"), ws.Options{
+		History:                recoverable,
 		ActivityTimeout:        cfg.ActivityTimeout,
 		PongTimeout:            cfg.PongTimeout,
 		MaxSubscriptionsPerApp: cfg.MaxSubscriptions,

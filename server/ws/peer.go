@@ -40,6 +40,9 @@ type peer struct {
 	// subscribes is the bucket of subscribes to channels with webhooks
 	// (Options.SubscribeRate), made on first use; handling only.
 	subscribes *rate.Limiter
+	// resumes counts the recoveries the connection asked for (recovery.go);
+	// handling only.
+	resumes int
 }
 
 // start sets the connection of app up and greets the client.

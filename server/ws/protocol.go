@@ -81,6 +81,9 @@ type subscribeData struct {
 	Channel     string `json:"channel"`
 	Auth        string `json:"auth"`
 	ChannelData string `json:"channel_data"`
+	// Recovery: Herald's recovery plugin asks for a recoverable
+	// subscription (recovery.go).
+	Recovery *recoveryData `json:"recovery"`
 }
 
 // decodeData unmarshals a message's data into v, accepting both an object
@@ -201,6 +204,9 @@ func (p *peer) subscribe(msg clientMessage) {
 		return
 	}
 	opts.MaxAppSubscriptions = p.s.opts.MaxSubscriptionsPerApp
+	if d.Recovery != nil && !already {
+		opts.Recovery = p.recovery(app, name, d.Recovery)
+	}
 	err := p.s.hub.Subscribe(p.conn, name, opts)
 	if err == nil && (kind == hub.Private || kind == hub.PrivateEncrypted || kind == hub.Presence) {
 		p.authorized.Store(true)

@@ -8,7 +8,7 @@
 // socket mechanics beneath it (the input poller, the goroutine pool, the
 // corked socket) are server/ws/socket's.
 //
-// It imports the hub, server/signing, server/ws/socket and the WebSocket
+// It imports the hub, server/eventlog (recovery), server/signing, server/ws/socket and the WebSocket
 // library, never storage: what it needs of an app reaches it as an App,
 // through the AppLookup the node fills from the app directory. Each session
 // is the hub.Writer of its connection: the hub wakes it when there is
@@ -28,11 +28,15 @@ import (
 	"cmp"
 	"time"
 
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 )
 
 // Options tune the transport. Zero values take the defaults.
 type Options struct {
+	// History is the node's channel history when subscriptions can be
+	// recovered from it (a node of its own); nil: recovery is off.
+	History eventlog.Positioned
 	// ActivityTimeout is sent to clients as activity_timeout; a client silent
 	// this long is pinged by the server. Default 120 s.
 	ActivityTimeout time.Duration
@@ -126,6 +130,12 @@ type App struct {
 
 	MaxPresenceMembers       int // distinct users on one presence channel; 0: unlimited
 	MaxPresenceUserInfoBytes int // size limit of a presence member's user_info
+
+	// History is the app's channel history setting, and RecoveryWindow
+	// (≤ 0: off) how long a client may be away and still recover what it
+	// missed from it (Options.History, recovery.go).
+	History        eventlog.Policy
+	RecoveryWindow time.Duration
 
 	// Webhooks tells which channel events the app's webhook endpoints take;
 	// nil when it has none. Subscribes that would make webhooks are rate

@@ -1,0 +1,295 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heraldrt/herald/server/eventlog"
+)
+
+// recoveryHub is a hub with a history (5 events a channel, an hour) on a
+// clock the test moves, and what a recoverable subscription needs of it.
+type recoveryHub struct {
+	h      *Hub
+	log    *eventlog.Memory
+	policy eventlog.Policy
+	mu     sync.Mutex
+	now    time.Time
+}
+
+func newRecoveryHub(t *testing.T) *recoveryHub {
+	t.Helper()
+	r := &recoveryHub{
+		h:      New(zap.NewNop()),
+		log:    eventlog.NewMemory(eventlog.Limits{}),
+		policy: eventlog.Policy{Events: 5, TTL: time.Hour},
+		now:    time.UnixMilli(1_700_000_000_000),
+	}
+	r.h.SetClock(r.clock)
+	t.Cleanup(r.h.Close)
+	return r
+}
+
+func (r *recoveryHub) clock() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now
+}
+
+func (r *recoveryHub) advance(d time.Duration) {
+	r.mu.Lock()
+	r.now = r.now.Add(d)
+	r.mu.Unlock()
+}
+
+// publish triggers a kept event on channel (excluding the socket exclude).
+func (r *recoveryHub) publish(t *testing.T, channel, name, exclude string) {
+	t.Helper()
+	kept, err := r.h.PublishKept(r.log, r.policy, r.clock(), Message{AppID: "app", Channel: channel, Event: name, Data: `"` + name + `"`, ExcludeSocketID: exclude})
+	if err != nil || !kept {
+		t.Fatalf("PublishKept: %v, kept %v", err, kept)
+	}
+}
+
+// recovery is the Recovery of a subscription of c: resuming from after
+// when resume is set.
+func (r *recoveryHub) recovery(c *Conn, resume bool, after eventlog.ID) *Recovery {
+	return &Recovery{
+		Log: r.log, Policy: r.policy, Window: 2 * time.Minute,
+		Token:  func(p eventlog.ID) string { return c.SocketID() + "@" + p.String() },
+		Resume: resume, After: after, OldSocket: "old",
+	}
+}
+
+func (r *recoveryHub) subscribe(t *testing.T, c *Conn, channel string, rec *Recovery) {
+	t.Helper()
+	if err := r.h.Subscribe(c, channel, SubscribeOptions{Recovery: rec}); err != nil {
+		t.Fatal(err)
+	}
+	r.h.Flush()
+}
+
+// seen is what a client of the recovery plugin makes of its frames: the
+// events its app got (names, internal ones left out) and its position
+// (pusher_internal:position applied once the next frame arrives).
+type seen struct {
+	events   []string
+	position string
+	token    string
+	pending  string
+}
+
+func (s *seen) take(t *testing.T, h *Hub, c *Conn) {
+	t.Helper()
+	h.Flush()
+	for _, f := range takeFrames(t, c) {
+		switch f.Event {
+		case "pusher_internal:position":
+			var d struct {
+				ID       string `json:"id"`
+				Excluded bool   `json:"excluded"`
+			}
+			if err := json.Unmarshal([]byte(f.Data), &d); err != nil {
+				t.Fatalf("position %q: %v", f.Data, err)
+			}
+			if d.Excluded {
+				s.position = d.ID
+			} else {
+				s.pending = d.ID
+			}
+			continue
+		case "pusher_internal:recovery":
+			var d struct{ Token, Position string }
+			if err := json.Unmarshal([]byte(f.Data), &d); err != nil {
+				t.Fatalf("recovery %q: %v", f.Data, err)
+			}
+			s.token, s.position = d.Token, d.Position
+			continue
+		}
+		if s.pending != "" {
+			s.position, s.pending = s.pending, ""
+		}
+		if f.Event == "pusher:recovered" || f.Event == "pusher:recovery_failed" {
+			s.events = append(s.events, f.Event+" "+f.Data)
+			continue
+		}
+		s.events = append(s.events, f.Event)
+	}
+}
+
+func id(t *testing.T, s string) eventlog.ID {
+	t.Helper()
+	v, err := eventlog.ParseID(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// A recoverable subscription gets its secret and position after
+// subscription_succeeded, then the position before each kept event, and
+// only the position of one it is excluded from; a plain subscriber of the
+// channel gets the events alone.
+func TestARecoverableSubscriptionGetsPositions(t *testing.T) {
+	r := newRecoveryHub(t)
+	r.publish(t, "news", "before", "")
+	r.h.Flush()
+	plain := connect(t, r.h, "app")
+	subscribe(t, r.h, plain, "news", nil)
+	c := connect(t, r.h, "app")
+	r.subscribe(t, c, "news", r.recovery(c, false, eventlog.ID{}))
+	var s seen
+	s.take(t, r.h, c)
+	if s.position != "1700000000000-0" || s.token != c.SocketID()+"@1700000000000-0" {
+		t.Fatalf("after subscribing: position %q, token %q; want the channel's last event's", s.position, s.token)
+	}
+	r.advance(time.Millisecond)
+	r.publish(t, "news", "one", "")
+	r.publish(t, "news", "two", c.SocketID())
+	r.publish(t, "news", "three", "")
+	r.h.Flush()
+	raw, _ := c.Take(nil)
+	var got []string
+	for _, b := range raw {
+		got = append(got, string(b))
+	}
+	want := []string{
+		`{"event":"pusher_internal:position","channel":"news","data":"{\"id\":\"1700000000001-0\"}"}`,
+		`{"event":"one","channel":"news","data":"\"one\""}`,
+		`{"event":"pusher_internal:position","channel":"news","data":"{\"id\":\"1700000000001-1\",\"excluded\":true}"}`,
+		`{"event":"pusher_internal:position","channel":"news","data":"{\"id\":\"1700000000001-2\"}"}`,
+		`{"event":"three","channel":"news","data":"\"three\""}`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the recoverable subscriber got\n%s\nwant\n%s", got, want)
+	}
+	if got := events(takeFrames(t, plain)); got != "pusher_internal:subscription_succeeded,one,two,three" {
+		t.Fatalf("the plain subscriber got %s", got)
+	}
+}
+
+// A connection that comes back from a position gets, after
+// subscription_succeeded, every event it missed once and in order (not the
+// one it was excluded from), then pusher:recovered, then newer events —
+// also those published while its recovery waited for its turn.
+func TestAResumedSubscriptionGetsWhatItMissedOnceInOrder(t *testing.T) {
+	r := newRecoveryHub(t)
+	old := connect(t, r.h, "app")
+	r.subscribe(t, old, "news", r.recovery(old, false, eventlog.ID{}))
+	var s seen
+	r.publish(t, "news", "e1", "")
+	s.take(t, r.h, old)
+	r.h.Remove(old) // the connection drops after e1
+	r.publish(t, "news", "e2", "")
+	r.publish(t, "news", "mine", "old") // the old connection's own trigger
+	r.publish(t, "news", "e3", "")
+
+	c := connect(t, r.h, "app")
+	r.subscribe(t, c, "news", r.recovery(c, true, id(t, s.position)))
+	r.publish(t, "news", "e4", "")
+	var after seen
+	after.take(t, r.h, c)
+	want := []string{"pusher_internal:subscription_succeeded", "e2", "e3", `pusher:recovered {"replayed":2}`, "e4"}
+	if !slices.Equal(after.events, want) {
+		t.Fatalf("the new connection got %v, want %v", after.events, want)
+	}
+	if last := r.log.Last("app", "news"); after.position != last.String() {
+		t.Fatalf("its position is %q, want the last event's, %s", after.position, last)
+	}
+	if st := r.h.RecoveryStats(); st.Recovered != 1 {
+		t.Fatalf("stats %+v, want one recovery", st)
+	}
+}
+
+// Every kept event published while a connection resumes arrives once and
+// in order, however the publishes and the recovery interleave.
+func TestAResumeUnderConcurrentPublishesLosesAndRepeatsNothing(t *testing.T) {
+	r := newRecoveryHub(t)
+	r.policy.Events = 1000
+	old := connect(t, r.h, "app")
+	r.subscribe(t, old, "news", r.recovery(old, false, eventlog.ID{}))
+	var s seen
+	s.take(t, r.h, old)
+	r.h.Remove(old)
+	const n = 300
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			r.publish(t, "news", fmt.Sprint(i), "")
+		}
+	}()
+	c := connect(t, r.h, "app")
+	r.subscribe(t, c, "news", r.recovery(c, true, id(t, s.position)))
+	<-done
+	var got seen
+	got.take(t, r.h, c)
+	var names []string
+	for _, e := range got.events {
+		if e != "pusher_internal:subscription_succeeded" && !slices.Contains([]string{"pusher:recovered"}, e[:min(len(e), 16)]) {
+			names = append(names, e)
+		}
+	}
+	for i := range n {
+		if i >= len(names) || names[i] != fmt.Sprint(i) {
+			t.Fatalf("event %d: got %v", i, names)
+		}
+	}
+	if len(names) != n {
+		t.Fatalf("%d events, want %d: %v", len(names), n, names)
+	}
+}
+
+// Where the log cannot prove nothing is missing, the recovery fails
+// closed: pusher:recovery_failed with its reason, and no event replayed.
+func TestAResumeFailsClosed(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		before func(r *recoveryHub, t *testing.T)
+		reason string
+	}{
+		{"the gap is larger than the channel keeps", func(r *recoveryHub, t *testing.T) {
+			for i := range 6 { // one more than the 5 kept: e1's successor is gone
+				r.publish(t, "news", fmt.Sprint("m", i), "")
+			}
+		}, "gap"},
+		{"the first missed event is older than the window", func(r *recoveryHub, t *testing.T) {
+			r.publish(t, "news", "m", "")
+			r.advance(2*time.Minute + time.Millisecond)
+		}, "expired"},
+		{"the position is past the channel's last event", nil, "refused"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRecoveryHub(t)
+			old := connect(t, r.h, "app")
+			r.subscribe(t, old, "news", r.recovery(old, false, eventlog.ID{}))
+			r.publish(t, "news", "e1", "")
+			var s seen
+			s.take(t, r.h, old)
+			r.h.Remove(old)
+			from := id(t, s.position)
+			if c.before != nil {
+				c.before(r, t)
+			} else {
+				from.Seq += 5
+			}
+			nc := connect(t, r.h, "app")
+			r.subscribe(t, nc, "news", r.recovery(nc, true, from))
+			var got seen
+			got.take(t, r.h, nc)
+			want := []string{"pusher_internal:subscription_succeeded", `pusher:recovery_failed {"reason":"` + c.reason + `"}`}
+			if !slices.Equal(got.events, want) {
+				t.Fatalf("got %v, want %v", got.events, want)
+			}
+			if got.token == "" {
+				t.Fatal("no secret for the next recovery")
+			}
+		})
+	}
+}

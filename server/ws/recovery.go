@@ -1,0 +1,56 @@
+package ws
+
+import (
+	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/signing"
+)
+
+// recoveryData is the recovery of a pusher:subscribe, which Herald's
+// recovery plugin adds: empty to ask for a recoverable subscription, else
+// the connection that had it, the secret that connection was given for it
+// (pusher_internal:recovery) and the position of the last event it got.
+type recoveryData struct {
+	SocketID string `json:"socket_id"`
+	Token    string `json:"token"`
+	Position string `json:"position"`
+}
+
+// recovery is the hub's Recovery of a subscription of app's channel that
+// asks for it; nil when the app or the node does not recover. A resume
+// whose token is not the old connection's for this channel, or from
+// before what it proves, is refused (the subscription is still made,
+// recoverable, and the client told); so is one past the connection's
+// share of recoveries.
+func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery {
+	log := p.s.opts.History
+	if log == nil || app.RecoveryWindow <= 0 || !app.History.On() || p.s.hub.Clustered() {
+		return nil
+	}
+	socket, secret := p.conn.SocketID(), app.Secret
+	rec := &hub.Recovery{
+		Log: log, Policy: app.History, Window: app.RecoveryWindow,
+		Token: func(position eventlog.ID) string {
+			return signing.RecoveryToken(secret, socket, channel, position.String())
+		},
+	}
+	if *d == (recoveryData{}) {
+		return rec
+	}
+	rec.Resume = true
+	from, ok := signing.VerifyRecoveryToken(d.Token, secret, d.SocketID, channel)
+	start, err1 := eventlog.ParseID(from)
+	after, err2 := eventlog.ParseID(d.Position)
+	switch {
+	case !ok || err1 != nil || err2 != nil || after.Less(start):
+		rec.Refused = hub.RecoveryRefused
+	case p.resumes >= p.s.opts.MaxChannelsPerConn:
+		// Each resume reads a channel's history: a connection gets as
+		// many as it may hold channels, not one per unsubscribe.
+		rec.Refused = hub.RecoveryRefused
+	default:
+		p.resumes++
+		rec.After, rec.OldSocket = after, d.SocketID
+	}
+	return rec
+}
