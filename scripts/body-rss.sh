@@ -16,15 +16,8 @@ INSTANCE=5b1a2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d
 TOKEN=body-rss-admin-token-0123456789
 
 tmp=$(mktemp -d)
-pid=
-stop_server() {
-	if [[ -n $pid ]]; then
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-		pid=
-	fi
-}
-trap 'stop_server; rm -rf "$tmp"' EXIT
+# A Herald still running (the script stopped midway) goes with the folder.
+trap 'for job in $(jobs -p); do kill -TERM "$job" 2>/dev/null || true; done; wait; rm -rf "$tmp"' EXIT
 
 if [[ -n ${HERALD_BIN:-} ]]; then cp "$HERALD_BIN" "$tmp/herald"; else $GO build -o "$tmp/herald" ./server; fi
 (cd tools && $GO build -o "$tmp/herald-bodyhold" ./bodyhold)
@@ -61,5 +54,6 @@ for api in channels device admin; do
 	serve
 	echo "body-rss: $api: $CONNS connections announcing $ANNOUNCE bytes against herald at $addr" >&2
 	"$tmp/herald-bodyhold" -addr "$addr" -server-pid "$pid" -path "$path" -conns "$CONNS" -announce "$ANNOUNCE" "${extra[@]}"
-	stop_server
+	kill -TERM "$pid"
+	wait "$pid" || true
 done
