@@ -166,9 +166,15 @@ func ensureApp(ctx context.Context, db *storage.DB, cfg config.Config, log *zap.
 	if cfg.AppHistoryTTL != 0 {
 		app.HistoryTTL = cfg.AppHistoryTTL
 	}
-	if cfg.AppHistoryEvents != nil || cfg.AppHistoryTTL != 0 {
+	if w := cfg.AppRecoveryWindow; w != nil {
+		app.RecoveryWindow = *w
+		if *w == 0 {
+			app.RecoveryWindow = storage.RecoveryOff
+		}
+	}
+	if cfg.AppHistoryEvents != nil || cfg.AppHistoryTTL != 0 || cfg.AppRecoveryWindow != nil {
 		if err := manage.ValidateApp(app); err != nil {
-			return fmt.Errorf("HERALD_APP_HISTORY_EVENTS, HERALD_APP_HISTORY_TTL: %w", err)
+			return fmt.Errorf("HERALD_APP_HISTORY_EVENTS, HERALD_APP_HISTORY_TTL, HERALD_APP_RECOVERY_WINDOW: %w", err)
 		}
 	}
 	if create {

@@ -331,6 +331,34 @@ func TestRunAppFromEnv(t *testing.T) {
 		}
 	})
 
+	t.Run("OKRecoveryWindow", func(t *testing.T) {
+		db := openDB(t)
+		log, _ := observed()
+		run(t, db, config.Config{AppID: "42"}, log)
+		if app := onlyApp(t, db); app.RecoveryWindow != 2*time.Minute {
+			t.Fatalf("a new app's recovery window is %s, want 2m", app.RecoveryWindow)
+		}
+		window := 30 * time.Second
+		run(t, db, config.Config{AppID: "42", AppRecoveryWindow: &window}, log)
+		if app := onlyApp(t, db); app.RecoveryWindow != window {
+			t.Fatalf("HERALD_APP_RECOVERY_WINDOW=30s stored %s", app.RecoveryWindow)
+		}
+		run(t, db, config.Config{AppID: "42"}, log)
+		if app := onlyApp(t, db); app.RecoveryWindow != window {
+			t.Fatalf("a restart without HERALD_APP_RECOVERY_WINDOW changed it to %s", app.RecoveryWindow)
+		}
+		off := time.Duration(0)
+		run(t, db, config.Config{AppID: "42", AppRecoveryWindow: &off}, log)
+		if app := onlyApp(t, db); app.RecoveryWindow != storage.RecoveryOff {
+			t.Fatalf("HERALD_APP_RECOVERY_WINDOW=0 stored %s, want off", app.RecoveryWindow)
+		}
+		tooLong := 200 * time.Hour
+		err := Run(context.Background(), db, config.Config{AppID: "42", AppRecoveryWindow: &tooLong}, log)
+		if err == nil || !strings.Contains(err.Error(), "HERALD_APP_RECOVERY_WINDOW") {
+			t.Fatalf("Run with a 200h window: got %v, want the variable named", err)
+		}
+	})
+
 	t.Run("OKPushInstance", func(t *testing.T) {
 		db := openDB(t)
 		log, _ := observed()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
@@ -52,6 +53,17 @@ func newAppFlags(name string, app *storage.App) *appFlags {
 	fs.IntVar(&app.MaxPresenceUserInfoBytes, "max-user-info-bytes", app.MaxPresenceUserInfoBytes, "size limit of a presence member's user_info")
 	fs.IntVar(&app.HistoryEvents, "history-events", app.HistoryEvents, "keep the last N events of each channel for the history API (0 = off)")
 	fs.DurationVar(&app.HistoryTTL, "history-ttl", app.HistoryTTL, "forget kept events after this long (0 = 1h when history is on)")
+	fs.Func("recovery-window", "a client that comes back within this long gets what it missed, with history on and the recovery plugin (0 = off; default 2m)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("a duration such as 2m, or 0 for off, not %q", v)
+		}
+		app.RecoveryWindow = d
+		if d == 0 {
+			app.RecoveryWindow = storage.RecoveryOff
+		}
+		return nil
+	})
 	fs.StringVar(&app.PushInstance, "push-instance", app.PushInstance, "link the app to this Push instance (its id), for triggers with push_if_offline; \"\" unlinks")
 	fs.Var(&f.webhooks, "webhook", "add a webhook: URL[,events=kind+kind][,prefix=P][,batch] (repeatable)")
 	fs.BoolVar(&f.clearWebhooks, "clear-webhooks", false, "remove every webhook before adding those given")
@@ -131,6 +143,11 @@ func printApp(env Env, a storage.App) {
 		history = fmt.Sprintf("last %d events per channel, at most %s old", a.HistoryEvents, a.HistoryTTL)
 	}
 	fmt.Fprintf(tw, "history\t%s\n", history)
+	recovery := "off"
+	if a.HistoryEvents > 0 && a.RecoveryWindow > 0 {
+		recovery = "within " + a.RecoveryWindow.String()
+	}
+	fmt.Fprintf(tw, "recovery\t%s\n", recovery)
 	fmt.Fprintf(tw, "push instance\t%s\n", cmp.Or(a.PushInstance, "none"))
 	for _, w := range a.Webhooks {
 		kinds := "all events"

@@ -33,6 +33,7 @@ var fullAppWant = storage.App{
 	MaxConnections:           10,
 	MaxPresenceMembers:       5,
 	MaxPresenceUserInfoBytes: 512,
+	RecoveryWindow:           storage.DefaultRecoveryWindow,
 	Webhooks: []storage.Webhook{
 		{URL: "https://example.com/presence", EventTypes: []string{"member_added", "client_event"}, ChannelPrefix: "presence-", Batch: true},
 		{URL: "http://127.0.0.1:9/all"},
@@ -111,6 +112,7 @@ func TestAppsCreate(t *testing.T) {
 		want := storage.App{
 			ID: app.ID, Key: app.Key, Secret: app.Secret, Enabled: true, ClientEvents: true, SubscriptionCount: true,
 			MaxPresenceMembers: storage.DefaultMaxPresenceMembers, MaxPresenceUserInfoBytes: storage.DefaultMaxPresenceUserInfoBytes,
+			RecoveryWindow: storage.DefaultRecoveryWindow,
 		}
 		checkApp(t, app, want)
 	})
@@ -321,6 +323,16 @@ func TestAppsUpdate(t *testing.T) {
 			change: func(a *storage.App) { a.HistoryEvents, a.HistoryTTL = 10, storage.DefaultHistoryTTL },
 		},
 		{
+			name:   "OKRecoveryWindow",
+			args:   []string{"--history-events", "10", "--recovery-window", "30s"},
+			change: func(a *storage.App) { a.HistoryEvents, a.HistoryTTL, a.RecoveryWindow = 10, storage.DefaultHistoryTTL, 30 * time.Second },
+		},
+		{
+			name:   "OKRecoveryOff",
+			args:   []string{"--recovery-window", "0"},
+			change: func(a *storage.App) { a.RecoveryWindow = storage.RecoveryOff },
+		},
+		{
 			name: "OKAddWebhook",
 			args: []string{"--webhook", "https://example.com/cache,events=cache_miss"},
 			change: func(a *storage.App) {
@@ -346,6 +358,8 @@ func TestAppsUpdate(t *testing.T) {
 		{name: "ErrNegativeLimit", args: []string{"--max-presence-members", "-1"}, wantErr: "limits may not be negative"},
 		{name: "ErrHistoryTooLong", args: []string{"--history-events", "1001"}, wantErr: "history events must be 0 (off) to 1000"},
 		{name: "ErrHistoryTTL", args: []string{"--history-events", "5", "--history-ttl", "200h"}, wantErr: "the history TTL must be whole milliseconds from 0 to 168h0m0s"},
+		{name: "ErrRecoveryWindow", args: []string{"--recovery-window", "200h"}, wantErr: "the recovery window must be whole milliseconds up to 168h0m0s"},
+		{name: "ErrRecoveryWindowNegative", args: []string{"--recovery-window", "-1s"}, wantErr: "usage"},
 		{name: "ErrUnknownFlag", args: []string{"--id", "43"}, usage: true},
 		{name: "ErrPositionalArgument", args: []string{"--secret", "s", "extra"}, usage: true},
 	}

@@ -47,6 +47,10 @@ type Config struct {
 	// setting alone.
 	AppHistoryEvents *int
 	AppHistoryTTL    time.Duration // HERALD_APP_HISTORY_TTL: the app's history age limit; 0 leaves it alone
+	// AppRecoveryWindow (HERALD_APP_RECOVERY_WINDOW) is how long a client
+	// of the app may be away and still recover what it missed, when set (0
+	// turns recovery off); nil leaves the stored setting alone.
+	AppRecoveryWindow *time.Duration
 	// AppPushInstance (HERALD_APP_PUSH_INSTANCE) is the Push instance the
 	// app is linked to, for push_if_offline; "none" unlinks it, empty
 	// leaves the stored link alone.
@@ -259,6 +263,14 @@ func LoadCommand(cmd string, args []string, getenv func(string) string, stderr i
 	count("HERALD_IDEMPOTENCY_MAX_BYTES", &c.IdempotencyMaxBytes)
 	count("HERALD_HISTORY_MAX_BYTES", &c.HistoryMaxBytes)
 	count("HERALD_HISTORY_MAX_CHANNELS", &c.HistoryMaxChannels)
+	if v := env("HERALD_APP_RECOVERY_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			parseErrs = append(parseErrs, fmt.Errorf("HERALD_APP_RECOVERY_WINDOW must be a duration such as 2m, or 0 for off, not %q", v))
+		} else {
+			c.AppRecoveryWindow = &d
+		}
+	}
 	if env("HERALD_APP_HISTORY_EVENTS") != "" {
 		c.AppHistoryEvents = new(int)
 		count("HERALD_APP_HISTORY_EVENTS", c.AppHistoryEvents)
@@ -301,8 +313,8 @@ func (c Config) validate() error {
 	if c.AppID == "" && (c.AppKey != "" || c.AppSecret != "" || c.AppWebhookURL != "") {
 		errs = append(errs, errors.New("HERALD_APP_KEY, HERALD_APP_SECRET and HERALD_APP_WEBHOOK_URL need HERALD_APP_ID"))
 	}
-	if c.AppID == "" && (c.AppHistoryEvents != nil || c.AppHistoryTTL != 0) {
-		errs = append(errs, errors.New("HERALD_APP_HISTORY_EVENTS and HERALD_APP_HISTORY_TTL need HERALD_APP_ID"))
+	if c.AppID == "" && (c.AppHistoryEvents != nil || c.AppHistoryTTL != 0 || c.AppRecoveryWindow != nil) {
+		errs = append(errs, errors.New("HERALD_APP_HISTORY_EVENTS, HERALD_APP_HISTORY_TTL and HERALD_APP_RECOVERY_WINDOW need HERALD_APP_ID"))
 	}
 	if c.AppID == "" && c.AppPushInstance != "" {
 		errs = append(errs, errors.New("HERALD_APP_PUSH_INSTANCE needs HERALD_APP_ID"))

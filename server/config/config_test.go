@@ -255,7 +255,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "ErrAppHistoryWithoutAppID",
 			env:     map[string]string{"HERALD_APP_HISTORY_EVENTS": "10"},
-			wantErr: "HERALD_APP_HISTORY_EVENTS and HERALD_APP_HISTORY_TTL need HERALD_APP_ID",
+			wantErr: "HERALD_APP_HISTORY_EVENTS, HERALD_APP_HISTORY_TTL and HERALD_APP_RECOVERY_WINDOW need HERALD_APP_ID",
 		},
 		{
 			name:    "ErrAppPushInstanceWithoutAppID",

@@ -32,6 +32,7 @@ var Vars = []Var{
 	{Name: "HERALD_APP_WEBHOOK_URL", Doc: "a webhook endpoint of that app for every event kind"},
 	{Name: "HERALD_APP_HISTORY_EVENTS", Doc: "that app keeps the last N events of each channel for the history API (0: off; unset: as stored)"},
 	{Name: "HERALD_APP_HISTORY_TTL", Doc: "and forgets them after this long, such as 5m (unset: as stored; 1h for a new history)"},
+	{Name: "HERALD_APP_RECOVERY_WINDOW", Doc: "a client of that app that comes back within this long gets what it missed on its channels, with the recovery plugin and history on, such as 30s (0: off; unset: as stored; 2m for a new app)"},
 	{Name: "HERALD_APP_PUSH_INSTANCE", Doc: "link that app to this Push instance (its id) for triggers with push_if_offline; the instance must exist or be HERALD_INSTANCE_ID, else the start fails (none: unlink; unset: as stored)"},
 	{Name: "HERALD_INSTANCE_ID", Doc: "create or update this Push instance at start (a UUID)"},
 	{Name: "HERALD_INSTANCE_SECRET_KEY", Doc: "its secret key"},

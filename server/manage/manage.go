@@ -84,6 +84,9 @@ func ValidateApp(a storage.App) error {
 	if a.HistoryTTL < 0 || a.HistoryTTL > MaxHistoryTTL || a.HistoryTTL%time.Millisecond != 0 {
 		errs = append(errs, invalid("the history TTL must be whole milliseconds from 0 to %s, not %s", MaxHistoryTTL, a.HistoryTTL))
 	}
+	if w := a.RecoveryWindow; w != storage.RecoveryOff && (w < 0 || w > MaxHistoryTTL || w%time.Millisecond != 0) {
+		errs = append(errs, invalid("the recovery window must be whole milliseconds up to %s, or off, not %s", MaxHistoryTTL, w))
+	}
 	if a.PushInstance != "" && !ValidInstanceID(a.PushInstance) {
 		errs = append(errs, invalid("the push instance must be a Push instance id (a UUID), not %.64q", a.PushInstance))
 	}
