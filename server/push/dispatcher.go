@@ -74,11 +74,13 @@ type Options struct {
 	// unset): an hour makes anything that waited for a poll instead of its
 	// wake-up or due time never come.
 	idlePoll time.Duration
-	// now and ticker, set by tests, are the clock of the pages' leases
-	// (claims, take-overs, renewals) and the renewer's ticker: time.Now
-	// and time.NewTicker unset.
+	// now, ticker and timer, set by tests, are the dispatcher's clock (the
+	// pages' leases, the claims of retries and of publish webhooks, retry
+	// times, the webhooks' age), the renewer's ticker and the resolver's
+	// idle timer: time.Now, time.NewTicker and time.NewTimer unset.
 	now    func() time.Time
 	ticker func(every time.Duration) (ticks <-chan time.Time, stop func())
+	timer  func(after time.Duration) (fire <-chan time.Time, stop func())
 }
 
 // DefaultLease is Options.Lease's default, and HERALD_PUSH_LEASE's (a node
@@ -106,6 +108,12 @@ func (o Options) withDefaults() Options {
 		o.ticker = func(every time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(every)
 			return t.C, t.Stop
+		}
+	}
+	if o.timer == nil {
+		o.timer = func(after time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTimer(after)
+			return t.C, func() { t.Stop() }
 		}
 	}
 	if o.WebhookClient == nil {
@@ -394,30 +402,8 @@ func sleep(ctx context.Context, c chan struct{}, d time.Duration) bool {
 // claim moves due rows of the deliveries table to the platform queues while
 // their gateway has less than its share in flight.
 func (d *Dispatcher) claim(ctx context.Context) {
-	share := d.platformLimit()
-	batch := int64(d.opts.ClaimBatch)
 	for ctx.Err() == nil {
-		claimed, full := 0, 0
-		for _, p := range platforms {
-			room := share - d.platformInFlight[p].Load()
-			if room < max(batch/4, 1) {
-				full++
-				continue
-			}
-			got, err := d.db.ClaimDeliveries(ctx, p, time.Now(), d.retryLease(), int(min(room, batch)))
-			if err != nil {
-				if ctx.Err() == nil {
-					d.log.Error("claiming deliveries", zap.Error(err))
-					sleep(ctx, nil, time.Second)
-				}
-				break
-			}
-			claimed += len(got)
-			d.platformInFlight[p].Add(int64(len(got)))
-			for _, del := range got {
-				d.queues[p] <- job{d: del} // at most share in the queue: never blocks
-			}
-		}
+		claimed, full := d.claimDue(ctx)
 		if claimed > 0 {
 			continue
 		}
@@ -425,13 +411,43 @@ func (d *Dispatcher) claim(ctx context.Context) {
 		d.claimerFull.Store(full > 0)
 		if full == 0 {
 			if next, ok, err := d.db.NextDeliveryDue(ctx); err == nil && ok {
-				wait = max(min(time.Until(next), wait), 10*time.Millisecond)
+				wait = max(min(next.Sub(d.opts.now()), wait), 10*time.Millisecond)
 			}
 		} else {
 			wait = time.Second // the recorder wakes us when room frees up
 		}
 		sleep(ctx, d.wakeClaimer, wait)
 	}
+}
+
+// claimDue is one round of the claimer: it claims for retryLease the rows
+// due now of every platform with room in flight, hands them to the
+// platform's queue, and returns how many it claimed and how many
+// platforms had no room.
+func (d *Dispatcher) claimDue(ctx context.Context) (claimed, full int) {
+	share := d.platformLimit()
+	batch := int64(d.opts.ClaimBatch)
+	for _, p := range platforms {
+		room := share - d.platformInFlight[p].Load()
+		if room < max(batch/4, 1) {
+			full++
+			continue
+		}
+		got, err := d.db.ClaimDeliveries(ctx, p, d.opts.now(), d.retryLease(), int(min(room, batch)))
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("claiming deliveries", zap.Error(err))
+				sleep(ctx, nil, time.Second)
+			}
+			break
+		}
+		claimed += len(got)
+		d.platformInFlight[p].Add(int64(len(got)))
+		for _, del := range got {
+			d.queues[p] <- job{d: del} // at most share in the queue: never blocks
+		}
+	}
+	return claimed, full
 }
 
 // work sends the deliveries of one platform's queue.

@@ -78,7 +78,7 @@ func (d *Dispatcher) apply(rows []storage.DeliveryResult, o outcome) ([]storage.
 		if del.Attempts+1 >= d.opts.MaxAttempts {
 			outcome = storage.DeliveryFailed
 		} else {
-			retryAt = time.Now().Add(d.backoff(del.Attempts, o.res.RetryAfter))
+			retryAt = d.opts.now().Add(d.backoff(del.Attempts, o.res.RetryAfter))
 		}
 	}
 	d.counters.delivery(del.Platform, outcome)

@@ -66,8 +66,14 @@ func (d *Dispatcher) resolve(ctx context.Context) {
 		// After a panic the round's progress is unknown: list again, after
 		// a pause so that a panic that repeats does not spin.
 		relist = !progressed || panicked
-		if (!progressed || panicked) && !sleep(ctx, d.wakeResolver, idle) {
-			return
+		if !progressed || panicked {
+			fire, stop := d.opts.timer(idle)
+			select {
+			case <-ctx.Done():
+			case <-d.wakeResolver:
+			case <-fire:
+			}
+			stop()
 		}
 	}
 }

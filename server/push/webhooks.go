@@ -42,9 +42,7 @@ const webhookLease = 2 * time.Minute
 // request, anything else retries it with backoff until WebhookMaxAge.
 func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 	for ctx.Err() == nil {
-		// A few at a time, sent one after the other: their claim (see
-		// webhookLease) outlasts them all.
-		due, err := d.db.ClaimPublishWebhooks(ctx, time.Now(), webhookLease, 8)
+		sent, err := d.sendDueWebhooks(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("reading the publish webhook outbox", zap.Error(err))
@@ -52,18 +50,30 @@ func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 			sleep(ctx, d.wakeHooks, time.Second)
 			continue
 		}
-		for _, w := range due {
-			d.sendWebhookRecovered(ctx, w)
-		}
-		if len(due) > 0 {
+		if sent > 0 {
 			continue
 		}
 		wait := cmp.Or(d.opts.idlePoll, 5*time.Second)
 		if next, ok, err := d.db.NextPublishWebhookDue(ctx); err == nil && ok {
-			wait = max(min(time.Until(next), wait), 10*time.Millisecond)
+			wait = max(min(next.Sub(d.opts.now()), wait), 10*time.Millisecond)
 		}
 		sleep(ctx, d.wakeHooks, wait)
 	}
+}
+
+// sendDueWebhooks is one round of the webhook sender: it claims the publish
+// webhooks due now, a few at a time, and sends them one after the other
+// (their claim, webhookLease, outlasts them all); it returns how many it
+// claimed.
+func (d *Dispatcher) sendDueWebhooks(ctx context.Context) (int, error) {
+	due, err := d.db.ClaimPublishWebhooks(ctx, d.opts.now(), webhookLease, 8)
+	if err != nil {
+		return 0, err
+	}
+	for _, w := range due {
+		d.sendWebhookRecovered(ctx, w)
+	}
+	return len(due), nil
 }
 
 // sendWebhookRecovered is sendWebhook with a panic logged and counted; the
@@ -71,7 +81,7 @@ func (d *Dispatcher) sendWebhooks(ctx context.Context) {
 // that repeats ends with WebhookMaxAge instead of spinning.
 func (d *Dispatcher) sendWebhookRecovered(ctx context.Context, w storage.PublishWebhook) {
 	if d.panics.Do(d.log, "publish webhook", func() { d.sendWebhook(ctx, w) }, zap.String("publish", w.PublishID)) {
-		if err := d.db.RetryPublishWebhook(ctx, w.ID, time.Now().Add(d.backoff(w.Attempts, 0))); err != nil && ctx.Err() == nil {
+		if err := d.db.RetryPublishWebhook(ctx, w.ID, d.opts.now().Add(d.backoff(w.Attempts, 0))); err != nil && ctx.Err() == nil {
 			d.log.Error("updating the publish webhook outbox", zap.Error(err))
 		}
 	}
@@ -79,7 +89,7 @@ func (d *Dispatcher) sendWebhookRecovered(ctx context.Context, w storage.Publish
 
 func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) {
 	in := d.instances.ByID(w.InstanceID)
-	if in == nil || time.Since(w.CreatedAt) > d.opts.WebhookMaxAge {
+	if in == nil || d.opts.now().Sub(w.CreatedAt) > d.opts.WebhookMaxAge {
 		d.log.Warn("publish webhook abandoned", zap.String("url", text.RedactURL(w.URL)), zap.Int("attempts", w.Attempts))
 		if err := d.db.DeletePublishWebhook(ctx, w.ID); err != nil && ctx.Err() == nil {
 			d.log.Error("deleting a publish webhook", zap.Error(err))
@@ -108,7 +118,7 @@ func (d *Dispatcher) sendWebhook(ctx context.Context, w storage.PublishWebhook) 
 	if ok {
 		err = d.db.DeletePublishWebhook(ctx, w.ID)
 	} else {
-		err = d.db.RetryPublishWebhook(ctx, w.ID, time.Now().Add(d.backoff(w.Attempts, 0)))
+		err = d.db.RetryPublishWebhook(ctx, w.ID, d.opts.now().Add(d.backoff(w.Attempts, 0)))
 	}
 	if err != nil && ctx.Err() == nil {
 		d.log.Error("updating the publish webhook outbox", zap.Error(err))
