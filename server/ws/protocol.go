@@ -211,6 +211,9 @@ func (p *peer) subscribe(msg clientMessage) {
 	if err == nil && (kind == hub.Private || kind == hub.PrivateEncrypted || kind == hub.Presence) {
 		p.authorized.Store(true)
 	}
+	if err == nil && d.Recovery != nil && !already && opts.Recovery == nil {
+		p.refuseRecovery(name, d.Recovery, p.unrecoverable(app))
+	}
 	switch {
 	case errors.Is(err, hub.ErrPresenceFull):
 		p.subscriptionError(name, "LimitReached", presenceFullMessage(app.MaxPresenceMembers), 403)

@@ -23,10 +23,10 @@ type recoveryData struct {
 // recoverable, and the client told); so is one past the connection's
 // share of recoveries.
 func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery {
-	log := p.s.opts.History
-	if log == nil || app.RecoveryWindow <= 0 || !app.History.On() || p.s.hub.Clustered() {
+	if p.unrecoverable(app) != "" {
 		return nil
 	}
+	log := p.s.opts.History
 	socket, secret := p.conn.SocketID(), app.Secret
 	rec := &hub.Recovery{
 		Log: log, Policy: app.History, Window: app.RecoveryWindow,
@@ -53,4 +53,32 @@ func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery 
 		rec.After, rec.OldSocket = after, d.SocketID
 	}
 	return rec
+}
+
+// unrecoverable is why subscriptions of app cannot be recovered here: off
+// (the app keeps no history or has no window), unavailable (this node
+// cannot: it is in a cluster, where recovery is not built yet); empty when
+// they can.
+func (p *peer) unrecoverable(app App) string {
+	switch {
+	case app.RecoveryWindow <= 0 || !app.History.On():
+		return "off"
+	case p.s.opts.History == nil || p.s.hub.Clustered():
+		return "unavailable"
+	}
+	return ""
+}
+
+// refuseRecovery answers a subscription that asked for recovery where
+// there is none, so that the plugin can tell the app after a reconnect
+// rather than leave a silent gap: pusher:recovery_failed when it asked to
+// resume, then a recovery secret that recovers nothing.
+func (p *peer) refuseRecovery(channel string, d *recoveryData, reason string) {
+	if *d != (recoveryData{}) {
+		p.conn.Send(hub.EventFrame("pusher:recovery_failed", channel, `{"reason":"`+reason+`"}`, ""))
+	}
+	p.conn.Send(hub.JSONFrame("pusher_internal:recovery", channel, struct {
+		Token    string `json:"token"`
+		Position string `json:"position"`
+	}{}))
 }

@@ -1,0 +1,118 @@
+package ws
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/signing"
+)
+
+// recoveryApps: an app that keeps history and recovers within a minute,
+// one that keeps history with recovery off, one without history.
+var recoveryApps = socketApps{
+	{ID: "20", Key: "recovers", Secret: "s20", Enabled: true, MaxPresenceMembers: 100, MaxPresenceUserInfoBytes: 1024,
+		History: eventlog.Policy{Events: 10, TTL: time.Hour}, RecoveryWindow: time.Minute},
+	{ID: "21", Key: "nowindow", Secret: "s21", Enabled: true,
+		History: eventlog.Policy{Events: 10, TTL: time.Hour}},
+	{ID: "22", Key: "nohistory", Secret: "s22", Enabled: true, RecoveryWindow: time.Minute},
+}
+
+// subscribeRecovering sends a pusher:subscribe with the plugin's recovery.
+func (c *client) subscribeRecovering(channel, auth string, rec map[string]string) {
+	c.send(map[string]any{"event": "pusher:subscribe", "data": map[string]any{"channel": channel, "auth": auth, "recovery": rec}})
+}
+
+// recoveryOf decodes a pusher_internal:recovery frame's data.
+func recoveryOf(t *testing.T, f serverFrame) (token, position string) {
+	t.Helper()
+	var d struct{ Token, Position string }
+	if err := json.Unmarshal([]byte(f.Data), &d); err != nil {
+		t.Fatalf("pusher_internal:recovery data %q: %v", f.Data, err)
+	}
+	return d.Token, d.Position
+}
+
+// A subscription that asks for recovery gets a secret bound to its socket,
+// channel and position; a resume with it gets what was missed; one with
+// another connection's secret, or another channel's, is refused — the
+// subscription itself succeeds, recoverable from now on.
+func TestRecoveryOverTheWebSocket(t *testing.T) {
+	log := eventlog.NewMemory(eventlog.Limits{})
+	s := newWSServerApps(t, Options{History: log}, 0, nil, recoveryApps)
+	policy := recoveryApps[0].History
+	publish := func(channel, name string) {
+		t.Helper()
+		if _, err := s.hub.PublishKept(log, policy, time.Now(), hub.Message{AppID: "20", Channel: channel, Event: name, Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := s.dial(t, "recovers")
+	auth := signing.ChannelAuth("recovers", "s20", old.socketID, "private-a", "")
+	old.subscribeRecovering("private-a", auth, map[string]string{})
+	old.expect("pusher_internal:subscription_succeeded", "private-a")
+	token, position := recoveryOf(t, old.expect("pusher_internal:recovery", "private-a"))
+	if want := signing.RecoveryToken("s20", old.socketID, "private-a", position); token != want || position != "0-0" {
+		t.Fatalf("token %q at %q, want %q at 0-0", token, position, want)
+	}
+	publish("private-a", "missed")
+
+	c := s.dial(t, "recovers")
+	auth = signing.ChannelAuth("recovers", "s20", c.socketID, "private-a", "")
+	c.subscribeRecovering("private-a", auth, map[string]string{"socket_id": old.socketID, "token": token, "position": position})
+	c.expect("pusher_internal:subscription_succeeded", "private-a")
+	c.expect("pusher_internal:position", "private-a")
+	c.expect("missed", "private-a")
+	if f := c.expect("pusher:recovered", "private-a"); f.Data != `{"replayed":1}` {
+		t.Fatalf("pusher:recovered %q", f.Data)
+	}
+	if next, _ := recoveryOf(t, c.expect("pusher_internal:recovery", "private-a")); next == token {
+		t.Fatal("the new connection got the old one's secret")
+	}
+
+	for name, rec := range map[string]map[string]string{
+		"another connection's secret": {"socket_id": c.socketID, "token": token, "position": position},
+		"a forged secret":             {"socket_id": old.socketID, "token": position + ".00", "position": position},
+		"another channel's secret":    {"socket_id": old.socketID, "token": signing.RecoveryToken("s20", old.socketID, "private-b", position), "position": position},
+	} {
+		t.Run(name, func(t *testing.T) {
+			x := s.dial(t, "recovers")
+			x.subscribeRecovering("private-a", signing.ChannelAuth("recovers", "s20", x.socketID, "private-a", ""), rec)
+			x.expect("pusher_internal:subscription_succeeded", "private-a")
+			if f := x.expect("pusher:recovery_failed", "private-a"); f.Data != `{"reason":"refused"}` {
+				t.Fatalf("recovery_failed %q", f.Data)
+			}
+			x.expect("pusher_internal:recovery", "private-a")
+		})
+	}
+}
+
+// Where an app recovers nothing, a subscription that asks for it is told
+// so: a secret that recovers nothing, and after a reconnect
+// pusher:recovery_failed with the reason, never silence.
+func TestRecoveryOffIsSaid(t *testing.T) {
+	s := newWSServerApps(t, Options{History: eventlog.NewMemory(eventlog.Limits{})}, 0, nil, recoveryApps)
+	for _, key := range []string{"nowindow", "nohistory"} {
+		t.Run(key, func(t *testing.T) {
+			c := s.dial(t, key)
+			c.subscribeRecovering("news", "", map[string]string{})
+			c.expect("pusher_internal:subscription_succeeded", "news")
+			if token, position := recoveryOf(t, c.expect("pusher_internal:recovery", "news")); token != "" || position != "" {
+				t.Fatalf("a secret %q at %q for an app that does not recover", token, position)
+			}
+			again := s.dial(t, key)
+			again.subscribeRecovering("news", "", map[string]string{"socket_id": c.socketID, "token": "", "position": ""})
+			again.expect("pusher_internal:subscription_succeeded", "news")
+			if f := again.expect("pusher:recovery_failed", "news"); f.Data != `{"reason":"off"}` {
+				t.Fatalf("recovery_failed %q", f.Data)
+			}
+		})
+	}
+	// A subscribe without the plugin gets none of it.
+	c := s.dial(t, "nowindow")
+	c.subscribe("plain", "", "")
+	c.expect("pusher_internal:subscription_succeeded", "plain")
+	c.ping() // the next frame is the pong: nothing of recovery came between
+}
