@@ -149,7 +149,10 @@ type App struct {
 	MaxPresenceUserInfoBytes int       `json:"maxPresenceUserInfoBytes"`
 
 	// PushInstance The Push instance the app is linked to (see AppOptions); absent when none.
-	PushInstance      *string   `json:"pushInstance,omitempty"`
+	PushInstance *string `json:"pushInstance,omitempty"`
+
+	// RecoveryWindowMs The recovery window (see AppOptions); 0 when recovery is off.
+	RecoveryWindowMs  int       `json:"recoveryWindowMs"`
 	Secret            string    `json:"secret"`
 	SubscriptionCount bool      `json:"subscriptionCount"`
 	UpdatedAt         time.Time `json:"updatedAt"`
@@ -189,6 +192,13 @@ type AppCreate struct {
 	// the user is offline. It must exist (400 `invalid_app` otherwise); an
 	// empty string unlinks the app.
 	PushInstance *string `json:"pushInstance,omitempty"`
+
+	// RecoveryWindowMs How long after losing its connection a client (with the recovery
+	// plugin, `enableRecovery`) may come back and get every event it missed
+	// on its channels, from the channel history: at most the longest
+	// history TTL (7 days); 0 turns recovery off. A new app that gives none
+	// gets 120000 (2 minutes). Recovery needs history (`historyEvents` > 0).
+	RecoveryWindowMs *int `json:"recoveryWindowMs,omitempty"`
 
 	// Secret Secret (A-Z a-z 0-9 _ - .).
 	Secret *string `json:"secret,omitempty"`
@@ -246,6 +256,13 @@ type AppOptions struct {
 	// the user is offline. It must exist (400 `invalid_app` otherwise); an
 	// empty string unlinks the app.
 	PushInstance *string `json:"pushInstance,omitempty"`
+
+	// RecoveryWindowMs How long after losing its connection a client (with the recovery
+	// plugin, `enableRecovery`) may come back and get every event it missed
+	// on its channels, from the channel history: at most the longest
+	// history TTL (7 days); 0 turns recovery off. A new app that gives none
+	// gets 120000 (2 minutes). Recovery needs history (`historyEvents` > 0).
+	RecoveryWindowMs *int `json:"recoveryWindowMs,omitempty"`
 
 	// Secret Secret (A-Z a-z 0-9 _ - .).
 	Secret *string `json:"secret,omitempty"`

@@ -184,15 +184,19 @@ const maxDurationMs = math.MaxInt64 / int64(time.Millisecond)
 // checkAppDurations refuses the durations of o that a time.Duration cannot
 // hold, either way: converted, they would wrap around to any value
 // (userAuthTimeoutMs 288230376151712744 was stored as 1 s). The rules of
-// the values that fit are manage's.
+// the values that fit are manage's, but for a negative recovery window,
+// which the API has no use for (0 is off) and -1 would be storage's off.
 func checkAppDurations(o admin.AppOptions) error {
 	for _, d := range []struct {
 		name string
 		ms   *int
-	}{{"userAuthTimeoutMs", o.UserAuthTimeoutMs}, {"historyTtlMs", o.HistoryTTLMs}} {
+	}{{"userAuthTimeoutMs", o.UserAuthTimeoutMs}, {"historyTtlMs", o.HistoryTTLMs}, {"recoveryWindowMs", o.RecoveryWindowMs}} {
 		if d.ms != nil && (int64(*d.ms) > maxDurationMs || int64(*d.ms) < -maxDurationMs) {
 			return badRequest(KindInvalidApp, "%s is %d; a duration is at most %d milliseconds.", d.name, *d.ms, maxDurationMs)
 		}
+	}
+	if w := o.RecoveryWindowMs; w != nil && *w < 0 {
+		return badRequest(KindInvalidApp, "recoveryWindowMs is %d; it is 0 (off) or a number of milliseconds.", *w)
 	}
 	return nil
 }
@@ -225,6 +229,12 @@ func applyApp(a *storage.App, o admin.AppOptions) {
 	setInt(&a.HistoryEvents, o.HistoryEvents)
 	if o.HistoryTTLMs != nil {
 		a.HistoryTTL = time.Duration(*o.HistoryTTLMs) * time.Millisecond
+	}
+	if o.RecoveryWindowMs != nil {
+		a.RecoveryWindow = time.Duration(*o.RecoveryWindowMs) * time.Millisecond
+		if a.RecoveryWindow == 0 {
+			a.RecoveryWindow = storage.RecoveryOff
+		}
 	}
 	set(&a.PushInstance, o.PushInstance)
 	if o.UserAuthTimeoutMs != nil {
@@ -264,12 +274,16 @@ func appOut(a storage.App) admin.App {
 	if a.PushInstance != "" {
 		pushInstance = &a.PushInstance
 	}
+	recoveryWindow := a.RecoveryWindow
+	if recoveryWindow == storage.RecoveryOff {
+		recoveryWindow = 0
+	}
 	return admin.App{
 		PushInstance: pushInstance, ID: a.ID, Key: a.Key, Secret: a.Secret, Enabled: a.Enabled, ClientEvents: a.ClientEvents,
 		SubscriptionCount: a.SubscriptionCount, UserAuthTimeoutMs: int(a.UserAuthTimeout.Milliseconds()),
 		MaxConnections: a.MaxConnections, MaxPresenceMembers: a.MaxPresenceMembers,
 		MaxPresenceUserInfoBytes: a.MaxPresenceUserInfoBytes, HistoryEvents: a.HistoryEvents,
-		HistoryTTLMs: int(a.HistoryTTL.Milliseconds()), Webhooks: hooks,
+		HistoryTTLMs: int(a.HistoryTTL.Milliseconds()), RecoveryWindowMs: int(recoveryWindow.Milliseconds()), Webhooks: hooks,
 		CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
 	}
 }

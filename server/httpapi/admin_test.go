@@ -3,12 +3,14 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -18,6 +20,7 @@ import (
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 )
 
@@ -392,6 +395,96 @@ func TestAdminInstances(t *testing.T) {
 			t.Fatal("instance still stored")
 		}
 	})
+}
+
+// An app's recovery window in the admin API: 120000 ms for a new app that
+// gives none, 0 off (storage's RecoveryOff), kept by an update that leaves
+// it out; a window past the longest history TTL, negative, beyond a
+// duration or not whole milliseconds is refused with the admin API's 400
+// (invalid_app; the binding's invalid_request for a number that is no
+// integer), and nothing is stored.
+func TestAdminRecoveryWindow(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	maxMs := int(manage.MaxHistoryTTL.Milliseconds())
+	stored := func(t *testing.T, id string) time.Duration {
+		t.Helper()
+		a, err := s.db.GetApp(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.RecoveryWindow
+	}
+	for _, tt := range []struct {
+		name   string
+		give   *int
+		wantMs int
+		stored time.Duration
+	}{
+		{"Default", nil, 120000, storage.DefaultRecoveryWindow},
+		{"Off", ptr(0), 0, storage.RecoveryOff},
+		{"HalfAMinute", ptr(30000), 30000, 30 * time.Second},
+		{"LongestHistory", ptr(maxMs), maxMs, manage.MaxHistoryTTL},
+	} {
+		t.Run("Create"+tt.name, func(t *testing.T) {
+			id := "rw" + tt.name
+			res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr(id), HistoryEvents: ptr(10), RecoveryWindowMs: tt.give})
+			if err != nil || res.JSON201 == nil || res.JSON201.RecoveryWindowMs != tt.wantMs {
+				t.Fatalf("create: %v %s, want recoveryWindowMs %d", err, res.Body, tt.wantMs)
+			}
+			if got := stored(t, id); got != tt.stored {
+				t.Fatalf("stored %v, want %v", got, tt.stored)
+			}
+			if got, err := s.client.GetAppWithResponse(ctx, id); err != nil || got.JSON200 == nil || got.JSON200.RecoveryWindowMs != tt.wantMs {
+				t.Fatalf("get: %v %s, want recoveryWindowMs %d", err, got.Body, tt.wantMs)
+			}
+		})
+	}
+
+	update := func(t *testing.T, o adminclient.AppUpdate, wantMs int, want time.Duration) {
+		t.Helper()
+		res, err := s.client.UpdateAppWithResponse(ctx, "rwDefault", o)
+		if err != nil || res.JSON200 == nil || res.JSON200.RecoveryWindowMs != wantMs {
+			t.Fatalf("update: %v %s, want recoveryWindowMs %d", err, res.Body, wantMs)
+		}
+		if got := stored(t, "rwDefault"); got != want {
+			t.Fatalf("stored %v, want %v", got, want)
+		}
+	}
+	t.Run("UpdateOff", func(t *testing.T) { update(t, adminclient.AppUpdate{RecoveryWindowMs: ptr(0)}, 0, storage.RecoveryOff) })
+	t.Run("UpdateLeftOutKeepsOff", func(t *testing.T) { update(t, adminclient.AppUpdate{ClientEvents: ptr(false)}, 0, storage.RecoveryOff) })
+	t.Run("UpdateOn", func(t *testing.T) {
+		update(t, adminclient.AppUpdate{RecoveryWindowMs: ptr(45000)}, 45000, 45*time.Second)
+	})
+	t.Run("UpdateLeftOutKeepsIt", func(t *testing.T) { update(t, adminclient.AppUpdate{HistoryTTLMs: ptr(60000)}, 45000, 45*time.Second) })
+
+	const wraps = 288230376151712744 // × 1,000,000 ns wraps around to 1 s
+	for _, tt := range []struct {
+		name, body, kind string
+	}{
+		{"PastLongestHistory", fmt.Sprintf(`{"historyEvents":10,"recoveryWindowMs":%d}`, maxMs+1), KindInvalidApp},
+		{"Negative", `{"historyEvents":10,"recoveryWindowMs":-1}`, KindInvalidApp},
+		{"BeyondADuration", fmt.Sprintf(`{"historyEvents":10,"recoveryWindowMs":%d}`, wraps), KindInvalidApp},
+		// Not an integer: the binding's 400, as for every integer field.
+		{"NotWholeMs", `{"historyEvents":10,"recoveryWindowMs":1.5}`, KindInvalidRequest},
+	} {
+		t.Run("Refused"+tt.name, func(t *testing.T) {
+			created, err := s.client.CreateAppWithBodyWithResponse(ctx, "application/json", strings.NewReader(`{"id":"rwRefused",`+tt.body[1:]))
+			if err != nil || created.StatusCode() != http.StatusBadRequest || errKind(created.Body) != tt.kind {
+				t.Fatalf("create: %v %d %s, want 400 %s", err, created.StatusCode(), created.Body, tt.kind)
+			}
+			if res, err := s.client.GetAppWithResponse(ctx, "rwRefused"); err != nil || res.StatusCode() != http.StatusNotFound {
+				t.Fatalf("after a refused create: %v %d, want no app", err, res.StatusCode())
+			}
+			updated, err := s.client.UpdateAppWithBodyWithResponse(ctx, "rwDefault", "application/json", strings.NewReader(tt.body))
+			if err != nil || updated.StatusCode() != http.StatusBadRequest || errKind(updated.Body) != tt.kind {
+				t.Fatalf("update: %v %d %s, want 400 %s", err, updated.StatusCode(), updated.Body, tt.kind)
+			}
+			if got := stored(t, "rwDefault"); got != 45*time.Second {
+				t.Fatalf("after a refused update: stored %v, want 45s", got)
+			}
+		})
+	}
 }
 
 // The admin API caps request bodies, shows whether an APNs CA is set, and

@@ -513,6 +513,14 @@ export interface components {
             /** @description Forget kept events after this many milliseconds; 0 takes the default (one hour) when history is on. */
             historyTtlMs?: number;
             /**
+             * @description How long after losing its connection a client (with the recovery
+             *     plugin, `enableRecovery`) may come back and get every event it missed
+             *     on its channels, from the channel history: at most the longest
+             *     history TTL (7 days); 0 turns recovery off. A new app that gives none
+             *     gets 120000 (2 minutes). Recovery needs history (`historyEvents` > 0).
+             */
+            recoveryWindowMs?: number;
+            /**
              * @description The Push instance (its id, a UUID) the app is linked to: a trigger to
              *     `#server-to-user-<id>` with `push_if_offline` publishes through it when
              *     the user is offline. It must exist (400 `invalid_app` otherwise); an
@@ -539,6 +547,8 @@ export interface components {
             maxPresenceUserInfoBytes: number;
             historyEvents: number;
             historyTtlMs: number;
+            /** @description The recovery window (see AppOptions); 0 when recovery is off. */
+            recoveryWindowMs: number;
             /** @description The Push instance the app is linked to (see AppOptions); absent when none. */
             pushInstance?: string;
             webhooks: components["schemas"]["Webhook"][];
