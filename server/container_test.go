@@ -282,18 +282,8 @@ type gateways struct {
 
 func startGateways(t *testing.T) *gateways {
 	t.Helper()
-	a, err := pushtest.NewAPNs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
-	f, err := pushtest.NewFCM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	w := pushtest.NewWebPush()
-	t.Cleanup(w.Close)
+	fakes := pushtest.Start(t)
+	a, f, w := fakes.APNs, fakes.FCM, fakes.Web
 	// Readable by the container's user (65532): a folder of its own, not
 	// t.TempDir's, whose parent only root may enter.
 	dir, err := os.MkdirTemp("", "herald-gateways-")

@@ -42,19 +42,8 @@ type gateways struct {
 
 func startGateways(t testing.TB) *gateways {
 	t.Helper()
-	a, err := pushtest.NewAPNs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
-	f, err := pushtest.NewFCM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	w := pushtest.NewWebPush()
-	t.Cleanup(w.Close)
-	return &gateways{apns: a, fcm: f, web: w}
+	g := pushtest.Start(t)
+	return &gateways{apns: g.APNs, fcm: g.FCM, web: g.Web}
 }
 
 // pushConfig is a node configuration with the default instance wired to the

@@ -1,7 +1,6 @@
 package testpg
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"net/url"
@@ -117,16 +116,7 @@ func (p *Pair) waitSync() {
 func (p *Pair) Database(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("herald_pair%d_%d", os.Getpid(), counter.Add(1))
-	admin, err := sql.Open("pgx", p.primary.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
-		t.Fatalf("creating the test database: %v", err)
-	}
+	createDatabase(t, p.primary.url, name)
 	q := url.Values{"sslmode": {"disable"}, "target_session_attrs": {"read-write"}}
 	return fmt.Sprintf("postgres://herald@127.0.0.1:%d,127.0.0.1:%d/%s?%s", p.primary.port, p.replica.port, name, q.Encode())
 }

@@ -71,16 +71,7 @@ func Start(t testing.TB) string {
 		t.Fatalf("starting PostgreSQL: %v", srvErr)
 	}
 	name := fmt.Sprintf("herald_t%d_%d", os.Getpid(), counter.Add(1))
-	admin, err := sql.Open("pgx", srv.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
-		t.Fatalf("creating the test database: %v", err)
-	}
+	createDatabase(t, srv.url, name)
 	t.Cleanup(func() {
 		admin, err := sql.Open("pgx", srv.url)
 		if err != nil {
@@ -94,6 +85,21 @@ func Start(t testing.TB) string {
 	u, _ := url.Parse(srv.url)
 	u.Path = "/" + name
 	return u.String()
+}
+
+// createDatabase creates the database name on the server at serverURL.
+func createDatabase(t testing.TB, serverURL, name string) {
+	t.Helper()
+	admin, err := sql.Open("pgx", serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
+		t.Fatalf("creating the test database: %v", err)
+	}
 }
 
 // skipMissing skips t because the PostgreSQL binaries are not installed,
