@@ -33,6 +33,7 @@ type collector struct {
 	clusterConsole                                *prometheus.Desc
 	clusterResyncs, clusterReaped, clusterOutages *prometheus.Desc
 	historyEvents, historyBytes, historyDropped   *prometheus.Desc
+	recoveries                                    *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -82,6 +83,9 @@ func newCollector(src Sources) *collector {
 		historyBytes:         d("history_bytes", "Bytes of event names and data kept in channel histories, by app (in a cluster: as of this node's last append to the app); bounded by HERALD_HISTORY_MAX_BYTES.", "app_id"),
 		historyDropped:       d("history_events_dropped_total", "Kept events dropped before their TTL (by this node's appends), by reason: events (past the app's history events), age (past its TTL), bytes (past HERALD_HISTORY_MAX_BYTES), channels (past HERALD_HISTORY_MAX_CHANNELS).", "reason"),
 		clusterConsole:       d("cluster_console_events_total", "Debug console events relayed between nodes, by outcome: sent to the nodes watching, dropped past a flush's bounds, received from other nodes.", "outcome"),
+		recoveries: d("recoveries_total", "Subscriptions that asked to recover what their connection's previous one missed (the recovery plugin), by outcome: "+
+			"recovered (every missed event replayed), refused (a token that does not prove the old subscription, or past the connection's share of resumes), expired (past the app's recovery window), "+
+			"gap (the channel's history no longer holds what was missed), unavailable (the history could not be read).", "outcome"),
 	}
 }
 
@@ -93,7 +97,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
 		c.pushPages, c.pushTakenOver, c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
 		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.clusterConsole, c.publishLimitErrors,
-		c.historyEvents, c.historyBytes, c.historyDropped,
+		c.historyEvents, c.historyBytes, c.historyDropped, c.recoveries,
 	} {
 		ch <- d
 	}
@@ -116,6 +120,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			count(c.triggered, a.Triggered, a.AppID)
 		}
 		count(c.panics, h.ObserverPanics(), "hub_observer")
+		r := h.RecoveryStats()
+		count(c.recoveries, r.Recovered, "recovered")
+		count(c.recoveries, r.Refused, "refused")
+		count(c.recoveries, r.Expired, "expired")
+		count(c.recoveries, r.Gap, "gap")
+		count(c.recoveries, r.Error, "unavailable")
 	}
 	if s := c.src.Sockets; s != nil {
 		n := s.Counters()

@@ -39,6 +39,8 @@ type HubSource interface {
 	// ObserverPanics counts the panics of the hub's observers (webhooks,
 	// console) it recovered.
 	ObserverPanics() int64
+	// RecoveryStats counts the recoveries of subscriptions by outcome.
+	RecoveryStats() hub.RecoveryStats
 }
 
 // AnonLimitSource is the per-address limit of the anonymous Push APIs.

@@ -32,6 +32,10 @@ func (fakeHub) AppStats() []hub.AppStats {
 
 func (fakeHub) ObserverPanics() int64 { return 1 }
 
+func (fakeHub) RecoveryStats() hub.RecoveryStats {
+	return hub.RecoveryStats{Recovered: 26, Refused: 27, Expired: 28, Gap: 29, Error: 30}
+}
+
 type fakeSockets struct{}
 
 func (fakeSockets) Counters() ws.Counters {
@@ -190,6 +194,11 @@ func TestCollector(t *testing.T) {
 		{"herald_history_events_dropped_total", []string{"reason", "age"}, 23},
 		{"herald_history_events_dropped_total", []string{"reason", "bytes"}, 24},
 		{"herald_history_events_dropped_total", []string{"reason", "channels"}, 25},
+		{"herald_recoveries_total", []string{"outcome", "recovered"}, 26},
+		{"herald_recoveries_total", []string{"outcome", "refused"}, 27},
+		{"herald_recoveries_total", []string{"outcome", "expired"}, 28},
+		{"herald_recoveries_total", []string{"outcome", "gap"}, 29},
+		{"herald_recoveries_total", []string{"outcome", "unavailable"}, 30},
 	} {
 		if got := get(fams, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
