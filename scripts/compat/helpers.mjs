@@ -431,11 +431,22 @@ export function launchChromium () {
 /**
  * Serves a page from an origin of its own on 127.0.0.1: html at /, and the
  * JavaScript that script(path) returns (a string or bytes) at any other
- * path; 404 where it returns undefined. Resolves with {url, close}.
+ * path; 404 where it returns undefined. A POST is answered with the JSON of
+ * what post(path, body) returns (body: the request's, as text; 404 where
+ * it returns undefined), e.g. a channel authorization endpoint. Resolves
+ * with {url, close}.
  */
-export async function servePage (html, script = () => undefined) {
-  const srv = createServer((req, res) => {
+export async function servePage (html, script = () => undefined, post = () => undefined) {
+  const srv = createServer(async (req, res) => {
     const path = new URL(req.url, 'http://page').pathname
+    if (req.method === 'POST') {
+      const chunks = []
+      for await (const chunk of req) chunks.push(chunk)
+      const answer = post(path, Buffer.concat(chunks).toString('utf8'))
+      if (answer === undefined) res.writeHead(404).end()
+      else res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify(answer))
+      return
+    }
     if (path === '/') {
       res.writeHead(200, { 'Content-Type': 'text/html' })
       res.end(html)
