@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -360,18 +361,54 @@ func TestRefusedUpgradeClosesConnection(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			conn := dialRaw(t, addr)
-			req := tt.head + "\r\n" + "GET /metrics HTTP/1.1\r\nHost: herald\r\n\r\n"
-			if _, err := io.WriteString(conn, req); err != nil {
-				t.Fatal(err)
-			}
-			got := waitClosed(t, conn)
-			if !strings.HasPrefix(got, "HTTP/1.1 "+tt.status+" ") && !strings.HasPrefix(got, "HTTP/1.0 "+tt.status+" ") {
-				t.Fatalf("answered %.200q, want a %s", got, tt.status)
-			}
-			if n := strings.Count("\n"+got, "\nHTTP/1."); n != 1 {
-				t.Fatalf("%d answers on the connection, want only the refusal: %q", n, got)
-			}
+			answeredAndClosed(t, addr, tt.head, tt.status)
+		})
+	}
+}
+
+// answeredAndClosed sends the request whose head (up to its blank line) is
+// head with GET /metrics pipelined behind it, and fails unless the first is
+// answered with status and the connection then closed, the second never
+// answered.
+func answeredAndClosed(t *testing.T, addr, head, status string) {
+	t.Helper()
+	conn := dialRaw(t, addr)
+	req := head + "\r\n" + "GET /metrics HTTP/1.1\r\nHost: herald\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	got := waitClosed(t, conn)
+	if !strings.HasPrefix(got, "HTTP/1.1 "+status+" ") && !strings.HasPrefix(got, "HTTP/1.0 "+status+" ") {
+		t.Fatalf("answered %.200q, want a %s", got, status)
+	}
+	if n := strings.Count("\n"+got, "\nHTTP/1."); n != 1 {
+		t.Fatalf("%d answers on the connection, want only the refusal: %q", n, got)
+	}
+}
+
+// A connection refused by HERALD_WS_CONNECT_RATE_LIMIT is closed after its
+// 429 on every path of a node that answers one: the WebSocket upgrade on the
+// fast path and through net/http (a long head, HTTP/1.0 keep-alive), and a
+// new HTTP fallback session on either receiving transport. The GET /metrics
+// pipelined behind it is never answered.
+func TestConnectRateLimitClosesConnection(t *testing.T) {
+	addr := startOpsNode(t, func(c *config.Config) { c.ConnectRateLimit = 0.01 }) // one now, the next in 100 s
+	if _, code := dialSocket(t, "http://"+addr, ""); code != http.StatusSwitchingProtocols {
+		t.Fatalf("the address's one connection: %d", code)
+	}
+	const fallback = "POST /pusher/app/go-sdk-key/123/refused/%s?protocol=7 HTTP/1.%d\r\nHost: herald\r\nContent-Length: 0\r\n%s"
+	http10 := strings.Replace(upgradeHead, "HTTP/1.1", "HTTP/1.0", 1)
+	for _, tt := range []struct{ name, head string }{
+		{"UpgradeFastPath", upgradeHead},
+		{"UpgradeLongHead", upgradeHead + "X-Padding: " + strings.Repeat("p", 5000) + "\r\n"},
+		{"UpgradeHTTP10KeepAlive", strings.Replace(http10, "Connection: Upgrade", "Connection: keep-alive, Upgrade", 1)},
+		{"Polling", fmt.Sprintf(fallback, "xhr", 1, "")},
+		{"Streaming", fmt.Sprintf(fallback, "xhr_streaming", 1, "")},
+		{"PollingHTTP10KeepAlive", fmt.Sprintf(fallback, "xhr", 0, "Connection: keep-alive\r\n")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			answeredAndClosed(t, addr, tt.head, "429")
 		})
 	}
 }

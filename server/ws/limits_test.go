@@ -3,7 +3,10 @@ package ws
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -344,4 +347,67 @@ func TestClientEventNameOfTheMaximumLength(t *testing.T) {
 		t.Fatalf("a %d-character event name was refused: %s", len(name), f.Data)
 	}
 	receiver.expect(name, ch)
+}
+
+// A connection refused by the connect rate limit is closed after its 429,
+// on every path that answers one: the WebSocket upgrade on server/upgrade's
+// fast path and through net/http (a long head, HTTP/1.0 keep-alive, a
+// server without the fast path, as over TLS), and a new HTTP fallback
+// session on either receiving transport. A request pipelined behind the
+// refused one (a fallback preflight, which every server answers) is never
+// answered: the client was refused a connection, not one request on it.
+func TestConnectRateLimitClosesConnection(t *testing.T) {
+	const (
+		upgradeRest = " HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+		upgrade   = "GET /app/key1?protocol=7" + upgradeRest
+		fallback  = "POST /pusher/app/key1/123/refused/%s?protocol=7 HTTP/1.%d\r\nHost: x\r\nContent-Length: 0\r\n%s"
+		keepAlive = "Connection: keep-alive\r\n"
+		next      = "OPTIONS /pusher/app/key1/123/other/xhr_send HTTP/1.1\r\nHost: x\r\n\r\n"
+	)
+	servers := map[string]*wsServer{
+		"Front":   newWSServer(t, Options{ConnectRateLimit: 0.01}), // one now, the next in 100 s
+		"NetHTTP": newWSServerNetHTTP(t, Options{ConnectRateLimit: 0.01}),
+	}
+	for _, s := range servers {
+		s.dial(t, "key1") // the address's one connection
+	}
+	for _, tt := range []struct{ name, server, head string }{
+		{"UpgradeFastPath", "Front", upgrade},
+		{"UpgradeLongHead", "Front", upgrade + "X-Padding: " + strings.Repeat("p", 5000) + "\r\n"},
+		{"UpgradeHTTP10KeepAlive", "Front", strings.Replace("GET /app/key1?protocol=7"+upgradeRest, "HTTP/1.1", "HTTP/1.0", 1) + "Connection: keep-alive, Upgrade\r\n"},
+		{"UpgradeNetHTTP", "NetHTTP", upgrade},
+		{"Polling", "Front", fmt.Sprintf(fallback, transportPolling, 1, "")},
+		{"Streaming", "Front", fmt.Sprintf(fallback, transportStreaming, 1, "")},
+		{"PollingHTTP10KeepAlive", "Front", fmt.Sprintf(fallback, transportPolling, 0, keepAlive)},
+		{"StreamingNetHTTP", "NetHTTP", fmt.Sprintf(fallback, transportStreaming, 1, "")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := servers[tt.server]
+			before := s.handler.Counters().ConnectRateLimited
+			conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "ws://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tt.head+"\r\n"+next); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(wait.Limit))
+			got, err := io.ReadAll(conn)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the connection stayed open after %q", got)
+			}
+			if !strings.HasPrefix(string(got), "HTTP/1.1 429 ") && !strings.HasPrefix(string(got), "HTTP/1.0 429 ") {
+				t.Fatalf("answered %.200q, want a 429", got)
+			}
+			if n := strings.Count("\n"+string(got), "\nHTTP/1."); n != 1 {
+				t.Fatalf("%d answers on the connection, want only the 429: %q", n, got)
+			}
+			if n := s.handler.Counters().ConnectRateLimited - before; n != 1 {
+				t.Fatalf("%d refused by the connect rate, want 1", n)
+			}
+		})
+	}
 }
