@@ -80,7 +80,7 @@ func newCollector(src Sources) *collector {
 		clusterOutages:       d("cluster_outages_total", "Times Redis stopped answering this node."),
 		clusterReplayed:      d("cluster_messages_replayed_total", "Messages this node published again because Redis lost its data before every node had read them."),
 		historyEvents:        d("history_events", "Events kept in channel histories, by app (in a cluster: as of this node's last append to the app).", "app_id"),
-		historyBytes:         d("history_bytes", "Bytes of event names and data kept in channel histories, by app (in a cluster: as of this node's last append to the app); bounded by HERALD_HISTORY_MAX_BYTES.", "app_id"),
+		historyBytes:         d("history_bytes", "What channel histories cost to hold in bytes, by app (in a cluster: as of this node's last append to the app): each event its name, data, the socket_id it excludes and 64 bytes, each channel 512 bytes and five times its name; bounded by HERALD_HISTORY_MAX_BYTES.", "app_id"),
 		historyDropped:       d("history_events_dropped_total", "Kept events dropped before their TTL (by this node's appends), by reason: events (past the app's history events), age (past its TTL), bytes (past HERALD_HISTORY_MAX_BYTES), channels (past HERALD_HISTORY_MAX_CHANNELS).", "reason"),
 		clusterConsole:       d("cluster_console_events_total", "Debug console events relayed between nodes, by outcome: sent to the nodes watching, dropped past a flush's bounds, received from other nodes.", "outcome"),
 		recoveries: d("recoveries_total", "Subscriptions that asked to recover what their connection's previous one missed (the recovery plugin), by outcome: "+
