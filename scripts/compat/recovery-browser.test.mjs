@@ -90,17 +90,16 @@ describe('recovery in Chromium: pusher-js\'s browser build and the plugin as one
     const q = new URLSearchParams({ key: APP.key, host: proxy.host, port: proxy.port, user, plugin: plugin ? '1' : '0', channels: CHANNELS.join(',') })
     await page.goto(`${pages.url}?${q}`)
     try {
-      await page.waitForFunction(() => Object.values(window.subscribed ?? {}).filter((n) => n > 0).length === 3, null, { timeout: 10_000 })
+      await page.waitForFunction((n) => Object.values(window.subscribed ?? {}).filter((k) => k > 0).length === n, CHANNELS.length, { timeout: 10_000 })
     } catch (err) {
       throw new Error(`${user}: not subscribed: ${err.message}; page errors: ${problems.join('; ')}`)
     }
-    const p = {
+    return {
       page,
       label: user,
       socket: await page.evaluate(() => window.pusher.connection.socket_id),
       got: () => page.evaluate(() => window.got)
     }
-    return p
   }
 
   /** Waits until p's page is connected again on a new connection. */
