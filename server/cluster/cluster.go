@@ -95,6 +95,9 @@ type Options struct {
 	// after is the release loop's timer (hold.go): time.After, unless a
 	// test runs the loop on a clock of its own.
 	after func(time.Duration) <-chan time.Time
+	// ticker is the console relay's (consolerelay.go): a time.Ticker of
+	// every, unless a test ticks it itself.
+	ticker func(every time.Duration) (ticks <-chan time.Time, stop func())
 }
 
 // Cluster is one node's membership of a cluster.
@@ -250,6 +253,12 @@ func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalCli
 	}
 	if opts.after == nil {
 		opts.after = time.After
+	}
+	if opts.ticker == nil {
+		opts.ticker = func(every time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(every)
+			return t.C, t.Stop
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{

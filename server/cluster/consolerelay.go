@@ -147,19 +147,19 @@ func (r *ConsoleRelay) Stats() RelayStats {
 func (r *ConsoleRelay) loop() {
 	var sub relaySubscription
 	defer sub.close()
-	flush := time.NewTicker(relayFlush)
-	defer flush.Stop()
-	refresh := time.NewTicker(relayRefresh)
-	defer refresh.Stop()
+	flush, stopFlush := r.c.opts.ticker(relayFlush)
+	defer stopFlush()
+	refresh, stopRefresh := r.c.opts.ticker(relayRefresh)
+	defer stopRefresh()
 	for {
 		select {
 		case <-r.c.ctx.Done():
 			return
 		case <-r.changed:
 			sub.match(r, r.watchedNow())
-		case <-refresh.C:
+		case <-refresh:
 			r.refresh(sub.apps)
-		case <-flush.C:
+		case <-flush:
 			r.flush()
 		}
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -237,4 +238,97 @@ func TestRelayMessagesAreBounded(t *testing.T) {
 	if events, _ := in.count(); events != 1 || r.Stats().Received != 1 {
 		t.Fatalf("%d events delivered (%d counted) from a message of exactly the bound, want 1", events, r.Stats().Received)
 	}
+}
+
+// relayClock is the console relay's tickers, ticked by the test: each
+// ticker the loop asks for is recorded with its period, and ticks only
+// when the test ticks it. Its channels are unbuffered, so a tick returns
+// once the loop has taken it.
+type relayClock struct {
+	mu      sync.Mutex
+	periods []time.Duration
+	ticks   []chan time.Time
+}
+
+func (rc *relayClock) ticker(every time.Duration) (<-chan time.Time, func()) {
+	ch := make(chan time.Time)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.periods, rc.ticks = append(rc.periods, every), append(rc.ticks, ch)
+	return ch, func() {}
+}
+
+// asked waits for the loop to ask for n tickers and returns their periods.
+func (rc *relayClock) asked(t *testing.T, n int) []time.Duration {
+	t.Helper()
+	var got []time.Duration
+	wait.Until(t, "the relay loop to ask for its tickers", func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		got = append([]time.Duration(nil), rc.periods...)
+		return len(got) >= n
+	})
+	return got
+}
+
+// tick ticks the ticker of period every, and returns once the loop has
+// done what the tick asks: the loop takes a second tick only when it is
+// done with the first, and a second flush or refresh changes nothing.
+func (rc *relayClock) tick(t *testing.T, every time.Duration) {
+	t.Helper()
+	rc.mu.Lock()
+	i := slices.Index(rc.periods, every)
+	rc.mu.Unlock()
+	if i < 0 {
+		t.Fatalf("no ticker of %v", every)
+	}
+	for range 2 {
+		select {
+		case rc.ticks[i] <- time.Now():
+		case <-time.After(wait.Limit):
+			t.Fatalf("the relay loop did not take a tick of its %v ticker", every)
+		}
+	}
+}
+
+// The relay's numbers, on tickers the test ticks: queued events go out
+// every 100 ms, and which apps other nodes watch is asked of Redis every
+// second — each at its own tick and not at the other's.
+func TestConsoleRelayFlushAndRefreshPeriods(t *testing.T) {
+	rs := testredis.Start(t)
+	prefix := fmt.Sprintf("relayclock%d:", time.Now().UnixNano())
+	clock := &relayClock{}
+	a := startNode(t, rs, prefix, "a")
+	b := startNode(t, rs, prefix, "b", func(o *Options) { o.ticker = clock.ticker })
+	var inA inbox
+	ra, rb := a.c.ConsoleRelay(inA.deliver), b.c.ConsoleRelay(func(string, []json.RawMessage, int) {})
+	const flush, refresh = 100 * time.Millisecond, time.Second
+	if got := clock.asked(t, 2); len(got) != 2 || !slices.Contains(got, flush) || !slices.Contains(got, refresh) {
+		t.Fatalf("the relay ticks every %v, want a flush every %v and a refresh every %v", got, flush, refresh)
+	}
+
+	ra.Watch("app")
+	wait.Until(t, "node a to subscribe", func() bool {
+		n, err := a.c.rdb.PubSubNumSub(t.Context(), a.c.key("console:app")).Result()
+		return err == nil && n[a.c.key("console:app")] == 1
+	})
+	clock.tick(t, flush)
+	if rb.Wanted("app") {
+		t.Fatal("node b learnt that node a watches app at a flush")
+	}
+	clock.tick(t, refresh)
+	if !rb.Wanted("app") {
+		t.Fatal("node b did not learn that node a watches app at a refresh")
+	}
+
+	rb.Send("app", []byte(`{"event":"one"}`))
+	clock.tick(t, refresh)
+	if st := rb.Stats(); st.Published != 0 {
+		t.Fatalf("node b published %d messages at a refresh, want none before a flush", st.Published)
+	}
+	clock.tick(t, flush)
+	if st := rb.Stats(); st.Published != 1 || st.Sent != 1 {
+		t.Fatalf("node b's relay after a flush: %+v, want 1 message of 1 event", st)
+	}
+	wait.Until(t, "node a to get node b's event", func() bool { return inA.all() == `app: {"event":"one"}` })
 }
