@@ -52,7 +52,8 @@ const (
 	RecoveryRefused = "refused"     // the token does not prove the old subscription
 	RecoveryExpired = "expired"     // the first missed event is older than the window
 	RecoveryGap     = "gap"         // the channel's history no longer holds what was missed
-	RecoveryError   = "unavailable" // the history could not be read
+	RecoveryError   = "unavailable" // the history could not be read, or this node cannot recover
+	RecoveryOff     = "off"         // the app keeps no history or has no window
 )
 
 // recovering is a recoverable subscriber's state on its channel.
@@ -73,11 +74,11 @@ type recoverItem struct {
 
 // RecoveryStats counts recoveries by outcome.
 type RecoveryStats struct {
-	Recovered, Refused, Expired, Gap, Error int64
+	Recovered, Refused, Expired, Gap, Error, Off int64
 }
 
 type recoveryCounters struct {
-	recovered, refused, expired, gap, failed atomic.Int64
+	recovered, refused, expired, gap, failed, off atomic.Int64
 }
 
 func (r *recoveryCounters) count(reason string) {
@@ -90,6 +91,8 @@ func (r *recoveryCounters) count(reason string) {
 		r.expired.Add(1)
 	case RecoveryGap:
 		r.gap.Add(1)
+	case RecoveryOff:
+		r.off.Add(1)
 	default:
 		r.failed.Add(1)
 	}
@@ -98,8 +101,13 @@ func (r *recoveryCounters) count(reason string) {
 // RecoveryStats returns the hub's recoveries so far.
 func (h *Hub) RecoveryStats() RecoveryStats {
 	r := &h.recoveries
-	return RecoveryStats{r.recovered.Load(), r.refused.Load(), r.expired.Load(), r.gap.Load(), r.failed.Load()}
+	return RecoveryStats{r.recovered.Load(), r.refused.Load(), r.expired.Load(), r.gap.Load(), r.failed.Load(), r.off.Load()}
 }
+
+// RecoveryRefusedHere counts a resume asked of a subscription that cannot
+// recover at all (reason RecoveryOff or RecoveryError), which the
+// transport answers itself.
+func (h *Hub) RecoveryRefusedHere(reason string) { h.recoveries.count(reason) }
 
 // positionFrame is pusher_internal:position: the ID of the event that
 // follows on the channel, or, excluded, of one the connection does not get.

@@ -85,7 +85,7 @@ func newCollector(src Sources) *collector {
 		clusterConsole:       d("cluster_console_events_total", "Debug console events relayed between nodes, by outcome: sent to the nodes watching, dropped past a flush's bounds, received from other nodes.", "outcome"),
 		recoveries: d("recoveries_total", "Subscriptions that asked to recover what their connection's previous one missed (the recovery plugin), by outcome: "+
 			"recovered (every missed event replayed), refused (a token that does not prove the old subscription, or past the connection's share of resumes), expired (past the app's recovery window), "+
-			"gap (the channel's history no longer holds what was missed), unavailable (the history could not be read).", "outcome"),
+			"gap (the channel's history no longer holds what was missed), unavailable (the history could not be read, or a cluster node, which does not recover yet), off (the app keeps no history or has no recovery window).", "outcome"),
 	}
 }
 
@@ -126,6 +126,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		count(c.recoveries, r.Expired, "expired")
 		count(c.recoveries, r.Gap, "gap")
 		count(c.recoveries, r.Error, "unavailable")
+		count(c.recoveries, r.Off, "off")
 	}
 	if s := c.src.Sockets; s != nil {
 		n := s.Counters()

@@ -33,7 +33,7 @@ func (fakeHub) AppStats() []hub.AppStats {
 func (fakeHub) ObserverPanics() int64 { return 1 }
 
 func (fakeHub) RecoveryStats() hub.RecoveryStats {
-	return hub.RecoveryStats{Recovered: 26, Refused: 27, Expired: 28, Gap: 29, Error: 30}
+	return hub.RecoveryStats{Recovered: 26, Refused: 27, Expired: 28, Gap: 29, Error: 30, Off: 31}
 }
 
 type fakeSockets struct{}
@@ -199,6 +199,7 @@ func TestCollector(t *testing.T) {
 		{"herald_recoveries_total", []string{"outcome", "expired"}, 28},
 		{"herald_recoveries_total", []string{"outcome", "gap"}, 29},
 		{"herald_recoveries_total", []string{"outcome", "unavailable"}, 30},
+		{"herald_recoveries_total", []string{"outcome", "off"}, 31},
 	} {
 		if got := get(fams, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)

@@ -62,9 +62,9 @@ func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery 
 func (p *peer) unrecoverable(app App) string {
 	switch {
 	case app.RecoveryWindow <= 0 || !app.History.On():
-		return "off"
+		return hub.RecoveryOff
 	case p.s.opts.History == nil || p.s.hub.Clustered():
-		return "unavailable"
+		return hub.RecoveryError
 	}
 	return ""
 }
@@ -76,6 +76,7 @@ func (p *peer) unrecoverable(app App) string {
 func (p *peer) refuseRecovery(channel string, d *recoveryData, reason string) {
 	if *d != (recoveryData{}) {
 		p.conn.Send(hub.EventFrame("pusher:recovery_failed", channel, `{"reason":"`+reason+`"}`, ""))
+		p.s.hub.RecoveryRefusedHere(reason)
 	}
 	p.conn.Send(hub.JSONFrame("pusher_internal:recovery", channel, struct {
 		Token    string `json:"token"`

@@ -103,10 +103,14 @@ func TestRecoveryOffIsSaid(t *testing.T) {
 				t.Fatalf("a secret %q at %q for an app that does not recover", token, position)
 			}
 			again := s.dial(t, key)
+			off := s.hub.RecoveryStats().Off
 			again.subscribeRecovering("news", "", map[string]string{"socket_id": c.socketID, "token": "", "position": ""})
 			again.expect("pusher_internal:subscription_succeeded", "news")
 			if f := again.expect("pusher:recovery_failed", "news"); f.Data != `{"reason":"off"}` {
 				t.Fatalf("recovery_failed %q", f.Data)
+			}
+			if got := s.hub.RecoveryStats().Off; got != off+1 {
+				t.Fatalf("the hub counted %d recoveries off, want %d", got, off+1)
 			}
 		})
 	}
