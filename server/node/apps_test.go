@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/ws"
 	"github.com/heraldrt/herald/storage"
@@ -16,12 +17,14 @@ func TestSocketAppCopiesEveryPolicy(t *testing.T) {
 	stored := &storage.App{
 		ID: "1", Key: "key", Secret: "secret", Enabled: true, ClientEvents: true, SubscriptionCount: true,
 		UserAuthTimeout: 3 * time.Second, MaxConnections: 4, MaxPresenceMembers: 5, MaxPresenceUserInfoBytes: 6,
+		HistoryEvents: 7, HistoryTTL: 8 * time.Second, RecoveryWindow: 9 * time.Second,
 		Webhooks: []storage.Webhook{{URL: "https://example.test/hook"}},
 	}
 	got, ok := socketApp(stored)
 	want := ws.App{
 		ID: "1", Key: "key", Secret: "secret", Enabled: true, ClientEvents: true, SubscriptionCount: true,
 		UserAuthTimeout: 3 * time.Second, MaxConnections: 4, MaxPresenceMembers: 5, MaxPresenceUserInfoBytes: 6,
+		History: eventlog.Policy{Events: 7, TTL: 8 * time.Second}, RecoveryWindow: 9 * time.Second,
 		Webhooks: webhookFilter{stored},
 	}
 	if !ok || got != want {
