@@ -143,13 +143,16 @@ func (c *Conn) UserID() string {
 // Send queues a frame for the writer without blocking. It reports false when
 // the connection is closing or when the frame would push the queue over its
 // byte bound; the connection is then closed with 4100 (over capacity).
-func (c *Conn) Send(frame []byte) bool {
+func (c *Conn) Send(frame []byte) bool { return c.send(frame, nil) }
+
+// send queues frame, then next unless nil, under one lock: both or neither.
+func (c *Conn) send(frame, next []byte) bool {
 	c.outMu.Lock()
 	if c.closing != nil {
 		c.outMu.Unlock()
 		return false
 	}
-	if c.outBytes+len(frame) > c.maxOutBytes {
+	if c.outBytes+len(frame)+len(next) > c.maxOutBytes {
 		c.closing = &CloseOverCapacity
 		wake := c.claimWriterLocked()
 		c.outMu.Unlock()
@@ -162,7 +165,10 @@ func (c *Conn) Send(frame []byte) bool {
 		return false
 	}
 	c.out = append(c.out, frame)
-	c.outBytes += len(frame)
+	if next != nil {
+		c.out = append(c.out, next)
+	}
+	c.outBytes += len(frame) + len(next)
 	wake := c.claimWriterLocked()
 	c.outMu.Unlock()
 	if wake {

@@ -132,6 +132,10 @@ type channel struct {
 	dead    bool // removed from the app's map; subscribers must look it up again
 
 	recov map[*Conn]*recovering // the recoverable subscribers (recovery.go); nil when none
+	// recovs is recov by position in subs (nil for a plain subscriber), so
+	// that fan-out finds a subscriber's state without hashing; nil until
+	// the channel has had a recoverable subscriber.
+	recovs []*recovering
 
 	occupied    bool        // channel_occupied reported, channel_vacated not yet
 	countSentAt time.Time   // when the last subscription_count went out
@@ -707,6 +711,9 @@ func (h *Hub) TerminateUser(appID, userID string) int {
 func (ch *channel) addLocked(c *Conn) {
 	ch.index[c] = len(ch.subs)
 	ch.subs = append(ch.subs, c)
+	if ch.recovs != nil {
+		ch.recovs = append(ch.recovs, nil)
+	}
 }
 
 // removeLocked takes c off the subscribers (swap-remove), reporting whether
@@ -722,6 +729,11 @@ func (ch *channel) removeLocked(c *Conn) bool {
 	ch.subs[last] = nil
 	ch.subs = ch.subs[:last]
 	delete(ch.index, c)
+	if ch.recovs != nil {
+		ch.recovs[i] = ch.recovs[last]
+		ch.recovs[last] = nil
+		ch.recovs = ch.recovs[:last]
+	}
 	if ch.recov != nil {
 		delete(ch.recov, c)
 	}

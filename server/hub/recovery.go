@@ -174,8 +174,8 @@ func cloneMessages(ms []Message) []Message { return append([]Message(nil), ms...
 func deliverPositioned(ch *channel, m Message, frame []byte) int {
 	var mark, excluded []byte
 	sent := 0
-	for _, c := range ch.subs {
-		st := ch.recov[c]
+	for i, c := range ch.subs {
+		st := ch.recovs[i]
 		switch {
 		case st == nil:
 			if c.socketID == m.ExcludeSocketID {
@@ -193,7 +193,9 @@ func deliverPositioned(ch *channel, m Message, frame []byte) int {
 			if mark == nil {
 				mark = positionFrame(m.Channel, m.Position, false)
 			}
-			c.Send(mark)
+			c.send(mark, frame)
+			sent++
+			continue
 		}
 		c.Send(frame)
 		sent++
@@ -217,6 +219,10 @@ func (h *Hub) recoverable(a *appState, ch *channel, c *Conn, rec *Recovery) fano
 		ch.recov = make(map[*Conn]*recovering)
 	}
 	ch.recov[c] = st
+	if ch.recovs == nil {
+		ch.recovs = make([]*recovering, len(ch.subs))
+	}
+	ch.recovs[ch.index[c]] = st
 	return fanoutItem{recover: &recoverItem{app: a.id, channel: ch.name, conn: c, rec: rec, upTo: upTo}}
 }
 

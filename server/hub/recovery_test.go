@@ -293,3 +293,41 @@ func TestAResumeFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// Plain and recoverable subscribers of one channel, some leaving (which
+// moves others in the subscriber list), each get what their kind gets: the
+// recoverable ones a position before each kept event, the plain ones not.
+func TestPositionsFollowTheirSubscribersAsOthersLeave(t *testing.T) {
+	r := newRecoveryHub(t)
+	var conns []*Conn
+	recoverable := map[*Conn]bool{}
+	for i := range 8 {
+		c := connect(t, r.h, "app")
+		var rec *Recovery
+		if i%3 == 0 {
+			rec = r.recovery(c, false, eventlog.ID{})
+			recoverable[c] = true
+		}
+		r.subscribe(t, c, "news", rec)
+		takeFrames(t, c)
+		conns = append(conns, c)
+	}
+	for _, i := range []int{0, 4, 1} { // a recoverable one first: the last moves into its place
+		r.h.Remove(conns[i])
+		conns[i] = nil
+	}
+	r.publish(t, "news", "ev", "")
+	r.h.Flush()
+	for i, c := range conns {
+		if c == nil {
+			continue
+		}
+		want := "ev"
+		if recoverable[c] {
+			want = "pusher_internal:position,ev"
+		}
+		if got := events(takeFrames(t, c)); got != want {
+			t.Errorf("subscriber %d (recoverable %v) got %s, want %s", i, recoverable[c], got, want)
+		}
+	}
+}
