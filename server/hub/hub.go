@@ -75,8 +75,9 @@ type Hub struct {
 	observerPanics recovery.Counter
 
 	// keepMu orders kept publishes and recoveries on a node of its own
-	// (recovery.go). Lock order: c.subMu, then keepMu, then channel locks.
-	keepMu     sync.Mutex
+	// (recovery.go), one lock per app (keepLock), so apps do not wait for
+	// each other. Lock order: c.subMu, then keepMu, then channel locks.
+	keepMu     [16]sync.Mutex
 	recoveries recoveryCounters
 
 	mu   sync.RWMutex
@@ -296,8 +297,9 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 		return ErrTooManySubscriptions
 	}
 	if opts.Recovery != nil {
-		h.keepMu.Lock()
-		defer h.keepMu.Unlock()
+		mu := h.keepLock(a.id)
+		mu.Lock()
+		defer mu.Unlock()
 	}
 	ch := a.lockChannel(name)
 	userID := ""
@@ -346,7 +348,7 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 	ch.mu.Unlock()
 	c.channels.set(name, &subscription{ch: ch, userID: userID})
 	if recovery.recover != nil {
-		// After ch.mu (its worker may be waiting for it), before h.keepMu.
+		// After ch.mu (its worker may be waiting for it), before keepMu.
 		h.workers[workerOf(a.id, name, len(h.workers))] <- recovery
 	}
 	return nil

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -151,8 +152,9 @@ func (h *Hub) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time
 	// Appended and queued under one lock: each channel's worker gets its
 	// kept events in the order of their IDs, and a recovery queued under
 	// it knows the last one before it.
-	h.keepMu.Lock()
-	defer h.keepMu.Unlock()
+	mu := h.keepLock(ms[0].AppID)
+	mu.Lock()
+	defer mu.Unlock()
 	ids, err := log.AppendIDs(context.Background(), ms[0].AppID, p, entries, now)
 	if err != nil || len(ids) != len(ms) {
 		// Delivered without positions: a recovery over them fails closed
@@ -167,6 +169,12 @@ func (h *Hub) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time
 }
 
 func cloneMessages(ms []Message) []Message { return append([]Message(nil), ms...) }
+
+// keepLock is app's lock of kept publishes and recoveries. Every message of
+// a PublishKept call is of one app (an HTTP API call's).
+func (h *Hub) keepLock(app string) *sync.Mutex {
+	return &h.keepMu[workerOf(app, "", len(h.keepMu))]
+}
 
 // deliverPositioned is Deliver's loop for a kept event on a channel with
 // recoverable subscribers, which get its position first. The caller holds
@@ -205,8 +213,8 @@ func deliverPositioned(ch *channel, m Message, frame []byte) int {
 
 // recoverable marks c's new subscription to ch recoverable and returns
 // its recovery's worker item, which the caller queues once it has let go
-// of ch.mu but still holds h.keepMu (Subscribe holds both, and took
-// h.keepMu first): the item comes right after the channel's last kept
+// of ch.mu but still holds its app's keepLock (Subscribe holds both, and
+// took the keepLock first): the item comes right after the channel's last kept
 // event, upTo. A resume that will replay leaves the kept events up to it
 // to the replay.
 func (h *Hub) recoverable(a *appState, ch *channel, c *Conn, rec *Recovery) fanoutItem {
