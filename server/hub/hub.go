@@ -340,8 +340,9 @@ func (h *Hub) Subscribe(c *Conn, name string, opts SubscribeOptions) error {
 		recovery = h.recoverable(a, ch, c, opts.Recovery)
 	}
 	c.Send(succeededFrame(ch, name))
-	if ch.cache {
+	if ch.cache && !opts.Recovery.replays() {
 		// Under ch.mu, so that it is ordered with Deliver (see there).
+		// A resume replays the last event if it was missed instead.
 		c.Send(h.cacheFrame(a, name))
 	}
 	h.countChangedLocked(a, ch)

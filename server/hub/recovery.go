@@ -48,6 +48,10 @@ type Recovery struct {
 	Refused string
 }
 
+// replays reports whether r is a resume that will replay what was missed
+// (not one refused already).
+func (r *Recovery) replays() bool { return r != nil && r.Resume && r.Refused == "" }
+
 // Reasons of a failed recovery, sent in pusher:recovery_failed.
 const (
 	RecoveryRefused = "refused"     // the token does not prove the old subscription
@@ -220,7 +224,7 @@ func deliverPositioned(ch *channel, m Message, frame []byte) int {
 func (h *Hub) recoverable(a *appState, ch *channel, c *Conn, rec *Recovery) fanoutItem {
 	upTo := rec.Log.Last(a.id, ch.name)
 	st := &recovering{}
-	if rec.Resume && rec.Refused == "" {
+	if rec.replays() {
 		st.upTo = upTo
 	}
 	if ch.recov == nil {

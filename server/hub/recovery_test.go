@@ -331,3 +331,33 @@ func TestPositionsFollowTheirSubscribersAsOthersLeave(t *testing.T) {
 		}
 	}
 }
+
+// A resumed subscription of a cache channel gets the missed events, the
+// last one among them, rather than the cached event on top; a fresh
+// recoverable one gets the cached event as any subscriber does.
+func TestAResumedCacheChannelGetsItsLastEventOnce(t *testing.T) {
+	r := newRecoveryHub(t)
+	old := connect(t, r.h, "app")
+	r.subscribe(t, old, "cache-news", r.recovery(old, false, eventlog.ID{}))
+	var s seen
+	s.take(t, r.h, old)
+	r.h.Remove(old)
+	if _, err := r.h.PublishKept(r.log, r.policy, r.clock(), Message{AppID: "app", Channel: "cache-news", Event: "last", Data: "{}", Cache: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.h.Flush()
+	c := connect(t, r.h, "app")
+	r.subscribe(t, c, "cache-news", r.recovery(c, true, id(t, s.position)))
+	var got seen
+	got.take(t, r.h, c)
+	if want := []string{"pusher_internal:subscription_succeeded", "last", `pusher:recovered {"replayed":1}`}; !slices.Equal(got.events, want) {
+		t.Fatalf("the resumed subscriber got %v, want %v", got.events, want)
+	}
+	fresh := connect(t, r.h, "app")
+	r.subscribe(t, fresh, "cache-news", r.recovery(fresh, false, eventlog.ID{}))
+	var f seen
+	f.take(t, r.h, fresh)
+	if want := []string{"pusher_internal:subscription_succeeded", "last"}; !slices.Equal(f.events, want) {
+		t.Fatalf("a fresh subscriber got %v, want %v", f.events, want)
+	}
+}
