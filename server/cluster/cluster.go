@@ -95,8 +95,9 @@ type Options struct {
 	// after is the release loop's timer (hold.go): time.After, unless a
 	// test runs the loop on a clock of its own.
 	after func(time.Duration) <-chan time.Time
-	// ticker is the console relay's (consolerelay.go): a time.Ticker of
-	// every, unless a test ticks it itself.
+	// ticker is the heartbeat's (every) and the console relay's
+	// (consolerelay.go): a time.Ticker of every, unless a test ticks it
+	// itself.
 	ticker func(every time.Duration) (ticks <-chan time.Time, stop func())
 }
 
@@ -375,13 +376,13 @@ func (c *Cluster) join() {
 
 // every runs f every d until the node leaves the cluster.
 func (c *Cluster) every(d time.Duration, f func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
+	ticks, stop := c.opts.ticker(d)
+	defer stop()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 			f()
 		}
 	}

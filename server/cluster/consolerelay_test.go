@@ -240,71 +240,85 @@ func TestRelayMessagesAreBounded(t *testing.T) {
 	}
 }
 
-// relayClock is the console relay's tickers, ticked by the test: each
-// ticker the loop asks for is recorded with its period, and ticks only
-// when the test ticks it. Its channels are unbuffered, so a tick returns
-// once the loop has taken it.
-type relayClock struct {
+// tickClock is the tickers of a node's loops (Options.ticker: the
+// heartbeat's, the console relay's): those of the periods it was made for
+// tick only when the test ticks them, others are time.Tickers; it records
+// the period of each ticker a loop asks for. Its channels are unbuffered,
+// so a tick returns once the loop has taken it, and a second one once the
+// loop is done with the first.
+type tickClock struct {
+	ticked  []time.Duration // the periods the test ticks
 	mu      sync.Mutex
 	periods []time.Duration
-	ticks   []chan time.Time
+	ticks   []chan time.Time // nil for a time.Ticker
 }
 
-func (rc *relayClock) ticker(every time.Duration) (<-chan time.Time, func()) {
+func newTickClock(ticked ...time.Duration) *tickClock { return &tickClock{ticked: ticked} }
+
+func (tc *tickClock) ticker(every time.Duration) (<-chan time.Time, func()) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	tc.periods = append(tc.periods, every)
+	if !slices.Contains(tc.ticked, every) {
+		tc.ticks = append(tc.ticks, nil)
+		t := time.NewTicker(every)
+		return t.C, t.Stop
+	}
 	ch := make(chan time.Time)
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	rc.periods, rc.ticks = append(rc.periods, every), append(rc.ticks, ch)
+	tc.ticks = append(tc.ticks, ch)
 	return ch, func() {}
 }
 
-// asked waits for the loop to ask for n tickers and returns their periods.
-func (rc *relayClock) asked(t *testing.T, n int) []time.Duration {
+// asked waits for the loops to ask for n tickers and returns the periods
+// of all they asked for.
+func (tc *tickClock) asked(t *testing.T, n int) []time.Duration {
 	t.Helper()
 	var got []time.Duration
-	wait.Until(t, "the relay loop to ask for its tickers", func() bool {
-		rc.mu.Lock()
-		defer rc.mu.Unlock()
-		got = append([]time.Duration(nil), rc.periods...)
+	wait.Until(t, "the loops to ask for their tickers", func() bool {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		got = slices.Clone(tc.periods)
 		return len(got) >= n
 	})
 	return got
 }
 
-// tick ticks the ticker of period every, and returns once the loop has
-// done what the tick asks: the loop takes a second tick only when it is
-// done with the first, and a second flush or refresh changes nothing.
-func (rc *relayClock) tick(t *testing.T, every time.Duration) {
+// tick ticks the ticker of period every times times.
+func (tc *tickClock) tick(t *testing.T, every time.Duration, times int) {
 	t.Helper()
-	rc.mu.Lock()
-	i := slices.Index(rc.periods, every)
-	rc.mu.Unlock()
-	if i < 0 {
-		t.Fatalf("no ticker of %v", every)
+	tc.mu.Lock()
+	i := slices.Index(tc.periods, every)
+	tc.mu.Unlock()
+	if i < 0 || tc.ticks[i] == nil {
+		t.Fatalf("no ticker of %v to tick", every)
 	}
-	for range 2 {
+	for range times {
 		select {
-		case rc.ticks[i] <- time.Now():
+		case tc.ticks[i] <- time.Now():
 		case <-time.After(wait.Limit):
-			t.Fatalf("the relay loop did not take a tick of its %v ticker", every)
+			t.Fatalf("no loop took a tick of the %v ticker", every)
 		}
 	}
 }
 
 // The relay's numbers, on tickers the test ticks: queued events go out
 // every 100 ms, and which apps other nodes watch is asked of Redis every
-// second — each at its own tick and not at the other's.
+// second — each at its own tick and not at the other's. (Each ticker is
+// ticked twice, so that the first tick is handled when the test looks; a
+// second flush or refresh changes nothing.)
 func TestConsoleRelayFlushAndRefreshPeriods(t *testing.T) {
 	rs := testredis.Start(t)
 	prefix := fmt.Sprintf("relayclock%d:", time.Now().UnixNano())
-	clock := &relayClock{}
+	const flush, refresh = 100 * time.Millisecond, time.Second
+	clock := newTickClock(flush, refresh)
 	a := startNode(t, rs, prefix, "a")
-	b := startNode(t, rs, prefix, "b", func(o *Options) { o.ticker = clock.ticker })
+	// Node b's heartbeat, of a period of its own, runs on a time.Ticker.
+	const heartbeat = 50 * time.Millisecond
+	b := startNode(t, rs, prefix, "b", func(o *Options) { o.Heartbeat, o.ticker = heartbeat, clock.ticker })
 	var inA inbox
 	ra, rb := a.c.ConsoleRelay(inA.deliver), b.c.ConsoleRelay(func(string, []json.RawMessage, int) {})
-	const flush, refresh = 100 * time.Millisecond, time.Second
-	if got := clock.asked(t, 2); len(got) != 2 || !slices.Contains(got, flush) || !slices.Contains(got, refresh) {
-		t.Fatalf("the relay ticks every %v, want a flush every %v and a refresh every %v", got, flush, refresh)
+	if got := clock.asked(t, 3); len(got) != 3 || !slices.Contains(got, heartbeat) || !slices.Contains(got, flush) || !slices.Contains(got, refresh) {
+		t.Fatalf("node b ticks every %v, want the heartbeat's %v, a flush every %v and a refresh every %v", got, heartbeat, flush, refresh)
 	}
 
 	ra.Watch("app")
@@ -312,21 +326,21 @@ func TestConsoleRelayFlushAndRefreshPeriods(t *testing.T) {
 		n, err := a.c.rdb.PubSubNumSub(t.Context(), a.c.key("console:app")).Result()
 		return err == nil && n[a.c.key("console:app")] == 1
 	})
-	clock.tick(t, flush)
+	clock.tick(t, flush, 2)
 	if rb.Wanted("app") {
 		t.Fatal("node b learnt that node a watches app at a flush")
 	}
-	clock.tick(t, refresh)
+	clock.tick(t, refresh, 2)
 	if !rb.Wanted("app") {
 		t.Fatal("node b did not learn that node a watches app at a refresh")
 	}
 
 	rb.Send("app", []byte(`{"event":"one"}`))
-	clock.tick(t, refresh)
+	clock.tick(t, refresh, 2)
 	if st := rb.Stats(); st.Published != 0 {
 		t.Fatalf("node b published %d messages at a refresh, want none before a flush", st.Published)
 	}
-	clock.tick(t, flush)
+	clock.tick(t, flush, 2)
 	if st := rb.Stats(); st.Published != 1 || st.Sent != 1 {
 		t.Fatalf("node b's relay after a flush: %+v, want 1 message of 1 event", st)
 	}

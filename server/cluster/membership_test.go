@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
@@ -159,4 +161,73 @@ func TestCloseWakesTheReader(t *testing.T) {
 	if err := n.c.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A node that dies is taken out within 6 s, the README's figure, checked
+// by its two parts on the defaults rather than by waiting: its heartbeat
+// lives 5 s from its last renewal (its PTTL), and every other node looks
+// for dead nodes every second (its heartbeat's ticker, ticked here) and
+// takes out one whose heartbeat is gone at the first look that finds it
+// gone — never while it lives. So a node is out at most 5 s and a look
+// after its last beat.
+func TestADeadNodeIsTakenOutWithinSixSeconds(t *testing.T) {
+	rs := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	const ttl, look = 5 * time.Second, time.Second
+	defaults := func(clock *tickClock) func(*Options) {
+		return func(o *Options) { o.Heartbeat, o.NodeTTL, o.ticker = 0, 0, clock.ticker }
+	}
+	// The doomed node beats once, as it joins, and never again: its
+	// heartbeat ticker is the test's, never ticked.
+	start := time.Now()
+	doomed := startNode(t, rs, "dies:", "doomed", defaults(newTickClock(look)))
+	left, err := rdb.PTTL(t.Context(), "dies:node:doomed").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed within the time since start, for ttl: as much left, less
+	// that time (and a millisecond of rounding).
+	if since := time.Since(start); left > ttl || left < ttl-since-time.Millisecond {
+		t.Fatalf("the heartbeat lives %v after a beat within %v, want %v", left, since, ttl)
+	}
+
+	clock := newTickClock(look)
+	watcher := startNode(t, rs, "dies:", "watcher", defaults(clock))
+	if got := clock.asked(t, 1); !slices.Equal(got, []time.Duration{look}) {
+		t.Fatalf("the watcher's loops tick every %v, want a look every %v", got, look)
+	}
+	member := watcher.connect("app")
+	member.subscribe("presence-room", &hub.Member{UserID: "w"})
+	member.wait("presence-room", "pusher_internal:subscription_succeeded")
+	gone := doomed.connect("app")
+	gone.subscribe("presence-room", &hub.Member{UserID: "gone"})
+	member.wait("presence-room", "pusher_internal:member_added")
+
+	doomed.crash()
+	// Its heartbeat lives (for a minute now, however slow the machine):
+	// looks take nothing out. (Made here, where each is done when it
+	// returns, while the watcher's loop waits for a tick.)
+	if err := rdb.PExpire(t.Context(), "dies:node:doomed", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		watcher.c.heartbeat()
+	}
+	wait.Until(t, "no take-out under way", func() bool {
+		idle := true
+		watcher.c.reaping.Range(func(any, any) bool { idle = false; return false })
+		return idle
+	})
+	if n := watcher.c.Stats().Reaped; n != 0 || member.count("presence-room", "pusher_internal:member_removed") != 0 {
+		t.Fatalf("a node whose heartbeat lives was taken out (%d reaped)", n)
+	}
+	// Its heartbeat gone, as ttl after its last beat: the loop's next
+	// look, at its ticker's tick, takes it out, with nothing more ticked.
+	if err := rdb.Del(t.Context(), "dies:node:doomed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock.tick(t, look, 1)
+	member.wait("presence-room", "pusher_internal:member_removed")
+	wait.Until(t, "the dead node counted as taken out", func() bool { return watcher.c.Stats().Reaped == 1 })
 }
