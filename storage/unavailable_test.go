@@ -126,11 +126,12 @@ func (p *proxy) down() {
 }
 
 // Through a PostgreSQL server that goes away (its connections cut, new ones
-// refused) a write and the readiness check fail with ErrUnavailable, and
-// both succeed again once it is back, on the same DB; a server that only
-// answers read-only (a standby, or a primary demoted behind its address)
-// is ErrUnavailable too, for writes and for the readiness check, while it
-// still reads.
+// refused) a write, the readiness check, a one-statement read and a read
+// transaction (db.read, whose BeginTx is what fails) fail with
+// ErrUnavailable, and succeed again once it is back, on the same DB; a
+// server that only answers read-only (a standby, or a primary demoted
+// behind its address) is ErrUnavailable too, for writes and for the
+// readiness check, while it still reads.
 func TestUnavailablePostgreSQL(t *testing.T) {
 	dsn := testpg.Start(t)
 	u, err := url.Parse(dsn)
@@ -144,6 +145,9 @@ func TestUnavailablePostgreSQL(t *testing.T) {
 	if _, err := db.CreateInstance(ctx, testInstance(instanceID)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := db.CreateApp(ctx, testApp("1", "key1")); err != nil {
+		t.Fatal(err)
+	}
 	register := func() error {
 		_, _, err := db.RegisterDevice(ctx, Device{InstanceID: instanceID, Platform: PlatformFCM, Token: "t"})
 		return err
@@ -155,9 +159,13 @@ func TestUnavailablePostgreSQL(t *testing.T) {
 	checkErr(t, "Ready with the server gone", db.Ready(ctx), ErrUnavailable)
 	_, err = db.GetInstance(ctx, instanceID)
 	checkErr(t, "GetInstance with the server gone", err, ErrUnavailable)
+	_, err = db.GetApp(ctx, "1")
+	checkErr(t, "GetApp (a read transaction) with the server gone", err, ErrUnavailable)
 	p.up()
 	checkErr(t, "Ready once back", db.Ready(ctx), nil)
 	checkErr(t, "RegisterDevice once back", register(), nil)
+	_, err = db.GetApp(ctx, "1")
+	checkErr(t, "GetApp once back", err, nil)
 
 	// Read-only: every new session of the database is, and the old ones
 	// are ended.
