@@ -62,7 +62,7 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 		if errors.Is(err, storage.ErrUnavailable) {
 			// Not the request's fault, nor a bug: the database cannot
 			// write now (a failover). The client retries.
-			warnUnavailable(log, c, err)
+			warnUnavailable(log, unavailableWarnings, c, err)
 			writeError(c, databaseUnavailable)
 			return
 		}
@@ -84,16 +84,33 @@ func errorHooks(log *zap.Logger) func(c *gin.Context, err error) {
 	}
 }
 
-// unavailableWarned is when the last answer 503 database_unavailable was
-// logged at warn, unix ms: a database failing over would otherwise write a
-// warning per request. The others are logged at debug.
-var unavailableWarned atomic.Int64
+// warnLimit lets a warning through at most once every `every`, by its
+// clock: a database failing over would otherwise write a warning per
+// request. What it holds back is logged at debug.
+type warnLimit struct {
+	every time.Duration
+	now   func() time.Time // time.Now; tests set their own
+	last  atomic.Int64     // when the last warning went through, unix ms
+}
 
-func warnUnavailable(log *zap.Logger, c *gin.Context, err error) {
-	now := time.Now().UnixMilli()
+// allow reports whether a warning goes through now, and if so starts the
+// quiet time from now.
+func (l *warnLimit) allow() bool {
+	now := l.now().UnixMilli()
+	last := l.last.Load()
+	return now-last >= l.every.Milliseconds() && l.last.CompareAndSwap(last, now)
+}
+
+// unavailableWarnings spaces the warnings of answers 503
+// database_unavailable, over every API of the process.
+var unavailableWarnings = &warnLimit{every: limitWarnEvery, now: time.Now}
+
+// warnUnavailable logs a request answered 503 database_unavailable: at warn
+// when limit lets it through, else at debug.
+func warnUnavailable(log *zap.Logger, limit *warnLimit, c *gin.Context, err error) {
 	fields := []zap.Field{zap.String("method", c.Request.Method), zap.String("path", c.Request.URL.Path), zap.Error(err)}
-	if last := unavailableWarned.Load(); now-last >= limitWarnEvery.Milliseconds() && unavailableWarned.CompareAndSwap(last, now) {
-		log.Warn("the database is unavailable: requests that need it are answered 503", append(fields, zap.Duration("quiet_for", limitWarnEvery))...)
+	if limit.allow() {
+		log.Warn("the database is unavailable: requests that need it are answered 503", append(fields, zap.Duration("quiet_for", limit.every))...)
 		return
 	}
 	log.Debug("the database is unavailable; request answered 503", fields...)

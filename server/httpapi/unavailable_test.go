@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/storage"
 )
@@ -45,5 +48,35 @@ func TestDatabaseUnavailableIs503(t *testing.T) {
 				t.Fatalf("Retry-After %q, want %q", got, tt.retryAfter)
 			}
 		})
+	}
+}
+
+// Answers 503 database_unavailable are logged at warn once every
+// limitWarnEvery, by the limit's clock, and at debug in between: a database
+// failing over does not write a warning per request.
+func TestDatabaseUnavailableWarnsOnceEveryPeriod(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	limit := &warnLimit{every: limitWarnEvery, now: func() time.Time { return now }}
+	core, logs := observer.New(zap.DebugLevel)
+	log := zap.New(core)
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	c.Request = httptest.NewRequest(http.MethodPost, "/device_api/v1/instances/x/devices/fcm", nil)
+	for i, tt := range []struct {
+		after time.Duration // since the first answer
+		want  zapcore.Level
+	}{
+		{0, zap.WarnLevel},
+		{0, zap.DebugLevel},
+		{limitWarnEvery - time.Millisecond, zap.DebugLevel},
+		{limitWarnEvery, zap.WarnLevel},
+		{2*limitWarnEvery - time.Millisecond, zap.DebugLevel},
+		{2 * limitWarnEvery, zap.WarnLevel},
+	} {
+		now = time.Unix(1_800_000_000, 0).Add(tt.after)
+		warnUnavailable(log, limit, c, storage.ErrUnavailable)
+		all := logs.TakeAll()
+		if len(all) != 1 || all[0].Level != tt.want {
+			t.Fatalf("answer %d, %v after the first: logged %+v, want one entry at %v", i, tt.after, all, tt.want)
+		}
 	}
 }
