@@ -19,14 +19,7 @@ func (n *Node) routes(cfg config.Config, a apis) (*gin.Engine, error) {
 	if err := engine.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("HERALD_TRUSTED_PROXIES: %w", err)
 	}
-	readTimeout, writeTimeout := httpTimeouts(cfg)
-	n.upgrades = upgrade.NewServer(engine, upgrade.Options{
-		HeaderTimeout: min(maxHeaderTimeout, readTimeout),
-		ReadTimeout:   readTimeout, // the http.Server's: a handed-over request has it from accept
-		WriteTimeout:  writeTimeout,
-		Go:            n.ws.Go,
-		Log:           n.log.Named("upgrade"),
-	})
+	n.upgrades = upgrade.NewServer(engine, n.upgradeOptions(cfg))
 	n.ops.start(n.ws, n.upgrades, n.hook, n.push, a.publish, a.anon, n.cluster, a.history)
 	r := httpapi.Routes{
 		Ready: n.ready,
@@ -46,4 +39,18 @@ func (n *Node) routes(cfg config.Config, a apis) (*gin.Engine, error) {
 	n.ops.routes(&r, a.channels, nodeID)
 	httpapi.Mount(engine, r)
 	return engine, nil
+}
+
+// upgradeOptions are the WebSocket upgrade server's options: the timeouts
+// of the http.Server behind it (serveHTTP), so that a request is bounded
+// the same on either path.
+func (n *Node) upgradeOptions(cfg config.Config) upgrade.Options {
+	readTimeout, writeTimeout := httpTimeouts(cfg)
+	return upgrade.Options{
+		HeaderTimeout: min(maxHeaderTimeout, readTimeout),
+		ReadTimeout:   readTimeout, // the http.Server's: a handed-over request has it from accept
+		WriteTimeout:  writeTimeout,
+		Go:            n.ws.Go,
+		Log:           n.log.Named("upgrade"),
+	}
 }
