@@ -323,9 +323,11 @@ func TestAppsUpdate(t *testing.T) {
 			change: func(a *storage.App) { a.HistoryEvents, a.HistoryTTL = 10, storage.DefaultHistoryTTL },
 		},
 		{
-			name:   "OKRecoveryWindow",
-			args:   []string{"--history-events", "10", "--recovery-window", "30s"},
-			change: func(a *storage.App) { a.HistoryEvents, a.HistoryTTL, a.RecoveryWindow = 10, storage.DefaultHistoryTTL, 30 * time.Second },
+			name: "OKRecoveryWindow",
+			args: []string{"--history-events", "10", "--recovery-window", "30s"},
+			change: func(a *storage.App) {
+				a.HistoryEvents, a.HistoryTTL, a.RecoveryWindow = 10, storage.DefaultHistoryTTL, 30*time.Second
+			},
 		},
 		{
 			name:   "OKRecoveryOff",
