@@ -75,6 +75,12 @@ type config struct {
 	listen     int
 	readyFile  string
 
+	storm    bool
+	cutAfter time.Duration
+	cutFor   time.Duration
+	spread   time.Duration
+	tail     time.Duration
+
 	serverPID  int
 	quiet      bool
 	cpuProfile string
@@ -111,6 +117,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.events, "events", 0, "publish at most this many events in all (0 = as many as -rate and -duration give)")
 	fs.IntVar(&c.listen, "listen", 0, "publish nothing: wait for this many events per channel from another herald-load (same -event and channels; the wait is bounded by -drain, and -drain-idle after the first)")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this file once every subscriber is connected, before publishing, holding or listening")
+	fs.BoolVar(&c.storm, "storm", false, "recovery storm: subscribe recoverably, publish at -rate, reset every connection at once after -cut-after, reconnect and resume after -cut-for, publish for -tail more; checks every event arrives once and in order (raw client)")
+	fs.DurationVar(&c.cutAfter, "cut-after", 5*time.Second, "-storm: publishing before the cut")
+	fs.DurationVar(&c.cutFor, "cut-for", 3*time.Second, "-storm: from the cut to the first reconnect, publishing on")
+	fs.DurationVar(&c.spread, "reconnect-spread", 0, "-storm: spread the reconnects' starts over this long (0: all at once, -connect-concurrency at a time)")
+	fs.DurationVar(&c.tail, "tail", 5*time.Second, "-storm: publishing after every resume's outcome")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "server process for RSS and CPU (default: the process listening on the -url port, if it can be found)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines and no table, only the JSON line")
@@ -139,6 +150,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-subs, -events and -listen must be ≥ 0, -channels, -connect-concurrency and -publishers ≥ 1, -rate ≥ 0")
 	case c.listen > 0 && c.idle:
 		return nil, errors.New("-listen and -idle exclude each other")
+	case c.storm && (c.idle || c.listen > 0 || c.client != "raw"):
+		return nil, errors.New("-storm excludes -idle and -listen and needs -client raw")
 	case c.client != "raw" && c.client != "coder":
 		return nil, errors.New("-client must be raw or coder")
 	case c.readBuf < 256:
@@ -170,18 +183,48 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	// An interrupted run still reports what it measured, then fails.
-	res, err := run(ctx, cfg, os.Stderr)
-	if res != nil {
-		if !cfg.quiet {
-			res.writeTable(os.Stderr)
+	var rep report
+	if cfg.storm {
+		var res *stormResult
+		if res, err = runStorm(ctx, cfg, os.Stderr); res != nil {
+			rep = res
 		}
-		err = errors.Join(err, res.writeJSON(os.Stdout))
+	} else {
+		var res *result
+		if res, err = run(ctx, cfg, os.Stderr); res != nil {
+			rep = res
+		}
+	}
+	if rep != nil {
+		if !cfg.quiet {
+			rep.writeTable(os.Stderr)
+		}
+		err = errors.Join(err, rep.writeJSON(os.Stdout))
 	}
 	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "herald-load:", err)
 		os.Exit(1)
 	}
+}
+
+// report is what a run measured: a table for people, a JSON line for scripts.
+type report interface {
+	writeTable(w io.Writer)
+	writeJSON(w io.Writer) error
+}
+
+// serverProc is findServerPID's pid, also as a string ("" without one);
+// why there is none goes to log.
+func (c *config) serverProc(log io.Writer) (int, string) {
+	pid, why := c.findServerPID()
+	if why != "" {
+		fmt.Fprintln(log, "herald-load:", why)
+	}
+	if pid <= 0 {
+		return pid, ""
+	}
+	return pid, strconv.Itoa(pid)
 }
 
 // serverPID returns the -server-pid, or the pid listening on the URL's port

@@ -17,13 +17,17 @@ import (
 const clockTicks = 100
 
 // rssKiB returns VmRSS of pid ("self" for this process) in KiB.
-func rssKiB(pid string) (int64, error) {
+func rssKiB(pid string) (int64, error) { return statusKiB(pid, "VmRSS:") }
+
+// statusKiB returns the field of /proc/<pid>/status named by prefix (such
+// as "VmHWM:", the peak RSS) in KiB.
+func statusKiB(pid, prefix string) (int64, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
 			f := strings.Fields(rest)
 			if len(f) == 0 {
 				break
@@ -31,7 +35,7 @@ func rssKiB(pid string) (int64, error) {
 			return strconv.ParseInt(f[0], 10, 64) // the unit is kB (KiB)
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc/" + pid + "/status")
+	return 0, errors.New("no " + prefix + " in /proc/" + pid + "/status")
 }
 
 // cpuSeconds returns the user+system CPU time of pid ("self" for this

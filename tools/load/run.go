@@ -38,7 +38,7 @@ type subscriber struct {
 	bad    atomic.Int64 // event frames whose data could not be parsed
 	other  atomic.Int64 // other frames after subscribing (subscription_count, …)
 	lastNs atomic.Int64 // when the last event arrived
-	seen   []uint64     // bitset of the seqs received; reader only
+	seen   seqSet       // the seqs received; reader only
 }
 
 // runner holds the state of one run.
@@ -81,25 +81,9 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	if cfg.quiet {
 		log = io.Discard
 	}
-	lim, err := raiseNoFile()
-	if err != nil {
-		fmt.Fprintln(log, "herald-load: cannot raise RLIMIT_NOFILE:", err)
-	}
-	res.NoFileLimit = lim
-	if lim > 0 && uint64(cfg.subs)+64 > lim {
-		fmt.Fprintf(log, "herald-load: warning: RLIMIT_NOFILE %d is below -subs %d; raise the hard limit (ulimit -Hn)\n", lim, cfg.subs)
-	}
-
-	r := &runner{
-		cfg: cfg, log: log,
-		wsPath:       strings.TrimRight(cfg.wsURL.EscapedPath(), "/") + "/app/" + cfg.key + "?protocol=7&client=herald-load&version=1.0",
-		subs:         make([]subscriber, cfg.subs),
-		closedBy:     map[string]int{},
-		pusherErrors: map[string]int{},
-		connErrs:     map[string]int{},
-		pubErrs:      map[string]int{},
-		okPerChannel: make([]atomic.Int64, cfg.channels),
-	}
+	r := newRunner(cfg, log, res)
+	r.subs = make([]subscriber, cfg.subs)
+	r.okPerChannel = make([]atomic.Int64, cfg.channels)
 	r.setupDialers(res)
 	if cfg.client == "coder" {
 		r.coder = &http.Client{Transport: &http.Transport{
@@ -108,14 +92,9 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 		}}
 	}
 
-	pid, why := cfg.findServerPID()
+	pid, spid := cfg.serverProc(log)
 	res.ServerPID = pid
-	if why != "" {
-		fmt.Fprintln(log, "herald-load:", why)
-	}
-	spid := ""
 	if pid > 0 {
-		spid = strconv.Itoa(pid)
 		if v, err := rssKiB(spid); err == nil {
 			res.RSSBeforeKiB = v
 		} else {
@@ -202,6 +181,27 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	}
 	r.closeAll()
 	return res, ctx.Err()
+}
+
+// newRunner raises the open-file limit (into res.NoFileLimit) and returns
+// a runner of cfg with no subscribers yet.
+func newRunner(cfg *config, log io.Writer, res *result) *runner {
+	lim, err := raiseNoFile()
+	if err != nil {
+		fmt.Fprintln(log, "herald-load: cannot raise RLIMIT_NOFILE:", err)
+	}
+	res.NoFileLimit = lim
+	if lim > 0 && uint64(cfg.subs)+64 > lim {
+		fmt.Fprintf(log, "herald-load: warning: RLIMIT_NOFILE %d is below -subs %d; raise the hard limit (ulimit -Hn)\n", lim, cfg.subs)
+	}
+	return &runner{
+		cfg: cfg, log: log,
+		wsPath:       strings.TrimRight(cfg.wsURL.EscapedPath(), "/") + "/app/" + cfg.key + "?protocol=7&client=herald-load&version=1.0",
+		closedBy:     map[string]int{},
+		pusherErrors: map[string]int{},
+		connErrs:     map[string]int{},
+		pubErrs:      map[string]int{},
+	}
 }
 
 // plainErr drops the addresses and URLs from network errors, so the same
@@ -470,19 +470,30 @@ func (r *runner) deliver(s *subscriber, p []byte, now int64) {
 		s.bad.Add(1)
 		return
 	}
-	w, bit := int(seq>>6), uint64(1)<<(seq&63)
-	if w >= len(s.seen) {
-		s.seen = append(s.seen, make([]uint64, w+1-len(s.seen))...)
-	}
-	if s.seen[w]&bit != 0 {
+	if !s.seen.add(seq) {
 		s.dups.Add(1)
 		return
 	}
-	s.seen[w] |= bit
 	s.unique.Add(1)
 	s.lastNs.Store(now)
 	lat := max(now-int64(sent), 0)
 	r.hist.record(s.id, uint64(lat)/1000)
+}
+
+// seqSet is a bitset of sequence numbers.
+type seqSet []uint64
+
+// add puts seq in the set and reports whether it was not in it already.
+func (b *seqSet) add(seq uint64) bool {
+	w, bit := int(seq>>6), uint64(1)<<(seq&63)
+	if w >= len(*b) {
+		*b = append(*b, make([]uint64, w+1-len(*b))...)
+	}
+	if (*b)[w]&bit != 0 {
+		return false
+	}
+	(*b)[w] |= bit
+	return true
 }
 
 // parseUint reads decimal digits from p up to the first non-digit, which must

@@ -21,8 +21,8 @@ import (
 
 // startHerald builds the server of this repository and starts it on a free
 // loopback port with a temporary database and an app; it returns the
-// address and the pid.
-func startHerald(t *testing.T) (addr string, pid int) {
+// address and the pid. env adds settings (HERALD_APP_HISTORY_EVENTS=100).
+func startHerald(t *testing.T, env ...string) (addr string, pid int) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "herald")
@@ -40,6 +40,7 @@ func startHerald(t *testing.T) (addr string, pid int) {
 	srv.Env = append(srv.Env, "HERALD_ADDR=127.0.0.1:0", "HERALD_DB="+filepath.Join(dir, "herald.db"),
 		"HERALD_APP_ID=smoke", "HERALD_APP_KEY=smoke-key", "HERALD_APP_SECRET=smoke-secret",
 		"HERALD_LOG_LEVEL=info", "HERALD_LOG_FORMAT=json")
+	srv.Env = append(srv.Env, env...)
 	logs, err := srv.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

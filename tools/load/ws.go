@@ -31,6 +31,9 @@ type wsConn interface {
 	WriteText(p []byte) error
 	// Close ends the connection without waiting for the server.
 	Close()
+	// Abort ends the connection the way a network failure does: no close
+	// frame (and for the raw client a TCP reset, no FIN).
+	Abort()
 }
 
 // closeCode names why a read failed: the WebSocket close code the server
@@ -241,6 +244,13 @@ func (c *rawConn) Close() {
 	c.nc.Close()
 }
 
+func (c *rawConn) Abort() {
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // close sends RST
+	}
+	c.nc.Close()
+}
+
 // coderConn is the same client on github.com/coder/websocket.
 type coderConn struct {
 	c   *websocket.Conn
@@ -278,3 +288,5 @@ func (c *coderConn) WriteText(p []byte) error {
 }
 
 func (c *coderConn) Close() { _ = c.c.CloseNow() }
+
+func (c *coderConn) Abort() { _ = c.c.CloseNow() }
