@@ -10,7 +10,7 @@
 # (appended to STORM_OUT when set). STORM_ARGS: extra tool flags (-reconnect-spread 5s, -tail …).
 # STORM_SUBSCRIPTION_COUNT=0 turns the app's subscription_count off (new apps have it on: each
 # subscribe to a channel of up to 100 subscribers then sends the count to all of them).
-# Not part of make test: it takes about half a minute and both cores.
+# Not part of make test: it takes about a minute and both cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

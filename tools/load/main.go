@@ -9,6 +9,7 @@
 //	herald-load -url ws://127.0.0.1:8080 -key KEY -app-id ID -secret SECRET \
 //	    -subs 10000 -channels 1 -rate 20 -duration 10s -server-pid PID
 //	herald-load -idle -subs 10000 -url ... -key ... -server-pid PID
+//	herald-load -storm -subs 10000 -channels 100 -rate 100 -url ... (recovery storm, storm.go)
 //
 // Several tools can share one broadcast (more connections than one process
 // may open, or subscribers on several cluster nodes): listeners connect with
