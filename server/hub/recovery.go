@@ -273,6 +273,7 @@ func (h *Hub) recover(it *recoverItem) {
 	st.upTo = eventlog.ID{}
 	c := it.conn
 	if rec.Resume {
+		h.recoveries.count(reason) // before the client can see the outcome
 		if reason == "" {
 			replayed := 0
 			for _, ev := range events {
@@ -287,7 +288,6 @@ func (h *Hub) recover(it *recoverItem) {
 		} else {
 			c.Send(EventFrame("pusher:recovery_failed", it.channel, `{"reason":"`+reason+`"}`, ""))
 		}
-		h.recoveries.count(reason)
 	}
 	c.Send(recoveryFrame(it.channel, rec.Token(it.upTo), it.upTo))
 }

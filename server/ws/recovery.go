@@ -75,8 +75,10 @@ func (p *peer) unrecoverable(app App) string {
 // resume, then a recovery secret that recovers nothing.
 func (p *peer) refuseRecovery(channel string, d *recoveryData, reason string) {
 	if *d != (recoveryData{}) {
-		p.conn.Send(hub.EventFrame("pusher:recovery_failed", channel, `{"reason":"`+reason+`"}`, ""))
+		// Counted before it is sent, so that a client that got it finds it
+		// in the metrics.
 		p.s.hub.RecoveryRefusedHere(reason)
+		p.conn.Send(hub.EventFrame("pusher:recovery_failed", channel, `{"reason":"`+reason+`"}`, ""))
 	}
 	p.conn.Send(hub.JSONFrame("pusher_internal:recovery", channel, struct {
 		Token    string `json:"token"`
