@@ -95,8 +95,11 @@ type warnLimit struct {
 
 // allow reports whether a warning goes through now, and if so starts the
 // quiet time from now.
-func (l *warnLimit) allow() bool {
-	now := l.now().UnixMilli()
+func (l *warnLimit) allow() bool { return l.allowAt(l.now()) }
+
+// allowAt is allow at now, for a caller that has read its own clock.
+func (l *warnLimit) allowAt(t time.Time) bool {
+	now := t.UnixMilli()
 	last := l.last.Load()
 	return now-last >= l.every.Milliseconds() && l.last.CompareAndSwap(last, now)
 }

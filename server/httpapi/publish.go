@@ -70,7 +70,7 @@ type PublishAPI struct {
 	shared       bool
 	limitRefused atomic.Uint64 // requests answered 429
 	limitErrors  atomic.Uint64 // database failures of the shared rate limit
-	limitWarned  atomic.Int64  // when the last of them was logged, unix ms
+	limitWarned  warnLimit     // spaces their warnings (limitWarnEvery, on now)
 	now          func() time.Time
 	// idem honours Idempotency-Key on publishes; nil until Idempotency
 	// sets it, and then the header is ignored.
@@ -90,8 +90,10 @@ var _ publish.StrictServerInterface = (*PublishAPI)(nil)
 // NewPublishAPI returns the Publish API handler; notifier (may be nil) is
 // told about every stored publish.
 func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNotifier, log *zap.Logger) *PublishAPI {
-	return &PublishAPI{db: db, instances: instances, notifier: notifier, log: log.Named("publish"),
+	api := &PublishAPI{db: db, instances: instances, notifier: notifier, log: log.Named("publish"),
 		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), shared: db.Shared(), now: time.Now}
+	api.limitWarned.every = limitWarnEvery
+	return api
 }
 
 // PublishLimitStats are the figures of the Publish API's rate limit on this
@@ -225,8 +227,7 @@ func (api *PublishAPI) allow(ctx context.Context, instanceID string) bool {
 	}
 	if ctx.Err() == nil {
 		n := api.limitErrors.Add(1)
-		last := api.limitWarned.Load()
-		if now.Sub(time.UnixMilli(last)) >= limitWarnEvery && api.limitWarned.CompareAndSwap(last, now.UnixMilli()) {
+		if api.limitWarned.allowAt(now) {
 			api.log.Warn("the database failed to count a request against the instance's rate limit; limiting on this node alone meanwhile",
 				zap.String("instance", instanceID), zap.Uint64("failures", n), zap.Error(err))
 		}
