@@ -175,7 +175,7 @@ func (h *Hub) Deliver(m Message) {
 	}
 	frame := EventFrame(m.Event, m.Channel, m.Data, m.UserID)
 	sent := 0
-	if len(ch.recov) > 0 && !m.Position.IsZero() {
+	if ch.recoverable > 0 && !m.Position.IsZero() {
 		sent = deliverPositioned(ch, m, frame)
 	} else {
 		for _, c := range ch.subs {

@@ -132,11 +132,12 @@ type channel struct {
 	members map[string]*member
 	dead    bool // removed from the app's map; subscribers must look it up again
 
-	recov map[*Conn]*recovering // the recoverable subscribers (recovery.go); nil when none
-	// recovs is recov by position in subs (nil for a plain subscriber), so
-	// that fan-out finds a subscriber's state without hashing; nil until
-	// the channel has had a recoverable subscriber.
-	recovs []*recovering
+	// recovs is each subscriber's recovery state by its place in subs (nil
+	// for a plain one; recovery.go), so that fan-out finds it without
+	// hashing; nil until the channel has had a recoverable subscriber.
+	// recoverable counts the non-nil ones.
+	recovs      []*recovering
+	recoverable int
 
 	occupied    bool        // channel_occupied reported, channel_vacated not yet
 	countSentAt time.Time   // when the last subscription_count went out
@@ -733,12 +734,12 @@ func (ch *channel) removeLocked(c *Conn) bool {
 	ch.subs = ch.subs[:last]
 	delete(ch.index, c)
 	if ch.recovs != nil {
+		if ch.recovs[i] != nil {
+			ch.recoverable--
+		}
 		ch.recovs[i] = ch.recovs[last]
 		ch.recovs[last] = nil
 		ch.recovs = ch.recovs[:last]
-	}
-	if ch.recov != nil {
-		delete(ch.recov, c)
 	}
 	return true
 }

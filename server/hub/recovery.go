@@ -227,14 +227,11 @@ func (h *Hub) recoverable(a *appState, ch *channel, c *Conn, rec *Recovery) fano
 	if rec.replays() {
 		st.upTo = upTo
 	}
-	if ch.recov == nil {
-		ch.recov = make(map[*Conn]*recovering)
-	}
-	ch.recov[c] = st
 	if ch.recovs == nil {
 		ch.recovs = make([]*recovering, len(ch.subs))
 	}
 	ch.recovs[ch.index[c]] = st
+	ch.recoverable++
 	return fanoutItem{recover: &recoverItem{app: a.id, channel: ch.name, conn: c, rec: rec, upTo: upTo}}
 }
 
@@ -266,11 +263,11 @@ func (h *Hub) recover(it *recoverItem) {
 	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	st := ch.recov[it.conn]
-	if st == nil {
+	i, ok := ch.index[it.conn]
+	if !ok || ch.recovs == nil || ch.recovs[i] == nil {
 		return // unsubscribed meanwhile
 	}
-	st.upTo = eventlog.ID{}
+	ch.recovs[i].upTo = eventlog.ID{}
 	c := it.conn
 	if rec.Resume {
 		h.recoveries.count(reason) // before the client can see the outcome
