@@ -116,3 +116,21 @@ describe('recovery fails closed', () => {
     await eventually(() => assert.deepEqual(g.ticks, [1]))
   })
 })
+
+describe('recovery of an app without history', () => {
+  const clients = new Clients()
+  const s = heraldBehindProxy({ HERALD_APP_HISTORY_EVENTS: '0' }, clients)
+
+  it('says pusher:recovery_failed (off) after a reconnect, rather than nothing', async () => {
+    const l = await listener(clients, s.herald, s.proxy, { plugin: true })
+    s.proxy.cut()
+    await sdk(s.herald).trigger('rec-news', 'tick', { i: 0 })
+    s.proxy.restore()
+    await reconnected(l)
+    const g = l.got['rec-news']
+    await eventually(() => assert.equal(g.failed.length, 1), 10_000)
+    assert.deepEqual(g.failed[0], { reason: 'off' })
+    assert.deepEqual(g.ticks, [])
+    assert.deepEqual(g.recovered, [])
+  })
+})
