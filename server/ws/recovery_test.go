@@ -120,3 +120,25 @@ func TestRecoveryOffIsSaid(t *testing.T) {
 	c.expect("pusher_internal:subscription_succeeded", "plain")
 	c.ping() // the next frame is the pong: nothing of recovery came between
 }
+
+// A connection gets as many resumes as it may hold channels
+// (MaxChannelsPerConn), not one per unsubscribe: each reads a history.
+func TestResumesPerConnectionAreBounded(t *testing.T) {
+	log := eventlog.NewMemory(eventlog.Limits{})
+	s := newWSServerApps(t, Options{History: log, MaxChannelsPerConn: 2}, 0, nil, recoveryApps)
+	old := s.dial(t, "recovers")
+	old.subscribeRecovering("news", "", map[string]string{})
+	old.expect("pusher_internal:subscription_succeeded", "news")
+	token, position := recoveryOf(t, old.expect("pusher_internal:recovery", "news"))
+	c := s.dial(t, "recovers")
+	resume := map[string]string{"socket_id": old.socketID, "token": token, "position": position}
+	for i, want := range []string{"pusher:recovered", "pusher:recovered", "pusher:recovery_failed"} {
+		c.subscribeRecovering("news", "", resume)
+		c.expect("pusher_internal:subscription_succeeded", "news")
+		if f := c.next(); f.Event != want {
+			t.Fatalf("resume %d: got %s %s, want %s", i+1, f.Event, f.Data, want)
+		}
+		c.expect("pusher_internal:recovery", "news")
+		c.send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]string{"channel": "news"}})
+	}
+}
