@@ -124,13 +124,13 @@ func positionFrame(channel string, id eventlog.ID, excluded bool) []byte {
 	return EventFrame("pusher_internal:position", channel, data, "")
 }
 
-// recoveryFrame is pusher_internal:recovery: the secret and the position
-// from which the subscription can be recovered.
-func recoveryFrame(channel, token string, position eventlog.ID) []byte {
+// RecoveryFrame is pusher_internal:recovery: the secret and the position
+// from which the subscription can be recovered (both empty: it cannot be).
+func RecoveryFrame(channel, token, position string) []byte {
 	return JSONFrame("pusher_internal:recovery", channel, struct {
 		Token    string `json:"token"`
 		Position string `json:"position"`
-	}{token, position.String()})
+	}{token, position})
 }
 
 // PublishKept publishes ms as Publish does and, in a cluster that can
@@ -286,7 +286,7 @@ func (h *Hub) recover(it *recoverItem) {
 			c.Send(EventFrame("pusher:recovery_failed", it.channel, `{"reason":"`+reason+`"}`, ""))
 		}
 	}
-	c.Send(recoveryFrame(it.channel, rec.Token(it.upTo), it.upTo))
+	c.Send(RecoveryFrame(it.channel, rec.Token(it.upTo), it.upTo.String()))
 }
 
 // missed returns the events the old subscription missed, or why they

@@ -80,8 +80,5 @@ func (p *peer) refuseRecovery(channel string, d *recoveryData, reason string) {
 		p.s.hub.RecoveryRefusedHere(reason)
 		p.conn.Send(hub.EventFrame("pusher:recovery_failed", channel, `{"reason":"`+reason+`"}`, ""))
 	}
-	p.conn.Send(hub.JSONFrame("pusher_internal:recovery", channel, struct {
-		Token    string `json:"token"`
-		Position string `json:"position"`
-	}{}))
+	p.conn.Send(hub.RecoveryFrame(channel, "", ""))
 }
