@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/heraldrt/herald/server/eventlog"
 )
 
@@ -29,8 +31,8 @@ type Recovery struct {
 	Log    eventlog.Positioned // the app's channel history
 	Policy eventlog.Policy     // the app's history setting
 	// Window bounds how old the first missed event may be: older, the
-	// client was away too long and the recovery fails (it is also bounded
-	// by the history's TTL).
+	// client was away too long and the recovery fails (past the history's
+	// TTL the log has lost them anyway: a gap).
 	Window time.Duration
 	// Token is the secret that lets the connection recover this
 	// subscription from position later (the transport signs it).
@@ -162,7 +164,8 @@ func (h *Hub) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time
 	ids, err := log.AppendIDs(context.Background(), ms[0].AppID, p, entries, now)
 	if err != nil || len(ids) != len(ms) {
 		// Delivered without positions: a recovery over them fails closed
-		// (the log does not hold them).
+		// (the log does not hold them). Not appended again by the caller.
+		h.log.Warn("events are delivered but not kept in their channel's history", zap.String("app_id", ms[0].AppID), zap.Error(err))
 		return true, h.Publish(ms...)
 	}
 	for i := range ms {
@@ -303,8 +306,9 @@ func (h *Hub) missed(it *recoverItem, now time.Time) ([]eventlog.Event, string) 
 	case !complete:
 		return nil, RecoveryGap
 	}
-	window := min(rec.Window, rec.Policy.TTL)
-	if len(events) > 0 && events[0].Time().Before(now.Add(-window)) {
+	// A window past the TTL needs no cap: events older than the TTL are
+	// gone from the log, and Since said so (a gap).
+	if len(events) > 0 && events[0].Time().Before(now.Add(-rec.Window)) {
 		return nil, RecoveryExpired
 	}
 	return events, ""

@@ -263,6 +263,11 @@ func TestAResumeFailsClosed(t *testing.T) {
 			r.publish(t, "news", "m", "")
 			r.advance(2*time.Minute + time.Millisecond)
 		}, "expired"},
+		{"the missed events are past the history's TTL, within the window", func(r *recoveryHub, t *testing.T) {
+			r.policy.TTL = time.Minute // shorter than the 2 minute window
+			r.publish(t, "news", "m", "")
+			r.advance(time.Minute + time.Millisecond)
+		}, "gap"},
 		{"the position is past the channel's last event", nil, "refused"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
