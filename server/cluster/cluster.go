@@ -2,25 +2,46 @@
 // over Redis: it implements hub.Cluster.
 //
 // Every message (a trigger, a client event, a member joining) is appended
-// to one Redis stream that every node reads, the publisher's node included,
-// so each node delivers each message once, to its own sockets, in the order
+// to a Redis stream that the nodes read, the publisher's node included, so
+// each node delivers each message once, to its own sockets, in the order
 // Redis saw them. A stream rather than pub/sub: a node whose connection
-// dropped for a moment reads on from where it stopped, so a message Redis
-// accepted (a trigger answered 200) reaches it all the same. What a channel is across the cluster —
-// subscriptions, presence members, the cached event, signed-in users — is
-// kept in Redis, changed only by atomic scripts (scripts.go), and recorded
-// per node, so that the share of a node that dies can be taken out by a
-// surviving one, which then sends the events its clients' leaving causes.
+// dropped for a moment reads on from where it stopped. What a channel is
+// across the cluster (subscriptions, presence members, the cached event,
+// signed-in users) is kept in Redis, changed only by atomic scripts, and
+// recorded per node, so that a surviving node can take out the share of
+// one that died.
 //
-// A node's own record in Redis follows its hub: changes are applied in
-// order by one writer (state.go). When the node loses touch with Redis it
-// stops writing and, once Redis answers again, rebuilds its record from the
-// hub (resync), so that nothing that happened meanwhile is lost from the
-// cluster's answers.
+// What Redis holds, what each guarantee rests on, and how a node that dies
+// or a Redis that does not answer is borne are told once, in the README.md
+// beside this file; what cluster mode costs, measured, in
+// scripts/README.md.
 //
-// The Redis may be one server, a list of independent shards (shards.go), a
-// Sentinel-managed primary (sentinel.go) or a Redis Cluster, over which
-// the channels are spread as over sixteen shards (rediscluster.go).
+// The package, file by file:
+//
+//   - cluster.go: Options, the Cluster and New, which makes it a member on
+//     one Redis or a router over shards; Start, Close, Ready; the Redis
+//     client's options from a redis:// or rediss:// URL.
+//   - shards.go, rediscluster.go, sentinel.go: the other forms of the URL —
+//     a list of shards (a channel's shard by a hash of it), a Redis Cluster
+//     (sixteen shards, each under a hash tag of its own), a Sentinel-managed
+//     primary; serverwatch.go notices another Redis server behind an
+//     address, redislog.go routes the Redis client's log.
+//   - publish.go, codec.go: the publish loop, which batches a node's
+//     messages into one script call per shard and publishes its last ones
+//     again after Redis lost data; how messages are encoded.
+//   - receive.go, interest.go: the read loop over the streams of the slots
+//     in which the node has subscribers (node interest), into the hub.
+//   - state.go, scripts.go: the node's record in Redis, written in order by
+//     one writer and rebuilt from the hub after an outage (resync); the Lua
+//     scripts that change the cluster's state, and its keys.
+//   - membership.go, hold.go: heartbeats and the taking out of dead nodes;
+//     the webhook hold (member_removed, channel_vacated) kept in Redis.
+//   - query.go, online.go: the answers over the cluster (channels, presence
+//     users, cached events, connections, signed-in users).
+//   - eventlog.go, histlua.go, idempotency.go, consolerelay.go: the stores
+//     the node keeps in Redis in cluster mode — channel history
+//     (EventLogStore), Idempotency-Key headers (IdempotencyStore) — and the
+//     debug console's relay between the nodes.
 package cluster
 
 import (
