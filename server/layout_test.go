@@ -29,6 +29,8 @@ var importRules = []struct {
 		"the cluster joins hubs over Redis through the hub's Cluster seam alone"},
 	{"server/internal/testredis", []string{"server/...", "storage", "gen/..."}, "testredis starts a redis-server for tests, nothing more"},
 	{"storage/testpg", []string{"server/...", "storage", "gen/..."}, "testpg starts a PostgreSQL server for tests, nothing more"},
+	{"storage/testdb", []string{"server/...", "storage", "gen/..."},
+		"testdb chooses and opens a test's database; it is handed storage.Open, so that storage's own tests use it too"},
 	{"server/ws", []string{"storage", "server/directory", "server/httpapi", "server/webhook", "server/push", "gen/..."},
 		"the WebSocket transport reads apps as its own ws.App and reaches the registry through hub alone"},
 	{"server/ws/socket", []string{"server/...", "storage", "github.com/coder/websocket"},

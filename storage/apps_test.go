@@ -3,6 +3,8 @@ package storage
 import (
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // testApp returns an app with every field set to a non-zero value.
@@ -30,7 +32,7 @@ func testApp(id, key string) App {
 
 func TestCreateApp(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		before := time.Now().Add(-time.Millisecond)
 		in := testApp("1", "key1")
 		got, err := db.CreateApp(t.Context(), in)
@@ -55,7 +57,7 @@ func TestCreateApp(t *testing.T) {
 	})
 
 	t.Run("ZeroFields", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		got, err := db.CreateApp(t.Context(), App{ID: "1", Key: "key1", Webhooks: []Webhook{{URL: "https://example.com", EventTypes: []string{}}}})
 		checkErr(t, "CreateApp", err, nil)
 		check(t, "MaxPresenceMembers", got.MaxPresenceMembers, DefaultMaxPresenceMembers)
@@ -71,7 +73,7 @@ func TestCreateApp(t *testing.T) {
 	})
 
 	t.Run("ErrConflictDuplicateID", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "first CreateApp", err, nil)
 		_, err = db.CreateApp(t.Context(), testApp("1", "key2"))
@@ -79,7 +81,7 @@ func TestCreateApp(t *testing.T) {
 	})
 
 	t.Run("ErrConflictDuplicateKey", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "first CreateApp", err, nil)
 		_, err = db.CreateApp(t.Context(), testApp("2", "key1"))
@@ -92,7 +94,7 @@ func TestCreateApp(t *testing.T) {
 }
 
 func TestGetApp(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	want, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 	checkErr(t, "CreateApp", err, nil)
 
@@ -109,7 +111,7 @@ func TestGetApp(t *testing.T) {
 }
 
 func TestGetAppByKey(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	want, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 	checkErr(t, "CreateApp", err, nil)
 
@@ -127,7 +129,7 @@ func TestGetAppByKey(t *testing.T) {
 
 func TestListApps(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		// Created out of order, with webhooks interleaved between apps.
 		b, err := db.CreateApp(t.Context(), testApp("b", "keyb"))
 		checkErr(t, "CreateApp b", err, nil)
@@ -144,7 +146,7 @@ func TestListApps(t *testing.T) {
 	})
 
 	t.Run("Empty", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		got, err := db.ListApps(t.Context())
 		checkErr(t, "ListApps", err, nil)
 		check(t, "apps", len(got), 0)
@@ -153,7 +155,7 @@ func TestListApps(t *testing.T) {
 
 func TestUpdateApp(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		created, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "CreateApp", err, nil)
 
@@ -199,13 +201,13 @@ func TestUpdateApp(t *testing.T) {
 	})
 
 	t.Run("ErrNotFound", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		err := db.UpdateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "UpdateApp", err, ErrNotFound)
 	})
 
 	t.Run("ErrConflictDuplicateKey", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "CreateApp 1", err, nil)
 		want, err := db.CreateApp(t.Context(), testApp("2", "key2"))
@@ -223,7 +225,7 @@ func TestUpdateApp(t *testing.T) {
 
 func TestDeleteApp(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "CreateApp 1", err, nil)
 		other, err := db.CreateApp(t.Context(), testApp("2", "key2"))
@@ -244,13 +246,13 @@ func TestDeleteApp(t *testing.T) {
 	})
 
 	t.Run("ErrNotFound", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		checkErr(t, "DeleteApp", db.DeleteApp(t.Context(), "1"), ErrNotFound)
 	})
 }
 
 func TestCountApps(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	for i, id := range []string{"1", "2", "3"} {
 		n, err := db.CountApps(t.Context())
 		checkErr(t, "CountApps", err, nil)
@@ -287,7 +289,7 @@ func TestWebhookTakes(t *testing.T) {
 // linkedApp is a database with an instance and app 1 linked to it.
 func linkedApp(t *testing.T) *DB {
 	t.Helper()
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	_, err := db.CreateInstance(t.Context(), testInstance(instanceID))
 	checkErr(t, "CreateInstance", err, nil)
 	app := testApp("1", "key1")
@@ -321,7 +323,7 @@ func TestAppPushInstance(t *testing.T) {
 	})
 
 	t.Run("ErrUnknownInstance", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		app := testApp("1", "key1")
 		app.PushInstance = instanceID
 		_, err := db.CreateApp(t.Context(), app)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -75,7 +76,7 @@ func fillEveryTable(t *testing.T, src *DB) {
 
 func TestCopyMovesEveryTable(t *testing.T) {
 	ctx := t.Context()
-	src := openTestDBAt(t, filepath.Join(t.TempDir(), "source.db")) // SQLite, as a deployment starts
+	src := testdb.Open(t, Open, filepath.Join(t.TempDir(), "source.db")) // SQLite, as a deployment starts
 	fillEveryTable(t, src)
 	want := dump(t, src)
 	for _, tb := range copyTables {
@@ -86,12 +87,12 @@ func TestCopyMovesEveryTable(t *testing.T) {
 
 	// Into PostgreSQL under HERALD_TEST_DB=postgres (another SQLite file
 	// otherwise), and back into SQLite.
-	mid := openTestDB(t)
+	mid := testdb.New(t, Open)
 	counts, err := Copy(ctx, src, mid)
 	checkErr(t, "Copy", err, nil)
 	check(t, "rows copied into apps", counts["apps"], 1)
 	check(t, "rows copied into app_webhooks", counts["app_webhooks"], 2)
-	back := openTestDBAt(t, filepath.Join(t.TempDir(), "back.db"))
+	back := testdb.Open(t, Open, filepath.Join(t.TempDir(), "back.db"))
 	_, err = Copy(ctx, mid, back)
 	checkErr(t, "Copy back", err, nil)
 	check(t, "the tables after a round trip", dump(t, back), want)
@@ -121,9 +122,9 @@ func TestCopyMovesEveryTable(t *testing.T) {
 // leases and records name, are claimed with fresh ids.
 func TestCopyIntoPostgreSQLNumbersNewRowsAfterTheCopied(t *testing.T) {
 	ctx := t.Context()
-	src := openTestDBAt(t, filepath.Join(t.TempDir(), "source.db"))
+	src := testdb.Open(t, Open, filepath.Join(t.TempDir(), "source.db"))
 	fillEveryTable(t, src)
-	dst := openTestDBAt(t, testpg.Start(t))
+	dst := testdb.Open(t, Open, testpg.Start(t))
 	_, err := Copy(ctx, src, dst)
 	checkErr(t, "Copy", err, nil)
 	for _, tb := range copyTables {
@@ -152,7 +153,7 @@ func TestCopyIntoPostgreSQLNumbersNewRowsAfterTheCopied(t *testing.T) {
 func TestCopyOfManyRowsIntoSQLite(t *testing.T) {
 	ctx := t.Context()
 	const devices = 5000 // × 9 columns: 45,000 arguments, if in one statement
-	src := openTestDB(t)
+	src := testdb.New(t, Open)
 	_, err := src.CreateInstance(ctx, testInstance(instanceID))
 	checkErr(t, "CreateInstance", err, nil)
 	batch := make([]DeviceImport, devices)
@@ -161,7 +162,7 @@ func TestCopyOfManyRowsIntoSQLite(t *testing.T) {
 			Token: fmt.Sprintf("token-%d", i)}}
 	}
 	checkErr(t, "ImportDevices", src.ImportDevices(ctx, batch), nil)
-	dst := openTestDBAt(t, filepath.Join(t.TempDir(), "target.db"))
+	dst := testdb.Open(t, Open, filepath.Join(t.TempDir(), "target.db"))
 	counts, err := Copy(ctx, src, dst)
 	checkErr(t, "Copy", err, nil)
 	check(t, "devices copied", counts["devices"], devices)
@@ -174,7 +175,7 @@ func TestCopyOfManyRowsIntoSQLite(t *testing.T) {
 // Every table of the schema is either copied or named as left out, so that
 // a new table cannot be forgotten by Copy unnoticed.
 func TestCopyKnowsEveryTable(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	q := "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
 	if db.d.postgres {
 		q = "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
@@ -208,11 +209,7 @@ func BenchmarkCopyDevices(b *testing.B) {
 		devices = v
 	}
 	ctx := context.Background()
-	src, err := Open(ctx, filepath.Join(b.TempDir(), "source.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer src.Close()
+	src := testdb.Open(b, Open, testdb.SQLite(b))
 	if _, err := src.CreateInstance(ctx, testInstance(instanceID)); err != nil {
 		b.Fatal(err)
 	}

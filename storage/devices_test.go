@@ -7,12 +7,14 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // openDeviceDB opens a test database holding the instance testInstance(instanceID).
 func openDeviceDB(t *testing.T) *DB {
 	t.Helper()
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	if _, err := db.CreateInstance(t.Context(), testInstance(instanceID)); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package storage
 import (
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // testInstance returns an instance with every field set to a non-zero value.
@@ -37,7 +39,7 @@ const instanceID = "9d3d7c4e-54c4-4a38-9a3e-8a1e0f1b2c3d"
 
 func TestCreateInstance(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		before := time.Now().Add(-time.Millisecond)
 		in := testInstance(instanceID)
 		got, err := db.CreateInstance(t.Context(), in)
@@ -57,7 +59,7 @@ func TestCreateInstance(t *testing.T) {
 	})
 
 	t.Run("ErrConflictDuplicateID", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateInstance(t.Context(), testInstance(instanceID))
 		checkErr(t, "first CreateInstance", err, nil)
 		_, err = db.CreateInstance(t.Context(), testInstance(instanceID))
@@ -66,7 +68,7 @@ func TestCreateInstance(t *testing.T) {
 }
 
 func TestGetInstance(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	want, err := db.CreateInstance(t.Context(), testInstance(instanceID))
 	checkErr(t, "CreateInstance", err, nil)
 
@@ -84,7 +86,7 @@ func TestGetInstance(t *testing.T) {
 
 func TestListInstances(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		b, err := db.CreateInstance(t.Context(), testInstance("b"))
 		checkErr(t, "CreateInstance b", err, nil)
 		a, err := db.CreateInstance(t.Context(), testInstance("a"))
@@ -96,7 +98,7 @@ func TestListInstances(t *testing.T) {
 	})
 
 	t.Run("Empty", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		got, err := db.ListInstances(t.Context())
 		checkErr(t, "ListInstances", err, nil)
 		check(t, "instances", len(got), 0)
@@ -105,7 +107,7 @@ func TestListInstances(t *testing.T) {
 
 func TestUpdateInstance(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		created, err := db.CreateInstance(t.Context(), testInstance(instanceID))
 		checkErr(t, "CreateInstance", err, nil)
 
@@ -131,14 +133,14 @@ func TestUpdateInstance(t *testing.T) {
 	})
 
 	t.Run("ErrNotFound", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		checkErr(t, "UpdateInstance", db.UpdateInstance(t.Context(), testInstance(instanceID)), ErrNotFound)
 	})
 }
 
 func TestDeleteInstance(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateInstance(t.Context(), testInstance("a"))
 		checkErr(t, "CreateInstance a", err, nil)
 		b, err := db.CreateInstance(t.Context(), testInstance("b"))
@@ -154,13 +156,13 @@ func TestDeleteInstance(t *testing.T) {
 	})
 
 	t.Run("ErrNotFound", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		checkErr(t, "DeleteInstance", db.DeleteInstance(t.Context(), instanceID), ErrNotFound)
 	})
 }
 
 func TestCountInstances(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	for i, id := range []string{"a", "b", "c"} {
 		n, err := db.CountInstances(t.Context())
 		checkErr(t, "CountInstances", err, nil)

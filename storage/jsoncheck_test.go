@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -145,7 +146,7 @@ func FuzzCheckJSON(f *testing.F) {
 	}
 	f.Cleanup(func() { lite.Close() })
 	var pg *sql.DB
-	if onPostgres {
+	if testdb.OnPostgres() {
 		if pg, err = sql.Open("pgx", testpg.Start(f)); err != nil {
 			f.Fatal(err)
 		}

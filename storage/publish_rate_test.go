@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 const otherInstanceID = "0c9a4f3e-2b1d-4e6f-8a7b-9c0d1e2f3a4b"
@@ -18,7 +20,7 @@ const otherInstanceID = "0c9a4f3e-2b1d-4e6f-8a7b-9c0d1e2f3a4b"
 // bucketDB is a fresh database with the instances ids.
 func bucketDB(t *testing.T, ids ...string) *DB {
 	t.Helper()
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	for _, id := range ids {
 		_, err := db.CreateInstance(t.Context(), testInstance(id))
 		checkErr(t, "CreateInstance", err, nil)
@@ -138,7 +140,7 @@ func TestTakePublishToken(t *testing.T) {
 	})
 
 	t.Run("OutsideTheWriteLock", func(t *testing.T) {
-		if !onPostgres {
+		if !testdb.OnPostgres() {
 			t.Skip("SQLite has one writer connection: every write waits for the one before")
 		}
 		db := bucketDB(t, instanceID)
@@ -209,11 +211,7 @@ func FuzzTakePublishToken(f *testing.F) {
 	for _, s := range []string{"a", "'", `"`, "?", "?1", "$1", "a'); DROP TABLE instances; --", "/* x", "ü€😀", " ", "%", "\\", strings.Repeat("x", 300)} {
 		f.Add(s)
 	}
-	db, err := Open(f.Context(), testDSN(f))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { db.Close() })
+	db := testdb.New(f, Open)
 	if _, err := db.CreateInstance(f.Context(), testInstance(instanceID)); err != nil {
 		f.Fatal(err)
 	}

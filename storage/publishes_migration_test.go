@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // TestPublishWebhookOutboxMigration opens a database at migration 0004, when
@@ -39,7 +41,7 @@ func TestPublishWebhookOutboxMigration(t *testing.T) {
 	}
 	checkErr(t, "close", old.Close(), nil)
 
-	db := openTestDBAt(t, path)
+	db := testdb.Open(t, Open, path)
 	got, err := db.ClaimPublishWebhooks(ctx, time.UnixMilli(1767225700000), time.Minute, 10)
 	checkErr(t, "ClaimPublishWebhooks", err, nil)
 	check(t, "converted", len(got), 2)

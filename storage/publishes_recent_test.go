@@ -5,10 +5,12 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 func TestRecentPublishes(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	ctx := t.Context()
 	if _, err := db.CreateInstance(ctx, testInstance(instanceID)); err != nil {
 		t.Fatal(err)

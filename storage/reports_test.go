@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // createTestPublish stores a publish of the kind and targets on the instance.
@@ -137,7 +139,7 @@ func TestReportPublishesMigration(t *testing.T) {
 	}
 	checkErr(t, "close", old.Close(), nil)
 
-	db := openTestDBAt(t, path)
+	db := testdb.Open(t, Open, path)
 	var reports, counts int
 	checkErr(t, "count", db.reader.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM report_events), (SELECT COUNT(*) FROM publish_report_counts)`).Scan(&reports, &counts), nil)
 	check(t, "rows left", [2]int{reports, counts}, [2]int{1, 1})

@@ -3,10 +3,10 @@ package storage
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -17,18 +17,14 @@ import (
 //
 //	go test -run '^$' -bench ResolveInterest1M -benchtime 1x ./storage/
 func BenchmarkResolveInterest1M(b *testing.B) {
-	b.Run("SQLite", func(b *testing.B) { benchmarkResolve(b, filepath.Join(b.TempDir(), "herald.db")) })
+	b.Run("SQLite", func(b *testing.B) { benchmarkResolve(b, testdb.SQLite(b)) })
 	b.Run("PostgreSQL", func(b *testing.B) { benchmarkResolve(b, testpg.Start(b)) })
 }
 
 func benchmarkResolve(b *testing.B, dsn string) {
 	const devices, page = 1_000_000, 1000
 	ctx := context.Background()
-	db, err := Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := testdb.Open(b, Open, dsn)
 	if _, err := db.CreateInstance(ctx, testInstance(instanceID)); err != nil {
 		b.Fatal(err)
 	}

@@ -11,52 +11,21 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/heraldrt/herald/storage/testpg"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // The suite runs on SQLite, or with HERALD_TEST_DB=postgres on PostgreSQL
-// (a real server, see testpg): make test runs it both ways. Tests about
-// SQLite files (paths, permissions, backups, old files' migrations) call
-// sqliteOnly.
-var onPostgres = os.Getenv("HERALD_TEST_DB") == "postgres"
-
-func TestMain(m *testing.M) { testpg.Main(m) }
-
-// testDSN is a fresh, empty database for t: a file in a temporary directory,
-// or a PostgreSQL database.
-func testDSN(t testing.TB) string {
-	if onPostgres {
-		return testpg.Start(t)
-	}
-	return filepath.Join(t.TempDir(), "herald.db")
-}
+// (a real server, see testpg): make test runs it both ways (testdb chooses).
+// Tests about SQLite files (paths, permissions, backups, old files'
+// migrations) call sqliteOnly.
+func TestMain(m *testing.M) { testdb.Main(m) }
 
 // sqliteOnly skips a test about SQLite files when the suite runs on
 // PostgreSQL.
 func sqliteOnly(t testing.TB) {
-	if onPostgres {
+	if testdb.OnPostgres() {
 		t.Skip("about SQLite files")
 	}
-}
-
-// openTestDB opens a fresh database and closes it when the test ends.
-func openTestDB(t *testing.T) *DB {
-	t.Helper()
-	return openTestDBAt(t, testDSN(t))
-}
-
-func openTestDBAt(t *testing.T, path string) *DB {
-	t.Helper()
-	db, err := Open(t.Context(), path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return db
 }
 
 // check fails the test when got differs from want (compared deeply).
@@ -78,7 +47,7 @@ func checkErr(t *testing.T, what string, err, want error) {
 func TestOpen(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		sqliteOnly(t)
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		var journalMode string
 		var foreignKeys, synchronous int
 		row := db.writer.QueryRowContext(t.Context(), "SELECT * FROM pragma_journal_mode, pragma_foreign_keys, pragma_synchronous")
@@ -91,8 +60,8 @@ func TestOpen(t *testing.T) {
 	})
 
 	t.Run("OnTheChosenDatabase", func(t *testing.T) {
-		db := openTestDB(t)
-		check(t, "on PostgreSQL", db.d.postgres, onPostgres)
+		db := testdb.New(t, Open)
+		check(t, "on PostgreSQL", db.d.postgres, testdb.OnPostgres())
 		// Keys order byte by byte on both, whatever PostgreSQL's locale
 		// (testpg's sorts 'a' before 'Z'): keyset paging relies on it.
 		for _, id := range []string{"a-lower", "Z-upper"} {
@@ -108,7 +77,7 @@ func TestOpen(t *testing.T) {
 
 	t.Run("ReadersAreReadOnly", func(t *testing.T) {
 		sqliteOnly(t) // PostgreSQL's reader is the one pool
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.reader.ExecContext(t.Context(), "DELETE FROM apps")
 		if err == nil {
 			t.Fatal("DELETE on a reader connection: got no error")
@@ -116,7 +85,7 @@ func TestOpen(t *testing.T) {
 	})
 
 	t.Run("MigrationsIdempotent", func(t *testing.T) {
-		path := testDSN(t)
+		path := testdb.DSN(t)
 		first, err := Open(t.Context(), path)
 		if err != nil {
 			t.Fatalf("first Open: %v", err)
@@ -129,13 +98,13 @@ func TestOpen(t *testing.T) {
 		checkErr(t, "CreateApp", err, nil)
 		checkErr(t, "first Close", first.Close(), nil)
 
-		db := openTestDBAt(t, path)
+		db := testdb.Open(t, Open, path)
 		got, err := db.GetApp(t.Context(), "1")
 		checkErr(t, "GetApp after reopen", err, nil)
 		check(t, "app after reopen", got, want)
 
 		pattern := "migrations/*.sql"
-		if onPostgres {
+		if testdb.OnPostgres() {
 			pattern = "migrations/postgres/*.sql"
 		}
 		files, err := fs.Glob(migrations, pattern)
@@ -150,7 +119,7 @@ func TestOpen(t *testing.T) {
 	})
 
 	t.Run("RefusesANewerSchema", func(t *testing.T) {
-		dsn := testDSN(t)
+		dsn := testdb.DSN(t)
 		db, err := Open(t.Context(), dsn)
 		checkErr(t, "Open", err, nil)
 		_, err = db.writer.ExecContext(t.Context(), "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (9999, 0)")
@@ -163,7 +132,7 @@ func TestOpen(t *testing.T) {
 	t.Run("PathWithURISyntax", func(t *testing.T) {
 		sqliteOnly(t)
 		dir := t.TempDir()
-		db := openTestDBAt(t, filepath.Join(dir, "a b?c#d%20.db"))
+		db := testdb.Open(t, Open, filepath.Join(dir, "a b?c#d%20.db"))
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "CreateApp", err, nil)
 		matches, err := filepath.Glob(filepath.Join(dir, "*.db"))
@@ -187,7 +156,7 @@ func TestMigrationVersion(t *testing.T) {
 // Close closes the reader's connections as well as the writer's: none is
 // left to use the database.
 func TestCloseClosesEveryConnection(t *testing.T) {
-	db, err := Open(t.Context(), testDSN(t))
+	db, err := Open(t.Context(), testdb.DSN(t))
 	checkErr(t, "Open", err, nil)
 	checkErr(t, "Close", db.Close(), nil)
 	if err := db.reader.PingContext(t.Context()); err == nil {
@@ -200,9 +169,9 @@ func TestCloseClosesEveryConnection(t *testing.T) {
 
 func TestDataVersion(t *testing.T) {
 	t.Run("ChangesAfterWriteFromOtherDB", func(t *testing.T) {
-		path := testDSN(t)
-		server := openTestDBAt(t, path)
-		cli := openTestDBAt(t, path)
+		path := testdb.DSN(t)
+		server := testdb.Open(t, Open, path)
+		cli := testdb.Open(t, Open, path)
 
 		v0, err := server.DataVersion(t.Context())
 		checkErr(t, "DataVersion", err, nil)
@@ -224,7 +193,7 @@ func TestDataVersion(t *testing.T) {
 	})
 
 	t.Run("UnchangedByReads", func(t *testing.T) {
-		db := openTestDB(t)
+		db := testdb.New(t, Open)
 		_, err := db.CreateApp(t.Context(), testApp("1", "key1"))
 		checkErr(t, "CreateApp", err, nil)
 		v0, err := db.DataVersion(t.Context())
@@ -240,7 +209,7 @@ func TestDataVersion(t *testing.T) {
 // TestConcurrentReadsWhileWriting reads apps while another goroutine rewrites them; every
 // read must see an app and its webhooks from the same commit. Run with -race.
 func TestConcurrentReadsWhileWriting(t *testing.T) {
-	db := openTestDB(t)
+	db := testdb.New(t, Open)
 	ctx := t.Context()
 	// MaxConnections always equals the number of webhooks, which the readers
 	// check.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -176,7 +177,7 @@ func TestImportDevicesRefusesNULInAnInterest(t *testing.T) {
 		"PostgreSQL": func(t *testing.T) string { return testpg.Start(t) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			db := openTestDBAt(t, dsn(t))
+			db := testdb.Open(t, Open, dsn(t))
 			ctx := t.Context()
 			if _, err := db.CreateInstance(ctx, testInstance(instanceID)); err != nil {
 				t.Fatal(err)

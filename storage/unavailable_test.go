@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -140,7 +141,7 @@ func TestUnavailablePostgreSQL(t *testing.T) {
 	}
 	p := startProxy(t, u.Host)
 	u.Host = p.addr
-	db := openTestDBAt(t, u.String())
+	db := testdb.Open(t, Open, u.String())
 	ctx := t.Context()
 	if _, err := db.CreateInstance(ctx, testInstance(instanceID)); err != nil {
 		t.Fatal(err)

@@ -2,11 +2,12 @@ package storage
 
 import (
 	"context"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 func TestClaimWebhooksKeepsPerURLOrder(t *testing.T) {
@@ -363,7 +364,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // openOutboxDB opens a fresh database, closed when the test ends.
 func openOutboxDB(t *testing.T) *DB {
 	t.Helper()
-	return openTestDB(t)
+	return testdb.New(t, Open)
 }
 
 // BenchmarkEnqueueWebhooks writes batches of ten requests of one app into an
@@ -377,11 +378,7 @@ func BenchmarkEnqueueWebhooks(b *testing.B) {
 	}{{"uncapped", 0}, {"under_cap", 100000}, {"at_cap", 10000}} {
 		b.Run(bb.name, func(b *testing.B) {
 			ctx := context.Background()
-			db, err := Open(ctx, filepath.Join(b.TempDir(), "h.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
+			db := testdb.Open(b, Open, testdb.SQLite(b))
 			for range 10 {
 				if _, err := db.EnqueueWebhooks(ctx, outboxBatch(1000), 0); err != nil {
 					b.Fatal(err)
@@ -411,11 +408,7 @@ func outboxBatch(n int) []OutboxWebhook {
 // 10,000 requests queued, 8 per URL, at most 64 at once.
 func BenchmarkClaimWebhooks(b *testing.B) {
 	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(b.TempDir(), "h.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := testdb.Open(b, Open, testdb.SQLite(b))
 	items := outboxBatch(10000)
 	for i := range items {
 		items[i].URL, items[i].Key = "http://a.test/"+itoa(i%30), itoa(i)
