@@ -98,8 +98,10 @@ type Node struct {
 	// before the route is registered.
 	ready []httpapi.ReadyCheck
 
-	stop context.CancelFunc // stops the background loops
-	bg   sync.WaitGroup
+	// closers close what start-up opened, last opened first: Shutdown runs
+	// them, and so does a failed start.
+	closers closers
+	bg      sync.WaitGroup // the background loops (startBackground)
 }
 
 // Option tunes a node beyond what the operator's configuration says; tests
@@ -114,6 +116,8 @@ type options struct {
 
 	clusterPrefix                    string
 	clusterHeartbeat, clusterNodeTTL time.Duration
+
+	closed func(name string) // tests: told the name of each closer as it runs
 }
 
 // WithClusterKeys sets the prefix of the node's Redis keys and channels in
@@ -150,18 +154,22 @@ func WithPush(o push.Options) Option { return func(opts *options) { opts.push = 
 // APIs. It does not listen yet; see Serve.
 //
 // It runs the start-up's steps in order; each one that opens something
-// (the database, the webhook sender, the cluster, push delivery) pushes how
-// to close it on undo, which a failed start runs in reverse.
+// pushes how to close it (closers), and Shutdown, or a failed start, runs
+// them in reverse. So the steps come in the order the graceful shutdown
+// needs, backwards: the database, the background loops that read it, push
+// delivery, the webhook sender, the hub, the cluster, the WebSockets, the
+// upgrade server, the HTTP server and its fallback sessions, the console.
 func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option) (_ *Node, err error) {
 	o := options{certPoll: certPollInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	n := &Node{log: log, hub: hub.New(log.Named("hub"))}
-	var undo closers
+	n.closers.ran = o.closed
 	defer func() {
 		if err != nil {
-			undo.close()
+			// Nothing serves yet, so nothing is waited for.
+			n.closers.close(context.Background()) //nolint:errcheck // the start's error is the one to report
 		}
 	}()
 	// The certificate first: a bad pair should stop the start before the
@@ -169,36 +177,74 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	if err := n.loadCertificate(cfg); err != nil {
 		return nil, err
 	}
-	if err := n.openStorage(ctx, cfg, &undo); err != nil {
+	if err := n.openStorage(ctx, cfg); err != nil {
 		return nil, err
 	}
+	// The background loops read the database and the hub: they stop after
+	// everything else, before the database closes.
+	loops, stop := context.WithCancel(context.Background())
+	n.closers.push("background loops", func(context.Context) error { stop(); n.bg.Wait(); return nil })
 	n.ops = newOps(cfg, n.db, n.hub, n.apps, n.instances, log, o.history)
-	n.startWebhooks(cfg, &o, &undo)
-	if err := n.joinCluster(cfg, o, &undo); err != nil {
+	if err := n.startPush(ctx, cfg, &o); err != nil {
 		return nil, err
 	}
-	apis, err := n.buildAPIs(ctx, cfg, &o, &undo)
-	if err != nil {
+	n.startWebhooks(cfg)
+	if err := n.joinCluster(cfg, o); err != nil {
 		return nil, err
 	}
+	apis := n.buildAPIs(cfg)
 	engine, err := n.routes(cfg, apis)
 	if err != nil {
 		return nil, err
 	}
 	n.serveHTTP(cfg, engine)
-	n.startBackground(o)
+	n.startBackground(loops, o)
 	return n, nil
 }
 
-// closers are what a failed start closes again, last opened first.
-type closers []func()
+// closer closes one part that start-up opened.
+type closer struct {
+	name  string // what it closes, as its error and tests say
+	close func(context.Context) error
+}
 
-func (c *closers) push(close func()) { *c = append(*c, close) }
+// closers are what start-up opened, in the order it opened them; close runs
+// them last opened first, each once.
+type closers struct {
+	mu   sync.Mutex
+	list []closer
+	ran  func(name string) // told each closer's name as it runs; nil but in tests
+}
 
-func (c closers) close() {
-	for _, close := range slices.Backward(c) {
-		close()
+// push adds how to close what was just opened.
+func (c *closers) push(name string, close func(context.Context) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list = append(c.list, closer{name, close})
+}
+
+// pushFunc is push for a close that cannot fail.
+func (c *closers) pushFunc(name string, close func()) {
+	c.push(name, func(context.Context) error { close(); return nil })
+}
+
+// close runs every closer pushed, last first, and returns their errors, each
+// named by its closer. A second call runs none again.
+func (c *closers) close(ctx context.Context) error {
+	c.mu.Lock()
+	list := c.list
+	c.list = nil
+	c.mu.Unlock()
+	var err error
+	for _, cl := range slices.Backward(list) {
+		if c.ran != nil {
+			c.ran(cl.name)
+		}
+		if cerr := cl.close(ctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing %s: %w", cl.name, cerr))
+		}
 	}
+	return err
 }
 
 // loadCertificate loads the TLS pair when the configuration names one.
@@ -214,13 +260,13 @@ func (n *Node) loadCertificate(cfg config.Config) error {
 // openStorage opens the database, creates or updates the default app and
 // instance from the configuration, and loads the directories of apps and
 // instances.
-func (n *Node) openStorage(ctx context.Context, cfg config.Config, undo *closers) error {
+func (n *Node) openStorage(ctx context.Context, cfg config.Config) error {
 	db, err := storage.Open(ctx, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("opening database %s: %w", storage.Name(cfg.DB), err)
 	}
 	n.db = db
-	undo.push(func() { db.Close() })
+	n.closers.push("database", func(context.Context) error { return db.Close() })
 	if err := bootstrap.Run(ctx, db, cfg, n.log); err != nil {
 		return err
 	}
@@ -237,27 +283,61 @@ func (n *Node) openStorage(ctx context.Context, cfg config.Config, undo *closers
 	return nil
 }
 
+// startPush starts push delivery: the Beams publishes' workers, which
+// Shutdown stops after the webhook sender.
+func (n *Node) startPush(ctx context.Context, cfg config.Config, o *options) error {
+	// Web Push endpoints come from anonymous clients: only the operator's
+	// hosts may be private or plain http (the options may add test hosts).
+	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
+	if o.push.Owner == "" {
+		o.push.Owner = cfg.NodeID // the pages' leases and a publish's split name the node; random when unset on PostgreSQL
+	}
+	if o.push.Lease == 0 {
+		o.push.Lease = cfg.PushLease
+	}
+	if dial := webhookDial(cfg); dial != nil {
+		o.push.WebhookDialContext = dial // publish webhooks are refused the same addresses
+	}
+	o.push.OnOutcome = n.ops.pushOutcome // the console's history, per instance
+	n.push = push.New(n.db, n.instances, n.log.Named("push"), o.push)
+	if err := n.push.Start(ctx); err != nil {
+		return fmt.Errorf("starting push delivery: %w", err)
+	}
+	n.closers.pushFunc("push delivery", n.push.Close)
+	return nil
+}
+
+// webhookDial is how webhooks and publish webhooks connect: nil (any
+// address) unless the configuration refuses private ones.
+func webhookDial(cfg config.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if !cfg.WebhookBlockPrivate {
+		// Webhook URLs are the operator's, so private ones are allowed by
+		// default.
+		return nil
+	}
+	// When refused, they get the Web Push endpoints' guard with no host
+	// exempt.
+	return (*netguard.Policy)(nil).DialContext
+}
+
 // startWebhooks starts the Channels webhook sender and makes it and the
 // console the hub's observers.
-func (n *Node) startWebhooks(cfg config.Config, o *options, undo *closers) {
-	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued}
-	if cfg.WebhookBlockPrivate {
-		// Webhook URLs are the operator's, so private ones are allowed by
-		// default; when refused, they get the Web Push endpoints' guard
-		// with no host exempt, and so do publish webhooks.
-		guard := (*netguard.Policy)(nil)
-		hookOpts.DialContext = guard.DialContext
-		o.push.WebhookDialContext = guard.DialContext
-	}
+func (n *Node) startWebhooks(cfg config.Config) {
+	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued, DialContext: webhookDial(cfg)}
 	n.hook = webhook.New(n.db, n.apps, n.log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
-	undo.push(n.hook.Close)
+	// The webhook sender flushes after the sockets, whose departures are
+	// events too, and after the hub, which delivers to it what is queued.
+	n.closers.pushFunc("webhooks", n.hook.Close)
+	// Once no publisher is left (the cluster closes before it), the hub
+	// delivers what is queued.
+	n.closers.pushFunc("hub", n.hub.Close)
 }
 
 // joinCluster joins the cluster over Redis when the configuration names
 // one; on a single node it does nothing.
-func (n *Node) joinCluster(cfg config.Config, o options, undo *closers) error {
+func (n *Node) joinCluster(cfg config.Config, o options) error {
 	if cfg.RedisURL == "" {
 		return nil
 	}
@@ -277,7 +357,9 @@ func (n *Node) joinCluster(cfg config.Config, o options, undo *closers) error {
 		return err
 	}
 	n.cluster = cl
-	undo.push(func() { cl.Close() })
+	// After the sockets: the node's share leaves the cluster at shutdown,
+	// rather than when its heartbeat expires.
+	n.closers.push("cluster", func(context.Context) error { return cl.Close() })
 	if cfg.AdminToken != "" {
 		// The console's live list shows what every node sees.
 		n.relay = cl.ConsoleRelay(n.ops.console.Deliver)
@@ -301,30 +383,14 @@ type apis struct {
 	history eventlog.Store
 }
 
-// buildAPIs builds the Channels and Push APIs, starts push delivery and
-// the WebSocket handler, and creates the metrics over them.
-func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, undo *closers) (apis, error) {
+// buildAPIs builds the Channels and Push APIs and the WebSocket handler.
+func (n *Node) buildAPIs(cfg config.Config) apis {
 	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys, MaxBytes: cfg.IdempotencyMaxBytes}
 	a := apis{anon: httpapi.NewAnonLimiter(cfg.AnonRateLimit), history: n.channelHistory(cfg)}
 	a.channels = httpapi.NewChannelsAPI(n.hub, n.apps, n.log).Idempotency(n.channelKeys(idem)).History(a.history)
 	a.channels.OnTrigger(n.ops.console.Triggered)
 	a.device = httpapi.NewDeviceAPI(n.db, n.instances, n.log).LimitPerClient(a.anon).AllowWebPushHosts(cfg.WebPushAllowedHosts)
 	a.reporting = httpapi.NewReportingAPI(n.db, n.instances, n.log).LimitPerClient(a.anon)
-	// Web Push endpoints come from anonymous clients: only the operator's
-	// hosts may be private or plain http (the options may add test hosts).
-	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
-	if o.push.Owner == "" {
-		o.push.Owner = cfg.NodeID // the pages' leases and a publish's split name the node; random when unset on PostgreSQL
-	}
-	if o.push.Lease == 0 {
-		o.push.Lease = cfg.PushLease
-	}
-	o.push.OnOutcome = n.ops.pushOutcome // the console's history, per instance
-	n.push = push.New(n.db, n.instances, n.log.Named("push"), o.push)
-	if err := n.push.Start(ctx); err != nil {
-		return apis{}, fmt.Errorf("starting push delivery: %w", err)
-	}
-	undo.push(n.push.Close)
 	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem)).AllowWebPushHosts(cfg.WebPushAllowedHosts)
 	a.channels.PushIfOffline(a.publish) // triggers' push_if_offline publish through it
 	// Recovery builds on the node's own history; not yet over a cluster's.
@@ -336,7 +402,9 @@ func (n *Node) buildAPIs(ctx context.Context, cfg config.Config, o *options, und
 		MaxSubscriptionsPerApp: cfg.MaxSubscriptions,
 		ConnectRateLimit:       cfg.ConnectRateLimit,
 	})
-	return a, nil
+	// Every WebSocket closes with 4200 once no upgrade is under way.
+	n.closers.push("websockets", n.ws.Shutdown)
+	return a
 }
 
 // serveHTTP prepares the HTTP server over engine and the WebSocket upgrade
@@ -362,14 +430,19 @@ func (n *Node) serveHTTP(cfg config.Config, engine *gin.Engine) {
 		// net/http does not offer extended CONNECT (RFC 8441) by default.
 		n.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: n.cert.getCertificate}
 	}
+	// Stop accepting requests and wait for those in flight.
+	n.closers.push("http server", n.http.Shutdown)
+	// Before the HTTP server's: HTTP fallback clients take their 4200 from
+	// requests, which need the listener, and streams in flight end.
+	n.closers.push("http fallback sessions", func(ctx context.Context) error { n.ws.CloseHTTPSessions(ctx); return nil })
+	// First of all: open console streams would hold up the HTTP shutdown.
+	n.closers.push("console and metrics listener", n.ops.close)
 }
 
 // startBackground starts the node's loops: the directories' reloads, the
 // sweep of expired cache events and keys, the console's charts and the
-// certificate watch. Shutdown stops them.
-func (n *Node) startBackground(o options) {
-	ctx, stop := context.WithCancel(context.Background())
-	n.stop = stop
+// certificate watch, until ctx ends (Shutdown ends it).
+func (n *Node) startBackground(ctx context.Context, o options) {
 	reload := cmp.Or(o.reload, appReloadInterval)
 	n.bg.Go(func() { n.apps.Run(ctx, reload) })
 	n.bg.Go(func() { n.instances.Run(ctx, reload) })
@@ -422,28 +495,14 @@ func (n *Node) ReloadTLS() error {
 	return n.cert.Reload("SIGHUP")
 }
 
-// Shutdown closes the HTTP fallback sessions with 4200, stops accepting
-// requests, waits for those in flight (until ctx ends), closes every WebSocket with 4200 (clients reconnect elsewhere or
-// later), stops the background loops and closes the database.
+// Shutdown closes what New opened, last opened first (New lists the
+// steps): the console's streams, the HTTP fallback sessions with 4200; it
+// stops accepting requests and waits for those in flight (until ctx ends),
+// closes every WebSocket with 4200 (clients reconnect elsewhere or later),
+// leaves the cluster, flushes the webhooks, stops push delivery and the
+// background loops and closes the database. A second call does nothing.
 func (n *Node) Shutdown(ctx context.Context) error {
-	err := n.ops.close(ctx) // first: open console streams would hold up the HTTP shutdown
-	// Before the HTTP server's: HTTP fallback clients take their 4200 from
-	// requests, which need the listener, and streams in flight end.
-	n.ws.CloseHTTPSessions(ctx)
-	err = errors.Join(err, n.http.Shutdown(ctx))
-	err = errors.Join(err, n.upgrades.Wait(ctx)) // upgrade requests under way end in the transport's refusal
-	err = errors.Join(err, n.ws.Shutdown(ctx))
-	if n.cluster != nil {
-		// After the sockets: the node's share leaves the cluster now,
-		// rather than when its heartbeat expires.
-		err = errors.Join(err, n.cluster.Close())
-	}
-	n.hub.Close()  // no publisher is left: deliver what is queued
-	n.hook.Close() // after the sockets, whose departures are events too
-	n.push.Close()
-	n.stop()
-	n.bg.Wait()
-	return errors.Join(err, n.db.Close())
+	return n.closers.close(ctx)
 }
 
 func (n *Node) sweepCache(ctx context.Context) {

@@ -20,6 +20,9 @@ func (n *Node) routes(cfg config.Config, a apis) (*gin.Engine, error) {
 		return nil, fmt.Errorf("HERALD_TRUSTED_PROXIES: %w", err)
 	}
 	n.upgrades = upgrade.NewServer(engine, n.upgradeOptions(cfg))
+	// Upgrade requests under way end in the transport's refusal, before
+	// the WebSockets close.
+	n.closers.push("upgrades", n.upgrades.Wait)
 	n.ops.start(n.ws, n.upgrades, n.hook, n.push, a.publish, a.anon, n.cluster, a.history)
 	r := httpapi.Routes{
 		Ready: n.ready,
