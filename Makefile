@@ -115,8 +115,10 @@ lint-spec: $(SPEC_DIR)/node_modules/.installed
 docs: $(SPEC_DIR)/node_modules/.installed
 	$(SPEC_DIR)/build-docs.sh
 
-## check-docs: fail when server/docs/site is stale
+## check-docs: fail when server/docs/site, or the settings tables of README.md and server/config/README.md (server/config/vars.go), are stale
 check-docs: $(SPEC_DIR)/node_modules/.installed
+	@# The tables are rewritten by: go test ./server/config -run TestSettingsTables -update
+	$(GO) test -count=1 -run '^TestSettingsTables$$' ./server/config/
 	$(SPEC_DIR)/check-docs.sh
 
 $(SPEC_DIR)/node_modules/.installed: $(SPEC_DIR)/package.json $(SPEC_DIR)/package-lock.json
