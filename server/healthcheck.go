@@ -21,8 +21,8 @@ const healthcheckTimeout = 5 * time.Second
 // and file as serve) for GET /readyz and returns nil when it answers 200.
 // The container image's HEALTHCHECK runs it: a FROM scratch image has no
 // shell or curl.
-func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := config.LoadCommand("healthcheck", args, config.Getenv, stderr)
+func healthcheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := config.LoadCommand("healthcheck", args, getenv, stderr)
 	if err != nil {
 		return err
 	}

@@ -59,10 +59,12 @@ Commands:
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// run runs the command of args in the environment getenv reads (os.Getenv,
+// or a test's).
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -80,11 +82,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd {
 	case "serve":
-		err = serve(ctx, args, stderr)
+		err = serve(ctx, args, getenv, stderr)
 	case "apps", "instances", "backup", "copy", "migrate":
-		err = manage(ctx, cmd, args, stdout, stderr)
+		err = manage(ctx, cmd, args, getenv, stdout, stderr)
 	case "healthcheck":
-		err = healthcheck(ctx, args, stdout, stderr)
+		err = healthcheck(ctx, args, getenv, stdout, stderr)
 	case "version":
 		writeVersion(stdout)
 	default:
@@ -105,8 +107,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // manage runs a management command. They read HERALD_DB from the environment,
 // or from the HERALD_CONFIG file as serve does.
-func manage(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	getenv, err := config.WithFile(config.Getenv, config.Getenv("HERALD_CONFIG"))
+func manage(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	getenv, err := config.WithFile(getenv, getenv("HERALD_CONFIG"))
 	if err != nil {
 		return err
 	}
@@ -125,8 +127,8 @@ func manage(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	}
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := config.Load(args, config.Getenv, stderr)
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {
 		return err
 	}

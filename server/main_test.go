@@ -25,27 +25,18 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
-// useEnv makes run see only vars as its environment until the test ends.
-// Tests that call it must not run in parallel: config.Getenv is global.
-func useEnv(t *testing.T, vars map[string]string) {
-	t.Helper()
-	orig := config.Getenv
-	config.Getenv = func(name string) string { return vars[name] }
-	t.Cleanup(func() { config.Getenv = orig })
-}
-
-// herald calls run with args and returns its exit code and output.
-func herald(args ...string) (code int, stdout, stderr string) {
+// herald calls run with args in the environment env (none of the test
+// process's) and returns its exit code and output.
+func herald(env map[string]string, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	code = run(args, &out, &errOut)
+	code = run(args, func(name string) string { return env[name] }, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
 func TestRunHelp(t *testing.T) {
-	useEnv(t, nil)
 	for _, tt := range []struct{ name, arg string }{{"OKHelp", "help"}, {"OKDashH", "-h"}, {"OKDashDashHelp", "--help"}} {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := herald(tt.arg)
+			code, stdout, stderr := herald(nil, tt.arg)
 			if code != 0 {
 				t.Fatalf("exit code %d, want 0", code)
 			}
@@ -64,9 +55,8 @@ func TestRunHelp(t *testing.T) {
 // `herald --help` and `herald serve --help` list every setting with its
 // default (config.Vars, which Load takes its defaults from).
 func TestRunHelpListsEverySetting(t *testing.T) {
-	useEnv(t, nil)
-	_, topHelp, _ := herald("--help")
-	_, _, serveHelp := herald("serve", "--help")
+	_, topHelp, _ := herald(nil, "--help")
+	_, _, serveHelp := herald(nil, "serve", "--help")
 	for name, help := range map[string]string{"herald --help": topHelp, "herald serve --help": serveHelp} {
 		for _, v := range config.Vars {
 			line := regexp.MustCompile(`(?m)^  ` + v.Name + ` +(\S+) `).FindStringSubmatch(help)
@@ -78,7 +68,6 @@ func TestRunHelpListsEverySetting(t *testing.T) {
 }
 
 func TestRunVersion(t *testing.T) {
-	useEnv(t, nil)
 	orig := [3]string{version, commit, date}
 	t.Cleanup(func() { version, commit, date = orig[0], orig[1], orig[2] })
 	goLine := "go:     " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
@@ -98,7 +87,7 @@ func TestRunVersion(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			version, commit, date = tt.version, tt.commit, tt.date
-			code, stdout, stderr := herald(tt.args...)
+			code, stdout, stderr := herald(nil, tt.args...)
 			if code != 0 || stdout != tt.want || stderr != "" {
 				t.Fatalf("got %d, stdout %q, stderr %q, want 0 and %q", code, stdout, stderr, tt.want)
 			}
@@ -115,22 +104,21 @@ func TestRunManagementReadsTheConfigFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("HERALD_DB = \""+path+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	useEnv(t, map[string]string{"HERALD_CONFIG": file})
-	if code, _, stderr := herald("apps", "create", "--id", "9", "--key", "k9", "--secret", "s9"); code != 0 {
+	env := map[string]string{"HERALD_CONFIG": file}
+	if code, _, stderr := herald(env, "apps", "create", "--id", "9", "--key", "k9", "--secret", "s9"); code != 0 {
 		t.Fatalf("create: exit code %d: %s", code, stderr)
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the file's HERALD_DB %s was not used: %v", path, err)
 	}
 
-	useEnv(t, map[string]string{"HERALD_CONFIG": filepath.Join(dir, "none.toml")})
-	if code, _, stderr := herald("apps", "list"); code != 1 || !strings.Contains(stderr, "herald: configuration file: stat") {
+	env = map[string]string{"HERALD_CONFIG": filepath.Join(dir, "none.toml")}
+	if code, _, stderr := herald(env, "apps", "list"); code != 1 || !strings.Contains(stderr, "herald: configuration file: stat") {
 		t.Fatalf("apps list with a missing file: %d %q, want 1 and the error", code, stderr)
 	}
 }
 
 func TestRunManagementCommands(t *testing.T) {
-	useEnv(t, nil)
 	tests := []struct {
 		name       string
 		args       []string // --db <temp file> is appended when withDB
@@ -158,7 +146,7 @@ func TestRunManagementCommands(t *testing.T) {
 			if tt.withDB {
 				args = append(args, "--db", filepath.Join(t.TempDir(), "herald.db"))
 			}
-			code, stdout, stderr := herald(args...)
+			code, stdout, stderr := herald(nil, args...)
 			if code != tt.wantCode {
 				t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.wantCode, stdout, stderr)
 			}
@@ -171,11 +159,11 @@ func TestRunManagementCommands(t *testing.T) {
 
 func TestRunAppsCreateThenList(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "herald.db")
-	useEnv(t, map[string]string{"HERALD_DB": path})
-	if code, _, stderr := herald("apps", "create", "--id", "42", "--key", "k42", "--secret", "s42"); code != 0 {
+	env := map[string]string{"HERALD_DB": path}
+	if code, _, stderr := herald(env, "apps", "create", "--id", "42", "--key", "k42", "--secret", "s42"); code != 0 {
 		t.Fatalf("create: exit code %d: %s", code, stderr)
 	}
-	code, stdout, _ := herald("apps", "list")
+	code, stdout, _ := herald(env, "apps", "list")
 	if code != 0 {
 		t.Fatalf("list: exit code %d", code)
 	}
@@ -203,8 +191,7 @@ func TestRunServeErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			useEnv(t, tt.env)
-			code, stdout, stderr := herald(tt.args...)
+			code, stdout, stderr := herald(tt.env, tt.args...)
 			if code != tt.wantCode || !strings.Contains(stderr, tt.wantStderr) {
 				t.Fatalf("got exit code %d, stderr %q, want %d and %q", code, stderr, tt.wantCode, tt.wantStderr)
 			}
@@ -231,8 +218,7 @@ func TestRunServeErrorsShowNoSecret(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.env["HERALD_ADDR"] = "127.0.0.1:0"
-			useEnv(t, tt.env)
-			code, _, stderr := herald("serve")
+			code, _, stderr := herald(tt.env, "serve")
 			if code != 1 || !strings.Contains(stderr, tt.setting) {
 				t.Fatalf("exit code %d, stderr %q: want 1 and an error naming %s", code, stderr, tt.setting)
 			}
@@ -267,8 +253,8 @@ func checkBootstrapped(t *testing.T, path string) {
 
 func TestRunServeCannotListen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "herald.db")
-	useEnv(t, map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_DB": path})
-	code, _, stderr := herald("--addr", "127.0.0.1:99999")
+	env := map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_DB": path}
+	code, _, stderr := herald(env, "--addr", "127.0.0.1:99999")
 	if code != 1 || !strings.Contains(stderr, "herald: listen tcp") {
 		t.Fatalf("got exit code %d, stderr %q, want 1 and the listen error", code, stderr)
 	}
@@ -284,7 +270,7 @@ func TestRunServeUntilSIGTERM(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	path := filepath.Join(t.TempDir(), "herald.db")
-	useEnv(t, map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr})
+	env := map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr}
 
 	type result struct {
 		code           int
@@ -292,7 +278,7 @@ func TestRunServeUntilSIGTERM(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, stdout, stderr := herald("serve", "--db", path)
+		code, stdout, stderr := herald(env, "serve", "--db", path)
 		done <- result{code, stdout, stderr}
 	}()
 
@@ -349,10 +335,10 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// serveInBackground runs `herald serve` with the environment set by the
-// caller's useEnv until the test stops it with stop, which sends SIGTERM and
-// checks a clean exit. It returns once check passes (the server answers).
-func serveInBackground(t *testing.T, check func() error) (stop func()) {
+// serveInBackground runs `herald serve` in the environment env until the
+// test stops it with stop, which sends SIGTERM and checks a clean exit. It
+// returns once check passes (the server answers).
+func serveInBackground(t *testing.T, env map[string]string, check func() error) (stop func()) {
 	t.Helper()
 	type result struct {
 		code   int
@@ -360,7 +346,7 @@ func serveInBackground(t *testing.T, check func() error) (stop func()) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, _, stderr := herald("serve")
+		code, _, stderr := herald(env, "serve")
 		done <- result{code, stderr}
 	}()
 	wait.NoError(t, func() error {
@@ -384,14 +370,14 @@ func serveInBackground(t *testing.T, check func() error) (stop func()) {
 
 func TestRunHealthcheck(t *testing.T) {
 	addr := freeAddr(t)
-	useEnv(t, map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(t.TempDir(), "herald.db")})
-	stop := serveInBackground(t, func() error {
-		if code, _, stderr := herald("healthcheck"); code != 0 {
+	env := map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(t.TempDir(), "herald.db")}
+	stop := serveInBackground(t, env, func() error {
+		if code, _, stderr := herald(env, "healthcheck"); code != 0 {
 			return errors.New(stderr)
 		}
 		return nil
 	})
-	code, stdout, stderr := herald("healthcheck")
+	code, stdout, stderr := herald(env, "healthcheck")
 	if code != 0 || !strings.Contains(stdout, `"database":"ok"`) || stderr != "" {
 		t.Fatalf("healthcheck of a ready server: %d, stdout %q, stderr %q, want 0 and the checks", code, stdout, stderr)
 	}
@@ -408,7 +394,7 @@ func TestRunHealthcheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := herald(append([]string{"healthcheck"}, tt.args...)...)
+			code, _, stderr := herald(env, append([]string{"healthcheck"}, tt.args...)...)
 			if code != 1 || !strings.Contains(stderr, tt.wantStderr) {
 				t.Fatalf("got %d, stderr %q, want 1 and %q", code, stderr, tt.wantStderr)
 			}
@@ -444,10 +430,10 @@ func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
 	ca := testcert.NewCA(t)
 	ca.Issue(t, 1, certFile, keyFile)
 	addr := freeAddr(t)
-	useEnv(t, map[string]string{
+	env := map[string]string{
 		"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(dir, "herald.db"),
 		"HERALD_TLS_CERT_FILE": certFile, "HERALD_TLS_KEY_FILE": keyFile,
-	})
+	}
 	serial := func() (int64, error) {
 		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool})
 		if err != nil {
@@ -456,9 +442,9 @@ func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 	}
-	stop := serveInBackground(t, func() error { _, err := serial(); return err })
+	stop := serveInBackground(t, env, func() error { _, err := serial(); return err })
 	defer stop()
-	if code, _, stderr := herald("healthcheck"); code != 0 {
+	if code, _, stderr := herald(env, "healthcheck"); code != 0 {
 		t.Fatalf("healthcheck over https: %d %s", code, stderr)
 	}
 

@@ -331,6 +331,3 @@ func Logger(format, level string) (*zap.Logger, error) {
 	cfg.OutputPaths = []string{"stderr"}
 	return cfg.Build()
 }
-
-// Getenv is os.Getenv, the getenv of the real process.
-var Getenv = os.Getenv
