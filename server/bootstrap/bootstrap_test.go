@@ -23,6 +23,7 @@ import (
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 var (
@@ -33,16 +34,6 @@ var (
 )
 
 const instanceID = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
-
-func openDB(t *testing.T) *storage.DB {
-	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // observed returns a logger that records every entry at info and above.
 func observed() (*zap.Logger, *observer.ObservedLogs) {
@@ -147,7 +138,7 @@ func fields(e observer.LoggedEntry) map[string]string {
 }
 
 func TestRunEmptyDatabase(t *testing.T) {
-	db := openDB(t)
+	db := testdb.New(t, storage.Open)
 	log, logs := observed()
 	run(t, db, config.Config{}, log)
 
@@ -218,7 +209,7 @@ func TestRunEmptyDatabase(t *testing.T) {
 
 func TestRunAppFromEnv(t *testing.T) {
 	t.Run("OKCreateThenUpdate", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, logs := observed()
 		cfg := config.Config{AppID: "42", AppKey: "key-1", AppSecret: "secret-1", AppWebhookURL: "https://example.com/hook"}
 		run(t, db, cfg, log)
@@ -272,7 +263,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKGeneratedCredentials", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		run(t, db, config.Config{AppID: "9"}, log)
 		app := onlyApp(t, db)
@@ -282,7 +273,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKKeepsSettingsMadeWithTheCLI", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		cfg := config.Config{AppID: "42", AppKey: "key", AppSecret: "secret", AppWebhookURL: "https://example.com/hook"}
 		run(t, db, cfg, log)
@@ -307,7 +298,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKHistory", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		ten := 10
 		run(t, db, config.Config{AppID: "42", AppHistoryEvents: &ten, AppHistoryTTL: 5 * time.Minute}, log)
@@ -332,7 +323,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKRecoveryWindow", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		run(t, db, config.Config{AppID: "42"}, log)
 		if app := onlyApp(t, db); app.RecoveryWindow != 2*time.Minute {
@@ -360,7 +351,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKPushInstance", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		const id = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
 		// The instance HERALD_INSTANCE_ID creates in the same start.
@@ -385,7 +376,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("ErrPushInstance", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		const missing = "0b5c9d7e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
 		err := Run(context.Background(), db, config.Config{AppID: "42", AppPushInstance: missing}, log)
@@ -402,7 +393,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKBesideTheDefaultApp", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		run(t, db, config.Config{}, log)
 		run(t, db, config.Config{AppID: "42", AppKey: "key", AppSecret: "secret"}, log)
@@ -412,7 +403,7 @@ func TestRunAppFromEnv(t *testing.T) {
 	})
 
 	t.Run("ErrKeyTaken", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		run(t, db, config.Config{AppID: "1", AppKey: "taken"}, log)
 		err := Run(context.Background(), db, config.Config{AppID: "2", AppKey: "taken"}, log)
@@ -450,7 +441,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 	}
 
 	t.Run("OKCreateThenUpdate", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, logs := observed()
 		cfg := gateways(t)
 		cfg.InstanceID, cfg.InstanceSecretKey = instanceID, "SECRET-1"
@@ -489,7 +480,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKGeneratedSecretKey", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, logs := observed()
 		run(t, db, config.Config{InstanceID: instanceID}, log)
 		in := onlyInstance(t, db)
@@ -504,7 +495,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKGatewaysApplyToTheOnlyInstance", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		run(t, db, config.Config{}, log)
 		before := onlyInstance(t, db)
@@ -520,7 +511,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 	})
 
 	t.Run("OKGatewaysOnFirstStart", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		run(t, db, gateways(t), log)
 		in := onlyInstance(t, db)
@@ -532,7 +523,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 	})
 
 	t.Run("ErrMissingKeyFile", func(t *testing.T) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		log, _ := observed()
 		missing := filepath.Join(t.TempDir(), "missing.p8")
 		err := Run(context.Background(), db, config.Config{InstanceID: instanceID, APNsKeyFile: missing}, log)
@@ -547,7 +538,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 
 func TestRunSeveralInstances(t *testing.T) {
 	setup := func(t *testing.T) (*storage.DB, []storage.Instance) {
-		db := openDB(t)
+		db := testdb.New(t, storage.Open)
 		for range 2 {
 			in, err := manage.NewInstance()
 			if err != nil {
@@ -632,7 +623,7 @@ func TestRunRefusesWhatTheAdminAPIRefuses(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			db := openDB(t)
+			db := testdb.New(t, storage.Open)
 			log, logs := observed()
 			err := Run(context.Background(), db, tt.cfg(t), log)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.variable+": ") || !manage.IsInvalid(err) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // fullApp are the create arguments that set every option of app 42.
@@ -75,7 +76,7 @@ func checkApp(t *testing.T, got, want storage.App) {
 func TestAppsCreate(t *testing.T) {
 	t.Parallel()
 	t.Run("OKEveryOption", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		stdout := mustRun(t, Apps, path, fullApp...)
 		checkApp(t, getApp(t, path, "42"), fullAppWant)
 
@@ -99,7 +100,7 @@ func TestAppsCreate(t *testing.T) {
 	})
 
 	t.Run("OKDefaults", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		stdout := mustRun(t, Apps, path, "create")
 		id := row(stdout, "id")
 		if len(id) != 2 || !regexp.MustCompile(`^[1-9][0-9]{6}$`).MatchString(id[1]) {
@@ -133,7 +134,7 @@ func TestAppsCreate(t *testing.T) {
 	for _, tt := range errs {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			path := dbPath(t)
+			path := testdb.SQLite(t)
 			_, _, err := runCmd(t, Apps, path, append([]string{"create", "--id", "1"}, tt.args...)...)
 			checkErr(t, err, tt.wantErr)
 			withDB(t, path, func(db *storage.DB) {
@@ -145,28 +146,28 @@ func TestAppsCreate(t *testing.T) {
 	}
 
 	t.Run("ErrDuplicateID", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Apps, path, "create", "--id", "1", "--key", "k1")
 		_, _, err := runCmd(t, Apps, path, "create", "--id", "1", "--key", "k2")
 		checkErr(t, err, `app "1": id or key already taken`)
 	})
 
 	t.Run("ErrDuplicateKey", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Apps, path, "create", "--id", "1", "--key", "k1")
 		_, _, err := runCmd(t, Apps, path, "create", "--id", "2", "--key", "k1")
 		checkErr(t, err, `app "2": id or key already taken`)
 	})
 
 	t.Run("ErrUnknownFlag", func(t *testing.T) {
-		_, stderr, err := runCmd(t, Apps, dbPath(t), "create", "--colour", "red")
+		_, stderr, err := runCmd(t, Apps, testdb.SQLite(t), "create", "--colour", "red")
 		if !errors.Is(err, ErrUsage) || !strings.Contains(stderr, "flag provided but not defined: -colour") {
 			t.Fatalf("got %v and %q, want ErrUsage and the flag error", err, stderr)
 		}
 	})
 
 	t.Run("ErrPositionalArgument", func(t *testing.T) {
-		_, stderr, err := runCmd(t, Apps, dbPath(t), "create", "42")
+		_, stderr, err := runCmd(t, Apps, testdb.SQLite(t), "create", "42")
 		if !errors.Is(err, ErrUsage) || !strings.Contains(stderr, "expected 0 argument(s)") {
 			t.Fatalf("got %v and %q, want ErrUsage", err, stderr)
 		}
@@ -188,14 +189,14 @@ func rowStarting(table string, prefix []string) []string {
 func TestAppsList(t *testing.T) {
 	t.Parallel()
 	t.Run("OKEmpty", func(t *testing.T) {
-		stdout := mustRun(t, Apps, dbPath(t), "list")
+		stdout := mustRun(t, Apps, testdb.SQLite(t), "list")
 		if !reflect.DeepEqual(strings.Fields(stdout), []string{"ID", "KEY", "SECRET", "ENABLED", "WEBHOOKS"}) {
 			t.Fatalf("got %q, want only the header", stdout)
 		}
 	})
 
 	t.Run("OKRows", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Apps, path, fullApp...)
 		mustRun(t, Apps, path, "create", "--id", "7", "--key", "k7", "--secret", "s7", "--enabled=false")
 		stdout := mustRun(t, Apps, path, "list")
@@ -211,7 +212,7 @@ func TestAppsList(t *testing.T) {
 	})
 
 	t.Run("ErrArgument", func(t *testing.T) {
-		if _, _, err := runCmd(t, Apps, dbPath(t), "list", "42"); !errors.Is(err, ErrUsage) {
+		if _, _, err := runCmd(t, Apps, testdb.SQLite(t), "list", "42"); !errors.Is(err, ErrUsage) {
 			t.Fatalf("got %v, want ErrUsage", err)
 		}
 	})
@@ -219,7 +220,7 @@ func TestAppsList(t *testing.T) {
 
 func TestAppsShow(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	mustRun(t, Apps, path, fullApp...)
 	stored := getApp(t, path, "42")
 
@@ -368,7 +369,7 @@ func TestAppsUpdate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			path := dbPath(t)
+			path := testdb.SQLite(t)
 			mustRun(t, Apps, path, fullApp...)
 			mustRun(t, Apps, path, "create", "--id", "43", "--key", "other-key")
 
@@ -399,14 +400,14 @@ func TestAppsUpdate(t *testing.T) {
 	}
 
 	t.Run("ErrNoID", func(t *testing.T) {
-		_, stderr, err := runCmd(t, Apps, dbPath(t), "update", "--secret", "s")
+		_, stderr, err := runCmd(t, Apps, testdb.SQLite(t), "update", "--secret", "s")
 		if !errors.Is(err, ErrUsage) || !strings.Contains(stderr, "usage: herald apps update <id>") {
 			t.Fatalf("got %v and %q, want ErrUsage", err, stderr)
 		}
 	})
 
 	t.Run("ErrNoApp", func(t *testing.T) {
-		_, _, err := runCmd(t, Apps, dbPath(t), "update", "999", "--secret", "s")
+		_, _, err := runCmd(t, Apps, testdb.SQLite(t), "update", "999", "--secret", "s")
 		checkErr(t, err, `no app with id "999"`)
 	})
 }
@@ -414,7 +415,7 @@ func TestAppsUpdate(t *testing.T) {
 func TestAppsRotateSecret(t *testing.T) {
 	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Apps, path, fullApp...)
 		stdout := mustRun(t, Apps, path, "rotate-secret", "42")
 		secret, ok := strings.CutPrefix(strings.TrimSpace(stdout), "new secret of app 42: ")
@@ -427,12 +428,12 @@ func TestAppsRotateSecret(t *testing.T) {
 	})
 
 	t.Run("ErrNoApp", func(t *testing.T) {
-		_, _, err := runCmd(t, Apps, dbPath(t), "rotate-secret", "999")
+		_, _, err := runCmd(t, Apps, testdb.SQLite(t), "rotate-secret", "999")
 		checkErr(t, err, `no app with id "999"`)
 	})
 
 	t.Run("ErrNoID", func(t *testing.T) {
-		if _, _, err := runCmd(t, Apps, dbPath(t), "rotate-secret"); !errors.Is(err, ErrUsage) {
+		if _, _, err := runCmd(t, Apps, testdb.SQLite(t), "rotate-secret"); !errors.Is(err, ErrUsage) {
 			t.Fatalf("got %v, want ErrUsage", err)
 		}
 	})
@@ -441,7 +442,7 @@ func TestAppsRotateSecret(t *testing.T) {
 func TestAppsDelete(t *testing.T) {
 	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Apps, path, fullApp...)
 		mustRun(t, Apps, path, "create", "--id", "43")
 		if stdout := mustRun(t, Apps, path, "delete", "42"); stdout != "deleted app 42\n" {
@@ -456,12 +457,12 @@ func TestAppsDelete(t *testing.T) {
 	})
 
 	t.Run("ErrNoApp", func(t *testing.T) {
-		_, _, err := runCmd(t, Apps, dbPath(t), "delete", "42")
+		_, _, err := runCmd(t, Apps, testdb.SQLite(t), "delete", "42")
 		checkErr(t, err, `no app with id "42"`)
 	})
 
 	t.Run("ErrNoID", func(t *testing.T) {
-		if _, _, err := runCmd(t, Apps, dbPath(t), "delete"); !errors.Is(err, ErrUsage) {
+		if _, _, err := runCmd(t, Apps, testdb.SQLite(t), "delete"); !errors.Is(err, ErrUsage) {
 			t.Fatalf("got %v, want ErrUsage", err)
 		}
 	})
@@ -513,7 +514,7 @@ func TestParseWebhook(t *testing.T) {
 
 func TestAppsPushInstance(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	mustRun(t, Instances, path, "create", "--id", instanceID)
 	mustRun(t, Apps, path, "create", "--id", "42", "--push-instance", instanceID)
 	if got := getApp(t, path, "42").PushInstance; got != instanceID {

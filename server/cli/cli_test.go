@@ -10,13 +10,8 @@ import (
 	"testing"
 
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
-
-// dbPath returns a database file path in a fresh temporary directory.
-func dbPath(t *testing.T) string {
-	t.Helper()
-	return filepath.Join(t.TempDir(), "herald.db")
-}
 
 // runCmd runs group (Apps or Instances) with args and --db db, in an empty
 // environment, and returns what it printed.
@@ -107,7 +102,7 @@ func TestUsage(t *testing.T) {
 			})
 
 			t.Run("ErrUnknownCommand", func(t *testing.T) {
-				path := dbPath(t)
+				path := testdb.SQLite(t)
 				_, stderr, err := runCmd(t, g.group, path, "frobnicate")
 				if !errors.Is(err, ErrUsage) {
 					t.Fatalf("got %v, want ErrUsage", err)
@@ -147,7 +142,7 @@ func TestDatabasePath(t *testing.T) {
 	}
 
 	t.Run("OKFromHERALD_DB", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		run(t, func(name string) string {
 			if name == "HERALD_DB" {
 				return path
@@ -158,7 +153,7 @@ func TestDatabasePath(t *testing.T) {
 	})
 
 	t.Run("OKFlagOverridesHERALD_DB", func(t *testing.T) {
-		envPath, flagPath := dbPath(t), dbPath(t)
+		envPath, flagPath := testdb.SQLite(t), testdb.SQLite(t)
 		run(t, func(string) string { return envPath }, "list", "--db="+flagPath)
 		exists(t, flagPath)
 		if _, err := os.Stat(envPath); !errors.Is(err, os.ErrNotExist) {
@@ -167,7 +162,7 @@ func TestDatabasePath(t *testing.T) {
 	})
 
 	t.Run("OKFlagBeforeCommandArguments", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		run(t, func(string) string { return "" }, "create", "-db", path, "--id", "5")
 		withDB(t, path, func(db *storage.DB) {
 			if _, err := db.GetApp(context.Background(), "5"); err != nil {

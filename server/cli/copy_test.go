@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -13,7 +14,7 @@ func TestMain(m *testing.M) { testpg.Main(m) }
 // A deployment that started on a SQLite file moves to PostgreSQL, where the
 // apps commands find its state.
 func TestCopyFromSQLiteToPostgreSQL(t *testing.T) {
-	file := dbPath(t)
+	file := testdb.SQLite(t)
 	mustRun(t, Apps, file, "create", "--id", "42", "--key", "k", "--secret", "s")
 	// With a password (the test server trusts any): it must not be printed.
 	pg := strings.Replace(testpg.Start(t), "herald@", "herald:hunter2@", 1)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 const (
@@ -115,7 +116,7 @@ func checkVAPIDKeys(t *testing.T, in storage.Instance) {
 func TestInstancesCreate(t *testing.T) {
 	t.Parallel()
 	t.Run("OKEveryOption", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		args, want := fullInstance(t)
 		stdout := mustRun(t, Instances, path, args...)
 		got := getInstance(t, path, instanceID)
@@ -136,7 +137,7 @@ func TestInstancesCreate(t *testing.T) {
 	})
 
 	t.Run("OKDefaults", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		stdout := mustRun(t, Instances, path, "create")
 		id := row(stdout, "id")
 		if len(id) != 2 || !uuidV4.MatchString(id[1]) {
@@ -160,7 +161,7 @@ func TestInstancesCreate(t *testing.T) {
 	})
 
 	t.Run("OKOneFileForTwoOptions", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		bundle := writeFile(t, "bundle.pem", apnsKey+apnsCA)
 		mustRun(t, Instances, path, "create", "--id", instanceID, "--apns-key-file", bundle, "--apns-ca-file", bundle)
 		got := getInstance(t, path, instanceID)
@@ -170,7 +171,7 @@ func TestInstancesCreate(t *testing.T) {
 	})
 
 	t.Run("ErrMissingFile", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		missing := filepath.Join(t.TempDir(), "missing.p8")
 		_, _, err := runCmd(t, Instances, path, "create", "--apns-key-file", missing)
 		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
@@ -182,24 +183,24 @@ func TestInstancesCreate(t *testing.T) {
 	})
 
 	t.Run("ErrEmptySecretKey", func(t *testing.T) {
-		_, _, err := runCmd(t, Instances, dbPath(t), "create", "--secret-key=")
+		_, _, err := runCmd(t, Instances, testdb.SQLite(t), "create", "--secret-key=")
 		checkErr(t, err, "the secret key may not be empty")
 	})
 
 	t.Run("ErrVAPIDSubject", func(t *testing.T) {
-		_, _, err := runCmd(t, Instances, dbPath(t), "create", "--vapid-subject", "ops@example.com")
+		_, _, err := runCmd(t, Instances, testdb.SQLite(t), "create", "--vapid-subject", "ops@example.com")
 		checkErr(t, err, "the VAPID subject must be a mailto: or https: URI")
 	})
 
 	t.Run("ErrDuplicateID", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Instances, path, "create", "--id", instanceID)
 		_, _, err := runCmd(t, Instances, path, "create", "--id", instanceID)
 		checkErr(t, err, `instance "`+instanceID+`": id or key already taken`)
 	})
 
 	t.Run("ErrUnknownFlag", func(t *testing.T) {
-		if _, _, err := runCmd(t, Instances, dbPath(t), "create", "--apns-key", "x"); !errors.Is(err, ErrUsage) {
+		if _, _, err := runCmd(t, Instances, testdb.SQLite(t), "create", "--apns-key", "x"); !errors.Is(err, ErrUsage) {
 			t.Fatalf("got %v, want ErrUsage", err)
 		}
 	})
@@ -207,7 +208,7 @@ func TestInstancesCreate(t *testing.T) {
 
 func TestInstancesList(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	args, _ := fullInstance(t)
 	mustRun(t, Instances, path, args...)
 	other := row(mustRun(t, Instances, path, "create", "--secret-key", "SECRET-2"), "id")[1]
@@ -226,7 +227,7 @@ func TestInstancesList(t *testing.T) {
 
 func TestInstancesShow(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	args, _ := fullInstance(t)
 	mustRun(t, Instances, path, args...)
 	stored := getInstance(t, path, instanceID)
@@ -316,7 +317,7 @@ func TestInstancesUpdate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			path := dbPath(t)
+			path := testdb.SQLite(t)
 			args, _ := fullInstance(t)
 			mustRun(t, Instances, path, args...)
 			want := getInstance(t, path, instanceID)
@@ -343,13 +344,13 @@ func TestInstancesUpdate(t *testing.T) {
 	}
 
 	t.Run("ErrNoID", func(t *testing.T) {
-		if _, _, err := runCmd(t, Instances, dbPath(t), "update"); !errors.Is(err, ErrUsage) {
+		if _, _, err := runCmd(t, Instances, testdb.SQLite(t), "update"); !errors.Is(err, ErrUsage) {
 			t.Fatalf("got %v, want ErrUsage", err)
 		}
 	})
 
 	t.Run("ErrNoInstance", func(t *testing.T) {
-		_, _, err := runCmd(t, Instances, dbPath(t), "update", instanceID, "--secret-key", "S")
+		_, _, err := runCmd(t, Instances, testdb.SQLite(t), "update", instanceID, "--secret-key", "S")
 		checkErr(t, err, `no instance with id "`+instanceID+`"`)
 	})
 }
@@ -357,7 +358,7 @@ func TestInstancesUpdate(t *testing.T) {
 func TestInstancesRotateSecret(t *testing.T) {
 	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		args, _ := fullInstance(t)
 		mustRun(t, Instances, path, args...)
 		want := getInstance(t, path, instanceID)
@@ -372,7 +373,7 @@ func TestInstancesRotateSecret(t *testing.T) {
 	})
 
 	t.Run("ErrNoInstance", func(t *testing.T) {
-		_, _, err := runCmd(t, Instances, dbPath(t), "rotate-secret", instanceID)
+		_, _, err := runCmd(t, Instances, testdb.SQLite(t), "rotate-secret", instanceID)
 		checkErr(t, err, `no instance with id "`+instanceID+`"`)
 	})
 }
@@ -380,7 +381,7 @@ func TestInstancesRotateSecret(t *testing.T) {
 func TestInstancesDelete(t *testing.T) {
 	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
-		path := dbPath(t)
+		path := testdb.SQLite(t)
 		mustRun(t, Instances, path, "create", "--id", instanceID)
 		if stdout := mustRun(t, Instances, path, "delete", instanceID); stdout != "deleted instance "+instanceID+"\n" {
 			t.Fatalf("got %q, want the confirmation", stdout)
@@ -393,7 +394,7 @@ func TestInstancesDelete(t *testing.T) {
 	})
 
 	t.Run("ErrNoInstance", func(t *testing.T) {
-		_, _, err := runCmd(t, Instances, dbPath(t), "delete", instanceID)
+		_, _, err := runCmd(t, Instances, testdb.SQLite(t), "delete", instanceID)
 		checkErr(t, err, `no instance with id "`+instanceID+`"`)
 	})
 }

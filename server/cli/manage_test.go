@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // TestDisableEnable covers `apps disable|enable` and `instances disable|enable`.
 func TestDisableEnable(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	mustRun(t, Apps, path, "create", "--id", "42", "--key", "k", "--secret", "s")
 	const instID = "6f2b8a8e-3c1d-4a55-9a0e-1c2d3e4f5a6b"
 	mustRun(t, Instances, path, "create", "--id", instID)
@@ -59,7 +61,7 @@ func TestDisableEnable(t *testing.T) {
 // TestCreateValidation: the rules shared with the admin API apply to the CLI.
 func TestCreateValidation(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	for _, tt := range []struct {
 		name    string
 		group   func(Env, []string) error
@@ -80,7 +82,7 @@ func TestCreateValidation(t *testing.T) {
 
 func TestBackup(t *testing.T) {
 	t.Parallel()
-	path := dbPath(t)
+	path := testdb.SQLite(t)
 	mustRun(t, Apps, path, "create", "--id", "42", "--key", "k", "--secret", "s")
 	target := filepath.Join(t.TempDir(), "copy.db")
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -12,7 +13,7 @@ import (
 // says so; run again, it has nothing to do.
 func TestMigrate(t *testing.T) {
 	for name, db := range map[string]func() string{
-		"SQLite":     func() string { return dbPath(t) },
+		"SQLite":     func() string { return testdb.SQLite(t) },
 		"PostgreSQL": func() string { return strings.Replace(testpg.Start(t), "herald@", "herald:hunter2@", 1) },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -34,7 +35,7 @@ func TestMigrate(t *testing.T) {
 		})
 	}
 	t.Run("ErrArguments", func(t *testing.T) {
-		_, stderr, err := runCmd(t, Migrate, dbPath(t), "extra")
+		_, stderr, err := runCmd(t, Migrate, testdb.SQLite(t), "extra")
 		if !errors.Is(err, ErrUsage) || !strings.Contains(stderr, "usage: herald migrate") {
 			t.Fatalf("got %v, stderr %q", err, stderr)
 		}

@@ -2,7 +2,6 @@ package directory
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,20 +11,11 @@ import (
 
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // pollInterval is how often the directories under test check the database.
 const pollInterval = 10 * time.Millisecond
-
-func open(t *testing.T, path string) *storage.DB {
-	t.Helper()
-	db, err := storage.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 func createApp(t *testing.T, db *storage.DB, id, key string) storage.App {
 	t.Helper()
@@ -70,7 +60,7 @@ func key(d *Apps, id string) string {
 
 func TestNew(t *testing.T) {
 	t.Run("OKLoadsEveryApp", func(t *testing.T) {
-		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
+		db := testdb.New(t, storage.Open)
 		one := createApp(t, db, "1", "key-1")
 		createApp(t, db, "2", "key-2")
 		d := newApps(t, db, zap.NewNop())
@@ -90,7 +80,7 @@ func TestNew(t *testing.T) {
 	})
 
 	t.Run("OKEmpty", func(t *testing.T) {
-		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
+		db := testdb.New(t, storage.Open)
 		d := newApps(t, db, zap.NewNop())
 		if d.ByKey("") != nil || d.ByID("") != nil {
 			t.Fatal("an empty directory found an app")
@@ -98,7 +88,7 @@ func TestNew(t *testing.T) {
 	})
 
 	t.Run("ErrClosedDatabase", func(t *testing.T) {
-		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
+		db := testdb.New(t, storage.Open)
 		db.Close()
 		if _, err := NewApps(context.Background(), db, zap.NewNop()); err == nil {
 			t.Fatal("New on a closed database: got no error")
@@ -107,7 +97,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestReload(t *testing.T) {
-	db := open(t, filepath.Join(t.TempDir(), "herald.db"))
+	db := testdb.New(t, storage.Open)
 	createApp(t, db, "1", "key-1")
 	d := newApps(t, db, zap.NewNop())
 	createApp(t, db, "2", "key-2")
@@ -124,15 +114,15 @@ func TestReload(t *testing.T) {
 
 func TestRun(t *testing.T) {
 	t.Run("OKPicksUpChangesFromAnotherHandle", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "herald.db")
-		server := open(t, path)
+		path := testdb.DSN(t)
+		server := testdb.Open(t, storage.Open, path)
 		createApp(t, server, "1", "key-1")
 		core, logs := observer.New(zapcore.InfoLevel)
 		d := newApps(t, server, zap.New(core))
 		run(t, d)
 
 		// The CLI opens the same file through its own handle.
-		cli := open(t, path)
+		cli := testdb.Open(t, storage.Open, path)
 		ctx := context.Background()
 
 		createApp(t, cli, "2", "key-2")
@@ -171,10 +161,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("OKKeepsServingWhenTheDatabaseFails", func(t *testing.T) {
-		db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := testdb.New(t, storage.Open)
 		createApp(t, db, "1", "key-1")
 		core, logs := observer.New(zapcore.WarnLevel)
 		d := newApps(t, db, zap.New(core))
@@ -190,7 +177,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("OKStopsWhenCancelled", func(t *testing.T) {
-		db := open(t, filepath.Join(t.TempDir(), "herald.db"))
+		db := testdb.New(t, storage.Open)
 		d := newApps(t, db, zap.NewNop())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

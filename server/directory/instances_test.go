@@ -2,7 +2,6 @@ package directory
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,18 +9,15 @@ import (
 
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 const instanceID = "6f1c0a8e-3b2d-4c5e-9f7a-1b2c3d4e5f60"
 
 func TestInstancesFollowTheDatabase(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	dsn := testdb.DSN(t)
+	db := testdb.Open(t, storage.Open, dsn)
 	if _, err := db.CreateInstance(ctx, storage.Instance{ID: instanceID, SecretKey: "one", Enabled: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +38,7 @@ func TestInstancesFollowTheDatabase(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// A change made through another connection, as `herald instances` does.
-	other, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := testdb.Open(t, storage.Open, dsn)
 	if err := other.UpdateInstance(ctx, storage.Instance{ID: instanceID, SecretKey: "two", Enabled: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 const adminToken = "admin-token-for-tests-0123"
@@ -43,11 +43,7 @@ type adminServer struct {
 func newAdminServer(t *testing.T) *adminServer {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testdb.New(t, storage.Open)
 	s := &adminServer{db: db, hub: hub.New(log), spec: newSpecChecker(t, admin.GetSpec)}
 	engine := NewEngine(log)
 	engine.Use(s.spec.middleware)
@@ -67,6 +63,7 @@ func newAdminServer(t *testing.T) *adminServer {
 		r.Header.Set("Authorization", "Bearer "+adminToken)
 		return nil
 	})
+	var err error
 	if s.client, err = adminclient.NewClientWithResponses(srv.URL, bearer); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	"github.com/heraldrt/herald/server/beamsauth"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 const (
@@ -48,14 +48,10 @@ type pushServer struct {
 	rspec   *specChecker // Reporting API
 }
 
-// openPushDB opens a database in t.TempDir() with the test instances.
+// openPushDB opens a fresh database with the test instances.
 func openPushDB(t testing.TB) *storage.DB {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "herald.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testdb.New(t, storage.Open)
 	for _, in := range []storage.Instance{
 		{ID: pushInstanceID, SecretKey: pushSecret, JWTIssuer: pushExtraIssuer, Enabled: true, VAPID: storage.VAPIDConfig{PublicKey: testVAPIDKey, PrivateKey: "p"}},
 		{ID: disabledInstanceID, SecretKey: pushSecret, Enabled: false},

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/heraldrt/herald/gen/publish"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // The shared rate limit (nodes on one database) runs here on SQLite, whose
@@ -29,12 +29,8 @@ import (
 // rateDB is a SQLite database at a path of its own with the push instance.
 func rateDB(t *testing.T) (*storage.DB, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db, err := storage.Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	path := testdb.SQLite(t)
+	db := testdb.Open(t, storage.Open, path)
 	if _, err := db.CreateInstance(t.Context(), storage.Instance{ID: pushInstanceID, SecretKey: pushSecret, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}

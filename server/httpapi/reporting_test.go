@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,16 +15,13 @@ import (
 
 	"github.com/heraldrt/herald/gen/reportingclient"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // A delivery report keeps the device's flags; an open drops them.
 func TestReportFlagsKeptForDeliveriesOnly(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db, err := storage.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	path := testdb.SQLite(t) // read below as a file
+	db := testdb.Open(t, storage.Open, path)
 	if _, err := db.CreateInstance(context.Background(), storage.Instance{ID: pushInstanceID, SecretKey: pushSecret, Enabled: true}); err != nil {
 		t.Fatal(err)
 	}

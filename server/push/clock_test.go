@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -292,11 +293,7 @@ func TestPagesOf512DevicesAnd5Users(t *testing.T) {
 // once a second alone: it waits 250 ms and 1 s between rounds, each round a
 // listing, on a timer the test fires.
 func TestResolverPollsFourTimesASecondShared(t *testing.T) {
-	shared, err := storage.Open(t.Context(), testpg.Start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { shared.Close() })
+	shared := testdb.Open(t, storage.Open, testpg.Start(t))
 	alone, _ := openTestDB(t, storage.Instance{})
 	for _, c := range []struct {
 		name string

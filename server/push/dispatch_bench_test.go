@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // BenchmarkSmallPublishes measures the dispatcher's work per publish when
@@ -33,11 +33,7 @@ func BenchmarkSmallPublishes(b *testing.B) {
 
 func benchmarkSmallPublishes(b *testing.B, handOver bool) {
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(b.TempDir(), "herald.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
+	db := testdb.Open(b, storage.Open, testdb.SQLite(b))
 	var writes, reads atomic.Int64
 	db.ObserveTransactions(func(kind string, _ time.Duration) {
 		if kind == "write" {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 const testInstance = "inst-dispatch"
@@ -39,17 +39,18 @@ func (f senderFunc) Send(ctx context.Context, d storage.Delivery, p *Prepared) R
 	return f(ctx, d, p)
 }
 
-// openTestDB opens a fresh database holding the instance.
+// openTestDB opens a fresh database holding the instance: a SQLite file,
+// where a dispatcher is alone (shareddb_test.go has those of a shared one).
 func openTestDB(t *testing.T, in storage.Instance) (*storage.DB, storage.Instance) {
 	t.Helper()
-	return openTestDBFile(t, filepath.Join(t.TempDir(), "herald.db"), in)
+	return openTestDBFile(t, testdb.SQLite(t), in)
 }
 
 // openTestDBRaw is openTestDB with another connection to the database's
 // file, for tests that change stored rows by hand.
 func openTestDBRaw(t *testing.T) (*storage.DB, storage.Instance, *sql.DB) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "herald.db")
+	path := testdb.SQLite(t)
 	db, in := openTestDBFile(t, path, storage.Instance{})
 	raw, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=busy_timeout(10000)")
 	if err != nil {
@@ -62,13 +63,10 @@ func openTestDBRaw(t *testing.T) (*storage.DB, storage.Instance, *sql.DB) {
 // openTestDBFile opens the database file, holding the instance.
 func openTestDBFile(t *testing.T, path string, in storage.Instance) (*storage.DB, storage.Instance) {
 	t.Helper()
-	db, err := storage.Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testdb.Open(t, storage.Open, path)
 	in.ID, in.SecretKey, in.Enabled = testInstance, "secret", true
-	if in, err = db.CreateInstance(t.Context(), in); err != nil {
+	in, err := db.CreateInstance(t.Context(), in)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return db, in

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
@@ -30,11 +31,7 @@ func TestDispatcherOwner(t *testing.T) {
 	if o := New(db, instances, zap.NewNop(), Options{}).opts.Owner; o != "local" {
 		t.Fatalf("alone on SQLite the owner is %q, want local", o)
 	}
-	shared, err := storage.Open(t.Context(), testpg.Start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { shared.Close() })
+	shared := testdb.Open(t, storage.Open, testpg.Start(t))
 	a, b := New(shared, instances, zap.NewNop(), Options{}).opts.Owner, New(shared, instances, zap.NewNop(), Options{}).opts.Owner
 	if !strings.HasPrefix(a, "node-") || len(a) != len("node-")+12 || a == b {
 		t.Fatalf("on a shared database two dispatchers are %q and %q: want two distinct node-<12 characters>", a, b)

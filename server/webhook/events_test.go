@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 )
 
 // Drops are logged at once for an app's first, then at most once per
@@ -110,7 +110,7 @@ func TestScriptedSessionSequence(t *testing.T) {
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
 	// With several requests in flight per endpoint, one channel's still
 	// arrive in order.
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, fast)
+	d := start(t, testdb.New(t, storage.Open), a, fast)
 	for _, ev := range []hub.Event{
 		{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-r"},
 		{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-r", UserID: "u1"},
@@ -131,7 +131,7 @@ func TestScriptedSessionSequence(t *testing.T) {
 func TestFlipWithinHoldIsDropped(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
+	d := start(t, testdb.New(t, storage.Open), a, inOrder)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u"})
@@ -149,7 +149,7 @@ func TestFlipWithinHoldIsDropped(t *testing.T) {
 func TestEventsHeldByTheClusterGoAtOnce(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, inOrder)
+	d := start(t, testdb.New(t, storage.Open), a, inOrder)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "held-here"})
 	// Held by the cluster already: neither held again nor cancelled by the
 	// channel's next occupation.
@@ -178,7 +178,7 @@ func TestFiltersAndBatching(t *testing.T) {
 	// stall that long between taking two queued events to split them.
 	opts := fast
 	opts.Flush = time.Second
-	d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts)
+	d := New(testdb.New(t, storage.Open), a, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "presence-a"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "news"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.SubscriptionCount, Channel: "news", Count: 3})

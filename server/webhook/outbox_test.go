@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -26,7 +26,7 @@ import (
 func TestOutboxFloodAgainstABlackHole(t *testing.T) {
 	const events, maxQueued = 3000, 50
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: blackHole(t)}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	opts := fast
 	// MaxAge well above the flood's own duration (3,000 capped inserts take
 	// the database writer a second or two on a loaded machine), so that
@@ -92,7 +92,7 @@ func TestDeliveredWithoutWaitingForThePoll(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
 	core, logs := observer.New(zapcore.InfoLevel)
-	d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zap.New(core), fast)
+	d := New(testdb.New(t, storage.Open), a, zap.New(core), fast)
 	d.idlePoll, d.purgeEvery = time.Hour, time.Hour
 	d.Start()
 	t.Cleanup(d.Close)
@@ -107,7 +107,7 @@ func TestDeliveredWithoutWaitingForThePoll(t *testing.T) {
 // When the outbox cannot be read, or its expired requests cannot be
 // dropped, the sender logs it: the one sign that webhooks have stopped.
 func TestUnreadableOutboxLogged(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	core, logs := observer.New(zapcore.InfoLevel)
 	d := New(db, apps{}, zap.New(core), fast)
 	db.Close()
@@ -175,9 +175,9 @@ func TestRequestInFlightAtCloseGivenBack(t *testing.T) {
 func TestOutboxSurvivesRestart(t *testing.T) {
 	down := newReceiver(t, "k", "s")
 	down.failFirst.Store(1 << 30)
-	path := filepath.Join(t.TempDir(), "h.db")
+	path := testdb.DSN(t)
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: down.srv.URL}}}}
-	db := openDB(t, path)
+	db := testdb.Open(t, storage.Open, path)
 	d := New(db, a, zap.NewNop(), inOrder)
 	d.Start()
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "kept"})
@@ -190,7 +190,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 
 	// The receiver recovers and the node restarts on the same file.
 	down.failFirst.Store(0)
-	db2 := openDB(t, path)
+	db2 := testdb.Open(t, storage.Open, path)
 	start(t, db2, a, inOrder)
 	got := strings.Join(down.waitFor(2), " ")
 	if got != "channel_occupied:kept channel_vacated:held-at-close" {
@@ -204,7 +204,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 func TestClaimsOfACrashedRunAreSentAtOnce(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	body := []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"claimed"}]}`)
 	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{{AppID: "1", URL: r.srv.URL, Body: body}}, 0); err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestEachRequestSentOnce(t *testing.T) {
 		hooks = append(hooks, storage.Webhook{URL: r.srv.URL})
 	}
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: hooks}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	d := start(t, db, a, fast)
 	for i := range events {
 		d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c-" + itoa(i)})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -32,7 +32,7 @@ func TestExpiredRequestsDroppedWithoutAttempt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHeld(t)
 			a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: h.srv.URL}}}}
-			db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+			db := testdb.New(t, storage.Open)
 			opts := inOrder
 			// A second: the first request is sent well within it even on
 			// a loaded machine, and the two behind it expire meanwhile.
@@ -80,7 +80,7 @@ func TestRedirectIsAFailedAttempt(t *testing.T) {
 	var seen attempts
 	opts := fast
 	opts.OnAttempt = seen.add
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, opts)
+	d := start(t, testdb.New(t, storage.Open), a, opts)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
 	wait.Until(t, "an attempt", func() bool { return len(seen.get()) > 0 })
 	if at := seen.get()[0]; at.Status != http.StatusFound || at.Error == "" {
@@ -111,7 +111,7 @@ func TestFailedAttemptsReportedAndRetriedAfterBackoff(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	// Both requests in the outbox before the start: the sender claims them
 	// together.
 	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{
@@ -162,7 +162,7 @@ func TestUnreachableEndpointGivenUp(t *testing.T) {
 	url := srv.URL
 	srv.Close() // nothing listens there any more
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: url}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	core, logs := observer.New(zapcore.InfoLevel)
 	var seen attempts
 	opts := fast
@@ -273,7 +273,7 @@ func TestRetriesUntilTheReceiverRecovers(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	r.failFirst.Store(3)
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	d := start(t, db, a, fast)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "a"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "b"})
@@ -293,7 +293,7 @@ func TestGivesUpAfterMaxAge(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	r.failFirst.Store(1 << 30)
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	opts := fast
 	opts.MaxAge = 200 * time.Millisecond
 	d := start(t, db, a, opts)

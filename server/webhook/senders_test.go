@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -34,7 +34,7 @@ func TestEightRequestsInFlightPerEndpoint(t *testing.T) {
 		"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: slow.srv.URL}}},
 		"2": {ID: "2", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: other.srv.URL}}},
 	}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	var items []storage.OutboxWebhook
 	for i := range 20 {
 		items = append(items, storage.OutboxWebhook{AppID: "1", URL: slow.srv.URL, Key: "c-" + itoa(i), Body: occupied("c-" + itoa(i))})
@@ -81,7 +81,7 @@ func TestOneChannelsEventsArriveInOrder(t *testing.T) {
 	}))
 	t.Cleanup(paced.Close)
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: paced.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	d := start(t, db, a, fast)
 	const perChannel = 20
 	channels := []string{"private-a", "private-b", "private-c", "private-d"}
@@ -127,7 +127,7 @@ func TestWebhookURLsLoggedWithoutSecrets(t *testing.T) {
 		return strings.Replace(base, "http://", "http://user:PASSWORD@", 1) + "/hook?token=SECRET#FRAGMENT"
 	}
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: secret(failing.URL)}, {URL: secret(gone.URL)}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{
 		{AppID: "deleted", URL: secret(failing.URL), Body: occupied("x")},
 		{AppID: "1", URL: "http://user:PASSWORD@127.0.0.1:1/%zz?token=SECRET", Body: occupied("x")}, // a bad URL
@@ -173,7 +173,7 @@ func TestWebhookURLsLoggedWithoutSecrets(t *testing.T) {
 func TestPanicInOneDeliveryLeavesTheOthers(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	core, logs := observer.New(zapcore.InfoLevel)
 	d := New(db, a, zap.New(core), fast)
 	d.beforeAttempt = func(w storage.OutboxWebhook) {
@@ -208,7 +208,7 @@ func TestPanicsOutsideARequestAreRecovered(t *testing.T) {
 	t.Run("sender round", func(t *testing.T) {
 		r := newReceiver(t, "k", "s")
 		a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-		d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zap.NewNop(), fast)
+		d := New(testdb.New(t, storage.Open), a, zap.NewNop(), fast)
 		var once atomic.Bool
 		d.beforeRound = func() {
 			if once.CompareAndSwap(false, true) {
@@ -226,7 +226,7 @@ func TestPanicsOutsideARequestAreRecovered(t *testing.T) {
 	t.Run("OnAttempt", func(t *testing.T) {
 		r := newReceiver(t, "k", "s")
 		a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-		db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+		db := testdb.New(t, storage.Open)
 		opts := fast
 		opts.OnAttempt = func(Attempt) { panic("console") }
 		d := start(t, db, a, opts)
@@ -244,7 +244,7 @@ func TestPanicsOutsideARequestAreRecovered(t *testing.T) {
 	t.Run("writing the outbox", func(t *testing.T) {
 		r := newReceiver(t, "k", "s")
 		a := panicky{apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}}
-		d := New(openDB(t, filepath.Join(t.TempDir(), "h.db")), a, zap.NewNop(), fast)
+		d := New(testdb.New(t, storage.Open), a, zap.NewNop(), fast)
 		d.Start()
 		t.Cleanup(d.Close)
 		d.Observe(hub.Event{AppID: "boom", Kind: hub.ChannelOccupied, Channel: "x"})
@@ -275,7 +275,7 @@ func TestDialContextMakesTheConnections(t *testing.T) {
 		mu.Unlock()
 		return (&net.Dialer{}).DialContext(ctx, network, address)
 	}
-	d := start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, opts)
+	d := start(t, testdb.New(t, storage.Open), a, opts)
 	if d.client.Transport.(*http.Transport).Proxy != nil {
 		t.Error("a guarded client would use the environment's proxies")
 	}
@@ -292,7 +292,7 @@ func TestDialContextMakesTheConnections(t *testing.T) {
 	opts.DialContext = func(context.Context, string, string) (net.Conn, error) {
 		return nil, errors.New("address refused by the guard")
 	}
-	d = start(t, openDB(t, filepath.Join(t.TempDir(), "h.db")), a, opts)
+	d = start(t, testdb.New(t, storage.Open), a, opts)
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "b"})
 	wait.Until(t, "a refused attempt", func() bool { return len(seen.get()) > 0 })
 	if at := seen.get()[0]; at.Status != 0 || !strings.Contains(at.Error, "address refused by the guard") {

@@ -12,10 +12,9 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
-
-func TestMain(m *testing.M) { testpg.Main(m) }
 
 // On a database other nodes share, a starting dispatcher leaves the
 // requests another node has claimed to it: only their claim's end makes
@@ -27,7 +26,7 @@ func TestStartLeavesOtherNodesClaimsOnASharedDatabase(t *testing.T) {
 		release bool
 	}{
 		{"PostgreSQL", func() string { return testpg.Start(t) }, false},
-		{"SQLite", func() string { return t.TempDir() + "/h.db" }, true},
+		{"SQLite", func() string { return testdb.SQLite(t) }, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -39,7 +38,7 @@ func TestStartLeavesOtherNodesClaimsOnASharedDatabase(t *testing.T) {
 			hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-answer }))
 			t.Cleanup(hang.Close)
 			a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: hang.URL}}}}
-			other := openDB(t, dsn) // the node that claimed the request
+			other := testdb.Open(t, storage.Open, dsn) // the node that claimed the request
 			if _, err := other.EnqueueWebhooks(ctx, []storage.OutboxWebhook{{AppID: "1", URL: hang.URL, Body: []byte("{}")}}, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +46,7 @@ func TestStartLeavesOtherNodesClaimsOnASharedDatabase(t *testing.T) {
 			if err != nil || len(claimed) != 1 {
 				t.Fatalf("claim: %v %v", claimed, err)
 			}
-			db := openDB(t, dsn)
+			db := testdb.Open(t, storage.Open, dsn)
 			check := func() time.Time {
 				due, ok, err := db.NextWebhookDue(ctx, time.Now(), 1)
 				if err != nil || !ok {
@@ -76,7 +75,7 @@ func TestTwoDispatchersOnOneDatabaseSendEachRequestOnce(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	r.failFirst.Store(20)
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	nodes := []*Dispatcher{start(t, openDB(t, dsn), a, fast), start(t, openDB(t, dsn), a, fast)}
+	nodes := []*Dispatcher{start(t, testdb.Open(t, storage.Open, dsn), a, fast), start(t, testdb.Open(t, storage.Open, dsn), a, fast)}
 	const perNode = 150
 	want := make([]string, 0, 2*perNode)
 	for i := range perNode {
@@ -90,7 +89,7 @@ func TestTwoDispatchersOnOneDatabaseSendEachRequestOnce(t *testing.T) {
 	// Anything sent twice would come after the last new one: wait until
 	// both dispatchers have nothing left queued.
 	ctx := context.Background()
-	db := openDB(t, dsn)
+	db := testdb.Open(t, storage.Open, dsn)
 	wait.Until(t, "the outbox is empty", func() bool {
 		_, ok, err := db.NextWebhookDue(ctx, time.Now(), 1)
 		return err == nil && !ok

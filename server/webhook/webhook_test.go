@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/signing"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -177,7 +177,7 @@ func (e *fakeEndpoint) came() []time.Duration {
 func fakeTimeDispatcher(t *testing.T, opts Options, e *fakeEndpoint, channels ...string) (*Dispatcher, *storage.DB, *observer.ObservedLogs) {
 	t.Helper()
 	e.start = time.Now()
-	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	db := testdb.New(t, storage.Open)
 	var items []storage.OutboxWebhook
 	for _, c := range channels {
 		items = append(items, storage.OutboxWebhook{AppID: "1", URL: hookURL, Key: c, Body: occupied(c)})
@@ -273,16 +273,6 @@ func (r *receiver) waitFor(n int) []string {
 	var got []string
 	wait.Until(r.t, itoa(n)+" events", func() bool { got = r.events(); return len(got) >= n })
 	return got
-}
-
-func openDB(t *testing.T, path string) *storage.DB {
-	t.Helper()
-	db, err := storage.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }
 
 var fast = Options{Hold: 150 * time.Millisecond, Flush: 10 * time.Millisecond, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}

@@ -2,7 +2,6 @@ package dbstore_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,19 +9,16 @@ import (
 	"github.com/heraldrt/herald/server/idempotency/dbstore"
 	"github.com/heraldrt/herald/server/idempotency/idempotencytest"
 	"github.com/heraldrt/herald/storage"
+	"github.com/heraldrt/herald/storage/testdb"
 	"github.com/heraldrt/herald/storage/testpg"
 )
 
-func TestMain(m *testing.M) { testpg.Main(m) }
+func TestMain(m *testing.M) { testdb.Main(m) }
 
 // openDB opens a database at dsn with the instances of the shared tests.
 func openDB(t *testing.T, dsn string) *storage.DB {
 	t.Helper()
-	db, err := storage.Open(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testdb.Open(t, storage.Open, dsn)
 	for _, id := range idempotencytest.Scopes {
 		if _, err := db.CreateInstance(t.Context(), storage.Instance{ID: id, SecretKey: "secret-" + id, Enabled: true}); err != nil {
 			t.Fatal(err)
@@ -33,7 +29,7 @@ func openDB(t *testing.T, dsn string) *storage.DB {
 
 func TestDBSQLite(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T, opts idempotency.Options) idempotency.Store {
-		return dbstore.New(openDB(t, filepath.Join(t.TempDir(), "herald.db")), opts)
+		return dbstore.New(openDB(t, testdb.SQLite(t)), opts)
 	})
 }
 
@@ -43,12 +39,12 @@ func TestDBPostgres(t *testing.T) {
 	})
 }
 
-// A key outlives the process that kept it: a new store over the same file
+// A key outlives the process that kept it: a new store over the same database
 // (a restart) replays it, and the sweep forgets it once expired.
 func TestDBAcrossRestart(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "herald.db")
-	db := openDB(t, path)
+	dsn := testdb.DSN(t)
+	db := openDB(t, dsn)
 	now := time.Now()
 	c := idempotency.Claim{Scope: "s1", Key: "k", Token: "a", Expires: now.Add(time.Hour)}
 	fp := idempotency.Sum([]byte("body"))
@@ -60,11 +56,7 @@ func TestDBAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db2, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db2.Close()
+	db2 := testdb.Open(t, storage.Open, dsn)
 	s2 := dbstore.New(db2, idempotency.Options{})
 	e, err := s2.Begin(ctx, idempotency.Claim{Scope: "s1", Key: "k", Token: "b", Expires: now.Add(time.Hour)}, fp, now.Add(time.Minute))
 	if err != nil || e == nil || !e.Done || e.Fingerprint != fp || string(e.Response.Body) != `{"publishId":"p"}` {

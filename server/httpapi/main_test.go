@@ -1,0 +1,9 @@
+package httpapi
+
+import (
+	"testing"
+
+	"github.com/heraldrt/herald/storage/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }

@@ -1,0 +1,9 @@
+package webhook
+
+import (
+	"testing"
+
+	"github.com/heraldrt/herald/storage/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
