@@ -60,6 +60,7 @@ var importRules = []importRule{
 	{"server/netguard", []string{"server/...", "storage", "gen/..."}, "netguard judges network addresses and knows nothing of Herald"},
 	{"server/internal/recovery", []string{"server/...", "storage", "gen/..."}, "recovery logs and counts panics, nothing more"},
 	{"server/internal/testcert", []string{"server/...", "storage", "gen/..."}, "testcert makes certificates for tests, nothing more"},
+	{"server/internal/testkit", []string{"server/...", "storage", "gen/..."}, "testkit measures CPU time and checks VAPID keys for tests, nothing more"},
 	{"server/internal/clientrate", []string{"server/...", "storage", "gen/..."}, "clientrate keeps token buckets per client and knows nothing of Herald"},
 	{"server/history", []string{"storage", "gen/...", "server/node", "server/httpapi", "server/console", "server/metrics", "server/cluster", "server/ws/...", "server/webhook", "server/push", "server/directory"},
 		"the console's charts are a bounded store of figures that the node feeds; they read the hub's counters and know nothing of the rest"},

@@ -1,10 +1,7 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdh"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testdb"
@@ -95,37 +93,6 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// checkVAPID checks that the keys are base64url (no padding) of a P-256 key
-// pair: a 65-byte uncompressed public point and the 32-byte private scalar
-// that belongs to it.
-func checkVAPID(t *testing.T, v storage.VAPIDConfig) {
-	t.Helper()
-	pub, err := base64.RawURLEncoding.DecodeString(v.PublicKey)
-	if err != nil {
-		t.Fatalf("public key %q is not base64url: %v", v.PublicKey, err)
-	}
-	if len(pub) != 65 || pub[0] != 4 {
-		t.Fatalf("public key is %d bytes starting %#x, want 65 bytes starting 0x04", len(pub), pub[0])
-	}
-	if _, err := ecdh.P256().NewPublicKey(pub); err != nil {
-		t.Fatalf("public key is not a P-256 point: %v", err)
-	}
-	priv, err := base64.RawURLEncoding.DecodeString(v.PrivateKey)
-	if err != nil {
-		t.Fatalf("private key is not base64url: %v", err)
-	}
-	if len(priv) != 32 {
-		t.Fatalf("private key is %d bytes, want 32", len(priv))
-	}
-	key, err := ecdh.P256().NewPrivateKey(priv)
-	if err != nil {
-		t.Fatalf("private key is not a P-256 scalar: %v", err)
-	}
-	if !bytes.Equal(key.PublicKey().Bytes(), pub) {
-		t.Fatal("the public key does not belong to the private key")
-	}
-}
-
 // fields returns the string fields of a log entry by key.
 func fields(e observer.LoggedEntry) map[string]string {
 	m := map[string]string{}
@@ -169,7 +136,7 @@ func TestRunEmptyDatabase(t *testing.T) {
 	if !in.Enabled {
 		t.Fatal("instance is disabled")
 	}
-	checkVAPID(t, in.VAPID)
+	testkit.CheckVAPID(t, in.VAPID.PublicKey, in.VAPID.PrivateKey)
 	if in.VAPID.Subject != "" || in.APNs != (storage.APNsConfig{}) || in.FCM != (storage.FCMConfig{}) {
 		t.Fatalf("instance has gateway settings nobody gave: %+v", in)
 	}
@@ -448,7 +415,7 @@ func TestRunInstanceFromEnv(t *testing.T) {
 		run(t, db, cfg, log)
 
 		in := onlyInstance(t, db) // no random default instance beside the named one
-		checkVAPID(t, in.VAPID)
+		testkit.CheckVAPID(t, in.VAPID.PublicKey, in.VAPID.PrivateKey)
 		want := in
 		want.ID, want.SecretKey, want.Enabled = instanceID, "SECRET-1", true
 		wantGateways(&want)

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/ecdh"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testdb"
 )
@@ -93,26 +92,6 @@ func checkInstance(t *testing.T, got, want storage.Instance) {
 	}
 }
 
-// checkVAPIDKeys checks that in has a P-256 VAPID key pair.
-func checkVAPIDKeys(t *testing.T, in storage.Instance) {
-	t.Helper()
-	pub, err := base64.RawURLEncoding.DecodeString(in.VAPID.PublicKey)
-	if err != nil || len(pub) != 65 {
-		t.Fatalf("VAPID public key %q: want base64url of 65 bytes (%v)", in.VAPID.PublicKey, err)
-	}
-	priv, err := base64.RawURLEncoding.DecodeString(in.VAPID.PrivateKey)
-	if err != nil || len(priv) != 32 {
-		t.Fatalf("VAPID private key: want base64url of 32 bytes (%v)", err)
-	}
-	key, err := ecdh.P256().NewPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(key.PublicKey().Bytes()) != string(pub) {
-		t.Fatal("the VAPID public key does not belong to the private key")
-	}
-}
-
 func TestInstancesCreate(t *testing.T) {
 	t.Parallel()
 	t.Run("OKEveryOption", func(t *testing.T) {
@@ -121,7 +100,7 @@ func TestInstancesCreate(t *testing.T) {
 		stdout := mustRun(t, Instances, path, args...)
 		got := getInstance(t, path, instanceID)
 		checkInstance(t, got, want)
-		checkVAPIDKeys(t, got)
+		testkit.CheckVAPID(t, got.VAPID.PublicKey, got.VAPID.PrivateKey)
 
 		for _, line := range []string{
 			"id " + instanceID,
@@ -147,7 +126,7 @@ func TestInstancesCreate(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9A-F]{64}$`).MatchString(got.SecretKey) {
 			t.Fatalf("secret key %q: want 64 upper-case hex digits", got.SecretKey)
 		}
-		checkVAPIDKeys(t, got)
+		testkit.CheckVAPID(t, got.VAPID.PublicKey, got.VAPID.PrivateKey)
 		checkInstance(t, got, storage.Instance{ID: id[1], SecretKey: got.SecretKey, Enabled: true})
 		for _, line := range []string{
 			"jwt issuer (standard only)",

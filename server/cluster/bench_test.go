@@ -3,19 +3,18 @@ package cluster
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
@@ -57,7 +56,7 @@ func BenchmarkFanout(b *testing.B) {
 				}
 				waitFrames(b, h, conns, 1) // subscription_succeeded everywhere
 				perChannel := shape.subs / shape.channels
-				herald0, redis0 := cpuTime(os.Getpid()), cpuTime(rs.PID())
+				herald0, redis0 := testkit.CPU(), testkit.ProcessCPU(rs.PID())
 				b.ResetTimer()
 				start := time.Now()
 				// Publishers at once, as HTTP triggers in flight would be.
@@ -82,9 +81,9 @@ func BenchmarkFanout(b *testing.B) {
 				b.StopTimer()
 				deliveries := float64(b.N * perChannel)
 				b.ReportMetric(deliveries/elapsed.Seconds(), "deliveries/s")
-				b.ReportMetric(float64(cpuTime(os.Getpid())-herald0)/deliveries, "herald-cpu-ns/delivery")
+				b.ReportMetric(float64(testkit.CPU()-herald0)/deliveries, "herald-cpu-ns/delivery")
 				if mode == "cluster" {
-					b.ReportMetric(float64(cpuTime(rs.PID())-redis0)/deliveries, "redis-cpu-ns/delivery")
+					b.ReportMetric(float64(testkit.ProcessCPU(rs.PID())-redis0)/deliveries, "redis-cpu-ns/delivery")
 				}
 			})
 		}
@@ -254,31 +253,6 @@ func publishPaced(b *testing.B, h *hub.Hub, conns []*hub.Conn, publishers, chann
 	waitFramesEach(b, h, conns, func(i int) int { return b.N/channels + btoi(i%channels < b.N%channels) })
 }
 
-// cpuTime is the CPU time a process used, in nanoseconds: the sum of its
-// threads' run time in /proc/<pid>/task/*/schedstat, which the kernel
-// keeps to the nanosecond (its user and system times go by 10 ms ticks, too
-// coarse for a Redis that spends a few microseconds a message).
-func cpuTime(pid int) int64 {
-	if pid == os.Getpid() {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return ru.Utime.Nano() + ru.Stime.Nano()
-	}
-	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
-	var total int64
-	for _, task := range tasks {
-		raw, err := os.ReadFile(task)
-		if err != nil {
-			continue // a thread that ended
-		}
-		if f := strings.Fields(string(raw)); len(f) > 0 {
-			ns, _ := strconv.ParseInt(f[0], 10, 64)
-			total += ns
-		}
-	}
-	return total
-}
-
 // Redis's CPU per message on one Redis, three shards and a Redis Cluster of
 // three primaries (the topologies of the tests), same run: one node, 1,000
 // subscribers over 100 channels, 8 or 64 publishers as fast as they go,
@@ -337,16 +311,17 @@ func benchShards(b *testing.B, tp topology, publishers, rate, subs, channels int
 	servers, url := tp.start(b)
 	n := len(servers)
 	h, conns := subscribedNode(b, url, "bench", fmt.Sprintf("s%d:", time.Now().UnixNano()), subs, channels)
-	redis0, cmds0, wakes0 := make([]int64, n), make([]int64, n), make([]int64, n)
+	redis0, cmds0, wakes0 := make([]time.Duration, n), make([]int64, n), make([]int64, n)
 	for i, rs := range servers {
-		redis0[i], cmds0[i], wakes0[i] = cpuTime(rs.PID()), infoField(b, rs, "stats", "total_commands_processed"), wakeUps(rs.PID())
+		redis0[i], cmds0[i], wakes0[i] = testkit.ProcessCPU(rs.PID()), infoField(b, rs, "stats", "total_commands_processed"), wakeUps(rs.PID())
 	}
 	b.ResetTimer()
 	publishPaced(b, h, conns, publishers, channels, rate)
 	b.StopTimer()
-	var total, busiest, busiestCmds, busiestWakes int64
+	var total, busiest time.Duration
+	var busiestCmds, busiestWakes int64
 	for i, rs := range servers {
-		spent := cpuTime(rs.PID()) - redis0[i]
+		spent := testkit.ProcessCPU(rs.PID()) - redis0[i]
 		total += spent
 		if spent > busiest {
 			busiest, busiestCmds, busiestWakes = spent, infoField(b, rs, "stats", "total_commands_processed")-cmds0[i], wakeUps(rs.PID())-wakes0[i]

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
@@ -90,10 +91,10 @@ func BenchmarkNodesWithoutSubscribers(b *testing.B) {
 		idle = append(idle, cmd)
 	}
 	h, conns := subscribedNode(b, rs.URL(), "n0", prefix, subs, channels)
-	self0 := cpuTime(os.Getpid())
-	idle0 := make([]int64, len(idle))
+	self0 := testkit.CPU()
+	idle0 := make([]time.Duration, len(idle))
 	for i, cmd := range idle {
-		idle0[i] = cpuTime(cmd.Process.Pid)
+		idle0[i] = testkit.ProcessCPU(cmd.Process.Pid)
 	}
 	b.ResetTimer()
 	publishSpread(b, h, conns, publishers, channels)
@@ -101,9 +102,9 @@ func BenchmarkNodesWithoutSubscribers(b *testing.B) {
 	// them the time to finish what they were sent (a heartbeat's worth).
 	time.Sleep(time.Second)
 	b.StopTimer()
-	self := float64(cpuTime(os.Getpid()) - self0)
+	self := float64(testkit.CPU() - self0)
 	for i, cmd := range idle {
-		spent := float64(cpuTime(cmd.Process.Pid) - idle0[i])
+		spent := float64(testkit.ProcessCPU(cmd.Process.Pid) - idle0[i])
 		b.ReportMetric(spent/self, fmt.Sprintf("node%d/node0-cpu", i+1))
 		b.ReportMetric(spent/float64(b.N), fmt.Sprintf("node%d-cpu-ns/msg", i+1))
 	}

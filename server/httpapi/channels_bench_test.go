@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/idempotency"
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
@@ -98,7 +97,7 @@ func benchSignedTrigger(b *testing.B, o triggerBench) {
 
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := testkit.CPU()
 	for i := 0; i < b.N; i++ {
 		reader.Reset(body)
 		req.URL.RawQuery = rawQuery // authentication strips the signing parameters
@@ -115,7 +114,7 @@ func benchSignedTrigger(b *testing.B, o triggerBench) {
 	}
 	// The fan-out worker delivers on another goroutine: the process's CPU
 	// counts it, where ns/op may not.
-	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((testkit.CPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // discardWriter is a ResponseWriter that keeps only the status.
@@ -212,7 +211,7 @@ func benchSignedTriggerCluster(b *testing.B, rs *testredis.Server, history bool)
 	}
 	var next atomic.Int64
 	b.SetParallelism(8)
-	redis0 := redisCPU(b, rs)
+	redis0 := testkit.ProcessCPU(rs.PID())
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -233,19 +232,5 @@ func benchSignedTriggerCluster(b *testing.B, rs *testredis.Server, history bool)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
 	// Redis's CPU per trigger: what history adds in Redis, less noisy than
 	// the rate on a busy machine.
-	b.ReportMetric(float64(redisCPU(b, rs)-redis0)/float64(b.N), "redis-cpu-ns/req")
-}
-
-// redisCPU is the CPU time (user and system) the Redis rs has used, from
-// /proc, in 10 ms ticks.
-func redisCPU(b *testing.B, rs *testredis.Server) time.Duration {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(rs.PID()) + "/stat")
-	if err != nil {
-		b.Skip("no /proc: Redis's CPU is not measured here")
-	}
-	// The fields after the command name, which is in parentheses.
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	user, _ := strconv.ParseInt(f[11], 10, 64)
-	sys, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(user+sys) * 10 * time.Millisecond
+	b.ReportMetric(float64(testkit.ProcessCPU(rs.PID())-redis0)/float64(b.N), "redis-cpu-ns/req")
 }

@@ -1,11 +1,10 @@
 package manage
 
 import (
-	"bytes"
-	"crypto/ecdh"
-	"encoding/base64"
 	"regexp"
 	"testing"
+
+	"github.com/heraldrt/herald/server/internal/testkit"
 )
 
 func TestNewApp(t *testing.T) {
@@ -44,28 +43,7 @@ func TestNewInstance(t *testing.T) {
 			t.Fatalf("instance %q or its VAPID key generated twice", in.ID)
 		}
 		seen[in.ID], seen[in.VAPID.PublicKey] = true, true
-		checkVAPID(t, in.VAPID.PublicKey, in.VAPID.PrivateKey)
-	}
-}
-
-// checkVAPID checks a VAPID pair: a base64url uncompressed P-256 point and
-// the base64url scalar it belongs to.
-func checkVAPID(t *testing.T, public, private string) {
-	t.Helper()
-	pub, err := base64.RawURLEncoding.DecodeString(public)
-	if err != nil || len(pub) != 65 || pub[0] != 4 {
-		t.Fatalf("public key %q: want 65 base64url bytes starting 0x04 (%v)", public, err)
-	}
-	priv, err := base64.RawURLEncoding.DecodeString(private)
-	if err != nil || len(priv) != 32 {
-		t.Fatalf("private key: want 32 base64url bytes (%v)", err)
-	}
-	key, err := ecdh.P256().NewPrivateKey(priv)
-	if err != nil {
-		t.Fatalf("private key is not a P-256 scalar: %v", err)
-	}
-	if !bytes.Equal(key.PublicKey().Bytes(), pub) {
-		t.Fatal("the public key does not belong to the private key")
+		testkit.CheckVAPID(t, in.VAPID.PublicKey, in.VAPID.PrivateKey)
 	}
 }
 

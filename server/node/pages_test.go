@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/internal/wait"
 	"github.com/heraldrt/herald/server/push/pushtest"
 	"github.com/heraldrt/herald/storage"
@@ -235,7 +236,7 @@ func BenchmarkPublish100kNodes(b *testing.B) {
 			cpu := func() time.Duration {
 				var total time.Duration
 				for _, p := range pn.procs {
-					total += procCPU(p.Process.Pid)
+					total += testkit.ProcessCPU(p.Process.Pid)
 				}
 				return total
 			}

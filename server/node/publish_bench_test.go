@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/push"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testpg"
@@ -181,7 +181,7 @@ func benchmarkPublish100k(b *testing.B, db string, dbCPU func() time.Duration) {
 	}
 	var total, cpu, fakeCPU, databaseCPU time.Duration
 	for range b.N {
-		before, cpuBefore, fakeBefore, dbBefore := fk.delivered(b), cpuTime(), procCPU(fk.pid), dbCPU()
+		before, cpuBefore, fakeBefore, dbBefore := fk.delivered(b), testkit.CPU(), testkit.ProcessCPU(fk.pid), dbCPU()
 		status, out := call(b, "POST", base+"/publish_api/v1/instances/"+beamsInstance+"/publishes/interests", body,
 			"Authorization", "Bearer "+beamsSecret)
 		answered := time.Now()
@@ -195,8 +195,8 @@ func benchmarkPublish100k(b *testing.B, db string, dbCPU func() time.Duration) {
 			}
 		}
 		total += time.Since(answered)
-		cpu += cpuTime() - cpuBefore
-		fakeCPU += procCPU(fk.pid) - fakeBefore
+		cpu += testkit.CPU() - cpuBefore
+		fakeCPU += testkit.ProcessCPU(fk.pid) - fakeBefore
 		databaseCPU += dbCPU() - dbBefore
 	}
 	b.StopTimer()
@@ -215,7 +215,7 @@ func treeCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	total := procCPU(pid)
+	total := testkit.ProcessCPU(pid)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		child, err := strconv.Atoi(e.Name())
@@ -228,7 +228,7 @@ func treeCPU(pid int) time.Duration {
 		}
 		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			total += procCPU(child)
+			total += testkit.ProcessCPU(child)
 		}
 	}
 	return total
@@ -247,31 +247,4 @@ func rssKiB() int {
 		}
 	}
 	return 0
-}
-
-// cpuTime is the CPU time (user and system) this process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is the CPU time (user and system) process pid used so far, from
-// /proc (clock ticks of 10 ms on Linux).
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name in parentheses: utime and stime are
-	// the 12th and 13th.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
 }

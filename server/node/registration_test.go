@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testpg"
 )
@@ -170,12 +171,12 @@ func BenchmarkRegisterDevices(b *testing.B) {
 			nodesCPU := func() time.Duration {
 				var sum time.Duration
 				for _, pid := range pids {
-					sum += procCPU(pid)
+					sum += testkit.ProcessCPU(pid)
 				}
 				return sum
 			}
 			const clients = 4
-			nodes0, pg0, self0 := nodesCPU(), treeCPU(testpg.PID()), cpuTime()
+			nodes0, pg0, self0 := nodesCPU(), treeCPU(testpg.PID()), testkit.CPU()
 			b.ResetTimer()
 			_, errs := registerConcurrently(bases, clients, max(1, b.N/clients), fmt.Sprintf("bench-%d", b.N))
 			b.StopTimer()
@@ -183,7 +184,7 @@ func BenchmarkRegisterDevices(b *testing.B) {
 				b.Fatalf("%d registrations failed: %v", len(errs), errs[0])
 			}
 			regs := float64(clients * max(1, b.N/clients))
-			nodes, pg, self := nodesCPU()-nodes0, treeCPU(testpg.PID())-pg0, cpuTime()-self0
+			nodes, pg, self := nodesCPU()-nodes0, treeCPU(testpg.PID())-pg0, testkit.CPU()-self0
 			b.ReportMetric(regs/b.Elapsed().Seconds(), "registrations/s")
 			b.ReportMetric(float64(nodes.Microseconds())/regs, "nodes-cpu-µs/reg")
 			b.ReportMetric(float64(pg.Microseconds())/regs, "postgres-cpu-µs/reg")

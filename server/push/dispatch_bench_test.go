@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/storage"
 	"github.com/heraldrt/herald/storage/testdb"
 )
@@ -74,7 +74,7 @@ func benchmarkSmallPublishes(b *testing.B, handOver bool) {
 	b.ResetTimer()
 	writes.Store(0)
 	reads.Store(0)
-	cpu := cpuTime()
+	cpu := testkit.CPU()
 	for i := range b.N {
 		p, err := db.CreatePublish(ctx, storage.Publish{ID: fmt.Sprintf("pubid-%d", i), InstanceID: in.ID,
 			TargetKind: storage.TargetInterests, Targets: []string{"news"}, Payload: payload}, 0, time.Time{})
@@ -105,14 +105,5 @@ func benchmarkSmallPublishes(b *testing.B, handOver bool) {
 	// database's work, which a loaded machine does not blur.
 	b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/publish")
 	b.ReportMetric(float64(reads.Load())/float64(b.N), "reads/publish")
-	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/publish")
-}
-
-// cpuTime is the CPU time (user and system) this process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((testkit.CPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/publish")
 }

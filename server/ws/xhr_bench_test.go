@@ -13,13 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testkit"
 )
 
 // benchClientsEnv, when set ("<transport> <subscribers> <base URL>"), makes
@@ -72,26 +71,17 @@ func benchTransportFanout(b *testing.B, transport string, subs int) {
 
 	data := strings.Repeat("x", 100)
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := testkit.CPU()
 	for i := range b.N {
 		if err := h.Publish(hub.Message{AppID: "1", Channel: "bench", Event: "tick", Data: data}); err != nil {
 			b.Fatal(err)
 		}
 		waitLine("done " + strconv.Itoa(i+1))
 	}
-	cpu := cpuTime() - cpu0
+	cpu := testkit.CPU() - cpu0
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/fanout")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*subs), "server-cpu-ns/delivery")
-}
-
-// cpuTime is the CPU time (user and system) this process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestBenchClients is BenchmarkTransportFanout's subscribers when run by it
