@@ -144,6 +144,7 @@ type Cluster struct {
 	// number of its last message in each stream (the slots', then the
 	// cluster-wide one's), what it published lately.
 	pubGen    string
+	pubCalls  uint64 // publishScript calls with kept events: their tokens
 	seq       [Slots + 1]uint64
 	ring      replayRing
 	replayNow chan struct{}      // the generation may have changed: check, and replay

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 )
 
@@ -16,7 +17,7 @@ import (
 //	E app channel event data user_id exclude_socket cache   an event to deliver
 //	T app user_id                                           terminate the user's connections
 //	W app user_id online("1"|"0")                           a user came online or went offline
-//	S node app channel socket token status cached cache_value [user_id info]...
+//	S node app channel socket token status cached cache_value recovery [user_id info]...
 //	                                                        answer to a Join of node
 //	U node app socket [user_id]...                          answer to a SignIn of node: watched users online
 //	B message...                                            messages published together, in order
@@ -24,7 +25,9 @@ import (
 // Answers travel in the same stream as everything else, so that they are in
 // order with the events of the channel they are about; other nodes skip them.
 //
-// A cache_value is itself two fields: the event name and its data.
+// A cache_value is itself two fields: the event name and its data. A
+// recovery is empty, or fields of its own: position mark outcome [id name
+// data]... (joinScript).
 const (
 	kindEvent     = 'E'
 	kindTerminate = 'T'
@@ -120,7 +123,7 @@ func decodeEvent(f []string) (hub.Message, error) {
 
 // decodeSnapshot decodes the fields of an S message after its node.
 func decodeSnapshot(f []string) (hub.Snapshot, error) {
-	if len(f) < 7 || (len(f)-7)%2 != 0 {
+	if len(f) < 8 || (len(f)-8)%2 != 0 {
 		return hub.Snapshot{}, errMalformed
 	}
 	token, err := strconv.ParseUint(f[3], 10, 64)
@@ -135,8 +138,41 @@ func decodeSnapshot(f []string) (hub.Snapshot, error) {
 		}
 		s.Cached, s.CacheEvent, s.CacheData = true, cv[0], cv[1]
 	}
-	for i := 7; i+1 < len(f); i += 2 {
+	if f[7] != "" {
+		rec, err := decodeRecovery(f[7])
+		if err != nil {
+			return hub.Snapshot{}, err
+		}
+		s.Recovery = rec
+	}
+	for i := 8; i+1 < len(f); i += 2 {
 		s.Members = append(s.Members, hub.MemberInfo{UserID: f[i], Info: []byte(f[i+1])})
 	}
 	return s, nil
+}
+
+// decodeRecovery decodes the recovery field of an S message.
+func decodeRecovery(field string) (*hub.SnapshotRecovery, error) {
+	f, err := fields(field)
+	if err != nil || len(f) < 3 || (len(f)-3)%3 != 0 {
+		return nil, errMalformed
+	}
+	pos, err := eventlog.ParseID(f[0])
+	if err != nil {
+		return nil, errMalformed
+	}
+	rec := &hub.SnapshotRecovery{Position: pos, Mark: f[1]}
+	switch f[2] {
+	case "", "ok":
+	default:
+		rec.Reason = f[2]
+	}
+	for i := 3; i+2 < len(f); i += 3 {
+		id, err := eventlog.ParseID(f[i])
+		if err != nil {
+			return nil, errMalformed
+		}
+		rec.Events = append(rec.Events, eventlog.Event{ID: id, Name: f[i+1], Data: f[i+2]})
+	}
+	return rec, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,152 +83,6 @@ func (s *EventLogStore) streamPrefix(app string) string {
 // its bound.
 const TrimBudget = 1000
 
-// histAppendScript: KEYS meta lru sizes stream…; ARGV now_ms floor_ms
-// max_events max_bytes max_channels ttl_ms stream_prefix token, then
-// channel name data per entry, in the order of the streams. Answers the
-// events dropped by reason (events, age, bytes, channels), the app's
-// events and bytes, then the work done one by one: the events read to drop
-// them and the channels dropped whole. A call whose token is the last the
-// app's history took is the same call again (go-redis sends a pipeline
-// again when its answers were lost on the way): it appends nothing.
-var histAppendScript = redis.NewScript(strings.NewReplacer(
-	"{{event_overhead}}", strconv.Itoa(eventlog.EventOverhead),
-	"{{channel_overhead}}", strconv.Itoa(eventlog.ChannelOverhead),
-	"{{name_copies}}", strconv.Itoa(eventlog.ChannelNameCopies),
-	"{{budget}}", strconv.Itoa(TrimBudget),
-).Replace(`
-local meta, lru, sizes = KEYS[1], KEYS[2], KEYS[3]
-local now, floor = ARGV[1], tonumber(ARGV[2])
-local maxEvents, maxBytes, maxChannels = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ttl, prefix = ARGV[6], ARGV[7]
-local n = (#ARGV - 8) / 3
-local dropped = {0, 0, 0, 0}
-if redis.call('HGET', meta, 'token') == ARGV[8] then
-  local h = redis.call('HMGET', meta, 'events', 'bytes')
-  return {0, 0, 0, 0, tonumber(h[1] or '0'), tonumber(h[2] or '0'), 0, 0}
-end
-redis.call('HSET', meta, 'token', ARGV[8])
--- What this call may still do one by one.
-local events, channels = {{budget}} + n, {{budget}}
-local function held() return tonumber(redis.call('HGET', meta, 'bytes') or '0') end
--- account: k events of c that cost b went for reason why, and c with them
--- (its own cost too) when none is left. (0 - x, not -x: Lua writes -0 for
--- a zero, which Redis takes for no integer.)
-local function account(c, k, b, why)
-  dropped[why] = dropped[why] + k
-  redis.call('HINCRBY', meta, 'events', 0 - k)
-  local left = redis.call('HINCRBY', sizes, 'n:' .. c, 0 - k)
-  local rest = redis.call('HINCRBY', sizes, 'b:' .. c, 0 - b)
-  if left <= 0 then
-    b = b + rest
-    redis.call('UNLINK', prefix .. c)
-    redis.call('ZREM', lru, c)
-    redis.call('HDEL', sizes, 'n:' .. c, 'b:' .. c, 'l:' .. c)
-  end
-  redis.call('HINCRBY', meta, 'bytes', 0 - b)
-end
--- dropChannel drops c whole: its counts say what it held.
-local function dropChannel(c, why)
-  channels = channels - 1
-  account(c, tonumber(redis.call('HGET', sizes, 'n:' .. c) or '0'), 0, why)
-end
--- dropOldest drops the oldest events of c up to the id upto, at most k of
--- them, fewer once they free need bytes (need false: all k); it answers
--- the bytes they freed (0: none was there).
-local function dropOldest(c, k, upto, need, why)
-  k = math.min(k, events)
-  if k <= 0 then return 0 end
-  local es = redis.call('XRANGE', prefix .. c, '-', upto, 'COUNT', k)
-  local b, m = 0, 0
-  for _, e in ipairs(es) do
-    m = m + 1
-    b = b + #e[2][2] + #e[2][4] + {{event_overhead}}
-    if need and b >= need then break end
-  end
-  if m == 0 then return 0 end
-  events = events - m
-  local last = es[m][1]
-  local dash = string.find(last, '-', 1, true)
-  -- Trimmed from the front rather than deleted one by one: Redis frees
-  -- the stream's nodes as they empty.
-  redis.call('XTRIM', prefix .. c, 'MINID', string.sub(last, 1, dash - 1) .. '-' .. string.format('%d', tonumber(string.sub(last, dash + 1)) + 1))
-  account(c, m, b, why)
-  return b
-end
-local before = held()
--- Channels not written to for the TTL hold only expired events.
-for _ = 1, 100 do
-  local front = redis.call('ZRANGE', lru, 0, 0)[1]
-  if not front or channels <= 0 or tonumber(redis.call('HGET', sizes, 'l:' .. front) or '0') >= floor then break end
-  dropChannel(front, 2)
-end
-local mine = {}
-for i = 0, n - 1 do
-  local c, name, data, key = ARGV[9 + 3 * i], ARGV[10 + 3 * i], ARGV[11 + 3 * i], KEYS[4 + i]
-  local ms = now
-  local last = redis.call('HGET', sizes, 'l:' .. c)
-  if last and tonumber(last) > tonumber(now) then ms = last end
-  if not last then
-    -- A new channel: its own cost. A stream the counts do not know (they
-    -- expired before it, under a shorter TTL) is counted nowhere, so it
-    -- goes.
-    redis.call('UNLINK', key)
-    local cost = {{channel_overhead}} + {{name_copies}} * #c
-    redis.call('HSET', sizes, 'b:' .. c, cost)
-    redis.call('HINCRBY', meta, 'bytes', cost)
-  end
-  local id = redis.call('XADD', key, ms .. '-*', 'e', name, 'd', data)
-  redis.call('PEXPIRE', key, ttl)
-  local size = #name + #data + {{event_overhead}}
-  mine[#mine + 1] = {c, id, size}
-  redis.call('HSET', sizes, 'l:' .. c, ms)
-  redis.call('HINCRBY', sizes, 'b:' .. c, size)
-  local count = redis.call('HINCRBY', sizes, 'n:' .. c, 1)
-  redis.call('HINCRBY', meta, 'bytes', size)
-  redis.call('HINCRBY', meta, 'events', 1)
-  redis.call('ZADD', lru, redis.call('HINCRBY', meta, 'seq', 1), c)
-  while channels > 0 and redis.call('ZCARD', lru) > maxChannels do
-    dropChannel(redis.call('ZRANGE', lru, 0, 0)[1], 4)
-  end
-  if count > maxEvents then
-    dropOldest(c, count - maxEvents, '+', false, 1)
-  end
-  dropOldest(c, events, '(' .. ARGV[2] .. '-0', false, 2)
-end
--- The bytes, once the entries are in: the channel written least recently
--- gives its oldest events, whole when all of it must go.
-while true do
-  local over = held() - maxBytes
-  if over <= 0 then break end
-  local front = redis.call('ZRANGE', lru, 0, 0)[1]
-  if not front then break end
-  if tonumber(redis.call('HGET', sizes, 'b:' .. front) or '0') <= over then
-    if channels <= 0 then break end
-    dropChannel(front, 3)
-  else
-    if events <= 0 then break end
-    if dropOldest(front, events, '+', over, 3) == 0 then
-      if channels <= 0 then break end
-      dropChannel(front, 3) -- its stream expired under it
-    end
-  end
-end
--- Out of budget and over the bound: this call's own events go, so the app
--- holds no more than before it.
-local i = 1
-while held() > math.max(maxBytes, before) and i <= #mine do
-  local c, id, size = mine[i][1], mine[i][2], mine[i][3]
-  if redis.call('XDEL', prefix .. c, id) == 1 then account(c, 1, size, 3) end
-  i = i + 1
-end
-redis.call('PEXPIRE', meta, ttl)
-redis.call('PEXPIRE', lru, ttl)
-redis.call('PEXPIRE', sizes, ttl)
-local h = redis.call('HMGET', meta, 'events', 'bytes')
-return {dropped[1], dropped[2], dropped[3], dropped[4], tonumber(h[1] or '0'), tonumber(h[2] or '0'),
-  {{budget}} + n - events, {{budget}} - channels}
-`))
-
 // Append implements eventlog.Store.
 func (s *EventLogStore) Append(ctx context.Context, app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) error {
 	if !p.On() || len(entries) == 0 {
@@ -245,12 +98,12 @@ func (s *EventLogStore) appendCall(app string, p eventlog.Policy, entries []even
 	keys := make([]string, 3, 3+len(entries))
 	keys[0], keys[1], keys[2] = s.key(app), s.key(app)+":lru", s.key(app)+":sizes"
 	nowMS := now.UnixMilli()
-	args := make([]any, 8, 8+3*len(entries))
+	args := make([]any, 8, 8+4*len(entries))
 	args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7] = nowMS, nowMS-p.TTL.Milliseconds(),
 		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), s.streamPrefix(app), s.token()
 	for _, e := range entries {
 		keys = append(keys, s.streamPrefix(app)+e.Channel)
-		args = append(args, e.Channel, e.Name, e.Data)
+		args = append(args, e.Channel, e.Name, e.Data, e.Exclude)
 	}
 	return &call{script: histAppendScript, keys: keys, args: args}
 }
@@ -271,23 +124,6 @@ func (s *EventLogStore) appended(app string, v []int64, err error) error {
 	}
 	s.held.Store(app, eventlog.AppStats{AppID: app, Events: v[4], Bytes: v[5]})
 	return nil
-}
-
-// appendedCall records the answer of an appendCall a pipeline ran.
-func (s *EventLogStore) appendedCall(app string, cl *call) error {
-	if cl.err != nil {
-		return s.appended(app, nil, cl.err)
-	}
-	raw, _ := cl.val.([]any)
-	v := make([]int64, len(raw))
-	for i, x := range raw {
-		n, ok := x.(int64)
-		if !ok {
-			return fmt.Errorf("keep channel history: unexpected answer %v", cl.val)
-		}
-		v[i] = n
-	}
-	return s.appended(app, v, nil)
 }
 
 // Read implements eventlog.Store.

@@ -85,9 +85,10 @@ func TestClusterEventLogOnEachTopology(t *testing.T) {
 // A trigger's events kept through PublishKept are delivered on every node
 // and appended to their channel's history by the publish call itself
 // (kept: the caller appends nothing), in the order they were published, on
-// one Redis and a Redis Cluster; over shards, a channel on another shard
-// than its app's history is published alone and left to the caller
-// (not kept), which then appends it as before.
+// one Redis; over shards, a channel on another shard than its app's
+// history, and over a Redis Cluster every channel (the history has a hash
+// slot of its own), is published alone and left to the caller (not
+// kept), which then appends it.
 func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 	onEachTopology(t, func(t *testing.T, start startCluster) {
 		ns := start(2)
@@ -96,7 +97,9 @@ func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 		// A channel on the Redis of the app's history, and (over shards)
 		// one elsewhere.
 		c := ns[0].c
-		sameRedis := func(ch string) bool { return c.shardFor("app", ch).rdb == c.shardFor("app", "").rdb }
+		sameRedis := func(ch string) bool {
+			return c.shardFor("app", ch) == c.shardFor("app", "") && !c.shardFor("app", "").sharedRDB
+		}
 		var near, far string
 		for i := range 200 {
 			ch := fmt.Sprint("feed", i)
@@ -106,12 +109,14 @@ func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 				far = ch
 			}
 		}
-		channels := []string{near}
-		if far != "" {
-			channels = append(channels, far)
+		var channels []string
+		for _, ch := range []string{near, far} {
+			if ch != "" {
+				channels = append(channels, ch)
+			}
 		}
-		if (far != "") != (len(c.shards) == 3) {
-			t.Fatalf("channels %v: only 3 shards have channels elsewhere", channels)
+		if (near == "") != c.shardFor("app", "").sharedRDB || (far != "") != (len(c.shards) > 0) {
+			t.Fatalf("kept %q, not kept %q: want only shards to have both, and a Redis Cluster none kept", near, far)
 		}
 		reader := ns[1].connect("app")
 		for _, ch := range channels {
@@ -231,47 +236,6 @@ func TestScriptsLostWithAHistoryAppendRebuildNothing(t *testing.T) {
 	cl.wait("other", "pusher_internal:subscription_succeeded")
 	if got := ns[0].c.Stats().Resyncs; got != resyncs {
 		t.Fatalf("%d rebuilds after Redis lost its scripts, want none", got-resyncs)
-	}
-}
-
-// The history appends that wait for one publish call share a script call
-// when they are consecutive and of one store, app and policy, at the latest
-// of their times; any of the three that differs starts another.
-func TestKeepCallsGroupConsecutiveAppendsOfOneAppOnly(t *testing.T) {
-	s1, s2 := &EventLogStore{prefix: "a:"}, &EventLogStore{prefix: "b:"}
-	p1, p2 := eventlog.Policy{Events: 10}, eventlog.Policy{Events: 20}
-	t0 := time.UnixMilli(1_000_000)
-	keep := func(s *EventLogStore, app string, p eventlog.Policy, data string, at time.Duration) *keepReq {
-		return &keepReq{store: s, app: app, policy: p, now: t0.Add(at), entries: []eventlog.Entry{{Channel: "ch", Name: "e", Data: data}}}
-	}
-	keeps := []*keepReq{
-		keep(s1, "x", p1, "1", 2*time.Millisecond), keep(s1, "x", p1, "2", time.Millisecond),
-		keep(s1, "y", p1, "3", 0), keep(s2, "y", p1, "4", 0), keep(s2, "y", p2, "5", 0), keep(s2, "y", p2, "6", 0),
-	}
-	groups := keepCalls(keeps)
-	want := []struct {
-		app   string
-		datas []string
-	}{{"x", []string{"1", "2"}}, {"y", []string{"3"}}, {"y", []string{"4"}}, {"y", []string{"5", "6"}}}
-	if len(groups) != len(want) {
-		t.Fatalf("%d script calls, want %d", len(groups), len(want))
-	}
-	for i, g := range groups {
-		// Each entry adds its stream to the keys and channel, name and
-		// data to the arguments, after the call's own.
-		var datas []string
-		for j := 10; j < len(g.call.args); j += 3 {
-			datas = append(datas, g.call.args[j].(string))
-		}
-		if g.reqs[0].app != want[i].app || !slices.Equal(datas, want[i].datas) || len(g.reqs) != len(want[i].datas) {
-			t.Errorf("call %d: app %s, events %v of %d requests; want %s, %v", i, g.reqs[0].app, datas, len(g.reqs), want[i].app, want[i].datas)
-		}
-		if !strings.Contains(g.call.keys[0], "{"+want[i].app+"}") || g.call.keys[0] != g.reqs[0].store.key(g.reqs[0].app) {
-			t.Errorf("call %d appends to %s", i, g.call.keys[0])
-		}
-	}
-	if at := groups[0].call.args[0]; at != t0.Add(2*time.Millisecond).UnixMilli() {
-		t.Errorf("the shared append is at %v, want the latest of its requests' times", at)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -43,6 +44,10 @@ type outMsg struct {
 	msg   string
 	cache *cacheUpdate // a cache channel's event: its new last event
 	at    time.Time    // when Redis took it, for the replay ring
+	// keep, when set, is the publish call whose history append (entry)
+	// goes with the message (publishScript's k entries).
+	keep  *keepReq
+	entry eventlog.Entry
 }
 
 // cacheUpdate is what a cache channel's message keeps as the channel's
@@ -57,57 +62,20 @@ func (m *outMsg) size() int {
 	return n
 }
 
-// pubReq is a batch of messages to publish, answered on done; keep, when
-// set, appends them to their app's channel history in the same pipeline.
+// pubReq is a batch of messages to publish, answered on done.
 type pubReq struct {
 	msgs []*outMsg
-	keep *keepReq
 	done chan error
 }
 
-// keepReq is a publish's append to its app's channel history. The publish
-// loop appends those of one app that wait together in one script call
-// (keepCalls), and sets err to its outcome.
+// keepReq is a publish call's append to its app's channel history, made
+// by the script that publishes its messages; err is its outcome.
 type keepReq struct {
-	store   *EventLogStore
-	app     string
-	policy  eventlog.Policy
-	entries []eventlog.Entry
-	now     time.Time
-	err     error
-}
-
-// keepGroup is the script call of consecutive keepReqs of one app.
-type keepGroup struct {
-	reqs []*keepReq
-	call *call
-}
-
-// keepCalls groups consecutive keeps of the same store, app and policy
-// into one append each, at the latest of their times (an event's id is
-// never below its channel's last anyway).
-func keepCalls(keeps []*keepReq) []keepGroup {
-	var groups []keepGroup
-	for i := 0; i < len(keeps); {
-		k := keeps[i]
-		j, now := i+1, k.now
-		for j < len(keeps) && keeps[j].store == k.store && keeps[j].app == k.app && keeps[j].policy == k.policy {
-			if keeps[j].now.After(now) {
-				now = keeps[j].now
-			}
-			j++
-		}
-		entries := k.entries
-		if j > i+1 {
-			entries = nil
-			for _, r := range keeps[i:j] {
-				entries = append(entries, r.entries...)
-			}
-		}
-		groups = append(groups, keepGroup{reqs: keeps[i:j], call: k.store.appendCall(k.app, k.policy, entries, now)})
-		i = j
-	}
-	return groups
+	store  *EventLogStore
+	app    string
+	policy eventlog.Policy
+	now    time.Time
+	err    error
 }
 
 // Publish sends the messages to every node, in order, and returns once
@@ -120,7 +88,7 @@ func (c *Cluster) Publish(ms ...hub.Message) error {
 	if c.shards != nil {
 		return c.publishSharded(ms)
 	}
-	return c.publish(outMsgs(ms), nil)
+	return c.publish(outMsgs(ms))
 }
 
 func outMsgs(ms []hub.Message) []*outMsg {
@@ -135,35 +103,36 @@ func outMsgs(ms []hub.Message) []*outMsg {
 }
 
 // PublishKept implements hub.Keeper: when store is this cluster's channel
-// history and the messages' app keeps its history on the Redis their
-// channels' shard is on (one Redis, a Redis Cluster, or the app's shard),
-// the append goes in the pipeline of the publish call that carries them,
-// after it: the trigger waits for one round trip instead of two, and
-// Redis gets the appends of the triggers that wait together in one write.
-// The append runs even when the publish script refuses (Redis lost its
-// data): the messages are then published again before the answer (send),
-// so what is kept was published; a lost connection loses both, or leaves
-// both unknown, as for any answer lost on the way.
+// history and the messages' channels are on the Redis of their app's
+// history (one Redis, or the app's shard), the script that publishes them
+// appends them too, so that their ids follow the order every node delivers
+// them in (recovery's positions, which the messages carry), and the
+// trigger waits for one round trip instead of two. Over a Redis Cluster the
+// history is in a hash slot of its own, which no script can write with a
+// shard's: the caller appends. An append that fails (the events are
+// published all the same) is logged.
 func (c *Cluster) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
 	s, ok := store.(*EventLogStore)
 	if !ok || s.cluster != c || !p.On() || len(ms) == 0 {
 		return false, c.Publish(ms...)
 	}
 	app := ms[0].AppID
-	target := c.shardFor(app, ms[0].Channel)
-	for _, m := range ms[1:] {
-		if m.AppID != app || c.shardFor(app, m.Channel) != target {
+	home := c.shardFor(app, "")
+	if home.sharedRDB {
+		return false, c.Publish(ms...)
+	}
+	for _, m := range ms {
+		if m.AppID != app || c.shardFor(app, m.Channel) != home {
 			return false, c.Publish(ms...)
 		}
 	}
-	if target.rdb != c.shardFor(app, "").rdb {
-		return false, c.Publish(ms...)
-	}
-	keep := &keepReq{store: s, app: app, policy: p, entries: make([]eventlog.Entry, len(ms)), now: now}
+	keep := &keepReq{store: s, app: app, policy: p, now: now}
+	out := outMsgs(ms)
 	for i, m := range ms {
-		keep.entries[i] = eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data}
+		out[i].keep = keep
+		out[i].entry = eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data, Exclude: m.ExcludeSocketID}
 	}
-	if err := target.publish(outMsgs(ms), keep); err != nil {
+	if err := home.publish(out); err != nil {
 		return true, err
 	}
 	if keep.err != nil {
@@ -178,7 +147,7 @@ func (c *Cluster) Terminate(appID, userID string) error {
 	if c.shards != nil {
 		return c.home().Terminate(appID, userID)
 	}
-	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}}, nil)
+	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}})
 }
 
 // StreamHistory is about how long the cluster's streams keep a message
@@ -194,11 +163,11 @@ func streamOf(slot int) string {
 	return slotStreams[slot]
 }
 
-func (c *Cluster) publish(msgs []*outMsg, keep *keepReq) error {
+func (c *Cluster) publish(msgs []*outMsg) error {
 	if !c.healthy.Load() {
 		return hub.ErrUnavailable
 	}
-	req := &pubReq{msgs: msgs, keep: keep, done: make(chan error, 1)}
+	req := &pubReq{msgs: msgs, done: make(chan error, 1)}
 	select {
 	case c.pub <- req:
 	case <-c.ctx.Done():
@@ -220,7 +189,6 @@ func (c *Cluster) publishLoop() {
 	const maxBatch = 256
 	batch := make([]*pubReq, 0, maxBatch)
 	var msgs []*outMsg
-	var keeps []*keepReq
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -244,19 +212,15 @@ func (c *Cluster) publishLoop() {
 				break fill
 			}
 		}
-		msgs, keeps = msgs[:0], keeps[:0]
+		msgs = msgs[:0]
 		for _, r := range batch {
 			for _, m := range r.msgs {
 				c.seq[m.slot]++
 				m.seq = c.seq[m.slot]
 				msgs = append(msgs, m)
 			}
-			if r.keep != nil {
-				keeps = append(keeps, r.keep)
-			}
 		}
-		groups := keepCalls(keeps)
-		err := c.send(msgs, groups)
+		err := c.send(msgs)
 		if err != nil {
 			// The callers answer 503 and look no further.
 			c.stats.publishErrors.Add(int64(len(batch)))
@@ -265,26 +229,18 @@ func (c *Cluster) publishLoop() {
 		} else {
 			c.stats.published.Add(int64(len(msgs)))
 			c.ring.add(msgs, time.Now())
-			for _, g := range groups {
-				kerr := g.reqs[0].store.appendedCall(g.reqs[0].app, g.call)
-				for _, r := range g.reqs {
-					r.err = kerr
-				}
-			}
 		}
 		for _, r := range batch {
 			r.done <- err
 		}
 		clear(batch)
 		clear(msgs)
-		clear(keeps)
 	}
 }
 
 // send publishes msgs under the generation the node publishes under,
-// first publishing the ring again when Redis lost its data, with the
-// history appends keeps in the pipeline of the first try.
-func (c *Cluster) send(msgs []*outMsg, keeps []keepGroup) error {
+// first publishing the ring again when Redis lost its data.
+func (c *Cluster) send(msgs []*outMsg) error {
 	if c.pubGen == "" {
 		ctx, cancel := c.queryContext()
 		g, err := c.generation(ctx)
@@ -299,18 +255,14 @@ func (c *Cluster) send(msgs []*outMsg, keeps []keepGroup) error {
 			return err
 		}
 	}
-	after := make([]*call, len(keeps))
-	for i, g := range keeps {
-		after[i] = g.call
-	}
-	err := c.sendUnder(c.pubGen, msgs, after...)
+	err := c.sendUnder(c.pubGen, msgs, true)
 	if !isGenerationLost(err) {
 		return err
 	}
 	if err := c.replay(); err != nil {
 		return err
 	}
-	return c.sendUnder(c.pubGen, msgs)
+	return c.sendUnder(c.pubGen, msgs, true)
 }
 
 // replay publishes the ring again when Redis's generation is no longer the
@@ -340,7 +292,9 @@ func (c *Cluster) replay() (err error) {
 	}
 	for len(msgs) > 0 {
 		n := min(len(msgs), 512)
-		if err := c.sendUnder(g, msgs[:n]); err != nil {
+		// Without their history appends: those were made (the ids
+		// they had are of a history Redis lost with the rest).
+		if err := c.sendUnder(g, msgs[:n], false); err != nil {
 			return err
 		}
 		msgs = msgs[n:]
@@ -359,43 +313,98 @@ func isGenerationLost(err error) bool {
 }
 
 // sendUnder runs publishScript for msgs, which are in sequence order in
-// each stream, then the calls after, in one pipeline.
-func (c *Cluster) sendUnder(gen string, msgs []*outMsg, after ...*call) error {
-	args := make([]any, 0, 4+4*len(msgs))
-	args = append(args, c.p, globalStream, gen, c.epoch)
+// each stream; with keep, the history appends of kept messages too.
+func (c *Cluster) sendUnder(gen string, msgs []*outMsg, keep bool) error {
+	args := make([]any, 0, 5+4*len(msgs))
+	args = append(args, c.p, globalStream, gen, c.epoch, "")
 	var bySlot [Slots + 1][]*outMsg
 	for _, m := range msgs {
 		bySlot[m.slot] = append(bySlot[m.slot], m)
 	}
+	var keeps []*keepReq // of each k entry
 	for slot, msgs := range bySlot {
 		stream := streamOf(slot)
 		for i := 0; i < len(msgs); {
 			m := msgs[i]
-			if m.cache != nil {
-				args = append(args, "c", stream, m.seq, m.msg, m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
-				i++
-				continue
-			}
-			// The plain messages that follow with consecutive numbers go in
-			// one entry, numbered by its first.
+			// The messages that follow with consecutive numbers and the
+			// same kind go in one entry, numbered by its first.
 			j := i + 1
-			for j < len(msgs) && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 {
+			for j < len(msgs) && m.cache == nil && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 &&
+				(!keep || msgs[j].keep == m.keep) {
 				j++
 			}
-			args = append(args, "x", stream, m.seq, packed(msgs[i:j]))
+			switch {
+			case keep && m.keep != nil:
+				args = appendKept(args, stream, msgs[i:j])
+				keeps = append(keeps, m.keep)
+			case m.cache != nil:
+				args = append(args, "c", stream, m.seq, m.msg, m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
+			default:
+				args = append(args, "x", stream, m.seq, packed(msgs[i:j]))
+			}
 			i = j
 		}
 	}
-	cl := &call{script: publishScript, args: args}
-	c.exec(c.ctx, append([]*call{cl}, after...))
-	if cl.err != nil && cl.answered {
-		// Redis answered the publish; a history append after it failed
-		// on the connection (timed out, cut), which go-redis reports on
-		// every command. The messages went out: the appends say they
-		// failed, the publish must not (a retry would deliver twice).
-		return nil
+	if len(keeps) > 0 {
+		c.pubCalls++
+		args[4] = strconv.FormatUint(c.pubCalls, 36)
 	}
-	return cl.err
+	cl := &call{script: publishScript, args: args}
+	c.exec(c.ctx, []*call{cl})
+	if cl.err != nil {
+		return cl.err
+	}
+	keptOutcomes(keeps, cl.val)
+	return nil
+}
+
+// appendKept appends to args the k entry of msgs, consecutive messages of
+// one publish call kept in their app's history.
+func appendKept(args []any, stream string, msgs []*outMsg) []any {
+	m, k := msgs[0], msgs[0].keep
+	if m.cache != nil {
+		args = append(args, "k", stream, m.seq, packed(msgs), m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
+	} else {
+		args = append(args, "k", stream, m.seq, packed(msgs), "", "", "", 0)
+	}
+	nowMS := k.now.UnixMilli()
+	args = append(args, k.app, nowMS, nowMS-k.policy.TTL.Milliseconds(), k.policy.Events,
+		k.store.limits.MaxBytes, k.store.limits.MaxChannels, k.policy.TTL.Milliseconds(), len(msgs))
+	for _, m := range msgs {
+		args = append(args, m.entry.Channel, m.entry.Name, m.entry.Data, m.entry.Exclude)
+	}
+	return args
+}
+
+// keptOutcomes records publishScript's answer v for the history appends of
+// its k entries, keeps: each one's figures, or its error. A call sent again
+// ("dup") was answered the first time, whose answer was lost.
+func keptOutcomes(keeps []*keepReq, v any) {
+	answers, _ := v.([]any)
+	if len(keeps) == 0 || v == "dup" {
+		return
+	}
+	for i, k := range keeps {
+		if err := keptOutcome(k, answers, i); err != nil {
+			k.err = err
+		}
+	}
+}
+
+// keptOutcome records the answer for the i-th k entry, of k.
+func keptOutcome(k *keepReq, answers []any, i int) error {
+	if i >= len(answers) {
+		return fmt.Errorf("keep channel history: %d answers for more k entries", len(answers))
+	}
+	if msg, ok := answers[i].(string); ok {
+		return fmt.Errorf("keep channel history: %s", msg)
+	}
+	raw, _ := answers[i].([]any)
+	nums := make([]int64, len(raw))
+	for j, x := range raw {
+		nums[j], _ = x.(int64)
+	}
+	return k.store.appended(k.app, nums, nil)
 }
 
 // packed is the stream entry of consecutive messages: one as itself,

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/internal/recovery"
 )
 
@@ -79,7 +81,8 @@ func (c *Cluster) receiveLoop() {
 					continue
 				}
 				origin, seq := entryOrigin(m.Values)
-				c.handleEntry(&c.seen[slot], payload, origin, seq, now)
+				positions, _ := m.Values["p"].(string)
+				c.handleEntry(&c.seen[slot], payload, origin, seq, positions, now)
 			}
 			if slot < Slots {
 				c.interest.advance(slot, last)
@@ -148,11 +151,23 @@ func (c *Cluster) sleep(backoff *time.Duration) {
 // of a batch. An entry a node published (origin set) numbers its messages
 // from seq, and only those this node has not delivered yet are: an entry
 // published again after Redis lost its data may hold some it had.
-func (c *Cluster) handleEntry(seen *origins, payload, origin string, seq uint64, now time.Time) {
+// positions, when the entry's events were kept in their channels'
+// history, are their ids, one per message, space-separated.
+func (c *Cluster) handleEntry(seen *origins, payload, origin string, seq uint64, positions string, now time.Time) {
 	fresh := func(i int) bool { return origin == "" || seen.fresh(origin, seq+uint64(i), now) }
+	var ids []string
+	if positions != "" {
+		ids = strings.Fields(positions)
+	}
+	position := func(i int) string {
+		if i < len(ids) {
+			return ids[i]
+		}
+		return ""
+	}
 	if len(payload) == 0 || payload[0] != kindBatch {
 		if fresh(0) {
-			c.handle(payload)
+			c.handle(payload, position(0))
 		}
 		return
 	}
@@ -163,15 +178,16 @@ func (c *Cluster) handleEntry(seen *origins, payload, origin string, seq uint64,
 	}
 	for i, m := range f {
 		if fresh(i) && len(m) > 0 && m[0] != kindBatch { // one level only
-			c.handle(m)
+			c.handle(m, position(i))
 		}
 	}
 }
 
-// handle delivers one message, not a batch. A malformed one is logged and dropped; a
-// panic while handling one is recovered, so that it costs that message
-// only.
-func (c *Cluster) handle(payload string) {
+// handle delivers one message, not a batch, an event with its position in
+// its channel's history when it has one. A malformed one is logged and
+// dropped; a panic while handling one is recovered, so that it costs that
+// message only.
+func (c *Cluster) handle(payload, position string) {
 	defer c.stats.panics.Recover(c.log, "cluster message")
 	if len(payload) == 0 {
 		return
@@ -191,6 +207,11 @@ func (c *Cluster) handle(payload string) {
 		if err != nil {
 			c.log.Warn("malformed cluster event dropped")
 			return
+		}
+		if position != "" {
+			// A malformed id leaves the event without one: delivered, and a
+			// recovery over it fails closed.
+			m.Position, _ = eventlog.ParseID(position)
 		}
 		c.hub.Receive(m)
 	case kindSnapshot:

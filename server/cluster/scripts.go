@@ -1,12 +1,7 @@
 package cluster
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/redis/go-redis/v9"
-
-	"github.com/heraldrt/herald/server/hub"
 )
 
 // The cluster state changes in Lua scripts, each one atomic in Redis, so a
@@ -98,21 +93,24 @@ local function count(out, app, channel, n, later)
 end
 `
 
-// newScript is a script of the cluster state: the prelude, with the hub's
-// constants filled in, then body.
-func newScript(body string) *redis.Script {
-	return redis.NewScript(strings.NewReplacer(
-		"{{count_above}}", strconv.Itoa(hub.CountThrottleAbove),
-		"{{count_every_ms}}", strconv.FormatInt(hub.CountThrottleEvery.Milliseconds(), 10),
-		"{{history_ms}}", strconv.FormatInt(StreamHistory.Milliseconds(), 10),
-	).Replace(prelude) + body)
+// newScript is a script of the cluster state: the prelude, then parts.
+func newScript(parts ...string) *redis.Script {
+	return luaScript(append([]string{prelude}, parts...)...)
 }
 
 // joinScript: ARGV node app channel socket user info max_members flags token, with
 // flags letters: p presence, c cache channel, n subscription counts on,
 // s silent (rebuilding after Redis lost its data: no events), r reply with
-// a snapshot to the node.
-var joinScript = newScript(`
+// a snapshot to the node, k a recoverable subscription, whose arguments
+// follow: max_events floor_ms now_ms window_ms (the app's policy and
+// window, the node's clock), then, to resume an old subscription, the
+// position after which it missed events, its connection's socket and the
+// mark its token carried (three empty strings to resume nothing). The snapshot's
+// recovery field is then the channel's newest kept event (its position),
+// the history's mark (histMark), and for a resume 'ok' with the missed
+// events (id name data each) or why they cannot be had (histMissed, or
+// 'refused' for a position the channel never reached).
+var joinScript = newScript(histLib, `
 local node, app, channel, socket, user, info = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local maxm, flags = tonumber(ARGV[9]), ARGV[10]
 local function has(f) return string.find(flags, f, 1, true) ~= nil end
@@ -154,6 +152,33 @@ if has('r') then
   else
     parts[#parts+1] = ns(''); parts[#parts+1] = ns('')
   end
+  local rec = ''
+  if has('k') and status == 'ok' then
+    local base = P .. 'hist:{' .. app .. '}'
+    local top = redis.call('XREVRANGE', base .. ':c:' .. channel, '+', '-', 'COUNT', 1)[1]
+    local pos = '0-0'
+    if top then pos = top[1] end
+    local gen = redis.call('GET', P .. 'gen') or ''
+    local r = {ns(pos), ns(histMark(base, gen))}
+    local after = ARGV[16]
+    if after == '' then
+      r[#r+1] = ns('')
+    else
+      local why, events = histMissed(base, channel, after, ARGV[18], gen, tonumber(ARGV[12]), tonumber(ARGV[13]),
+        tonumber(ARGV[15]), tonumber(ARGV[14]), ARGV[17])
+      if why == '' and idLess(pos, after) then why = 'refused' end -- a position the channel never reached
+      if why ~= '' then
+        r[#r+1] = ns(why)
+      else
+        r[#r+1] = ns('ok')
+        for _, e in ipairs(events) do
+          r[#r+1] = ns(e[1]); r[#r+1] = ns(e[2]); r[#r+1] = ns(e[3])
+        end
+      end
+    end
+    rec = table.concat(r)
+  end
+  parts[#parts+1] = ns(rec)
   if presence and status == 'ok' then
     local h = redis.call('HGETALL', pi)
     for i = 1, #h do parts[#parts+1] = ns(h[i]) end
@@ -273,26 +298,70 @@ return {}
 
 // publishScript appends a node's messages to their streams, each entry
 // with its origin (o) and the number of its first message (s) in the
-// stream's numbering, and keeps a cache channel's event as its last, all
-// only while Redis still has the generation the node publishes under (see
-// publish.go). ARGV[2] is unused. ARGV gen origin, then per entry either
+// stream's numbering, keeps a cache channel's event as its last, and
+// appends kept events to their channel's history (histLib) in the same
+// step, the entry carrying their ids (p, one per message, space-separated):
+// so the ids of a channel's events follow the order of its stream, which
+// is the order every node delivers them in (recovery's positions). All of
+// it only while Redis still has the generation the node publishes under
+// (see publish.go). ARGV[2] is unused. ARGV gen origin token, then per
+// entry either
 //
 //	x stream seq message                                a plain entry
 //	c stream seq message app channel value ttl_ms       a cache channel's event
-var publishScript = newScript(`
+//	k stream seq message cache_app cache_channel cache_value cache_ttl_ms
+//	  app now_ms floor_ms max_events max_bytes max_channels ttl_ms n
+//	  (channel name data exclude)×n                     kept events (cache_app
+//	                                                    empty: no cache channel's)
+//
+// A call with kept events has a token (else it is empty): the same token
+// as the node's last call is the same call again (go-redis sends a
+// pipeline again when its answers were lost on the way), which does
+// nothing and answers "dup". Else it answers, per k entry, histAppend's
+// numbers, or the error that kept its events out of the history (they
+// are published all the same, without ids).
+var publishScript = newScript(histLib, `
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
 end
-local i = 5
+if ARGV[5] ~= '' then
+  local tk = P .. 'ptok:' .. ARGV[4]
+  if redis.call('GET', tk) == ARGV[5] then return 'dup' end
+  redis.call('SET', tk, ARGV[5], 'PX', 60000)
+end
+local out = {}
+local i = 6
 while i <= #ARGV do
-  if ARGV[i] == 'c' then
+  local kind = ARGV[i]
+  if kind == 'c' then
     redis.call('SET', P .. 'cache:' .. ARGV[i+4] .. ':' .. ARGV[i+5], ARGV[i+6], 'PX', ARGV[i+7])
     xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
     i = i + 8
+  elseif kind == 'k' then
+    if ARGV[i+4] ~= '' then
+      redis.call('SET', P .. 'cache:' .. ARGV[i+4] .. ':' .. ARGV[i+5], ARGV[i+6], 'PX', ARGV[i+7])
+    end
+    local app, n = ARGV[i+8], tonumber(ARGV[i+15])
+    local entries = {}
+    for j = 0, n - 1 do
+      local at = i + 16 + 4 * j
+      entries[#entries + 1] = {ARGV[at], ARGV[at+1], ARGV[at+2], ARGV[at+3]}
+    end
+    local ok, v, ids = pcall(histAppend, P .. 'hist:{' .. app .. '}', ARGV[i+9], tonumber(ARGV[i+10]),
+      tonumber(ARGV[i+11]), tonumber(ARGV[i+12]), tonumber(ARGV[i+13]), ARGV[i+14], entries)
+    if ok then
+      xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2], 'p', table.concat(ids, ' '))
+      out[#out+1] = v
+    else
+      if type(v) == 'table' then v = v.err end
+      xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
+      out[#out+1] = tostring(v)
+    end
+    i = i + 16 + 4 * n
   else
     xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
     i = i + 4
   end
 end
-return 1
+return out
 `)

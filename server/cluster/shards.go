@@ -249,3 +249,11 @@ func (c *Cluster) otherNodesLive(ctx context.Context) (bool, error) {
 	n, err := c.rdb.Exists(ctx, keys...).Result()
 	return n > 0, err
 }
+
+// Recovers implements hub.Recoverer: a recoverable subscription reads its
+// channel's history in the script that makes it take effect, which needs
+// the history on the Redis of the channel's stream. Over shards and a
+// Redis Cluster the app's history is on another Redis, or in another hash
+// slot, than most of its channels, so only a cluster on one Redis (or one
+// Sentinel group) recovers.
+func (c *Cluster) Recovers(appID string) bool { return c.shards == nil }

@@ -220,7 +220,18 @@ func (c *Cluster) callOf(o op) *call {
 		if o.reply {
 			flags = append(flags, 'r')
 		}
-		return &call{script: joinScript, args: []any{c.p, streamOf(slotOf(j.AppID, j.Channel)), c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}}
+		args := []any{c.p, streamOf(slotOf(j.AppID, j.Channel)), c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}
+		if rec := j.Recovery; rec != nil && o.reply && c.Recovers(j.AppID) {
+			args[9] = string(append(flags, 'k'))
+			now := time.Now()
+			args = append(args, rec.Policy.Events, now.Add(-rec.Policy.TTL).UnixMilli(), now.UnixMilli(), rec.Window.Milliseconds())
+			if rec.Resume && rec.Refused == "" {
+				args = append(args, rec.After.String(), rec.OldSocket, rec.Mark)
+			} else {
+				args = append(args, "", "", "")
+			}
+		}
+		return &call{script: joinScript, args: args}
 	case o.leave != nil:
 		return c.leaveCall(c.id, *o.leave)
 	case o.signIn != nil:

@@ -245,6 +245,10 @@ type Positioned interface {
 	// every event after after (dropped past a bound or for age, or with
 	// their channel), which the caller cannot then make up for.
 	Since(ctx context.Context, app, channel string, p Policy, after, upTo ID, now time.Time) (events []Event, complete bool, err error)
+	// Epoch names the log's lifetime: a position given by a log of another
+	// epoch (a process that ran before this one, whose log went with it)
+	// says nothing of what this one holds.
+	Epoch() string
 }
 
 var _ Positioned = (*Memory)(nil)

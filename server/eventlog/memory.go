@@ -3,6 +3,7 @@ package eventlog
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +21,7 @@ type Memory struct {
 	apps map[string]*appLog
 
 	dropped [reasons]atomic.Int64
+	epoch   string // Epoch: made at random with the store
 }
 
 var _ Store = (*Memory)(nil)
@@ -55,8 +57,12 @@ type channelLog struct {
 
 // NewMemory returns an empty in-memory store bounded by limits.
 func NewMemory(limits Limits) *Memory {
-	return &Memory{limits: limits.WithDefaults(), apps: make(map[string]*appLog)}
+	return &Memory{limits: limits.WithDefaults(), apps: make(map[string]*appLog), epoch: rand.Text()}
 }
+
+// Epoch implements Positioned: the store's own, so that a position kept
+// from a process that ran before this one is not taken for one of its.
+func (m *Memory) Epoch() string { return m.epoch }
 
 // app returns the log of app, made when create is set; nil otherwise.
 func (m *Memory) app(app string, create bool) *appLog {

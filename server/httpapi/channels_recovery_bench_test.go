@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,13 +43,6 @@ type unpositioned struct{ eventlog.Store }
 func benchRecovery(log eventlog.Positioned, policy eventlog.Policy) *hub.Recovery {
 	return &hub.Recovery{
 		Log: log, Policy: policy, Window: 2 * time.Minute,
-		Token: func(p eventlog.ID) string { return "token@" + p.String() },
+		Token: func(p eventlog.ID, mark string) string { return "token@" + p.String() + "/" + mark },
 	}
-}
-
-// processCPU is the CPU time (user and system) this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

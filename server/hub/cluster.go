@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/heraldrt/herald/server/eventlog"
 )
 
 // Cluster is the hub's seam to the other nodes of a cluster (server/cluster
@@ -48,6 +50,10 @@ type Join struct {
 	// Token names the subscription: its answer (Snapshot.Token) completes
 	// that subscription only, not one made again after an unsubscribe.
 	Token uint64
+	// Recovery, when set, asks for a recoverable subscription, and may
+	// resume an old one's (recovery.go): the Snapshot says how
+	// (Snapshot.Recovery), or that the cluster cannot (nil).
+	Recovery *Recovery
 }
 
 // Leave is a connection's unsubscription, reported to the cluster.
@@ -79,6 +85,20 @@ type Snapshot struct {
 	// Cached: a cache channel has a last event, CacheEvent with CacheData.
 	Cached                bool
 	CacheEvent, CacheData string
+	// Recovery answers a Join's Recovery.
+	Recovery *SnapshotRecovery
+}
+
+// SnapshotRecovery is the channel's history as it stood when a
+// recoverable subscription took effect.
+type SnapshotRecovery struct {
+	Position eventlog.ID // of the channel's newest kept event (zero: none)
+	Mark     string      // what the history said of itself, for the token
+	// Reason is why a resume cannot recover ("" when it can, Events).
+	Reason string
+	// Events are what the old subscription missed, oldest first, but for
+	// those its connection was excluded from.
+	Events []eventlog.Event
 }
 
 // MemberInfo is one presence member.
@@ -115,6 +135,20 @@ func (h *Hub) SetCluster(c Cluster) {
 
 // Clustered reports whether the hub is in cluster mode.
 func (h *Hub) Clustered() bool { return h.cluster != nil }
+
+// Recoverer is a Cluster that can make subscriptions recoverable: it
+// answers a Join's Recovery in its Snapshot.
+type Recoverer interface {
+	// Recovers reports whether it can for appID's channels.
+	Recovers(appID string) bool
+}
+
+// ClusterRecovers reports whether the hub's cluster can make appID's
+// subscriptions recoverable.
+func (h *Hub) ClusterRecovers(appID string) bool {
+	r, ok := h.cluster.(Recoverer)
+	return ok && r.Recovers(appID)
+}
 
 // State returns the cluster's State in cluster mode, and the local one
 // otherwise.
@@ -207,19 +241,24 @@ func (h *Hub) completeSubscribe(s *Snapshot) {
 	}
 	ch := a.lockChannel(s.Channel)
 	pending := cs.pending
+	rec := cs.recovery
 	if pending {
 		ch.addLocked(c)
-		sub.ch, cs.pending, cs.refusal = ch, false, nil
+		sub.ch, cs.pending, cs.refusal, cs.recovery = ch, false, nil, nil
 	}
 	cs.resend = false
 	c.Send(clusterSucceededFrame(ch, s))
-	if ch.cache && pending {
+	if ch.cache && pending && !rec.replays() {
+		// A resume replays the last event if it was missed instead.
 		if s.Cached {
 			c.Send(EventFrame(s.CacheEvent, s.Channel, s.CacheData, ""))
 		} else {
 			h.notify(Event{AppID: a.id, Kind: CacheMiss, Channel: s.Channel})
 			c.Send(EventFrame("pusher:cache_miss", s.Channel, "{}", ""))
 		}
+	}
+	if pending && rec != nil {
+		h.recoverClustered(ch, c, rec, s.Recovery)
 	}
 	ch.mu.Unlock()
 }
@@ -248,7 +287,7 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 		h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: opts.MaxMembers, Token: sub.cl.token})
 		return nil
 	}
-	sub := &subscription{cl: &clusterSub{pending: true, refusal: opts.FullRefusal, token: h.joins.Add(1)}}
+	sub := &subscription{cl: &clusterSub{pending: true, refusal: opts.FullRefusal, token: h.joins.Add(1), recovery: opts.Recovery}}
 	if IsPresence(name) {
 		if opts.Member == nil {
 			return errors.New("hub: presence subscription without a member")
@@ -259,7 +298,7 @@ func (h *Hub) subscribeClustered(c *Conn, name string, opts SubscribeOptions) er
 		return ErrTooManySubscriptions
 	}
 	c.channels.set(name, sub)
-	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: opts.MaxMembers, Token: sub.cl.token})
+	h.cluster.Join(Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: opts.MaxMembers, Token: sub.cl.token, Recovery: opts.Recovery})
 	return nil
 }
 
@@ -413,7 +452,7 @@ func (h *Hub) Share(maxMembers func(appID string) int) ([]ShareEntry, []ShareSig
 			c.subMu.Lock()
 			if !c.removed {
 				for name, sub := range c.channels.all() {
-					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: max, Token: sub.cl.token}, Pending: sub.cl.pending || sub.cl.resend})
+					entries = append(entries, ShareEntry{Join: Join{AppID: a.id, Channel: name, SocketID: c.socketID, UserID: sub.userID, Info: sub.cl.info, MaxMembers: max, Token: sub.cl.token, Recovery: sub.cl.recovery}, Pending: sub.cl.pending || sub.cl.resend})
 				}
 				if c.userID != "" {
 					signins = append(signins, ShareSignIn{SignInRequest: SignInRequest{AppID: a.id, SocketID: c.socketID, UserID: c.userID, Watchlist: c.watchlist}, Pending: c.signInPending})

@@ -91,6 +91,8 @@ type clusterSub struct {
 	refusal []byte
 	pending bool
 	resend  bool
+	// recovery is the subscription's Recovery until the cluster answers.
+	recovery *Recovery
 }
 
 // pending reports a subscription the cluster has not answered yet.

@@ -263,7 +263,8 @@ type SubscribeOptions struct {
 	// single node Subscribe returns ErrPresenceFull instead).
 	FullRefusal []byte
 	// Recovery, when set, makes the subscription recoverable and may
-	// recover a previous one's (recovery.go). Ignored in cluster mode.
+	// recover a previous one's (recovery.go); in cluster mode the cluster
+	// reads the history when the subscription takes effect.
 	Recovery *Recovery
 }
 

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,12 +36,15 @@ type Recovery struct {
 	// TTL the log has lost them anyway: a gap).
 	Window time.Duration
 	// Token is the secret that lets the connection recover this
-	// subscription from position later (the transport signs it).
-	Token func(position eventlog.ID) string
+	// subscription from position later (the transport signs it, with
+	// mark: what the log said of itself then, which the recovery checks).
+	Token func(position eventlog.ID, mark string) string
 	// Resume: recover the events after After; else only make the
-	// subscription recoverable.
+	// subscription recoverable. Mark is the one the old subscription's
+	// token carried.
 	Resume bool
 	After  eventlog.ID
+	Mark   string
 	// OldSocket is the socket_id of the connection that had the
 	// subscription: the events triggered without it are not replayed.
 	OldSocket string
@@ -226,15 +230,10 @@ func deliverPositioned(ch *channel, m Message, frame []byte) int {
 // to the replay.
 func (h *Hub) recoverable(a *appState, ch *channel, c *Conn, rec *Recovery) fanoutItem {
 	upTo := rec.Log.Last(a.id, ch.name)
-	st := &recovering{}
+	st := markRecoverable(ch, c)
 	if rec.replays() {
 		st.upTo = upTo
 	}
-	if ch.recovs == nil {
-		ch.recovs = make([]*recovering, len(ch.subs))
-	}
-	ch.recovs[ch.index[c]] = st
-	ch.recoverable++
 	return fanoutItem{recover: &recoverItem{app: a.id, channel: ch.name, conn: c, rec: rec, upTo: upTo}}
 }
 
@@ -271,31 +270,75 @@ func (h *Hub) recover(it *recoverItem) {
 		return // unsubscribed meanwhile
 	}
 	ch.recovs[i].upTo = eventlog.ID{}
-	c := it.conn
 	if rec.Resume {
-		h.recoveries.count(reason) // before the client can see the outcome
-		if reason == "" {
-			replayed := 0
-			for _, ev := range events {
-				if ev.Exclude != "" && ev.Exclude == rec.OldSocket {
-					continue // not delivered to it live either
-				}
-				c.Send(positionFrame(it.channel, ev.ID, false))
-				c.Send(EventFrame(ev.Name, it.channel, ev.Data, ""))
-				replayed++
-			}
-			c.Send(EventFrame("pusher:recovered", it.channel, `{"replayed":`+strconv.Itoa(replayed)+`}`, ""))
-		} else {
-			c.Send(EventFrame("pusher:recovery_failed", it.channel, `{"reason":"`+reason+`"}`, ""))
-		}
+		events = slices.DeleteFunc(events, func(ev eventlog.Event) bool {
+			return ev.Exclude != "" && ev.Exclude == rec.OldSocket // not delivered to it live either
+		})
+		h.sendRecovery(it.conn, it.channel, events, reason)
 	}
-	c.Send(RecoveryFrame(it.channel, rec.Token(it.upTo), it.upTo.String()))
+	it.conn.Send(RecoveryFrame(it.channel, rec.Token(it.upTo, rec.Log.Epoch()), it.upTo.String()))
+}
+
+// sendRecovery sends c the outcome of its resume on channel: the events
+// it missed, each after its position, then pusher:recovered; or, with a
+// reason, pusher:recovery_failed. It counts it first, so that a client
+// that saw it finds it in the metrics.
+func (h *Hub) sendRecovery(c *Conn, channel string, events []eventlog.Event, reason string) {
+	h.recoveries.count(reason)
+	if reason != "" {
+		c.Send(EventFrame("pusher:recovery_failed", channel, `{"reason":"`+reason+`"}`, ""))
+		return
+	}
+	for _, ev := range events {
+		c.Send(positionFrame(channel, ev.ID, false))
+		c.Send(EventFrame(ev.Name, channel, ev.Data, ""))
+	}
+	c.Send(EventFrame("pusher:recovered", channel, `{"replayed":`+strconv.Itoa(len(events))+`}`, ""))
+}
+
+// markRecoverable makes c's subscription to ch recoverable: fan-out gives
+// it positions. The caller holds ch.mu, and c is on ch.
+func markRecoverable(ch *channel, c *Conn) *recovering {
+	st := &recovering{}
+	if ch.recovs == nil {
+		ch.recovs = make([]*recovering, len(ch.subs))
+	}
+	ch.recovs[ch.index[c]] = st
+	ch.recoverable++
+	return st
+}
+
+// recoverClustered completes a clustered subscription that asked for
+// recovery with the cluster's answer (nil: the cluster cannot recover),
+// in the channel's worker, right after subscription_succeeded: the events
+// the cluster read when the subscription took effect are exactly those
+// before the channel's next message. The caller holds ch.mu.
+func (h *Hub) recoverClustered(ch *channel, c *Conn, rec *Recovery, got *SnapshotRecovery) {
+	if got == nil {
+		if rec.Resume {
+			h.sendRecovery(c, ch.name, nil, RecoveryError)
+		}
+		c.Send(RecoveryFrame(ch.name, "", ""))
+		return
+	}
+	markRecoverable(ch, c)
+	if rec.Resume {
+		reason := rec.Refused
+		if reason == "" {
+			reason = got.Reason
+		}
+		h.sendRecovery(c, ch.name, got.Events, reason)
+	}
+	c.Send(RecoveryFrame(ch.name, rec.Token(got.Position, got.Mark), got.Position.String()))
 }
 
 // missed returns the events the old subscription missed, or why they
 // cannot all be had.
 func (h *Hub) missed(it *recoverItem, now time.Time) ([]eventlog.Event, string) {
 	rec := it.rec
+	if rec.Mark != rec.Log.Epoch() {
+		return nil, RecoveryGap // the log that gave the position is gone (a restart)
+	}
 	if it.upTo.Less(rec.After) {
 		return nil, RecoveryRefused // a position the channel never reached
 	}

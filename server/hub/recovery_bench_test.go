@@ -3,13 +3,13 @@ package hub
 import (
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/internal/testkit"
 )
 
 // BenchmarkFanoutRecovery is what recovery costs the fan-out of one
@@ -71,7 +71,7 @@ func benchFanoutRecovery(b *testing.B, kept bool, recoverable, subs int) {
 	frames := 0
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := testkit.CPU()
 	for i := 0; i < b.N; i++ {
 		m := Message{AppID: "1", Channel: "bench", Event: "price", Data: data}
 		if kept {
@@ -86,7 +86,7 @@ func benchFanoutRecovery(b *testing.B, kept bool, recoverable, subs int) {
 		}
 	}
 	frames += drain()
-	cpu := processCPU() - cpu0
+	cpu := testkit.CPU() - cpu0
 	b.StopTimer()
 	if want := b.N * (subs + recoverable); frames != want {
 		b.Fatalf("%d frames, want %d", frames, want)
@@ -100,7 +100,7 @@ func benchFanoutRecovery(b *testing.B, kept bool, recoverable, subs int) {
 func benchRecovery(log *eventlog.Memory, policy eventlog.Policy) *Recovery {
 	return &Recovery{
 		Log: log, Policy: policy, Window: 2 * time.Minute,
-		Token: func(p eventlog.ID) string { return "token@" + p.String() },
+		Token: func(p eventlog.ID, mark string) string { return "token@" + p.String() + "/" + mark },
 	}
 }
 
@@ -168,11 +168,4 @@ func liveHeap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
-}
-
-// processCPU is the CPU time (user and system) this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

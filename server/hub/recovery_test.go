@@ -62,8 +62,8 @@ func (r *recoveryHub) publish(t *testing.T, channel, name, exclude string) {
 func (r *recoveryHub) recovery(c *Conn, resume bool, after eventlog.ID) *Recovery {
 	return &Recovery{
 		Log: r.log, Policy: r.policy, Window: 2 * time.Minute,
-		Token:  func(p eventlog.ID) string { return c.SocketID() + "@" + p.String() },
-		Resume: resume, After: after, OldSocket: "old",
+		Token:  func(p eventlog.ID, mark string) string { return c.SocketID() + "@" + p.String() + "/" + mark },
+		Resume: resume, After: after, Mark: r.log.Epoch(), OldSocket: "old",
 	}
 }
 
@@ -146,7 +146,7 @@ func TestARecoverableSubscriptionGetsPositions(t *testing.T) {
 	r.subscribe(t, c, "news", r.recovery(c, false, eventlog.ID{}))
 	var s seen
 	s.take(t, r.h, c)
-	if s.position != "1700000000000-0" || s.token != c.SocketID()+"@1700000000000-0" {
+	if s.position != "1700000000000-0" || s.token != c.SocketID()+"@1700000000000-0/"+r.log.Epoch() {
 		t.Fatalf("after subscribing: position %q, token %q; want the channel's last event's", s.position, s.token)
 	}
 	r.advance(time.Millisecond)

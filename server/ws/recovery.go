@@ -1,6 +1,8 @@
 package ws
 
 import (
+	"strings"
+
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/signing"
@@ -30,8 +32,8 @@ func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery 
 	socket, secret := p.conn.SocketID(), app.Secret
 	rec := &hub.Recovery{
 		Log: log, Policy: app.History, Window: app.RecoveryWindow,
-		Token: func(position eventlog.ID) string {
-			return signing.RecoveryToken(secret, socket, channel, position.String())
+		Token: func(position eventlog.ID, mark string) string {
+			return signing.RecoveryToken(secret, socket, channel, position.String()+"/"+mark)
 		},
 	}
 	if *d == (recoveryData{}) {
@@ -39,6 +41,9 @@ func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery 
 	}
 	rec.Resume = true
 	from, ok := signing.VerifyRecoveryToken(d.Token, secret, d.SocketID, channel)
+	// The token's position is "<id>/<mark>": the mark is what the log
+	// said of itself then (hub.Recovery.Mark).
+	from, mark, _ := strings.Cut(from, "/")
 	start, err1 := eventlog.ParseID(from)
 	after, err2 := eventlog.ParseID(d.Position)
 	switch {
@@ -50,20 +55,22 @@ func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery 
 		rec.Refused = hub.RecoveryRefused
 	default:
 		p.resumes++
-		rec.After, rec.OldSocket = after, d.SocketID
+		rec.After, rec.Mark, rec.OldSocket = after, mark, d.SocketID
 	}
 	return rec
 }
 
 // unrecoverable is why subscriptions of app cannot be recovered here: off
 // (the app keeps no history or has no window), unavailable (this node
-// cannot: it is in a cluster, where recovery is not built yet); empty when
-// they can.
+// cannot: its history gives no positions, or its cluster cannot read them
+// where the subscriptions take effect); empty when they can.
 func (p *peer) unrecoverable(app App) string {
 	switch {
 	case app.RecoveryWindow <= 0 || !app.History.On():
 		return hub.RecoveryOff
-	case p.s.opts.History == nil || p.s.hub.Clustered():
+	case p.s.hub.Clustered() && !p.s.hub.ClusterRecovers(app.ID):
+		return hub.RecoveryError
+	case !p.s.hub.Clustered() && p.s.opts.History == nil:
 		return hub.RecoveryError
 	}
 	return ""
