@@ -157,9 +157,7 @@ func Encrypt(sub *Subscription, plaintext []byte) ([]byte, error) {
 		return nil, err
 	}
 	salt := make([]byte, 16)
-	if _, err := rand.Read(salt); err != nil {
-		return nil, err
-	}
+	rand.Read(salt) // never fails (Go 1.24 and later)
 	return encrypt(sub, plaintext, asPriv, salt)
 }
 

@@ -318,9 +318,7 @@ func (f *WebPush) Subscribe() (*WebSubscriber, error) {
 		return nil, err
 	}
 	auth := make([]byte, 16)
-	if _, err := rand.Read(auth); err != nil {
-		return nil, err
-	}
+	rand.Read(auth) // never fails (Go 1.24 and later)
 	id := "sub-" + strconv.FormatInt(f.next.Add(1), 10)
 	s := &WebSubscriber{ID: id, Endpoint: f.URL + "/push/" + id, priv: priv, auth: auth}
 	f.mu.Lock()
