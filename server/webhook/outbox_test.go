@@ -200,11 +200,12 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 }
 
 // Requests a crashed run had claimed are sent at once by the next run, not
-// once the claim runs out.
+// once the claim runs out: alone on SQLite, where the claims can only be its
+// own (on a shared database they may be another node's: shareddb_test.go).
 func TestClaimsOfACrashedRunAreSentAtOnce(t *testing.T) {
 	r := newReceiver(t, "k", "s")
 	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	db := testdb.New(t, storage.Open)
+	db := testdb.Open(t, storage.Open, testdb.SQLite(t))
 	body := []byte(`{"time_ms":1,"events":[{"name":"channel_occupied","channel":"claimed"}]}`)
 	if _, err := db.EnqueueWebhooks(context.Background(), []storage.OutboxWebhook{{AppID: "1", URL: r.srv.URL, Body: body}}, 0); err != nil {
 		t.Fatal(err)
