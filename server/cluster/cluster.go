@@ -206,6 +206,7 @@ type Cluster struct {
 // Options.URL may list several Redis URLs, comma-separated: the shards the
 // channels are spread over (shards.go).
 func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
+	useRedisLog()
 	urls, err := shardURLs(opts.URL)
 	if err != nil {
 		return nil, err
@@ -524,9 +525,7 @@ func (c *Cluster) setHealthy(ok bool, err error) {
 
 func randomID() string {
 	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("cluster: crypto/rand failed: " + err.Error())
-	}
+	rand.Read(b[:]) // never fails (Go 1.24 and later)
 	return hex.EncodeToString(b[:])
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +17,10 @@ import (
 // itself, once, at error level.
 var redisLogger atomic.Pointer[zap.Logger]
 
-func init() { redis.SetLogger(redisLog{}) }
+// useRedisLog points the Redis client's logger, one for the whole process,
+// at redisLog, the first time it is called: New calls it before it builds
+// a client, so a process without a cluster keeps the library's default.
+var useRedisLog = sync.OnceFunc(func() { redis.SetLogger(redisLog{}) })
 
 type redisLog struct{}
 
