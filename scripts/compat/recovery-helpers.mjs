@@ -28,7 +28,8 @@ export const RECOVERY_JS = readFileSync(dist, 'utf8')
 export const CHANNELS = ['rec-news', 'private-rec', 'presence-rec']
 
 /**
- * A TCP proxy to target that the test can cut: while cut, it passes no
+ * A TCP proxy to target (or, a function, to where it says for each new
+ * connection: a load balancer) that the test can cut: while cut, it passes no
  * byte either way and leaves every connection open; restore drops the
  * connections that lived through the cut, as a NAT that forgot them would,
  * and passes bytes again. A connection opened during the cut is held, what
@@ -42,7 +43,9 @@ export async function startProxy (target) {
   const pairs = new Set()
   const end = (pair) => { pairs.delete(pair); pair.client.destroy(); pair.upstream?.destroy() }
   const open = (pair) => {
-    const upstream = pair.upstream = net.connect(target.port, target.host)
+    // target may be a function: each connection goes where it says then.
+    const to = typeof target === 'function' ? target() : target
+    const upstream = pair.upstream = net.connect(to.port, to.host)
     upstream.on('data', (b) => { if (!cut && !pair.cutThrough) pair.client.write(b) })
     upstream.on('close', () => end(pair)).on('error', () => end(pair))
     for (const b of pair.held ?? []) upstream.write(b)
