@@ -27,7 +27,7 @@ root=$PWD
 # Every package with logic of its own but server/node (the wiring, whose
 # every test starts a whole node: a run would take hours).
 default_pkgs="./server/signing ./server/beamsauth ./server/webhook ./server/push ./server/httpapi ./server/hub ./server/ws
-	./server/cluster ./server/netguard ./storage ./server/config ./server/upgrade ./server/internal/clientrate ./server/history"
+	./server/cluster ./server/netguard ./storage ./server/config ./server/upgrade ./server/internal/clientrate ./server/console/traffic"
 pkgs=${*:-${PKGS:-$default_pkgs}}
 workers=${WORKERS:-2}
 coefficient=${TIMEOUT_COEFFICIENT:-10}

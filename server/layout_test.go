@@ -62,7 +62,7 @@ var importRules = []importRule{
 	{"server/internal/testcert", []string{"server/...", "storage", "gen/..."}, "testcert makes certificates for tests, nothing more"},
 	{"server/internal/testkit", []string{"server/...", "storage", "gen/..."}, "testkit measures CPU time and checks VAPID keys for tests, nothing more"},
 	{"server/internal/clientrate", []string{"server/...", "storage", "gen/..."}, "clientrate keeps token buckets per client and knows nothing of Herald"},
-	{"server/history", []string{"storage", "gen/...", "server/node", "server/httpapi", "server/console", "server/metrics", "server/cluster", "server/ws/...", "server/webhook", "server/push", "server/directory"},
+	{"server/console/traffic", []string{"storage", "gen/...", "server/node", "server/httpapi", "server/console", "server/metrics", "server/cluster", "server/ws/...", "server/webhook", "server/push", "server/directory"},
 		"the console's charts are a bounded store of figures that the node feeds; they read the hub's counters and know nothing of the rest"},
 	{"server/idempotency", []string{"server/...", "storage", "gen/..."}, "the Idempotency-Key rules and the memory store know nothing of where keys are kept elsewhere"},
 	{"server/idempotency/idempotencytest", []string{"server/...", "!server/idempotency", "storage", "gen/..."}, "the suite every key store passes knows the stores by their interface only"},

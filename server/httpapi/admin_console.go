@@ -5,7 +5,7 @@ import (
 
 	"github.com/heraldrt/herald/gen/admin"
 	"github.com/heraldrt/herald/gen/channels"
-	"github.com/heraldrt/herald/server/history"
+	"github.com/heraldrt/herald/server/console/traffic"
 )
 
 // ConsoleParts are what the debug console's endpoints of the admin API
@@ -13,7 +13,7 @@ import (
 // the node's traffic history with the node's id (empty on a single node).
 type ConsoleParts struct {
 	Channels *ChannelsAPI
-	History  *history.Recorder
+	History  *traffic.Recorder
 	Node     string
 }
 
@@ -60,7 +60,7 @@ func (api *AdminAPI) GetAppHistory(ctx context.Context, req admin.GetAppHistoryR
 	if _, err := api.db.GetApp(requestCtx(ctx), req.AppID); err != nil {
 		return nil, storeError(appResource, req.AppID, err)
 	}
-	return admin.GetAppHistory200JSONResponse(api.historyOf(history.App, req.AppID)), nil
+	return admin.GetAppHistory200JSONResponse(api.historyOf(traffic.App, req.AppID)), nil
 }
 
 // GetInstanceHistory implements GET /admin/v1/instances/{instance_id}/history.
@@ -68,20 +68,20 @@ func (api *AdminAPI) GetInstanceHistory(ctx context.Context, req admin.GetInstan
 	if _, err := api.db.GetInstance(requestCtx(ctx), req.InstanceID); err != nil {
 		return nil, storeError(instanceResource, req.InstanceID, err)
 	}
-	return admin.GetInstanceHistory200JSONResponse(api.historyOf(history.Instance, req.InstanceID)), nil
+	return admin.GetInstanceHistory200JSONResponse(api.historyOf(traffic.Instance, req.InstanceID)), nil
 }
 
 // historyOf is the history of one app or instance as the API gives it.
-func (api *AdminAPI) historyOf(k history.Kind, id string) admin.History {
+func (api *AdminAPI) historyOf(k traffic.Kind, id string) admin.History {
 	h := api.console.History.Get(k, id)
 	out := admin.History{
 		Scope: admin.Node, Node: api.console.Node, IntervalSeconds: int(h.Interval.Seconds()),
 		Tracked: h.Tracked, Times: h.Times, Series: make([]admin.HistorySeries, len(h.Series)),
 	}
-	names := history.Names(k)
+	names := traffic.Names(k)
 	for i, values := range h.Series {
 		unit := admin.PerSecond
-		if history.Gauge(k, i) {
+		if traffic.Gauge(k, i) {
 			unit = admin.Count
 		}
 		out.Series[i] = admin.HistorySeries{Name: names[i], Unit: unit, Values: values}

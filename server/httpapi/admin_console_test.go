@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/gen/adminclient"
-	"github.com/heraldrt/herald/server/history"
+	"github.com/heraldrt/herald/server/console/traffic"
 )
 
 // The console reads a channel's history through the admin API: the events
@@ -141,7 +141,7 @@ func TestAdminTriggerEvent(t *testing.T) {
 
 // The history endpoints give the recorder's points as named series, 404 for
 // an unknown app or instance. The recorder reads the hub as a node's does
-// (history.HubApps): the triggers show through the hub's running total.
+// (traffic.HubApps): the triggers show through the hub's running total.
 func TestAdminHistory(t *testing.T) {
 	s := newAdminServer(t)
 	ctx := context.Background()
@@ -153,15 +153,15 @@ func TestAdminHistory(t *testing.T) {
 		t.Fatalf("create instance: %v %s", err, res.Body)
 	}
 	t0 := time.Now()
-	s.history.Sample(t0)
+	s.traffic.Sample(t0)
 	for range 10 {
 		res, err := s.client.TriggerAppEventWithResponse(ctx, "42", adminclient.AdminTrigger{Name: "e", Channels: []string{"news"}, Data: "{}"})
 		if err != nil || res.StatusCode() != 200 {
 			t.Fatalf("trigger: %v %s", err, res.Body)
 		}
 	}
-	s.history.Count(history.Instance, instance, history.InstanceFailed, 5)
-	s.history.Sample(t0.Add(5 * time.Second))
+	s.traffic.Count(traffic.Instance, instance, traffic.InstanceFailed, 5)
+	s.traffic.Sample(t0.Add(5 * time.Second))
 
 	t.Run("OKApp", func(t *testing.T) {
 		res, err := s.client.GetAppHistoryWithResponse(ctx, "42")

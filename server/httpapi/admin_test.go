@@ -16,8 +16,8 @@ import (
 
 	"github.com/heraldrt/herald/gen/admin"
 	"github.com/heraldrt/herald/gen/adminclient"
+	"github.com/heraldrt/herald/server/console/traffic"
 	"github.com/heraldrt/herald/server/eventlog"
-	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/manage"
 	"github.com/heraldrt/herald/storage"
@@ -29,7 +29,7 @@ const adminToken = "admin-token-for-tests-0123"
 type adminServer struct {
 	db      *storage.DB
 	hub     *hub.Hub
-	history *history.Recorder // the history the console's endpoints read
+	traffic *traffic.Recorder // the traffic charts the console's endpoints read
 	// triggered are the events the Channels API's hook was told of, as
 	// "app channel event data".
 	triggeredMu sync.Mutex
@@ -47,15 +47,15 @@ func newAdminServer(t *testing.T) *adminServer {
 	s := &adminServer{db: db, hub: hub.New(log), spec: newSpecChecker(t, admin.GetSpec)}
 	engine := NewEngine(log)
 	engine.Use(s.spec.middleware)
-	// The node's history source: triggers and deliveries as the hub counts them.
-	s.history = history.New(history.Sources{Apps: history.HubApps(s.hub)}, history.Options{})
+	// The node's source of the charts: triggers and deliveries as the hub counts them.
+	s.traffic = traffic.New(traffic.Sources{Apps: traffic.HubApps(s.hub)}, traffic.Options{})
 	channels := NewChannelsAPI(s.hub, testApps, log).History(eventlog.NewMemory(eventlog.Limits{}))
 	channels.OnTrigger(func(appID, channel, event, data string) {
 		s.triggeredMu.Lock()
 		defer s.triggeredMu.Unlock()
 		s.triggered = append(s.triggered, strings.Join([]string{appID, channel, event, data}, " "))
 	})
-	Mount(engine, Routes{Admin: NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.history, Node: "node-a"}, log), AdminToken: adminToken})
+	Mount(engine, Routes{Admin: NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.traffic, Node: "node-a"}, log), AdminToken: adminToken})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	s.url = srv.URL

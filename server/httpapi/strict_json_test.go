@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/server/clientauth"
+	"github.com/heraldrt/herald/server/console/traffic"
 	"github.com/heraldrt/herald/server/directory"
-	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/push"
 )
@@ -37,7 +37,7 @@ func allAPIs(t *testing.T) string {
 	}
 	h := hub.New(log)
 	channels := NewChannelsAPI(h, testApps, log)
-	console := ConsoleParts{Channels: channels, History: history.New(history.Sources{Apps: history.HubApps(h)}, history.Options{})}
+	console := ConsoleParts{Channels: channels, History: traffic.New(traffic.Sources{Apps: traffic.HubApps(h)}, traffic.Options{})}
 	Mount(engine, Routes{
 		Channels:   channels,
 		Publish:    publish,

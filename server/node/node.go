@@ -21,9 +21,9 @@ import (
 	"github.com/heraldrt/herald/server/bootstrap"
 	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/config"
+	"github.com/heraldrt/herald/server/console/traffic"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/eventlog"
-	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/idempotency"
@@ -110,7 +110,7 @@ type Option func(*options)
 
 type options struct {
 	push     push.Options
-	history  history.Options
+	traffic  traffic.Options
 	certPoll time.Duration
 	reload   time.Duration // how often the directories check the database; 0: appReloadInterval
 
@@ -141,10 +141,10 @@ func WithCertPoll(d time.Duration) Option { return func(opts *options) { opts.ce
 // takes effect without that check make it long.
 func WithDirectoryReload(d time.Duration) Option { return func(opts *options) { opts.reload = d } }
 
-// WithHistory sets the console's history tuning (interval, points, keys);
-// zero fields take history's defaults. Tests make the interval long and
-// call the recorder's Sample themselves.
-func WithHistory(h history.Options) Option { return func(opts *options) { opts.history = h } }
+// WithTraffic sets the tuning of the console's traffic charts (interval,
+// points, keys); zero fields take traffic's defaults. Tests make the
+// interval long and call the recorder's Sample themselves.
+func WithTraffic(t traffic.Options) Option { return func(opts *options) { opts.traffic = t } }
 
 // WithPush sets the push delivery tuning; zero fields take push.Options'
 // defaults.
@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// everything else, before the database closes.
 	loops, stop := context.WithCancel(context.Background())
 	n.closers.push("background loops", func(context.Context) error { stop(); n.bg.Wait(); return nil })
-	n.ops = newOps(cfg, n.db, n.hub, n.apps, n.instances, log, o.history)
+	n.ops = newOps(cfg, n.db, n.hub, n.apps, n.instances, log, o.traffic)
 	if err := n.startPush(ctx, cfg, &o); err != nil {
 		return nil, err
 	}
@@ -298,7 +298,7 @@ func (n *Node) startPush(ctx context.Context, cfg config.Config, o *options) err
 	if dial := webhookDial(cfg); dial != nil {
 		o.push.WebhookDialContext = dial // publish webhooks are refused the same addresses
 	}
-	o.push.OnOutcome = n.ops.pushOutcome // the console's history, per instance
+	o.push.OnOutcome = n.ops.pushOutcome // the console's traffic charts, per instance
 	n.push = push.New(n.db, n.instances, n.log.Named("push"), o.push)
 	if err := n.push.Start(ctx); err != nil {
 		return fmt.Errorf("starting push delivery: %w", err)
@@ -447,7 +447,7 @@ func (n *Node) startBackground(ctx context.Context, o options) {
 	n.bg.Go(func() { n.apps.Run(ctx, reload) })
 	n.bg.Go(func() { n.instances.Run(ctx, reload) })
 	n.bg.Go(func() { n.sweepCache(ctx) })
-	if h := n.ops.history; h != nil {
+	if h := n.ops.traffic; h != nil {
 		n.bg.Go(func() { h.Run(ctx.Done()) })
 	}
 	if n.cert != nil {

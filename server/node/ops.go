@@ -13,9 +13,9 @@ import (
 	"github.com/heraldrt/herald/server/cluster"
 	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/console"
+	"github.com/heraldrt/herald/server/console/traffic"
 	"github.com/heraldrt/herald/server/directory"
 	"github.com/heraldrt/herald/server/eventlog"
-	"github.com/heraldrt/herald/server/history"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/metrics"
@@ -35,9 +35,9 @@ type ops struct {
 	hub     *hub.Hub
 	metrics *metrics.Metrics
 	console *console.Console
-	// history is the console's charts; nil without an admin token, where
+	// traffic is the console's charts; nil without an admin token, where
 	// nothing could read it, so nothing pays for it.
-	history *history.Recorder
+	traffic *traffic.Recorder
 	timer   gin.HandlerFunc // times HTTP requests; set by start
 	// reload re-reads the node's directories of apps and instances, after
 	// the admin API changed one (httpapi.AdminAPI.OnChange).
@@ -50,23 +50,23 @@ type ops struct {
 // routes that stay open for a connection's life; timing them says nothing.
 var longLivedRoutes = []string{"/app/:key", httpapi.FallbackRoute, "/console/events"}
 
-func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger, historyOpts history.Options) *ops {
+func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps, instances *directory.Instances, log *zap.Logger, trafficOpts traffic.Options) *ops {
 	o := &ops{cfg: cfg, log: log, db: db, hub: h, console: console.New()}
 	o.reload = func(ctx context.Context) error { return errors.Join(apps.Reload(ctx), instances.Reload(ctx)) }
 	if cfg.AdminToken == "" {
 		return o
 	}
-	o.history = history.New(history.Sources{
-		Apps: history.HubApps(h),
+	o.traffic = traffic.New(traffic.Sources{
+		Apps: traffic.HubApps(h),
 		// The directories follow the database within a second: a deleted
 		// app's or instance's series go at the next sample after that.
-		Exists: func(k history.Kind, id string) bool {
-			if k == history.App {
+		Exists: func(k traffic.Kind, id string) bool {
+			if k == traffic.App {
 				return apps.ByID(id) != nil
 			}
 			return instances.ByID(id) != nil
 		},
-	}, historyOpts)
+	}, trafficOpts)
 	return o
 }
 
@@ -87,32 +87,32 @@ func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook
 
 // webhookAttempt goes into webhook.Options.OnAttempt.
 func (o *ops) webhookAttempt(a webhook.Attempt) {
-	if o.history != nil {
-		series := history.AppWebhooksSent
+	if o.traffic != nil {
+		series := traffic.AppWebhooksSent
 		if a.Error != "" {
-			series = history.AppWebhooksFailed
+			series = traffic.AppWebhooksFailed
 		}
-		o.history.Count(history.App, a.AppID, series, 1)
+		o.traffic.Count(traffic.App, a.AppID, series, 1)
 	}
 	o.console.WebhookAttempt(a)
 }
 
 // pushOutcome goes into push.Options.OnOutcome.
 func (o *ops) pushOutcome(instanceID string, outcome storage.DeliveryOutcome) {
-	if o.history == nil {
+	if o.traffic == nil {
 		return
 	}
 	if series, ok := instanceSeries[outcome]; ok {
-		o.history.Count(history.Instance, instanceID, series, 1)
+		o.traffic.Count(traffic.Instance, instanceID, series, 1)
 	}
 }
 
-// instanceSeries is the history's series of each recorded push outcome.
+// instanceSeries is the traffic charts' series of each recorded push outcome.
 var instanceSeries = map[storage.DeliveryOutcome]int{
-	storage.DeliverySent:      history.InstanceDelivered,
-	storage.DeliveryFailed:    history.InstanceFailed,
-	storage.DeliveryRetry:     history.InstanceRetried,
-	storage.DeliveryDeadToken: history.InstanceDeadToken,
+	storage.DeliverySent:      traffic.InstanceDelivered,
+	storage.DeliveryFailed:    traffic.InstanceFailed,
+	storage.DeliveryRetry:     traffic.InstanceRetried,
+	storage.DeliveryDeadToken: traffic.InstanceDeadToken,
 }
 
 // middleware times requests; install it on the engine before any route. It
@@ -133,7 +133,7 @@ func (o *ops) routes(r *httpapi.Routes, channelsAPI *httpapi.ChannelsAPI, node s
 	if o.cfg.AdminToken == "" {
 		return
 	}
-	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.history, Node: node}
+	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.traffic, Node: node}
 	r.Admin = httpapi.NewAdminAPI(o.db, o.hub, console, o.log)
 	r.Admin.OnChange(o.reload)
 	r.Console = o.console.Routes()

@@ -292,7 +292,7 @@ func TestNoConsoleWithoutToken(t *testing.T) {
 			DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
 			AdminToken: token, RedisURL: rs.URL(), NodeID: "a",
 		}, WithClusterKeys(fmt.Sprintf("noconsole%d:", time.Now().UnixNano())))
-		if got, want := n.ops.history != nil, token != ""; got != want {
+		if got, want := n.ops.traffic != nil, token != ""; got != want {
 			t.Errorf("admin token %q: history recorder kept = %v, want %v", token, got, want)
 		}
 		if got, want := n.relay != nil, token != ""; got != want {

@@ -1,4 +1,4 @@
-// Package history keeps a node's recent traffic, per Channels app and per
+// Package traffic keeps a node's recent traffic, per Channels app and per
 // Push instance, for the debug console's charts: one point every Interval
 // for the last Points intervals (an hour at 5 s by default), in memory.
 //
@@ -14,9 +14,9 @@
 // connections of each app, the running totals of frames delivered and
 // events triggered, which the hub keeps anyway).
 //
-// The history is the node's own: in a cluster, each node keeps the figures
+// The figures are the node's own: in a cluster, each node keeps those
 // of what it served.
-package history
+package traffic
 
 import (
 	"sync"

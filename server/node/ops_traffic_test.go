@@ -12,15 +12,15 @@ import (
 
 	pushnotifications "github.com/pusher/push-notifications-go"
 
-	"github.com/heraldrt/herald/server/history"
+	"github.com/heraldrt/herald/server/console/traffic"
 	"github.com/heraldrt/herald/server/internal/wait"
 )
 
-// The console's history as the node wires it: a trigger to a subscriber
+// The console's traffic charts as the node wires them: a trigger to a subscriber
 // shows in the app's triggered and delivered series, its connection in
 // connections, webhook attempts in webhooksSent and webhooksFailed, and a
 // publish's deliveries in each of the instance's outcome series.
-func TestConsoleHistory(t *testing.T) {
+func TestConsoleTraffic(t *testing.T) {
 	var hookRequests atomic.Int64
 	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hookRequests.Add(1) == 1 {
@@ -36,17 +36,17 @@ func TestConsoleHistory(t *testing.T) {
 	opts.MaxAttempts = 2 // a token unavailable twice: retried, then failed
 	// The recorder's own ticks never come; the test samples at times of
 	// its own, a second apart, so that a series' points add up to its count.
-	n, base := serveNode(t, cfg, WithPush(opts), WithHistory(history.Options{Interval: time.Hour}))
-	rec := n.ops.history
+	n, base := serveNode(t, cfg, WithPush(opts), WithTraffic(traffic.Options{Interval: time.Hour}))
+	rec := n.ops.traffic
 	// sums adds up each series' last points: a second apart, they add up
 	// to its count.
-	appSums, instanceSums := make([]float32, len(history.AppSeriesNames)), make([]float32, len(history.InstanceSeriesNames))
+	appSums, instanceSums := make([]float32, len(traffic.AppSeriesNames)), make([]float32, len(traffic.InstanceSeriesNames))
 	var connections float32
 	now := time.Now()
 	sample := func() {
 		now = now.Add(time.Second)
 		rec.Sample(now)
-		a, in := rec.Get(history.App, "77"), rec.Get(history.Instance, beamsInstance)
+		a, in := rec.Get(traffic.App, "77"), rec.Get(traffic.Instance, beamsInstance)
 		last := len(a.Times) - 1
 		for s := range appSums {
 			appSums[s] += a.Series[s][last]
@@ -54,7 +54,7 @@ func TestConsoleHistory(t *testing.T) {
 		for s := range instanceSums {
 			instanceSums[s] += in.Series[s][last]
 		}
-		connections = a.Series[history.AppConnections][last]
+		connections = a.Series[traffic.AppConnections][last]
 	}
 	sample() // the first readings of the running totals
 
@@ -81,8 +81,8 @@ func TestConsoleHistory(t *testing.T) {
 	}
 	waitDone(t, base, id)
 
-	app := map[int]float32{history.AppTriggered: 1, history.AppDelivered: 1, history.AppWebhooksSent: 1, history.AppWebhooksFailed: 1}
-	instance := map[int]float32{history.InstanceDelivered: 1, history.InstanceDeadToken: 1, history.InstanceRetried: 1, history.InstanceFailed: 1}
+	app := map[int]float32{traffic.AppTriggered: 1, traffic.AppDelivered: 1, traffic.AppWebhooksSent: 1, traffic.AppWebhooksFailed: 1}
+	instance := map[int]float32{traffic.InstanceDelivered: 1, traffic.InstanceDeadToken: 1, traffic.InstanceRetried: 1, traffic.InstanceFailed: 1}
 	counted := func() bool {
 		for s, want := range app {
 			if appSums[s] != want {
