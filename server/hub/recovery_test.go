@@ -253,22 +253,26 @@ func TestAResumeFailsClosed(t *testing.T) {
 		name   string
 		before func(r *recoveryHub, t *testing.T)
 		reason string
+		// restarted: the token is of a log that went with its process,
+		// whose epoch is not this one's.
+		restarted bool
 	}{
 		{"the gap is larger than the channel keeps", func(r *recoveryHub, t *testing.T) {
 			for i := range 6 { // one more than the 5 kept: e1's successor is gone
 				r.publish(t, "news", fmt.Sprint("m", i), "")
 			}
-		}, "gap"},
+		}, "gap", false},
 		{"the first missed event is older than the window", func(r *recoveryHub, t *testing.T) {
 			r.publish(t, "news", "m", "")
 			r.advance(2*time.Minute + time.Millisecond)
-		}, "expired"},
+		}, "expired", false},
 		{"the missed events are past the history's TTL, within the window", func(r *recoveryHub, t *testing.T) {
 			r.policy.TTL = time.Minute // shorter than the 2 minute window
 			r.publish(t, "news", "m", "")
 			r.advance(time.Minute + time.Millisecond)
-		}, "gap"},
-		{"the position is past the channel's last event", nil, "refused"},
+		}, "gap", false},
+		{"the position is past the channel's last event", nil, "refused", false},
+		{"the position is of a log that went with its process", func(*recoveryHub, *testing.T) {}, "gap", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRecoveryHub(t)
@@ -285,7 +289,11 @@ func TestAResumeFailsClosed(t *testing.T) {
 				from.Seq += 5
 			}
 			nc := connect(t, r.h, "app")
-			r.subscribe(t, nc, "news", r.recovery(nc, true, from))
+			rec := r.recovery(nc, true, from)
+			if c.restarted {
+				rec.Mark = eventlog.NewMemory(eventlog.Limits{}).Epoch()
+			}
+			r.subscribe(t, nc, "news", rec)
 			var got seen
 			got.take(t, r.h, nc)
 			want := []string{"pusher_internal:subscription_succeeded", `pusher:recovery_failed {"reason":"` + c.reason + `"}`}
