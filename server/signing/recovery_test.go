@@ -45,3 +45,17 @@ func FuzzRecoveryToken(f *testing.F) {
 		}
 	})
 }
+
+// The recovery tokens of the WebSocket reference's examples (spec/
+// websocket.asyncapi.yaml) are what Herald gives connection 1234.5678 on
+// project-3 under the HTTP API's example secret.
+func TestRecoveryTokensOfTheReference(t *testing.T) {
+	for position, token := range map[string]string{
+		"1764194400000-0/KX3Q7MZP2LB6HTF4WCN5RDJYAE": "1764194400000-0/KX3Q7MZP2LB6HTF4WCN5RDJYAE.24b68902cdfa5ad6dffd79718170b69da39caa6903eb0fc57a1fcb52135234ec",
+		"1764194400000-3/KX3Q7MZP2LB6HTF4WCN5RDJYAE": "1764194400000-3/KX3Q7MZP2LB6HTF4WCN5RDJYAE.c50e797cb3dbc0b2765392e6d980e422bc41875fb66c941c88202e12aa79f892",
+	} {
+		if got, ok := VerifyRecoveryToken(token, vectorSecret, "1234.5678", "project-3"); !ok || got != position {
+			t.Errorf("the reference's token for %s: %q, %v", position, got, ok)
+		}
+	}
+}
