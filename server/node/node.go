@@ -393,7 +393,8 @@ func (n *Node) buildAPIs(cfg config.Config) apis {
 	a.reporting = httpapi.NewReportingAPI(n.db, n.instances, n.log).LimitPerClient(a.anon)
 	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem)).AllowWebPushHosts(cfg.WebPushAllowedHosts)
 	a.channels.PushIfOffline(a.publish) // triggers' push_if_offline publish through it
-	// Recovery builds on the node's own history; not yet over a cluster's.
+	// Recovery reads a node's own history here; a cluster's reads its own
+	// where each subscription takes effect (hub.Recoverer).
 	recoverable, _ := a.history.(eventlog.Positioned)
 	n.ws = ws.NewHandler(n.hub, socketApps{n.apps}, n.log.Named("ws"), ws.Options{
 		History:                recoverable,
