@@ -143,14 +143,6 @@ func keptPublisher(t *testing.T, n *node, store *EventLogStore, p eventlog.Polic
 	}
 }
 
-func ticks(from, to int) []string {
-	var out []string
-	for i := from; i <= to; i++ {
-		out = append(out, fmt.Sprint(i))
-	}
-	return out
-}
-
 // A subscription made recoverable on one node is resumed on another (the
 // usual case behind a load balancer): it gets every event it missed, once
 // and in order, before any newer one, but for one its old connection was
