@@ -68,32 +68,42 @@ function idempotentStream (live, every = 40) {
   return { stop: () => { stopped = true; return done }, count: () => i }
 }
 
-describe('recovery over three nodes of a cluster', { skip: !haveRedis && 'redis-server is not installed' }, () => {
-  let redis, nodes
-  const clients = new Clients()
+/**
+ * Registers the hooks of a suite (call it in a describe) that start a Redis
+ * and three nodes on it before its tests, and stop them, clients first,
+ * after them. Returns the suite's {redis, nodes, clients}; nodes may be
+ * replaced by the tests (a restarted node), and are stopped as they are.
+ */
+function threeNodes () {
+  const s = { clients: new Clients() }
   before(async () => {
-    redis = await startRedis()
-    nodes = await startNodes(redis, 3, ENV)
+    s.redis = await startRedis()
+    s.nodes = await startNodes(s.redis, 3, ENV)
   })
   after(async () => {
-    clients.closeAll()
-    await Promise.allSettled(nodes.map((n) => n.kill('SIGKILL')))
-    await redis?.stop()
+    s.clients.closeAll()
+    await Promise.allSettled((s.nodes ?? []).map((n) => n.kill('SIGKILL')))
+    await s.redis?.stop()
   })
+  return s
+}
+
+describe('recovery over three nodes of a cluster', { skip: !haveRedis && 'redis-server is not installed' }, () => {
+  const suite = threeNodes()
 
   it('a client cut for 60 s from its node comes back on another, its old node SIGKILLed during the cut: every event once and in order; without the plugin events are lost', async () => {
-    let target = nodes[0]
+    let target = suite.nodes[0]
     const proxy = await startProxy(() => target)
     try {
-      const withPlugin = await listener(clients, nodes[2], proxy, { plugin: true, label: 'with the plugin' })
-      const without = await listener(clients, nodes[2], proxy, { plugin: false, label: 'without' })
+      const withPlugin = await listener(suite.clients, suite.nodes[2], proxy, { plugin: true, label: 'with the plugin' })
+      const without = await listener(suite.clients, suite.nodes[2], proxy, { plugin: false, label: 'without' })
       // Ten a second: a minute's worth is within the 1000 events a channel keeps.
-      const s = idempotentStream(() => [nodes[2]], 100)
+      const s = idempotentStream(() => [suite.nodes[2]], 100)
       await eventually(() => assert.ok(s.count() >= 10))
       proxy.cut()
-      const killed = await nodes[0].kill('SIGKILL')
+      const killed = await suite.nodes[0].kill('SIGKILL')
       assert.equal(killed.signal, 'SIGKILL')
-      target = nodes[1] // the balancer sends the reconnects elsewhere
+      target = suite.nodes[1] // the balancer sends the reconnects elsewhere
       // A minute: pusher-js's own attempts time out meanwhile and it goes
       // on trying (the single-node suite cuts for 5 s).
       await sleep(60_000)
@@ -105,50 +115,40 @@ describe('recovery over three nodes of a cluster', { skip: !haveRedis && 'redis-
       await assertRecovered(() => withPlugin.got, sent, 'with the plugin, on another node')
       assertLost(without.got, sent, 'without the plugin')
     } finally {
-      clients.closeAll()
+      suite.clients.closeAll()
       await proxy.close()
     }
   })
 })
 
 describe('a rolling restart of a cluster under load', { skip: !haveRedis && 'redis-server is not installed' }, () => {
-  let redis, nodes
-  const clients = new Clients()
-  before(async () => {
-    redis = await startRedis()
-    nodes = await startNodes(redis, 3, ENV)
-  })
-  after(async () => {
-    clients.closeAll()
-    await Promise.allSettled(nodes.map((n) => n.kill('SIGKILL')))
-    await redis?.stop()
-  })
+  const suite = threeNodes()
 
   it('restarting every node in turn (SIGTERM, 4200, reconnect elsewhere) delivers every event exactly once, in order, to every subscriber', async () => {
     // The balancer: each new WebSocket to the next node that serves; the
     // HTTP fallback's requests, which make one session, all to one node
     // (sticky, as balancers are set up for it) until that one goes.
-    let live = [...nodes]
+    let live = [...suite.nodes]
     let turn = 0
-    let sticky = nodes[0]
+    let sticky = suite.nodes[0]
     const proxy = await startProxy(() => live[turn++ % live.length])
     const stickyProxy = await startProxy(() => sticky)
     const xhr = { httpHost: stickyProxy.host, httpPort: stickyProxy.port, enabledTransports: ['xhr_streaming'], enableStats: false }
     try {
       const listeners = []
       for (const [i, [via, options]] of [[proxy, {}], [proxy, {}], [stickyProxy, xhr]].entries()) {
-        listeners.push(await listener(clients, nodes[0], via, { plugin: true, options, user: `u${i}`, label: `client ${i}` }))
+        listeners.push(await listener(suite.clients, suite.nodes[0], via, { plugin: true, options, user: `u${i}`, label: `client ${i}` }))
       }
       const s = idempotentStream(() => live)
       await eventually(() => assert.ok(s.count() >= 10))
-      for (let i = 0; i < nodes.length; i++) {
-        const old = nodes[i]
+      for (let i = 0; i < suite.nodes.length; i++) {
+        const old = suite.nodes[i]
         live = live.filter((n) => n !== old)
         if (sticky === old) sticky = live[0]
         await old.stop() // SIGTERM: every WebSocket closes with 4200
-        const fresh = await startHerald({ db: old.db, env: { HERALD_REDIS_URL: redis.url, HERALD_NODE_ID: old.id, ...ENV } })
-        nodes[i] = { ...fresh, id: old.id }
-        live.push(nodes[i])
+        const fresh = await startHerald({ db: old.db, env: { HERALD_REDIS_URL: suite.redis.url, HERALD_NODE_ID: old.id, ...ENV } })
+        suite.nodes[i] = { ...fresh, id: old.id }
+        live.push(suite.nodes[i])
         await eventually(() => assert.ok(listeners.every((l) => l.c.pusher.connection.state === 'connected')), 20_000)
         await sleep(1000) // triggers flow on the restarted cluster before the next node goes
       }
@@ -169,7 +169,7 @@ describe('a rolling restart of a cluster under load', { skip: !haveRedis && 'red
         for (const name of CHANNELS) assert.ok(l.got[name].recovered.length >= 1, `${l.c.label}: ${name}: never recovered`)
       }
     } finally {
-      clients.closeAll()
+      suite.clients.closeAll()
       await proxy.close()
       await stickyProxy.close()
     }
