@@ -40,9 +40,6 @@ import (
 // shutdownGrace is how long in-flight requests get after SIGINT or SIGTERM.
 const shutdownGrace = 10 * time.Second
 
-// nodeOptions are passed to every node serve starts; tests set them.
-var nodeOptions []node.Option
-
 const usage = `usage: herald [serve] [--addr ADDR] [--db FILE] [--config FILE]
        herald <command> [arguments]
 
@@ -59,12 +56,13 @@ Commands:
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Getenv, node.Options{}, os.Stdout, os.Stderr))
 }
 
 // run runs the command of args in the environment getenv reads (os.Getenv,
-// or a test's).
-func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// or a test's); a node it serves takes opts (main gives the zero value,
+// tests tune it).
+func run(args []string, getenv func(string) string, opts node.Options, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -82,7 +80,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	var err error
 	switch cmd {
 	case "serve":
-		err = serve(ctx, args, getenv, stderr)
+		err = serve(ctx, args, getenv, opts, stderr)
 	case "apps", "instances", "backup", "copy", "migrate":
 		err = manage(ctx, cmd, args, getenv, stdout, stderr)
 	case "healthcheck":
@@ -127,7 +125,9 @@ func manage(ctx context.Context, cmd string, args []string, getenv func(string) 
 	}
 }
 
-func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+// serve runs a node of the configuration of args and getenv, with the
+// options opts, until ctx ends (SIGINT or SIGTERM) or it fails.
+func serve(ctx context.Context, args []string, getenv func(string) string, opts node.Options, stderr io.Writer) error {
 	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		log.Warn(w)
 	}
 
-	n, err := node.New(ctx, cfg, log, nodeOptions...)
+	n, err := node.New(ctx, cfg, log, opts)
 	if err != nil {
 		return err
 	}

@@ -28,8 +28,13 @@ import (
 // herald calls run with args in the environment env (none of the test
 // process's) and returns its exit code and output.
 func herald(env map[string]string, args ...string) (code int, stdout, stderr string) {
+	return heraldWith(node.Options{}, env, args...)
+}
+
+// heraldWith is herald with the options opts for a node it serves.
+func heraldWith(opts node.Options, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	code = run(args, func(name string) string { return env[name] }, &out, &errOut)
+	code = run(args, func(name string) string { return env[name] }, opts, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -335,10 +340,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// serveInBackground runs `herald serve` in the environment env until the
-// test stops it with stop, which sends SIGTERM and checks a clean exit. It
-// returns once check passes (the server answers).
-func serveInBackground(t *testing.T, env map[string]string, check func() error) (stop func()) {
+// serveInBackground runs `herald serve` in the environment env, its node
+// with the options opts, until the test stops it with stop, which sends
+// SIGTERM and checks a clean exit. It returns once check passes (the server
+// answers).
+func serveInBackground(t *testing.T, env map[string]string, opts node.Options, check func() error) (stop func()) {
 	t.Helper()
 	type result struct {
 		code   int
@@ -346,7 +352,7 @@ func serveInBackground(t *testing.T, env map[string]string, check func() error) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, _, stderr := herald(env, "serve")
+		code, _, stderr := heraldWith(opts, env, "serve")
 		done <- result{code, stderr}
 	}()
 	wait.NoError(t, func() error {
@@ -371,7 +377,7 @@ func serveInBackground(t *testing.T, env map[string]string, check func() error) 
 func TestRunHealthcheck(t *testing.T) {
 	addr := freeAddr(t)
 	env := map[string]string{"HERALD_LOG_LEVEL": "error", "HERALD_ADDR": addr, "HERALD_DB": filepath.Join(t.TempDir(), "herald.db")}
-	stop := serveInBackground(t, env, func() error {
+	stop := serveInBackground(t, env, node.Options{}, func() error {
 		if code, _, stderr := herald(env, "healthcheck"); code != 0 {
 			return errors.New(stderr)
 		}
@@ -422,9 +428,6 @@ func TestReadyURL(t *testing.T) {
 // SIGHUP reloads the TLS certificate (the file watch is made slow here, so
 // only the signal can be what reloads it); healthcheck probes over https.
 func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
-	orig := nodeOptions
-	nodeOptions = []node.Option{node.WithCertPoll(time.Hour)}
-	t.Cleanup(func() { nodeOptions = orig })
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca := testcert.NewCA(t)
@@ -442,7 +445,7 @@ func TestRunServeTLSReloadsOnSIGHUP(t *testing.T) {
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 	}
-	stop := serveInBackground(t, env, func() error { _, err := serial(); return err })
+	stop := serveInBackground(t, env, node.Options{CertPoll: time.Hour}, func() error { _, err := serial(); return err })
 	defer stop()
 	if code, _, stderr := herald(env, "healthcheck"); code != 0 {
 		t.Fatalf("healthcheck over https: %d %s", code, stderr)

@@ -36,7 +36,7 @@ func clusterNode(t *testing.T, rs *testredis.Server, prefix, id string, changes 
 	for _, change := range changes {
 		change(&cfg)
 	}
-	n, url := serveNode(t, cfg, WithClusterKeys(prefix), WithClusterHeartbeat(100*time.Millisecond, time.Second))
+	n, url := serveNodeWith(t, cfg, Options{ClusterPrefix: prefix, ClusterHeartbeat: 100 * time.Millisecond, ClusterNodeTTL: time.Second})
 	return n, strings.TrimPrefix(url, "http://")
 }
 

@@ -30,7 +30,7 @@ func runCrashChild() {
 		os.Exit(2)
 	}
 	log, _ := config.Logger("json", "error")
-	n, err := New(context.Background(), cfg, log)
+	n, err := New(context.Background(), cfg, log, Options{})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(2)

@@ -44,7 +44,7 @@ func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 	}))
 	t.Cleanup(stuck.Close)
 	cfg.APNsURL = stuck.URL
-	n, base := serveNode(t, cfg, WithPush(pushOpts))
+	n, base := serveNodeWith(t, cfg, Options{Push: pushOpts})
 	in, err := n.db.GetInstance(t.Context(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestStuckGatewayHoldsUpOnlyItself(t *testing.T) {
 // longer parses (it resolves to no device rather than blocking the queue).
 func TestPublishesWithoutTargetsFinish(t *testing.T) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), Options{Push: gw.pushOptions()})
 	register(t, base, "fcm", "fcm-token-1", "news")
 	var ids []string
 	for _, p := range []struct{ path, body string }{

@@ -95,7 +95,7 @@ func send(method, url string, body any, headers ...string) (int, http.Header, []
 func TestPostgreSQLFailover(t *testing.T) {
 	pair := testpg.StartPair(t)
 	gw := startGateways(t)
-	n, base := serveNode(t, pushIfOfflineConfig(t, gw, pair.Database(t)), WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, pushIfOfflineConfig(t, gw, pair.Database(t)), Options{Push: gw.pushOptions()})
 	ctx := context.Background()
 	root := base + "/device_api/v1/instances/" + beamsInstance
 	for i := range 4 {

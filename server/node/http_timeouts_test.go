@@ -271,7 +271,7 @@ func TestTrustedProxiesWired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			core, logs := observer.New(zapcore.DebugLevel)
 			cfg := config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TrustedProxies: tt.trusted}
-			_, addr := serveNodeLog(t, cfg, zap.New(core))
+			_, addr := serveNodeLog(t, cfg, zap.New(core), Options{})
 			req, _ := http.NewRequest("GET", "http://"+addr+"/healthz", nil)
 			req.Header.Set("X-Forwarded-For", "203.0.113.7")
 			res, err := http.DefaultClient.Do(req)
@@ -286,7 +286,7 @@ func TestTrustedProxiesWired(t *testing.T) {
 		})
 	}
 	// A list that is not addresses stops the node from starting.
-	_, err := New(context.Background(), config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TrustedProxies: []string{"proxy.example"}}, zap.NewNop())
+	_, err := New(context.Background(), config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TrustedProxies: []string{"proxy.example"}}, zap.NewNop(), Options{})
 	if err == nil || !strings.Contains(err.Error(), "HERALD_TRUSTED_PROXIES") {
 		t.Fatalf("New with a bad proxy: %v", err)
 	}

@@ -97,7 +97,7 @@ func TestPublishRetriedAcrossRestart(t *testing.T) {
 	gw := startGateways(t)
 	cfg := pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db"))
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	n, err := New(context.Background(), cfg, log, WithPush(gw.pushOptions()))
+	n, err := New(context.Background(), cfg, log, Options{Push: gw.pushOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestPublishRetriedAcrossRestart(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	_, base2 := serveNode(t, cfg, WithPush(gw.pushOptions()))
+	_, base2 := serveNodeWith(t, cfg, Options{Push: gw.pushOptions()})
 	again, err := client(base2).PublishToInterestsWithResponse(context.Background(), beamsInstance, key, body)
 	if err != nil || again.JSON200 == nil || again.JSON200.PublishID != first.JSON200.PublishID || again.HTTPResponse.Header.Get(httpapi.IdempotentReplayedHeader) != "true" {
 		t.Fatalf("the retry after a restart: %v %v, want publish %s replayed", again, err, first.JSON200.PublishID)

@@ -104,54 +104,48 @@ type Node struct {
 	bg      sync.WaitGroup // the background loops (startBackground)
 }
 
-// Option tunes a node beyond what the operator's configuration says; tests
-// and benchmarks use them.
-type Option func(*options)
-
-type options struct {
-	push     push.Options
-	traffic  traffic.Options
-	certPoll time.Duration
-	reload   time.Duration // how often the directories check the database; 0: appReloadInterval
-
-	clusterPrefix                    string
-	clusterHeartbeat, clusterNodeTTL time.Duration
+// Options tune a node beyond what the operator's configuration says; tests
+// and benchmarks set them. The zero value is what `herald serve` runs with.
+type Options struct {
+	// Push is the push delivery tuning; zero fields take push.Options'
+	// defaults. The node adds the configuration's Web Push allowed hosts
+	// to its own, and fills the owner, the lease and the webhook dialer
+	// from the configuration when they are unset (startPush).
+	Push push.Options
+	// Traffic tunes the console's traffic charts (interval, points, keys);
+	// zero fields take traffic.Options' defaults. Tests make the interval
+	// long and call the recorder's Sample themselves.
+	Traffic traffic.Options
+	// CertPoll is how often the TLS certificate files are checked for a
+	// change; certPollInterval when 0. Tests of SIGHUP make it long.
+	CertPoll time.Duration
+	// DirectoryReload is how often the directories of apps and instances
+	// check the database for changes; appReloadInterval when 0. Tests of
+	// what takes effect without that check make it long.
+	DirectoryReload time.Duration
+	// ClusterPrefix is the prefix of the node's Redis keys and channels in
+	// cluster mode (cluster.Options.Prefix), so that tests can run several
+	// clusters on one Redis; empty: the cluster's own.
+	ClusterPrefix string
+	// ClusterHeartbeat is how often the node renews its heartbeat in
+	// cluster mode, and ClusterNodeTTL how long one lasts before the node
+	// counts as dead (cluster.Options); 0: the cluster's defaults.
+	ClusterHeartbeat, ClusterNodeTTL time.Duration
 
 	closed func(name string) // tests: told the name of each closer as it runs
 }
 
-// WithClusterKeys sets the prefix of the node's Redis keys and channels in
-// cluster mode, so that tests can run several clusters on one Redis.
-func WithClusterKeys(prefix string) Option {
-	return func(opts *options) { opts.clusterPrefix = prefix }
+// WithDefaults returns o with the defaults in place of its zero fields
+// (those the node fills itself; Push, Traffic and the cluster's are filled
+// by their packages).
+func (o Options) WithDefaults() Options {
+	o.CertPoll = cmp.Or(o.CertPoll, certPollInterval)
+	o.DirectoryReload = cmp.Or(o.DirectoryReload, appReloadInterval)
+	return o
 }
-
-// WithClusterHeartbeat sets how often a node renews its heartbeat and how
-// long one lasts before the node counts as dead (cluster.Options).
-func WithClusterHeartbeat(every, ttl time.Duration) Option {
-	return func(opts *options) { opts.clusterHeartbeat, opts.clusterNodeTTL = every, ttl }
-}
-
-// WithCertPoll sets how often the TLS certificate files are checked for a
-// change (default certPollInterval); tests of SIGHUP make it long.
-func WithCertPoll(d time.Duration) Option { return func(opts *options) { opts.certPoll = d } }
-
-// WithDirectoryReload sets how often the directories of apps and instances
-// check the database for changes (default appReloadInterval); tests of what
-// takes effect without that check make it long.
-func WithDirectoryReload(d time.Duration) Option { return func(opts *options) { opts.reload = d } }
-
-// WithTraffic sets the tuning of the console's traffic charts (interval,
-// points, keys); zero fields take traffic's defaults. Tests make the
-// interval long and call the recorder's Sample themselves.
-func WithTraffic(t traffic.Options) Option { return func(opts *options) { opts.traffic = t } }
-
-// WithPush sets the push delivery tuning; zero fields take push.Options'
-// defaults.
-func WithPush(o push.Options) Option { return func(opts *options) { opts.push = o } }
 
 // New opens the database, prepares the default app and instance, and wires the
-// APIs. It does not listen yet; see Serve.
+// APIs, as cfg says and tuned by o. It does not listen yet; see Serve.
 //
 // It runs the start-up's steps in order; each one that opens something
 // pushes how to close it (closers), and Shutdown, or a failed start, runs
@@ -159,11 +153,8 @@ func WithPush(o push.Options) Option { return func(opts *options) { opts.push = 
 // needs, backwards: the database, the background loops that read it, push
 // delivery, the webhook sender, the hub, the cluster, the WebSockets, the
 // upgrade server, the HTTP server and its fallback sessions, the console.
-func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option) (_ *Node, err error) {
-	o := options{certPoll: certPollInterval}
-	for _, opt := range opts {
-		opt(&o)
-	}
+func New(ctx context.Context, cfg config.Config, log *zap.Logger, o Options) (_ *Node, err error) {
+	o = o.WithDefaults()
 	n := &Node{log: log, hub: hub.New(log.Named("hub"))}
 	n.closers.ran = o.closed
 	defer func() {
@@ -184,8 +175,8 @@ func New(ctx context.Context, cfg config.Config, log *zap.Logger, opts ...Option
 	// everything else, before the database closes.
 	loops, stop := context.WithCancel(context.Background())
 	n.closers.push("background loops", func(context.Context) error { stop(); n.bg.Wait(); return nil })
-	n.ops = newOps(cfg, n.db, n.hub, n.apps, n.instances, log, o.traffic)
-	if err := n.startPush(ctx, cfg, &o); err != nil {
+	n.ops = newOps(cfg, n.db, n.hub, n.apps, n.instances, log, o.Traffic)
+	if err := n.startPush(ctx, cfg, o.Push); err != nil {
 		return nil, err
 	}
 	n.startWebhooks(cfg)
@@ -285,21 +276,21 @@ func (n *Node) openStorage(ctx context.Context, cfg config.Config) error {
 
 // startPush starts push delivery: the Beams publishes' workers, which
 // Shutdown stops after the webhook sender.
-func (n *Node) startPush(ctx context.Context, cfg config.Config, o *options) error {
+func (n *Node) startPush(ctx context.Context, cfg config.Config, opts push.Options) error {
 	// Web Push endpoints come from anonymous clients: only the operator's
 	// hosts may be private or plain http (the options may add test hosts).
-	o.push.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, o.push.WebPushAllowedHosts)
-	if o.push.Owner == "" {
-		o.push.Owner = cfg.NodeID // the pages' leases and a publish's split name the node; random when unset on PostgreSQL
+	opts.WebPushAllowedHosts = slices.Concat(cfg.WebPushAllowedHosts, opts.WebPushAllowedHosts)
+	if opts.Owner == "" {
+		opts.Owner = cfg.NodeID // the pages' leases and a publish's split name the node; random when unset on PostgreSQL
 	}
-	if o.push.Lease == 0 {
-		o.push.Lease = cfg.PushLease
+	if opts.Lease == 0 {
+		opts.Lease = cfg.PushLease
 	}
 	if dial := webhookDial(cfg); dial != nil {
-		o.push.WebhookDialContext = dial // publish webhooks are refused the same addresses
+		opts.WebhookDialContext = dial // publish webhooks are refused the same addresses
 	}
-	o.push.OnOutcome = n.ops.pushOutcome // the console's traffic charts, per instance
-	n.push = push.New(n.db, n.instances, n.log.Named("push"), o.push)
+	opts.OnOutcome = n.ops.pushOutcome // the console's traffic charts, per instance
+	n.push = push.New(n.db, n.instances, n.log.Named("push"), opts)
 	if err := n.push.Start(ctx); err != nil {
 		return fmt.Errorf("starting push delivery: %w", err)
 	}
@@ -337,14 +328,14 @@ func (n *Node) startWebhooks(cfg config.Config) {
 
 // joinCluster joins the cluster over Redis when the configuration names
 // one; on a single node it does nothing.
-func (n *Node) joinCluster(cfg config.Config, o options) error {
+func (n *Node) joinCluster(cfg config.Config, o Options) error {
 	if cfg.RedisURL == "" {
 		return nil
 	}
 	apps := n.apps
 	cl, err := cluster.New(n.log.Named("cluster"), n.hub, cluster.Options{
-		URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.clusterPrefix,
-		Heartbeat: o.clusterHeartbeat, NodeTTL: o.clusterNodeTTL,
+		URL: cfg.RedisURL, CAFile: cfg.RedisCAFile, NodeID: cfg.NodeID, Prefix: o.ClusterPrefix,
+		Heartbeat: o.ClusterHeartbeat, NodeTTL: o.ClusterNodeTTL,
 		Settings: func(appID string) cluster.AppSettings {
 			app := apps.ByID(appID)
 			if app == nil {
@@ -443,16 +434,15 @@ func (n *Node) serveHTTP(cfg config.Config, engine *gin.Engine) {
 // startBackground starts the node's loops: the directories' reloads, the
 // sweep of expired cache events and keys, the console's charts and the
 // certificate watch, until ctx ends (Shutdown ends it).
-func (n *Node) startBackground(ctx context.Context, o options) {
-	reload := cmp.Or(o.reload, appReloadInterval)
-	n.bg.Go(func() { n.apps.Run(ctx, reload) })
-	n.bg.Go(func() { n.instances.Run(ctx, reload) })
+func (n *Node) startBackground(ctx context.Context, o Options) {
+	n.bg.Go(func() { n.apps.Run(ctx, o.DirectoryReload) })
+	n.bg.Go(func() { n.instances.Run(ctx, o.DirectoryReload) })
 	n.bg.Go(func() { n.sweepCache(ctx) })
 	if h := n.ops.traffic; h != nil {
 		n.bg.Go(func() { h.Run(ctx.Done()) })
 	}
 	if n.cert != nil {
-		n.bg.Go(func() { n.cert.watch(ctx, o.certPoll) })
+		n.bg.Go(func() { n.cert.watch(ctx, o.CertPoll) })
 	}
 }
 

@@ -33,7 +33,7 @@ func TestPushMetrics(t *testing.T) {
 	}))
 	t.Cleanup(flaky.Close)
 	cfg.FCMURL = flaky.URL
-	n, base := serveNode(t, cfg, WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, cfg, Options{Push: gw.pushOptions()})
 	in, err := n.db.GetInstance(t.Context(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)

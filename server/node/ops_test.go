@@ -288,10 +288,10 @@ func TestConsoleStream(t *testing.T) {
 func TestNoConsoleWithoutToken(t *testing.T) {
 	rs := testredis.Start(t)
 	for _, token := range []string{"", testAdminToken} {
-		n, _ := serveNode(t, config.Config{
+		n, _ := serveNodeWith(t, config.Config{
 			DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
 			AdminToken: token, RedisURL: rs.URL(), NodeID: "a",
-		}, WithClusterKeys(fmt.Sprintf("noconsole%d:", time.Now().UnixNano())))
+		}, Options{ClusterPrefix: fmt.Sprintf("noconsole%d:", time.Now().UnixNano())})
 		if got, want := n.ops.traffic != nil, token != ""; got != want {
 			t.Errorf("admin token %q: history recorder kept = %v, want %v", token, got, want)
 		}
@@ -307,10 +307,10 @@ func TestNoConsoleWithoutToken(t *testing.T) {
 // once, and the new ones work.
 func TestAdminChangesTakeEffectOnTheNodeAtOnce(t *testing.T) {
 	const instance = "6c1a2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
-	_, url := serveNode(t, config.Config{
+	_, url := serveNodeWith(t, config.Config{
 		DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
 		InstanceID: instance, InstanceSecretKey: "instance-secret-before", AdminToken: testAdminToken,
-	}, WithDirectoryReload(time.Hour))
+	}, Options{DirectoryReload: time.Hour})
 	rotate := func(path string) map[string]any {
 		t.Helper()
 		req, _ := http.NewRequest("POST", url+"/admin/v1/"+path+"/rotate-secret", nil)

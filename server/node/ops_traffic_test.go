@@ -36,7 +36,7 @@ func TestConsoleTraffic(t *testing.T) {
 	opts.MaxAttempts = 2 // a token unavailable twice: retried, then failed
 	// The recorder's own ticks never come; the test samples at times of
 	// its own, a second apart, so that a series' points add up to its count.
-	n, base := serveNode(t, cfg, WithPush(opts), WithTraffic(traffic.Options{Interval: time.Hour}))
+	n, base := serveNodeWith(t, cfg, Options{Push: opts, Traffic: traffic.Options{Interval: time.Hour}})
 	rec := n.ops.traffic
 	// sums adds up each series' last points: a second apart, they add up
 	// to its count.

@@ -28,7 +28,7 @@ func TestUnstorablePayloadsAreRefused(t *testing.T) {
 
 func testUnstorablePayloads(t *testing.T, db string) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushIfOfflineConfig(t, gw, db), WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, pushIfOfflineConfig(t, gw, db), Options{Push: gw.pushOptions()})
 	channels, err := channelsclient.NewClientWithResponses(base, channelsclient.WithRequestEditorFn(clientauth.ChannelsSigner("go-sdk-key", "go-sdk-secret")))
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +95,12 @@ func TestPushIfOfflineWebhookGuarded(t *testing.T) {
 	}
 	cfg := pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db"))
 	cfg.WebPushAllowedHosts = nil
-	_, base := serveNode(t, cfg, WithPush(gw.pushOptions()))
+	_, base := serveNodeWith(t, cfg, Options{Push: gw.pushOptions()})
 	if res := trigger(base); res.StatusCode() != 400 || !strings.Contains(string(res.Body), "invalid_webhook_url") {
 		t.Fatalf("a loopback webhook by default: %d %s, want 400 invalid_webhook_url", res.StatusCode(), res.Body)
 	}
 
-	_, base = serveNode(t, pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
+	_, base = serveNodeWith(t, pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), Options{Push: gw.pushOptions()})
 	res := trigger(base)
 	if res.JSON200 == nil || res.JSON200.PublishID == nil {
 		t.Fatalf("a loopback webhook of an allowed host: %d %s, want 200 with a publish_id", res.StatusCode(), res.Body)

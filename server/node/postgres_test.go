@@ -59,8 +59,8 @@ func TestTwoNodesDispatchEachPublishOnceOnPostgreSQL(t *testing.T) {
 	gw := startGateways(t)
 	opts := gw.pushOptions()
 	opts.PageSize = 5 // many pages, read over a while
-	na, a := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
-	_, b := serveNode(t, pushConfig(t, gw, dsn), WithPush(opts))
+	na, a := serveNodeWith(t, pushConfig(t, gw, dsn), Options{Push: opts})
+	_, b := serveNodeWith(t, pushConfig(t, gw, dsn), Options{Push: opts})
 	seedDevices(t, na.db, devices-3, "news", webTokens(t, gw))
 	// Three more as the client SDKs register them, through node A's Device API.
 	register(t, a, "apns", fmt.Sprintf("%064x", devices), "news")

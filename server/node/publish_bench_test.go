@@ -159,7 +159,7 @@ func benchmarkPublish100k(b *testing.B, db string, dbCPU func() time.Duration) {
 		FCMServiceAccountFile: fk.cfg.FCMServiceAccountFile, FCMURL: fk.cfg.FCMURL,
 		WebPushAllowedHosts: []string{"127.0.0.1", "localhost"}, // the fakes listen on loopback
 	}
-	n, base := serveNode(b, cfg, WithPush(push.Options{RootCAs: roots})) // otherwise production defaults
+	n, base := serveNodeWith(b, cfg, Options{Push: push.Options{RootCAs: roots}}) // otherwise production defaults
 	var subs []struct {
 		Token string `json:"token"`
 	}

@@ -33,8 +33,8 @@ func TestTwoNodesShareThePublishRateLimitOnPostgreSQL(t *testing.T) {
 	)
 	dsn := testpg.Start(t)
 	gw := startGateways(t)
-	_, a := serveNode(t, pushConfig(t, gw, dsn), WithPush(gw.pushOptions()))
-	_, b := serveNode(t, pushConfig(t, gw, dsn), WithPush(gw.pushOptions()))
+	_, a := serveNodeWith(t, pushConfig(t, gw, dsn), Options{Push: gw.pushOptions()})
+	_, b := serveNodeWith(t, pushConfig(t, gw, dsn), Options{Push: gw.pushOptions()})
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	defer client.CloseIdleConnections()

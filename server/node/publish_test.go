@@ -88,17 +88,23 @@ func (gw *gateways) roots() *x509.CertPool {
 }
 
 // serveNode starts a node with cfg on a free port until the test ends.
-func serveNode(t testing.TB, cfg config.Config, opts ...Option) (*Node, string) {
+func serveNode(t testing.TB, cfg config.Config) (*Node, string) {
 	t.Helper()
-	n, addr := serveNodeLog(t, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts...)
+	return serveNodeWith(t, cfg, Options{})
+}
+
+// serveNodeWith is serveNode with the node's options o.
+func serveNodeWith(t testing.TB, cfg config.Config, o Options) (*Node, string) {
+	t.Helper()
+	n, addr := serveNodeLog(t, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), o)
 	return n, "http://" + addr
 }
 
-// serveNodeLog starts a node with cfg logging to log on a free port until
-// the test ends, and returns it with its host:port.
-func serveNodeLog(t testing.TB, cfg config.Config, log *zap.Logger, opts ...Option) (*Node, string) {
+// serveNodeLog starts a node with cfg and the options o, logging to log, on
+// a free port until the test ends, and returns it with its host:port.
+func serveNodeLog(t testing.TB, cfg config.Config, log *zap.Logger, o Options) (*Node, string) {
 	t.Helper()
-	n, err := New(context.Background(), cfg, log, opts...)
+	n, err := New(context.Background(), cfg, log, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +290,7 @@ func TestBeamsPublishGoSDK(t *testing.T) {
 // a node whose state is in db, a SQLite file or a PostgreSQL URL.
 func testBeamsPublishGoSDK(t *testing.T, db string) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushConfig(t, gw, db), WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, pushConfig(t, gw, db), Options{Push: gw.pushOptions()})
 	in, err := n.db.GetInstance(context.Background(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)

@@ -177,7 +177,7 @@ func publishCount(t *testing.T, n *Node) int {
 // whose status the Publish API answers.
 func TestPushIfOfflineOneNode(t *testing.T) {
 	gw := startGateways(t)
-	n, base := serveNode(t, pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, pushIfOfflineConfig(t, gw, filepath.Join(t.TempDir(), "herald.db")), Options{Push: gw.pushOptions()})
 	in, err := n.db.GetInstance(context.Background(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestPushIfOfflineThreeNodes(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		cfg := pushIfOfflineConfig(t, gw, db)
 		cfg.RedisURL, cfg.NodeID = rs.URL(), id
-		n, base := serveNode(t, cfg, WithPush(gw.pushOptions()), WithClusterKeys(prefix), WithClusterHeartbeat(100*time.Millisecond, time.Second))
+		n, base := serveNodeWith(t, cfg, Options{Push: gw.pushOptions(), ClusterPrefix: prefix, ClusterHeartbeat: 100 * time.Millisecond, ClusterNodeTTL: time.Second})
 		nodes, addrs = append(nodes, n), append(addrs, strings.TrimPrefix(base, "http://"))
 	}
 	in, err := nodes[0].db.GetInstance(context.Background(), beamsInstance)

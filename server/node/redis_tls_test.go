@@ -19,12 +19,12 @@ func TestClusterNodeTrustsTheRedisCAFile(t *testing.T) {
 	files := testredis.TLS(testcert.ServerFiles(t))
 	rs := testredis.StartTLS(t, files)
 
-	_, url := serveNode(t, config.Config{
+	_, url := serveNodeWith(t, config.Config{
 		DB:          filepath.Join(t.TempDir(), "herald.db"),
 		RedisURL:    rs.URL(),
 		RedisCAFile: rs.CAFile(),
 		NodeID:      "tls",
-	}, WithClusterKeys(fmt.Sprintf("nodetls%d:", time.Now().UnixNano())), WithClusterHeartbeat(100*time.Millisecond, time.Second))
+	}, Options{ClusterPrefix: fmt.Sprintf("nodetls%d:", time.Now().UnixNano()), ClusterHeartbeat: 100 * time.Millisecond, ClusterNodeTTL: time.Second})
 	wait.NoError(t, func() error {
 		res, err := http.Get(url + "/readyz")
 		if err != nil {

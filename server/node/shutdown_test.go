@@ -17,10 +17,8 @@ import (
 // closeLog records the closers a node runs, in order.
 type closeLog []string
 
-// option makes the node tell l of each closer it runs.
-func (l *closeLog) option() Option {
-	return func(o *options) { o.closed = func(name string) { *l = append(*l, name) } }
-}
+// record is Options.closed: it adds each closer's name as the node runs it.
+func (l *closeLog) record(name string) { *l = append(*l, name) }
 
 // gracefulOrder is the order in which Shutdown closes a node's parts; the
 // cluster only in cluster mode.
@@ -69,7 +67,7 @@ func TestShutdownClosesInOrderOnce(t *testing.T) {
 					t.Errorf("a second Shutdown closed %q again", closed[len(first):])
 				}
 			})
-			n, _ := serveNode(t, cfg, closed.option(), WithClusterKeys(fmt.Sprintf("shutdown%d:", time.Now().UnixNano())))
+			n, _ := serveNodeWith(t, cfg, Options{ClusterPrefix: fmt.Sprintf("shutdown%d:", time.Now().UnixNano()), closed: closed.record})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := n.Shutdown(ctx); err != nil {
@@ -89,7 +87,7 @@ func TestShutdownClosesInOrderOnce(t *testing.T) {
 func TestFailedStartClosesWhatStarted(t *testing.T) {
 	var closed closeLog
 	cfg := config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TrustedProxies: []string{"proxy.example"}}
-	if _, err := New(context.Background(), cfg, zap.NewNop(), closed.option()); err == nil {
+	if _, err := New(context.Background(), cfg, zap.NewNop(), Options{closed: closed.record}); err == nil {
 		t.Fatal("the start did not fail")
 	}
 	want := without(gracefulOrder, "console and metrics listener", "http fallback sessions", "http server", "upgrades", "cluster")

@@ -36,7 +36,7 @@ func servedSerial(addr string, ca *testcert.CA) (int64, error) {
 
 // tlsNode serves a node with TLS from a certificate of ca (serial 1) and
 // returns it, its host:port and the certificate files.
-func tlsNode(t *testing.T, ca *testcert.CA, log *zap.Logger, opts ...Option) (n *Node, addr, certFile, keyFile string) {
+func tlsNode(t *testing.T, ca *testcert.CA, log *zap.Logger, o Options) (n *Node, addr, certFile, keyFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
@@ -48,7 +48,7 @@ func tlsNode(t *testing.T, ca *testcert.CA, log *zap.Logger, opts ...Option) (n 
 		AppSecret:   "go-sdk-secret",
 		TLSCertFile: certFile,
 		TLSKeyFile:  keyFile,
-	}, log, opts...)
+	}, log, o)
 	return n, addr, certFile, keyFile
 }
 
@@ -57,7 +57,7 @@ func tlsNode(t *testing.T, ca *testcert.CA, log *zap.Logger, opts ...Option) (n 
 // the wss client; plain HTTP on the same port is refused.
 func TestTLSServesHTTPSAndWSS(t *testing.T) {
 	ca := testcert.NewCA(t)
-	_, addr, _, _ := tlsNode(t, ca, zap.NewNop())
+	_, addr, _, _ := tlsNode(t, ca, zap.NewNop(), Options{})
 	// HTTP/2 for the APIs, as ServeTLS offers it; the WebSocket client
 	// speaks HTTP/1.1, as browsers and pusher-js do for WebSockets.
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}, ForceAttemptHTTP2: true}}
@@ -126,7 +126,7 @@ func TestTLSServesHTTPSAndWSS(t *testing.T) {
 // A renewed certificate is served once its files change, without a signal.
 func TestTLSReloadsWhenTheFilesChange(t *testing.T) {
 	ca := testcert.NewCA(t)
-	_, addr, certFile, keyFile := tlsNode(t, ca, zap.NewNop(), WithCertPoll(10*time.Millisecond))
+	_, addr, certFile, keyFile := tlsNode(t, ca, zap.NewNop(), Options{CertPoll: 10 * time.Millisecond})
 	if serial, err := servedSerial(addr, ca); err != nil || serial != 1 {
 		t.Fatalf("served serial %d (%v), want 1", serial, err)
 	}
@@ -146,7 +146,7 @@ func TestTLSReloadKeepsTheOldCertificateOnFailure(t *testing.T) {
 	ca := testcert.NewCA(t)
 	core, logs := observer.New(zapcore.InfoLevel)
 	// The files are checked only on demand here.
-	n, addr, certFile, keyFile := tlsNode(t, ca, zap.New(core), WithCertPoll(time.Hour))
+	n, addr, certFile, keyFile := tlsNode(t, ca, zap.New(core), Options{CertPoll: time.Hour})
 
 	testcert.ReplaceFile(t, certFile, []byte("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n"))
 	err := n.ReloadTLS()
@@ -183,7 +183,7 @@ func TestTLSStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(context.Background(), config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TLSCertFile: tt.cert, TLSKeyFile: tt.key}, zap.NewNop())
+			_, err := New(context.Background(), config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), TLSCertFile: tt.cert, TLSKeyFile: tt.key}, zap.NewNop(), Options{})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("New: got %v, want an error containing %q", err, tt.wantErr)
 			}

@@ -62,7 +62,7 @@ func TestWebPushNeverReachesInternalListener(t *testing.T) {
 	gw := startGateways(t)
 	cfg := pushConfig(t, gw, filepath.Join(t.TempDir(), "herald.db"))
 	cfg.WebPushAllowedHosts = []string{hostPort(t, gw.web.URL), hostPort(t, redirecting.URL)}
-	n, base := serveNode(t, cfg, WithPush(gw.pushOptions()))
+	n, base := serveNodeWith(t, cfg, Options{Push: gw.pushOptions()})
 	in, err := n.db.GetInstance(t.Context(), beamsInstance)
 	if err != nil {
 		t.Fatal(err)
