@@ -39,26 +39,32 @@ type AdminAPI struct {
 	console ConsoleParts // the debug console's endpoints (admin_console.go)
 
 	// changed runs after a change to apps or instances is stored and before
-	// it is answered (OnChange); nil: nothing to run.
+	// it is answered (AdminOptions.OnChange); nil: nothing to run.
 	changed func(context.Context) error
 }
 
 var _ admin.StrictServerInterface = (*AdminAPI)(nil)
 
-// NewAdminAPI returns the admin API, with the parts of the debug console's
-// endpoints (every field set). Mount guards it with Routes.AdminToken.
-func NewAdminAPI(db *storage.DB, h *hub.Hub, console ConsoleParts, log *zap.Logger) *AdminAPI {
-	return &AdminAPI{db: db, hub: h, console: console, log: log.Named("admin")}
+// AdminOptions are the optional parts of the admin API; the zero value runs
+// nothing after a change.
+type AdminOptions struct {
+	// OnChange runs after each change to apps or instances is stored and
+	// before it is answered: the node reloads its directories there, so
+	// that the node that answered acts on the change at once (refuses a
+	// rotated-out secret, a disabled app), not at its next reload. Its
+	// error is logged; the change is stored, and the next reload picks it
+	// up. Nil: nothing runs.
+	OnChange func(context.Context) error
 }
 
-// OnChange has f run after each change to apps or instances is stored and
-// before it is answered: the node reloads its directories there, so that the
-// node that answered acts on the change at once (refuses a rotated-out
-// secret, a disabled app), not at its next reload. An error of f is logged;
-// the change is stored, and the next reload picks it up.
-func (api *AdminAPI) OnChange(f func(context.Context) error) { api.changed = f }
+// NewAdminAPI returns the admin API, with the parts of the debug console's
+// endpoints (every field set) and the optional parts opts gives. Mount
+// guards it with Routes.AdminToken.
+func NewAdminAPI(db *storage.DB, h *hub.Hub, console ConsoleParts, log *zap.Logger, opts AdminOptions) *AdminAPI {
+	return &AdminAPI{db: db, hub: h, console: console, log: log.Named("admin"), changed: opts.OnChange}
+}
 
-// stored runs the OnChange function after a stored change.
+// stored runs AdminOptions.OnChange after a stored change.
 func (api *AdminAPI) stored(ctx context.Context) {
 	if api.changed == nil {
 		return

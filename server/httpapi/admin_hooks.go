@@ -7,11 +7,3 @@ package httpapi
 type TriggerHook func(appID, channel, event, data string)
 
 func noTrigger(string, string, string, string) {}
-
-// OnTrigger installs hook; call it before serving.
-func (api *ChannelsAPI) OnTrigger(hook TriggerHook) {
-	if hook == nil {
-		hook = noTrigger
-	}
-	api.onTrigger = hook
-}

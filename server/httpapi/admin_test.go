@@ -49,13 +49,15 @@ func newAdminServer(t *testing.T) *adminServer {
 	engine.Use(s.spec.middleware)
 	// The node's source of the charts: triggers and deliveries as the hub counts them.
 	s.traffic = traffic.New(traffic.Sources{Apps: traffic.HubApps(s.hub)}, traffic.Options{})
-	channels := NewChannelsAPI(s.hub, testApps, log).History(eventlog.NewMemory(eventlog.Limits{}))
-	channels.OnTrigger(func(appID, channel, event, data string) {
-		s.triggeredMu.Lock()
-		defer s.triggeredMu.Unlock()
-		s.triggered = append(s.triggered, strings.Join([]string{appID, channel, event, data}, " "))
+	channels := NewChannelsAPI(s.hub, testApps, log, ChannelsOptions{
+		History: eventlog.NewMemory(eventlog.Limits{}),
+		OnTrigger: func(appID, channel, event, data string) {
+			s.triggeredMu.Lock()
+			defer s.triggeredMu.Unlock()
+			s.triggered = append(s.triggered, strings.Join([]string{appID, channel, event, data}, " "))
+		},
 	})
-	Mount(engine, Routes{Admin: NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.traffic, Node: "node-a"}, log), AdminToken: adminToken})
+	Mount(engine, Routes{Admin: NewAdminAPI(db, s.hub, ConsoleParts{Channels: channels, History: s.traffic, Node: "node-a"}, log, AdminOptions{}), AdminToken: adminToken})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
 	s.url = srv.URL

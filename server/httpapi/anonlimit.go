@@ -60,20 +60,6 @@ func (l *AnonLimiter) Stats() AnonLimiterStats {
 	return AnonLimiterStats{Refused: l.refused.Load(), Tracked: l.buckets.Len()}
 }
 
-// LimitPerClient makes the Device API take each request from l's budget for
-// its client address (nil: no limit). It returns api, for chaining.
-func (api *DeviceAPI) LimitPerClient(l *AnonLimiter) *DeviceAPI {
-	api.anon = l
-	return api
-}
-
-// LimitPerClient makes the Reporting API take each request from l's budget
-// for its client address (nil: no limit). It returns api, for chaining.
-func (api *ReportingAPI) LimitPerClient(l *AnonLimiter) *ReportingAPI {
-	api.anon = l
-	return api
-}
-
 // handler is the gin middleware: 429 with Retry-After (whole seconds, at
 // least 1) and the error body once the address's bucket is empty. It runs
 // after cors, so a browser can read the answer, and before the instance

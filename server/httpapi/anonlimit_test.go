@@ -42,8 +42,8 @@ func anonEngine(t *testing.T, limiter *AnonLimiter) *gin.Engine {
 		}
 	})
 	Mount(engine, Routes{
-		Device:    NewDeviceAPI(db, dir, log).LimitPerClient(limiter),
-		Reporting: NewReportingAPI(db, dir, log).LimitPerClient(limiter),
+		Device:    NewDeviceAPI(db, dir, log, DeviceOptions{LimitPerClient: limiter}),
+		Reporting: NewReportingAPI(db, dir, log, ReportingOptions{LimitPerClient: limiter}),
 	})
 	return engine
 }

@@ -97,7 +97,7 @@ func (*stalledBody) Close() error { return nil }
 func TestStalledBodyHoldsWhatArrivedNotWhatWasAnnounced(t *testing.T) {
 	log := zap.NewNop()
 	engine := NewEngine(log)
-	Mount(engine, Routes{Channels: NewChannelsAPI(hub.New(log), testApps, log)})
+	Mount(engine, Routes{Channels: NewChannelsAPI(hub.New(log), testApps, log, ChannelsOptions{})})
 	engine.POST("/admin-like", limitBody(MaxAdminBodyBytes), func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	for _, tt := range []struct {
 		name, path string

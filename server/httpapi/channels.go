@@ -49,24 +49,51 @@ type ChannelsAPI struct {
 	log  *zap.Logger
 	now  func() time.Time
 
-	onTrigger TriggerHook // told of every published event (admin_hooks.go)
-	// idem honours Idempotency-Key on triggers and batches; nil until
-	// Idempotency sets it, and then the header is ignored.
-	idem *idempotency.Guard
-	// history keeps the triggered events of the apps that ask for it
-	// (history.go); nil until History sets it, and then no app keeps any.
-	history eventlog.Store
-	// pushes publishes push_if_offline to the apps' Push instances
-	// (pushoffline.go); nil until PushIfOffline sets it, and then
-	// push_if_offline is refused.
-	pushes *PublishAPI
+	// The parts ChannelsOptions gives, as its fields say.
+	onTrigger TriggerHook // admin_hooks.go
+	idem      *idempotency.Guard
+	history   eventlog.Store // history.go
+	pushes    *PublishAPI    // pushoffline.go
 }
 
 var _ channels.StrictServerInterface = (*ChannelsAPI)(nil)
 
-// NewChannelsAPI returns the Channels HTTP API handler.
-func NewChannelsAPI(h *hub.Hub, apps AppLookup, log *zap.Logger) *ChannelsAPI {
-	return &ChannelsAPI{hub: h, apps: apps, log: log.Named("channels"), now: time.Now, onTrigger: noTrigger}
+// ChannelsOptions are the optional parts of the Channels HTTP API; the zero
+// value triggers and reads the hub's channels with none of them.
+type ChannelsOptions struct {
+	// Idempotency makes the API honour the Idempotency-Key header on
+	// triggers and batches, with the guard's keys scoped per app; nil: the
+	// header is ignored.
+	Idempotency *idempotency.Guard
+	// History keeps the events triggered on the channels of the apps that
+	// ask for it (storage.App.HistoryEvents), and serves them on GET
+	// /apps/{app_id}/channels/{channel_name}/events; nil: no app keeps any.
+	History eventlog.Store
+	// PushIfOffline makes the API take push_if_offline on triggers,
+	// publishing through this Publish API to the Push instance an app is
+	// linked to (storage.App.PushInstance); nil: push_if_offline is refused
+	// (push_not_linked).
+	PushIfOffline *PublishAPI
+	// OnTrigger is told of every event published through the API
+	// (TriggerHook); nil: no one is.
+	OnTrigger TriggerHook
+}
+
+// WithDefaults returns o with the defaults in place of its zero fields: a
+// hook that does nothing for OnTrigger.
+func (o ChannelsOptions) WithDefaults() ChannelsOptions {
+	if o.OnTrigger == nil {
+		o.OnTrigger = noTrigger
+	}
+	return o
+}
+
+// NewChannelsAPI returns the Channels HTTP API handler, with the optional
+// parts opts gives.
+func NewChannelsAPI(h *hub.Hub, apps AppLookup, log *zap.Logger, opts ChannelsOptions) *ChannelsAPI {
+	opts = opts.WithDefaults()
+	return &ChannelsAPI{hub: h, apps: apps, log: log.Named("channels"), now: time.Now,
+		onTrigger: opts.OnTrigger, idem: opts.Idempotency, history: opts.History, pushes: opts.PushIfOffline}
 }
 
 // mount binds the API's operations on g (Mount says what comes before).
@@ -102,13 +129,6 @@ const (
 	triggerRoute = "/apps/:app_id/events"
 	batchRoute   = "/apps/:app_id/batch_events"
 )
-
-// Idempotency makes the API honour the Idempotency-Key header on triggers
-// and batches, with g's keys scoped per app; call it before Mount.
-func (api *ChannelsAPI) Idempotency(g *idempotency.Guard) *ChannelsAPI {
-	api.idem = g
-	return api
-}
 
 // requestBodyBytes returns the body authenticate read, whole, whatever the
 // handlers have read of it.

@@ -63,19 +63,20 @@ func benchSignedTrigger(b *testing.B, o triggerBench) {
 	if history {
 		app.HistoryEvents, app.HistoryTTL = 100, time.Hour
 	}
-	api := NewChannelsAPI(h, staticApps{"key1": &app}, log)
+	var apiOpts ChannelsOptions
 	mem := eventlog.NewMemory(eventlog.Limits{})
 	switch {
 	case history && o.unpositioned:
-		api.History(unpositioned{mem})
+		apiOpts.History = unpositioned{mem}
 	case history:
-		api.History(mem)
+		apiOpts.History = mem
 	}
+	if keyed {
+		apiOpts.Idempotency = idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{})
+	}
+	api := NewChannelsAPI(h, staticApps{"key1": &app}, log, apiOpts)
 	at := time.Unix(1_700_000_000, 0)
 	api.now = func() time.Time { return at }
-	if keyed {
-		api.Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
-	}
 	Mount(engine, Routes{Channels: api})
 
 	sub, _ := h.Connect("1", hub.ConnectOptions{})
@@ -184,7 +185,7 @@ func benchSignedTriggerCluster(b *testing.B, rs *testredis.Server, history bool)
 		app.HistoryEvents, app.HistoryTTL = 100, time.Hour
 	}
 	engine := NewEngine(log)
-	api := NewChannelsAPI(h, staticApps{"key1": &app}, log).History(c.EventLog(eventlog.Limits{}))
+	api := NewChannelsAPI(h, staticApps{"key1": &app}, log, ChannelsOptions{History: c.EventLog(eventlog.Limits{})})
 	at := time.Now()
 	api.now = func() time.Time { return at }
 	Mount(engine, Routes{Channels: api})

@@ -48,20 +48,22 @@ type testServer struct {
 
 func newTestServer(t *testing.T) *testServer {
 	t.Helper()
-	return newTestServerWith(t, testApps, func(*ChannelsAPI) {})
+	return newTestServerWith(t, testApps, func(*ChannelsOptions) {})
 }
 
-// newTestServerWith is newTestServer over apps, with the API set up further
-// by configure before it is registered.
-func newTestServerWith(t *testing.T, apps AppLookup, configure func(*ChannelsAPI)) *testServer {
+// newTestServerWith is newTestServer over apps, with the API's options (an
+// in-memory Idempotency guard) set further by configure before the API is
+// built.
+func newTestServerWith(t *testing.T, apps AppLookup, configure func(*ChannelsOptions)) *testServer {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	h := hub.New(log)
 	engine := NewEngine(log)
 	spec := newSpecChecker(t, channels.GetSpec)
 	engine.Use(spec.middleware)
-	api := NewChannelsAPI(h, apps, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
-	configure(api)
+	opts := ChannelsOptions{Idempotency: idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{})}
+	configure(&opts)
+	api := NewChannelsAPI(h, apps, log, opts)
 	Mount(engine, Routes{Channels: api})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)
@@ -571,5 +573,18 @@ func TestValidSocketID(t *testing.T) {
 		if got := validSocketID(s); got != want {
 			t.Errorf("validSocketID(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// A zero ChannelsOptions gets a trigger hook that does nothing, since every
+// publish calls it; a hook that is set is kept.
+func TestChannelsOptionsDefaults(t *testing.T) {
+	if (ChannelsOptions{}).WithDefaults().OnTrigger == nil {
+		t.Fatal("no trigger hook by default")
+	}
+	var told string
+	o := ChannelsOptions{OnTrigger: func(appID, _, _, _ string) { told = appID }}.WithDefaults()
+	if o.OnTrigger("1", "news", "e", "d"); told != "1" {
+		t.Fatalf("the hook set was told %q, want 1", told)
 	}
 }

@@ -65,14 +65,13 @@ func TestTriggerRefusedWhileTheClusterIsUnavailable(t *testing.T) {
 	cl := &switchedCluster{h: h}
 	h.SetCluster(cl)
 	engine := NewEngine(log)
-	api := NewChannelsAPI(h, testApps, log)
 	var mu sync.Mutex
 	var heard []string
-	api.OnTrigger(func(appID, channel, event, _ string) {
+	api := NewChannelsAPI(h, testApps, log, ChannelsOptions{OnTrigger: func(appID, channel, event, _ string) {
 		mu.Lock()
 		heard = append(heard, appID+":"+channel+":"+event)
 		mu.Unlock()
-	})
+	}})
 	Mount(engine, Routes{Channels: api})
 	srv := httptest.NewServer(engine)
 	t.Cleanup(srv.Close)

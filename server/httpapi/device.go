@@ -62,19 +62,33 @@ type DeviceAPI struct {
 	instances InstanceLookup
 	log       *zap.Logger
 	verifier  func(*storage.Instance) beamsauth.Verifier
-	anon      *AnonLimiter // requests per client address (LimitPerClient); nil: no limit
-	// webPush says where web device endpoints may lead (AllowWebPushHosts);
-	// nil: only https to hosts that are not literal internal addresses.
+	anon      *AnonLimiter // requests per client address (DeviceOptions.LimitPerClient); nil: no limit
+	// webPush says where web device endpoints may lead
+	// (DeviceOptions.WebPushAllowedHosts).
 	webPush *netguard.Policy
 }
 
 var _ device.StrictServerInterface = (*DeviceAPI)(nil)
 
-// NewDeviceAPI returns the Device API handler.
-func NewDeviceAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) *DeviceAPI {
+// DeviceOptions are the optional parts of the Device API; the zero value
+// limits no client and takes only Web Push endpoints that are https to
+// hosts that are not literal internal addresses.
+type DeviceOptions struct {
+	// LimitPerClient takes each request from the limiter's budget for its
+	// client address; nil: no limit.
+	LimitPerClient *AnonLimiter
+	// WebPushAllowedHosts lets web devices register endpoints on these
+	// hosts (names or IP addresses, each optionally with ":port";
+	// HERALD_WEBPUSH_ALLOWED_HOSTS) that are private or plain http.
+	WebPushAllowedHosts []string
+}
+
+// NewDeviceAPI returns the Device API handler, with the optional parts opts
+// gives.
+func NewDeviceAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts DeviceOptions) *DeviceAPI {
 	return &DeviceAPI{db: db, instances: instances, log: log.Named("device"), verifier: func(in *storage.Instance) beamsauth.Verifier {
 		return beamsauth.Verifier{InstanceID: in.ID, SecretKey: in.SecretKey, ExtraIssuer: in.JWTIssuer}
-	}}
+	}, anon: opts.LimitPerClient, webPush: netguard.NewPolicy(opts.WebPushAllowedHosts)}
 }
 
 // mount binds the API's operations on g (Mount says what comes before).
@@ -391,15 +405,6 @@ func (api *DeviceAPI) RegisterFcmDevice(ctx context.Context, req device.Register
 		return nil, err
 	}
 	return device.RegisterFcmDevice200JSONResponse{RegisteredJSONResponse: res}, nil
-}
-
-// AllowWebPushHosts lets web devices register endpoints on hosts (names or
-// IP addresses, each optionally with ":port"; HERALD_WEBPUSH_ALLOWED_HOSTS)
-// that are private or plain http. Without it only https endpoints that are
-// not literal internal addresses are accepted. It returns api.
-func (api *DeviceAPI) AllowWebPushHosts(hosts []string) *DeviceAPI {
-	api.webPush = netguard.NewPolicy(hosts)
-	return api
 }
 
 // checkWebEndpoint refuses, with 400, a web token (already checked by

@@ -75,7 +75,7 @@ func newPushEngine(t testing.TB, db *storage.DB, log *zap.Logger, check gin.Hand
 	if check != nil {
 		engine.Use(check)
 	}
-	Mount(engine, Routes{Device: NewDeviceAPI(db, dir, log), Reporting: NewReportingAPI(db, dir, log)})
+	Mount(engine, Routes{Device: NewDeviceAPI(db, dir, log, DeviceOptions{}), Reporting: NewReportingAPI(db, dir, log, ReportingOptions{})})
 	return engine
 }
 

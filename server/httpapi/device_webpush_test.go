@@ -24,7 +24,7 @@ func newWebPushServer(t *testing.T, allowed []string) *pushServer {
 	}
 	s.engine = NewEngine(log)
 	s.engine.Use(s.spec.middleware)
-	Mount(s.engine, Routes{Device: NewDeviceAPI(s.db, dir, log).AllowWebPushHosts(allowed)})
+	Mount(s.engine, Routes{Device: NewDeviceAPI(s.db, dir, log, DeviceOptions{WebPushAllowedHosts: allowed})})
 	srv := httptest.NewServer(s.engine)
 	t.Cleanup(srv.Close)
 	s.url = srv.URL

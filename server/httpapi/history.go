@@ -12,15 +12,6 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
-// History makes the API keep the events triggered on the channels of the
-// apps that ask for it (storage.App.HistoryEvents) in store, and serve them
-// on GET /apps/{app_id}/channels/{channel_name}/events; call it before
-// Mount.
-func (api *ChannelsAPI) History(store eventlog.Store) *ChannelsAPI {
-	api.history = store
-	return api
-}
-
 // historyPolicy is app's history setting as the store takes it.
 func historyPolicy(app *storage.App) eventlog.Policy {
 	return eventlog.Policy{Events: app.HistoryEvents, TTL: app.HistoryTTL}

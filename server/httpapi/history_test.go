@@ -23,7 +23,7 @@ var historyApps = staticApps{
 func newHistoryServer(t *testing.T) *testServer {
 	t.Helper()
 	store := eventlog.NewMemory(eventlog.Limits{})
-	return newTestServerWith(t, historyApps, func(api *ChannelsAPI) { api.History(store) })
+	return newTestServerWith(t, historyApps, func(o *ChannelsOptions) { o.History = store })
 }
 
 // history reads a page of channel's history of app 1 through the generated client.
@@ -144,7 +144,7 @@ func TestHistoryRefusals(t *testing.T) {
 
 func TestHistoryOffWithoutAStore(t *testing.T) {
 	apps := staticApps{"key1": &storage.App{ID: "1", Key: "key1", Secret: "secret1", Enabled: true, HistoryEvents: 5, HistoryTTL: time.Hour}}
-	s := newTestServerWith(t, apps, func(*ChannelsAPI) {})
+	s := newTestServerWith(t, apps, func(*ChannelsOptions) {})
 	status, body := s.do(t, rawRequest{method: "GET", path: "/apps/1/channels/news/events", key: "key1", secret: "secret1"})
 	if status != 400 || body["error"] != KindHistoryDisabled {
 		t.Fatalf("got %d %v, want 400 %s", status, body, KindHistoryDisabled)

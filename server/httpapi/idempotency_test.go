@@ -86,22 +86,24 @@ func TestTriggerIdempotencyKey(t *testing.T) {
 }
 
 func TestBatchIdempotencyKeyInFlight(t *testing.T) {
-	s := newTestServer(t)
-	sub := s.subscriber(t, "1", "", "a")
 	ctx := context.Background()
 	body := channelsclient.TriggerBatchRequest{Batch: []channelsclient.BatchEvent{{Name: "e", Data: "1", Channel: "a"}, {Name: "e", Data: "2", Channel: "a"}}}
 	// While the first request is being processed (the hook runs inside
 	// it), the same request with the same key is refused with 409.
 	var inFlight *channelsclient.TriggerBatchEventsResponse
-	s.api.OnTrigger(func(_, _, _, data string) {
-		if data != "1" || inFlight != nil {
-			return
-		}
-		var err error
-		if inFlight, err = s.client.TriggerBatchEventsWithResponse(ctx, "1", nil, body, withKey("b")); err != nil {
-			t.Error(err)
+	var s *testServer // the hook runs once s is set, at the first request
+	s = newTestServerWith(t, testApps, func(o *ChannelsOptions) {
+		o.OnTrigger = func(_, _, _, data string) {
+			if data != "1" || inFlight != nil {
+				return
+			}
+			var err error
+			if inFlight, err = s.client.TriggerBatchEventsWithResponse(ctx, "1", nil, body, withKey("b")); err != nil {
+				t.Error(err)
+			}
 		}
 	})
+	sub := s.subscriber(t, "1", "", "a")
 	res, err := s.client.TriggerBatchEventsWithResponse(ctx, "1", nil, body, withKey("b"))
 	if err != nil || res.StatusCode() != 200 {
 		t.Fatalf("batch: %v %v", res, err)
@@ -197,12 +199,12 @@ func TestTriggerRetrySignedAnewIsReplayed(t *testing.T) {
 // of an empty answer.
 func TestTriggerRetriedAfterAPanicIsProcessed(t *testing.T) {
 	var panicked atomic.Bool
-	s := newTestServerWith(t, testApps, func(api *ChannelsAPI) {
-		api.OnTrigger(func(_, _, _, _ string) {
+	s := newTestServerWith(t, testApps, func(o *ChannelsOptions) {
+		o.OnTrigger = func(_, _, _, _ string) {
 			if panicked.CompareAndSwap(false, true) {
 				panic("a bug after the publish")
 			}
-		})
+		}
 	})
 	sub := s.subscriber(t, "1", "", "news")
 	trigger := func() *channelsclient.TriggerEventResponse {

@@ -72,13 +72,31 @@ type PublishAPI struct {
 	limitErrors  atomic.Uint64 // database failures of the shared rate limit
 	limitWarned  warnLimit     // spaces their warnings (limitWarnEvery, on now)
 	now          func() time.Time
-	// idem honours Idempotency-Key on publishes; nil until Idempotency
-	// sets it, and then the header is ignored.
+	// idem honours Idempotency-Key on publishes (PublishOptions.Idempotency);
+	// nil: the header is ignored.
 	idem *idempotency.Guard
 	// strangerHooks says where webhook URLs that are not the instance's
 	// own (push_if_offline's, from an app's server) may lead: the Web Push
-	// endpoints' rules (AllowWebPushHosts); nil: https to public hosts.
+	// endpoints' rules (PublishOptions.WebPushAllowedHosts).
 	strangerHooks *netguard.Policy
+}
+
+// PublishOptions are the optional parts of the Publish API; the zero value
+// ignores the Idempotency-Key header and lets push_if_offline's webhook URLs
+// lead only to https on hosts that are no literal internal address.
+type PublishOptions struct {
+	// Idempotency makes the API honour the Idempotency-Key header on
+	// publishes, with the guard's keys scoped per instance; nil: the header
+	// is ignored.
+	Idempotency *idempotency.Guard
+	// WebPushAllowedHosts lets the webhook URLs of triggers'
+	// push_if_offline lead to these hosts (names or IP addresses, each
+	// optionally with ":port"; HERALD_WEBPUSH_ALLOWED_HOSTS) when they are
+	// private or plain http, as Web Push endpoints may. Other such URLs
+	// must be https to a host that is no literal internal address, and
+	// their webhooks are sent only to public addresses (checked when
+	// dialled).
+	WebPushAllowedHosts []string
 }
 
 // limitWarnEvery spaces the warnings of the shared rate limit's database
@@ -87,11 +105,12 @@ const limitWarnEvery = 10 * time.Second
 
 var _ publish.StrictServerInterface = (*PublishAPI)(nil)
 
-// NewPublishAPI returns the Publish API handler; notifier (may be nil) is
-// told about every stored publish.
-func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNotifier, log *zap.Logger) *PublishAPI {
+// NewPublishAPI returns the Publish API handler, with the optional parts
+// opts gives; notifier (may be nil) is told about every stored publish.
+func NewPublishAPI(db *storage.DB, instances InstanceLookup, notifier PublishNotifier, log *zap.Logger, opts PublishOptions) *PublishAPI {
 	api := &PublishAPI{db: db, instances: instances, notifier: notifier, log: log.Named("publish"),
-		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), shared: db.Shared(), now: time.Now}
+		limiter: clientrate.New(PublishRateLimit, PublishRateLimit), shared: db.Shared(), now: time.Now,
+		idem: opts.Idempotency, strangerHooks: netguard.NewPolicy(opts.WebPushAllowedHosts)}
 	api.limitWarned.every = limitWarnEvery
 	return api
 }
@@ -147,24 +166,6 @@ const publishesRoute = "/publish_api/v1/instances/:instance_id/publishes"
 
 // publishBodyKey is where publishBody leaves the bytes of the body it read.
 const publishBodyKey = "herald.publish.body"
-
-// Idempotency makes the API honour the Idempotency-Key header on publishes,
-// with g's keys scoped per instance; call it before Mount.
-func (api *PublishAPI) Idempotency(g *idempotency.Guard) *PublishAPI {
-	api.idem = g
-	return api
-}
-
-// AllowWebPushHosts lets the webhook URLs of triggers' push_if_offline lead
-// to hosts (names or IP addresses, each optionally with ":port";
-// HERALD_WEBPUSH_ALLOWED_HOSTS) that are private or plain http, as Web Push
-// endpoints may. Without it such a URL must be https to a host that is no
-// literal internal address, and its webhooks are sent only to public
-// addresses (checked when dialled). It returns api.
-func (api *PublishAPI) AllowWebPushHosts(hosts []string) *PublishAPI {
-	api.strangerHooks = netguard.NewPolicy(hosts)
-	return api
-}
 
 // secretKeyAuth requires Authorization: Bearer <the instance's secret key>:
 // 400 when the header is missing, 401 when the key is wrong.

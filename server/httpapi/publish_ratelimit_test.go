@@ -50,7 +50,7 @@ func rateAPI(t *testing.T, db *storage.DB, log *zap.Logger, check gin.HandlerFun
 	if check != nil {
 		engine.Use(check)
 	}
-	api := NewPublishAPI(db, dir, nil, log)
+	api := NewPublishAPI(db, dir, nil, log, PublishOptions{})
 	if api.shared {
 		t.Fatal("a SQLite database taken as shared")
 	}

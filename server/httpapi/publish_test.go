@@ -98,7 +98,7 @@ func newPublishAPI(t testing.TB, db *storage.DB, log *zap.Logger, notifier Publi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewPublishAPI(db, dir, notifier, log).Idempotency(idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{}))
+	return NewPublishAPI(db, dir, notifier, log, PublishOptions{Idempotency: idempotency.NewGuard(idempotency.NewMemory(idempotency.Options{}), idempotency.Options{})})
 }
 
 func newPublishServer(t *testing.T) *publishServer {

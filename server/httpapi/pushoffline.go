@@ -14,15 +14,6 @@ import (
 	"github.com/heraldrt/herald/storage"
 )
 
-// PushIfOffline makes the API take push_if_offline on triggers, publishing
-// through p to the Push instance an app is linked to (storage.App.PushInstance);
-// without it, push_if_offline is refused (push_not_linked). It may be called
-// after Mount, before the API serves.
-func (api *ChannelsAPI) PushIfOffline(p *PublishAPI) *ChannelsAPI {
-	api.pushes = p
-	return api
-}
-
 // The answers' delivered_via values, addressable.
 var (
 	viaSocket = channels.Socket

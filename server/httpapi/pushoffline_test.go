@@ -54,6 +54,13 @@ type pushOfflineServer struct {
 
 func newPushOfflineServer(t *testing.T) *pushOfflineServer {
 	t.Helper()
+	return newPushOfflineServerWith(t, PublishOptions{})
+}
+
+// newPushOfflineServerWith is newPushOfflineServer with a Publish API of
+// the options pubOpts.
+func newPushOfflineServerWith(t *testing.T, pubOpts PublishOptions) *pushOfflineServer {
+	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	db := openPushDB(t)
 	if _, err := db.CreateInstance(context.Background(), storage.Instance{ID: onePublishQuotaID, SecretKey: pushSecret, Enabled: true, PublishQuota: 1}); err != nil {
@@ -64,14 +71,14 @@ func newPushOfflineServer(t *testing.T) *pushOfflineServer {
 		t.Fatal(err)
 	}
 	published := &publishes{}
-	pub := NewPublishAPI(db, dir, published, log)
+	pub := NewPublishAPI(db, dir, published, log, pubOpts)
 	apps := staticApps{
 		"key1":     {ID: "1", Key: "key1", Secret: "secret1", Enabled: true, SubscriptionCount: true, PushInstance: pushInstanceID},
 		"key2":     {ID: "2", Key: "key2", Secret: "secret2", Enabled: true},
 		"disabled": {ID: "3", Key: "disabled", Secret: "secret3", Enabled: true, PushInstance: disabledInstanceID},
 		"quota":    {ID: "4", Key: "quota", Secret: "secret4", Enabled: true, PushInstance: onePublishQuotaID},
 	}
-	s := newTestServerWith(t, apps, func(api *ChannelsAPI) { api.PushIfOffline(pub) })
+	s := newTestServerWith(t, apps, func(o *ChannelsOptions) { o.PushIfOffline = pub })
 	return &pushOfflineServer{testServer: s, db: db, pub: pub, published: published}
 }
 
@@ -307,7 +314,7 @@ func TestPushIfOfflineWebhookGuard(t *testing.T) {
 	if got := s.published.list(); len(got) != 0 {
 		t.Fatalf("refused webhook URLs published %v", got)
 	}
-	stored := func(body string) storage.Publish {
+	stored := func(s *pushOfflineServer, body string) storage.Publish {
 		t.Helper()
 		status, res := s.trigger(t, "key1", "secret1", body)
 		id, _ := res["publish_id"].(string)
@@ -320,11 +327,11 @@ func TestPushIfOfflineWebhookGuard(t *testing.T) {
 		}
 		return p
 	}
-	if p := stored(withHook("https://hooks.example.com/hook")); p.WebhookURL != "https://hooks.example.com/hook" || !p.WebhookGuarded {
+	if p := stored(s, withHook("https://hooks.example.com/hook")); p.WebhookURL != "https://hooks.example.com/hook" || !p.WebhookGuarded {
 		t.Fatalf("stored webhook %q guarded %v, want the public URL, guarded", p.WebhookURL, p.WebhookGuarded)
 	}
-	s.pub.AllowWebPushHosts([]string{"127.0.0.1"})
-	if p := stored(withHook("http://127.0.0.1:9/hook")); !p.WebhookGuarded {
+	allowed := newPushOfflineServerWith(t, PublishOptions{WebPushAllowedHosts: []string{"127.0.0.1"}})
+	if p := stored(allowed, withHook("http://127.0.0.1:9/hook")); !p.WebhookGuarded {
 		t.Fatal("a webhook of an allowed host was stored unguarded")
 	}
 	ps := &publishServer{pushServer: &pushServer{db: s.db}}

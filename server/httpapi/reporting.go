@@ -25,14 +25,23 @@ type ReportingAPI struct {
 	db        *storage.DB
 	instances InstanceLookup
 	log       *zap.Logger
-	anon      *AnonLimiter // requests per client address (LimitPerClient); nil: no limit
+	anon      *AnonLimiter // requests per client address (ReportingOptions.LimitPerClient); nil: no limit
 }
 
 var _ reporting.StrictServerInterface = (*ReportingAPI)(nil)
 
-// NewReportingAPI returns the Reporting API handler.
-func NewReportingAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger) *ReportingAPI {
-	return &ReportingAPI{db: db, instances: instances, log: log.Named("reporting")}
+// ReportingOptions are the optional parts of the Reporting API; the zero
+// value limits no client.
+type ReportingOptions struct {
+	// LimitPerClient takes each request from the limiter's budget for its
+	// client address; nil: no limit.
+	LimitPerClient *AnonLimiter
+}
+
+// NewReportingAPI returns the Reporting API handler, with the optional
+// parts opts gives.
+func NewReportingAPI(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts ReportingOptions) *ReportingAPI {
+	return &ReportingAPI{db: db, instances: instances, log: log.Named("reporting"), anon: opts.LimitPerClient}
 }
 
 // mount binds the API's operations on g (Mount says what comes before).

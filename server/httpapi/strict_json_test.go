@@ -36,14 +36,14 @@ func allAPIs(t *testing.T) string {
 		t.Fatal(err)
 	}
 	h := hub.New(log)
-	channels := NewChannelsAPI(h, testApps, log)
+	channels := NewChannelsAPI(h, testApps, log, ChannelsOptions{})
 	console := ConsoleParts{Channels: channels, History: traffic.New(traffic.Sources{Apps: traffic.HubApps(h)}, traffic.Options{})}
 	Mount(engine, Routes{
 		Channels:   channels,
 		Publish:    publish,
-		Device:     NewDeviceAPI(db, dir, log),
-		Reporting:  NewReportingAPI(db, dir, log),
-		Admin:      NewAdminAPI(db, h, console, log),
+		Device:     NewDeviceAPI(db, dir, log, DeviceOptions{}),
+		Reporting:  NewReportingAPI(db, dir, log, ReportingOptions{}),
+		Admin:      NewAdminAPI(db, h, console, log, AdminOptions{}),
 		AdminToken: adminToken,
 	})
 	srv := httptest.NewServer(engine)

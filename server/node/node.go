@@ -378,12 +378,17 @@ type apis struct {
 func (n *Node) buildAPIs(cfg config.Config) apis {
 	idem := idempotency.Options{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyMaxKeys, MaxBytes: cfg.IdempotencyMaxBytes}
 	a := apis{anon: httpapi.NewAnonLimiter(cfg.AnonRateLimit), history: n.channelHistory(cfg)}
-	a.channels = httpapi.NewChannelsAPI(n.hub, n.apps, n.log).Idempotency(n.channelKeys(idem)).History(a.history)
-	a.channels.OnTrigger(n.ops.console.Triggered)
-	a.device = httpapi.NewDeviceAPI(n.db, n.instances, n.log).LimitPerClient(a.anon).AllowWebPushHosts(cfg.WebPushAllowedHosts)
-	a.reporting = httpapi.NewReportingAPI(n.db, n.instances, n.log).LimitPerClient(a.anon)
-	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log).Idempotency(n.publishKeys(idem)).AllowWebPushHosts(cfg.WebPushAllowedHosts)
-	a.channels.PushIfOffline(a.publish) // triggers' push_if_offline publish through it
+	a.device = httpapi.NewDeviceAPI(n.db, n.instances, n.log, httpapi.DeviceOptions{LimitPerClient: a.anon, WebPushAllowedHosts: cfg.WebPushAllowedHosts})
+	a.reporting = httpapi.NewReportingAPI(n.db, n.instances, n.log, httpapi.ReportingOptions{LimitPerClient: a.anon})
+	a.publish = httpapi.NewPublishAPI(n.db, n.instances, n.push, n.log, httpapi.PublishOptions{
+		Idempotency: n.publishKeys(idem), WebPushAllowedHosts: cfg.WebPushAllowedHosts,
+	})
+	a.channels = httpapi.NewChannelsAPI(n.hub, n.apps, n.log, httpapi.ChannelsOptions{
+		Idempotency:   n.channelKeys(idem),
+		History:       a.history,
+		PushIfOffline: a.publish, // triggers' push_if_offline publish through it, so it is built first
+		OnTrigger:     n.ops.console.Triggered,
+	})
 	// Recovery reads a node's own history here; a cluster's reads its own
 	// where each subscription takes effect (hub.Recoverer).
 	recoverable, _ := a.history.(eventlog.Positioned)

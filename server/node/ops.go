@@ -40,7 +40,7 @@ type ops struct {
 	traffic *traffic.Recorder
 	timer   gin.HandlerFunc // times HTTP requests; set by start
 	// reload re-reads the node's directories of apps and instances, after
-	// the admin API changed one (httpapi.AdminAPI.OnChange).
+	// the admin API changed one (httpapi.AdminOptions.OnChange).
 	reload func(context.Context) error
 
 	mu  sync.Mutex
@@ -134,8 +134,7 @@ func (o *ops) routes(r *httpapi.Routes, channelsAPI *httpapi.ChannelsAPI, node s
 		return
 	}
 	console := httpapi.ConsoleParts{Channels: channelsAPI, History: o.traffic, Node: node}
-	r.Admin = httpapi.NewAdminAPI(o.db, o.hub, console, o.log)
-	r.Admin.OnChange(o.reload)
+	r.Admin = httpapi.NewAdminAPI(o.db, o.hub, console, o.log, httpapi.AdminOptions{OnChange: o.reload})
 	r.Console = o.console.Routes()
 	r.AdminToken = o.cfg.AdminToken
 }
