@@ -98,15 +98,14 @@ type clusterSub struct {
 // pending reports a subscription the cluster has not answered yet.
 func (s *subscription) pending() bool { return s.cl != nil && s.cl.pending }
 
-func newConn(app *appState, socketID string, maxQueueBytes int, w Writer) *Conn {
-	if maxQueueBytes <= 0 {
-		maxQueueBytes = DefaultMaxQueueBytes
-	}
+// newConn returns app's connection socketID, of the options opts (their
+// defaults filled).
+func newConn(app *appState, socketID string, opts ConnectOptions) *Conn {
 	return &Conn{
 		socketID:    socketID,
 		app:         app,
-		maxOutBytes: maxQueueBytes,
-		writer:      w,
+		maxOutBytes: opts.MaxQueueBytes,
+		writer:      opts.Writer,
 	}
 }
 

@@ -205,9 +205,19 @@ type ConnectOptions struct {
 	Writer Writer
 }
 
+// WithDefaults returns o with the defaults in place of its zero (or
+// negative) fields: DefaultMaxQueueBytes.
+func (o ConnectOptions) WithDefaults() ConnectOptions {
+	if o.MaxQueueBytes <= 0 {
+		o.MaxQueueBytes = DefaultMaxQueueBytes
+	}
+	return o
+}
+
 // Connect registers a new connection of appID with a fresh socket_id. With
 // opts.MaxConns > 0 it refuses with ErrOverQuota once the app has that many.
 func (h *Hub) Connect(appID string, opts ConnectOptions) (*Conn, error) {
+	opts = opts.WithDefaults()
 	a := h.app(appID, true)
 	n := a.conns.Add(1)
 	if opts.MaxConns > 0 && h.cluster != nil {
@@ -217,7 +227,7 @@ func (h *Hub) Connect(appID string, opts ConnectOptions) (*Conn, error) {
 		a.conns.Add(-1)
 		return nil, ErrOverQuota
 	}
-	c := newConn(a, NewSocketID(), opts.MaxQueueBytes, opts.Writer)
+	c := newConn(a, NewSocketID(), opts)
 	if h.cluster != nil {
 		a.socketsMu.Lock()
 		a.sockets[c.socketID] = c

@@ -170,6 +170,21 @@ func TestObserverPanicLeavesRegistryUsable(t *testing.T) {
 	}
 }
 
+// A connection of zero ConnectOptions queues up to 1 MiB
+// (DefaultMaxQueueBytes), and no connection quota holds.
+func TestConnectOptionsDefaults(t *testing.T) {
+	if o := (ConnectOptions{}).WithDefaults(); o.MaxQueueBytes != 1<<20 || o.MaxConns != 0 {
+		t.Fatalf("defaults %+v, want a 1 MiB queue and no quota", o)
+	}
+	c, err := New(zap.NewNop()).Connect("1", ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Send(make([]byte, 1<<20)) || c.Send([]byte("x")) {
+		t.Fatal("a connection of zero options did not queue exactly 1 MiB")
+	}
+}
+
 // A connection's queue takes frames up to its byte bound exactly; one byte
 // more closes it with 4100.
 func TestQueueBoundInclusive(t *testing.T) {

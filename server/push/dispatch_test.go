@@ -628,7 +628,7 @@ func TestCloseWithoutStart(t *testing.T) {
 }
 
 func TestDispatcherDefaults(t *testing.T) {
-	o := Options{}.withDefaults()
+	o := Options{}.WithDefaults()
 	if o.Workers != 128 || o.ClaimBatch != 1000 || o.MaxInFlight != 3072 || o.PageSize != 512 || o.Lease != 30*time.Second || o.MaxAttempts != 8 ||
 		o.BaseBackoff != time.Second || o.MaxBackoff != 5*time.Minute || o.WebhookMaxAge != 5*time.Minute ||
 		o.SendTimeout != 30*time.Second || o.WebhookClient.Timeout != 10*time.Second {

@@ -89,8 +89,8 @@ type Options struct {
 // renewing every quarter of it on a loaded machine keeps them.
 const DefaultLease = 30 * time.Second
 
-// withDefaults fills in the zero fields.
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with the defaults in place of its zero fields.
+func (o Options) WithDefaults() Options {
 	o.Workers = cmp.Or(o.Workers, 128)
 	o.ClaimBatch = cmp.Or(o.ClaimBatch, 1000)
 	o.MaxInFlight = cmp.Or(o.MaxInFlight, 3072)
@@ -250,7 +250,7 @@ var platforms = []storage.Platform{storage.PlatformAPNs, storage.PlatformFCM, st
 
 // New returns a dispatcher; Start runs it.
 func New(db *storage.DB, instances InstanceLookup, log *zap.Logger, opts Options) *Dispatcher {
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	if opts.Owner == "" {
 		opts.Owner = "local"
 		if db.Shared() {

@@ -267,7 +267,7 @@ func TestRetryAfterAndBackoff(t *testing.T) {
 			t.Errorf("retryAfter(%q) = %v, want %v", tc.v, got, tc.want)
 		}
 	}
-	d := &Dispatcher{opts: Options{BaseBackoff: time.Second, MaxBackoff: time.Minute}.withDefaults()}
+	d := &Dispatcher{opts: Options{BaseBackoff: time.Second, MaxBackoff: time.Minute}.WithDefaults()}
 	for _, tc := range []struct {
 		attempts int
 		after    time.Duration

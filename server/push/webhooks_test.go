@@ -50,7 +50,7 @@ func TestWebhookClientNoRedirectsAndDialSeam(t *testing.T) {
 	o := Options{WebhookDialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
 		dialed.Add(1)
 		return (&net.Dialer{}).DialContext(ctx, network, address)
-	}}.withDefaults()
+	}}.WithDefaults()
 	res, err := o.WebhookClient.Post(redirect.URL, "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)

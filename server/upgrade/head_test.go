@@ -100,7 +100,7 @@ func TestReplayConnKeepsItsBufferUntilReplayed(t *testing.T) {
 // even inside "GET ", is read whole and judged; a GET for another path is
 // given up on at its first bytes, without waiting for more.
 func TestReadHeadInPieces(t *testing.T) {
-	opts := Options{}.withDefaults()
+	opts := Options{}.WithDefaults()
 	full := upgradeHead("/app/key")
 	for _, split := range []int{2, 4, 9, len(full) - 2} {
 		server, client := net.Pipe()

@@ -64,7 +64,8 @@ type Options struct {
 	Log *zap.Logger
 }
 
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with the defaults in place of its zero fields.
+func (o Options) WithDefaults() Options {
 	o.PathPrefix = cmp.Or(o.PathPrefix, "/app/")
 	o.HeaderTimeout = cmp.Or(o.HeaderTimeout, 10*time.Second)
 	o.WriteTimeout = cmp.Or(o.WriteTimeout, 10*time.Second)
@@ -93,7 +94,7 @@ type Server struct {
 // http.Server's handler, so that they pass the same middleware as every
 // request.
 func NewServer(handler http.Handler, opts Options) *Server {
-	return &Server{handler: handler, opts: opts.withDefaults()}
+	return &Server{handler: handler, opts: opts.WithDefaults()}
 }
 
 // Panics is how many panics were recovered in serving a request here (the

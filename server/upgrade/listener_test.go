@@ -373,3 +373,18 @@ func TestHandedOverHeadKeepsItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A zero Options takes the documented defaults: upgrades under /app/, 10 s
+// for a head and for an answer that is no upgrade, no read timeout, the
+// wall clock, a new goroutine per upgrade and a logger that drops lines.
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{}.WithDefaults()
+	if o.PathPrefix != "/app/" || o.HeaderTimeout != 10*time.Second || o.WriteTimeout != 10*time.Second || o.ReadTimeout != 0 ||
+		o.Now == nil || o.Go == nil || o.Log == nil {
+		t.Fatalf("defaults %+v", o)
+	}
+	set := Options{PathPrefix: "/ws/", HeaderTimeout: time.Second, WriteTimeout: 2 * time.Second}.WithDefaults()
+	if set.PathPrefix != "/ws/" || set.HeaderTimeout != time.Second || set.WriteTimeout != 2*time.Second {
+		t.Fatalf("set fields changed: %+v", set)
+	}
+}

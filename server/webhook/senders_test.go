@@ -304,7 +304,7 @@ func TestDialContextMakesTheConnections(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	o := Options{}.withDefaults()
+	o := Options{}.WithDefaults()
 	if o.Hold != 3*time.Second || o.Flush != 100*time.Millisecond || o.MaxAge != 5*time.Minute ||
 		o.BaseBackoff != time.Second || o.MaxBackoff != time.Minute || o.Buffer != 65536 || o.Senders != 64 ||
 		o.PerEndpoint != 8 || o.MaxQueued != 10000 || o.Timeout != 5*time.Second || o.Lease != time.Minute {
@@ -324,7 +324,7 @@ func TestDefaults(t *testing.T) {
 		{time.Minute, 40 * time.Second, 80 * time.Second},
 		{5 * time.Minute, 10 * time.Second, 5 * time.Minute},
 	} {
-		o := Options{Lease: tt.lease, Timeout: tt.timeout}.withDefaults()
+		o := Options{Lease: tt.lease, Timeout: tt.timeout}.WithDefaults()
 		if o.Lease != tt.want {
 			t.Errorf("lease %v with a %v timeout: %v, want %v", tt.lease, tt.timeout, o.Lease, tt.want)
 		}

@@ -94,8 +94,8 @@ type Stats struct {
 	Panics    int64 // panics recovered while sending a request, in the sender's loop and while writing the outbox
 }
 
-// withDefaults fills in the zero fields.
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with the defaults in place of its zero fields.
+func (o Options) WithDefaults() Options {
 	o.Hold = cmp.Or(o.Hold, hub.WebhookHold)
 	o.Flush = cmp.Or(o.Flush, 100*time.Millisecond)
 	o.MaxAge = cmp.Or(o.MaxAge, 5*time.Minute)
@@ -153,7 +153,7 @@ type Dispatcher struct {
 
 // New returns a dispatcher; call Start to run it and Close to stop it.
 func New(db *storage.DB, apps AppLookup, log *zap.Logger, opts Options) *Dispatcher {
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	return &Dispatcher{
 		db: db, apps: apps, log: log, opts: opts, client: opts.client(),
 		in: make(chan hub.Event, opts.Buffer), wake: make(chan struct{}, 1),

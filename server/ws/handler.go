@@ -62,7 +62,7 @@ const (
 
 // NewHandler returns the WebSocket endpoint over h.
 func NewHandler(h *hub.Hub, apps AppLookup, log *zap.Logger, opts Options) *Handler {
-	s := &Handler{hub: h, apps: apps, log: log, opts: opts.withDefaults(), sessions: make(map[*session]struct{}), xhr: make(map[string]*xhrSession), stopWatch: make(chan struct{})}
+	s := &Handler{hub: h, apps: apps, log: log, opts: opts.WithDefaults(), sessions: make(map[*session]struct{}), xhr: make(map[string]*xhrSession), stopWatch: make(chan struct{})}
 	s.connects = newConnectLimiter(s.opts.ConnectRateLimit)
 	s.pool = socket.NewPool(maxGoroutines, goroutineLinger)
 	s.pool.Bound(maxGoroutines, stallAfter)

@@ -800,7 +800,7 @@ func (h testHooks) Sends(kind hub.EventKind, channel string) bool {
 
 // A zero Options takes the documented defaults.
 func TestDefaults(t *testing.T) {
-	o := Options{}.withDefaults()
+	o := Options{}.WithDefaults()
 	if o.ActivityTimeout != 120*time.Second || o.PongTimeout != 30*time.Second || o.WriteTimeout != 10*time.Second ||
 		o.MaxQueueBytes != hub.DefaultMaxQueueBytes || o.MaxMessageBytes != 16*1024 || o.MaxChannelsPerConn != 1000 ||
 		o.SubscribeRate != 10 || o.SubscribeBurst != 100 || o.MaxSubscriptionsPerApp != 0 || o.ConnectRateLimit != 0 {

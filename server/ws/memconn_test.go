@@ -104,7 +104,7 @@ func (w *memResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // watchdog running (a test starts watchWrites itself), so that it can live
 // in a synctest bubble.
 func memHandler(h *hub.Hub, opts Options) *Handler {
-	return &Handler{hub: h, apps: wsApps, log: zap.NewNop(), opts: opts.withDefaults(),
+	return &Handler{hub: h, apps: wsApps, log: zap.NewNop(), opts: opts.WithDefaults(),
 		sessions: make(map[*session]struct{}), stopWatch: make(chan struct{}), pool: socket.NewPool(16, memLinger)}
 }
 

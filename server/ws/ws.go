@@ -97,8 +97,8 @@ const (
 	DefaultPongTimeout     = 30 * time.Second
 )
 
-// withDefaults fills in the zero fields.
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with the defaults in place of its zero fields.
+func (o Options) WithDefaults() Options {
 	o.ActivityTimeout = cmp.Or(o.ActivityTimeout, DefaultActivityTimeout)
 	o.PongTimeout = cmp.Or(o.PongTimeout, DefaultPongTimeout)
 	o.WriteTimeout = cmp.Or(o.WriteTimeout, 10*time.Second)

@@ -19,6 +19,7 @@
 package traffic
 
 import (
+	"cmp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,17 +185,18 @@ type Recorder struct {
 	last     time.Time // the previous sample
 }
 
+// WithDefaults returns o with the defaults in place of its zero (or
+// negative) fields: DefaultInterval, DefaultPoints, DefaultMaxKeys.
+func (o Options) WithDefaults() Options {
+	o.Interval = cmp.Or(max(o.Interval, 0), DefaultInterval) // max: a negative field is taken as zero
+	o.Points = cmp.Or(max(o.Points, 0), DefaultPoints)
+	o.MaxKeys = cmp.Or(max(o.MaxKeys, 0), DefaultMaxKeys)
+	return o
+}
+
 // New returns a recorder reading src.
 func New(src Sources, opts Options) *Recorder {
-	if opts.Interval <= 0 {
-		opts.Interval = DefaultInterval
-	}
-	if opts.Points <= 0 {
-		opts.Points = DefaultPoints
-	}
-	if opts.MaxKeys <= 0 {
-		opts.MaxKeys = DefaultMaxKeys
-	}
+	opts = opts.WithDefaults()
 	return &Recorder{opts: opts, src: src, times: make([]int64, opts.Points), tracks: make(map[key]*track), readings: make(map[string][len(totals)]int64)}
 }
 

@@ -197,6 +197,13 @@ func TestUntrackedKeysStartClean(t *testing.T) {
 
 // TestOptionsDefaults: a zero option takes its default, a set one is kept.
 func TestOptionsDefaults(t *testing.T) {
+	want := Options{Interval: 5 * time.Second, Points: 720, MaxKeys: 1000}
+	if got := (Options{}).WithDefaults(); got != want {
+		t.Errorf("defaults %+v, want %+v", got, want)
+	}
+	if got := (Options{Interval: -1, Points: -1, MaxKeys: -1}).WithDefaults(); got != want {
+		t.Errorf("negative fields took %+v, want the defaults %+v", got, want)
+	}
 	if got := New(Sources{}, Options{}).Interval(); got != DefaultInterval {
 		t.Errorf("default interval %v, want %v", got, DefaultInterval)
 	}
