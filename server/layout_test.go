@@ -35,6 +35,8 @@ var importRules = []importRule{
 		"the registry knows no sockets, storage or signing, so a cluster broker plugs into it alone"},
 	{"server/cluster", []string{"storage", "server/ws/...", "server/httpapi", "server/webhook", "server/push", "server/directory", "server/node", "gen/..."},
 		"the cluster joins hubs over Redis through the hub's Cluster seam alone"},
+	{"server/cluster/redisconn", []string{"server/...", "!server/internal/text", "storage", "gen/..."},
+		"redisconn builds Redis clients from a URL and knows nothing of what the cluster does over them"},
 	{"server/internal/testredis", []string{"server/...", "storage", "gen/..."}, "testredis starts a redis-server for tests, nothing more"},
 	{"storage/testpg", []string{"server/...", "storage", "gen/..."}, "testpg starts a PostgreSQL server for tests, nothing more"},
 	{"storage/testdb", []string{"server/...", "storage", "gen/..."},

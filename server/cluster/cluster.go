@@ -19,13 +19,13 @@
 // The package, file by file:
 //
 //   - cluster.go: Options, the Cluster and New, which makes it a member on
-//     one Redis or a router over shards; Start, Close, Ready; the Redis
-//     client's options from a redis:// or rediss:// URL.
-//   - shards.go, rediscluster.go, sentinel.go: the other forms of the URL —
-//     a list of shards (a channel's shard by a hash of it), a Redis Cluster
-//     (sixteen shards, each under a hash tag of its own), a Sentinel-managed
-//     primary; serverwatch.go notices another Redis server behind an
-//     address, redislog.go routes the Redis client's log.
+//     one Redis or a router over shards; Start, Close, Ready.
+//   - shards.go, rediscluster.go: the shards — a list of Redis URLs (a
+//     channel's shard by a hash of it), a Redis Cluster (sixteen shards,
+//     each under a hash tag of its own). The Redis clients themselves,
+//     from every form of the URL (one Redis, shards, Sentinel, Redis
+//     Cluster), with their timeouts, the watch that notices another Redis
+//     server behind an address and the client's log, are redisconn's.
 //   - publish.go, codec.go: the publish loop, which batches a node's
 //     messages into one script call per shard and publishes its last ones
 //     again after Redis lost data; how messages are encoded.
@@ -47,13 +47,9 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,8 +57,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/cluster/redisconn"
 	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/server/internal/text"
 )
 
 // Defaults of Options.
@@ -192,7 +188,9 @@ type Cluster struct {
 	// is running on it), or nil.
 	refused atomic.Pointer[error]
 
-	redisLog *zap.Logger // the Redis client's own lines, while this is the newest cluster
+	// releaseLog stops the Redis client's own lines going to this
+	// cluster's logger (redisconn.Log); nil where another closes the client.
+	releaseLog func()
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -204,51 +202,41 @@ type Cluster struct {
 // cluster and joins when it does.
 //
 // Options.URL may list several Redis URLs, comma-separated: the shards the
-// channels are spread over (shards.go).
+// channels are spread over (shards.go); or name a Redis Cluster
+// (rediscluster.go) or a Sentinel group (redisconn has every form).
 func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
-	useRedisLog()
-	urls, err := shardURLs(opts.URL)
+	shards, err := redisconn.Parse(opts.URL, opts.CAFile)
 	if err != nil {
 		return nil, err
+	}
+	for _, s := range shards {
+		if err := s.Check(); err != nil {
+			return nil, err
+		}
 	}
 	if opts.NodeID == "" {
 		opts.NodeID = randomID()
 	}
-	if strings.HasPrefix(urls[0], redisClusterScheme) {
-		return newRedisCluster(log, h, opts)
+	switch {
+	case shards[0].Kind == redisconn.Cluster:
+		return newRedisCluster(log, h, opts, shards[0]), nil
+	case len(shards) == 1:
+		return newShard(log, h, opts, shards[0], 0, 1), nil
 	}
-	if len(urls) == 1 {
-		return newShard(log, h, opts, 0, 1)
-	}
-	return newSharded(log, h, opts, urls)
+	return newSharded(log, h, opts, shards), nil
 }
 
-// newShard returns the node's membership of the cluster on one Redis, the
-// shard index of count (opts.URL is its URL alone).
-func newShard(log *zap.Logger, h *hub.Hub, opts Options, index, count int) (*Cluster, error) {
-	var rdb redis.UniversalClient
-	watch := &serverWatch{}
-	if strings.HasPrefix(opts.URL, sentinelScheme) {
-		if opts.CAFile != "" {
-			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: Sentinel is reached without TLS")
-		}
-		fo, err := sentinelOptions(opts.URL)
-		if err != nil {
-			return nil, err
-		}
-		fo.OnConnect = watch.onConnect
-		rdb = redis.NewFailoverClient(fo)
-	} else {
-		ropts, err := redisOptions(opts, index, count)
-		if err != nil {
-			return nil, err
-		}
-		ropts.OnConnect = watch.onConnect
-		rdb = redis.NewClient(ropts)
-	}
-	// The client connects at its first command, after Start.
-	watch.c = newMember(log, h, opts, rdb, index, count)
-	return watch.c, nil
+// newShard returns the node's membership of the cluster on one Redis (or
+// one Sentinel group), the shard index of count.
+func newShard(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard, index, count int) *Cluster {
+	opts.URL = shard.URL
+	var c *Cluster
+	// The client connects at its first command, after Start, by when c is
+	// set.
+	rdb := shard.Client(redisconn.ClientOptions{OnNewServer: func(runID, was string) { c.serverChanged(runID, was) }})
+	c = newMember(log, h, opts, rdb, index, count)
+	c.releaseLog = redisconn.Log(c.log.Named("redis"))
+	return c
 }
 
 // newMember returns the node's membership of the cluster over rdb, the
@@ -306,66 +294,7 @@ func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalCli
 	}
 	c.ops.init()
 	c.needResync.Store(true)
-	c.redisLog = c.log.Named("redis")
-	redisLogger.Store(c.redisLog)
 	return c
-}
-
-// redisOptions are the client's options of a redis:// or rediss:// URL, the
-// shard index of count.
-func redisOptions(opts Options, index, count int) (*redis.Options, error) {
-	ropts, err := redis.ParseURL(opts.URL)
-	if err != nil {
-		where := "HERALD_REDIS_URL"
-		if count > 1 {
-			where = fmt.Sprintf("HERALD_REDIS_URL, shard %d of %d", index+1, count)
-		}
-		return nil, fmt.Errorf("%s: %w", where, text.URLError(opts.URL, err))
-	}
-	if ropts.TLSConfig != nil {
-		// rediss://: go-redis verifies the certificate against the host of
-		// the URL (ServerName); never below TLS 1.2.
-		ropts.TLSConfig.MinVersion = max(ropts.TLSConfig.MinVersion, tls.VersionTLS12)
-	}
-	if opts.CAFile != "" {
-		if ropts.TLSConfig == nil {
-			return nil, errors.New("HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL: it is the CA of Redis's TLS certificate")
-		}
-		roots, err := redisRoots(opts.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("HERALD_REDIS_CA_FILE: %w", err)
-		}
-		ropts.TLSConfig.RootCAs = roots
-	}
-	// Short timeouts: a trigger waits on Redis, and an unreachable Redis
-	// must turn into a 503 quickly rather than a hung request. One dial a
-	// try: the library dials up to five times a try by default, so a try
-	// at a Redis whose packets are dropped took 10 s, not 2.
-	ropts.DialTimeout = 2 * time.Second
-	ropts.ReadTimeout = 2 * time.Second
-	ropts.WriteTimeout = 2 * time.Second
-	ropts.MaxRetries = 1
-	ropts.DialerRetries = 1
-	return ropts, nil
-}
-
-// redisRoots returns the system's roots (Mozilla's when the system has
-// none) with the certificates of the PEM file caFile added: the roots of the
-// connection to Redis alone, so that other outbound TLS keeps trusting the
-// system's roots only.
-func redisRoots(caFile string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool()
-	}
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-	}
-	return roots, nil
 }
 
 // ID is the node's id.
@@ -377,7 +306,7 @@ func (c *Cluster) ID() string { return c.id }
 // reachable Redis is in use at once.
 func (c *Cluster) Start() {
 	c.hub.SetCluster(c)
-	c.log.Info("cluster mode", zap.Strings("redis", redactURLs(c.opts.URL)), zap.String("prefix", c.p))
+	c.log.Info("cluster mode", zap.Strings("redis", redisconn.RedactAll(c.opts.URL)), zap.String("prefix", c.p))
 	if c.shards == nil {
 		c.join()
 		return
@@ -433,7 +362,7 @@ func (c *Cluster) Close() error {
 		wg.Wait()
 		if c.rdb != nil { // the Redis Cluster's client, which the shards share
 			errs = append(errs, c.rdb.Close())
-			redisLogger.CompareAndSwap(c.redisLog, nil)
+			c.releaseLog()
 		}
 		return errors.Join(errs...)
 	}
@@ -462,7 +391,7 @@ func (c *Cluster) Close() error {
 		return nil // the client is the Redis Cluster's, closed by its owner
 	}
 	err := c.rdb.Close()
-	redisLogger.CompareAndSwap(c.redisLog, nil)
+	c.releaseLog()
 	return err
 }
 
@@ -521,6 +450,20 @@ func (c *Cluster) setHealthy(ok bool, err error) {
 	c.stats.outages.Add(1)
 	c.needResync.Store(true)
 	c.log.Error("Redis does not answer: triggers that must reach other nodes are refused until it does", zap.Error(err))
+}
+
+// serverChanged is told by the client that another Redis server answers
+// than before (redisconn's watch): a failover behind one address, a
+// Sentinel's switch to a new primary, or a restart, which may come with no
+// outage the heartbeat sees. A promoted replica keeps the state's
+// generation but may lack the last writes of the primary that died
+// (replication is asynchronous): so the node publishes again what it
+// published in the replay window, as after an outage (the readers drop
+// what they had), so that a trigger answered 200 is delivered all the same.
+func (c *Cluster) serverChanged(runID, was string) {
+	c.log.Warn("another Redis server answers than before (a failover or a restart): publishing again what this node published in the last moments, in case it lacks some",
+		zap.String("run_id", runID), zap.String("was", was))
+	c.replayAnyway()
 }
 
 func randomID() string {

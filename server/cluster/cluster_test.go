@@ -839,51 +839,6 @@ func TestOptionsDefaults(t *testing.T) {
 	}
 }
 
-// Every Redis client New builds, of one Redis, a shard, a Sentinel's
-// primary or a Redis Cluster, gives up on a call after 2 s and one retry,
-// each try one dial: a trigger waits on Redis, and Redis that does not
-// answer must turn into a 503 quickly. Checked on the clients themselves,
-// so that one built with the library's defaults (5 s dials, 3 s reads, 3
-// retries, 5 dials a try) is caught. (The address refuses connections: New
-// takes that for an outage.)
-func TestRedisClientsGiveUpQuickly(t *testing.T) {
-	const down = "127.0.0.1:1"
-	for _, url := range []string{
-		"redis://" + down + "/0",
-		"redis://" + down + "/0,redis://" + down + "/1",
-		"redis-sentinel://" + down + "/herald",
-		"redis-cluster://" + down,
-	} {
-		c, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
-		if err != nil {
-			t.Fatalf("%s: %v", url, err)
-		}
-		members := c.shards
-		if members == nil {
-			members = []*Cluster{c}
-		}
-		for i, m := range members {
-			var got [5]any
-			switch rdb := m.rdb.(type) {
-			case *redis.Client:
-				o := rdb.Options()
-				got = [5]any{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries, o.DialerRetries}
-			case *redis.ClusterClient:
-				o := rdb.Options()
-				got = [5]any{o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries, o.DialerRetries}
-			default:
-				t.Fatalf("%s: a client of type %T", url, rdb)
-			}
-			if want := [5]any{2 * time.Second, 2 * time.Second, 2 * time.Second, 1, 1}; got != want {
-				t.Errorf("%s, shard %d: dial, read and write timeouts, retries and dials a try %v, want %v", url, i+1, got, want)
-			}
-		}
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // A query of the HTTP API (channels, presence users, a cached event) waits
 // 2 s at most for Redis: its context's deadline.
 func TestQueriesWaitTwoSecondsAtMost(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldrt/herald/server/cluster/redisconn"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -40,10 +41,10 @@ func TestShardsSpreadOverARedisCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := keySlot(strings.Trim(s.p[len(c.p):], "{}:")); int64(got) != want {
+		if got := redisconn.KeySlot(strings.Trim(s.p[len(c.p):], "{}:")); int64(got) != want {
 			t.Fatalf("shard %d (%s): keySlot %d, Redis says %d", i+1, s.p, got, want)
 		}
-		if lo, hi := int64(i*clusterSlots/ClusterShards), int64((i+1)*clusterSlots/ClusterShards); want < lo || want >= hi {
+		if lo, hi := int64(i*redisconn.ClusterSlots/ClusterShards), int64((i+1)*redisconn.ClusterSlots/ClusterShards); want < lo || want >= hi {
 			t.Fatalf("shard %d's slot %d is outside [%d, %d)", i+1, want, lo, hi)
 		}
 		primary, err := rdb.MasterForKey(t.Context(), s.key("node:", c.id))
@@ -73,8 +74,8 @@ func TestShardsSpreadOverARedisCluster(t *testing.T) {
 		if k == "{x}" {
 			k = "x"
 		}
-		if got := keySlot(k); int64(got) != want {
-			t.Fatalf("keySlot(%q) %d, Redis says %d", k, got, want)
+		if got := redisconn.KeySlot(k); int64(got) != want {
+			t.Fatalf("redisconn.KeySlot(%q) %d, Redis says %d", k, got, want)
 		}
 	}
 
@@ -105,10 +106,10 @@ func TestShardsSpreadOverARedisCluster(t *testing.T) {
 	}
 }
 
-// A malformed redis-cluster:// URL, one mixed with others, a Redis that is
-// not a Redis Cluster or one that does not serve every slot stop the start,
-// naming the setting and never printing the password; an unreachable one
-// does not (the node joins when it answers).
+// A Redis that is not a Redis Cluster, or one that does not serve every
+// slot, stops the start, naming the setting and never printing the
+// password; an unreachable one does not (the node joins when it answers).
+// (The forms of a redis-cluster:// URL are redisconn's TestParseEveryForm.)
 func TestBadRedisClusterSettingsStopTheStart(t *testing.T) {
 	plain := testredis.Start(t)
 	unjoined := testredis.StartClusterNode(t)
@@ -116,15 +117,6 @@ func TestBadRedisClusterSettingsStopTheStart(t *testing.T) {
 		"redis-cluster://:s3cret@" + plain.Addr(),
 		"redis-cluster://:s3cret@" + unjoined.Addr(),
 		"redis-cluster://" + unjoined.Addr(),
-		"redis-cluster://:s3cret@127.0.0.1:6379,redis://:s3cret@127.0.0.1:6380",
-		"redis://:s3cret@127.0.0.1:6380,redis-cluster://:s3cret@127.0.0.1:6379",
-		"redis-cluster://:s3cret@127.0.0.1:6379/0",
-		"redis-cluster://:s3cret@127.0.0.1:6379?x=1",
-		"redis-cluster://:s3cret@127.0.0.1:6379,nohost",
-		"redis-cluster://user:s3cret@127.0.0.1:6379",
-		"redis-cluster://",
-		"redis-cluster://:s3cret",
-		"redis-cluster://:s3cret/x@127.0.0.1:6379",
 	} {
 		_, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: url})
 		if err == nil {
@@ -236,7 +228,7 @@ func TestARedisClusterServingPartOfTheSlotsStopsTheStart(t *testing.T) {
 	defer rdb.Close()
 	for _, cmd := range [][]any{
 		{"CONFIG", "SET", "cluster-require-full-coverage", "no"},
-		{"CLUSTER", "ADDSLOTSRANGE", 0, clusterSlots/2 - 1},
+		{"CLUSTER", "ADDSLOTSRANGE", 0, redisconn.ClusterSlots/2 - 1},
 	} {
 		if err := rdb.Do(t.Context(), cmd...).Err(); err != nil {
 			t.Fatal(err)
@@ -247,14 +239,14 @@ func TestARedisClusterServingPartOfTheSlotsStopsTheStart(t *testing.T) {
 	})
 	down := testredis.StartClusterNode(t)
 	down.Stop()
-	failing := fakeClusterNode(t, clusterInfo("fail", clusterSlots, clusterSlots/3))
+	failing := fakeClusterNode(t, clusterInfo("fail", redisconn.ClusterSlots, redisconn.ClusterSlots/3))
 	for _, c := range []struct {
 		seeds, want string // want: what the error says; empty, accepted
 	}{
 		{half.Addr(), "serves 8192 of the 16384 slots (cluster_state:ok)"},
 		{failing, "serves 16384 of the 16384 slots (cluster_state:fail)"},
 		{down.Addr() + "," + failing, "serves 16384 of the 16384 slots (cluster_state:fail)"},
-		{fakeClusterNode(t, clusterInfo("ok", clusterSlots, 0)) + "," + failing, ""},
+		{fakeClusterNode(t, clusterInfo("ok", redisconn.ClusterSlots, 0)) + "," + failing, ""},
 	} {
 		c1, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis-cluster://:s3cret@" + c.seeds})
 		switch {
@@ -298,27 +290,6 @@ func TestARedisClusterNodeNamesItsShardsAndHasRoomForCalls(t *testing.T) {
 	}
 }
 
-// The hosts of a seeds URL and its password, which is all before the
-// last @ and may hold one; and the URL as it is shown, without it.
-func TestSeedsURLsAndTheirPasswords(t *testing.T) {
-	for _, c := range []struct{ hosts, password, shown string }{
-		{":s3cret@h1:1,h2:2", "s3cret", "h1:1,h2:2"},
-		{":p@ss@h1:1", "p@ss", "h1:1"},
-		{"@h1:1", "", "h1:1"},
-		{"h1:1", "", "h1:1"},
-	} {
-		password, addrs, err := seedHosts(c.hosts, "redis-cluster", "a host")
-		if err != nil || password != c.password || strings.Join(addrs, ",") != c.shown {
-			t.Errorf("seedHosts(%q): %q %v %v, want %q and %s", c.hosts, password, addrs, err, c.password, c.shown)
-		}
-		for _, scheme := range []string{"redis-cluster://", "redis-sentinel://"} {
-			if got := redactURL(scheme + c.hosts + "/m"); got != scheme+c.shown+"/m" {
-				t.Errorf("redactURL(%q) = %q, want %q", scheme+c.hosts+"/m", got, scheme+c.shown+"/m")
-			}
-		}
-	}
-}
-
 // Shard i's hash tag over a Redis Cluster is the first "s<i>.<k>" (k from
 // 0) whose slot is in the i-th of the equal parts of the slots. The tags
 // are part of what Redis holds, so every version must choose the same.
@@ -329,9 +300,9 @@ func TestShardTagsAreTheFirstOfTheirPartOfTheSlots(t *testing.T) {
 			if _, err := fmt.Sscanf(tag, "s"+strconv.Itoa(i)+".%d", &k); err != nil || k < 0 || tag != fmt.Sprintf("s%d.%d", i, k) {
 				t.Fatalf("%d shards: shard %d's tag is %q, want s%d.<k>, k from 0", n, i, tag, i)
 			}
-			lo, hi := i*clusterSlots/n, (i+1)*clusterSlots/n
+			lo, hi := i*redisconn.ClusterSlots/n, (i+1)*redisconn.ClusterSlots/n
 			for j := 0; j <= k; j++ {
-				slot := int(keySlot(fmt.Sprintf("s%d.%d", i, j)))
+				slot := int(redisconn.KeySlot(fmt.Sprintf("s%d.%d", i, j)))
 				if in := slot >= lo && slot < hi; in != (j == k) {
 					t.Fatalf("%d shards: shard %d's tag is %q, but s%d.%d's slot %d is in [%d, %d): %v", n, i, tag, i, j, slot, lo, hi, in)
 				}

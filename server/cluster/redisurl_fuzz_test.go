@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/cluster/redisconn"
 	"github.com/heraldrt/herald/server/hub"
 )
 
@@ -47,7 +48,7 @@ func redisURLMessages(t *testing.T, url string) string {
 		return err.Error()
 	}
 	defer c.Close()
-	return strings.Join(redactURLs(url), " ")
+	return strings.Join(redisconn.RedactAll(url), " ")
 }
 
 // rotate changes each letter and digit of s into the next (z into a, 9

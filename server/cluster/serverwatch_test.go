@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldrt/herald/server/cluster/redisconn"
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -44,7 +45,7 @@ func TestAnotherRedisServerIsNoticedWhenItIsOne(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), PoolSize: 1})
 		defer rdb.Close()
 		connections := func() string {
-			return infoValue(rdb.Info(t.Context(), "stats").Val(), "total_connections_received")
+			return redisconn.InfoValue(rdb.Info(t.Context(), "stats").Val(), "total_connections_received")
 		}
 		before := connections()
 		if err := rdb.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"go.uber.org/zap"
 
+	"github.com/heraldrt/herald/server/cluster/redisconn"
 	"github.com/heraldrt/herald/server/hub"
-	"github.com/heraldrt/herald/server/internal/text"
 )
 
 // Shards. Options.URL may list several Redis instances, comma-separated,
@@ -36,75 +35,14 @@ import (
 // of the cluster there, /readyz says why) while a node of the running list
 // lives; once none does, the first node of the new list takes it over.
 
-// shardURLs splits a HERALD_REDIS_URL into its shards' URLs.
-func shardURLs(raw string) ([]string, error) {
-	if strings.HasPrefix(raw, sentinelScheme) {
-		// Its commas separate Sentinels, not shards.
-		if strings.Contains(raw[len(sentinelScheme):], "://") {
-			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
-		}
-		return []string{raw}, nil
-	}
-	if strings.HasPrefix(raw, redisClusterScheme) {
-		// Its commas separate seed nodes, not shards.
-		if strings.Contains(raw[len(redisClusterScheme):], "://") {
-			return nil, errors.New("HERALD_REDIS_URL: a redis-cluster:// URL cannot be mixed with other URLs (it is one Redis Cluster, its shards Herald's own)")
-		}
-		return []string{raw}, nil
-	}
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if strings.HasPrefix(p, sentinelScheme) {
-			return nil, errors.New("HERALD_REDIS_URL: a redis-sentinel:// URL cannot be mixed with other URLs (shards over Sentinel are not supported)")
-		}
-		if strings.HasPrefix(p, redisClusterScheme) {
-			return nil, errors.New("HERALD_REDIS_URL: a redis-cluster:// URL cannot be mixed with other URLs (it is one Redis Cluster, its shards Herald's own)")
-		}
-		what := "the URL"
-		if len(parts) > 1 {
-			what = fmt.Sprintf("shard %d of %d", i+1, len(parts))
-		}
-		if !strings.HasPrefix(p, "redis://") && !strings.HasPrefix(p, "rediss://") {
-			if p == "" {
-				return nil, fmt.Errorf("HERALD_REDIS_URL: %s is empty", what)
-			}
-			if !strings.Contains(p, "://") {
-				// Not a URL: most likely the rest of a password cut at its
-				// comma, which nothing of may be shown.
-				return nil, fmt.Errorf("HERALD_REDIS_URL: %s must be a redis:// or rediss:// URL (a comma in a password is written %%2C)", what)
-			}
-			return nil, fmt.Errorf("HERALD_REDIS_URL: %s (%s) must be a redis:// or rediss:// URL", what, text.RedactURL(p))
-		}
-		if text.UserInfoMisread(p) {
-			// The parser would take a part of the password for the host,
-			// the port, the database or an option, and show it in its
-			// errors, Herald in its logs and the client in its own.
-			return nil, fmt.Errorf("HERALD_REDIS_URL: %s cannot be read whole (an @ after its host, or a port without a host): a password holding / ? # or , is written percent-encoded (%%2F %%3F %%23 %%2C) and followed by @host:port", what)
-		}
-		parts[i] = p
-	}
-	return parts, nil
-}
-
-// newSharded returns the node's membership of a cluster over the shards
-// at urls.
-func newSharded(log *zap.Logger, h *hub.Hub, opts Options, urls []string) (*Cluster, error) {
-	c := &Cluster{log: log.With(zap.String("node", opts.NodeID)), opts: opts, id: opts.NodeID, hub: h, shardCount: len(urls)}
-	for i, u := range urls {
-		o := opts
-		o.URL = u
-		s, err := newShard(log.With(zap.Int("shard", i+1)), h, o, i, len(urls))
-		if err != nil {
-			for _, s := range c.shards {
-				s.rdb.Close()
-			}
-			return nil, err
-		}
-		c.shards = append(c.shards, s)
+// newSharded returns the node's membership of a cluster over shards.
+func newSharded(log *zap.Logger, h *hub.Hub, opts Options, shards []redisconn.Shard) *Cluster {
+	c := &Cluster{log: log.With(zap.String("node", opts.NodeID)), opts: opts, id: opts.NodeID, hub: h, shardCount: len(shards)}
+	for i, shard := range shards {
+		c.shards = append(c.shards, newShard(log.With(zap.Int("shard", i+1)), h, opts, shard, i, len(shards)))
 	}
 	c.p = c.shards[0].p
-	return c, nil
+	return c
 }
 
 // shardOf is the shard of an app's channel among n. It hashes as slotOf
@@ -218,7 +156,7 @@ func (c *Cluster) checkShard(ctx context.Context) error {
 		}
 		if live {
 			err := fmt.Errorf("HERALD_REDIS_URL: %s is shard %s of the running cluster, but this node's list makes it shard %s: every node needs the same list of Redis URLs in the same order (to change it, stop every node first)",
-				redactURL(c.opts.URL), got, want)
+				redisconn.Redact(c.opts.URL), got, want)
 			c.refused.Store(&err)
 			return err
 		}

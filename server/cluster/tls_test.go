@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testcert"
@@ -109,40 +106,6 @@ func TestNodeWithoutTheCADoesNotJoinOverTLS(t *testing.T) {
 	}
 }
 
-// A CA file goes with a rediss:// URL and must hold a certificate; New says
-// which setting is wrong before anything connects.
-func TestNewRefusesABadRedisCAFile(t *testing.T) {
-	dir := t.TempDir()
-	ca := testcert.NewCA(t)
-	good := filepath.Join(dir, "ca.pem")
-	ca.WriteCert(t, good)
-	empty := filepath.Join(dir, "empty.pem")
-	if err := os.WriteFile(empty, []byte("no certificate here\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name, url, caFile, wantErr string
-	}{
-		{name: "PlainURL", url: "redis://127.0.0.1:6379/0", caFile: good, wantErr: "HERALD_REDIS_CA_FILE needs a rediss:// HERALD_REDIS_URL"},
-		{name: "MissingFile", url: "rediss://127.0.0.1:6379/0", caFile: filepath.Join(dir, "none.pem"), wantErr: "HERALD_REDIS_CA_FILE: open "},
-		{name: "NoCertificate", url: "rediss://127.0.0.1:6379/0", caFile: empty, wantErr: "HERALD_REDIS_CA_FILE: " + empty + " holds no PEM certificate"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := hub.New(zap.NewNop())
-			defer h.Close()
-			c, err := New(zap.NewNop(), h, Options{URL: tt.url, CAFile: tt.caFile})
-			if err == nil {
-				c.Close()
-				t.Fatal("New: got no error")
-			}
-			if !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("New: got %v, want an error containing %q", err, tt.wantErr)
-			}
-		})
-	}
-}
-
 // dialCounter forwards TCP connections to a server and counts them.
 type dialCounter struct {
 	ln    net.Listener
@@ -198,28 +161,4 @@ func (d *dialCounter) forward(c net.Conn, target string) {
 	delete(d.conns, c)
 	delete(d.conns, up)
 	d.mu.Unlock()
-}
-
-// A CA file adds its certificates to the system's roots for the connection
-// to Redis; it does not replace them (a Redis with a certificate of a public
-// authority is still trusted).
-func TestTheRedisCAFileAddsToTheSystemRoots(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "ca.pem")
-	testcert.NewCA(t).WriteCert(t, file)
-	got, err := redisRoots(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := x509.SystemCertPool()
-	if err != nil {
-		want = x509.NewCertPool()
-	}
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want.AppendCertsFromPEM(pem)
-	if !got.Equal(want) {
-		t.Fatal("the roots for Redis are not the system's and the CA file's")
-	}
 }

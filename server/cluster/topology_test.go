@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heraldrt/herald/server/cluster/redisconn"
 	"github.com/heraldrt/herald/server/internal/testredis"
 )
 
@@ -107,7 +108,7 @@ func redisInfo(tb testing.TB, rs *testredis.Server, section string) string {
 // there.
 func infoField(tb testing.TB, rs *testredis.Server, section, field string) int64 {
 	tb.Helper()
-	n, _ := strconv.ParseInt(infoValue(redisInfo(tb, rs, section), field), 10, 64)
+	n, _ := strconv.ParseInt(redisconn.InfoValue(redisInfo(tb, rs, section), field), 10, 64)
 	return n
 }
 
