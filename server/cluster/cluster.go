@@ -48,6 +48,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -58,7 +59,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/cluster/redisconn"
+	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/idempotency"
 )
 
 // Defaults of Options.
@@ -118,8 +121,41 @@ type Options struct {
 	ticker func(every time.Duration) (ticks <-chan time.Time, stop func())
 }
 
-// Cluster is one node's membership of a cluster.
-type Cluster struct {
+// Cluster is one node's membership of a cluster over Redis, as the node
+// uses it: New's answer.
+type Cluster interface {
+	hub.Cluster
+	hub.Keeper
+	hub.Recoverer
+	// ID is the node's id.
+	ID() string
+	// Start joins the cluster: it puts the hub in cluster mode and starts
+	// the goroutines that publish, receive, write the node's record and
+	// keep its heartbeat. The first heartbeat is tried before Start
+	// returns, so a reachable Redis is in use at once.
+	Start()
+	// Close leaves the cluster: it writes what is queued, takes the node's
+	// share out of Redis (as a dead node's would be, so its clients'
+	// leaving is announced now rather than after the heartbeat expires)
+	// and disconnects. The hub's connections must be closed first.
+	Close() error
+	// Ready reports whether Redis answers, for /readyz.
+	Ready(ctx context.Context) error
+	// Stats returns the cluster's figures.
+	Stats() Stats
+	// ConsoleRelay starts relaying console events for this node; deliver
+	// gets the events other nodes saw of an app this node watches, with
+	// how many they dropped. Call it once; it stops with Close.
+	ConsoleRelay(deliver func(appID string, events []json.RawMessage, dropped int)) *ConsoleRelay
+	// EventLog returns the store of the cluster's channel histories.
+	EventLog(limits eventlog.Limits) *EventLogStore
+	// Idempotency returns the store of the cluster's Idempotency-Key
+	// headers.
+	Idempotency(opts idempotency.Options) *IdempotencyStore
+}
+
+// member is one node's membership of a cluster on one Redis.
+type member struct {
 	log *zap.Logger
 	rdb redis.UniversalClient // a *redis.Client, or the *redis.ClusterClient every shard of a Redis Cluster shares
 	// route is the KEYS of every script call: a key of the node's prefix,
@@ -180,7 +216,7 @@ type Cluster struct {
 	// without shards); shards are those of a node on several, whose
 	// Cluster only routes to them (shards.go).
 	shardIndex, shardCount int
-	shards                 []*Cluster
+	shards                 []*member
 	// sharedRDB: rdb is the Redis Cluster's client, which every shard
 	// uses and the node's Cluster closes.
 	sharedRDB bool
@@ -204,7 +240,7 @@ type Cluster struct {
 // Options.URL may list several Redis URLs, comma-separated: the shards the
 // channels are spread over (shards.go); or name a Redis Cluster
 // (rediscluster.go) or a Sentinel group (redisconn has every form).
-func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
+func New(log *zap.Logger, h *hub.Hub, opts Options) (Cluster, error) {
 	shards, err := redisconn.Parse(opts.URL, opts.CAFile)
 	if err != nil {
 		return nil, err
@@ -228,9 +264,9 @@ func New(log *zap.Logger, h *hub.Hub, opts Options) (*Cluster, error) {
 
 // newShard returns the node's membership of the cluster on one Redis (or
 // one Sentinel group), the shard index of count.
-func newShard(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard, index, count int) *Cluster {
+func newShard(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard, index, count int) *member {
 	opts.URL = shard.URL
-	var c *Cluster
+	var c *member
 	// The client connects at its first command, after Start, by when c is
 	// set.
 	rdb := shard.Client(redisconn.ClientOptions{OnNewServer: func(runID, was string) { c.serverChanged(runID, was) }})
@@ -241,7 +277,7 @@ func newShard(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard, 
 
 // newMember returns the node's membership of the cluster over rdb, the
 // shard index of count.
-func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalClient, index, count int) *Cluster {
+func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalClient, index, count int) *member {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -273,7 +309,7 @@ func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalCli
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{
+	c := &member{
 		log:          log.With(zap.String("node", opts.NodeID)),
 		rdb:          rdb,
 		opts:         opts,
@@ -298,13 +334,13 @@ func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalCli
 }
 
 // ID is the node's id.
-func (c *Cluster) ID() string { return c.id }
+func (c *member) ID() string { return c.id }
 
 // Start joins the cluster: it puts the hub in cluster mode and starts the
 // goroutines that publish, receive, write the node's record and keep its
 // heartbeat. The first heartbeat is tried before Start returns, so a
 // reachable Redis is in use at once.
-func (c *Cluster) Start() {
+func (c *member) Start() {
 	c.hub.SetCluster(c)
 	c.log.Info("cluster mode", zap.Strings("redis", redisconn.RedactAll(c.opts.URL)), zap.String("prefix", c.p))
 	if c.shards == nil {
@@ -317,7 +353,7 @@ func (c *Cluster) Start() {
 }
 
 // join starts the goroutines of the node's membership on one Redis.
-func (c *Cluster) join() {
+func (c *member) join() {
 	c.heartbeat()
 	c.run(c.publishLoop)
 	c.run(c.receiveLoop)
@@ -327,7 +363,7 @@ func (c *Cluster) join() {
 }
 
 // every runs f every d until the node leaves the cluster.
-func (c *Cluster) every(d time.Duration, f func()) {
+func (c *member) every(d time.Duration, f func()) {
 	ticks, stop := c.opts.ticker(d)
 	defer stop()
 	for {
@@ -340,7 +376,7 @@ func (c *Cluster) every(d time.Duration, f func()) {
 	}
 }
 
-func (c *Cluster) run(f func()) {
+func (c *member) run(f func()) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -352,7 +388,7 @@ func (c *Cluster) run(f func()) {
 // share out of Redis (as a dead node's would be, so its clients' leaving is
 // announced now rather than after the heartbeat expires) and disconnects.
 // The hub's connections must be closed first.
-func (c *Cluster) Close() error {
+func (c *member) Close() error {
 	if c.shards != nil {
 		errs := make([]error, len(c.shards))
 		var wg sync.WaitGroup
@@ -396,7 +432,7 @@ func (c *Cluster) Close() error {
 }
 
 // Ready reports whether Redis answers, for /readyz.
-func (c *Cluster) Ready(ctx context.Context) error {
+func (c *member) Ready(ctx context.Context) error {
 	if c.shards != nil {
 		errs := make([]error, len(c.shards))
 		for i, s := range c.shards {
@@ -421,7 +457,7 @@ func (c *Cluster) Ready(ctx context.Context) error {
 	return c.rdb.Ping(ctx).Err()
 }
 
-func (c *Cluster) key(parts ...string) string {
+func (c *member) key(parts ...string) string {
 	n := len(c.p)
 	for _, s := range parts {
 		n += len(s)
@@ -435,7 +471,7 @@ func (c *Cluster) key(parts ...string) string {
 }
 
 // setHealthy records whether Redis answers, logging each change.
-func (c *Cluster) setHealthy(ok bool, err error) {
+func (c *member) setHealthy(ok bool, err error) {
 	if !ok && c.ctx.Err() != nil {
 		return // a heartbeat cut short by Close: no outage, and Close leaves tidily
 	}
@@ -460,7 +496,7 @@ func (c *Cluster) setHealthy(ok bool, err error) {
 // (replication is asynchronous): so the node publishes again what it
 // published in the replay window, as after an outage (the readers drop
 // what they had), so that a trigger answered 200 is delivered all the same.
-func (c *Cluster) serverChanged(runID, was string) {
+func (c *member) serverChanged(runID, was string) {
 	c.log.Warn("another Redis server answers than before (a failover or a restart): publishing again what this node published in the last moments, in case it lacks some",
 		zap.String("run_id", runID), zap.String("was", was))
 	c.replayAnyway()
@@ -527,7 +563,7 @@ var scripts = []*redis.Script{beatScript, joinScript, leaveScript, signInScript,
 // calls that followed it, which changes their order: so every script is
 // loaded again at once (it happens once per restart), and the node's record
 // is rebuilt, which settles whatever the reordering did to it.
-func (c *Cluster) exec(ctx context.Context, calls []*call) {
+func (c *member) exec(ctx context.Context, calls []*call) {
 	if len(calls) == 0 {
 		return
 	}

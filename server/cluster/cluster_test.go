@@ -25,7 +25,7 @@ import (
 type node struct {
 	t   *testing.T
 	hub *hub.Hub
-	c   *Cluster
+	c   *member
 	obs *recorder
 }
 
@@ -91,7 +91,7 @@ func startLoggedNode(t *testing.T, rs *testredis.Server, prefix, id string, log 
 		t.Fatal(err)
 	}
 	c.Start()
-	n := &node{t: t, hub: h, c: c, obs: obs}
+	n := &node{t: t, hub: h, c: c.(*member), obs: obs}
 	t.Cleanup(func() {
 		if n.c != nil {
 			n.c.Close()
@@ -106,7 +106,7 @@ func startLoggedNode(t *testing.T, rs *testredis.Server, prefix, id string, log 
 func (n *node) crash() {
 	members := n.c.shards
 	if members == nil {
-		members = []*Cluster{n.c}
+		members = []*member{n.c}
 	}
 	for _, m := range members {
 		m.cancel()
@@ -342,10 +342,11 @@ func TestPublishesThatWaitTogetherShareOneEntry(t *testing.T) {
 	rs := testredis.Start(t)
 	h := hub.New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	defer h.Close()
-	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), h, Options{URL: rs.URL(), NodeID: "n1", Prefix: "together:", Settings: testSettings})
+	cl, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), h, Options{URL: rs.URL(), NodeID: "n1", Prefix: "together:", Settings: testSettings})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cl.(*member)
 	defer c.Close()
 	// Eight publishes wait before the loop runs, as they would behind a
 	// call on its way to Redis.
@@ -815,10 +816,11 @@ func TestRedisRestartRefusesThenRebuilds(t *testing.T) {
 // 3 s and 32 MiB.
 func TestOptionsDefaults(t *testing.T) {
 	rs := testredis.Start(t)
-	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), NodeID: "n1", Settings: testSettings})
+	cl, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), NodeID: "n1", Settings: testSettings})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cl.(*member)
 	if o := c.opts; o.Prefix != "herald:" || o.Heartbeat != time.Second || o.NodeTTL != 5*time.Second || o.Hold != 3*time.Second ||
 		o.ReplayWindow != 3*time.Second || o.ReplayBytes != 32<<20 {
 		t.Fatalf("options %+v, want the defaults", o)
@@ -842,10 +844,11 @@ func TestOptionsDefaults(t *testing.T) {
 // A query of the HTTP API (channels, presence users, a cached event) waits
 // 2 s at most for Redis: its context's deadline.
 func TestQueriesWaitTwoSecondsAtMost(t *testing.T) {
-	c, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis://127.0.0.1:1/0"})
+	cl, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis://127.0.0.1:1/0"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cl.(*member)
 	defer c.Close()
 	ctx, cancel := c.queryContext()
 	defer cancel()

@@ -43,7 +43,7 @@ const (
 //
 // It implements console.Relay.
 type ConsoleRelay struct {
-	c       *Cluster
+	c       *member
 	deliver func(appID string, events []json.RawMessage, dropped int)
 	channel string // the channels' prefix: <prefix>console:
 
@@ -71,7 +71,7 @@ type relayMessage struct {
 // ConsoleRelay starts relaying console events for this node; deliver gets
 // the events other nodes saw of an app this node watches, with how many
 // they dropped. Call it once; it stops with Close.
-func (c *Cluster) ConsoleRelay(deliver func(appID string, events []json.RawMessage, dropped int)) *ConsoleRelay {
+func (c *member) ConsoleRelay(deliver func(appID string, events []json.RawMessage, dropped int)) *ConsoleRelay {
 	if c.shards != nil {
 		r := c.home().ConsoleRelay(deliver) // the first shard carries it
 		c.relay.Store(r)
@@ -255,7 +255,7 @@ func (r *ConsoleRelay) flush() {
 // slot of the console's channels, which is where every node's relay
 // subscribes (go-redis subscribes on the node of the first channel's
 // slot), as PUBSUB counts a node's own subscribers only.
-func (c *Cluster) pubsubNode(ctx context.Context) (redis.Cmdable, error) {
+func (c *member) pubsubNode(ctx context.Context) (redis.Cmdable, error) {
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
 		return c.rdb, nil

@@ -36,7 +36,7 @@ type EventLogStore struct {
 	limits eventlog.Limits
 	// cluster is the cluster whose EventLog made it: its publishes append
 	// their events in the same round trip (PublishKept).
-	cluster *Cluster
+	cluster *member
 
 	held    sync.Map // app id → eventlog.AppStats as the last append saw them
 	dropped [4]atomic.Int64
@@ -61,7 +61,7 @@ func NewEventLogStore(rdb func(app string) redis.Cmdable, prefix string, limits 
 
 // EventLog returns the store of the cluster's channel histories, each app's
 // on its shard under the cluster's prefix.
-func (c *Cluster) EventLog(limits eventlog.Limits) *EventLogStore {
+func (c *member) EventLog(limits eventlog.Limits) *EventLogStore {
 	s := NewEventLogStore(func(app string) redis.Cmdable { return c.shardFor(app, "").rdb }, c.p, limits)
 	s.cluster = c
 	return s

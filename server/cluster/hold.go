@@ -24,7 +24,7 @@ const holdTick = 100 * time.Millisecond
 // node holds back from then on is due no sooner. So a node looks about
 // once a hold while nothing is held, rather than on a fixed tick, and an
 // event goes out when its hold has passed.
-func (c *Cluster) releaseLoop() {
+func (c *member) releaseLoop() {
 	for {
 		wait := holdTick
 		if c.healthy.Load() {
@@ -59,7 +59,7 @@ func nextLook(next time.Duration, answered bool, hold time.Duration) time.Durati
 // returns how long until the earliest one left is due (a negative duration
 // when none is left), and false when Redis failed to answer: the others
 // are left for the next round.
-func (c *Cluster) releaseHeld(ctx context.Context, all bool) (time.Duration, bool) {
+func (c *member) releaseHeld(ctx context.Context, all bool) (time.Duration, bool) {
 	const page = 256
 	flag := ""
 	if all {

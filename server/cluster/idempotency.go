@@ -45,7 +45,7 @@ func NewIdempotencyStore(rdb redis.Scripter, prefix string, opts idempotency.Opt
 // the cluster's Redis under its prefix: on the first shard of a list of
 // shards; over a whole Redis Cluster, under the prefix without a shard's
 // hash tag, so that each app's hash tag places its keys.
-func (c *Cluster) Idempotency(opts idempotency.Options) *IdempotencyStore {
+func (c *member) Idempotency(opts idempotency.Options) *IdempotencyStore {
 	if c.rdb == nil {
 		c = c.home()
 	}

@@ -204,7 +204,7 @@ func containsInt(list []int, v int) bool {
 // command that wakes the reader, to run before the joins (nil when it
 // reads them all already), so that it reads the new streams without
 // waiting for its blocking read to end.
-func (c *Cluster) readSlots(ctx context.Context, ops []op) (*call, error) {
+func (c *member) readSlots(ctx context.Context, ops []op) (*call, error) {
 	var slots []int
 	for _, o := range ops {
 		if o.join != nil {
@@ -231,6 +231,6 @@ func (c *Cluster) readSlots(ctx context.Context, ops []op) (*call, error) {
 
 // wakeReader is the command that ends the reader's blocking read at once:
 // an entry in the node's wake-up stream, which the reader reads and skips.
-func (c *Cluster) wakeReader() []any {
+func (c *member) wakeReader() []any {
 	return []any{"XADD", c.key("in:", c.id), "MAXLEN", "~", 64, "*", "w", "1"}
 }

@@ -158,11 +158,11 @@ func TestPublishesArePackedPerSlot(t *testing.T) {
 
 // slotEntries is how many entries the slot streams of c's Redis (of each
 // of its shards) hold.
-func slotEntries(t *testing.T, c *Cluster) int64 {
+func slotEntries(t *testing.T, c *member) int64 {
 	t.Helper()
 	members := c.shards
 	if members == nil {
-		members = []*Cluster{c}
+		members = []*member{c}
 	}
 	var n int64
 	for _, m := range members {

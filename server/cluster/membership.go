@@ -12,7 +12,7 @@ import (
 // heartbeat renews the node's heartbeat, publishes its connection counts,
 // reads the other nodes' and takes out the record of any node whose
 // heartbeat expired. It runs every Options.Heartbeat.
-func (c *Cluster) heartbeat() {
+func (c *member) heartbeat() {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.NodeTTL)
 	defer cancel()
 	if err := c.checkShard(ctx); err != nil {
@@ -76,7 +76,7 @@ func (c *Cluster) heartbeat() {
 // fails with READONLY itself, which makes the client drop the connection
 // (a transaction would fail with EXECABORT, and the client would keep the
 // connection and the heartbeat would fail on it for good).
-func (c *Cluster) beat(ctx context.Context) error {
+func (c *member) beat(ctx context.Context) error {
 	local := c.hub.LocalConnections()
 	args := make([]any, 0, 4+2*len(local))
 	args = append(args, c.p, c.id, c.epoch, c.opts.NodeTTL.Milliseconds())
@@ -99,7 +99,7 @@ func (c *Cluster) beat(ctx context.Context) error {
 
 // ConnectionsElsewhere is the number of connections of appID on the other
 // live nodes, as of the last heartbeat.
-func (c *Cluster) ConnectionsElsewhere(appID string) int {
+func (c *member) ConnectionsElsewhere(appID string) int {
 	if c.shards != nil {
 		return c.home().ConnectionsElsewhere(appID)
 	}
@@ -112,7 +112,7 @@ func (c *Cluster) ConnectionsElsewhere(appID string) int {
 // to take it out). With wait it retries until ctx ends; otherwise it
 // reports errLocked when another node holds it. unlock releases it if it is
 // still this node's.
-func (c *Cluster) lock(ctx context.Context, node string, wait bool) (unlock func(), err error) {
+func (c *member) lock(ctx context.Context, node string, wait bool) (unlock func(), err error) {
 	k := c.key("lock:", node)
 	token := c.id + "/" + randomID()
 	for {
@@ -152,7 +152,7 @@ return 0
 
 // reapLater takes out a dead node's record on another goroutine, unless that
 // is under way here already.
-func (c *Cluster) reapLater(node string) {
+func (c *member) reapLater(node string) {
 	if _, busy := c.reaping.LoadOrStore(node, struct{}{}); busy {
 		return
 	}
@@ -169,7 +169,7 @@ func (c *Cluster) reapLater(node string) {
 // leave, the users go offline, and this node reports the webhook events.
 // It runs under the node's lock and gives up if the node's heartbeat is
 // back. self is set when a node leaving the cluster takes out its own.
-func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
+func (c *member) reap(ctx context.Context, node string, self bool) error {
 	unlock, err := c.lock(ctx, node, false)
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func (c *Cluster) reap(ctx context.Context, node string, self bool) error {
 // too), and reports the transitions. Entries are read, not popped, so a
 // reaper that dies midway leaves the rest for the next. It returns how many
 // entries it took out.
-func (c *Cluster) drain(ctx context.Context, set string, callOf func(entry string) (*call, [2]string, bool)) (int, error) {
+func (c *member) drain(ctx context.Context, set string, callOf func(entry string) (*call, [2]string, bool)) (int, error) {
 	n := 0
 	for {
 		entries, err := c.rdb.SRandMemberN(ctx, set, 256).Result()

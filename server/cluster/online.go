@@ -16,7 +16,7 @@ import (
 // node's changes count from when that node has written them, a few
 // milliseconds after they happened. An error (hub.ErrUnavailable) means
 // Redis did not answer within queryTimeout.
-func (c *Cluster) SignedIn(appID, userID string) (bool, error) {
+func (c *member) SignedIn(appID, userID string) (bool, error) {
 	if c.hub.SignedIn(appID, userID) {
 		return true, nil
 	}
@@ -53,7 +53,7 @@ type signedInAnswer struct {
 }
 
 // call reads the user's count of signed-in connections in the cluster.
-func (q *signedInQuery) call(c *Cluster) *call {
+func (q *signedInQuery) call(c *member) *call {
 	return &call{args: []any{"HEXISTS", c.key("us:", q.app), q.user}}
 }
 

@@ -81,7 +81,7 @@ type keepReq struct {
 // Publish sends the messages to every node, in order, and returns once
 // Redis has them. It returns hub.ErrUnavailable at once while Redis does
 // not answer.
-func (c *Cluster) Publish(ms ...hub.Message) error {
+func (c *member) Publish(ms ...hub.Message) error {
 	if len(ms) == 0 {
 		return nil
 	}
@@ -111,7 +111,7 @@ func outMsgs(ms []hub.Message) []*outMsg {
 // history is in a hash slot of its own, which no script can write with a
 // shard's: the caller appends. An append that fails (the events are
 // published all the same) is logged.
-func (c *Cluster) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
+func (c *member) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
 	s, ok := store.(*EventLogStore)
 	if !ok || s.cluster != c || !p.On() || len(ms) == 0 {
 		return false, c.Publish(ms...)
@@ -143,7 +143,7 @@ func (c *Cluster) PublishKept(store eventlog.Store, p eventlog.Policy, now time.
 
 // Terminate publishes the request to close userID's connections on every
 // node.
-func (c *Cluster) Terminate(appID, userID string) error {
+func (c *member) Terminate(appID, userID string) error {
 	if c.shards != nil {
 		return c.home().Terminate(appID, userID)
 	}
@@ -163,7 +163,7 @@ func streamOf(slot int) string {
 	return slotStreams[slot]
 }
 
-func (c *Cluster) publish(msgs []*outMsg) error {
+func (c *member) publish(msgs []*outMsg) error {
 	if !c.healthy.Load() {
 		return hub.ErrUnavailable
 	}
@@ -185,7 +185,7 @@ func (c *Cluster) publish(msgs []*outMsg) error {
 // under load, a round trip to Redis, and an entry every node reads, carries
 // every message that waited for it. It alone numbers messages and keeps
 // the replay ring.
-func (c *Cluster) publishLoop() {
+func (c *member) publishLoop() {
 	const maxBatch = 256
 	batch := make([]*pubReq, 0, maxBatch)
 	var msgs []*outMsg
@@ -240,7 +240,7 @@ func (c *Cluster) publishLoop() {
 
 // send publishes msgs under the generation the node publishes under,
 // first publishing the ring again when Redis lost its data.
-func (c *Cluster) send(msgs []*outMsg) error {
+func (c *member) send(msgs []*outMsg) error {
 	if c.pubGen == "" {
 		ctx, cancel := c.queryContext()
 		g, err := c.generation(ctx)
@@ -269,7 +269,7 @@ func (c *Cluster) send(msgs []*outMsg) error {
 // one the node published under, or after an outage (forceReplay: the Redis
 // that answers may be a promoted replica that lacks the last writes), then
 // publishes under the generation Redis has.
-func (c *Cluster) replay() (err error) {
+func (c *member) replay() (err error) {
 	force := c.forceReplay.Swap(false)
 	defer func() {
 		if err != nil && force {
@@ -314,7 +314,7 @@ func isGenerationLost(err error) bool {
 
 // sendUnder runs publishScript for msgs, which are in sequence order in
 // each stream; with keep, the history appends of kept messages too.
-func (c *Cluster) sendUnder(gen string, msgs []*outMsg, keep bool) error {
+func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	args := make([]any, 0, 5+4*len(msgs))
 	args = append(args, c.p, globalStream, gen, c.epoch, "")
 	var bySlot [Slots + 1][]*outMsg
@@ -512,7 +512,7 @@ func entryOrigin(values map[string]any) (origin string, seq uint64) {
 
 // askReplay has the publish loop check, soon, whether Redis lost its data
 // and the ring must be published again.
-func (c *Cluster) askReplay() {
+func (c *member) askReplay() {
 	select {
 	case c.replayNow <- struct{}{}:
 	default:
@@ -522,7 +522,7 @@ func (c *Cluster) askReplay() {
 // replayAnyway has the publish loop publish its window again soon even
 // when Redis's generation did not change: the Redis that answers may be
 // another server (a promoted replica) without the last writes.
-func (c *Cluster) replayAnyway() {
+func (c *member) replayAnyway() {
 	c.forceReplay.Store(true)
 	c.askReplay()
 }

@@ -17,14 +17,14 @@ import (
 // queryTimeout bounds one query of the HTTP API to Redis.
 const queryTimeout = 2 * time.Second
 
-func (c *Cluster) queryContext() (context.Context, context.CancelFunc) {
+func (c *member) queryContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.ctx, queryTimeout)
 }
 
 func unavailable(err error) error { return fmt.Errorf("%w: %v", hub.ErrUnavailable, err) }
 
 // Channel returns the state of one channel over the cluster.
-func (c *Cluster) Channel(appID, name string) (hub.ChannelStats, error) {
+func (c *member) Channel(appID, name string) (hub.ChannelStats, error) {
 	if c.shards != nil {
 		return c.shardFor(appID, name).Channel(appID, name)
 	}
@@ -54,7 +54,7 @@ func (c *Cluster) Channel(appID, name string) (hub.ChannelStats, error) {
 
 // Channels returns the occupied channels of appID over the cluster whose
 // names start with prefix, sorted by name.
-func (c *Cluster) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
+func (c *member) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
 	if c.shards != nil {
 		return c.channelsSharded(appID, prefix)
 	}
@@ -92,7 +92,7 @@ func (c *Cluster) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
 
 // PresenceUsers returns the distinct users of a presence channel over the
 // cluster, sorted.
-func (c *Cluster) PresenceUsers(appID, name string) ([]string, error) {
+func (c *member) PresenceUsers(appID, name string) ([]string, error) {
 	if c.shards != nil {
 		return c.shardFor(appID, name).PresenceUsers(appID, name)
 	}
@@ -107,7 +107,7 @@ func (c *Cluster) PresenceUsers(appID, name string) ([]string, error) {
 }
 
 // CachedEvent returns a cache channel's last event and its time to live.
-func (c *Cluster) CachedEvent(appID, name string) (string, time.Duration, bool, error) {
+func (c *member) CachedEvent(appID, name string) (string, time.Duration, bool, error) {
 	if c.shards != nil {
 		return c.shardFor(appID, name).CachedEvent(appID, name)
 	}
@@ -134,7 +134,7 @@ func (c *Cluster) CachedEvent(appID, name string) (string, time.Duration, bool, 
 
 // Connections returns the connections of appID over the cluster: this
 // node's now, the others' as of the last heartbeat.
-func (c *Cluster) Connections(appID string) (int, error) {
+func (c *member) Connections(appID string) (int, error) {
 	if c.shards != nil {
 		return c.home().Connections(appID)
 	}
@@ -166,7 +166,7 @@ type Stats struct {
 }
 
 // Stats returns the cluster's figures.
-func (c *Cluster) Stats() Stats {
+func (c *member) Stats() Stats {
 	if c.shards != nil {
 		return c.statsSharded()
 	}

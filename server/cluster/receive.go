@@ -15,7 +15,7 @@ import (
 // node's wake-up stream and the streams of the slots it has subscriptions
 // in (interest.go) — from where it stopped, and hands each stream's
 // messages to the hub in the stream's order.
-func (c *Cluster) receiveLoop() {
+func (c *member) receiveLoop() {
 	backoff := 50 * time.Millisecond
 	var global, wake, gen string
 	streams := make([]string, 0, 2*(Slots+2))
@@ -98,7 +98,7 @@ func (c *Cluster) receiveLoop() {
 // from: on after global and wake, or at the first call after their newest
 // messages. It asks for a rebuild of the node's record when Redis lost its
 // data (its generation changed).
-func (c *Cluster) position(global, wake, gen string) (string, string, string, error) {
+func (c *member) position(global, wake, gen string) (string, string, string, error) {
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	now, err := c.generation(ctx)
@@ -138,7 +138,7 @@ func newestID(msgs []redis.XMessage) string {
 	return "0-0"
 }
 
-func (c *Cluster) sleep(backoff *time.Duration) {
+func (c *member) sleep(backoff *time.Duration) {
 	select {
 	case <-c.ctx.Done():
 	case <-time.After(*backoff):
@@ -153,7 +153,7 @@ func (c *Cluster) sleep(backoff *time.Duration) {
 // published again after Redis lost its data may hold some it had.
 // positions, when the entry's events were kept in their channels'
 // history, are their ids, one per message, space-separated.
-func (c *Cluster) handleEntry(seen *origins, payload, origin string, seq uint64, positions string, now time.Time) {
+func (c *member) handleEntry(seen *origins, payload, origin string, seq uint64, positions string, now time.Time) {
 	fresh := func(i int) bool { return origin == "" || seen.fresh(origin, seq+uint64(i), now) }
 	var ids []string
 	if positions != "" {
@@ -187,7 +187,7 @@ func (c *Cluster) handleEntry(seen *origins, payload, origin string, seq uint64,
 // its channel's history when it has one. A malformed one is logged and
 // dropped; a panic while handling one is recovered, so that it costs that
 // message only.
-func (c *Cluster) handle(payload, position string) {
+func (c *member) handle(payload, position string) {
 	defer c.stats.panics.Recover(c.log, "cluster message")
 	if len(payload) == 0 {
 		return

@@ -32,7 +32,7 @@ const ClusterShards = 16
 
 // newRedisCluster returns the node's membership of a cluster over the
 // Redis Cluster of shard: ClusterShards shards over one client.
-func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard) *Cluster {
+func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard) *member {
 	// Each shard's reader holds a connection in a blocking XREAD; the
 	// shards of a Redis node must not take the pool the others need.
 	rdb := shard.Client(redisconn.ClientOptions{Readers: ClusterShards})
@@ -40,7 +40,7 @@ func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.
 	if base == "" {
 		base = DefaultPrefix
 	}
-	c := &Cluster{log: log.With(zap.String("node", opts.NodeID)), rdb: rdb, opts: opts, id: opts.NodeID, hub: h, p: base, shardCount: ClusterShards}
+	c := &member{log: log.With(zap.String("node", opts.NodeID)), rdb: rdb, opts: opts, id: opts.NodeID, hub: h, p: base, shardCount: ClusterShards}
 	for i, tag := range shardTags(ClusterShards) {
 		o := opts
 		o.Prefix = base + "{" + tag + "}:"

@@ -24,10 +24,11 @@ func TestRedisClientLinesGoToTheClusterLogger(t *testing.T) {
 	gone := l.Addr().String()
 	l.Close() // nothing listens there now: a Sentinel that is not there
 	core, logs := observer.New(zapcore.DebugLevel)
-	c, err := New(zap.New(core), hub.New(zap.NewNop()), Options{URL: "redis-sentinel://" + gone + "/herald"})
+	cl, err := New(zap.New(core), hub.New(zap.NewNop()), Options{URL: "redis-sentinel://" + gone + "/herald"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cl.(*member)
 	t.Cleanup(func() { c.Close() })
 	if err := c.rdb.Ping(t.Context()).Err(); err == nil {
 		t.Fatal("a ping through a Sentinel that is not there was answered")

@@ -121,10 +121,11 @@ func TestBadSentinelSettingsStopTheStart(t *testing.T) {
 			t.Fatalf("%s: %v", url, err)
 		}
 	}
-	c, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis-sentinel://" + sentinel.Addr() + "/herald"})
+	cl, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: "redis-sentinel://" + sentinel.Addr() + "/herald"})
 	if err != nil {
 		t.Fatalf("a good redis-sentinel:// URL: %v", err)
 	}
+	c := cl.(*member)
 	c.rdb.Close()
 }
 

@@ -36,8 +36,8 @@ import (
 // lives; once none does, the first node of the new list takes it over.
 
 // newSharded returns the node's membership of a cluster over shards.
-func newSharded(log *zap.Logger, h *hub.Hub, opts Options, shards []redisconn.Shard) *Cluster {
-	c := &Cluster{log: log.With(zap.String("node", opts.NodeID)), opts: opts, id: opts.NodeID, hub: h, shardCount: len(shards)}
+func newSharded(log *zap.Logger, h *hub.Hub, opts Options, shards []redisconn.Shard) *member {
+	c := &member{log: log.With(zap.String("node", opts.NodeID)), opts: opts, id: opts.NodeID, hub: h, shardCount: len(shards)}
 	for i, shard := range shards {
 		c.shards = append(c.shards, newShard(log.With(zap.Int("shard", i+1)), h, opts, shard, i, len(shards)))
 	}
@@ -56,7 +56,7 @@ func shardOf(app, channel string, n int) int {
 }
 
 // shardFor is the shard of a channel: c itself without shards.
-func (c *Cluster) shardFor(app, channel string) *Cluster {
+func (c *member) shardFor(app, channel string) *member {
 	if c.shards == nil {
 		return c
 	}
@@ -64,7 +64,7 @@ func (c *Cluster) shardFor(app, channel string) *Cluster {
 }
 
 // home is the shard of what is not a channel's.
-func (c *Cluster) home() *Cluster {
+func (c *member) home() *member {
 	if c.shards == nil {
 		return c
 	}
@@ -72,7 +72,7 @@ func (c *Cluster) home() *Cluster {
 }
 
 // owns reports whether a channel's state is kept on this shard.
-func (c *Cluster) owns(app, channel string) bool {
+func (c *member) owns(app, channel string) bool {
 	return shardOf(app, channel, c.shardCount) == c.shardIndex
 }
 
@@ -80,7 +80,7 @@ func (c *Cluster) owns(app, channel string) bool {
 // shard's in order; the messages of one shard, the common case, as on one
 // Redis. An error means the messages of at least one shard may not have
 // reached any node (those of the others may have).
-func (c *Cluster) publishSharded(ms []hub.Message) error {
+func (c *member) publishSharded(ms []hub.Message) error {
 	first := shardOf(ms[0].AppID, ms[0].Channel, len(c.shards))
 	by := make(map[int][]hub.Message)
 	for _, m := range ms {
@@ -100,7 +100,7 @@ func (c *Cluster) publishSharded(ms []hub.Message) error {
 }
 
 // channelsSharded merges the occupied channels of every shard.
-func (c *Cluster) channelsSharded(appID, prefix string) ([]hub.ChannelStats, error) {
+func (c *member) channelsSharded(appID, prefix string) ([]hub.ChannelStats, error) {
 	var wg sync.WaitGroup
 	parts := make([][]hub.ChannelStats, len(c.shards))
 	errs := make([]error, len(c.shards))
@@ -118,7 +118,7 @@ func (c *Cluster) channelsSharded(appID, prefix string) ([]hub.ChannelStats, err
 
 // statsSharded adds up the shards' figures; the cluster is up when every
 // shard is.
-func (c *Cluster) statsSharded() Stats {
+func (c *member) statsSharded() Stats {
 	out := Stats{Up: true, Nodes: c.home().nodes.Load(), Console: c.relay.Load().Stats()}
 	for _, s := range c.shards {
 		st := s.Stats()
@@ -138,7 +138,7 @@ func (c *Cluster) statsSharded() Stats {
 // checkShard has this Redis take the node as its shard, or refuse it: the
 // Redis is another shard of the running cluster (the node has another list
 // of shards) and a node of that list lives.
-func (c *Cluster) checkShard(ctx context.Context) error {
+func (c *member) checkShard(ctx context.Context) error {
 	want := fmt.Sprintf("%d/%d", c.shardIndex+1, c.shardCount)
 	k := c.key("shard")
 	got, err := c.rdb.Get(ctx, k).Result()
@@ -171,7 +171,7 @@ func (c *Cluster) checkShard(ctx context.Context) error {
 
 // otherNodesLive reports whether a node other than this one has a live
 // heartbeat on this Redis.
-func (c *Cluster) otherNodesLive(ctx context.Context) (bool, error) {
+func (c *member) otherNodesLive(ctx context.Context) (bool, error) {
 	nodes, err := c.rdb.SMembers(ctx, c.key("nodes")).Result()
 	if err != nil {
 		return false, err
@@ -194,4 +194,4 @@ func (c *Cluster) otherNodesLive(ctx context.Context) (bool, error) {
 // Redis Cluster the app's history is on another Redis, or in another hash
 // slot, than most of its channels, so only a cluster on one Redis (or one
 // Sentinel group) recovers.
-func (c *Cluster) Recovers(appID string) bool { return c.shards == nil }
+func (c *member) Recovers(appID string) bool { return c.shards == nil }

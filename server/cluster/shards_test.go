@@ -163,11 +163,11 @@ func testChannelsSpreadOverShards(t *testing.T, servers []*testredis.Server, url
 
 // shardsHold checks that each shard of c holds the channels of names that
 // are its own and no other, that every one is held, and that they spread.
-func shardsHold(t *testing.T, c *Cluster, names []string) {
+func shardsHold(t *testing.T, c *member, names []string) {
 	t.Helper()
 	members := c.shards
 	if members == nil {
-		members = []*Cluster{c}
+		members = []*member{c}
 	}
 	var all []string
 	empty := 0

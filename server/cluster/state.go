@@ -77,7 +77,7 @@ func (q *opQueue) clear() {
 }
 
 // Join records a subscription; the cluster answers with a snapshot.
-func (c *Cluster) Join(j hub.Join) {
+func (c *member) Join(j hub.Join) {
 	if c.shards != nil {
 		c.shardFor(j.AppID, j.Channel).Join(j)
 		return
@@ -87,7 +87,7 @@ func (c *Cluster) Join(j hub.Join) {
 }
 
 // Leave records an unsubscription.
-func (c *Cluster) Leave(l hub.Leave) {
+func (c *member) Leave(l hub.Leave) {
 	if c.shards != nil {
 		c.shardFor(l.AppID, l.Channel).Leave(l)
 		return
@@ -97,14 +97,14 @@ func (c *Cluster) Leave(l hub.Leave) {
 }
 
 // SignIn records a sign-in; the cluster answers with the watchlist's state.
-func (c *Cluster) SignIn(s hub.SignInRequest) { c.home().ops.push(op{signIn: &s}) }
+func (c *member) SignIn(s hub.SignInRequest) { c.home().ops.push(op{signIn: &s}) }
 
 // SignOut records the end of a signed-in connection.
-func (c *Cluster) SignOut(s hub.SignOutRequest) { c.home().ops.push(op{signOut: &s}) }
+func (c *member) SignOut(s hub.SignOutRequest) { c.home().ops.push(op{signOut: &s}) }
 
 // writeLoop applies the queued changes in order, a pipeline at a time, and
 // rebuilds the node's record whenever it lost touch with Redis.
-func (c *Cluster) writeLoop() {
+func (c *member) writeLoop() {
 	const maxBatch = 512
 	backoff := 100 * time.Millisecond
 	tick := time.NewTicker(c.opts.Heartbeat / 4)
@@ -153,7 +153,7 @@ func (c *Cluster) writeLoop() {
 
 // apply runs the ops in one pipeline and reports what they caused. The
 // reader reads the slots of its joins first, so that it reads their answers.
-func (c *Cluster) apply(ctx context.Context, ops []op) error {
+func (c *member) apply(ctx context.Context, ops []op) error {
 	defer failQueries(ops) // those not answered below
 	wake, err := c.readSlots(ctx, ops)
 	if err != nil {
@@ -199,7 +199,7 @@ func appChannel(o op) [2]string {
 	return o.flush
 }
 
-func (c *Cluster) callOf(o op) *call {
+func (c *member) callOf(o op) *call {
 	switch {
 	case o.join != nil:
 		j := o.join
@@ -254,7 +254,7 @@ func (c *Cluster) callOf(o op) *call {
 	}
 }
 
-func (c *Cluster) leaveCall(node string, l hub.Leave) *call {
+func (c *member) leaveCall(node string, l hub.Leave) *call {
 	flags := ""
 	if hub.IsPresence(l.Channel) {
 		flags = "p"
@@ -264,14 +264,14 @@ func (c *Cluster) leaveCall(node string, l hub.Leave) *call {
 	return &call{script: leaveScript, args: []any{c.p, streamOf(slotOf(l.AppID, l.Channel)), node, l.AppID, l.Channel, l.SocketID, l.UserID, flags, c.opts.Hold.Milliseconds()}}
 }
 
-func (c *Cluster) signOutCall(node string, s hub.SignOutRequest) *call {
+func (c *member) signOutCall(node string, s hub.SignOutRequest) *call {
 	return &call{script: signOutScript, args: []any{c.p, globalStream, node, s.AppID, s.SocketID, s.UserID}}
 }
 
 // transitions hands the channel events a script reported to the hub's
 // observer: this node is the one that caused them, so it alone reports
 // them. (channel_vacated and member_removed come later, from releaseHeld.)
-func (c *Cluster) transitions(ac [2]string, val any) {
+func (c *member) transitions(ac [2]string, val any) {
 	list, _ := val.([]any)
 	for i := 0; i+1 < len(list); i += 2 {
 		kind, _ := list[i].(string)
@@ -297,7 +297,7 @@ func (c *Cluster) transitions(ac [2]string, val any) {
 }
 
 // deferCount schedules a held-back subscription count, once per channel.
-func (c *Cluster) deferCount(ac [2]string, after time.Duration) {
+func (c *member) deferCount(ac [2]string, after time.Duration) {
 	k := ac[0] + "\x1f" + ac[1]
 	c.countMu.Lock()
 	defer c.countMu.Unlock()
@@ -321,7 +321,7 @@ func (c *Cluster) deferCount(ac [2]string, after time.Duration) {
 // waiting for an answer is answered. When Redis lost its data (a restart),
 // the record is rebuilt without events: every node is doing the same, and
 // nothing changed for the clients.
-func (c *Cluster) resync(ctx context.Context) error {
+func (c *member) resync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// The heartbeat first, so that no other node starts taking this one's
@@ -420,7 +420,7 @@ func set(list []string) map[string]bool {
 
 // generation returns the state's generation, starting one when Redis has
 // none (it is new, or it restarted without its data).
-func (c *Cluster) generation(ctx context.Context) (string, error) {
+func (c *member) generation(ctx context.Context) (string, error) {
 	k := c.key("gen")
 	if err := c.rdb.SetNX(ctx, k, randomID(), 0).Err(); err != nil {
 		return "", err

@@ -82,7 +82,7 @@ type Node struct {
 	cert     *certReloader // nil: plain HTTP (tls.go)
 	// cluster is the node's membership of a cluster over Redis; nil on a
 	// single node.
-	cluster *cluster.Cluster
+	cluster cluster.Cluster
 	// relay carries the console's events to and from the other nodes; nil
 	// on a single node and without an admin token (no console to show them).
 	relay *cluster.ConsoleRelay

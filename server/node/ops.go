@@ -72,7 +72,7 @@ func newOps(cfg config.Config, db *storage.DB, h *hub.Hub, apps *directory.Apps,
 
 // start creates the metrics over the node's parts; call it once they exist
 // and before the database is shared with background goroutines.
-func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl *cluster.Cluster, history eventlog.Store) {
+func (o *ops) start(sockets *ws.Handler, upgrades *upgrade.Server, hook *webhook.Dispatcher, publishes *push.Dispatcher, publishAPI *httpapi.PublishAPI, anon *httpapi.AnonLimiter, cl cluster.Cluster, history eventlog.Store) {
 	src := metrics.Sources{Hub: o.hub, Sockets: sockets, Upgrades: upgrades, Webhooks: hook, Outbox: o.db, Push: publishes, Publish: publishAPI, History: history}
 	if cl != nil { // nil: a single node, and no herald_cluster_* series
 		src.Cluster = cl
