@@ -16,16 +16,27 @@
 // beside this file; what cluster mode costs, measured, in
 // scripts/README.md.
 //
+// The cluster has two roles, each a Cluster (the interface the node uses):
+// a member is the node on one Redis — a single address, a Sentinel
+// group's primary, or one shard — and does all the work above; a router
+// is the node over several shards, a member on each, and sends each call
+// to the member of the channel it concerns. New returns a member for one
+// Redis or Sentinel group, a router for a list of shards or a Redis
+// Cluster. Recovery needs a channel's stream and its app's history on one
+// Redis: a member recovers, a router does not.
+//
 // The package, file by file:
 //
-//   - cluster.go: Options, the Cluster and New, which makes it a member on
-//     one Redis or a router over shards; Start, Close, Ready.
-//   - shards.go, rediscluster.go: the shards — a list of Redis URLs (a
-//     channel's shard by a hash of it), a Redis Cluster (sixteen shards,
-//     each under a hash tag of its own). The Redis clients themselves,
-//     from every form of the URL (one Redis, shards, Sentinel, Redis
-//     Cluster), with their timeouts, the watch that notices another Redis
-//     server behind an address and the client's log, are redisconn's.
+//   - cluster.go: Options, the Cluster interface, New, and the member: its
+//     Start, Close, Ready, and the pipeline every call goes through.
+//   - router.go, shards.go, rediscluster.go: the router, and the shards it
+//     routes over — a list of Redis URLs (a channel's shard by a hash of
+//     it; a member's place in the list, checked in Redis), a Redis Cluster
+//     (sixteen shards over one client, each under a hash tag of its own).
+//   - redisconn (a package of its own): the Redis clients, from every form
+//     of the URL (one Redis, shards, Sentinel, Redis Cluster), with their
+//     timeouts, the start's checks, the watch that notices another Redis
+//     server behind an address and the client's log.
 //   - publish.go, codec.go: the publish loop, which batches a node's
 //     messages into one script call per shard and publishes its last ones
 //     again after Redis lost data; how messages are encoded.
@@ -50,7 +61,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,7 +164,9 @@ type Cluster interface {
 	Idempotency(opts idempotency.Options) *IdempotencyStore
 }
 
-// member is one node's membership of a cluster on one Redis.
+// member is one node's membership of a cluster on one Redis: a single
+// address, a Sentinel group's primary, or one shard of a router (of a list
+// of shards, or of a Redis Cluster).
 type member struct {
 	log *zap.Logger
 	rdb redis.UniversalClient // a *redis.Client, or the *redis.ClusterClient every shard of a Redis Cluster shares
@@ -213,12 +225,10 @@ type member struct {
 	stats counters
 
 	// shardIndex of shardCount is the Redis this membership is on (0 of 1
-	// without shards); shards are those of a node on several, whose
-	// Cluster only routes to them (shards.go).
+	// without shards): what of the channels it keeps (owns).
 	shardIndex, shardCount int
-	shards                 []*member
 	// sharedRDB: rdb is the Redis Cluster's client, which every shard
-	// uses and the node's Cluster closes.
+	// uses and the router closes.
 	sharedRDB bool
 	// refused is why the Redis refuses this node (another list of shards
 	// is running on it), or nil.
@@ -232,6 +242,8 @@ type member struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+var _ Cluster = (*member)(nil)
 
 // New connects to Redis and returns the node's cluster membership; Start
 // joins the cluster. Redis need not answer yet: the node starts outside the
@@ -343,13 +355,7 @@ func (c *member) ID() string { return c.id }
 func (c *member) Start() {
 	c.hub.SetCluster(c)
 	c.log.Info("cluster mode", zap.Strings("redis", redisconn.RedactAll(c.opts.URL)), zap.String("prefix", c.p))
-	if c.shards == nil {
-		c.join()
-		return
-	}
-	for _, s := range c.shards {
-		s.join()
-	}
+	c.join()
 }
 
 // join starts the goroutines of the node's membership on one Redis.
@@ -389,19 +395,6 @@ func (c *member) run(f func()) {
 // announced now rather than after the heartbeat expires) and disconnects.
 // The hub's connections must be closed first.
 func (c *member) Close() error {
-	if c.shards != nil {
-		errs := make([]error, len(c.shards))
-		var wg sync.WaitGroup
-		for i, s := range c.shards {
-			wg.Go(func() { errs[i] = s.Close() })
-		}
-		wg.Wait()
-		if c.rdb != nil { // the Redis Cluster's client, which the shards share
-			errs = append(errs, c.rdb.Close())
-			c.releaseLog()
-		}
-		return errors.Join(errs...)
-	}
 	c.cancel()
 	defer c.healthy.Store(false) // publishes after Close are refused at once
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -433,15 +426,6 @@ func (c *member) Close() error {
 
 // Ready reports whether Redis answers, for /readyz.
 func (c *member) Ready(ctx context.Context) error {
-	if c.shards != nil {
-		errs := make([]error, len(c.shards))
-		for i, s := range c.shards {
-			if err := s.Ready(ctx); err != nil {
-				errs[i] = fmt.Errorf("shard %d: %w", i+1, err)
-			}
-		}
-		return errors.Join(errs...)
-	}
 	if err := c.refused.Load(); err != nil {
 		return *err
 	}

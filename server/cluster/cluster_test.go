@@ -25,8 +25,35 @@ import (
 type node struct {
 	t   *testing.T
 	hub *hub.Hub
-	c   *member
+	c   Cluster
 	obs *recorder
+}
+
+// m is the node's member on one Redis (the test's cluster is on one).
+func (n *node) m() *member { return n.c.(*member) }
+
+// members are a cluster's members: a router's, or the member itself.
+func members(c Cluster) []*member {
+	if r, ok := c.(*router); ok {
+		return r.members
+	}
+	return []*member{c.(*member)}
+}
+
+// url is the HERALD_REDIS_URL a cluster was made with.
+func url(c Cluster) string {
+	if r, ok := c.(*router); ok {
+		return r.opts.URL
+	}
+	return c.(*member).opts.URL
+}
+
+// prefix is the start of a cluster's keys (without a shard's hash tag).
+func prefix(c Cluster) string {
+	if r, ok := c.(*router); ok {
+		return r.p
+	}
+	return c.(*member).p
 }
 
 // recorder keeps the channel events an observer saw.
@@ -91,7 +118,7 @@ func startLoggedNode(t *testing.T, rs *testredis.Server, prefix, id string, log 
 		t.Fatal(err)
 	}
 	c.Start()
-	n := &node{t: t, hub: h, c: c.(*member), obs: obs}
+	n := &node{t: t, hub: h, c: c, obs: obs}
 	t.Cleanup(func() {
 		if n.c != nil {
 			n.c.Close()
@@ -104,19 +131,15 @@ func startLoggedNode(t *testing.T, rs *testredis.Server, prefix, id string, log 
 // crash stops the node as SIGKILL would: no goodbye, its record stays in
 // Redis until another node finds its heartbeat expired.
 func (n *node) crash() {
-	members := n.c.shards
-	if members == nil {
-		members = []*member{n.c}
-	}
-	for _, m := range members {
+	for _, m := range members(n.c) {
 		m.cancel()
 		m.wg.Wait()
 		if !m.sharedRDB {
 			m.rdb.Close()
 		}
 	}
-	if n.c.shards != nil && n.c.rdb != nil {
-		n.c.rdb.Close()
+	if r, ok := n.c.(*router); ok && r.shared != nil {
+		r.shared.Close()
 	}
 	n.c = nil
 }
@@ -521,7 +544,7 @@ func TestComingBackOnAnotherNodeWithinTheHoldIsReportedAsNeither(t *testing.T) {
 	again.subscribe("presence-room", &hub.Member{UserID: "alice"})
 	again.subscribe("lobby", nil)
 	again.wait("lobby", "pusher_internal:subscription_succeeded")
-	if held, err := ns[0].c.rdb.ZRange(t.Context(), ns[0].c.key("held"), 0, -1).Result(); err != nil || len(held) != 0 {
+	if held, err := ns[0].m().rdb.ZRange(t.Context(), ns[0].m().key("held"), 0, -1).Result(); err != nil || len(held) != 0 {
 		t.Fatalf("held webhooks after alice came back: %q %v", held, err)
 	}
 	// A channel left for good is reported after the hold: once it is,
@@ -747,11 +770,11 @@ func testDeadNodeConverges(t *testing.T, cluster startCluster) {
 	}
 	// The reaper counts the node once its whole record is out, a moment
 	// after the events it reported went out: once on each shard.
-	shards := int64(max(1, len(ns[0].c.shards)))
+	shards := int64(len(members(ns[0].c)))
 	wait.Until(t, "n2 counted as reaped", func() bool { return ns[0].c.Stats().Reaped == shards })
 
 	// The node comes back with the same id: nothing of the old one returns.
-	back := startNode(t, nil, ns[0].c.p, "n2", withURL(ns[0].c.opts.URL))
+	back := startNode(t, nil, prefix(ns[0].c), "n2", withURL(url(ns[0].c)))
 	wait.Until(t, "the new n2 is live", func() bool { return back.c.Stats().Resyncs >= 1 })
 	if st, err := ns[0].hub.State().Channel("app", "lonely"); err != nil || st.Occupied {
 		t.Fatalf("lonely after n2 restarted: %+v %v", st, err)

@@ -72,11 +72,6 @@ type relayMessage struct {
 // the events other nodes saw of an app this node watches, with how many
 // they dropped. Call it once; it stops with Close.
 func (c *member) ConsoleRelay(deliver func(appID string, events []json.RawMessage, dropped int)) *ConsoleRelay {
-	if c.shards != nil {
-		r := c.home().ConsoleRelay(deliver) // the first shard carries it
-		c.relay.Store(r)
-		return r
-	}
 	r := &ConsoleRelay{
 		c:       c,
 		deliver: deliver,

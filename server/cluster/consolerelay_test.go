@@ -72,7 +72,7 @@ func testConsoleRelay(t *testing.T, cluster startCluster) {
 	// Where a node asks PUBSUB is where the watcher's subscription is,
 	// every time (a random node of a Redis Cluster would not know it).
 	for range 10 {
-		rdb, err := b.c.home().pubsubNode(t.Context())
+		rdb, err := members(b.c)[0].pubsubNode(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,12 +179,12 @@ func TestConsoleRelayRefreshUsesSubscription(t *testing.T) {
 	ra := a.c.ConsoleRelay(func(string, []json.RawMessage, int) {})
 	ra.Watch("app")
 	wait.Until(t, "node a to subscribe", func() bool {
-		n, err := a.c.rdb.PubSubNumSub(t.Context(), a.c.key("console:app")).Result()
-		return err == nil && n[a.c.key("console:app")] == 1
+		n, err := a.m().rdb.PubSubNumSub(t.Context(), a.m().key("console:app")).Result()
+		return err == nil && n[a.m().key("console:app")] == 1
 	})
 	// Node b's relay without its loop: a stream of app is open, the
 	// subscription not made yet.
-	rb := &ConsoleRelay{c: b.c, channel: b.c.key("console:"), watched: map[string]bool{"app": true}, changed: make(chan struct{}, 1)}
+	rb := &ConsoleRelay{c: b.m(), channel: b.m().key("console:"), watched: map[string]bool{"app": true}, changed: make(chan struct{}, 1)}
 	rb.queue.init()
 	rb.refresh(nil)
 	if !rb.Wanted("app") {
@@ -323,8 +323,8 @@ func TestConsoleRelayFlushAndRefreshPeriods(t *testing.T) {
 
 	ra.Watch("app")
 	wait.Until(t, "node a to subscribe", func() bool {
-		n, err := a.c.rdb.PubSubNumSub(t.Context(), a.c.key("console:app")).Result()
-		return err == nil && n[a.c.key("console:app")] == 1
+		n, err := a.m().rdb.PubSubNumSub(t.Context(), a.m().key("console:app")).Result()
+		return err == nil && n[a.m().key("console:app")] == 1
 	})
 	clock.tick(t, flush, 2)
 	if rb.Wanted("app") {

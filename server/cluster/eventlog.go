@@ -36,7 +36,7 @@ type EventLogStore struct {
 	limits eventlog.Limits
 	// cluster is the cluster whose EventLog made it: its publishes append
 	// their events in the same round trip (PublishKept).
-	cluster *member
+	cluster Cluster
 
 	held    sync.Map // app id → eventlog.AppStats as the last append saw them
 	dropped [4]atomic.Int64
@@ -59,10 +59,10 @@ func NewEventLogStore(rdb func(app string) redis.Cmdable, prefix string, limits 
 	return &EventLogStore{rdb: rdb, prefix: prefix, limits: limits.WithDefaults(), origin: randomID() + ":"}
 }
 
-// EventLog returns the store of the cluster's channel histories, each app's
-// on its shard under the cluster's prefix.
+// EventLog returns the store of the cluster's channel histories, on its
+// Redis under its prefix.
 func (c *member) EventLog(limits eventlog.Limits) *EventLogStore {
-	s := NewEventLogStore(func(app string) redis.Cmdable { return c.shardFor(app, "").rdb }, c.p, limits)
+	s := NewEventLogStore(func(string) redis.Cmdable { return c.rdb }, c.p, limits)
 	s.cluster = c
 	return s
 }

@@ -96,10 +96,10 @@ func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 		p := eventlog.Policy{Events: 100, TTL: time.Hour}
 		// A channel on the Redis of the app's history, and (over shards)
 		// one elsewhere.
-		c := ns[0].c
-		sameRedis := func(ch string) bool {
-			return c.shardFor("app", ch) == c.shardFor("app", "") && !c.shardFor("app", "").sharedRDB
-		}
+		ms := members(ns[0].c)
+		shard := func(ch string) *member { return ms[shardOf("app", ch, len(ms))] }
+		home := shard("")
+		sameRedis := func(ch string) bool { return shard(ch) == home && !home.sharedRDB }
 		var near, far string
 		for i := range 200 {
 			ch := fmt.Sprint("feed", i)
@@ -115,7 +115,7 @@ func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 				channels = append(channels, ch)
 			}
 		}
-		if (near == "") != c.shardFor("app", "").sharedRDB || (far != "") != (len(c.shards) > 0) {
+		if (near == "") != home.sharedRDB || (far != "") != (len(ms) > 1) {
 			t.Fatalf("kept %q, not kept %q: want only shards to have both, and a Redis Cluster none kept", near, far)
 		}
 		reader := ns[1].connect("app")

@@ -75,7 +75,7 @@ func TestReleaseTakesEveryPage(t *testing.T) {
 		held, _ := rdb.ZCard(t.Context(), "pages:held").Result()
 		return held == channels
 	})
-	if _, ok := n.c.releaseHeld(t.Context(), true); !ok {
+	if _, ok := n.m().releaseHeld(t.Context(), true); !ok {
 		t.Fatal("releaseHeld: Redis did not answer")
 	}
 	vacated := 0
@@ -105,7 +105,7 @@ func TestTheLastNodeToLeaveReportsWhatIsHeld(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
-	prefix := ns[0].c.p
+	prefix := prefix(ns[0].c)
 	wait.Until(t, "both channel_vacated held", func() bool { return rdb.ZCard(t.Context(), prefix+"held").Val() == 2 })
 
 	if err := ns[1].c.Close(); err != nil {

@@ -42,13 +42,8 @@ func NewIdempotencyStore(rdb redis.Scripter, prefix string, opts idempotency.Opt
 }
 
 // Idempotency returns the store of the cluster's Idempotency-Key headers, on
-// the cluster's Redis under its prefix: on the first shard of a list of
-// shards; over a whole Redis Cluster, under the prefix without a shard's
-// hash tag, so that each app's hash tag places its keys.
+// its Redis under its prefix.
 func (c *member) Idempotency(opts idempotency.Options) *IdempotencyStore {
-	if c.rdb == nil {
-		c = c.home()
-	}
 	return NewIdempotencyStore(c.rdb, c.p, opts)
 }
 

@@ -22,7 +22,7 @@ func channelInSlot(app string, s int) string {
 
 // readsNothing reports whether the node's reader reads no slot's stream.
 func (n *node) readsNothing() bool {
-	in := &n.c.interest
+	in := &n.m().interest
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return !slices.ContainsFunc(in.from[:], func(id string) bool { return id != "" })
@@ -77,12 +77,12 @@ func TestJoinsQueuedDuringARebuildAreAnsweredAndRead(t *testing.T) {
 
 	// Another holder of node 1's lock (a node taking its record out) keeps
 	// the rebuild waiting while the joins are queued.
-	lock := ns[0].c.key("lock:", ns[0].c.id)
-	if err := ns[0].c.rdb.Set(t.Context(), lock, "the test", 0).Err(); err != nil {
+	lock := ns[0].m().key("lock:", ns[0].c.ID())
+	if err := ns[0].m().rdb.Set(t.Context(), lock, "the test", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	resyncs := ns[0].c.Stats().Resyncs
-	ns[0].c.needResync.Store(true)
+	ns[0].m().needResync.Store(true)
 	late := ns[0].connect("app")
 	late.subscribe(read, nil)
 	late.subscribe(unread, nil)
@@ -91,7 +91,7 @@ func TestJoinsQueuedDuringARebuildAreAnsweredAndRead(t *testing.T) {
 	if got := late.events(""); len(got) != 0 {
 		t.Fatalf("a subscription was answered before the rebuild could run: %v", got)
 	}
-	if err := ns[0].c.rdb.Del(t.Context(), lock).Err(); err != nil {
+	if err := ns[0].m().rdb.Del(t.Context(), lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	late.wait(read, "pusher_internal:subscription_succeeded")

@@ -14,7 +14,7 @@ import (
 
 // reads reports whether the node's reader reads the slot of app's channel.
 func (n *node) reads(app, channel string) bool {
-	in := &n.c.interest
+	in := &n.m().interest
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.from[slotOf(app, channel)] != ""
@@ -104,7 +104,7 @@ func TestARefusedSubscriptionIsNotInterest(t *testing.T) {
 	late.subscribe("presence-full", &hub.Member{UserID: "u9"})
 	late.wait("presence-full", "pusher:subscription_error")
 	wait.Until(t, "node 2 stops reading the channel's slot", func() bool { return !ns[1].reads("app", "presence-full") })
-	in := &ns[1].c.interest
+	in := &ns[1].m().interest
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if len(in.entries) != 0 {
@@ -158,14 +158,10 @@ func TestPublishesArePackedPerSlot(t *testing.T) {
 
 // slotEntries is how many entries the slot streams of c's Redis (of each
 // of its shards) hold.
-func slotEntries(t *testing.T, c *member) int64 {
+func slotEntries(t *testing.T, c Cluster) int64 {
 	t.Helper()
-	members := c.shards
-	if members == nil {
-		members = []*member{c}
-	}
 	var n int64
-	for _, m := range members {
+	for _, m := range members(c) {
 		for s := range Slots {
 			k, err := m.rdb.XLen(t.Context(), m.key(slotStreams[s])).Result()
 			if err != nil {

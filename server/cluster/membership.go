@@ -100,9 +100,6 @@ func (c *member) beat(ctx context.Context) error {
 // ConnectionsElsewhere is the number of connections of appID on the other
 // live nodes, as of the last heartbeat.
 func (c *member) ConnectionsElsewhere(appID string) int {
-	if c.shards != nil {
-		return c.home().ConnectionsElsewhere(appID)
-	}
 	c.elsewhereMu.RLock()
 	defer c.elsewhereMu.RUnlock()
 	return c.elsewhere[appID]

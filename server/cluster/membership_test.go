@@ -21,11 +21,11 @@ func TestUnlockReleasesTheRecordLock(t *testing.T) {
 	rs := testredis.Start(t)
 	n := startNode(t, rs, "locks:", "n1")
 	for i := range 2 {
-		unlock, err := n.c.lock(t.Context(), "other", false)
+		unlock, err := n.m().lock(t.Context(), "other", false)
 		if err != nil {
 			t.Fatalf("lock %d: %v", i+1, err)
 		}
-		if _, err := n.c.lock(t.Context(), "other", false); err != errLocked {
+		if _, err := n.m().lock(t.Context(), "other", false); err != errLocked {
 			t.Fatalf("a lock held: %v, want errLocked", err)
 		}
 		unlock()
@@ -212,11 +212,11 @@ func TestADeadNodeIsTakenOutWithinSixSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		watcher.c.heartbeat()
+		watcher.m().heartbeat()
 	}
 	wait.Until(t, "no take-out under way", func() bool {
 		idle := true
-		watcher.c.reaping.Range(func(any, any) bool { idle = false; return false })
+		watcher.m().reaping.Range(func(any, any) bool { idle = false; return false })
 		return idle
 	})
 	if n := watcher.c.Stats().Reaped; n != 0 || member.count("presence-room", "pusher_internal:member_removed") != 0 {

@@ -20,12 +20,11 @@ func (c *member) SignedIn(appID, userID string) (bool, error) {
 	if c.hub.SignedIn(appID, userID) {
 		return true, nil
 	}
-	home := c.home()
-	if !home.healthy.Load() {
+	if !c.healthy.Load() {
 		return false, hub.ErrUnavailable
 	}
 	q := &signedInQuery{app: appID, user: userID, answer: make(chan signedInAnswer, 1)}
-	home.ops.push(op{signedIn: q})
+	c.ops.push(op{signedIn: q})
 	timeout := time.NewTimer(queryTimeout)
 	defer timeout.Stop()
 	select {
@@ -36,7 +35,7 @@ func (c *member) SignedIn(appID, userID string) (bool, error) {
 		return a.online, nil
 	case <-timeout.C:
 		return false, hub.ErrUnavailable
-	case <-home.ctx.Done():
+	case <-c.ctx.Done():
 		return false, hub.ErrUnavailable
 	}
 }

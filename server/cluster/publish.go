@@ -85,9 +85,6 @@ func (c *member) Publish(ms ...hub.Message) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	if c.shards != nil {
-		return c.publishSharded(ms)
-	}
 	return c.publish(outMsgs(ms))
 }
 
@@ -103,50 +100,63 @@ func outMsgs(ms []hub.Message) []*outMsg {
 }
 
 // PublishKept implements hub.Keeper: when store is this cluster's channel
-// history and the messages' channels are on the Redis of their app's
-// history (one Redis, or the app's shard), the script that publishes them
-// appends them too, so that their ids follow the order every node delivers
-// them in (recovery's positions, which the messages carry), and the
-// trigger waits for one round trip instead of two. Over a Redis Cluster the
-// history is in a hash slot of its own, which no script can write with a
-// shard's: the caller appends. An append that fails (the events are
-// published all the same) is logged.
+// history, the script that publishes the messages appends them too, so
+// that their ids follow the order every node delivers them in (recovery's
+// positions, which the messages carry), and the trigger waits for one
+// round trip instead of two.
 func (c *member) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
+	s, ok := keptBy(c, store, p, ms)
+	if !ok {
+		return false, c.Publish(ms...)
+	}
+	return true, c.publishKept(s, p, now, ms)
+}
+
+// keptBy returns the channel history ms are appended to as they are
+// published, when owner made store (EventLog), p keeps events and ms are
+// of one app: or false.
+func keptBy(owner Cluster, store eventlog.Store, p eventlog.Policy, ms []hub.Message) (*EventLogStore, bool) {
 	s, ok := store.(*EventLogStore)
-	if !ok || s.cluster != c || !p.On() || len(ms) == 0 {
-		return false, c.Publish(ms...)
+	if !ok || s.cluster != owner || !p.On() || len(ms) == 0 {
+		return nil, false
 	}
-	app := ms[0].AppID
-	home := c.shardFor(app, "")
-	if home.sharedRDB {
-		return false, c.Publish(ms...)
-	}
-	for _, m := range ms {
-		if m.AppID != app || c.shardFor(app, m.Channel) != home {
-			return false, c.Publish(ms...)
+	for _, m := range ms[1:] {
+		if m.AppID != ms[0].AppID {
+			return nil, false
 		}
 	}
+	return s, true
+}
+
+// publishKept publishes ms, of one app and on this Redis with the app's
+// history, and appends them to s in the same script call. An append that
+// fails (the events are published all the same) is logged.
+func (c *member) publishKept(s *EventLogStore, p eventlog.Policy, now time.Time, ms []hub.Message) error {
+	app := ms[0].AppID
 	keep := &keepReq{store: s, app: app, policy: p, now: now}
 	out := outMsgs(ms)
 	for i, m := range ms {
 		out[i].keep = keep
 		out[i].entry = eventlog.Entry{Channel: m.Channel, Name: m.Event, Data: m.Data, Exclude: m.ExcludeSocketID}
 	}
-	if err := home.publish(out); err != nil {
-		return true, err
+	if err := c.publish(out); err != nil {
+		return err
 	}
 	if keep.err != nil {
 		c.log.Warn("an event was delivered but not kept in its channel's history", zap.String("app_id", app), zap.Error(keep.err))
 	}
-	return true, nil
+	return nil
 }
+
+// Recovers implements hub.Recoverer: a recoverable subscription reads its
+// channel's history in the script that makes it take effect, and on one
+// Redis (or one Sentinel group) every channel's history is on the Redis of
+// its stream.
+func (c *member) Recovers(string) bool { return true }
 
 // Terminate publishes the request to close userID's connections on every
 // node.
 func (c *member) Terminate(appID, userID string) error {
-	if c.shards != nil {
-		return c.home().Terminate(appID, userID)
-	}
 	return c.publish([]*outMsg{{slot: Slots, msg: encodeFields(kindTerminate, appID, userID)}})
 }
 

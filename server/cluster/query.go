@@ -25,9 +25,6 @@ func unavailable(err error) error { return fmt.Errorf("%w: %v", hub.ErrUnavailab
 
 // Channel returns the state of one channel over the cluster.
 func (c *member) Channel(appID, name string) (hub.ChannelStats, error) {
-	if c.shards != nil {
-		return c.shardFor(appID, name).Channel(appID, name)
-	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	st := hub.ChannelStats{Name: name}
@@ -55,9 +52,6 @@ func (c *member) Channel(appID, name string) (hub.ChannelStats, error) {
 // Channels returns the occupied channels of appID over the cluster whose
 // names start with prefix, sorted by name.
 func (c *member) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
-	if c.shards != nil {
-		return c.channelsSharded(appID, prefix)
-	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	all, err := c.rdb.HGetAll(ctx, c.key("ch:", appID)).Result()
@@ -93,9 +87,6 @@ func (c *member) Channels(appID, prefix string) ([]hub.ChannelStats, error) {
 // PresenceUsers returns the distinct users of a presence channel over the
 // cluster, sorted.
 func (c *member) PresenceUsers(appID, name string) ([]string, error) {
-	if c.shards != nil {
-		return c.shardFor(appID, name).PresenceUsers(appID, name)
-	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	ids, err := c.rdb.HKeys(ctx, c.key("pm:", appID, ":", name)).Result()
@@ -108,9 +99,6 @@ func (c *member) PresenceUsers(appID, name string) ([]string, error) {
 
 // CachedEvent returns a cache channel's last event and its time to live.
 func (c *member) CachedEvent(appID, name string) (string, time.Duration, bool, error) {
-	if c.shards != nil {
-		return c.shardFor(appID, name).CachedEvent(appID, name)
-	}
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	k := c.key("cache:", appID, ":", name)
@@ -135,9 +123,6 @@ func (c *member) CachedEvent(appID, name string) (string, time.Duration, bool, e
 // Connections returns the connections of appID over the cluster: this
 // node's now, the others' as of the last heartbeat.
 func (c *member) Connections(appID string) (int, error) {
-	if c.shards != nil {
-		return c.home().Connections(appID)
-	}
 	if !c.healthy.Load() {
 		return 0, hub.ErrUnavailable
 	}
@@ -167,9 +152,6 @@ type Stats struct {
 
 // Stats returns the cluster's figures.
 func (c *member) Stats() Stats {
-	if c.shards != nil {
-		return c.statsSharded()
-	}
 	return Stats{
 		Up:            c.healthy.Load(),
 		Nodes:         c.nodes.Load(),

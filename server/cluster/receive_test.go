@@ -92,7 +92,7 @@ func TestAReaderInPlaceOnlyReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.wait("news", "before")
-	prefix := ns[0].c.p
+	prefix := prefix(ns[0].c)
 	setACL(t, rs, "resetkeys", "%R~*", "~"+prefix, "~"+prefix+"[^g]*", "~"+prefix+"g[^e]*")
 	// Two reads of each node begun since (a reader blocks at most two
 	// heartbeats): the readers have gone round their loop under the rule.

@@ -16,7 +16,7 @@ import (
 // hash tag of its own (herald:{s3.12}:…), so that all of one shard's keys
 // are in one hash slot: its scripts, transactions and the reader's XREAD
 // over its streams each run on one Redis node, as they must in a Redis
-// Cluster. Every script call names a key of the prefix (Cluster.route), by
+// Cluster. Every script call names a key of the prefix (member.route), by
 // which the client sends it to that node.
 //
 // The tags are chosen so that shard i's slot is in the i-th of
@@ -32,7 +32,7 @@ const ClusterShards = 16
 
 // newRedisCluster returns the node's membership of a cluster over the
 // Redis Cluster of shard: ClusterShards shards over one client.
-func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard) *member {
+func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard) *router {
 	// Each shard's reader holds a connection in a blocking XREAD; the
 	// shards of a Redis node must not take the pool the others need.
 	rdb := shard.Client(redisconn.ClientOptions{Readers: ClusterShards})
@@ -40,16 +40,16 @@ func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.
 	if base == "" {
 		base = DefaultPrefix
 	}
-	c := &member{log: log.With(zap.String("node", opts.NodeID)), rdb: rdb, opts: opts, id: opts.NodeID, hub: h, p: base, shardCount: ClusterShards}
+	r := &router{log: log.With(zap.String("node", opts.NodeID)), shared: rdb, opts: opts, hub: h, p: base}
 	for i, tag := range shardTags(ClusterShards) {
 		o := opts
 		o.Prefix = base + "{" + tag + "}:"
-		s := newMember(log.With(zap.Int("shard", i+1)), h, o, rdb, i, ClusterShards)
-		s.sharedRDB = true
-		c.shards = append(c.shards, s)
+		m := newMember(log.With(zap.Int("shard", i+1)), h, o, rdb, i, ClusterShards)
+		m.sharedRDB = true
+		r.members = append(r.members, m)
 	}
-	c.releaseLog = redisconn.Log(c.log.Named("redis"))
-	return c
+	r.releaseLog = redisconn.Log(r.log.Named("redis"))
+	return r
 }
 
 // shardTags are the hash tags of n shards: shard i's is the first

@@ -30,14 +30,14 @@ import (
 func TestShardsSpreadOverARedisCluster(t *testing.T) {
 	rc := testredis.StartCluster(t, 3)
 	ns := cluster(t, rc.Nodes[0], 1, withURL(rc.URL()))
-	c := ns[0].c
-	if len(c.shards) != ClusterShards {
-		t.Fatalf("%d shards, want %d", len(c.shards), ClusterShards)
+	c := ns[0].c.(*router)
+	if len(c.members) != ClusterShards {
+		t.Fatalf("%d shards, want %d", len(c.members), ClusterShards)
 	}
-	rdb := c.rdb.(*redis.ClusterClient)
+	rdb := c.shared.(*redis.ClusterClient)
 	perPrimary := map[string]int{}
-	for i, s := range c.shards {
-		want, err := rdb.ClusterKeySlot(t.Context(), s.key("node:", c.id)).Result()
+	for i, s := range c.members {
+		want, err := rdb.ClusterKeySlot(t.Context(), s.key("node:", c.ID())).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,13 +47,13 @@ func TestShardsSpreadOverARedisCluster(t *testing.T) {
 		if lo, hi := int64(i*redisconn.ClusterSlots/ClusterShards), int64((i+1)*redisconn.ClusterSlots/ClusterShards); want < lo || want >= hi {
 			t.Fatalf("shard %d's slot %d is outside [%d, %d)", i+1, want, lo, hi)
 		}
-		primary, err := rdb.MasterForKey(t.Context(), s.key("node:", c.id))
+		primary, err := rdb.MasterForKey(t.Context(), s.key("node:", c.ID()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The heartbeat is on the primary of the shard's slot, as plain
 		// (not cluster-routed) EXISTS there shows.
-		if n, err := primary.Exists(t.Context(), s.key("node:", c.id)).Result(); err != nil || n != 1 {
+		if n, err := primary.Exists(t.Context(), s.key("node:", c.ID())).Result(); err != nil || n != 1 {
 			t.Fatalf("shard %d: the heartbeat on %s: %d %v", i+1, primary.Options().Addr, n, err)
 		}
 		perPrimary[primary.Options().Addr]++
@@ -87,7 +87,7 @@ func TestShardsSpreadOverARedisCluster(t *testing.T) {
 	}
 	gone := rc.Nodes[1].Addr()
 	var want []string
-	for i, s := range c.shards {
+	for i, s := range c.members {
 		if primary, err := rdb.MasterForKey(ctx, s.p); err == nil && primary.Options().Addr == gone {
 			want = append(want, fmt.Sprintf("shard %d:", i+1))
 		}

@@ -400,7 +400,7 @@ func TestAfterAnOutageANodeSaysWhatItPublishesAgain(t *testing.T) {
 	wait.Until(t, "both nodes see Redis down", func() bool { return !a.c.Stats().Up && !b.c.Stats().Up })
 	setACL(t, rs, "+@all")
 	wait.Until(t, "both nodes done publishing again", func() bool {
-		return a.c.Stats().Up && b.c.Stats().Up && !a.c.forceReplay.Load() && !b.c.forceReplay.Load()
+		return a.c.Stats().Up && b.c.Stats().Up && !a.m().forceReplay.Load() && !b.m().forceReplay.Load()
 	})
 	const again = "Redis answers again: publishing again"
 	if got := aLogs.FilterMessageSnippet(again).All(); len(got) != 1 || got[0].ContextMap()["messages"] != int64(1) || a.c.Stats().Replayed != 1 {

@@ -56,7 +56,7 @@ func TestAResubscriptionOnTheSameNodeGetsItsAnswerAndMessages(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 			defer rdb.Close()
 			ns := cluster(t, rs, 2, func(o *Options) { o.Hold = time.Hour })
-			n, prefix := ns[0], ns[0].c.p
+			n, prefix := ns[0], prefix(ns[0].c)
 			wait.Until(t, "both nodes up", func() bool { return ns[0].c.Stats().Up && ns[1].c.Stats().Up })
 			cl := n.connect("app")
 
@@ -97,7 +97,7 @@ func TestAResubscriptionOnTheSameNodeGetsItsAnswerAndMessages(t *testing.T) {
 				st, err := ns[1].hub.State().Channel("app", "news")
 				return err == nil && st.Subscriptions == 1
 			})
-			record, err := rdb.SMembers(t.Context(), prefix+"ns:"+n.c.id).Result()
+			record, err := rdb.SMembers(t.Context(), prefix+"ns:"+n.c.ID()).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

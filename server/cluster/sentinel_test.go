@@ -152,7 +152,7 @@ func TestMessagesAFailoverLostAreDelivered(t *testing.T) {
 	wait.Until(t, "a sees Redis down", func() bool { return !a.c.Stats().Up })
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
-	if err := rdb.Del(t.Context(), a.c.key(slotStreams[slotOf("app", "news")])).Err(); err != nil {
+	if err := rdb.Del(t.Context(), a.m().key(slotStreams[slotOf("app", "news")])).Err(); err != nil {
 		t.Fatal(err)
 	}
 	pxA.resume()
@@ -175,7 +175,7 @@ func TestMessagesAFailoverBehindOneAddressLostAreDelivered(t *testing.T) {
 
 	// The replica has everything up to "before", then stops following:
 	// what the primary takes from now on, it will never have.
-	promote(t, replica, primary, a.c.key(slotStreams[slotOf("app", "news")]))
+	promote(t, replica, primary, a.m().key(slotStreams[slotOf("app", "news")]))
 	pxB.cut()
 	wait.Until(t, "b sees Redis down", func() bool { return !b.c.Stats().Up })
 	publish("taken-1")
@@ -224,7 +224,7 @@ func TestNodesFollowADemotedPrimaryBehindOneAddress(t *testing.T) {
 	a, b := nodesBehind(t, primary, px, px)
 	subA, subB, publish := newsOnTwoNodes(t, a, b)
 
-	stream := a.c.key(slotStreams[slotOf("app", "news")])
+	stream := a.m().key(slotStreams[slotOf("app", "news")])
 	promote(t, replica, primary, stream)
 	publish("between") // taken by the old primary alone
 	subB.wait("news", "between")
@@ -241,7 +241,7 @@ func TestNodesFollowADemotedPrimaryBehindOneAddress(t *testing.T) {
 	// (READONLY, so nothing is taken twice) until it has left them all.
 	publishVia := func(n *node, ev string) {
 		t.Helper()
-		wait.Until(t, ev+" goes through "+n.c.id, func() bool {
+		wait.Until(t, ev+" goes through "+n.c.ID(), func() bool {
 			err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: ev, Data: "{}"})
 			if err != nil && !errors.Is(err, hub.ErrUnavailable) {
 				t.Fatalf("publish: %v", err)

@@ -1,12 +1,9 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -25,9 +22,9 @@ import (
 //
 // The node is a member of the cluster on each shard as it would be on one
 // Redis (its own heartbeat, reader, writer, replay and rebuild per shard),
-// and the node's Cluster routes each call to the shard it concerns; so a
-// shard that fails or loses its data costs its channels only, and its
-// recovery is the one of a single Redis. Cluster-wide answers that span
+// and the node's router (router.go) sends each call to the shard it
+// concerns; so a shard that fails or loses its data costs its channels
+// only, and its recovery is the one of a single Redis. Cluster-wide answers that span
 // channels (GET /channels) merge the shards' answers, which never overlap.
 //
 // Each shard records, in P shard, which shard of how many it is. A node
@@ -36,13 +33,13 @@ import (
 // lives; once none does, the first node of the new list takes it over.
 
 // newSharded returns the node's membership of a cluster over shards.
-func newSharded(log *zap.Logger, h *hub.Hub, opts Options, shards []redisconn.Shard) *member {
-	c := &member{log: log.With(zap.String("node", opts.NodeID)), opts: opts, id: opts.NodeID, hub: h, shardCount: len(shards)}
+func newSharded(log *zap.Logger, h *hub.Hub, opts Options, shards []redisconn.Shard) *router {
+	r := &router{log: log.With(zap.String("node", opts.NodeID)), opts: opts, hub: h}
 	for i, shard := range shards {
-		c.shards = append(c.shards, newShard(log.With(zap.Int("shard", i+1)), h, opts, shard, i, len(shards)))
+		r.members = append(r.members, newShard(log.With(zap.Int("shard", i+1)), h, opts, shard, i, len(shards)))
 	}
-	c.p = c.shards[0].p
-	return c
+	r.p = r.members[0].p
+	return r
 }
 
 // shardOf is the shard of an app's channel among n. It hashes as slotOf
@@ -55,84 +52,9 @@ func shardOf(app, channel string, n int) int {
 	return int((channelHash(app, channel) / Slots) % uint32(n))
 }
 
-// shardFor is the shard of a channel: c itself without shards.
-func (c *member) shardFor(app, channel string) *member {
-	if c.shards == nil {
-		return c
-	}
-	return c.shards[shardOf(app, channel, len(c.shards))]
-}
-
-// home is the shard of what is not a channel's.
-func (c *member) home() *member {
-	if c.shards == nil {
-		return c
-	}
-	return c.shards[0]
-}
-
 // owns reports whether a channel's state is kept on this shard.
 func (c *member) owns(app, channel string) bool {
 	return shardOf(app, channel, c.shardCount) == c.shardIndex
-}
-
-// publishSharded publishes messages over the shards of their channels, each
-// shard's in order; the messages of one shard, the common case, as on one
-// Redis. An error means the messages of at least one shard may not have
-// reached any node (those of the others may have).
-func (c *member) publishSharded(ms []hub.Message) error {
-	first := shardOf(ms[0].AppID, ms[0].Channel, len(c.shards))
-	by := make(map[int][]hub.Message)
-	for _, m := range ms {
-		k := shardOf(m.AppID, m.Channel, len(c.shards))
-		by[k] = append(by[k], m)
-	}
-	if len(by) == 1 {
-		return c.shards[first].Publish(ms...)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(c.shards))
-	for k, part := range by {
-		wg.Go(func() { errs[k] = c.shards[k].Publish(part...) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// channelsSharded merges the occupied channels of every shard.
-func (c *member) channelsSharded(appID, prefix string) ([]hub.ChannelStats, error) {
-	var wg sync.WaitGroup
-	parts := make([][]hub.ChannelStats, len(c.shards))
-	errs := make([]error, len(c.shards))
-	for i, s := range c.shards {
-		wg.Go(func() { parts[i], errs[i] = s.Channels(appID, prefix) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	out := slices.Concat(parts...)
-	slices.SortFunc(out, func(a, b hub.ChannelStats) int { return cmp.Compare(a.Name, b.Name) })
-	return out, nil
-}
-
-// statsSharded adds up the shards' figures; the cluster is up when every
-// shard is.
-func (c *member) statsSharded() Stats {
-	out := Stats{Up: true, Nodes: c.home().nodes.Load(), Console: c.relay.Load().Stats()}
-	for _, s := range c.shards {
-		st := s.Stats()
-		out.Up = out.Up && st.Up
-		out.Published += st.Published
-		out.PublishErrors += st.PublishErrors
-		out.Received += st.Received
-		out.Resyncs += st.Resyncs
-		out.Replayed += st.Replayed
-		out.Reaped += st.Reaped
-		out.Outages += st.Outages
-		out.Panics += st.Panics
-	}
-	return out
 }
 
 // checkShard has this Redis take the node as its shard, or refuse it: the
@@ -187,11 +109,3 @@ func (c *member) otherNodesLive(ctx context.Context) (bool, error) {
 	n, err := c.rdb.Exists(ctx, keys...).Result()
 	return n > 0, err
 }
-
-// Recovers implements hub.Recoverer: a recoverable subscription reads its
-// channel's history in the script that makes it take effect, which needs
-// the history on the Redis of the channel's stream. Over shards and a
-// Redis Cluster the app's history is on another Redis, or in another hash
-// slot, than most of its channels, so only a cluster on one Redis (or one
-// Sentinel group) recovers.
-func (c *member) Recovers(appID string) bool { return c.shards == nil }

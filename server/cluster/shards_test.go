@@ -163,15 +163,12 @@ func testChannelsSpreadOverShards(t *testing.T, servers []*testredis.Server, url
 
 // shardsHold checks that each shard of c holds the channels of names that
 // are its own and no other, that every one is held, and that they spread.
-func shardsHold(t *testing.T, c *member, names []string) {
+func shardsHold(t *testing.T, c Cluster, names []string) {
 	t.Helper()
-	members := c.shards
-	if members == nil {
-		members = []*member{c}
-	}
+	ms := members(c)
 	var all []string
 	empty := 0
-	for i, m := range members {
+	for i, m := range ms {
 		held, err := m.rdb.HKeys(t.Context(), m.key("ch:app")).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +177,7 @@ func shardsHold(t *testing.T, c *member, names []string) {
 			empty++
 		}
 		for _, name := range held {
-			if k := shardOf("app", name, len(members)); k != i {
+			if k := shardOf("app", name, len(ms)); k != i {
 				t.Errorf("%s is on shard %d, its shard is %d", name, i+1, k+1)
 			}
 		}
@@ -188,8 +185,8 @@ func shardsHold(t *testing.T, c *member, names []string) {
 	}
 	// A few channels a shard: with three shards each holds some, with
 	// sixteen most do.
-	if empty > len(members)/4 {
-		t.Errorf("%d of %d shards hold no channel", empty, len(members))
+	if empty > len(ms)/4 {
+		t.Errorf("%d of %d shards hold no channel", empty, len(ms))
 	}
 	slices.Sort(all)
 	if want := slices.Sorted(slices.Values(names)); !slices.Equal(all, want) {
@@ -330,7 +327,7 @@ func TestABatchOverTwoShardsOneDownIsRefused(t *testing.T) {
 		}
 	}
 	refused("before the node noticed")
-	wait.Until(t, "the node sees the shard down", func() bool { return !n.c.shards[1].Stats().Up })
+	wait.Until(t, "the node sees the shard down", func() bool { return !members(n.c)[1].Stats().Up })
 	refused("once the node noticed")
 	if err := batch("alone", up); err != nil {
 		t.Fatalf("a publish on the shard that answers: %v", err)

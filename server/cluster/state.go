@@ -78,29 +78,21 @@ func (q *opQueue) clear() {
 
 // Join records a subscription; the cluster answers with a snapshot.
 func (c *member) Join(j hub.Join) {
-	if c.shards != nil {
-		c.shardFor(j.AppID, j.Channel).Join(j)
-		return
-	}
 	c.interest.join(j)
 	c.ops.push(op{join: &j, reply: true})
 }
 
 // Leave records an unsubscription.
 func (c *member) Leave(l hub.Leave) {
-	if c.shards != nil {
-		c.shardFor(l.AppID, l.Channel).Leave(l)
-		return
-	}
 	c.interest.leave(l.AppID, l.Channel, l.SocketID)
 	c.ops.push(op{leave: &l})
 }
 
 // SignIn records a sign-in; the cluster answers with the watchlist's state.
-func (c *member) SignIn(s hub.SignInRequest) { c.home().ops.push(op{signIn: &s}) }
+func (c *member) SignIn(s hub.SignInRequest) { c.ops.push(op{signIn: &s}) }
 
 // SignOut records the end of a signed-in connection.
-func (c *member) SignOut(s hub.SignOutRequest) { c.home().ops.push(op{signOut: &s}) }
+func (c *member) SignOut(s hub.SignOutRequest) { c.ops.push(op{signOut: &s}) }
 
 // writeLoop applies the queued changes in order, a pipeline at a time, and
 // rebuilds the node's record whenever it lost touch with Redis.

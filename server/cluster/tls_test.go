@@ -55,7 +55,7 @@ func TestNodesShareARedisOverTLSWithAPrivateCA(t *testing.T) {
 
 	// The connection checks the certificate against the URL's host, at TLS
 	// 1.2 or newer.
-	tc := a.c.rdb.(*redis.Client).Options().TLSConfig
+	tc := a.m().rdb.(*redis.Client).Options().TLSConfig
 	if tc == nil {
 		t.Fatal("the Redis client of a rediss:// URL has no TLS config")
 	}
