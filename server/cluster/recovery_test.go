@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
@@ -342,5 +343,33 @@ func TestClusterRecoveryRefusesAPositionNeverReached(t *testing.T) {
 	ns[0].hub.Remove(forged.conn)
 	if reason, _ := recoverable(ns[1], "quiet2", p, time.Minute, forged).outcome(); reason != "refused" {
 		t.Fatalf("resume from a position never reached: %q, want refused", reason)
+	}
+}
+
+// Recovery needs a channel's stream and its app's history on one Redis:
+// New's cluster recovers on one Redis or Sentinel group (a member), and
+// answers it cannot over shards or a Redis Cluster (a router), whose
+// histories are on another Redis, or in another hash slot, than most of
+// their channels. (The addresses refuse connections: New takes that for an
+// outage and returns all the same.)
+func TestOnlyAClusterOnOneRedisRecovers(t *testing.T) {
+	for _, c := range []struct {
+		url      string
+		recovers bool
+	}{
+		{"redis://127.0.0.1:1/0", true},
+		{"redis://127.0.0.1:1/0,redis://127.0.0.1:1/1", false},
+		{"redis-cluster://127.0.0.1:1", false},
+	} {
+		cl, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: c.url})
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		if got := cl.Recovers("app"); got != c.recovers {
+			t.Errorf("%s: recovers %v, want %v", c.url, got, c.recovers)
+		}
+		if err := cl.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
