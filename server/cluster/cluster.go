@@ -203,6 +203,12 @@ type member struct {
 	// forceReplay: Redis answers again after an outage; the publish loop
 	// publishes its ring again before anything new (see replay).
 	forceReplay atomic.Bool
+	// historySuspect: Redis went away, or another server answers, which
+	// may lack the last history appends (a promoted replica): the writer
+	// gives the history a new generation before it writes anything else,
+	// so that no recovery builds on positions it may not hold (recovery
+	// tokens carry the generation: histMark).
+	historySuspect atomic.Bool
 	// readerReady: the reader knows where it reads the stream from, so the
 	// answers of a resync will reach it. readerLost: its connection failed;
 	// it must check whether Redis lost its data before reading on.
@@ -468,6 +474,7 @@ func (c *member) setHealthy(ok bool, err error) {
 		return
 	}
 	c.stats.outages.Add(1)
+	c.historySuspect.Store(true)
 	c.needResync.Store(true)
 	c.log.Error("Redis does not answer: triggers that must reach other nodes are refused until it does", zap.Error(err))
 }
@@ -483,6 +490,8 @@ func (c *member) setHealthy(ok bool, err error) {
 func (c *member) serverChanged(runID, was string) {
 	c.log.Warn("another Redis server answers than before (a failover or a restart): publishing again what this node published in the last moments, in case it lacks some",
 		zap.String("run_id", runID), zap.String("was", was))
+	c.historySuspect.Store(true)
+	c.ops.wake()
 	c.replayAnyway()
 }
 

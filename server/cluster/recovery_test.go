@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -297,6 +298,17 @@ func TestClusterRecoveryFailsClosed(t *testing.T) {
 			publish(ch, "lost", "")
 			publish(ch+"-a", "x", "") // two channels more than the app may keep: ch goes
 			publish(ch+"-b", "x", "")
+		}},
+		{"a node lost Redis for a moment (a failover may have lost the last appends)", "gap", time.Minute, func(ch string) {
+			resyncs := ns[0].c.Stats().Resyncs
+			ns[0].m().setHealthy(false, errors.New("a connection reset"))
+			wait.Until(t, "node 1 back, its record rebuilt", func() bool { return ns[0].c.Stats().Resyncs > resyncs })
+			publish(ch, "after", "")
+		}},
+		{"another Redis server answers (a failover behind one address)", "gap", time.Minute, func(ch string) {
+			ns[0].m().serverChanged("new", "old")
+			wait.Until(t, "the history's new generation", func() bool { return !ns[0].m().historySuspect.Load() })
+			publish(ch, "after", "")
 		}},
 		{"Redis lost its data", "gap", time.Minute, func(ch string) {
 			resyncs := ns[1].c.Stats().Resyncs

@@ -158,7 +158,8 @@ if has('r') then
     local top = redis.call('XREVRANGE', base .. ':c:' .. channel, '+', '-', 'COUNT', 1)[1]
     local pos = '0-0'
     if top then pos = top[1] end
-    local gen = redis.call('GET', P .. 'gen') or ''
+    -- The state's generation and the history's (hgen: settleHistory).
+    local gen = (redis.call('GET', P .. 'gen') or '') .. '.' .. (redis.call('GET', P .. 'hgen') or '')
     local r = {ns(pos), ns(histMark(base, gen))}
     local after = ARGV[16]
     if after == '' then

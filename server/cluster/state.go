@@ -126,6 +126,10 @@ func (c *member) writeLoop() {
 			}
 			backoff = 100 * time.Millisecond
 		}
+		if err := c.settleHistory(c.ctx); err != nil {
+			c.log.Warn("giving the channel history a new generation failed; retrying", zap.Error(err))
+			continue
+		}
 		for {
 			batch := c.ops.take(maxBatch)
 			if len(batch) == 0 {
@@ -330,6 +334,9 @@ func (c *member) resync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.settleHistory(ctx); err != nil {
+		return err
+	}
 	silent := c.gen != "" && gen != c.gen
 	c.gen = gen
 	c.genNow.Store(&gen)
@@ -418,6 +425,22 @@ func (c *member) generation(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return c.rdb.Get(ctx, k).Result()
+}
+
+// settleHistory gives the channel history a new generation (P hgen) when
+// Redis went away or another server answers (historySuspect), before the
+// writer writes anything else: the history may lack what the server that
+// answered before took last, so recovery tokens from before fail as a gap
+// instead of resuming over a hole.
+func (c *member) settleHistory(ctx context.Context) error {
+	if !c.historySuspect.Load() {
+		return nil
+	}
+	if err := c.rdb.Set(ctx, c.key("hgen"), randomID(), 0).Err(); err != nil {
+		return err
+	}
+	c.historySuspect.Store(false)
+	return nil
 }
 
 // The entries of a node's record: the user id comes last, as it may hold
