@@ -3,7 +3,9 @@ package hub
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -266,6 +268,11 @@ func TestAResumeFailsClosed(t *testing.T) {
 			r.publish(t, "news", "m", "")
 			r.advance(2*time.Minute + time.Millisecond)
 		}, "expired", false},
+		{"the first missed event is older than the window, later ones within it", func(r *recoveryHub, t *testing.T) {
+			r.publish(t, "news", "m1", "")
+			r.advance(2*time.Minute + time.Millisecond)
+			r.publish(t, "news", "m2", "") // within the window: it does not stand for m1
+		}, "expired", false},
 		{"the missed events are past the history's TTL, within the window", func(r *recoveryHub, t *testing.T) {
 			r.policy.TTL = time.Minute // shorter than the 2 minute window
 			r.publish(t, "news", "m", "")
@@ -372,5 +379,149 @@ func TestAResumedCacheChannelGetsItsLastEventOnce(t *testing.T) {
 	f.take(t, r.h, fresh)
 	if want := []string{"pusher_internal:subscription_succeeded", "last"}; !slices.Equal(f.events, want) {
 		t.Fatalf("a fresh subscriber got %v, want %v", f.events, want)
+	}
+}
+
+// A kept publish of several events (a batch, here on two channels) gives
+// each event its own position: a recoverable subscriber gets the right one
+// before each, and a resume from the one after the first event replays
+// exactly the rest.
+func TestEachEventOfAKeptPublishHasItsPosition(t *testing.T) {
+	r := newRecoveryHub(t)
+	old := connect(t, r.h, "app")
+	r.subscribe(t, old, "news", r.recovery(old, false, eventlog.ID{}))
+	r.subscribe(t, old, "other", r.recovery(old, false, eventlog.ID{}))
+	takeFrames(t, old)
+	r.advance(time.Millisecond)
+	var ms []Message
+	for _, e := range []struct{ channel, name string }{{"news", "a"}, {"news", "b"}, {"other", "x"}, {"news", "c"}} {
+		ms = append(ms, Message{AppID: "app", Channel: e.channel, Event: e.name, Data: "{}"})
+	}
+	if kept, err := r.h.PublishKept(r.log, r.policy, r.clock(), ms...); err != nil || !kept {
+		t.Fatalf("PublishKept: %v, kept %v", err, kept)
+	}
+	r.h.Flush()
+	// The position announced before each event, per channel: the two
+	// channels' workers may interleave their frames, never split a pair.
+	positions, pending := map[string]string{}, map[string]string{}
+	for _, f := range takeFrames(t, old) {
+		if f.Event == "pusher_internal:position" {
+			var d struct{ ID string }
+			if err := json.Unmarshal([]byte(f.Data), &d); err != nil {
+				t.Fatalf("position %q: %v", f.Data, err)
+			}
+			pending[f.Channel] = d.ID
+			continue
+		}
+		positions[f.Channel+" "+f.Event], pending[f.Channel] = pending[f.Channel], ""
+	}
+	want := map[string]string{"news a": "1700000000001-0", "news b": "1700000000001-1", "other x": "1700000000001-0", "news c": "1700000000001-2"}
+	if !maps.Equal(positions, want) {
+		t.Fatalf("positions before each event %v, want %v", positions, want)
+	}
+	r.h.Remove(old) // the connection drops; it got a, and says so
+	c := connect(t, r.h, "app")
+	r.subscribe(t, c, "news", r.recovery(c, true, id(t, positions["news a"])))
+	var got seen
+	got.take(t, r.h, c)
+	if want := []string{"pusher_internal:subscription_succeeded", "b", "c", `pusher:recovered {"replayed":2}`}; !slices.Equal(got.events, want) {
+		t.Fatalf("the resume from after a got %v, want %v", got.events, want)
+	}
+}
+
+// clusterRecoveryHub is a recoveryHub in cluster mode on a cluster the
+// test answers (joinsCluster), and a connection of it.
+func clusterRecoveryHub(t *testing.T) (*recoveryHub, *joinsCluster) {
+	t.Helper()
+	r := newRecoveryHub(t)
+	fc := &joinsCluster{}
+	r.h.SetCluster(fc)
+	return r, fc
+}
+
+// answer completes the last Join of fc, which asked for recovery, with s
+// (its app, channel, socket and token filled in).
+func (r *recoveryHub) answer(t *testing.T, fc *joinsCluster, s Snapshot) {
+	t.Helper()
+	fc.mu.Lock()
+	j := fc.joins[len(fc.joins)-1]
+	fc.mu.Unlock()
+	if j.Recovery == nil {
+		t.Fatalf("the join %+v does not ask for recovery", j)
+	}
+	s.AppID, s.Channel, s.SocketID, s.Token = j.AppID, j.Channel, j.SocketID, j.Token
+	r.h.ReceiveSnapshot(s)
+	r.h.Flush()
+}
+
+// framesOf names each frame, with its data for those of recovery.
+func framesOf(fs []frame) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Event
+		if strings.HasPrefix(f.Event, "pusher:recover") || f.Event == "pusher_internal:recovery" {
+			out[i] += " " + f.Data
+		}
+	}
+	return out
+}
+
+// When the cluster cannot recover a subscription that asked for it (its
+// Snapshot has no Recovery), a resume is told so, unavailable, and every
+// such subscription gets a secret that recovers nothing: never silence.
+func TestAClusterThatCannotRecoverSaysSo(t *testing.T) {
+	r, fc := clusterRecoveryHub(t)
+	empty := `pusher_internal:recovery {"token":"","position":""}`
+	for _, c := range []struct {
+		name   string
+		resume bool
+		want   []string
+	}{
+		{"a resume", true, []string{"pusher_internal:subscription_succeeded", `pusher:recovery_failed {"reason":"unavailable"}`, empty}},
+		{"a recoverable subscription", false, []string{"pusher_internal:subscription_succeeded", empty}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := connect(t, r.h, "app")
+			r.subscribe(t, conn, "news", r.recovery(conn, c.resume, id(t, "1-0")))
+			r.answer(t, fc, Snapshot{})
+			if got := framesOf(takeFrames(t, conn)); !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+	if st := r.h.RecoveryStats(); st.Error != 1 {
+		t.Fatalf("stats %+v, want one recovery unavailable", st)
+	}
+}
+
+// On a cache channel in a cluster, a resume gets the missed events (the
+// last one among them) rather than the cached event on top; a recoverable
+// subscription that does not resume gets the cached event as any does.
+func TestAClusteredResumeOfACacheChannelGetsItsLastEventOnce(t *testing.T) {
+	r, fc := clusterRecoveryHub(t)
+	last := eventlog.Event{ID: id(t, "1700000000000-0"), Name: "last", Data: "{}"}
+	answer := Snapshot{Cached: true, CacheEvent: "last", CacheData: "{}",
+		Recovery: &SnapshotRecovery{Position: last.ID, Mark: "m", Events: []eventlog.Event{last}}}
+	for _, c := range []struct {
+		name   string
+		resume bool
+		want   []string
+	}{
+		{"a resume", true, []string{"pusher_internal:subscription_succeeded", "last", `pusher:recovered {"replayed":1}`}},
+		{"a recoverable subscription", false, []string{"pusher_internal:subscription_succeeded", "last"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := connect(t, r.h, "app")
+			r.subscribe(t, conn, "cache-news", r.recovery(conn, c.resume, id(t, "1-0")))
+			r.answer(t, fc, answer)
+			var got seen
+			got.take(t, r.h, conn)
+			if !slices.Equal(got.events, c.want) {
+				t.Fatalf("got %v, want %v", got.events, c.want)
+			}
+			if got.position != last.ID.String() || got.token == "" {
+				t.Fatalf("position %q, token %q: want the snapshot's position and a secret", got.position, got.token)
+			}
+		})
 	}
 }
