@@ -48,10 +48,11 @@ local function histAppend(base, now, floor, maxEvents, maxBytes, maxChannels, tt
   -- What this call may still do one by one.
   local events, channels = {{budget}} + n, {{budget}}
   local function held() return tonumber(redis.call('HGET', meta, 'bytes') or '0') end
-  -- gone records that the events of c up to id left its log.
+  -- gone records that the events of c up to id left its log. Events leave
+  -- a log oldest first (the call's own, the newest, last), so id is
+  -- always the newest gone.
   local function gone(c, id)
-    local g = redis.call('HGET', sizes, 'g:' .. c)
-    if not g or idLess(g, id) then redis.call('HSET', sizes, 'g:' .. c, id) end
+    redis.call('HSET', sizes, 'g:' .. c, id)
   end
   -- account: k events of c that cost b went for reason why, and c with them
   -- (its own cost too) when none is left. (0 - x, not -x: Lua writes -0 for

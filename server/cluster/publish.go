@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -325,37 +326,39 @@ func isGenerationLost(err error) bool {
 // sendUnder runs publishScript for msgs, which are in sequence order in
 // each stream; with keep, the history appends of kept messages too.
 func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
-	args := make([]any, 0, 5+4*len(msgs))
-	args = append(args, c.p, globalStream, gen, c.epoch, "")
+	args := make([]any, 0, 8+5*len(msgs))
+	args = append(args, c.p, globalStream, gen, c.epoch, "", 0)
+	var groups []keptGroup
+	var index map[*outMsg]int // a kept message's place in the appends' ids, from 1
+	if keep {
+		index = map[*outMsg]int{}
+		args, groups = appendGroups(args, msgs, index)
+		args[5] = len(groups)
+	}
 	var bySlot [Slots + 1][]*outMsg
 	for _, m := range msgs {
 		bySlot[m.slot] = append(bySlot[m.slot], m)
 	}
-	var keeps []*keepReq // of each k entry
 	for slot, msgs := range bySlot {
 		stream := streamOf(slot)
 		for i := 0; i < len(msgs); {
 			m := msgs[i]
-			// The messages that follow with consecutive numbers and the
-			// same kind go in one entry, numbered by its first.
+			if m.cache != nil {
+				args = append(args, "c", stream, m.seq, m.msg, positionsOf(msgs[i:i+1], index), m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
+				i++
+				continue
+			}
+			// The plain messages that follow with consecutive numbers go in
+			// one entry, numbered by its first.
 			j := i + 1
-			for j < len(msgs) && m.cache == nil && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 &&
-				(!keep || msgs[j].keep == m.keep) {
+			for j < len(msgs) && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 {
 				j++
 			}
-			switch {
-			case keep && m.keep != nil:
-				args = appendKept(args, stream, msgs[i:j])
-				keeps = append(keeps, m.keep)
-			case m.cache != nil:
-				args = append(args, "c", stream, m.seq, m.msg, m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
-			default:
-				args = append(args, "x", stream, m.seq, packed(msgs[i:j]))
-			}
+			args = append(args, "x", stream, m.seq, packed(msgs[i:j]), positionsOf(msgs[i:j], index))
 			i = j
 		}
 	}
-	if len(keeps) > 0 {
+	if len(groups) > 0 {
 		c.pubCalls++
 		args[4] = strconv.FormatUint(c.pubCalls, 36)
 	}
@@ -364,47 +367,96 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	if cl.err != nil {
 		return cl.err
 	}
-	keptOutcomes(keeps, cl.val)
+	keptOutcomes(groups, cl.val)
 	return nil
 }
 
-// appendKept appends to args the k entry of msgs, consecutive messages of
-// one publish call kept in their app's history.
-func appendKept(args []any, stream string, msgs []*outMsg) []any {
-	m, k := msgs[0], msgs[0].keep
-	if m.cache != nil {
-		args = append(args, "k", stream, m.seq, packed(msgs), m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
-	} else {
-		args = append(args, "k", stream, m.seq, packed(msgs), "", "", "", 0)
-	}
-	nowMS := k.now.UnixMilli()
-	args = append(args, k.app, nowMS, nowMS-k.policy.TTL.Milliseconds(), k.policy.Events,
-		k.store.limits.MaxBytes, k.store.limits.MaxChannels, k.policy.TTL.Milliseconds(), len(msgs))
-	for _, m := range msgs {
-		args = append(args, m.entry.Channel, m.entry.Name, m.entry.Data, m.entry.Exclude)
-	}
-	return args
+// keptGroup is one history append of publishScript: the kept messages of
+// consecutive publish calls of one store, app and policy, at the latest
+// of their times (an event's id is never below its channel's last anyway).
+type keptGroup struct {
+	reqs []*keepReq
 }
 
-// keptOutcomes records publishScript's answer v for the history appends of
-// its k entries, keeps: each one's figures, or its error. A call sent again
-// ("dup") was answered the first time, whose answer was lost.
-func keptOutcomes(keeps []*keepReq, v any) {
+// appendGroups appends to args the history appends of msgs' kept messages,
+// grouped, and records each kept message's place in index.
+func appendGroups(args []any, msgs []*outMsg, index map[*outMsg]int) ([]any, []keptGroup) {
+	var kept []*outMsg
+	for _, m := range msgs {
+		if m.keep != nil {
+			kept = append(kept, m)
+		}
+	}
+	var groups []keptGroup
+	for i := 0; i < len(kept); {
+		k := kept[i].keep
+		j, now := i, k.now
+		var reqs []*keepReq
+		for j < len(kept) && kept[j].keep.store == k.store && kept[j].keep.app == k.app && kept[j].keep.policy == k.policy {
+			r := kept[j].keep
+			if len(reqs) == 0 || reqs[len(reqs)-1] != r {
+				reqs = append(reqs, r)
+			}
+			if r.now.After(now) {
+				now = r.now
+			}
+			j++
+		}
+		nowMS := now.UnixMilli()
+		args = append(args, k.app, nowMS, nowMS-k.policy.TTL.Milliseconds(), k.policy.Events,
+			k.store.limits.MaxBytes, k.store.limits.MaxChannels, k.policy.TTL.Milliseconds(), j-i)
+		for _, m := range kept[i:j] {
+			index[m] = len(index) + 1
+			args = append(args, m.entry.Channel, m.entry.Name, m.entry.Data, m.entry.Exclude)
+		}
+		groups = append(groups, keptGroup{reqs: reqs})
+		i = j
+	}
+	return args, groups
+}
+
+// positionsOf is the place of each of msgs in the appends' ids ("-" for
+// one not kept), space-separated; empty when none is kept.
+func positionsOf(msgs []*outMsg, index map[*outMsg]int) string {
+	if len(index) == 0 {
+		return ""
+	}
+	parts := make([]string, len(msgs))
+	kept := false
+	for i, m := range msgs {
+		if n, ok := index[m]; ok {
+			parts[i], kept = strconv.Itoa(n), true
+		} else {
+			parts[i] = "-"
+		}
+	}
+	if !kept {
+		return ""
+	}
+	return strings.Join(parts, " ")
+}
+
+// keptOutcomes records publishScript's answer v for its history appends,
+// groups: each one's figures, or its error. A call sent again ("dup") was
+// answered the first time, whose answer was lost.
+func keptOutcomes(groups []keptGroup, v any) {
 	answers, _ := v.([]any)
-	if len(keeps) == 0 || v == "dup" {
+	if len(groups) == 0 || v == "dup" {
 		return
 	}
-	for i, k := range keeps {
-		if err := keptOutcome(k, answers, i); err != nil {
-			k.err = err
+	for i, g := range groups {
+		if err := keptOutcome(g.reqs[0], answers, i); err != nil {
+			for _, r := range g.reqs {
+				r.err = err
+			}
 		}
 	}
 }
 
-// keptOutcome records the answer for the i-th k entry, of k.
+// keptOutcome records the answer of the i-th append, of k's app.
 func keptOutcome(k *keepReq, answers []any, i int) error {
 	if i >= len(answers) {
-		return fmt.Errorf("keep channel history: %d answers for more k entries", len(answers))
+		return fmt.Errorf("keep channel history: %d answers for more appends", len(answers))
 	}
 	if msg, ok := answers[i].(string); ok {
 		return fmt.Errorf("keep channel history: %s", msg)

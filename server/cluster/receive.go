@@ -152,7 +152,8 @@ func (c *member) sleep(backoff *time.Duration) {
 // from seq, and only those this node has not delivered yet are: an entry
 // published again after Redis lost its data may hold some it had.
 // positions, when the entry's events were kept in their channels'
-// history, are their ids, one per message, space-separated.
+// history, are their ids, one per message, space-separated ("-" for one
+// that was not).
 func (c *member) handleEntry(seen *origins, payload, origin string, seq uint64, positions string, now time.Time) {
 	fresh := func(i int) bool { return origin == "" || seen.fresh(origin, seq+uint64(i), now) }
 	var ids []string
@@ -160,7 +161,7 @@ func (c *member) handleEntry(seen *origins, payload, origin string, seq uint64, 
 		ids = strings.Fields(positions)
 	}
 	position := func(i int) string {
-		if i < len(ids) {
+		if i < len(ids) && ids[i] != "-" {
 			return ids[i]
 		}
 		return ""

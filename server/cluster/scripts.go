@@ -301,26 +301,28 @@ return {}
 // with its origin (o) and the number of its first message (s) in the
 // stream's numbering, keeps a cache channel's event as its last, and
 // appends kept events to their channel's history (histLib) in the same
-// step, the entry carrying their ids (p, one per message, space-separated):
-// so the ids of a channel's events follow the order of its stream, which
-// is the order every node delivers them in (recovery's positions). All of
-// it only while Redis still has the generation the node publishes under
-// (see publish.go). ARGV[2] is unused. ARGV gen origin token, then per
-// entry either
+// step, the entry carrying their ids (p, one per message, space-separated,
+// "-" for one not kept): so the ids of a channel's events follow the order
+// of its stream, which is the order every node delivers them in
+// (recovery's positions). All of it only while Redis still has the
+// generation the node publishes under (see publish.go). ARGV[2] is unused.
+// ARGV gen origin token appends, then per append
 //
-//	x stream seq message                                a plain entry
-//	c stream seq message app channel value ttl_ms       a cache channel's event
-//	k stream seq message cache_app cache_channel cache_value cache_ttl_ms
-//	  app now_ms floor_ms max_events max_bytes max_channels ttl_ms n
-//	  (channel name data exclude)×n                     kept events (cache_app
-//	                                                    empty: no cache channel's)
+//	app now_ms floor_ms max_events max_bytes max_channels ttl_ms n (channel name data exclude)×n
 //
-// A call with kept events has a token (else it is empty): the same token
-// as the node's last call is the same call again (go-redis sends a
-// pipeline again when its answers were lost on the way), which does
-// nothing and answers "dup". Else it answers, per k entry, histAppend's
-// numbers, or the error that kept its events out of the history (they
-// are published all the same, without ids).
+// and per entry, where places are the space-separated places of its
+// messages among the appends' events (from 1; "-" for one not kept; empty
+// when none is), either
+//
+//	x stream seq message places                            a plain entry
+//	c stream seq message places app channel value ttl_ms   a cache channel's event
+//
+// A call with appends has a token (else it is empty): the same token as
+// the node's last call is the same call again (go-redis sends a pipeline
+// again when its answers were lost on the way), which does nothing and
+// answers "dup". Else it answers, per append, histAppend's numbers, or the
+// error that kept its events out of the history (they are published all
+// the same, without ids).
 var publishScript = newScript(histLib, `
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
@@ -330,38 +332,55 @@ if ARGV[5] ~= '' then
   if redis.call('GET', tk) == ARGV[5] then return 'dup' end
   redis.call('SET', tk, ARGV[5], 'PX', 60000)
 end
-local out = {}
-local i = 6
-while i <= #ARGV do
-  local kind = ARGV[i]
-  if kind == 'c' then
-    redis.call('SET', P .. 'cache:' .. ARGV[i+4] .. ':' .. ARGV[i+5], ARGV[i+6], 'PX', ARGV[i+7])
-    xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
-    i = i + 8
-  elseif kind == 'k' then
-    if ARGV[i+4] ~= '' then
-      redis.call('SET', P .. 'cache:' .. ARGV[i+4] .. ':' .. ARGV[i+5], ARGV[i+6], 'PX', ARGV[i+7])
-    end
-    local app, n = ARGV[i+8], tonumber(ARGV[i+15])
-    local entries = {}
-    for j = 0, n - 1 do
-      local at = i + 16 + 4 * j
-      entries[#entries + 1] = {ARGV[at], ARGV[at+1], ARGV[at+2], ARGV[at+3]}
-    end
-    local ok, v, ids = pcall(histAppend, P .. 'hist:{' .. app .. '}', ARGV[i+9], tonumber(ARGV[i+10]),
-      tonumber(ARGV[i+11]), tonumber(ARGV[i+12]), tonumber(ARGV[i+13]), ARGV[i+14], entries)
-    if ok then
-      xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2], 'p', table.concat(ids, ' '))
-      out[#out+1] = v
-    else
-      if type(v) == 'table' then v = v.err end
-      xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
-      out[#out+1] = tostring(v)
-    end
-    i = i + 16 + 4 * n
+local out, ids = {}, {}
+local i = 7
+for _ = 1, tonumber(ARGV[6]) do
+  local app, n = ARGV[i], tonumber(ARGV[i+7])
+  local entries = {}
+  for j = 0, n - 1 do
+    local at = i + 8 + 4 * j
+    entries[#entries + 1] = {ARGV[at], ARGV[at+1], ARGV[at+2], ARGV[at+3]}
+  end
+  local ok, v, got = pcall(histAppend, P .. 'hist:{' .. app .. '}', ARGV[i+1], tonumber(ARGV[i+2]),
+    tonumber(ARGV[i+3]), tonumber(ARGV[i+4]), tonumber(ARGV[i+5]), ARGV[i+6], entries)
+  if ok then
+    for _, id in ipairs(got) do ids[#ids+1] = id end
+    out[#out+1] = v
   else
-    xadd(P .. ARGV[i+1], 'm', ARGV[i+3], 'o', ARGV[4], 's', ARGV[i+2])
-    i = i + 4
+    for _ = 1, n do ids[#ids+1] = '-' end
+    if type(v) == 'table' then v = v.err end
+    out[#out+1] = tostring(v)
+  end
+  i = i + 8 + 4 * n
+end
+-- positions turns an entry's places into its messages' ids (nil: none).
+local function positions(places)
+  if places == '' then return nil end
+  local p, some = {}, false
+  for place in string.gmatch(places, '%S+') do
+    local id = ids[tonumber(place) or 0] or '-'
+    if id ~= '-' then some = true end
+    p[#p+1] = id
+  end
+  if some then return table.concat(p, ' ') end
+  return nil
+end
+local function add(stream, seq, msg, places)
+  local p = positions(places)
+  if p then
+    xadd(P .. stream, 'm', msg, 'o', ARGV[4], 's', seq, 'p', p)
+  else
+    xadd(P .. stream, 'm', msg, 'o', ARGV[4], 's', seq)
+  end
+end
+while i <= #ARGV do
+  if ARGV[i] == 'c' then
+    redis.call('SET', P .. 'cache:' .. ARGV[i+5] .. ':' .. ARGV[i+6], ARGV[i+7], 'PX', ARGV[i+8])
+    add(ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4])
+    i = i + 9
+  else
+    add(ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4])
+    i = i + 5
   end
 end
 return out
