@@ -144,3 +144,69 @@ func TestResumesPerConnectionAreBounded(t *testing.T) {
 		c.send(map[string]any{"event": "pusher:unsubscribe", "data": map[string]string{"channel": "news"}})
 	}
 }
+
+// publishKept triggers a kept event on app 20's channel, excluding the
+// socket exclude.
+func publishKept(t *testing.T, s *wsServer, log *eventlog.Memory, channel, name, exclude string) {
+	t.Helper()
+	m := hub.Message{AppID: "20", Channel: channel, Event: name, Data: "{}", ExcludeSocketID: exclude}
+	if _, err := s.hub.PublishKept(log, recoveryApps[0].History, time.Now(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recoverableOn dials app 20 and makes a recoverable subscription to the
+// public channel, returning its secret and position.
+func (s *wsServer) recoverableOn(t *testing.T, channel string) (c *client, token, position string) {
+	t.Helper()
+	c = s.dial(t, "recovers")
+	c.subscribeRecovering(channel, "", map[string]string{})
+	c.expect("pusher_internal:subscription_succeeded", channel)
+	token, position = recoveryOf(t, c.expect("pusher_internal:recovery", channel))
+	return c, token, position
+}
+
+// A resume tells its position: one from before the position its token
+// proves is refused, with nothing replayed, so that a token cannot be
+// stretched to events older than its subscription had.
+func TestAResumeFromBeforeItsTokenIsRefused(t *testing.T) {
+	log := eventlog.NewMemory(eventlog.Limits{})
+	s := newWSServerApps(t, Options{History: log}, 0, nil, recoveryApps)
+	publishKept(t, s, log, "news", "before", "")
+	old, token, position := s.recoverableOn(t, "news")
+	if position == "0-0" {
+		t.Fatal("the token is from the channel's start: nothing is before it")
+	}
+	publishKept(t, s, log, "news", "missed", "")
+
+	c := s.dial(t, "recovers")
+	c.subscribeRecovering("news", "", map[string]string{"socket_id": old.socketID, "token": token, "position": "0-0"})
+	c.expect("pusher_internal:subscription_succeeded", "news")
+	if f := c.next(); f.Event != "pusher:recovery_failed" || f.Data != `{"reason":"refused"}` {
+		t.Fatalf("got %s %s, want pusher:recovery_failed refused", f.Event, f.Data)
+	}
+	c.expect("pusher_internal:recovery", "news")
+}
+
+// An event triggered with the old connection's socket_id while it was away
+// is not replayed (it would not have reached it live); the others are.
+func TestAResumeLeavesOutTheOldConnectionsOwnEvents(t *testing.T) {
+	log := eventlog.NewMemory(eventlog.Limits{})
+	s := newWSServerApps(t, Options{History: log}, 0, nil, recoveryApps)
+	old, token, position := s.recoverableOn(t, "news")
+	old.ws.CloseNow() // cut, no close frame
+	publishKept(t, s, log, "news", "e1", "")
+	publishKept(t, s, log, "news", "mine", old.socketID)
+	publishKept(t, s, log, "news", "e2", "")
+
+	c := s.dial(t, "recovers")
+	c.subscribeRecovering("news", "", map[string]string{"socket_id": old.socketID, "token": token, "position": position})
+	c.expect("pusher_internal:subscription_succeeded", "news")
+	for _, want := range []string{"e1", "e2"} {
+		c.expect("pusher_internal:position", "news")
+		c.expect(want, "news")
+	}
+	if f := c.expect("pusher:recovered", "news"); f.Data != `{"replayed":2}` {
+		t.Fatalf("pusher:recovered %q", f.Data)
+	}
+}
