@@ -65,17 +65,22 @@ describe('enableRecovery', () => {
     assert.deepEqual(f.subscribe('news').recovery, { socket_id: '1.1', token: 't1', position: '12-0' })
   })
 
-  it('keeps the old position when the connection drops between an announced position and its event', () => {
-    const f = fakePusher()
-    enableRecovery(f.pusher)
-    f.subscribe('news')
-    f.message('pusher_internal:recovery', 'news', { token: 't1', position: '10-0' })
-    f.message('pusher_internal:position', 'news', { id: '11-0' })
-    f.emit('disconnected')
-    // A late message after the drop must not take the dropped announcement.
-    f.message('a', 'news', 'x')
-    assert.equal(f.subscribe('news').recovery.position, '10-0')
-  })
+  // A closed connection goes disconnected; one cut without a close frame
+  // goes connecting (then unavailable), never through disconnected: each
+  // drops the announcement.
+  for (const state of ['disconnected', 'connecting', 'unavailable']) {
+    it(`keeps the old position when the connection goes ${state} between an announced position and its event`, () => {
+      const f = fakePusher()
+      enableRecovery(f.pusher)
+      f.subscribe('news')
+      f.message('pusher_internal:recovery', 'news', { token: 't1', position: '10-0' })
+      f.message('pusher_internal:position', 'news', { id: '11-0' })
+      f.emit(state)
+      // A late message after the drop must not take the dropped announcement.
+      f.message('a', 'news', 'x')
+      assert.equal(f.subscribe('news').recovery.position, '10-0')
+    })
+  }
 
   it('moves the position at once for an event the connection was excluded from', () => {
     const f = fakePusher()
