@@ -1,9 +1,11 @@
 package webhook
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,21 +148,77 @@ func TestFlipWithinHoldIsDropped(t *testing.T) {
 	}
 }
 
-func TestEventsHeldByTheClusterGoAtOnce(t *testing.T) {
+// testHold is a Hold the test runs: Take keeps the events of channel
+// "kept" and lets the others through; Due hands over what the test gave
+// release, and at shutdown what was kept too.
+type testHold struct {
+	mu             sync.Mutex
+	kept, released []hub.Event
+}
+
+func (h *testHold) Take(ev hub.Event, _ time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ev.Channel == "kept" {
+		h.kept = append(h.kept, ev)
+		return false
+	}
+	return true
+}
+
+func (h *testHold) Due(_ time.Time, all bool) []hub.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	due := h.released
+	if all {
+		due = append(due, h.kept...)
+		h.kept = nil
+	}
+	h.released = nil
+	return due
+}
+
+func (h *testHold) release(ev hub.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released = append(h.released, ev)
+}
+
+// The dispatcher holds departures through its Holder alone, as a cluster
+// node's (whose departures were held in Redis already): what the Holder
+// lets through goes at once, neither held again nor cancelled by a return;
+// what it keeps goes when Due hands it over, and at shutdown.
+func TestEventsGoThroughTheHolder(t *testing.T) {
 	r := newReceiver(t, "k", "s")
-	a := apps{"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}}}
-	d := start(t, testdb.New(t, storage.Open), a, inOrder)
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "held-here"})
-	// Held by the cluster already: neither held again nor cancelled by the
-	// channel's next occupation.
-	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c", Held: true})
-	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u", Held: true})
+	down := newReceiver(t, "k", "s")
+	down.failFirst.Store(1 << 30)
+	a := apps{
+		"1": {ID: "1", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: r.srv.URL}}},
+		"2": {ID: "2", Key: "k", Secret: "s", Webhooks: []storage.Webhook{{URL: down.srv.URL}}},
+	}
+	h := &testHold{}
+	opts := inOrder
+	opts.Holder = h
+	db := testdb.New(t, storage.Open)
+	d := New(db, a, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), opts)
+	d.Start()
+	d.Observe(hub.Event{AppID: "2", Kind: hub.ChannelVacated, Channel: "kept"})
+	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "c"})
+	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberRemoved, Channel: "presence-c", UserID: "u"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.ChannelOccupied, Channel: "c"})
 	d.Observe(hub.Event{AppID: "1", Kind: hub.MemberAdded, Channel: "presence-c", UserID: "u"})
+	r.waitFor(4)
+	h.release(hub.Event{AppID: "1", Kind: hub.ChannelVacated, Channel: "due"})
 	r.waitFor(5)
-	want := "channel_vacated:c member_removed:presence-c:u channel_occupied:c member_added:presence-c:u channel_vacated:held-here"
+	want := "channel_vacated:c member_removed:presence-c:u channel_occupied:c member_added:presence-c:u channel_vacated:due"
 	if got := strings.Join(r.events(), " "); got != want {
 		t.Fatalf("got %s, want %s", got, want)
+	}
+	waitOutboxEmpty(t, db)
+	d.Close()
+	// The kept departure, written at shutdown (its endpoint is down).
+	if n, _ := db.CountWebhookOutbox(context.Background()); n != 1 {
+		t.Fatalf("the outbox holds %d after the shutdown, want the kept channel_vacated", n)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package webhook delivers Channels webhooks: it receives the hub's channel
 // events, holds back channel_vacated and member_removed for a few seconds
-// (dropped if the state flips back), writes one request per matching endpoint
+// (dropped if the state flips back; Hold, kept in memory on one node and in
+// Redis in a cluster), writes one request per matching endpoint
 // (or one batch) to a durable outbox in SQLite, and sends the outbox with
 // retries and exponential backoff. The hub is never blocked: events arrive
 // through a bounded buffer.
@@ -16,7 +17,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +38,7 @@ const DefaultMaxQueued = 10000
 
 // Options tune the dispatcher. Zero values take the defaults.
 type Options struct {
-	Hold        time.Duration // how long vacated / member_removed wait, unless already Held by the cluster; default 3 s
+	Hold        time.Duration // how long channel_vacated and member_removed wait in the MemoryHold that Holder defaults to; default 3 s
 	Flush       time.Duration // how often accepted events are written to the outbox; default 100 ms
 	MaxAge      time.Duration // how long a request is retried; older ones are dropped unsent; default 5 min
 	BaseBackoff time.Duration // first retry delay, doubled per attempt; default 1 s
@@ -66,6 +66,12 @@ type Options struct {
 	// outbox; a request is attempted only while its claim has at least
 	// Timeout left. Default: six timeouts; at least 1 min and two timeouts.
 	Lease time.Duration
+	// Holder is where channel_vacated and member_removed wait (see Hold):
+	// a cluster node's are held in Redis, over every node, so it gives the
+	// cluster's hold. Default: a MemoryHold of Hold, this dispatcher's own
+	// (filled by New, not WithDefaults, so that no two dispatchers share
+	// one).
+	Holder Hold
 	// OnAttempt, when set, is told the outcome of every delivery attempt
 	// (the debug console shows them). It must return at once.
 	OnAttempt func(Attempt)
@@ -131,6 +137,7 @@ type Dispatcher struct {
 	log    *zap.Logger
 	opts   Options
 	client *http.Client
+	hold   Hold // the collector's own
 
 	in      chan hub.Event
 	wake    chan struct{} // the outbox got new requests, or a sender is free
@@ -154,8 +161,12 @@ type Dispatcher struct {
 // New returns a dispatcher; call Start to run it and Close to stop it.
 func New(db *storage.DB, apps AppLookup, log *zap.Logger, opts Options) *Dispatcher {
 	opts = opts.WithDefaults()
+	hold := opts.Holder
+	if hold == nil {
+		hold = NewMemoryHold(opts.Hold)
+	}
 	return &Dispatcher{
-		db: db, apps: apps, log: log, opts: opts, client: opts.client(),
+		db: db, apps: apps, log: log, opts: opts, client: opts.client(), hold: hold,
 		in: make(chan hub.Event, opts.Buffer), wake: make(chan struct{}, 1),
 		drops: &dropLog{log: log, every: time.Minute, apps: map[string]*dropCount{}},
 		// Expired requests are never sent (each is checked before its
@@ -227,60 +238,18 @@ func (d *Dispatcher) Close() {
 	d.drops.flush(time.Time{}, true) // what was dropped since the last line
 }
 
-// pending is a held channel_vacated or member_removed.
-type pending struct {
-	ev  hub.Event
-	due time.Time
-	seq int // arrival order, kept when held events are released together
-}
-
-// holdKey identifies what a held event is about: the channel, and for
-// members the user.
-func holdKey(ev hub.Event) string {
-	return ev.AppID + "\x00" + ev.Channel + "\x00" + ev.UserID
-}
-
 // collect reads events, applies the hold, and writes outbox batches.
 func (d *Dispatcher) collect(ctx context.Context) {
-	held := map[string]pending{}
-	seq := 0
 	var ready []hub.Event
 	tick := time.NewTicker(d.opts.Flush)
 	defer tick.Stop()
 	accept := func(ev hub.Event) {
-		switch ev.Kind {
-		case hub.ChannelVacated, hub.MemberRemoved:
-			if ev.Held {
-				ready = append(ready, ev)
-				return
-			}
-			seq++
-			held[holdKey(ev)] = pending{ev, time.Now().Add(d.opts.Hold), seq}
-		case hub.ChannelOccupied, hub.MemberAdded:
-			// Back within the hold: neither the leaving nor the coming back
-			// is reported.
-			if p, ok := held[holdKey(ev)]; ok && opposite(p.ev.Kind, ev.Kind) {
-				delete(held, holdKey(ev))
-				return
-			}
-			ready = append(ready, ev)
-		default:
+		if d.hold.Take(ev, time.Now()) {
 			ready = append(ready, ev)
 		}
 	}
 	flush := func(all bool) {
-		now := time.Now()
-		var released []pending
-		for k, p := range held {
-			if all || !now.Before(p.due) {
-				released = append(released, p)
-				delete(held, k)
-			}
-		}
-		sort.Slice(released, func(i, j int) bool { return released[i].seq < released[j].seq })
-		for _, p := range released {
-			ready = append(ready, p.ev)
-		}
+		ready = append(ready, d.hold.Due(time.Now(), all)...)
 		if len(ready) == 0 {
 			return
 		}
@@ -312,11 +281,6 @@ func (d *Dispatcher) collect(ctx context.Context) {
 			}
 		}
 	}
-}
-
-func opposite(held, arrived hub.EventKind) bool {
-	return held == hub.ChannelVacated && arrived == hub.ChannelOccupied ||
-		held == hub.MemberRemoved && arrived == hub.MemberAdded
 }
 
 // enqueue builds the requests for events, per app and matching endpoint, and
