@@ -152,8 +152,10 @@ func (c *member) publishKept(s *EventLogStore, p eventlog.Policy, now time.Time,
 // Recovers implements hub.Recoverer: a recoverable subscription reads its
 // channel's history in the script that makes it take effect, and on one
 // Redis (or one Sentinel group) every channel's history is on the Redis of
-// its stream.
-func (c *member) Recovers(string) bool { return true }
+// its stream. A member of a router (one shard of several) does not, so a
+// Join that asks for recovery there is answered that it cannot be
+// (router.Recovers), not read from a Redis without the app's history.
+func (c *member) Recovers(string) bool { return c.shardCount == 1 }
 
 // Terminate publishes the request to close userID's connections on every
 // node.

@@ -42,9 +42,12 @@ func recoverable(n *node, channel string, p eventlog.Policy, window time.Duratio
 	if old != nil {
 		token, position := old.recoveryState()
 		_, mark, _ := strings.Cut(token, "|")
-		after, err := eventlog.ParseID(position)
-		if err != nil {
-			n.t.Fatalf("position %q: %v", position, err)
+		var after eventlog.ID
+		if position != "" { // else old could not be recovered: from the start
+			var err error
+			if after, err = eventlog.ParseID(position); err != nil {
+				n.t.Fatalf("position %q: %v", position, err)
+			}
 		}
 		rec.Resume, rec.After, rec.Mark, rec.OldSocket = true, after, mark, old.conn.SocketID()
 	}
@@ -92,6 +95,23 @@ func (r *recovering) recoveryState() (token, position string) {
 	return token, position
 }
 
+// keepFirst forgets what r received after its channel's first n events:
+// r is as a client the connection dropped from under then.
+func (r *recovering) keepFirst(n int) {
+	r.take()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	events := 0
+	for i, f := range r.frames {
+		if f.Channel == r.channel && !strings.HasPrefix(f.Event, "pusher") {
+			if events++; events == n {
+				r.frames = r.frames[:i+1]
+				return
+			}
+		}
+	}
+}
+
 // datas returns the data of the channel's events the app sees (not the
 // protocol's own), in order.
 func (r *recovering) datas() []string {
@@ -136,9 +156,20 @@ func (r *recovering) outcome() (reason string, replayed int) {
 // keptPublisher returns a function that triggers, on n, an event of app
 // with data on channel, kept in store (n's cluster's history) under p.
 func keptPublisher(t *testing.T, n *node, store *EventLogStore, p eventlog.Policy) func(channel, data, exclude string) {
+	publish := keptPublisherAt(t, n, store, p)
 	return func(channel, data, exclude string) {
 		t.Helper()
-		kept, err := n.hub.PublishKept(store, p, time.Now(), hub.Message{AppID: "app", Channel: channel, Event: "tick", Data: data, ExcludeSocketID: exclude})
+		publish(channel, data, exclude, time.Now())
+	}
+}
+
+// keptPublisherAt is keptPublisher whose events are kept as of at (the
+// history's clock), so that a test makes them old without waiting. A
+// channel's events are never kept as older than its newest.
+func keptPublisherAt(t *testing.T, n *node, store *EventLogStore, p eventlog.Policy) func(channel, data, exclude string, at time.Time) {
+	return func(channel, data, exclude string, at time.Time) {
+		t.Helper()
+		kept, err := n.hub.PublishKept(store, p, at, hub.Message{AppID: "app", Channel: channel, Event: "tick", Data: data, ExcludeSocketID: exclude})
 		if err != nil || !kept {
 			t.Errorf("publish %s: kept %v, %v", data, kept, err)
 		}
@@ -234,19 +265,7 @@ func TestClusterRecoveryPositionsFollowDeliveryOrder(t *testing.T) {
 	// Cut a copy of the first subscriber's frames at a third: its resume
 	// gets the other two thirds, exactly.
 	cut := subs[0]
-	cut.mu.Lock()
-	events, keep := 0, 0
-	for i, f := range cut.frames {
-		if f.Event == "tick" {
-			events++
-			if events == total/3 {
-				keep = i + 1
-				break
-			}
-		}
-	}
-	cut.frames = cut.frames[:keep]
-	cut.mu.Unlock()
+	cut.keepFirst(total / 3)
 	ns[0].hub.Remove(cut.conn)
 	again := recoverable(ns[1], "feed", p, time.Minute, cut)
 	if reason, replayed := again.outcome(); reason != "" || replayed != total-total/3 {
