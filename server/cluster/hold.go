@@ -11,6 +11,26 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 )
 
+// WebhookHold is a cluster node's webhook hold (the webhook dispatcher's
+// Options.Holder): the departures (channel_vacated, member_removed) are
+// held in Redis, for every node at once, so that leaving on one node and
+// coming back on another within the hold cancels out as on one node. The
+// scripts do what a hold's Take does, atomically with the change itself
+// (see scripts.go): a leave adds its departure to P held and reports
+// nothing, a join that finds its departure there takes it out and reports
+// neither. The release loop below does what Due does, handing the due
+// departures to the hub's observer; a cluster node's hub reports none of
+// its own. So every event that reaches the dispatcher on a cluster node
+// has been through the hold already: Take lets each one through, and Due
+// has none of its own.
+type WebhookHold struct{}
+
+// Take lets every event through: the scripts held or cancelled it already.
+func (WebhookHold) Take(hub.Event, time.Time) bool { return true }
+
+// Due returns nothing: the release loop hands the due departures over.
+func (WebhookHold) Due(time.Time, bool) []hub.Event { return nil }
+
 // holdTick is how often a node that cannot reach Redis looks again for
 // held-back webhooks that are due, and the least it waits between two
 // looks.
@@ -112,7 +132,7 @@ func decodeHeld(s string) (hub.Event, bool) {
 	if err != nil || len(f) != 3 {
 		return hub.Event{}, false
 	}
-	ev := hub.Event{AppID: f[0], Channel: f[1], UserID: f[2], Held: true}
+	ev := hub.Event{AppID: f[0], Channel: f[1], UserID: f[2]}
 	switch s[0] {
 	case 'v':
 		ev.Kind, ev.UserID = hub.ChannelVacated, ""

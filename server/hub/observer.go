@@ -25,11 +25,6 @@ type Event struct {
 	Data     string // client_event: the data
 	SocketID string // client_event: the sender
 	Count    int    // subscription_count
-	// Held marks a channel_vacated or member_removed that was already held
-	// back for the webhook hold, and not cancelled, by the cluster (which
-	// holds them in Redis, so that leaving on one node and coming back on
-	// another cancels out): it is reported at once.
-	Held bool
 }
 
 // Observer receives channel events. Observe is called on registry paths,

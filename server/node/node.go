@@ -314,7 +314,7 @@ func webhookDial(cfg config.Config) func(ctx context.Context, network, addr stri
 // startWebhooks starts the Channels webhook sender and makes it and the
 // console the hub's observers.
 func (n *Node) startWebhooks(cfg config.Config) {
-	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued, DialContext: webhookDial(cfg)}
+	hookOpts := webhook.Options{OnAttempt: n.ops.webhookAttempt, MaxQueued: cfg.WebhookMaxQueued, DialContext: webhookDial(cfg), Holder: webhookHold(cfg)}
 	n.hook = webhook.New(n.db, n.apps, n.log.Named("webhook"), hookOpts)
 	n.hub.SetObserver(hub.Observers{n.hook, n.ops.console})
 	n.hook.Start()
@@ -324,6 +324,16 @@ func (n *Node) startWebhooks(cfg config.Config) {
 	// Once no publisher is left (the cluster closes before it), the hub
 	// delivers what is queued.
 	n.closers.pushFunc("hub", n.hub.Close)
+}
+
+// webhookHold is where channel_vacated and member_removed wait: in Redis on
+// a cluster node (the cluster's scripts hold them over every node), in the
+// dispatcher's memory (nil, its default) on a node alone.
+func webhookHold(cfg config.Config) webhook.Hold {
+	if cfg.RedisURL != "" {
+		return cluster.WebhookHold{}
+	}
+	return nil
 }
 
 // joinCluster joins the cluster over Redis when the configuration names
