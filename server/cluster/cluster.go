@@ -46,7 +46,8 @@
 //     one writer and rebuilt from the hub after an outage (resync); the Lua
 //     scripts that change the cluster's state, and its keys.
 //   - membership.go, hold.go: heartbeats and the taking out of dead nodes;
-//     the webhook hold (member_removed, channel_vacated) kept in Redis.
+//     the webhook hold (member_removed, channel_vacated) kept in Redis, a
+//     cluster node's webhook.Hold (WebhookHold).
 //   - query.go, online.go: the answers over the cluster (channels, presence
 //     users, cached events, connections, signed-in users).
 //   - eventlog.go, histlua.go, idempotency.go, consolerelay.go: the stores
