@@ -115,13 +115,29 @@ func (r *recovering) keepFirst(n int) {
 // datas returns the data of the channel's events the app sees (not the
 // protocol's own), in order.
 func (r *recovering) datas() []string {
+	return r.collect(func(f frame) (string, bool) { return f.Data, !strings.HasPrefix(f.Event, "pusher") })
+}
+
+// positions are the ids of the pusher_internal:position frames r got on
+// its channel, in order.
+func (r *recovering) positions() []string {
+	return r.collect(func(f frame) (string, bool) {
+		var d struct{ ID string }
+		json.Unmarshal([]byte(f.Data), &d)
+		return d.ID, f.Event == "pusher_internal:position"
+	})
+}
+
+// collect returns what pick takes of the frames r got on its channel, in
+// order.
+func (r *recovering) collect(pick func(frame) (string, bool)) []string {
 	r.take()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, f := range r.frames {
-		if f.Channel == r.channel && !strings.HasPrefix(f.Event, "pusher") {
-			out = append(out, f.Data)
+		if v, ok := pick(f); ok && f.Channel == r.channel {
+			out = append(out, v)
 		}
 	}
 	return out

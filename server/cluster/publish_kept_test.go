@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
+)
+
+// history is what store keeps of app's channel, oldest first: the data
+// of each event and its id.
+func history(t *testing.T, store *EventLogStore, app, channel string, p eventlog.Policy) (datas, ids []string) {
+	t.Helper()
+	page, err := store.Read(t.Context(), app, channel, p, eventlog.Query{OldestFirst: true}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range page.Events {
+		datas, ids = append(datas, e.Data), append(ids, e.ID.String())
+	}
+	return datas, ids
+}
+
+// The publish loop sends the messages of many calls in one script call,
+// those of one slot's stream numbered one after another and packed in
+// entries together; the kept events are still appended to their own app's
+// history under their own call's policy: a plain message before or between
+// them is kept nowhere, another app's kept events only in that app's
+// history, those of a call of the same app under another policy by that
+// policy, and the subscriber of a kept event gets the id it has there.
+// The test is the publish loop of a member it does not start (the loop
+// packs what waits together only when calls come at once).
+func TestPublishKeptCallsSentTogetherKeepEachItsOwn(t *testing.T) {
+	rs := testredis.Start(t)
+	px := fmt.Sprintf("t%d:", time.Now().UnixNano())
+	n := startNode(t, rs, px, "n1")
+	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), Prefix: px, NodeID: "publisher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	pub := c.(*member)
+
+	// Channels of both apps in one slot.
+	slot := slotOf("app", "plain")
+	inSlot := func(app, name string) string {
+		for i := 0; ; i++ {
+			if ch := fmt.Sprint(name, i); slotOf(app, ch) == slot {
+				return ch
+			}
+		}
+	}
+	plainCh, keptCh, smallCh, otherCh := inSlot("app", "plain"), inSlot("app", "kept"), inSlot("app", "small"), inSlot("other", "kept")
+	store := n.c.EventLog(eventlog.Limits{})
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	otherP := eventlog.Policy{Events: 50, TTL: 2 * time.Hour}
+	smallP := eventlog.Policy{Events: 1, TTL: time.Hour}
+	plainSub := recoverable(n, plainCh, p, time.Minute, nil)
+	keptSub := recoverable(n, keptCh, p, time.Minute, nil)
+
+	now := time.Now()
+	call := func(app string, p eventlog.Policy) *keepReq {
+		return &keepReq{store: store, app: app, policy: p, now: now}
+	}
+	msg := func(k *keepReq, app, channel, data string) *outMsg {
+		m := outMsgs([]hub.Message{{AppID: app, Channel: channel, Event: "tick", Data: data}})[0]
+		if k != nil {
+			m.keep, m.entry = k, eventlog.Entry{Channel: channel, Name: "tick", Data: data}
+		}
+		return m
+	}
+	send := func(keeps []*keepReq, msgs ...*outMsg) {
+		t.Helper()
+		for _, m := range msgs { // as the loop numbers them
+			pub.seq[m.slot]++
+			m.seq = pub.seq[m.slot]
+		}
+		if err := pub.send(msgs); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keeps {
+			if k.err != nil {
+				t.Fatalf("the append of %s's call: %v", k.app, k.err)
+			}
+		}
+	}
+	k1, k2 := call("app", p), call("other", p)
+	send([]*keepReq{k1, k2}, msg(nil, "app", plainCh, "p1"), msg(k1, "app", keptCh, "a1"), msg(nil, "app", plainCh, "p2"),
+		msg(k2, "other", otherCh, "b1"), msg(k2, "other", otherCh, "b2"))
+	k3, k4, k5 := call("app", p), call("other", otherP), call("app", smallP)
+	send([]*keepReq{k3, k4, k5}, msg(k3, "app", keptCh, "a2"), msg(nil, "app", plainCh, "p3"),
+		msg(k5, "app", smallCh, "s1"), msg(k5, "app", smallCh, "s2"), msg(k4, "other", otherCh, "b3"))
+
+	keptDatas, keptIDs := history(t, store, "app", keptCh, p)
+	if !slices.Equal(keptDatas, []string{"a1", "a2"}) {
+		t.Errorf("app's history of %s: %v, want a1 a2", keptCh, keptDatas)
+	}
+	if got, _ := history(t, store, "app", plainCh, p); len(got) != 0 {
+		t.Errorf("app's history of %s, published plain: %v, want none", plainCh, got)
+	}
+	if got, _ := history(t, store, "other", otherCh, otherP); !slices.Equal(got, []string{"b1", "b2", "b3"}) {
+		t.Errorf("other's history of %s: %v, want b1 b2 b3", otherCh, got)
+	}
+	if got, _ := history(t, store, "app", smallCh, p); !slices.Equal(got, []string{"s2"}) {
+		t.Errorf("app's history of %s, kept one event deep: %v, want s2", smallCh, got)
+	}
+	if got, _ := history(t, store, "app", otherCh, p); len(got) != 0 {
+		t.Errorf("app's history of other's %s: %v, want none", otherCh, got)
+	}
+	wait.Until(t, "every tick delivered", func() bool { return len(plainSub.datas()) == 3 && len(keptSub.datas()) == 2 })
+	if got := plainSub.positions(); len(got) != 0 {
+		t.Errorf("plain ticks came with positions %v", got)
+	}
+	if got := keptSub.positions(); !slices.Equal(got, keptIDs) {
+		t.Errorf("kept ticks came with positions %v, want their ids %v", got, keptIDs)
+	}
+}
+
+// A node that publishes its window again (Redis answers again after an
+// outage: replayAnyway) appends nothing to the channel history: it holds
+// each kept event once, with the id it had.
+func TestReplayKeepsNothingTwice(t *testing.T) {
+	n := startNode(t, testredis.Start(t), "replaykept:", "n1", func(o *Options) { o.ReplayWindow = time.Hour })
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	store := n.c.EventLog(eventlog.Limits{})
+	publish := keptPublisher(t, n, store, p)
+	sub := recoverable(n, "news", p, time.Minute, nil)
+	for i := range 3 {
+		publish("news", fmt.Sprint(i), "")
+	}
+	wait.Until(t, "the ticks delivered", func() bool { return len(sub.datas()) == 3 })
+	datas, ids := history(t, store, "app", "news", p)
+	if len(datas) != 3 {
+		t.Fatalf("history %v before the replay, want 3 events", datas)
+	}
+	replayed := n.c.Stats().Replayed
+	n.m().replayAnyway()
+	wait.Until(t, "the window published again", func() bool { return n.c.Stats().Replayed == replayed+3 })
+	if gotDatas, gotIDs := history(t, store, "app", "news", p); !slices.Equal(gotDatas, datas) || !slices.Equal(gotIDs, ids) {
+		t.Fatalf("history after the replay %v %v, want %v %v", gotDatas, gotIDs, datas, ids)
+	}
+}
+
+// The events of one trigger on a channel go out in one stream entry (a
+// batch): a recoverable subscriber gets a position of its own for each,
+// their ids in the history, in order, and a resume from the middle of the
+// batch replays exactly the rest.
+func TestClusterRecoveryWithinABatchedEntry(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	store := ns[1].c.EventLog(eventlog.Limits{})
+	sub := recoverable(ns[0], "feed", p, time.Minute, nil)
+	var ms []hub.Message
+	for i := 1; i <= 4; i++ {
+		ms = append(ms, hub.Message{AppID: "app", Channel: "feed", Event: "tick", Data: fmt.Sprint(i)})
+	}
+	if kept, err := ns[1].hub.PublishKept(store, p, time.Now(), ms...); err != nil || !kept {
+		t.Fatalf("publish: kept %v, %v", kept, err)
+	}
+	wait.Until(t, "the batch delivered", func() bool { return len(sub.datas()) == 4 })
+	_, ids := history(t, store, "app", "feed", p)
+	// One entry of the channel's stream holds the four, with their ids.
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	entries, err := rdb.XRange(t.Context(), prefix(ns[1].c)+slotStreams[slotOf("app", "feed")], "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, e := range entries {
+		if ps, ok := e.Values["p"].(string); ok {
+			kept = append(kept, ps)
+		}
+	}
+	if want := strings.Join(ids, " "); len(kept) != 1 || kept[0] != want {
+		t.Fatalf("entries with positions %q, want one with %q", kept, want)
+	}
+	if got := sub.positions(); !slices.Equal(got, ids) {
+		t.Fatalf("positions %v, want the ids %v", got, ids)
+	}
+	sub.keepFirst(2)
+	ns[0].hub.Remove(sub.conn)
+	again := recoverable(ns[1], "feed", p, time.Minute, sub)
+	if reason, replayed := again.outcome(); reason != "" || replayed != 2 {
+		t.Fatalf("resume: %q, %d replayed; want recovered, 2", reason, replayed)
+	}
+	if got := again.datas(); !slices.Equal(got, []string{"3", "4"}) {
+		t.Fatalf("the resume replayed %v, want 3 4", got)
+	}
+}
