@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -31,14 +32,20 @@ import (
 // instance; the history is written once per event, not read by every node,
 // so that is the write rate of one app.
 type EventLogStore struct {
-	rdb    func(app string) redis.Cmdable
-	prefix string
+	// place is where a channel's history is: the Redis and the key prefix
+	// of its shard (of shards, from 0): with the channel's stream, so that
+	// the script that publishes an event appends it too and a
+	// subscription's join reads it (recovery).
+	place  func(app, channel string) (rdb redis.Cmdable, prefix string, shard int)
+	shards int
+	// limits bound what an app keeps on each shard: the app's limits split
+	// evenly over the shards, so that all of it keeps within them.
 	limits eventlog.Limits
 	// cluster is the cluster whose EventLog made it: its publishes append
 	// their events in the same round trip (PublishKept).
 	cluster Cluster
 
-	held    sync.Map // app id → eventlog.AppStats as the last append saw them
+	held    sync.Map // heldKey → eventlog.AppStats as the last append to that shard saw them
 	dropped [4]atomic.Int64
 	// origin and calls make each append call's token: origin names this
 	// store (random), calls counts its calls.
@@ -53,23 +60,47 @@ func (s *EventLogStore) token() string {
 
 var _ eventlog.Store = (*EventLogStore)(nil)
 
-// NewEventLogStore returns the store over the Redis rdb gives for each app,
-// its keys under prefix, bounded per app by limits.
-func NewEventLogStore(rdb func(app string) redis.Cmdable, prefix string, limits eventlog.Limits) *EventLogStore {
-	return &EventLogStore{rdb: rdb, prefix: prefix, limits: limits.WithDefaults(), origin: randomID() + ":"}
+// NewEventLogStore returns the store over the Redis rdb, its keys under
+// prefix, bounded per app by limits.
+func NewEventLogStore(rdb redis.Cmdable, prefix string, limits eventlog.Limits) *EventLogStore {
+	return newEventLogStore(func(string, string) (redis.Cmdable, string, int) { return rdb, prefix, 0 }, 1, limits)
+}
+
+// newEventLogStore returns the store over shards shards, place saying
+// which is a channel's, bounded per app by limits in all.
+func newEventLogStore(place func(app, channel string) (redis.Cmdable, string, int), shards int, limits eventlog.Limits) *EventLogStore {
+	l := limits.WithDefaults()
+	// Ceilings, so that no shard's bound is 0.
+	l.MaxBytes = (l.MaxBytes + shards - 1) / shards
+	l.MaxChannels = (l.MaxChannels + shards - 1) / shards
+	return &EventLogStore{place: place, shards: shards, limits: l, origin: randomID() + ":"}
 }
 
 // EventLog returns the store of the cluster's channel histories, on its
 // Redis under its prefix.
 func (c *member) EventLog(limits eventlog.Limits) *EventLogStore {
-	s := NewEventLogStore(func(string) redis.Cmdable { return c.rdb }, c.p, limits)
+	s := NewEventLogStore(c.rdb, c.p, limits)
 	s.cluster = c
 	return s
 }
 
-func (s *EventLogStore) key(app string) string { return s.prefix + "hist:{" + app + "}" }
-func (s *EventLogStore) streamPrefix(app string) string {
-	return s.key(app) + ":c:"
+// key is the key of app's history on the shard with prefix.
+func key(prefix, app string) string { return prefix + "hist:{" + app + "}" }
+
+// key is the key of app's history on the first shard (the only one but
+// over shards).
+func (s *EventLogStore) key(app string) string { return key(s.prefixOf(app), app) }
+
+// prefixOf is the key prefix of app's history on the first shard.
+func (s *EventLogStore) prefixOf(app string) string {
+	_, prefix, _ := s.place(app, "")
+	return prefix
+}
+
+// heldKey names what an app holds on a shard, in held.
+type heldKey struct {
+	app   string
+	shard int
 }
 
 // TrimBudget bounds the work of one append script call, so that no app's
@@ -88,21 +119,38 @@ func (s *EventLogStore) Append(ctx context.Context, app string, p eventlog.Polic
 	if !p.On() || len(entries) == 0 {
 		return nil
 	}
-	cl := s.appendCall(app, p, entries, now)
-	v, err := histAppendScript.Run(ctx, s.rdb(app), cl.keys, cl.args...).Int64Slice()
-	return s.appended(app, v, err)
+	// Each shard's entries, in order, in one call.
+	var errs []error
+	for len(entries) > 0 {
+		rdb, prefix, shard := s.place(app, entries[0].Channel)
+		var here, rest []eventlog.Entry
+		for _, e := range entries {
+			if _, _, sh := s.place(app, e.Channel); sh == shard {
+				here = append(here, e)
+			} else {
+				rest = append(rest, e)
+			}
+		}
+		cl := s.appendCall(prefix, app, p, here, now)
+		v, err := histAppendScript.Run(ctx, rdb, cl.keys, cl.args...).Int64Slice()
+		errs = append(errs, s.appended(app, shard, v, err))
+		entries = rest
+	}
+	return errors.Join(errs...)
 }
 
-// appendCall is the script call that appends entries to app's history.
-func (s *EventLogStore) appendCall(app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) *call {
+// appendCall is the script call that appends entries, all of one shard
+// (whose keys begin with prefix), to app's history.
+func (s *EventLogStore) appendCall(prefix, app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) *call {
+	base := key(prefix, app)
 	keys := make([]string, 3, 3+len(entries))
-	keys[0], keys[1], keys[2] = s.key(app), s.key(app)+":lru", s.key(app)+":sizes"
+	keys[0], keys[1], keys[2] = base, base+":lru", base+":sizes"
 	nowMS := now.UnixMilli()
 	args := make([]any, 8, 8+4*len(entries))
 	args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7] = nowMS, nowMS-p.TTL.Milliseconds(),
-		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), s.streamPrefix(app), s.token()
+		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), base+":c:", s.token()
 	for _, e := range entries {
-		keys = append(keys, s.streamPrefix(app)+e.Channel)
+		keys = append(keys, base+":c:"+e.Channel)
 		args = append(args, e.Channel, e.Name, e.Data, e.Exclude)
 	}
 	return &call{script: histAppendScript, keys: keys, args: args}
@@ -110,7 +158,7 @@ func (s *EventLogStore) appendCall(app string, p eventlog.Policy, entries []even
 
 // appended records the answer v (or the error) of an append to app's
 // history.
-func (s *EventLogStore) appended(app string, v []int64, err error) error {
+func (s *EventLogStore) appended(app string, shard int, v []int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("keep channel history: %w", err)
 	}
@@ -122,7 +170,7 @@ func (s *EventLogStore) appended(app string, v []int64, err error) error {
 			s.dropped[r].Add(v[r])
 		}
 	}
-	s.held.Store(app, eventlog.AppStats{AppID: app, Events: v[4], Bytes: v[5]})
+	s.held.Store(heldKey{app, shard}, eventlog.AppStats{AppID: app, Events: v[4], Bytes: v[5]})
 	return nil
 }
 
@@ -131,7 +179,8 @@ func (s *EventLogStore) Read(ctx context.Context, app, channel string, p eventlo
 	if !p.On() {
 		return eventlog.Page{}, nil
 	}
-	rdb, key := s.rdb(app), s.streamPrefix(app)+channel
+	rdb, prefix, _ := s.place(app, channel)
+	key := key(prefix, app) + ":c:" + channel
 	floor := eventlog.ID{MS: uint64(now.Add(-p.TTL).UnixMilli())}
 	n, err := rdb.XLen(ctx, key).Result()
 	if err != nil {
@@ -201,8 +250,16 @@ func (s *EventLogStore) Read(ctx context.Context, app, channel string, p eventlo
 // append to it, and the events this node's appends dropped.
 func (s *EventLogStore) Stats() eventlog.Stats {
 	var st eventlog.Stats
+	apps := map[string]int{} // place in st.Apps
 	s.held.Range(func(_, v any) bool {
-		st.Apps = append(st.Apps, v.(eventlog.AppStats))
+		a := v.(eventlog.AppStats)
+		if i, ok := apps[a.AppID]; ok {
+			st.Apps[i].Events += a.Events
+			st.Apps[i].Bytes += a.Bytes
+			return true
+		}
+		apps[a.AppID] = len(st.Apps)
+		st.Apps = append(st.Apps, a)
 		return true
 	})
 	for r := range st.Dropped {

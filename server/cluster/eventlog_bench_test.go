@@ -35,7 +35,7 @@ func benchmarkEventLogStoreHeld(b *testing.B, size int) {
 	var used, counted, appendNS float64
 	for i := 0; b.Loop(); i++ {
 		ctx := context.Background()
-		s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, fmt.Sprintf("bench-%d:", i), eventlog.Limits{MaxBytes: 1 << 40, MaxChannels: channels})
+		s := NewEventLogStore(rdb, fmt.Sprintf("bench-%d:", i), eventlog.Limits{MaxBytes: 1 << 40, MaxChannels: channels})
 		before := usedMemory(b, rdb)
 		start := time.Now()
 		for e := range 2 * events {

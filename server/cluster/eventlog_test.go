@@ -40,7 +40,7 @@ func TestEventLogStore(t *testing.T) {
 	var n atomic.Int64
 	eventlogtest.Run(t, func(t *testing.T, l eventlog.Limits) eventlog.Store {
 		// A prefix per test: one Redis serves them all.
-		return NewEventLogStore(func(string) redis.Cmdable { return rdb }, fmt.Sprintf("hist-test-%d:", n.Add(1)), l)
+		return NewEventLogStore(rdb, fmt.Sprintf("hist-test-%d:", n.Add(1)), l)
 	})
 }
 
@@ -49,7 +49,7 @@ func TestEventLogStore(t *testing.T) {
 // held uncounted, or refusing the append when its ids ran ahead.
 func TestEventLogStoreDropsAStreamItsCountsLost(t *testing.T) {
 	rdb := redisClient(t)
-	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "orphan:", eventlog.Limits{})
+	s := NewEventLogStore(rdb, "orphan:", eventlog.Limits{})
 	p := eventlog.Policy{Events: 10, TTL: time.Hour}
 	now := time.Now()
 	later := []eventlog.Entry{{Channel: "news", Name: "ev", Data: "ahead"}}
@@ -76,47 +76,87 @@ func TestEventLogStoreDropsAStreamItsCountsLost(t *testing.T) {
 // a Redis Cluster its keys and script share the app's slot.
 func TestClusterEventLogOnEachTopology(t *testing.T) {
 	onEachTopology(t, func(t *testing.T, start startCluster) {
-		eventlogtest.Run(t, func(t *testing.T, l eventlog.Limits) eventlog.Store {
-			return start(1)[0].c.EventLog(l)
-		})
+		var shards int
+		newStore := func(t *testing.T, l eventlog.Limits) eventlog.Store {
+			c := start(1)[0].c
+			shards = len(members(c))
+			return c.EventLog(l)
+		}
+		// Over shards each channel's history is on its shard, each shard
+		// with its share of the app's bounds
+		// (TestShardedHistoryKeepsTheAppsBoundsInAll).
+		if newStore(t, eventlog.Limits{}); shards > 1 {
+			eventlogtest.RunChannels(t, newStore)
+			return
+		}
+		eventlogtest.Run(t, newStore)
 	})
+}
+
+// Over shards an app's history is split by channel, each shard keeping
+// its share of the app's bounds (rounded up): no shard holds more channels
+// or bytes than its share, and the app no more than its bounds in all;
+// the channels a shard drops are those written least recently there.
+func TestShardedHistoryKeepsTheAppsBoundsInAll(t *testing.T) {
+	servers, url := shardList(t, 3)
+	ns := cluster(t, servers[0], 1, withURL(url))
+	limits := eventlog.Limits{MaxChannels: 6, MaxBytes: 1 << 20}
+	store := ns[0].c.EventLog(limits)
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	ms := members(ns[0].c)
+	const channels = 30
+	for i := range channels {
+		if err := store.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: fmt.Sprint("ch", i), Name: "e", Data: "x"}}, time.UnixMilli(1_764_194_400_000+int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept, perShard := 0, make([]int, len(ms))
+	newest := make([]int, len(ms)) // the newest channel each shard got
+	for i := range channels {
+		k := shardOf("app", fmt.Sprint("ch", i), len(ms))
+		newest[k] = i
+		page, err := store.Read(t.Context(), "app", fmt.Sprint("ch", i), p, eventlog.Query{}, time.UnixMilli(1_764_194_400_100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) > 0 {
+			kept++
+			perShard[k]++
+		}
+	}
+	for k, n := range perShard {
+		if n != 2 { // 6 over 3 shards: 2 each, the shard's newest
+			t.Errorf("shard %d keeps %d channels, want its share, 2", k, n)
+		}
+		page, _ := store.Read(t.Context(), "app", fmt.Sprint("ch", newest[k]), p, eventlog.Query{}, time.UnixMilli(1_764_194_400_100))
+		if len(page.Events) != 1 {
+			t.Errorf("shard %d dropped its newest channel", k)
+		}
+	}
+	if st := store.Stats(); kept != limits.MaxChannels || len(st.Apps) != 1 || st.Apps[0].Events != int64(limits.MaxChannels) {
+		t.Fatalf("kept %d channels, stats %+v; want %d in all", kept, st.Apps, limits.MaxChannels)
+	}
 }
 
 // A trigger's events kept through PublishKept are delivered on every node
 // and appended to their channel's history by the publish call itself
 // (kept: the caller appends nothing), in the order they were published, on
-// one Redis; over shards, a channel on another shard than its app's
-// history, and over a Redis Cluster every channel (the history has a hash
-// slot of its own), is published alone and left to the caller (not
-// kept), which then appends it.
+// every topology: over shards and a Redis Cluster each channel's history is
+// on its own shard (in its hash slot), and an app's channels over two
+// shards are kept each on its own.
 func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 	onEachTopology(t, func(t *testing.T, start startCluster) {
 		ns := start(2)
 		store := ns[0].c.EventLog(eventlog.Limits{})
 		p := eventlog.Policy{Events: 100, TTL: time.Hour}
-		// A channel on the Redis of the app's history, and (over shards)
-		// one elsewhere.
+		// Two channels on two shards (one Redis: both on it).
 		ms := members(ns[0].c)
 		shard := func(ch string) *member { return ms[shardOf("app", ch, len(ms))] }
-		home := shard("")
-		sameRedis := func(ch string) bool { return shard(ch) == home && !home.sharedRDB }
-		var near, far string
-		for i := range 200 {
-			ch := fmt.Sprint("feed", i)
-			if sameRedis(ch) && near == "" {
-				near = ch
-			} else if !sameRedis(ch) && far == "" {
-				far = ch
-			}
-		}
-		var channels []string
-		for _, ch := range []string{near, far} {
-			if ch != "" {
+		channels := []string{"feed0"}
+		for i := 1; len(ms) > 1 && len(channels) == 1; i++ {
+			if ch := fmt.Sprint("feed", i); shard(ch) != shard("feed0") {
 				channels = append(channels, ch)
 			}
-		}
-		if (near == "") != home.sharedRDB || (far != "") != (len(ms) > 1) {
-			t.Fatalf("kept %q, not kept %q: want only shards to have both, and a Redis Cluster none kept", near, far)
 		}
 		reader := ns[1].connect("app")
 		for _, ch := range channels {
@@ -132,13 +172,8 @@ func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := sameRedis(ch); kept != want {
-				t.Fatalf("publish %d on %s: kept %v, want %v", i, ch, kept, want)
-			}
 			if !kept {
-				if err := store.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: ch, Name: "tick", Data: fmt.Sprint(i)}}, now); err != nil {
-					t.Fatal(err)
-				}
+				t.Fatalf("publish %d on %s: not kept", i, ch)
 			}
 		}
 		for c, ch := range channels {
@@ -158,6 +193,10 @@ func TestPublishKeptAppendsInThePublishRoundTrip(t *testing.T) {
 				t.Fatalf("history of %s: %v, want %v", ch, got, want)
 			}
 			wait.Until(t, "node 2 gets every tick on "+ch, func() bool { return reader.count(ch, "tick") == len(want) })
+			// On the channel's own shard.
+			if n, err := shard(ch).rdb.Exists(t.Context(), key(shard(ch).p, "app")+":c:"+ch).Result(); err != nil || n != 1 {
+				t.Fatalf("%s's history is not on its shard: %d, %v", ch, n, err)
+			}
 		}
 		if st := store.Stats(); len(st.Apps) != 1 || st.Apps[0].Events != n {
 			t.Fatalf("held %+v, want %d events", st.Apps, n)
@@ -324,7 +363,7 @@ func fillHistory(t *testing.T, s *EventLogStore, app, name string, channels, n i
 // channels dropped whole.
 func appendOnce(t *testing.T, s *EventLogStore, rdb redis.Scripter, app string, p eventlog.Policy, entries []eventlog.Entry, now time.Time) []int64 {
 	t.Helper()
-	cl := s.appendCall(app, p, entries, now)
+	cl := s.appendCall(s.prefixOf(app), app, p, entries, now)
 	v, err := histAppendScript.Run(t.Context(), rdb, cl.keys, cl.args...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +371,7 @@ func appendOnce(t *testing.T, s *EventLogStore, rdb redis.Scripter, app string, 
 	if len(v) != 8 {
 		t.Fatalf("the append answered %v, want 8 numbers", v)
 	}
-	if err := s.appended(app, v, nil); err != nil {
+	if err := s.appended(app, 0, v, nil); err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -360,7 +399,7 @@ func TestHistoryAppendWorkIsBoundedPerCall(t *testing.T) {
 	p := eventlog.Policy{Events: 100, TTL: time.Hour}
 	const channels, each = 200, 100
 	limit := channels * (eventlog.ChannelCost("small-0000") + each*eventlog.Entry{Name: "e"}.Cost())
-	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "bounded:", eventlog.Limits{MaxBytes: limit})
+	s := NewEventLogStore(rdb, "bounded:", eventlog.Limits{MaxBytes: limit})
 	now := time.Now()
 	fillHistory(t, s, "app", "small", channels, each, "", p, now)
 	if st := s.Stats().Apps[0]; st.Events != channels*each || st.Bytes != int64(limit) {
@@ -392,7 +431,7 @@ func TestHistoryAppendOverBudgetKeepsTheBound(t *testing.T) {
 	p := eventlog.Policy{Events: 100, TTL: time.Hour}
 	const channels = TrimBudget * 3 / 2
 	limit := channels * (eventlog.ChannelCost("small-0000") + eventlog.Entry{Name: "e"}.Cost())
-	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "budget:", eventlog.Limits{MaxBytes: limit})
+	s := NewEventLogStore(rdb, "budget:", eventlog.Limits{MaxBytes: limit})
 	now := time.Now()
 	fillHistory(t, s, "app", "small", channels, 1, "", p, now)
 	big := trigger(100)
@@ -404,7 +443,7 @@ func TestHistoryAppendOverBudgetKeepsTheBound(t *testing.T) {
 		t.Fatalf("%d events held, %d of them the trigger's; want some of its %d dropped for the bound", v[4], kept, len(big))
 	}
 
-	lower := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "budget:", eventlog.Limits{MaxBytes: limit / 10})
+	lower := NewEventLogStore(rdb, "budget:", eventlog.Limits{MaxBytes: limit / 10})
 	held := v[5]
 	for i := 0; held > int64(limit/10); i++ {
 		if i == 10 {
@@ -423,12 +462,12 @@ func TestHistoryAppendOverBudgetKeepsTheBound(t *testing.T) {
 // leaves nothing behind.
 func TestEventLogStoreKeysExpireTheTTLAfterTheLastAppend(t *testing.T) {
 	rdb := redisClient(t)
-	s := NewEventLogStore(func(string) redis.Cmdable { return rdb }, "ttl:", eventlog.Limits{})
+	s := NewEventLogStore(rdb, "ttl:", eventlog.Limits{})
 	p := eventlog.Policy{Events: 10, TTL: 90 * time.Minute}
 	if err := s.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "x"}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{s.key("app"), s.key("app") + ":lru", s.key("app") + ":sizes", s.streamPrefix("app") + "news"} {
+	for _, key := range []string{s.key("app"), s.key("app") + ":lru", s.key("app") + ":sizes", s.key("app") + ":c:news"} {
 		ttl, err := rdb.PTTL(t.Context(), key).Result()
 		if err != nil || ttl > p.TTL || ttl < p.TTL-time.Minute {
 			t.Fatalf("%s expires in %v (%v), want %v", key, ttl, err, p.TTL)

@@ -73,6 +73,7 @@ type pubReq struct {
 // by the script that publishes its messages; err is its outcome.
 type keepReq struct {
 	store  *EventLogStore
+	shard  int // the shard's (EventLogStore.place) the append is made on
 	app    string
 	policy eventlog.Policy
 	now    time.Time
@@ -129,12 +130,12 @@ func keptBy(owner Cluster, store eventlog.Store, p eventlog.Policy, ms []hub.Mes
 	return s, true
 }
 
-// publishKept publishes ms, of one app and on this Redis with the app's
-// history, and appends them to s in the same script call. An append that
+// publishKept publishes ms, of one app and of channels of this member,
+// and appends them to their history in s in the same script call. An append that
 // fails (the events are published all the same) is logged.
 func (c *member) publishKept(s *EventLogStore, p eventlog.Policy, now time.Time, ms []hub.Message) error {
 	app := ms[0].AppID
-	keep := &keepReq{store: s, app: app, policy: p, now: now}
+	keep := &keepReq{store: s, shard: c.shardIndex, app: app, policy: p, now: now}
 	out := outMsgs(ms)
 	for i, m := range ms {
 		out[i].keep = keep
@@ -150,12 +151,10 @@ func (c *member) publishKept(s *EventLogStore, p eventlog.Policy, now time.Time,
 }
 
 // Recovers implements hub.Recoverer: a recoverable subscription reads its
-// channel's history in the script that makes it take effect, and on one
-// Redis (or one Sentinel group) every channel's history is on the Redis of
-// its stream. A member of a router (one shard of several) does not, so a
-// Join that asks for recovery there is answered that it cannot be
-// (router.Recovers), not read from a Redis without the app's history.
-func (c *member) Recovers(string) bool { return c.shardCount == 1 }
+// channel's history in the script that makes it take effect, on the Redis
+// (and, over a Redis Cluster, in the hash slot) of its stream, where the
+// history of every channel of this member is (EventLog).
+func (c *member) Recovers(string) bool { return true }
 
 // Terminate publishes the request to close userID's connections on every
 // node.
@@ -468,7 +467,7 @@ func keptOutcome(k *keepReq, answers []any, i int) error {
 	for j, x := range raw {
 		nums[j], _ = x.(int64)
 	}
-	return k.store.appended(k.app, nums, nil)
+	return k.store.appended(k.app, k.shard, nums, nil)
 }
 
 // packed is the stream entry of consecutive messages: one as itself,

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/heraldrt/herald/server/eventlog"
 	"github.com/heraldrt/herald/server/hub"
@@ -193,44 +192,47 @@ func keptPublisherAt(t *testing.T, n *node, store *EventLogStore, p eventlog.Pol
 }
 
 // A subscription made recoverable on one node is resumed on another (the
-// usual case behind a load balancer): it gets every event it missed, once
+// usual case behind a load balancer), on one Redis, over shards and over a
+// Redis Cluster: it gets every event it missed, once
 // and in order, before any newer one, but for one its old connection was
 // excluded from, then pusher:recovered; newer events go on live, with
 // positions, and a second resume from the new connection works as well.
 func TestClusterRecoveryOnAnotherNode(t *testing.T) {
-	ns := cluster(t, testredis.Start(t), 3)
-	p := eventlog.Policy{Events: 100, TTL: time.Hour}
-	publish := keptPublisher(t, ns[2], ns[2].c.EventLog(eventlog.Limits{}), p)
-	old := recoverable(ns[0], "news", p, time.Minute, nil)
-	for i := 1; i <= 3; i++ {
-		publish("news", fmt.Sprint(i), "")
-	}
-	wait.Until(t, "the old connection gets 1 to 3", func() bool { return len(old.datas()) == 3 })
-	// The connection drops: what follows it misses.
-	ns[0].hub.Remove(old.conn)
-	publish("news", "4", "")
-	publish("news", "5", old.conn.SocketID()) // not for it live either
-	publish("news", "6", "")
+	onEachTopology(t, func(t *testing.T, start startCluster) {
+		ns := start(3)
+		p := eventlog.Policy{Events: 100, TTL: time.Hour}
+		publish := keptPublisher(t, ns[2], ns[2].c.EventLog(eventlog.Limits{}), p)
+		old := recoverable(ns[0], "news", p, time.Minute, nil)
+		for i := 1; i <= 3; i++ {
+			publish("news", fmt.Sprint(i), "")
+		}
+		wait.Until(t, "the old connection gets 1 to 3", func() bool { return len(old.datas()) == 3 })
+		// The connection drops: what follows it misses.
+		ns[0].hub.Remove(old.conn)
+		publish("news", "4", "")
+		publish("news", "5", old.conn.SocketID()) // not for it live either
+		publish("news", "6", "")
 
-	again := recoverable(ns[1], "news", p, time.Minute, old)
-	if reason, replayed := again.outcome(); reason != "" || replayed != 2 {
-		t.Fatalf("resume: %q, %d replayed; want recovered, 2", reason, replayed)
-	}
-	publish("news", "7", "")
-	wait.Until(t, "7 arrives live", func() bool { return len(again.datas()) == 3 })
-	if got := again.datas(); !slices.Equal(got, []string{"4", "6", "7"}) {
-		t.Fatalf("the new connection got %v, want 4 6 7", got)
-	}
+		again := recoverable(ns[1], "news", p, time.Minute, old)
+		if reason, replayed := again.outcome(); reason != "" || replayed != 2 {
+			t.Fatalf("resume: %q, %d replayed; want recovered, 2", reason, replayed)
+		}
+		publish("news", "7", "")
+		wait.Until(t, "7 arrives live", func() bool { return len(again.datas()) == 3 })
+		if got := again.datas(); !slices.Equal(got, []string{"4", "6", "7"}) {
+			t.Fatalf("the new connection got %v, want 4 6 7", got)
+		}
 
-	ns[1].hub.Remove(again.conn)
-	publish("news", "8", "")
-	third := recoverable(ns[2], "news", p, time.Minute, again)
-	if reason, replayed := third.outcome(); reason != "" || replayed != 1 {
-		t.Fatalf("second resume: %q, %d replayed; want recovered, 1", reason, replayed)
-	}
-	if got := third.datas(); !slices.Equal(got, []string{"8"}) {
-		t.Fatalf("the third connection got %v, want 8", got)
-	}
+		ns[1].hub.Remove(again.conn)
+		publish("news", "8", "")
+		third := recoverable(ns[2], "news", p, time.Minute, again)
+		if reason, replayed := third.outcome(); reason != "" || replayed != 1 {
+			t.Fatalf("second resume: %q, %d replayed; want recovered, 1", reason, replayed)
+		}
+		if got := third.datas(); !slices.Equal(got, []string{"8"}) {
+			t.Fatalf("the third connection got %v, want 8", got)
+		}
+	})
 }
 
 // Events published at once from every node get positions in the order each
@@ -390,33 +392,5 @@ func TestClusterRecoveryRefusesAPositionNeverReached(t *testing.T) {
 	ns[0].hub.Remove(forged.conn)
 	if reason, _ := recoverable(ns[1], "quiet2", p, time.Minute, forged).outcome(); reason != "refused" {
 		t.Fatalf("resume from a position never reached: %q, want refused", reason)
-	}
-}
-
-// Recovery needs a channel's stream and its app's history on one Redis:
-// New's cluster recovers on one Redis or Sentinel group (a member), and
-// answers it cannot over shards or a Redis Cluster (a router), whose
-// histories are on another Redis, or in another hash slot, than most of
-// their channels. (The addresses refuse connections: New takes that for an
-// outage and returns all the same.)
-func TestOnlyAClusterOnOneRedisRecovers(t *testing.T) {
-	for _, c := range []struct {
-		url      string
-		recovers bool
-	}{
-		{"redis://127.0.0.1:1/0", true},
-		{"redis://127.0.0.1:1/0,redis://127.0.0.1:1/1", false},
-		{"redis-cluster://127.0.0.1:1", false},
-	} {
-		cl, err := New(zap.NewNop(), hub.New(zap.NewNop()), Options{URL: c.url})
-		if err != nil {
-			t.Fatalf("%s: %v", c.url, err)
-		}
-		if got := cl.Recovers("app"); got != c.recovers {
-			t.Errorf("%s: recovers %v, want %v", c.url, got, c.recovers)
-		}
-		if err := cl.Close(); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -114,32 +114,36 @@ func (r *router) Publish(ms ...hub.Message) error {
 	return errors.Join(errs...)
 }
 
-// PublishKept implements hub.Keeper: when the messages' channels are on
-// the shard of their app's history, its script appends them as on one
-// Redis (member.PublishKept). Over a Redis Cluster the history is in a
-// hash slot of its own, which no script can write with a shard's: the
-// caller appends.
+// PublishKept implements hub.Keeper: each shard's script appends the
+// messages of its channels to their history, kept on the channel's shard
+// (EventLog), as on one Redis (member.PublishKept); the shards of a
+// publish over several go at once.
 func (r *router) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
 	s, ok := keptBy(r, store, p, ms)
-	if !ok || r.shared != nil {
+	if !ok {
 		return false, r.Publish(ms...)
 	}
-	home := r.shardFor(ms[0].AppID, "")
+	first := shardOf(ms[0].AppID, ms[0].Channel, len(r.members))
+	by := make(map[int][]hub.Message)
 	for _, m := range ms {
-		if r.shardFor(m.AppID, m.Channel) != home {
-			return false, r.Publish(ms...)
-		}
+		k := shardOf(m.AppID, m.Channel, len(r.members))
+		by[k] = append(by[k], m)
 	}
-	return true, home.publishKept(s, p, now, ms)
+	if len(by) == 1 {
+		return true, r.members[first].publishKept(s, p, now, ms)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(r.members))
+	for k, part := range by {
+		wg.Go(func() { errs[k] = r.members[k].publishKept(s, p, now, part) })
+	}
+	wg.Wait()
+	return true, errors.Join(errs...)
 }
 
-// Recovers implements hub.Recoverer: a recoverable subscription reads its
-// channel's history in the script that makes it take effect, which needs
-// the history on the Redis of the channel's stream. Over shards and a
-// Redis Cluster the app's history is on another Redis, or in another hash
-// slot, than most of its channels, so only a cluster on one Redis (or one
-// Sentinel group) recovers.
-func (r *router) Recovers(string) bool { return false }
+// Recovers implements hub.Recoverer: a channel's history is on its shard
+// (EventLog), where its subscriptions' joins read it.
+func (r *router) Recovers(string) bool { return true }
 
 // Terminate publishes the request on the first shard, which every node
 // reads.
@@ -228,11 +232,16 @@ func (r *router) ConsoleRelay(deliver func(appID string, events []json.RawMessag
 	return rl
 }
 
-// EventLog returns the store of the cluster's channel histories, each app's
-// on its shard under the cluster's prefix; over a Redis Cluster, under the
-// prefix without a shard's hash tag, so that each app's hash tag places it.
+// EventLog returns the store of the cluster's channel histories, each
+// channel's on its shard under the shard's prefix (over a Redis Cluster,
+// in the shard's hash slot): with its stream, so that the script that
+// publishes an event appends it and a subscription's join reads it. An
+// app's limits are split evenly over the shards.
 func (r *router) EventLog(limits eventlog.Limits) *EventLogStore {
-	s := NewEventLogStore(func(app string) redis.Cmdable { return r.shardFor(app, "").rdb }, r.p, limits)
+	s := newEventLogStore(func(app, channel string) (redis.Cmdable, string, int) {
+		i := shardOf(app, channel, len(r.members))
+		return r.members[i].rdb, r.members[i].p, i
+	}, len(r.members), limits)
 	s.cluster = r
 	return s
 }

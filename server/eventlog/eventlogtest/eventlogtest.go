@@ -24,8 +24,100 @@ var t0 = time.UnixMilli(1_764_194_400_000)
 
 var policy = eventlog.Policy{Events: 100, TTL: time.Hour}
 
-// Run runs the suite against the stores newStore makes.
+// Run runs the suite against the stores newStore makes: RunChannels,
+// then the app-wide bounds (an app's channels, bytes and expired
+// channels, counted and dropped over all of them).
 func Run(t *testing.T, newStore NewStore) {
+	RunChannels(t, newStore)
+	runAppBounds(t, newStore)
+}
+
+// runAppBounds checks the bounds an app's history keeps over all its
+// channels at once.
+func runAppBounds(t *testing.T, newStore NewStore) {
+	t.Run("ForgetsPastTTL", func(t *testing.T) {
+		s := newStore(t, eventlog.Limits{})
+		p := eventlog.Policy{Events: 100, TTL: time.Minute}
+		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "old"}, {Channel: "idle", Name: "ev", Data: "old"}}, t0)
+		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "new"}}, t0.Add(30*time.Second))
+		later := t0.Add(time.Minute + time.Millisecond)
+		if got := datas(readAll(t, s, "app", "news", p, false, 100, later)); !slices.Equal(got, []string{"new"}) {
+			t.Fatalf("a minute on: got %v, want only the new one", got)
+		}
+		if got := readAll(t, s, "app", "idle", p, false, 100, later); len(got) != 0 {
+			t.Fatalf("a minute on, the idle channel still has %v", got)
+		}
+		// The next append drops what expired.
+		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "newer"}}, later)
+		checkDropped(t, s, eventlog.DroppedAge, 2)
+		checkHeld(t, s, "app", 2, costs(1, 5)+costs(1, 7)+eventlog.ChannelCost("news"))
+	})
+
+	t.Run("ChannelsBound", func(t *testing.T) {
+		s := newStore(t, eventlog.Limits{MaxChannels: 3})
+		for i, ch := range []string{"a", "b", "c", "a", "d"} {
+			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: ch, Name: "ev", Data: "x"}}, t0.Add(time.Duration(i)*time.Millisecond))
+		}
+		// b was written least recently when d came.
+		for ch, want := range map[string]int{"a": 2, "b": 0, "c": 1, "d": 1} {
+			if got := readAll(t, s, "app", ch, policy, false, 100, t0); len(got) != want {
+				t.Fatalf("channel %s has %d events, want %d", ch, len(got), want)
+			}
+		}
+		checkDropped(t, s, eventlog.DroppedChannels, 1)
+	})
+
+	t.Run("BytesBound", func(t *testing.T) {
+		data := strings.Repeat("x", 98) // 100 bytes with the name "ev"
+		// Room for both channels and ten events.
+		limit := eventlog.ChannelCost("old") + eventlog.ChannelCost("new") + costs(10, 100)
+		s := newStore(t, eventlog.Limits{MaxBytes: limit})
+		for i := range 8 {
+			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "old", Name: "ev", Data: data}}, t0.Add(time.Duration(i)*time.Millisecond))
+		}
+		for i := range 4 {
+			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "new", Name: "ev", Data: data}}, t0.Add(time.Duration(10+i)*time.Millisecond))
+		}
+		// Twelve events where ten fit: the two oldest of the channel
+		// written least recently went.
+		if got := readAll(t, s, "app", "old", policy, false, 100, t0); len(got) != 6 {
+			t.Fatalf("old has %d events, want 6", len(got))
+		}
+		if got := readAll(t, s, "app", "new", policy, false, 100, t0); len(got) != 4 {
+			t.Fatalf("new has %d events, want 4", len(got))
+		}
+		checkDropped(t, s, eventlog.DroppedBytes, 2)
+		checkHeld(t, s, "app", 10, limit)
+		// Another app has bytes of its own.
+		appendPolicy(t, s, "other", policy, []eventlog.Entry{{Channel: "old", Name: "ev", Data: data}}, t0)
+		if got := readAll(t, s, "app", "old", policy, false, 100, t0); len(got) != 6 {
+			t.Fatalf("after another app's event, old has %d events, want 6", len(got))
+		}
+		// A channel that must go whole for the bytes takes its own cost
+		// with it: one append of six events to a third channel, which
+		// costs a little more than "old" with its six events, leaves room
+		// for them once "old" is gone and "new" gave the oldest of its
+		// four.
+		var six []eventlog.Entry
+		for range 6 {
+			six = append(six, eventlog.Entry{Channel: "third", Name: "ev", Data: data})
+		}
+		appendPolicy(t, s, "app", policy, six, t0.Add(20*time.Millisecond))
+		for ch, want := range map[string]int{"old": 0, "new": 3, "third": 6} {
+			if got := readAll(t, s, "app", ch, policy, false, 100, t0); len(got) != want {
+				t.Fatalf("after six on a third channel, %s has %d events, want %d", ch, len(got), want)
+			}
+		}
+		checkDropped(t, s, eventlog.DroppedBytes, 2+6+1)
+		checkHeld(t, s, "app", 9, eventlog.ChannelCost("new")+eventlog.ChannelCost("third")+costs(9, 100))
+	})
+
+}
+
+// RunChannels runs the part of the suite that holds for each channel on
+// its own, which a store that splits an app's history (over shards, each
+// with its share of the bounds) passes too.
+func RunChannels(t *testing.T, newStore NewStore) {
 	t.Run("IDsIncreaseAndStay", func(t *testing.T) {
 		s := newStore(t, eventlog.Limits{})
 		// Five in one millisecond, then one a millisecond later.
@@ -134,83 +226,6 @@ func Run(t *testing.T, newStore NewStore) {
 			last = got[0].ID
 		}
 		checkDropped(t, s, eventlog.DroppedEvents, 2)
-	})
-
-	t.Run("ForgetsPastTTL", func(t *testing.T) {
-		s := newStore(t, eventlog.Limits{})
-		p := eventlog.Policy{Events: 100, TTL: time.Minute}
-		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "old"}, {Channel: "idle", Name: "ev", Data: "old"}}, t0)
-		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "new"}}, t0.Add(30*time.Second))
-		later := t0.Add(time.Minute + time.Millisecond)
-		if got := datas(readAll(t, s, "app", "news", p, false, 100, later)); !slices.Equal(got, []string{"new"}) {
-			t.Fatalf("a minute on: got %v, want only the new one", got)
-		}
-		if got := readAll(t, s, "app", "idle", p, false, 100, later); len(got) != 0 {
-			t.Fatalf("a minute on, the idle channel still has %v", got)
-		}
-		// The next append drops what expired.
-		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "newer"}}, later)
-		checkDropped(t, s, eventlog.DroppedAge, 2)
-		checkHeld(t, s, "app", 2, costs(1, 5)+costs(1, 7)+eventlog.ChannelCost("news"))
-	})
-
-	t.Run("ChannelsBound", func(t *testing.T) {
-		s := newStore(t, eventlog.Limits{MaxChannels: 3})
-		for i, ch := range []string{"a", "b", "c", "a", "d"} {
-			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: ch, Name: "ev", Data: "x"}}, t0.Add(time.Duration(i)*time.Millisecond))
-		}
-		// b was written least recently when d came.
-		for ch, want := range map[string]int{"a": 2, "b": 0, "c": 1, "d": 1} {
-			if got := readAll(t, s, "app", ch, policy, false, 100, t0); len(got) != want {
-				t.Fatalf("channel %s has %d events, want %d", ch, len(got), want)
-			}
-		}
-		checkDropped(t, s, eventlog.DroppedChannels, 1)
-	})
-
-	t.Run("BytesBound", func(t *testing.T) {
-		data := strings.Repeat("x", 98) // 100 bytes with the name "ev"
-		// Room for both channels and ten events.
-		limit := eventlog.ChannelCost("old") + eventlog.ChannelCost("new") + costs(10, 100)
-		s := newStore(t, eventlog.Limits{MaxBytes: limit})
-		for i := range 8 {
-			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "old", Name: "ev", Data: data}}, t0.Add(time.Duration(i)*time.Millisecond))
-		}
-		for i := range 4 {
-			appendPolicy(t, s, "app", policy, []eventlog.Entry{{Channel: "new", Name: "ev", Data: data}}, t0.Add(time.Duration(10+i)*time.Millisecond))
-		}
-		// Twelve events where ten fit: the two oldest of the channel
-		// written least recently went.
-		if got := readAll(t, s, "app", "old", policy, false, 100, t0); len(got) != 6 {
-			t.Fatalf("old has %d events, want 6", len(got))
-		}
-		if got := readAll(t, s, "app", "new", policy, false, 100, t0); len(got) != 4 {
-			t.Fatalf("new has %d events, want 4", len(got))
-		}
-		checkDropped(t, s, eventlog.DroppedBytes, 2)
-		checkHeld(t, s, "app", 10, limit)
-		// Another app has bytes of its own.
-		appendPolicy(t, s, "other", policy, []eventlog.Entry{{Channel: "old", Name: "ev", Data: data}}, t0)
-		if got := readAll(t, s, "app", "old", policy, false, 100, t0); len(got) != 6 {
-			t.Fatalf("after another app's event, old has %d events, want 6", len(got))
-		}
-		// A channel that must go whole for the bytes takes its own cost
-		// with it: one append of six events to a third channel, which
-		// costs a little more than "old" with its six events, leaves room
-		// for them once "old" is gone and "new" gave the oldest of its
-		// four.
-		var six []eventlog.Entry
-		for range 6 {
-			six = append(six, eventlog.Entry{Channel: "third", Name: "ev", Data: data})
-		}
-		appendPolicy(t, s, "app", policy, six, t0.Add(20*time.Millisecond))
-		for ch, want := range map[string]int{"old": 0, "new": 3, "third": 6} {
-			if got := readAll(t, s, "app", ch, policy, false, 100, t0); len(got) != want {
-				t.Fatalf("after six on a third channel, %s has %d events, want %d", ch, len(got), want)
-			}
-		}
-		checkDropped(t, s, eventlog.DroppedBytes, 2+6+1)
-		checkHeld(t, s, "app", 9, eventlog.ChannelCost("new")+eventlog.ChannelCost("third")+costs(9, 100))
 	})
 
 	t.Run("ReadAppliesTheCurrentTTL", func(t *testing.T) {
