@@ -25,8 +25,9 @@ import (
 // and Redis's own expiry follows them; a clock far off another node's
 // shortens or lengthens a key's life by as much, nothing worse.
 type IdempotencyStore struct {
-	rdb      redis.Scripter
-	prefix   string
+	// place is where a scope's keys are: the Redis and key prefix of the
+	// scope's shard.
+	place    func(scope string) (redis.Scripter, string)
 	maxKeys  int
 	maxBytes int
 	lock     time.Duration
@@ -37,8 +38,13 @@ var _ idempotency.Store = (*IdempotencyStore)(nil)
 // NewIdempotencyStore returns the store over rdb, its keys under prefix,
 // with opts' bounds.
 func NewIdempotencyStore(rdb redis.Scripter, prefix string, opts idempotency.Options) *IdempotencyStore {
+	return newIdempotencyStore(func(string) (redis.Scripter, string) { return rdb, prefix }, opts)
+}
+
+// newIdempotencyStore returns the store whose scopes are where place says.
+func newIdempotencyStore(place func(scope string) (redis.Scripter, string), opts idempotency.Options) *IdempotencyStore {
 	d := opts.WithDefaults()
-	return &IdempotencyStore{rdb: rdb, prefix: prefix, maxKeys: d.MaxKeys, maxBytes: d.MaxBytes, lock: d.Lock}
+	return &IdempotencyStore{place: place, maxKeys: d.MaxKeys, maxBytes: d.MaxBytes, lock: d.Lock}
 }
 
 // Idempotency returns the store of the cluster's Idempotency-Key headers, on
@@ -49,7 +55,16 @@ func (c *member) Idempotency(opts idempotency.Options) *IdempotencyStore {
 
 // index, sizes and entry are the Redis keys of an app's set of keys, of
 // their costs and of one key.
-func (s *IdempotencyStore) index(scope string) string { return s.prefix + "idem:{" + scope + "}" }
+func (s *IdempotencyStore) index(scope string) string {
+	_, prefix := s.place(scope)
+	return prefix + "idem:{" + scope + "}"
+}
+
+// rdb is the Redis of scope's keys.
+func (s *IdempotencyStore) rdb(scope string) redis.Scripter {
+	rdb, _ := s.place(scope)
+	return rdb
+}
 func (s *IdempotencyStore) sizes(scope string) string { return s.index(scope) + "#" }
 func (s *IdempotencyStore) entry(scope, key string) string {
 	return s.index(scope) + ":" + key
@@ -138,7 +153,7 @@ return 1
 func (s *IdempotencyStore) Begin(ctx context.Context, c idempotency.Claim, fp idempotency.Fingerprint, now time.Time) (*idempotency.Entry, error) {
 	nowMS := now.UnixMilli()
 	claimEnd := min(now.Add(s.lock).UnixMilli(), c.Expires.UnixMilli())
-	v, err := idemBeginScript.Run(ctx, s.rdb, s.keys(c), fp.String(), c.Token, nowMS, claimEnd, c.Expires.UnixMilli(),
+	v, err := idemBeginScript.Run(ctx, s.rdb(c.Scope), s.keys(c), fp.String(), c.Token, nowMS, claimEnd, c.Expires.UnixMilli(),
 		s.maxKeys, s.entry(c.Scope, ""), c.Key, s.maxBytes, idempotency.KeyCost(c.Key, 0)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -163,7 +178,7 @@ func (s *IdempotencyStore) Begin(ctx context.Context, c idempotency.Claim, fp id
 // Complete implements idempotency.Store.
 func (s *IdempotencyStore) Complete(ctx context.Context, c idempotency.Claim, res idempotency.Response) error {
 	ttl := max(time.Millisecond, time.Until(c.Expires))
-	err := idemCompleteScript.Run(ctx, s.rdb, s.keys(c), c.Token, res.Status, res.Body, c.Expires.UnixMilli(), ttl.Milliseconds(),
+	err := idemCompleteScript.Run(ctx, s.rdb(c.Scope), s.keys(c), c.Token, res.Status, res.Body, c.Expires.UnixMilli(), ttl.Milliseconds(),
 		c.Key, s.entry(c.Scope, ""), s.maxBytes, idempotency.KeyCost(c.Key, len(res.Body))).Err()
 	if err != nil {
 		return fmt.Errorf("complete idempotency key: %w", err)
@@ -173,7 +188,7 @@ func (s *IdempotencyStore) Complete(ctx context.Context, c idempotency.Claim, re
 
 // Release implements idempotency.Store.
 func (s *IdempotencyStore) Release(ctx context.Context, c idempotency.Claim) error {
-	err := idemReleaseScript.Run(ctx, s.rdb, s.keys(c), c.Token, c.Key, s.entry(c.Scope, "")).Err()
+	err := idemReleaseScript.Run(ctx, s.rdb(c.Scope), s.keys(c), c.Token, c.Key, s.entry(c.Scope, "")).Err()
 	if err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
 	}

@@ -247,12 +247,12 @@ func (r *router) EventLog(limits eventlog.Limits) *EventLogStore {
 }
 
 // Idempotency returns the store of the cluster's Idempotency-Key headers:
-// on the first shard of a list of shards; over a whole Redis Cluster,
-// under the prefix without a shard's hash tag, so that each app's hash tag
-// places its keys.
+// each scope's (an app's, a Push instance's) on the shard its id hashes
+// to, under that shard's prefix (over a Redis Cluster, in the shard's hash
+// slot), as a channel's keys are on the channel's shard.
 func (r *router) Idempotency(opts idempotency.Options) *IdempotencyStore {
-	if r.shared != nil {
-		return NewIdempotencyStore(r.shared, r.p, opts)
-	}
-	return r.home().Idempotency(opts)
+	return newIdempotencyStore(func(scope string) (redis.Scripter, string) {
+		m := r.shardFor(scope, "")
+		return m.rdb, m.p
+	}, opts)
 }
