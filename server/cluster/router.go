@@ -96,49 +96,40 @@ func (r *router) Publish(ms ...hub.Message) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	first := shardOf(ms[0].AppID, ms[0].Channel, len(r.members))
-	by := make(map[int][]hub.Message)
-	for _, m := range ms {
-		k := shardOf(m.AppID, m.Channel, len(r.members))
-		by[k] = append(by[k], m)
-	}
-	if len(by) == 1 {
-		return r.members[first].Publish(ms...)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(r.members))
-	for k, part := range by {
-		wg.Go(func() { errs[k] = r.members[k].Publish(part...) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return r.perShard(ms, func(m *member, part []hub.Message) error { return m.Publish(part...) })
 }
 
 // PublishKept implements hub.Keeper: each shard's script appends the
 // messages of its channels to their history, kept on the channel's shard
-// (EventLog), as on one Redis (member.PublishKept); the shards of a
-// publish over several go at once.
+// (EventLog), as on one Redis (member.PublishKept).
 func (r *router) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
 	s, ok := keptBy(r, store, p, ms)
 	if !ok {
 		return false, r.Publish(ms...)
 	}
-	first := shardOf(ms[0].AppID, ms[0].Channel, len(r.members))
+	return true, r.perShard(ms, func(m *member, part []hub.Message) error { return m.publishKept(s, p, now, part) })
+}
+
+// perShard hands each shard's messages of ms, in order, to do with its
+// member: at once when they are on several shards. It returns their
+// errors joined.
+func (r *router) perShard(ms []hub.Message, do func(m *member, part []hub.Message) error) error {
 	by := make(map[int][]hub.Message)
 	for _, m := range ms {
 		k := shardOf(m.AppID, m.Channel, len(r.members))
 		by[k] = append(by[k], m)
 	}
 	if len(by) == 1 {
-		return true, r.members[first].publishKept(s, p, now, ms)
+		k := shardOf(ms[0].AppID, ms[0].Channel, len(r.members))
+		return do(r.members[k], ms)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.members))
 	for k, part := range by {
-		wg.Go(func() { errs[k] = r.members[k].publishKept(s, p, now, part) })
+		wg.Go(func() { errs[k] = do(r.members[k], part) })
 	}
 	wg.Wait()
-	return true, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Recovers implements hub.Recoverer: a channel's history is on its shard
