@@ -136,7 +136,6 @@ type Options struct {
 // uses it: New's answer.
 type Cluster interface {
 	hub.Cluster
-	hub.Keeper
 	hub.Recoverer
 	// ID is the node's id.
 	ID() string
@@ -163,6 +162,9 @@ type Cluster interface {
 	// Idempotency returns the store of the cluster's Idempotency-Key
 	// headers.
 	Idempotency(opts idempotency.Options) *IdempotencyStore
+	// publishKept publishes ms, of one app, and appends them to s, this
+	// cluster's history, in the scripts that publish them.
+	publishKept(s *EventLogStore, p eventlog.Policy, now time.Time, ms []hub.Message) error
 }
 
 // member is one node's membership of a cluster on one Redis: a single

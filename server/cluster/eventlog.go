@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldrt/herald/server/eventlog"
+	"github.com/heraldrt/herald/server/hub"
 )
 
 // EventLogStore keeps the channel history of the apps that ask for it in
@@ -266,4 +267,28 @@ func (s *EventLogStore) Stats() eventlog.Stats {
 		st.Dropped[r] = s.dropped[r].Load()
 	}
 	return st
+}
+
+var _ hub.Keeper = (*EventLogStore)(nil)
+
+// PublishKept implements hub.Keeper: the cluster whose EventLog made the
+// store publishes ms, and its scripts append them to their channels'
+// history as they publish them, so that their ids follow the order every
+// node delivers them in (recovery's positions, which the messages carry)
+// and the trigger waits for one round trip instead of two. Messages of
+// several apps, or a policy that keeps nothing, are published alone (not
+// kept): the caller appends.
+func (s *EventLogStore) PublishKept(p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
+	if s.cluster == nil {
+		return false, errors.New("cluster: a channel history of no cluster cannot publish")
+	}
+	if !p.On() || len(ms) == 0 {
+		return false, s.cluster.Publish(ms...)
+	}
+	for _, m := range ms[1:] {
+		if m.AppID != ms[0].AppID {
+			return false, s.cluster.Publish(ms...)
+		}
+	}
+	return true, s.cluster.publishKept(s, p, now, ms)
 }

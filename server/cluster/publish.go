@@ -101,35 +101,6 @@ func outMsgs(ms []hub.Message) []*outMsg {
 	return out
 }
 
-// PublishKept implements hub.Keeper: when store is this cluster's channel
-// history, the script that publishes the messages appends them too, so
-// that their ids follow the order every node delivers them in (recovery's
-// positions, which the messages carry), and the trigger waits for one
-// round trip instead of two.
-func (c *member) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
-	s, ok := keptBy(c, store, p, ms)
-	if !ok {
-		return false, c.Publish(ms...)
-	}
-	return true, c.publishKept(s, p, now, ms)
-}
-
-// keptBy returns the channel history ms are appended to as they are
-// published, when owner made store (EventLog), p keeps events and ms are
-// of one app: or false.
-func keptBy(owner Cluster, store eventlog.Store, p eventlog.Policy, ms []hub.Message) (*EventLogStore, bool) {
-	s, ok := store.(*EventLogStore)
-	if !ok || s.cluster != owner || !p.On() || len(ms) == 0 {
-		return nil, false
-	}
-	for _, m := range ms[1:] {
-		if m.AppID != ms[0].AppID {
-			return nil, false
-		}
-	}
-	return s, true
-}
-
 // publishKept publishes ms, of one app and of channels of this member,
 // and appends them to their history in s in the same script call. An append that
 // fails (the events are published all the same) is logged.

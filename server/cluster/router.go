@@ -99,15 +99,11 @@ func (r *router) Publish(ms ...hub.Message) error {
 	return r.perShard(ms, func(m *member, part []hub.Message) error { return m.Publish(part...) })
 }
 
-// PublishKept implements hub.Keeper: each shard's script appends the
-// messages of its channels to their history, kept on the channel's shard
-// (EventLog), as on one Redis (member.PublishKept).
-func (r *router) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []hub.Message) (bool, error) {
-	s, ok := keptBy(r, store, p, ms)
-	if !ok {
-		return false, r.Publish(ms...)
-	}
-	return true, r.perShard(ms, func(m *member, part []hub.Message) error { return m.publishKept(s, p, now, part) })
+// publishKept has each shard's script publish and keep the messages of its
+// channels, whose history is on the channel's shard (EventLog), as on one
+// Redis.
+func (r *router) publishKept(s *EventLogStore, p eventlog.Policy, now time.Time, ms []hub.Message) error {
+	return r.perShard(ms, func(m *member, part []hub.Message) error { return m.publishKept(s, p, now, part) })
 }
 
 // perShard hands each shard's messages of ms, in order, to do with its

@@ -45,15 +45,16 @@ func (h *Hub) Publish(ms ...Message) error {
 	return nil
 }
 
-// Keeper is a Cluster that can keep a publish's events in their channels'
-// history (eventlog) in the round trip that publishes them, rather than in
-// one of its own after it.
+// Keeper is a channel history kept by a cluster (server/cluster's), which
+// appends a publish's events to it in the round trip that publishes them,
+// rather than in one of its own after it.
 type Keeper interface {
-	// PublishKept publishes ms as Publish does and, when it can, appends
-	// them to store (the history of their app, under p, at now) in the
-	// same round trip; it reports whether it did. A failed append is its
-	// to log: the events are published by then.
-	PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms []Message) (kept bool, err error)
+	eventlog.Store
+	// PublishKept publishes ms through the cluster, as Publish does, and,
+	// when it can, appends them to this history (of their app, under p,
+	// at now) in the same round trip; it reports whether it did. A failed
+	// append is its to log: the events are published by then.
+	PublishKept(p eventlog.Policy, now time.Time, ms []Message) (kept bool, err error)
 }
 
 // PublishClientEvent publishes a client event, whose sender is the

@@ -139,15 +139,15 @@ func RecoveryFrame(channel, token, position string) []byte {
 	}{token, position})
 }
 
-// PublishKept publishes ms as Publish does and, in a cluster that can
-// (Keeper), has them appended to store's history in the same round trip.
+// PublishKept publishes ms as Publish does and, in a cluster whose history
+// store is (a Keeper), has them appended to it in the same round trip.
 // On a node of its own with a Positioned store they are appended first
 // and carry their IDs, which recoverable subscribers get. It reports
 // whether they were kept: when not, the caller appends them.
 func (h *Hub) PublishKept(store eventlog.Store, p eventlog.Policy, now time.Time, ms ...Message) (kept bool, err error) {
 	if h.cluster != nil {
-		if k, ok := h.cluster.(Keeper); ok {
-			return k.PublishKept(store, p, now, cloneMessages(ms))
+		if k, ok := store.(Keeper); ok {
+			return k.PublishKept(p, now, cloneMessages(ms))
 		}
 		return false, h.Publish(ms...)
 	}
