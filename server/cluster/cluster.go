@@ -136,7 +136,6 @@ type Options struct {
 // uses it: New's answer.
 type Cluster interface {
 	hub.Cluster
-	hub.Recoverer
 	// ID is the node's id.
 	ID() string
 	// Start joins the cluster: it puts the hub in cluster mode and starts

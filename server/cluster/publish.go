@@ -121,12 +121,6 @@ func (c *member) publishKept(s *EventLogStore, p eventlog.Policy, now time.Time,
 	return nil
 }
 
-// Recovers implements hub.Recoverer: a recoverable subscription reads its
-// channel's history in the script that makes it take effect, on the Redis
-// (and, over a Redis Cluster, in the hash slot) of its stream, where the
-// history of every channel of this member is (EventLog).
-func (c *member) Recovers(string) bool { return true }
-
 // Terminate publishes the request to close userID's connections on every
 // node.
 func (c *member) Terminate(appID, userID string) error {

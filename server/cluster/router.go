@@ -128,10 +128,6 @@ func (r *router) perShard(ms []hub.Message, do func(m *member, part []hub.Messag
 	return errors.Join(errs...)
 }
 
-// Recovers implements hub.Recoverer: a channel's history is on its shard
-// (EventLog), where its subscriptions' joins read it.
-func (r *router) Recovers(string) bool { return true }
-
 // Terminate publishes the request on the first shard, which every node
 // reads.
 func (r *router) Terminate(appID, userID string) error { return r.home().Terminate(appID, userID) }

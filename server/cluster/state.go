@@ -217,7 +217,7 @@ func (c *member) callOf(o op) *call {
 			flags = append(flags, 'r')
 		}
 		args := []any{c.p, streamOf(slotOf(j.AppID, j.Channel)), c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}
-		if rec := j.Recovery; rec != nil && o.reply && c.Recovers(j.AppID) {
+		if rec := j.Recovery; rec != nil && o.reply {
 			args[9] = string(append(flags, 'k'))
 			now := time.Now()
 			args = append(args, rec.Policy.Events, now.Add(-rec.Policy.TTL).UnixMilli(), now.UnixMilli(), rec.Window.Milliseconds())

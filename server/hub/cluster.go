@@ -136,20 +136,6 @@ func (h *Hub) SetCluster(c Cluster) {
 // Clustered reports whether the hub is in cluster mode.
 func (h *Hub) Clustered() bool { return h.cluster != nil }
 
-// Recoverer is a Cluster that can make subscriptions recoverable: it
-// answers a Join's Recovery in its Snapshot.
-type Recoverer interface {
-	// Recovers reports whether it can for appID's channels.
-	Recovers(appID string) bool
-}
-
-// ClusterRecovers reports whether the hub's cluster can make appID's
-// subscriptions recoverable.
-func (h *Hub) ClusterRecovers(appID string) bool {
-	r, ok := h.cluster.(Recoverer)
-	return ok && r.Recovers(appID)
-}
-
 // State returns the cluster's State in cluster mode, and the local one
 // otherwise.
 func (h *Hub) State() State {

@@ -400,7 +400,7 @@ func (n *Node) buildAPIs(cfg config.Config) apis {
 		OnTrigger:     n.ops.console.Triggered,
 	})
 	// Recovery reads a node's own history here; a cluster's reads its own
-	// where each subscription takes effect (hub.Recoverer).
+	// where each subscription takes effect.
 	recoverable, _ := a.history.(eventlog.Positioned)
 	n.ws = ws.NewHandler(n.hub, socketApps{n.apps}, n.log.Named("ws"), ws.Options{
 		History:                recoverable,

@@ -61,16 +61,16 @@ func (p *peer) recovery(app App, channel string, d *recoveryData) *hub.Recovery 
 }
 
 // unrecoverable is why subscriptions of app cannot be recovered here: off
-// (the app keeps no history or has no window), unavailable (this node
-// cannot: its history gives no positions, or its cluster cannot read them
-// where the subscriptions take effect); empty when they can.
+// (the app keeps no history or has no window), unavailable (a node of its
+// own whose history gives no positions); empty when they can.
 func (p *peer) unrecoverable(app App) string {
 	switch {
 	case app.RecoveryWindow <= 0 || !app.History.On():
 		return hub.RecoveryOff
-	case p.s.hub.Clustered() && !p.s.hub.ClusterRecovers(app.ID):
-		return hub.RecoveryError
 	case !p.s.hub.Clustered() && p.s.opts.History == nil:
+		// A cluster reads its own history where each subscription takes
+		// effect, and answers a Join it cannot recover without one
+		// (hub.Snapshot.Recovery).
 		return hub.RecoveryError
 	}
 	return ""
