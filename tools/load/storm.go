@@ -118,7 +118,7 @@ type stormResult struct {
 	ReconnectStartS  float64  `json:"reconnect_start_s"`
 	ResubscribedAllS float64  `json:"resubscribed_all_s"` // the last subscription_succeeded
 	RecoveredAllS    float64  `json:"recovered_all_s"`    // the last pusher:recovered or recovery_failed
-	// Seconds from a subscriber's reconnect (its dial) to its outcome.
+	// Milliseconds from a subscriber's reconnect (its dial) to its outcome.
 	RecoverP50Ms float64 `json:"recover_p50_ms"`
 	RecoverP99Ms float64 `json:"recover_p99_ms"`
 	RecoverMaxMs float64 `json:"recover_max_ms"`
@@ -183,7 +183,9 @@ func runStorm(ctx context.Context, cfg *config, log io.Writer) (*stormResult, er
 	pid, spid := cfg.serverProc(log)
 	res.ServerPID = pid
 	if pid > 0 {
-		res.RSSStartKiB, _ = rssKiB(spid)
+		if v, err := rssKiB(spid); err == nil {
+			res.RSSStartKiB = v
+		}
 		sampleCtx, stopSampling := context.WithCancel(ctx)
 		defer stopSampling()
 		go st.sampleRSS(sampleCtx, spid)
@@ -192,7 +194,10 @@ func runStorm(ctx context.Context, cfg *config, log io.Writer) (*stormResult, er
 		if spid == "" {
 			return -1
 		}
-		v, _ := rssKiB(spid)
+		v, err := rssKiB(spid)
+		if err != nil {
+			return st.rssPeak.Load() // unread: the peak so far
+		}
 		return max(st.rssPeak.Swap(v), v)
 	}
 
@@ -218,10 +223,8 @@ func runStorm(ctx context.Context, cfg *config, log io.Writer) (*stormResult, er
 	}
 
 	// Publish; cut after -cut-after.
-	pubCtx, stopPub := context.WithCancel(ctx)
-	defer stopPub()
 	var pubWG sync.WaitGroup
-	pubWG.Go(func() { st.publish(pubCtx) })
+	pubWG.Go(func() { st.publish(ctx) })
 	tSteady := time.Now()
 	srvCPU := startCPU(spid, tSteady.UnixNano())
 	sleepCtx(ctx, cfg.cutAfter)
@@ -277,11 +280,18 @@ func runStorm(ctx context.Context, cfg *config, log io.Writer) (*stormResult, er
 	st.waitFor(ctx, cfg.drain, func(s *stormSub) bool { return s.unique.Load() >= st.chans[s.ch].ok.Load() })
 	res.DrainedS = time.Since(tCut).Seconds()
 	res.RSSTailKiB = phasePeak()
+	// A figure that cannot be read stays -1 (not measured), not 0.
 	if spid != "" {
-		res.RSSEndKiB, _ = rssKiB(spid)
-		res.HWMKiB, _ = statusKiB(spid, "VmHWM:")
+		if v, err := rssKiB(spid); err == nil {
+			res.RSSEndKiB = v
+		}
+		if v, err := statusKiB(spid, "VmHWM:"); err == nil {
+			res.HWMKiB = v
+		}
 	}
-	res.ToolRSSKiB, _ = rssKiB("self")
+	if v, err := rssKiB("self"); err == nil {
+		res.ToolRSSKiB = v
+	}
 	res.LoadAvgEnd = loadAvg()
 	st.closeAll()
 	st.collect()
