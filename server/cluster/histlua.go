@@ -188,10 +188,11 @@ local function histAppend(base, now, floor, maxEvents, maxBytes, maxChannels, tt
 end
 
 -- histMark is what a recoverable subscription of channel c is told along
--- with its position: the history's generation and its count of channels
--- dropped whole, which histMissed compares with what it finds later.
-local function histMark(base, gen)
-  return gen .. '/' .. (redis.call('HGET', base, 'drops') or '0')
+-- with its position: the history's generation, its count of channels
+-- dropped whole and the time (ms), which histMissed compares with what it
+-- finds later.
+local function histMark(base, gen, now)
+  return gen .. '/' .. (redis.call('HGET', base, 'drops') or '0') .. '/' .. string.format('%d', now)
 end
 
 -- histMissed returns why the events of channel c after the id after cannot
@@ -203,15 +204,18 @@ end
 -- first missed event may be, at now (ms).
 local function histMissed(base, c, after, mark, gen, maxEvents, floor, window, now, socket)
   local sizes, drops = base .. ':sizes', base .. ':drops'
-  local slash = string.find(mark, '/', 1, true)
-  if not slash or string.sub(mark, 1, slash - 1) ~= gen then
+  local markGen, d0, at = string.match(mark, '^([^/]*)/(%d+)/(%d+)$')
+  if markGen ~= gen then
     return 'gap' -- Redis lost its data since: the history with it
   end
+  d0 = tonumber(d0)
   local since = redis.call('HGET', sizes, 's:' .. c)
   if not since or idLess(after, since) then
     -- The channel's log began after the position: complete only when no
-    -- log of it went whole since the subscription.
-    local d0 = tonumber(string.sub(mark, slash + 1))
+    -- log of it went whole since the subscription, and none expired with
+    -- the whole history (its count of drops starts again then): what came
+    -- after the position and the subscription is not past the TTL.
+    if math.max(idParts(after), tonumber(at)) < floor then return 'gap' end
     local s = redis.call('ZSCORE', drops, c)
     if s and tonumber(s) > d0 then return 'gap' end
     if tonumber(redis.call('HGET', base, 'drops') or '0') > d0 then

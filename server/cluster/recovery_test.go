@@ -374,7 +374,8 @@ func TestClusterRecoveryFailsClosed(t *testing.T) {
 	}
 }
 
-// A resume from a position the channel never reached is refused; a
+// A resume from a position past the channel's newest event is refused (on
+// a channel without events, whose events may be gone, it is a gap); a
 // channel that had no history when the subscription was made, and still
 // has none, recovers with nothing to replay.
 func TestClusterRecoveryRefusesAPositionNeverReached(t *testing.T) {
@@ -385,12 +386,55 @@ func TestClusterRecoveryRefusesAPositionNeverReached(t *testing.T) {
 	if reason, replayed := recoverable(ns[1], "quiet", p, time.Minute, empty).outcome(); reason != "" || replayed != 0 {
 		t.Fatalf("resume of a quiet channel: %q, %d; want recovered, 0", reason, replayed)
 	}
-	forged := recoverable(ns[0], "quiet2", p, time.Minute, nil)
-	forged.mu.Lock()
-	forged.frames = append(forged.frames, frame{Event: "pusher_internal:position", Channel: "quiet2", Data: `{"id":"99999999999999-0","excluded":true}`})
-	forged.mu.Unlock()
-	ns[0].hub.Remove(forged.conn)
-	if reason, _ := recoverable(ns[1], "quiet2", p, time.Minute, forged).outcome(); reason != "refused" {
-		t.Fatalf("resume from a position never reached: %q, want refused", reason)
+	publish := keptPublisher(t, ns[0], ns[0].c.EventLog(eventlog.Limits{}), p)
+	for ch, want := range map[string]string{"busy": "refused", "quiet2": "gap"} {
+		forged := recoverable(ns[0], ch, p, time.Minute, nil)
+		if ch == "busy" {
+			publish(ch, "one", "")
+			wait.Until(t, "the event", func() bool { return len(forged.datas()) == 1 })
+		}
+		forged.mu.Lock()
+		forged.frames = append(forged.frames, frame{Event: "pusher_internal:position", Channel: ch, Data: `{"id":"99999999999999-0","excluded":true}`})
+		forged.mu.Unlock()
+		ns[0].hub.Remove(forged.conn)
+		if reason, _ := recoverable(ns[1], ch, p, time.Minute, forged).outcome(); reason != want {
+			t.Fatalf("%s: resume from a position never reached: %q, want %q", ch, reason, want)
+		}
+	}
+}
+
+// A resume whose missed events may have expired with the whole history of
+// the app (its count of drops starts again then) is a gap: a subscription
+// made, and a position taken, longer than the TTL ago, on a channel whose
+// log began after it.
+func TestClusterRecoveryPastTheTTLOfAHistoryThatWentWhole(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	p := eventlog.Policy{Events: 10, TTL: time.Hour}
+	old := recoverable(ns[0], "news", p, 3*time.Hour, nil)
+	ns[0].hub.Remove(old.conn)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if keys, err := rdb.Keys(t.Context(), "*hist:{app}*").Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("history before any event: %v, %v", keys, err)
+	}
+	// The subscription as if made two hours ago: its mark's time moved
+	// back (what a history gone whole since would leave: nothing to tell).
+	old.mu.Lock()
+	for i, f := range old.frames {
+		if f.Event == "pusher_internal:recovery" {
+			var d struct{ Token, Position string }
+			json.Unmarshal([]byte(f.Data), &d)
+			cut := strings.LastIndexByte(d.Token, '/')
+			d.Token = d.Token[:cut+1] + fmt.Sprint(time.Now().Add(-2*time.Hour).UnixMilli())
+			data, _ := json.Marshal(map[string]string{"token": d.Token, "position": d.Position})
+			old.frames[i].Data = string(data)
+		}
+	}
+	old.mu.Unlock()
+	keptPublisher(t, ns[0], ns[0].c.EventLog(eventlog.Limits{}), p)("news", "after", "")
+	again := recoverable(ns[1], "news", p, 3*time.Hour, old)
+	if reason, _ := again.outcome(); reason != "gap" {
+		t.Fatalf("resume: %q, want gap", reason)
 	}
 }

@@ -160,14 +160,18 @@ if has('r') then
     if top then pos = top[1] end
     -- The state's generation and the history's (hgen: settleHistory).
     local gen = (redis.call('GET', P .. 'gen') or '') .. '.' .. (redis.call('GET', P .. 'hgen') or '')
-    local r = {ns(pos), ns(histMark(base, gen))}
+    local r = {ns(pos), ns(histMark(base, gen, tonumber(ARGV[14])))}
     local after = ARGV[16]
     if after == '' then
       r[#r+1] = ns('')
     else
       local why, events = histMissed(base, channel, after, ARGV[18], gen, tonumber(ARGV[12]), tonumber(ARGV[13]),
         tonumber(ARGV[15]), tonumber(ARGV[14]), ARGV[17])
-      if why == '' and idLess(pos, after) then why = 'refused' end -- a position the channel never reached
+      if why == '' and idLess(pos, after) then
+        -- A position past the channel's newest: one it never reached, or,
+        -- its events gone, one that cannot be told from it.
+        why = top and 'refused' or 'gap'
+      end
       if why ~= '' then
         r[#r+1] = ns(why)
       else
