@@ -17,8 +17,12 @@ import (
 type Memory struct {
 	limits Limits
 
-	mu   sync.RWMutex // guards apps (the map); each app has its own lock
+	mu   sync.RWMutex // guards apps and forgotten; each app has its own lock
 	apps map[string]*appLog
+	// forgotten is the evicted ID of each app Sweep forgot (every event
+	// past its TTL): its next log starts from it, so that a position from
+	// before is not taken for one of a log that held nothing after it.
+	forgotten map[string]ID
 
 	dropped [reasons]atomic.Int64
 	epoch   string // Epoch: made at random with the store
@@ -75,7 +79,7 @@ func (m *Memory) app(app string, create bool) *appLog {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a = m.apps[app]; a == nil {
-		a = &appLog{channels: make(map[string]*channelLog)}
+		a = &appLog{channels: make(map[string]*channelLog), evicted: m.forgotten[app]}
 		m.apps[app] = a
 	}
 	return a
@@ -311,9 +315,12 @@ func (m *Memory) Last(app, channel string) ID {
 func (m *Memory) Since(_ context.Context, app, channel string, p Policy, after, upTo ID, now time.Time) ([]Event, bool, error) {
 	a := m.app(app, false)
 	if a == nil || !p.On() {
-		// Sweep forgets an app only once all its events are past its TTL,
-		// and a recovery's window is within the TTL: nothing missed is lost.
-		return nil, p.On(), nil
+		// Nothing kept: complete unless a log Sweep forgot held events
+		// after the position.
+		m.mu.RLock()
+		gone := after.Less(m.forgotten[app])
+		m.mu.RUnlock()
+		return nil, p.On() && !gone, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -381,6 +388,12 @@ func (m *Memory) Sweep(now time.Time) {
 			if len(a.channels) == 0 && m.apps[id] == a {
 				delete(m.apps, id)
 				a.dead = true
+				if !a.evicted.IsZero() {
+					if m.forgotten == nil {
+						m.forgotten = make(map[string]ID)
+					}
+					m.forgotten[id] = a.evicted
+				}
 			}
 			a.mu.Unlock()
 			m.mu.Unlock()

@@ -90,6 +90,19 @@ func TestSinceIsIncompleteOnceAnEventAfterThePositionWent(t *testing.T) {
 			p.Events = 1
 			return ids[0], t0
 		}},
+		{"with the whole app, swept past its TTL", func(m *eventlog.Memory, p *eventlog.Policy, ids []eventlog.ID) (eventlog.ID, time.Time) {
+			later := t0.Add(2 * time.Hour)
+			m.Sweep(later) // every event past the TTL: the app is forgotten
+			if m.Last("app", "news") != (eventlog.ID{}) {
+				t.Fatal("the app was not forgotten")
+			}
+			positioned(t, m, *p, "news", 1, later) // a new log of news
+			return ids[0], later
+		}},
+		{"with the whole app, swept, nothing since", func(m *eventlog.Memory, p *eventlog.Policy, ids []eventlog.ID) (eventlog.ID, time.Time) {
+			m.Sweep(t0.Add(2 * time.Hour))
+			return ids[0], t0.Add(2 * time.Hour)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := eventlog.NewMemory(eventlog.Limits{MaxChannels: 2})
