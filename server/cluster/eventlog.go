@@ -37,8 +37,7 @@ type EventLogStore struct {
 	// of its shard (of shards, from 0): with the channel's stream, so that
 	// the script that publishes an event appends it too and a
 	// subscription's join reads it (recovery).
-	place  func(app, channel string) (rdb redis.Cmdable, prefix string, shard int)
-	shards int
+	place func(app, channel string) (rdb redis.Cmdable, prefix string, shard int)
 	// limits bound what an app keeps on each shard: the app's limits split
 	// evenly over the shards, so that all of it keeps within them.
 	limits eventlog.Limits
@@ -74,7 +73,7 @@ func newEventLogStore(place func(app, channel string) (redis.Cmdable, string, in
 	// Ceilings, so that no shard's bound is 0.
 	l.MaxBytes = (l.MaxBytes + shards - 1) / shards
 	l.MaxChannels = (l.MaxChannels + shards - 1) / shards
-	return &EventLogStore{place: place, shards: shards, limits: l, origin: randomID() + ":"}
+	return &EventLogStore{place: place, limits: l, origin: randomID() + ":"}
 }
 
 // EventLog returns the store of the cluster's channel histories, on its

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +47,7 @@ type outMsg struct {
 	cache *cacheUpdate // a cache channel's event: its new last event
 	at    time.Time    // when Redis took it, for the replay ring
 	// keep, when set, is the publish call whose history append (entry)
-	// goes with the message (publishScript's k entries).
+	// goes with the message (publishScript's appends), until Redis took it.
 	keep  *keepReq
 	entry eventlog.Entry
 }
@@ -205,6 +206,11 @@ func (c *member) publishLoop() {
 			err = hub.ErrUnavailable
 		} else {
 			c.stats.published.Add(int64(len(msgs)))
+			for _, m := range msgs {
+				// Appended: the ring publishes it again without (replay),
+				// so its copy of the event's data goes.
+				m.keep, m.entry = nil, eventlog.Entry{}
+			}
 			c.ring.add(msgs, time.Now())
 		}
 		for _, r := range batch {
@@ -296,7 +302,7 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	args = append(args, c.p, globalStream, gen, c.epoch, "", 0)
 	var groups []keptGroup
 	var index map[*outMsg]int // a kept message's place in the appends' ids, from 1
-	if keep {
+	if keep && slices.ContainsFunc(msgs, func(m *outMsg) bool { return m.keep != nil }) {
 		index = map[*outMsg]int{}
 		args, groups = appendGroups(args, msgs, index)
 		args[5] = len(groups)
@@ -430,7 +436,11 @@ func keptOutcome(k *keepReq, answers []any, i int) error {
 	raw, _ := answers[i].([]any)
 	nums := make([]int64, len(raw))
 	for j, x := range raw {
-		nums[j], _ = x.(int64)
+		n, ok := x.(int64)
+		if !ok {
+			return fmt.Errorf("keep channel history: unexpected answer %v", answers[i])
+		}
+		nums[j] = n
 	}
 	return k.store.appended(k.app, k.shard, nums, nil)
 }

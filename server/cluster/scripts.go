@@ -309,7 +309,8 @@ return {}
 // "-" for one not kept): so the ids of a channel's events follow the order
 // of its stream, which is the order every node delivers them in
 // (recovery's positions). All of it only while Redis still has the
-// generation the node publishes under (see publish.go). ARGV[2] is unused.
+// generation the node publishes under (see publish.go). ARGV[2] is the cluster-wide stream, which it does not
+// write.
 // ARGV gen origin token appends, then per append
 //
 //	app now_ms floor_ms max_events max_bytes max_channels ttl_ms n (channel name data exclude)×n
