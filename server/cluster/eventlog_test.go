@@ -94,47 +94,59 @@ func TestClusterEventLogOnEachTopology(t *testing.T) {
 }
 
 // Over shards an app's history is split by channel, each shard keeping
-// its share of the app's bounds (rounded up): no shard holds more channels
-// or bytes than its share, and the app no more than its bounds in all;
-// the channels a shard drops are those written least recently there.
+// its share of the app's bounds, rounded up (6 channels over 3 shards: 2
+// each; 7: 3 each), and appends of several channels go each to its own
+// shard: no shard holds more channels than its share; the channels a shard
+// drops are those written least recently there.
 func TestShardedHistoryKeepsTheAppsBoundsInAll(t *testing.T) {
 	servers, url := shardList(t, 3)
 	ns := cluster(t, servers[0], 1, withURL(url))
-	limits := eventlog.Limits{MaxChannels: 6, MaxBytes: 1 << 20}
-	store := ns[0].c.EventLog(limits)
 	p := eventlog.Policy{Events: 100, TTL: time.Hour}
 	ms := members(ns[0].c)
 	const channels = 30
-	for i := range channels {
-		if err := store.Append(t.Context(), "app", p, []eventlog.Entry{{Channel: fmt.Sprint("ch", i), Name: "e", Data: "x"}}, time.UnixMilli(1_764_194_400_000+int64(i))); err != nil {
-			t.Fatal(err)
+	for _, c := range []struct{ maxChannels, share int }{{6, 2}, {7, 3}} {
+		app := fmt.Sprint("app", c.maxChannels)
+		store := ns[0].c.EventLog(eventlog.Limits{MaxChannels: c.maxChannels, MaxBytes: 1 << 20})
+		// Five channels an append: each append over several shards.
+		for i := 0; i < channels; i += 5 {
+			var entries []eventlog.Entry
+			for j := i; j < i+5; j++ {
+				entries = append(entries, eventlog.Entry{Channel: fmt.Sprint("ch", j), Name: "e", Data: "x"})
+			}
+			if err := store.Append(t.Context(), app, p, entries, time.UnixMilli(1_764_194_400_000+int64(i))); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	kept, perShard := 0, make([]int, len(ms))
-	newest := make([]int, len(ms)) // the newest channel each shard got
-	for i := range channels {
-		k := shardOf("app", fmt.Sprint("ch", i), len(ms))
-		newest[k] = i
-		page, err := store.Read(t.Context(), "app", fmt.Sprint("ch", i), p, eventlog.Query{}, time.UnixMilli(1_764_194_400_100))
-		if err != nil {
-			t.Fatal(err)
+		kept, perShard := 0, make([]int, len(ms))
+		newest := make([]int, len(ms)) // the newest channel each shard got
+		for i := range channels {
+			ch := fmt.Sprint("ch", i)
+			k := shardOf(app, ch, len(ms))
+			newest[k] = i
+			page, err := store.Read(t.Context(), app, ch, p, eventlog.Query{}, time.UnixMilli(1_764_194_400_100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Events) > 0 {
+				kept++
+				perShard[k]++
+				if n, err := ms[k].rdb.Exists(t.Context(), key(ms[k].p, app)+":c:"+ch).Result(); err != nil || n != 1 {
+					t.Fatalf("%s's history is not on its shard %d", ch, k)
+				}
+			}
 		}
-		if len(page.Events) > 0 {
-			kept++
-			perShard[k]++
+		for k, n := range perShard {
+			if n != c.share {
+				t.Errorf("%d channels: shard %d keeps %d, want its share, %d", c.maxChannels, k, n, c.share)
+			}
+			page, _ := store.Read(t.Context(), app, fmt.Sprint("ch", newest[k]), p, eventlog.Query{}, time.UnixMilli(1_764_194_400_100))
+			if len(page.Events) != 1 {
+				t.Errorf("%d channels: shard %d dropped its newest channel", c.maxChannels, k)
+			}
 		}
-	}
-	for k, n := range perShard {
-		if n != 2 { // 6 over 3 shards: 2 each, the shard's newest
-			t.Errorf("shard %d keeps %d channels, want its share, 2", k, n)
+		if st := store.Stats(); kept != c.share*len(ms) || len(st.Apps) != 1 || st.Apps[0].Events != int64(kept) {
+			t.Fatalf("%d channels: kept %d, stats %+v; want %d in all", c.maxChannels, kept, st.Apps, c.share*len(ms))
 		}
-		page, _ := store.Read(t.Context(), "app", fmt.Sprint("ch", newest[k]), p, eventlog.Query{}, time.UnixMilli(1_764_194_400_100))
-		if len(page.Events) != 1 {
-			t.Errorf("shard %d dropped its newest channel", k)
-		}
-	}
-	if st := store.Stats(); kept != limits.MaxChannels || len(st.Apps) != 1 || st.Apps[0].Events != int64(limits.MaxChannels) {
-		t.Fatalf("kept %d channels, stats %+v; want %d in all", kept, st.Apps, limits.MaxChannels)
 	}
 }
 
@@ -472,5 +484,32 @@ func TestEventLogStoreKeysExpireTheTTLAfterTheLastAppend(t *testing.T) {
 		if err != nil || ttl > p.TTL || ttl < p.TTL-time.Minute {
 			t.Fatalf("%s expires in %v (%v), want %v", key, ttl, err, p.TTL)
 		}
+	}
+}
+
+// Over shards a publish of several events of one shard goes whole to that
+// shard, kept and delivered, as a batch trigger's do.
+func TestShardedPublishOfSeveralEventsOfOneShard(t *testing.T) {
+	servers, url := shardList(t, 3)
+	ns := cluster(t, servers[0], 2, withURL(url))
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	store := ns[0].c.EventLog(eventlog.Limits{})
+	reader := ns[1].connect("app")
+	reader.subscribe("feed", nil)
+	reader.wait("feed", "pusher_internal:subscription_succeeded")
+	var ms []hub.Message
+	for i := range 3 {
+		ms = append(ms, hub.Message{AppID: "app", Channel: "feed", Event: "tick", Data: fmt.Sprint(i)})
+	}
+	if kept, err := ns[0].hub.PublishKept(store, p, time.Now(), ms...); err != nil || !kept {
+		t.Fatalf("publish: kept %v, %v", kept, err)
+	}
+	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "feed", Event: "plain", Data: "a"}, hub.Message{AppID: "app", Channel: "feed", Event: "plain", Data: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "every event delivered", func() bool { return reader.count("feed", "tick") == 3 && reader.count("feed", "plain") == 2 })
+	page, err := store.Read(t.Context(), "app", "feed", p, eventlog.Query{OldestFirst: true}, time.Now())
+	if err != nil || len(page.Events) != 3 {
+		t.Fatalf("history %d events, %v; want 3", len(page.Events), err)
 	}
 }

@@ -108,6 +108,13 @@ func (c *member) writeLoop() {
 		case <-c.ops.ready:
 		case <-tick.C:
 		}
+		// Before anything it writes, the rebuild's joins included.
+		if c.healthy.Load() {
+			if err := c.settleHistory(c.ctx); err != nil {
+				c.log.Warn("giving the channel history a new generation failed; retrying", zap.Error(err))
+				continue
+			}
+		}
 		if c.needResync.Load() {
 			if !c.healthy.Load() || !c.readerReady.Load() {
 				c.ops.clear() // the resync will rebuild from the hub
@@ -125,10 +132,6 @@ func (c *member) writeLoop() {
 				continue
 			}
 			backoff = 100 * time.Millisecond
-		}
-		if err := c.settleHistory(c.ctx); err != nil {
-			c.log.Warn("giving the channel history a new generation failed; retrying", zap.Error(err))
-			continue
 		}
 		for {
 			batch := c.ops.take(maxBatch)
@@ -332,9 +335,6 @@ func (c *member) resync(ctx context.Context) error {
 	defer unlock()
 	gen, err := c.generation(ctx)
 	if err != nil {
-		return err
-	}
-	if err := c.settleHistory(ctx); err != nil {
 		return err
 	}
 	silent := c.gen != "" && gen != c.gen
