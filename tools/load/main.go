@@ -47,7 +47,8 @@ import (
 )
 
 type config struct {
-	wsURL      *url.URL
+	wsURL      *url.URL   // the first of wsURLs: where publishes go unless -http-url says otherwise
+	wsURLs     []*url.URL // the nodes subscribers are spread over
 	httpURL    string
 	key        string
 	appID      string
@@ -82,7 +83,7 @@ type config struct {
 	spread   time.Duration
 	tail     time.Duration
 
-	serverPID  int
+	serverPIDs []int
 	quiet      bool
 	cpuProfile string
 }
@@ -91,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("herald-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	wsURL := fs.String("url", "ws://127.0.0.1:8080", "WebSocket base URL of the server (ws://host:port)")
+	wsURL := fs.String("url", "ws://127.0.0.1:8080", "WebSocket base URL of the server (ws://host:port), or several, comma-separated, to spread each channel's subscribers over the nodes of a cluster")
 	fs.StringVar(&c.httpURL, "http-url", "", "HTTP API base URL (default: -url with http://)")
 	fs.StringVar(&c.key, "key", "", "app key (required)")
 	fs.StringVar(&c.appID, "app-id", "", "app id (required unless -idle)")
@@ -123,7 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.cutFor, "cut-for", 3*time.Second, "-storm: from the cut to the first reconnect, publishing on")
 	fs.DurationVar(&c.spread, "reconnect-spread", 0, "-storm: spread the reconnects' starts over this long (0: all at once, -connect-concurrency at a time)")
 	fs.DurationVar(&c.tail, "tail", 5*time.Second, "-storm: publishing after every resume's outcome")
-	fs.IntVar(&c.serverPID, "server-pid", 0, "server process for RSS and CPU (default: the process listening on the -url port, if it can be found)")
+	serverPIDs := fs.String("server-pid", "", "server process for RSS and CPU, or several, comma-separated, whose figures are summed (a cluster's nodes and its Redis) (default: the process listening on the first -url's port, if it can be found)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines and no table, only the JSON line")
 	if err := fs.Parse(args); err != nil {
@@ -132,14 +133,26 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	u, err := url.Parse(*wsURL)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("-url must be ws://host:port, got %q", *wsURL)
+	for _, raw := range strings.Split(*wsURL, ",") {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "ws" && u.Scheme != "http") || u.Host == "" {
+			return nil, fmt.Errorf("-url must be ws://host:port, or several comma-separated, got %q", raw)
+		}
+		u.Scheme = "ws"
+		c.wsURLs = append(c.wsURLs, u)
 	}
-	u.Scheme = "ws"
-	c.wsURL = u
+	c.wsURL = c.wsURLs[0]
 	if c.httpURL == "" {
-		c.httpURL = "http://" + u.Host
+		c.httpURL = "http://" + c.wsURL.Host
+	}
+	if *serverPIDs != "" {
+		for _, f := range strings.Split(*serverPIDs, ",") {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid <= 0 {
+				return nil, fmt.Errorf("-server-pid must be process ids, comma-separated, got %q", *serverPIDs)
+			}
+			c.serverPIDs = append(c.serverPIDs, pid)
+		}
 	}
 	c.httpURL = strings.TrimRight(c.httpURL, "/")
 	switch {
@@ -215,9 +228,17 @@ type report interface {
 	writeJSON(w io.Writer) error
 }
 
-// serverProc is findServerPID's pid, also as a string ("" without one);
-// why there is none goes to log.
+// serverProc is findServerPID's pid (the first of -server-pid's), and
+// every pid measured, comma-separated, as proc.go's functions take them
+// ("" without one); why there is none goes to log.
 func (c *config) serverProc(log io.Writer) (int, string) {
+	if len(c.serverPIDs) > 0 {
+		ids := make([]string, len(c.serverPIDs))
+		for i, p := range c.serverPIDs {
+			ids[i] = strconv.Itoa(p)
+		}
+		return c.serverPIDs[0], strings.Join(ids, ",")
+	}
 	pid, why := c.findServerPID()
 	if why != "" {
 		fmt.Fprintln(log, "herald-load:", why)
@@ -228,12 +249,9 @@ func (c *config) serverProc(log io.Writer) (int, string) {
 	return pid, strconv.Itoa(pid)
 }
 
-// serverPID returns the -server-pid, or the pid listening on the URL's port
-// when the server is local and can be found, or 0.
+// findServerPID returns the pid listening on the first URL's port when the
+// server is local and can be found, or 0.
 func (c *config) findServerPID() (int, string) {
-	if c.serverPID > 0 {
-		return c.serverPID, ""
-	}
 	host, portStr, err := net.SplitHostPort(c.wsURL.Host)
 	if err != nil {
 		return 0, "no port in -url; pass -server-pid for RSS and CPU"

@@ -16,12 +16,26 @@ import (
 // is 100 on every Linux architecture Go supports (sysconf would need cgo).
 const clockTicks = 100
 
-// rssKiB returns VmRSS of pid ("self" for this process) in KiB.
+// rssKiB returns VmRSS of pid ("self" for this process; several pids,
+// comma-separated, for their sum) in KiB.
 func rssKiB(pid string) (int64, error) { return statusKiB(pid, "VmRSS:") }
 
 // statusKiB returns the field of /proc/<pid>/status named by prefix (such
-// as "VmHWM:", the peak RSS) in KiB.
-func statusKiB(pid, prefix string) (int64, error) {
+// as "VmHWM:", the peak RSS) in KiB, summed over pid's comma-separated
+// pids.
+func statusKiB(pids, prefix string) (int64, error) {
+	var sum int64
+	for _, pid := range strings.Split(pids, ",") {
+		v, err := statusKiBOf(pid, prefix)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func statusKiBOf(pid, prefix string) (int64, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, err
@@ -39,8 +53,21 @@ func statusKiB(pid, prefix string) (int64, error) {
 }
 
 // cpuSeconds returns the user+system CPU time of pid ("self" for this
-// process), all threads, from /proc/<pid>/stat.
-func cpuSeconds(pid string) (float64, error) {
+// process; several pids, comma-separated, for their sum), all threads,
+// from /proc/<pid>/stat.
+func cpuSeconds(pids string) (float64, error) {
+	var sum float64
+	for _, pid := range strings.Split(pids, ",") {
+		v, err := cpuSecondsOf(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func cpuSecondsOf(pid string) (float64, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return 0, err

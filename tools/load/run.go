@@ -87,7 +87,7 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	r.setupDialers(res)
 	if cfg.client == "coder" {
 		r.coder = &http.Client{Transport: &http.Transport{
-			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return r.dial(ctx) },
+			DialContext:       func(ctx context.Context, _, addr string) (net.Conn, error) { return r.dial(ctx, addr) },
 			DisableKeepAlives: true,
 		}}
 	}
@@ -246,10 +246,18 @@ func (r *runner) setupDialers(res *result) {
 	res.Sources = len(r.dials)
 }
 
-// dial opens a TCP connection from the next source address.
-func (r *runner) dial(ctx context.Context) (net.Conn, error) {
+// dial opens a TCP connection to host from the next source address.
+func (r *runner) dial(ctx context.Context, host string) (net.Conn, error) {
 	d := r.dials[r.next.Add(1)%uint64(len(r.dials))]
-	return d.DialContext(ctx, "tcp", r.cfg.wsURL.Host)
+	return d.DialContext(ctx, "tcp", host)
+}
+
+// hostOf is the node subscriber i connects to: each channel's subscribers
+// go round the nodes (the k-th subscriber of a channel to node k mod n),
+// as a load balancer spreads a channel's users over a cluster.
+func (r *runner) hostOf(i int) string {
+	urls := r.cfg.wsURLs
+	return urls[(i/r.cfg.channels)%len(urls)].Host
 }
 
 func (r *runner) channelName(ch int) string { return r.cfg.prefix + strconv.Itoa(ch) }
@@ -324,9 +332,11 @@ func (r *runner) connect(ctx context.Context, s *subscriber) error {
 	var conn wsConn
 	var err error
 	if r.coder != nil {
-		conn, err = dialCoder(ctx, r.coder, "ws://"+r.cfg.wsURL.Host+r.wsPath, maxMessage)
+		conn, err = dialCoder(ctx, r.coder, "ws://"+r.hostOf(s.id)+r.wsPath, maxMessage)
 	} else {
-		conn, err = dialRaw(ctx, r.dial, r.cfg.wsURL.Host, r.wsPath, r.cfg.readBuf, maxMessage)
+		host := r.hostOf(s.id)
+		dial := func(ctx context.Context) (net.Conn, error) { return r.dial(ctx, host) }
+		conn, err = dialRaw(ctx, dial, host, r.wsPath, r.cfg.readBuf, maxMessage)
 	}
 	if err != nil {
 		return plainErr(err)

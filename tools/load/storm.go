@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -393,7 +394,9 @@ func (st *storm) connect(ctx context.Context, s *stormSub, resume bool) error {
 		s.dialNs.Store(time.Now().UnixNano())
 	}
 	subscribe, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": sub})
-	conn, err := dialRaw(ctx, st.dial, st.cfg.wsURL.Host, st.wsPath, st.cfg.readBuf, maxMessage)
+	host := st.hostOf(s.id)
+	dial := func(ctx context.Context) (net.Conn, error) { return st.dial(ctx, host) }
+	conn, err := dialRaw(ctx, dial, host, st.wsPath, st.cfg.readBuf, maxMessage)
 	if err != nil {
 		return plainErr(err)
 	}

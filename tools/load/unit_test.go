@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -128,5 +130,51 @@ func TestRawClient(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("server did not get the client's message")
+	}
+}
+
+func TestSeveralNodesAndProcesses(t *testing.T) {
+	cfg, err := parseFlags([]string{"-key", "k", "-app-id", "a", "-secret", "s", "-channels", "2",
+		"-url", "ws://127.0.0.1:1,ws://127.0.0.1:2,ws://127.0.0.1:3", "-server-pid", "1,1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.httpURL != "http://127.0.0.1:1" {
+		t.Errorf("publishes go to %q, want the first node", cfg.httpURL)
+	}
+	// Each channel's subscribers go round the nodes: subscribers 0 and 1
+	// are the first of channels 0 and 1, 2 and 3 their second, and so on.
+	r := &runner{cfg: cfg}
+	var got []string
+	for i := range 7 {
+		got = append(got, strings.TrimPrefix(r.hostOf(i), "127.0.0.1:"))
+	}
+	if want := "1 1 2 2 3 3 1"; strings.Join(got, " ") != want {
+		t.Errorf("subscribers' nodes = %v, want %s", got, want)
+	}
+	if _, pids := cfg.serverProc(io.Discard); pids != "1,1" {
+		t.Errorf("measured processes = %q", pids)
+	}
+	// Figures of several processes are their sum.
+	one, err1 := cpuSeconds("self")
+	two, err2 := cpuSeconds("self,self")
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	if two < 2*one {
+		t.Errorf("CPU of self twice = %v, of self once = %v", two, one)
+	}
+	rss, _ := rssKiB("self")
+	rss2, _ := rssKiB("self,self")
+	if rss <= 0 || rss2 < 2*rss*9/10 {
+		t.Errorf("RSS of self twice = %d, of self once = %d", rss2, rss)
+	}
+	for _, bad := range []string{"ws://127.0.0.1:1,", "ws://127.0.0.1:1,ftp://x"} {
+		if _, err := parseFlags([]string{"-key", "k", "-idle", "-url", bad}, io.Discard); err == nil {
+			t.Errorf("-url %q accepted", bad)
+		}
+	}
+	if _, err := parseFlags([]string{"-key", "k", "-idle", "-server-pid", "1,x"}, io.Discard); err == nil {
+		t.Error("-server-pid 1,x accepted")
 	}
 }
