@@ -7,12 +7,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/internal/testcert"
+	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // Every form of HERALD_REDIS_URL, read by Parse: the shards it names and
@@ -219,5 +225,148 @@ func TestARedisClusterClientHasRoomForItsReaders(t *testing.T) {
 	defer more.Close()
 	if a, b := plain.(*redis.ClusterClient).Options().PoolSize, more.(*redis.ClusterClient).Options().PoolSize; b != a+16 {
 		t.Fatalf("pool of %d connections with 16 readers, %d without", b, a)
+	}
+}
+
+// Check asks a Sentinel group or a Redis Cluster what the start needs to
+// know, and stops it only on an answer that says no: a Sentinel that does
+// not know the master, a server that is no Sentinel or no Redis Cluster
+// node, a Redis Cluster that does not serve every slot. The first that
+// answers decides, after those that do not; none answering is an outage,
+// not a bad setting. One Redis has nothing to check.
+func TestCheckStopsTheStartOnlyOnAnAnswerThatSaysNo(t *testing.T) {
+	plain := testredis.Start(t)
+	sentinel := testredis.StartSentinel(t, "herald", plain.Addr())
+	unjoined := testredis.StartClusterNode(t)
+	full := testredis.StartCluster(t, 3)
+	gone := testredis.Start(t)
+	gone.Stop()
+	down := gone.Addr()
+	for _, c := range []struct {
+		url, want string // want: what the error says; empty, accepted
+	}{
+		{"redis://" + plain.Addr(), ""},
+		{"redis://" + down, ""},
+		{"redis-sentinel://" + sentinel.Addr() + "/herald", ""},
+		{"redis-sentinel://" + down + "," + sentinel.Addr() + "/nosuchmaster", `the Sentinel at ` + sentinel.Addr() + ` does not know a master named "nosuchmaster"`},
+		{"redis-sentinel://" + plain.Addr() + "/herald", "the Sentinel at " + plain.Addr() + ": "},
+		{"redis-sentinel://" + down + "/herald", ""},
+		{"redis-cluster://" + down + "," + full.Nodes[0].Addr(), ""},
+		{"redis-cluster://" + down + "," + unjoined.Addr(), "the Redis Cluster of the node at " + unjoined.Addr() + " serves 0 of the 16384 slots (cluster_state:fail)"},
+		{"redis-cluster://" + plain.Addr(), "the Redis Cluster node at " + plain.Addr() + ": "},
+		{"redis-cluster://" + down, ""},
+	} {
+		shards, err := Parse(c.url, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = shards[0].Check()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.url, err)
+		case c.want == "":
+		case err == nil:
+			t.Errorf("%s: accepted, want %q", c.url, c.want)
+		case !strings.HasPrefix(err.Error(), "HERALD_REDIS_URL: "+c.want):
+			t.Errorf("%s: %v, want it to say %q", c.url, err, c.want)
+		}
+	}
+}
+
+// A client given OnNewServer reports another Redis server behind its
+// address, with its run_id and the one before, once: not at its first
+// connection, not when it connects again to the same server, and not for
+// the Sentinels a failover client asks for the primary.
+func TestAClientReportsAnotherServerBehindItsAddress(t *testing.T) {
+	type change struct{ runID, was string }
+	client := func(t *testing.T, url string) (redis.UniversalClient, func() []change) {
+		shards, err := Parse(url, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var seen []change
+		rdb := shards[0].Client(ClientOptions{OnNewServer: func(runID, was string) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, change{runID, was})
+		}})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb, func() []change {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(seen)
+		}
+	}
+	runID := func(rdb redis.UniversalClient) string {
+		return InfoValue(rdb.Info(t.Context(), "server").Val(), "run_id")
+	}
+
+	t.Run("one Redis", func(t *testing.T) {
+		rs := testredis.Start(t)
+		rdb, seen := client(t, rs.URL())
+		first := runID(rdb)
+		// The client's connection is closed (its own CLIENT KILL): its
+		// next command connects again, to the same server.
+		if err := rdb.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := runID(rdb); got != first || len(seen()) != 0 {
+			t.Fatalf("connected again to %q (was %q): reported %v", got, first, seen())
+		}
+		rs.Restart()
+		wait.Until(t, "the client reaches the restarted server", func() bool { return rdb.Ping(t.Context()).Err() == nil })
+		if want := []change{{runID(rdb), first}}; !slices.Equal(seen(), want) {
+			t.Fatalf("reported %v, want %v", seen(), want)
+		}
+	})
+
+	t.Run("Sentinel", func(t *testing.T) {
+		primary := testredis.Start(t)
+		sentinel := testredis.StartSentinel(t, "herald", primary.Addr())
+		rdb, seen := client(t, "redis-sentinel://"+sentinel.Addr()+"/herald")
+		if err := rdb.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := seen(); len(got) != 0 {
+			t.Fatalf("a Sentinel and its primary taken for a change of server: %v", got)
+		}
+	})
+}
+
+// KeySlot is the slot Redis gives a key (as CLUSTER KEYSLOT answers):
+// CRC16 modulo 16384, "foo"'s CRC being past it.
+func TestKeySlotIsRedisSlot(t *testing.T) {
+	for key, want := range map[string]uint16{"": 0, "foo": 12182, "bar": 5061, "hello": 866, "123456789": 12739, "s0.0": 4022} {
+		if got := KeySlot(key); got != want {
+			t.Errorf("KeySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// The Redis client's lines go to the logger Log was given last, at debug
+// level, and to none once it is released; a logger that does not log
+// debug lines gets none.
+func TestTheClientsLinesGoToTheNewestLogger(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	release := Log(zap.New(core))
+	quiet, quietLogs := observer.New(zapcore.InfoLevel)
+	say := func(line string) { printer{}.Printf(t.Context(), "%s", line) }
+	say("one")
+	releaseQuiet := Log(zap.New(quiet))
+	say("two")
+	release() // not the newest: changes nothing
+	say("three")
+	releaseQuiet()
+	say("four")
+	var got []string
+	for _, e := range logs.All() {
+		if e.Level != zapcore.DebugLevel {
+			t.Errorf("%q at %v, want debug", e.Message, e.Level)
+		}
+		got = append(got, e.Message)
+	}
+	if !slices.Equal(got, []string{"one"}) || quietLogs.Len() != 0 {
+		t.Fatalf("lines %q to the debug logger and %d to the quiet one, want [one] and none", got, quietLogs.Len())
 	}
 }
