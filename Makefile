@@ -149,7 +149,7 @@ test-load-smoke:
 	cd tools/load && $(GO) test -race -count=1 ./...
 	cd tools/baseline && $(GO) test -race -count=1 ./...
 
-## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, netguard, storage, config, upgrade, clientrate, history; slow, not in test (one package: make mutate PKGS=./server/signing)
+## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, cluster/redisconn, netguard, storage, config, upgrade, clientrate, console/traffic; slow, not in test (one package: make mutate PKGS=./server/signing)
 mutate:
 	GO=$(GO) scripts/mutate.sh $(PKGS)
 
