@@ -140,7 +140,7 @@ bench-compare:
 bench-fanout:
 	scripts/bench-fanout.sh
 
-## bench-cluster: a cluster node against a single node end to end, and 100,000 connections over six nodes with one broadcast (needs redis-server)
+## bench-cluster: a cluster node against a single node end to end, three nodes against one (subscribers spread, every process's CPU), and 100,000 connections over six nodes with one broadcast (needs redis-server)
 bench-cluster:
 	scripts/bench-cluster.sh
 

@@ -9,7 +9,13 @@
 #                node (one process may open only so many files), all on one channel; once all are
 #                subscribed, BENCH_EVENTS (5) events triggered through the first node reach every
 #                connection: the nodes' total RSS, Redis's, and what was lost.
-# BENCH_PARTS chooses ("compare connections" by default). JSON lines are appended to BENCH_OUT
+#   nodes:       one node against BENCH_CLUSTER_NODES (3) nodes on one Redis, same run, end to end:
+#                subscribers spread over the nodes (each channel's round them), every trigger sent to
+#                the first node, as fast as BENCH_PUBLISHERS publishers go, 1,500 subscribers on 1
+#                channel and 9,000 over 900 channels: deliveries/s, the CPU of every process (the
+#                nodes and Redis) per delivery, Redis's per message, and the ratio of the CPU per
+#                delivery of the nodes to one node's (the cost of the cluster path).
+# BENCH_PARTS chooses ("compare nodes connections" by default). JSON lines are appended to BENCH_OUT
 # when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
 # cluster mode as a third row of every compare shape ("before"), alternating with the others;
 # BENCH_ROUNDS (1) repeats the compare rows, so that before-and-after figures come from one run.
@@ -17,7 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-PARTS=${BENCH_PARTS:-compare connections}
+PARTS=${BENCH_PARTS:-compare nodes connections}
+CLUSTER_NODES=${BENCH_CLUSTER_NODES:-3}
 PUBLISHERS=${BENCH_PUBLISHERS:-16}
 DURATION=${BENCH_DURATION:-10s}
 CONNS=${BENCH_CONNS:-100000}
@@ -146,6 +153,57 @@ compare() {
 				else
 					awk -v a="$cluster_d" -v b="$d" -v c="$cluster_ns" -v e="$ns" \
 						'BEGIN { printf "%-34s cluster ÷ before: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
+				fi
+			done
+		done
+	done
+}
+
+nodes() {
+	echo "== bench-cluster nodes ($(nproc) CPUs; $PUBLISHERS publishers for $DURATION, as fast as they can; triggers to the first node) =="
+	printf '%-34s %-8s %14s %12s %14s %6s\n' shape mode deliveries/s cpu-µs/d redis-µs/msg lost
+	local modes="one $CLUSTER_NODES" round
+	[[ -n $BEFORE ]] && modes="one $CLUSTER_NODES before"
+	for round in $(seq "$ROUNDS"); do
+		for shape in ${BENCH_NODES_SHAPES:-"1500 1" "9000 900"}; do
+			read -r subs channels <<<"$shape"
+			local one_us=0
+			for mode in $modes; do
+				local bin=$tmp/herald n=$CLUSTER_NODES urls=() procs=()
+				[[ $mode == before ]] && bin=$tmp/herald-before
+				if [[ $mode == one ]]; then
+					start_node node "" "$bin"
+					urls=("ws://$node_addr") procs=("$node_pid")
+				else
+					start_redis
+					for i in $(seq "$n"); do
+						start_node "node$i" "$redis_url" "$bin"
+						urls+=("ws://$node_addr") procs+=("$node_pid")
+					done
+					procs+=("$redis_pid") # last: Redis's share is the last of server_cpu_pct_each
+				fi
+				local json
+				json=$("$tmp/herald-load" -url "$(IFS=,; echo "${urls[*]}")" -server-pid "$(IFS=,; echo "${procs[*]}")" \
+					-key bench-key -app-id bench -secret bench-secret -quiet \
+					-subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
+				stop_all
+				record "$json"
+				if [[ $(field connected "$json") != "$subs" ]]; then
+					echo "bench-cluster: nodes: $(field connected "$json") of $subs subscribed: $(field connect_error_samples "$json")" >&2
+				fi
+				local d us rus=-
+				d=$(field deliveries_per_s "$json")
+				us=$(field server_us_per_delivery "$json")
+				if [[ $mode != one ]]; then
+					rus=$(awk -v each="$(field server_cpu_pct_each "$json")" -v s="$(field phase_s "$json")" -v p="$(field publishes "$json")" \
+						'BEGIN { n = split(each, a, ","); gsub(/[][]/, "", a[n]); if (p > 0) printf "%.1f", a[n] / 100 * s * 1e6 / p; else print "-" }')
+				fi
+				printf '%-34s %-8s %14.0f %12.2f %14s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$us" "$rus" "$(field lost "$json")"
+				if [[ $mode == one ]]; then
+					one_us=$us
+				else
+					awk -v a="$us" -v b="$one_us" -v m="$mode" \
+						'BEGIN { printf "%-34s %s ÷ one node: CPU per delivery %.2f ×\n", "", m, a / b }'
 				fi
 			done
 		done
