@@ -77,8 +77,11 @@ type result struct {
 	PhaseSeconds float64 `json:"phase_s"`
 	ToolCPUPct   float64 `json:"tool_cpu_pct"`
 	ServerCPUPct float64 `json:"server_cpu_pct"`
-	OtherCPUPct  float64 `json:"other_cpu_pct"` // rest of the machine: other processes, interrupts
-	CPUs         int     `json:"cpus"`
+	// ServerCPUPctEach is ServerCPUPct per process of -server-pid, in its
+	// order, when there are several.
+	ServerCPUPctEach []float64 `json:"server_cpu_pct_each,omitempty"`
+	OtherCPUPct      float64   `json:"other_cpu_pct"` // rest of the machine: other processes, interrupts
+	CPUs             int       `json:"cpus"`
 	// ServerUsPerDelivery is the server's CPU time over the measured phase
 	// divided by the deliveries received (-1 without either).
 	ServerUsPerDelivery float64 `json:"server_us_per_delivery"`

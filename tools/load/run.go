@@ -148,6 +148,12 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 
 	t2 := time.Now()
 	toolCPU, srvCPU, sysCPU = startCPU("self", t2.UnixNano()), startCPU(spid, t2.UnixNano()), startCPU("system", t2.UnixNano())
+	var srvEach []cpuMeter
+	if strings.Contains(spid, ",") {
+		for _, p := range strings.Split(spid, ",") {
+			srvEach = append(srvEach, startCPU(p, t2.UnixNano()))
+		}
+	}
 	switch {
 	case cfg.idle:
 		sleepCtx(ctx, cfg.hold)
@@ -163,6 +169,9 @@ func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	}
 	t3 := time.Now()
 	res.ToolCPUPct, res.ServerCPUPct = toolCPU.pct(t3.UnixNano()), srvCPU.pct(t3.UnixNano())
+	for _, m := range srvEach {
+		res.ServerCPUPctEach = append(res.ServerCPUPctEach, m.pct(t3.UnixNano()))
+	}
 	res.OtherCPUPct = otherCPU(sysCPU.pct(t3.UnixNano()), res.ToolCPUPct, res.ServerCPUPct)
 	res.PhaseSeconds = t3.Sub(t2).Seconds()
 	if spid != "" {
