@@ -231,3 +231,26 @@ func TestADeadNodeIsTakenOutWithinSixSeconds(t *testing.T) {
 	member.wait("presence-room", "pusher_internal:member_removed")
 	wait.Until(t, "the dead node counted as taken out", func() bool { return watcher.c.Stats().Reaped == 1 })
 }
+
+// A node's heartbeat carries its count of connections of every app it has
+// some of, and the other nodes count each as that app's: here three apps'
+// (one, two and three connections).
+func TestHeartbeatsCountEachAppsConnections(t *testing.T) {
+	ns := cluster(t, testredis.Start(t), 2)
+	apps := map[string]int{"a1": 1, "a2": 2, "a3": 3}
+	for app, n := range apps {
+		for range n {
+			if _, err := ns[0].hub.Connect(app, hub.ConnectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wait.Until(t, "the other node counts each app's connections", func() bool {
+		for app, n := range apps {
+			if ns[1].c.ConnectionsElsewhere(app) != n {
+				return false
+			}
+		}
+		return true
+	})
+}
