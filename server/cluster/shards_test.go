@@ -338,3 +338,35 @@ func TestABatchOverTwoShardsOneDownIsRefused(t *testing.T) {
 	wait.NoError(t, func() error { return batch("back", up, down) })
 	sub.wait(up, "back")
 }
+
+// Whether a node of the running list lives, which decides if a shard
+// refuses a node of another list, is asked of the other nodes' heartbeats
+// and never of the asking node's own: its own alone is no other's, and
+// another's that lives is one whether or not its own is there.
+func TestOtherNodesLiveIsAskedOfTheOthersHeartbeats(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "others:", "me")
+	wait.Until(t, "the node is up", func() bool { return n.c.Stats().Up })
+	m := n.m()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	live := func(want bool, what string) {
+		t.Helper()
+		if got, err := m.otherNodesLive(t.Context()); err != nil || got != want {
+			t.Fatalf("%s: other nodes live %v (%v), want %v", what, got, err, want)
+		}
+	}
+	live(false, "the node's own heartbeat alone")
+	if err := rdb.SAdd(t.Context(), m.key("nodes"), "other").Err(); err != nil {
+		t.Fatal(err)
+	}
+	live(false, "another node whose heartbeat is gone")
+	// (The node may have taken the dead one out since: it is added again.)
+	if err := rdb.Set(t.Context(), m.key("node:", "other"), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.SAdd(t.Context(), m.key("nodes"), "other").Err(); err != nil {
+		t.Fatal(err)
+	}
+	live(true, "another node whose heartbeat lives")
+}
