@@ -370,3 +370,30 @@ func TestOtherNodesLiveIsAskedOfTheOthersHeartbeats(t *testing.T) {
 	}
 	live(true, "another node whose heartbeat lives")
 }
+
+// A node that takes a shard over (the shard had another place, and no node
+// of that list lives) is no longer refused from the check that takes it
+// over: not a heartbeat later.
+func TestATakeoverEndsTheRefusalAtOnce(t *testing.T) {
+	rs := testredis.Start(t)
+	// No heartbeat but the first: the checks are the test's.
+	n := startNode(t, rs, "takeover:", "me", func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
+	wait.Until(t, "the node is up", func() bool { return n.c.Stats().Up })
+	m := n.m()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.Set(t.Context(), m.key("shard"), "2/3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	refusal := errors.New("refused by an earlier check")
+	m.refused.Store(&refusal)
+	if err := m.checkShard(t.Context()); err != nil {
+		t.Fatalf("the takeover: %v", err)
+	}
+	if err := n.c.Ready(t.Context()); err != nil {
+		t.Fatalf("after the takeover: %v", err)
+	}
+	if got := rdb.Get(t.Context(), m.key("shard")).Val(); got != "1/1" {
+		t.Fatalf("the shard records %q, want 1/1", got)
+	}
+}
