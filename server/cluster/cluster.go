@@ -62,6 +62,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,6 +183,18 @@ type member struct {
 	hub   *hub.Hub
 	relay atomic.Pointer[ConsoleRelay] // set by ConsoleRelay, for Stats
 	p     string                       // key prefix
+	// scriptCtx is every script's ARGV[1] (see prelude): the prefix, the
+	// command that publishes on a stream's channel and the channel's
+	// suffix, NUL-separated.
+	scriptCtx string
+	// chanAt is the suffix of a stream's channel after the stream's key:
+	// "@" and the database, as channels are the server's, not a
+	// database's (two clusters on two databases of one Redis, with one
+	// prefix, must not hear each other).
+	chanAt string
+	// sharded: the member is on a Redis Cluster, whose shard channels
+	// (SPUBLISH, SSUBSCRIBE) stay on the node of their hash slot.
+	sharded bool
 
 	pub chan *pubReq
 	ops opQueue
@@ -215,7 +228,12 @@ type member struct {
 	// answers of a resync will reach it. readerLost: its connection failed;
 	// it must check whether Redis lost its data before reading on.
 	readerReady, readerLost atomic.Bool
-	gen                     string // the state's generation last seen (writer goroutine)
+	// listening is the reader's connection that listens on the streams'
+	// channels, closed from outside when another server answers: its
+	// connection, to the old server, would hear only what that one
+	// publishes (a demoted primary: nothing while it resynchronises).
+	listening atomic.Pointer[redis.PubSub]
+	gen       string // the state's generation last seen (writer goroutine)
 	// genNow is gen for the heartbeat, which checks that Redis still has
 	// it: a restart quicker than a heartbeat fails no command (the client
 	// retries on a new connection), and this is how it is noticed.
@@ -348,10 +366,25 @@ func newMember(log *zap.Logger, h *hub.Hub, opts Options, rdb redis.UniversalCli
 		ctx:          ctx,
 		cancel:       cancel,
 	}
+	db := 0
+	if cl, ok := rdb.(*redis.Client); ok {
+		db = cl.Options().DB
+	}
+	_, c.sharded = rdb.(*redis.ClusterClient)
+	c.chanAt = "@" + strconv.Itoa(db)
+	pub := "PUBLISH"
+	if c.sharded {
+		pub = "SPUBLISH"
+	}
+	c.scriptCtx = c.p + "\x00" + pub + "\x00" + c.chanAt
 	c.ops.init()
 	c.needResync.Store(true)
 	return c
 }
+
+// channel is the channel on which the entries of a stream (its key's
+// suffix) are published.
+func (c *member) channel(stream string) string { return c.key(stream, c.chanAt) }
 
 // ID is the node's id.
 func (c *member) ID() string { return c.id }
@@ -408,7 +441,7 @@ func (c *member) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if c.healthy.Load() {
-		// The reader may be in a blocking read of up to two heartbeats,
+		// The reader may be waiting up to two heartbeats for a message,
 		// which a cancelled context does not end.
 		c.rdb.Do(ctx, c.wakeReader()...)
 	}
@@ -495,6 +528,14 @@ func (c *member) serverChanged(runID, was string) {
 	c.historySuspect.Store(true)
 	c.ops.wake()
 	c.replayAnyway()
+	// The reader listens again, on the server that answers now, and reads
+	// the streams there from where it stopped.
+	c.readerLost.Store(true)
+	if ps := c.listening.Load(); ps != nil {
+		// Not here: this may run on a connection ps itself is making,
+		// under ps's lock.
+		go ps.Close()
+	}
 }
 
 func randomID() string {

@@ -86,7 +86,7 @@ func (c *member) releaseHeld(ctx context.Context, all bool) (time.Duration, bool
 		flag = "a"
 	}
 	for {
-		cl := &call{script: releaseScript, args: []any{c.p, globalStream, page, flag}}
+		cl := &call{script: releaseScript, args: []any{c.scriptCtx, globalStream, page, flag}}
 		c.exec(ctx, []*call{cl})
 		list, _ := cl.val.([]any)
 		if cl.err == nil && len(list) == 0 {

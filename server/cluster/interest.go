@@ -15,7 +15,7 @@ import (
 // (P msgs:<slot>, slotOf), one of Slots, and a node reads only the streams
 // of the slots where it has a subscription (pending ones included), plus
 // the cluster-wide stream (P msgs: terminations, watchlist changes, sign-in
-// answers) and its own wake-up stream (P in:<node>). So a node with no
+// answers), and listens on its own wake-up channel (P in:<node>). So a node with no
 // subscriber of a busy channel neither reads nor decodes its messages,
 // unless another channel of its slot has one here. Per channel, order is
 // kept: a channel's messages are in one stream.
@@ -159,6 +159,19 @@ func (in *interest) reading() (slots []int, from []string) {
 	return slots, from
 }
 
+// changed reports whether the slots the reader reads differ from those
+// it listens on: without allocating, for its every message.
+func (in *interest) changed(listening *[Slots]bool) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for s := range in.from {
+		if (in.from[s] != "" && in.subs[s] > 0) != listening[s] {
+			return true
+		}
+	}
+	return false
+}
+
 // advance records that the reader read slot s up to id.
 func (in *interest) advance(s int, id string) {
 	in.mu.Lock()
@@ -202,8 +215,8 @@ func containsInt(list []int, v int) bool {
 // readSlots makes the reader read the slots of the joins in ops, from
 // their streams' newest entries, before the joins run. It returns the
 // command that wakes the reader, to run before the joins (nil when it
-// reads them all already), so that it reads the new streams without
-// waiting for its blocking read to end.
+// reads them all already), so that it listens on the new streams' channels
+// (and reads them on from there) without waiting for its next message.
 func (c *member) readSlots(ctx context.Context, ops []op) (*call, error) {
 	var slots []int
 	for _, o := range ops {
@@ -229,8 +242,17 @@ func (c *member) readSlots(ctx context.Context, ops []op) (*call, error) {
 	return &call{args: c.wakeReader()}, nil
 }
 
-// wakeReader is the command that ends the reader's blocking read at once:
-// an entry in the node's wake-up stream, which the reader reads and skips.
+// wakeReader is the command that ends the reader's wait at once: a
+// message on the node's wake-up channel, which the reader takes as a sign
+// to look at what it reads.
 func (c *member) wakeReader() []any {
-	return []any{"XADD", c.key("in:", c.id), "MAXLEN", "~", 64, "*", "w", "1"}
+	cmd := "PUBLISH"
+	if c.sharded {
+		cmd = "SPUBLISH"
+	}
+	return []any{cmd, c.channel(wakeStream(c.id)), "w"}
 }
+
+// wakeStream is the key suffix of node's wake-up channel (a channel only:
+// no stream has it).
+func wakeStream(node string) string { return "in:" + node }

@@ -79,7 +79,7 @@ func (c *member) heartbeat() {
 func (c *member) beat(ctx context.Context) error {
 	local := c.hub.LocalConnections()
 	args := make([]any, 0, 4+2*len(local))
-	args = append(args, c.p, c.id, c.epoch, c.opts.NodeTTL.Milliseconds())
+	args = append(args, c.scriptCtx, c.id, c.epoch, c.opts.NodeTTL.Milliseconds())
 	for app, n := range local {
 		args = append(args, app, n)
 	}

@@ -150,13 +150,13 @@ func TestALeavingNodeTakesItsRecordOut(t *testing.T) {
 	}
 }
 
-// Close does not wait for the reader's blocking read to end by itself
-// (two heartbeats): here an hour's, which would outlast the test.
+// Close does not wait for the reader's wait for a message to end by
+// itself (two heartbeats): here an hour's, which would outlast the test.
 func TestCloseWakesTheReader(t *testing.T) {
 	rs := testredis.Start(t)
 	n := startNode(t, rs, "wake:", "n1", func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
-	wait.Until(t, "the node is up and its reader in a blocking read", func() bool {
-		return n.c.Stats().Up && infoField(t, rs, "clients", "blocked_clients") == 1
+	wait.Until(t, "the node is up and its reader listening", func() bool {
+		return n.c.Stats().Up && listeners(t, rs) == 1
 	})
 	if err := n.c.Close(); err != nil {
 		t.Fatal(err)

@@ -299,7 +299,7 @@ func isGenerationLost(err error) bool {
 // each stream; with keep, the history appends of kept messages too.
 func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	args := make([]any, 0, 8+5*len(msgs))
-	args = append(args, c.p, globalStream, gen, c.epoch, "", 0)
+	args = append(args, c.scriptCtx, globalStream, gen, c.epoch, "", 0)
 	var groups []keptGroup
 	var index map[*outMsg]int // a kept message's place in the appends' ids, from 1
 	if keep && slices.ContainsFunc(msgs, func(m *outMsg) bool { return m.keep != nil }) {
@@ -535,17 +535,16 @@ func (o *origins) sweep(now time.Time) {
 	}
 }
 
-// entryOrigin returns a stream entry's origin and first message number;
-// the origin is empty for entries the scripts of the cluster state wrote,
-// which are never published again.
-func entryOrigin(values map[string]any) (origin string, seq uint64) {
-	origin, _ = values["o"].(string)
-	s, _ := values["s"].(string)
+// entryOrigin returns a stream entry's origin and first message number
+// (its o and s fields); the origin is empty for entries the scripts of the
+// cluster state wrote, which are never published again, and for an entry
+// whose number cannot be read.
+func entryOrigin(o, s string) (origin string, seq uint64) {
 	seq, err := strconv.ParseUint(s, 10, 64)
-	if origin == "" || err != nil {
+	if o == "" || err != nil {
 		return "", 0
 	}
-	return origin, seq
+	return o, seq
 }
 
 // askReplay has the publish loop check, soon, whether Redis lost its data

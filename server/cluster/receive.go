@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"context"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,19 +14,71 @@ import (
 	"github.com/heraldrt/herald/server/internal/recovery"
 )
 
-// receiveLoop reads the cluster's streams — the cluster-wide one, the
-// node's wake-up stream and the streams of the slots it has subscriptions
-// in (interest.go) — from where it stopped, and hands each stream's
-// messages to the hub in the stream's order.
+// receiveLoop takes the cluster's messages — the cluster-wide stream's,
+// and those of the slots where the node has subscriptions (interest.go) —
+// and hands each stream's to the hub in the stream's order.
+//
+// Redis pushes each entry on its stream's channel as a script appends it
+// (the prelude's xadd), and the loop listens on the channels of the
+// streams it reads: a reading node costs Redis a push per entry, not a
+// read command, and the node a read of its connection, not a command and
+// its answer. The streams remain the record: whenever the loop may have
+// missed entries — when it starts listening on a channel, at its start,
+// after its connection failed, when it starts reading a slot — it reads
+// the stream from the last entry it took (catchUp), and from then on takes
+// a pushed entry only when its id is past that one: nothing is missed,
+// nothing is taken twice.
 func (c *member) receiveLoop() {
 	backoff := 50 * time.Millisecond
-	var global, wake, gen string
-	streams := make([]string, 0, 2*(Slots+2))
+	var (
+		ps  *redis.PubSub
+		gen string
+		// last is, per stream (the slots', then the cluster-wide one's),
+		// the id of the last entry taken.
+		last [Slots + 1]string
+		// listening: the slots whose channels ps listens on.
+		listening [Slots]bool
+	)
+	defer func() {
+		c.listening.Store(nil)
+		if ps != nil {
+			ps.Close()
+		}
+	}()
+	streamOfChannel := map[string]int{c.channel(globalStream): Slots, c.channel(wakeStream(c.id)): -1}
+	for s := range Slots {
+		streamOfChannel[c.channel(slotStreams[s])] = s
+	}
+	lost := func(err error) {
+		if c.ctx.Err() == nil {
+			c.log.Debug("reading the cluster's messages failed; listening again", zap.Error(err))
+		}
+		if ps != nil {
+			ps.Close()
+			ps = nil
+		}
+		c.sleep(&backoff)
+	}
 	for c.ctx.Err() == nil {
-		if global == "" || c.readerLost.Swap(false) {
+		if ps == nil || c.readerLost.Swap(false) {
+			if ps != nil {
+				ps.Close()
+				ps = nil
+			}
+			listening = [Slots]bool{}
 			var err error
-			if global, wake, gen, err = c.position(global, wake, gen); err != nil {
+			if last[Slots], gen, err = c.position(last[Slots], gen); err != nil {
 				c.sleep(&backoff)
+				continue
+			}
+			if ps, err = c.listen(c.channel(wakeStream(c.id)), c.channel(globalStream)); err != nil {
+				lost(err)
+				continue
+			}
+			c.listening.Store(ps)
+			// What the cluster-wide stream got while the loop did not listen.
+			if err := c.catchUp(&last, []int{Slots}); err != nil {
+				lost(err)
 				continue
 			}
 			if !c.readerReady.Swap(true) {
@@ -34,59 +89,27 @@ func (c *member) receiveLoop() {
 				c.ops.wake()
 			}
 		}
-		slots, from := c.interest.reading()
-		streams = append(streams[:0], c.key(globalStream), c.key("in:", c.id))
-		for _, s := range slots {
-			streams = append(streams, c.key(slotStreams[s]))
+		if err := c.follow(ps, &last, &listening, streamOfChannel); err != nil {
+			lost(err)
+			continue
 		}
-		streams = append(streams, global, wake)
-		streams = append(streams, from...)
-		res, err := c.rdb.XRead(c.ctx, &redis.XReadArgs{Streams: streams, Count: 1000, Block: 2 * c.opts.Heartbeat}).Result()
+		msg, err := ps.ReceiveTimeout(c.ctx, 2*c.opts.Heartbeat)
 		if err != nil {
-			if isNil(err) || c.ctx.Err() != nil {
-				continue // nothing new, or closing
+			if ne, ok := err.(net.Error); ok && ne.Timeout() && c.ctx.Err() == nil {
+				// Nothing for two heartbeats: make sure the connection
+				// still answers (its answer comes as a message).
+				if err := ps.Ping(c.ctx); err != nil {
+					lost(err)
+				}
+				continue
 			}
-			c.readerLost.Store(true)
-			c.sleep(&backoff)
+			lost(err)
 			continue
 		}
 		backoff = 50 * time.Millisecond
 		now := time.Now()
-		for _, st := range res {
-			if len(st.Messages) == 0 {
-				continue
-			}
-			last := st.Messages[len(st.Messages)-1].ID
-			slot := -1
-			switch st.Stream {
-			case streams[0]:
-				global, slot = last, Slots
-			case streams[1]:
-				wake = last
-				continue // only wakes the reader
-			default:
-				for i, s := range slots {
-					if st.Stream == streams[2+i] {
-						slot = s
-						break
-					}
-				}
-			}
-			if slot < 0 {
-				continue
-			}
-			for _, m := range st.Messages {
-				payload, ok := m.Values["m"].(string)
-				if !ok {
-					continue
-				}
-				origin, seq := entryOrigin(m.Values)
-				positions, _ := m.Values["p"].(string)
-				c.handleEntry(&c.seen[slot], payload, origin, seq, positions, now)
-			}
-			if slot < Slots {
-				c.interest.advance(slot, last)
-			}
+		if m, ok := msg.(*redis.Message); ok {
+			c.take(m, &last, streamOfChannel, now)
 		}
 		for i := range c.seen {
 			c.seen[i].sweep(now)
@@ -94,26 +117,275 @@ func (c *member) receiveLoop() {
 	}
 }
 
-// position returns where to read the cluster-wide and wake-up streams
-// from: on after global and wake, or at the first call after their newest
-// messages. It asks for a rebuild of the node's record when Redis lost its
-// data (its generation changed).
-func (c *member) position(global, wake, gen string) (string, string, string, error) {
+// listen returns a connection that listens on channels, once Redis has
+// confirmed each.
+func (c *member) listen(channels ...string) (*redis.PubSub, error) {
+	ctx, cancel := c.queryContext()
+	defer cancel()
+	var ps *redis.PubSub
+	if c.sharded {
+		ps = c.rdb.SSubscribe(ctx, channels...)
+	} else {
+		ps = c.rdb.Subscribe(ctx, channels...)
+	}
+	if err := awaitListening(ctx, ps, len(channels), nil); err != nil {
+		ps.Close()
+		return nil, err
+	}
+	return ps, nil
+}
+
+// awaitListening waits for Redis to confirm n more channels listened on,
+// handing the messages that come meanwhile to other (when not nil).
+func awaitListening(ctx context.Context, ps *redis.PubSub, n int, other func(*redis.Message)) error {
+	for n > 0 {
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				n--
+			}
+		case *redis.Message:
+			if other != nil {
+				other(m)
+			}
+		}
+	}
+	return nil
+}
+
+// follow has ps listen on the channels of the slots the node reads, and
+// no others: a slot it starts reading is read from where interest says
+// (the newest entry before the joins that need it, or the last taken),
+// and its stream caught up once its channel is listened on.
+func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[Slots]bool, streamOfChannel map[string]int) error {
+	if !c.interest.changed(listening) {
+		return nil
+	}
+	slots, from := c.interest.reading()
+	var reading [Slots]bool
+	var start []int
+	var startChannels []string
+	for i, s := range slots {
+		reading[s] = true
+		if !listening[s] {
+			start = append(start, s)
+			startChannels = append(startChannels, c.channel(slotStreams[s]))
+			last[s] = from[i]
+		}
+	}
+	var stop []string
+	for s := range listening {
+		if listening[s] && !reading[s] {
+			listening[s] = false
+			stop = append(stop, c.channel(slotStreams[s]))
+		}
+	}
+	ctx, cancel := c.queryContext()
+	defer cancel()
+	if len(stop) > 0 {
+		// The messages that come before Redis has it are not taken: the
+		// slot is not read.
+		var err error
+		if c.sharded {
+			err = ps.SUnsubscribe(ctx, stop...)
+		} else {
+			err = ps.Unsubscribe(ctx, stop...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(start) == 0 {
+		return nil
+	}
+	var err error
+	if c.sharded {
+		err = ps.SSubscribe(ctx, startChannels...)
+	} else {
+		err = ps.Subscribe(ctx, startChannels...)
+	}
+	if err != nil {
+		return err
+	}
+	// A message of a slot being started must wait for its stream's catch-up;
+	// the others' are taken as they come.
+	var waiting []*redis.Message
+	err = awaitListening(ctx, ps, len(start), func(m *redis.Message) {
+		if s, ok := streamOfChannel[m.Channel]; ok && s >= 0 && s < Slots && !listening[s] && reading[s] {
+			waiting = append(waiting, m)
+			return
+		}
+		c.take(m, last, streamOfChannel, time.Now())
+	})
+	if err != nil {
+		return err
+	}
+	for _, s := range start {
+		listening[s] = true
+	}
+	if err := c.catchUp(last, start); err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, m := range waiting {
+		c.take(m, last, streamOfChannel, now)
+	}
+	return nil
+}
+
+// catchUp reads the given streams (by index: a slot, or Slots for the
+// cluster-wide one) after the last entry taken from each, to their ends.
+func (c *member) catchUp(last *[Slots + 1]string, streams []int) error {
+	keys := make([]string, 0, 2*len(streams))
+	for _, s := range streams {
+		keys = append(keys, c.key(streamOf(s)))
+	}
+	for _, s := range streams {
+		keys = append(keys, last[s])
+	}
+	for {
+		ctx, cancel := c.queryContext()
+		res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: keys, Count: catchUpPage, Block: -1}).Result()
+		cancel()
+		if isNil(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		more := false
+		for _, st := range res {
+			for i, key := range keys[:len(streams)] {
+				if st.Stream != key {
+					continue
+				}
+				s := streams[i]
+				for _, m := range st.Messages {
+					c.takeEntry(s, m.ID, entryOf(m.Values), last, now)
+				}
+				keys[len(streams)+i] = last[s]
+				more = more || len(st.Messages) == catchUpPage
+			}
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// catchUpPage is how many entries of a stream one read of catchUp takes.
+const catchUpPage = 1000
+
+// take takes a message pushed on a stream's channel: the entry's id, then
+// its fields and values.
+func (c *member) take(m *redis.Message, last *[Slots + 1]string, streamOfChannel map[string]int, now time.Time) {
+	s, ok := streamOfChannel[m.Channel]
+	if !ok || s < 0 {
+		return // the wake-up channel's, or of a channel no longer listened on
+	}
+	f, err := fields(m.Payload)
+	if err != nil || len(f)%2 != 1 {
+		c.log.Warn("malformed cluster message dropped", zap.Int("bytes", len(m.Payload)))
+		return
+	}
+	var e entry
+	for i := 1; i+1 < len(f); i += 2 {
+		e.set(f[i], f[i+1])
+	}
+	c.takeEntry(s, f[0], e, last, now)
+}
+
+// takeEntry hands stream s's entry id to the hub, unless it was taken
+// already.
+func (c *member) takeEntry(s int, id string, e entry, last *[Slots + 1]string, now time.Time) {
+	if !idAfter(id, last[s]) {
+		return
+	}
+	last[s] = id
+	if s < Slots {
+		c.interest.advance(s, id)
+	}
+	if e.msg == "" {
+		return
+	}
+	origin, seq := entryOrigin(e.origin, e.seq)
+	c.handleEntry(&c.seen[s], e.msg, origin, seq, e.positions, now)
+}
+
+// entry is a stream entry's fields: m the message, o its origin, s the
+// number of its first message, p the positions of its events.
+type entry struct{ msg, origin, seq, positions string }
+
+func (e *entry) set(field, value string) {
+	switch field {
+	case "m":
+		e.msg = value
+	case "o":
+		e.origin = value
+	case "s":
+		e.seq = value
+	case "p":
+		e.positions = value
+	}
+}
+
+// entryOf is the entry of a stream entry's values as go-redis reads them.
+func entryOf(values map[string]any) entry {
+	var e entry
+	for k, v := range values {
+		if s, ok := v.(string); ok {
+			e.set(k, s)
+		}
+	}
+	return e
+}
+
+// idAfter reports whether stream id a comes after b (any id after "").
+func idAfter(a, b string) bool {
+	if b == "" {
+		return true
+	}
+	am, as, okA := splitID(a)
+	bm, bs, okB := splitID(b)
+	if !okA || !okB {
+		return a != b
+	}
+	return am > bm || (am == bm && as > bs)
+}
+
+func splitID(id string) (ms, seq uint64, ok bool) {
+	i := strings.IndexByte(id, '-')
+	if i < 0 {
+		return 0, 0, false
+	}
+	ms, err1 := strconv.ParseUint(id[:i], 10, 64)
+	seq, err2 := strconv.ParseUint(id[i+1:], 10, 64)
+	return ms, seq, err1 == nil && err2 == nil
+}
+
+// position returns where to read the cluster-wide stream from: after
+// global, or after its newest entry at the first call. It asks for a
+// rebuild of the node's record when Redis lost its data (its generation
+// changed).
+func (c *member) position(global, gen string) (string, string, error) {
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	now, err := c.generation(ctx)
 	if err != nil {
-		return global, wake, gen, err
+		return global, gen, err
 	}
 	switch {
 	case global == "":
-		pipe := c.rdb.Pipeline()
-		g := pipe.XRevRangeN(ctx, c.key(globalStream), "+", "-", 1)
-		w := pipe.XRevRangeN(ctx, c.key("in:", c.id), "+", "-", 1)
-		if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
-			return global, wake, gen, err
+		msgs, err := c.rdb.XRevRangeN(ctx, c.key(globalStream), "+", "-", 1).Result()
+		if err != nil && !isNil(err) {
+			return global, gen, err
 		}
-		global, wake = newestID(g.Val()), newestID(w.Val())
+		global = newestID(msgs)
 	case now != gen:
 		// Redis lost its data, the nodes' records included: rebuild this
 		// node's record. Reading goes on after where it was in each stream:
@@ -125,7 +397,7 @@ func (c *member) position(global, wake, gen string) (string, string, string, err
 		c.needResync.Store(true)
 		c.askReplay()
 	}
-	return global, wake, now, nil
+	return global, now, nil
 }
 
 // newestID is the id of the newest of msgs (at most one, newest first), or

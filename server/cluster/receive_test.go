@@ -94,10 +94,11 @@ func TestAReaderInPlaceOnlyReads(t *testing.T) {
 	cl.wait("news", "before")
 	prefix := prefix(ns[0].c)
 	setACL(t, rs, "resetkeys", "%R~*", "~"+prefix, "~"+prefix+"[^g]*", "~"+prefix+"g[^e]*")
-	// Two reads of each node begun since (a reader blocks at most two
-	// heartbeats): the readers have gone round their loop under the rule.
-	reads := commandStats(t, rs, "xread", "calls")
-	wait.Until(t, "the readers read again", func() bool { return commandStats(t, rs, "xread", "calls") >= reads+4 })
+	// Two waits of each node ended since (a reader waits at most two
+	// heartbeats for a message, then pings): the readers have gone round
+	// their loop under the rule.
+	pings := commandStats(t, rs, "ping", "calls")
+	wait.Until(t, "the readers wait again", func() bool { return commandStats(t, rs, "ping", "calls") >= pings+4 })
 	if err := ns[0].hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "after", Data: "{}"}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +145,9 @@ func TestAFailingReaderBacksOff(t *testing.T) {
 }
 
 // A stream entry that no node would write — a batch holding an empty
-// message or a batch, fields that run past the entry, an unknown kind — is
-// dropped, and what follows it is delivered.
+// message or a batch, fields that run past the entry, an unknown kind, a
+// push that is not fields or lacks its id — is dropped, and what follows
+// it is delivered.
 func TestMalformedStreamEntriesAreDropped(t *testing.T) {
 	rs := testredis.Start(t)
 	n := startNode(t, rs, "garbled:", "n1")
@@ -166,12 +168,41 @@ func TestMalformedStreamEntriesAreDropped(t *testing.T) {
 		"",
 		event("last"),
 	} {
-		if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: []any{"m", payload}}).Err(); err != nil {
-			t.Fatal(err)
+		appendEntry(t, rdb, n.c.(*member), stream, "m", payload)
+		if payload == "" {
+			// Pushes a node would not make: not fields, and fields
+			// without the entry's id.
+			channel := n.c.(*member).channel(slotStreams[slotOf("app", "news")])
+			for _, push := range []string{"garbage", encodeFields(0, "m", event("unnumbered"))[1:]} {
+				if err := rdb.Publish(t.Context(), channel, push).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 	cl.wait("news", "last")
 	if got := cl.events("news"); !slices.Equal(got, []string{"pusher_internal:subscription_succeeded", "first", "last"}) {
 		t.Fatalf("events %v, want first and last only", got)
+	}
+}
+
+// appendEntry appends an entry of the given fields and values to stream
+// (its key) and pushes it on the stream's channel, as the scripts do.
+func appendEntry(t *testing.T, rdb *redis.Client, c *member, stream string, values ...string) {
+	t.Helper()
+	args := make([]any, len(values))
+	for i, v := range values {
+		args[i] = v
+	}
+	id, err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: args}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := appendField(nil, id)
+	for _, v := range values {
+		push = appendField(push, v)
+	}
+	if err := rdb.Publish(t.Context(), stream+c.chanAt, string(push)).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

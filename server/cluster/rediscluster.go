@@ -14,9 +14,10 @@ import (
 // from them). The channels are spread over ClusterShards shards as over a
 // list of Redis URLs (shards.go), each shard's keys under a prefix with a
 // hash tag of its own (herald:{s3.12}:…), so that all of one shard's keys
-// are in one hash slot: its scripts, transactions and the reader's XREAD
-// over its streams each run on one Redis node, as they must in a Redis
-// Cluster. Every script call names a key of the prefix (member.route), by
+// are in one hash slot: its scripts, transactions, the shard channels its
+// entries are published on (SPUBLISH, SSUBSCRIBE) and the reader's catch-up
+// XREAD over its streams each run on one Redis node, as they must in a
+// Redis Cluster. Every script call names a key of the prefix (member.route), by
 // which the client sends it to that node.
 //
 // The tags are chosen so that shard i's slot is in the i-th of
@@ -33,8 +34,8 @@ const ClusterShards = 16
 // newRedisCluster returns the node's membership of a cluster over the
 // Redis Cluster of shard: ClusterShards shards over one client.
 func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard) *router {
-	// Each shard's reader holds a connection in a blocking XREAD; the
-	// shards of a Redis node must not take the pool the others need.
+	// Each shard's reader holds a connection listening on its channels;
+	// the shards of a Redis node must not take the pool the others need.
 	rdb := shard.Client(redisconn.ClientOptions{Readers: ClusterShards})
 	base := opts.Prefix
 	if base == "" {

@@ -271,12 +271,12 @@ func TestARedisClusterNodeNamesItsShardsAndHasRoomForCalls(t *testing.T) {
 	rc := testredis.StartCluster(t, 3)
 	core, logs := observer.New(zapcore.InfoLevel)
 	n := startLoggedNode(t, nil, "rc:", "n1", zap.New(core), withURL(rc.URL()), func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
-	wait.Until(t, "every shard's reader in a blocking read", func() bool {
-		var blocked int64
+	wait.Until(t, "every shard's reader listening", func() bool {
+		var listening int
 		for _, rs := range rc.Nodes {
-			blocked += infoField(t, rs, "clients", "blocked_clients")
+			listening += listeners(t, rs)
 		}
-		return n.c.Stats().Up && blocked == ClusterShards
+		return n.c.Stats().Up && listening == ClusterShards
 	})
 	if _, err := n.c.Channels("app", ""); err != nil {
 		t.Fatalf("a query while every reader waits: %v", err)

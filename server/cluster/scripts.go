@@ -19,8 +19,9 @@ import (
 //	P nc:<node>              hash   the node's connections per app
 //	P node:<node>            string the node's heartbeat (expires)
 //	P msgs                   stream terminations, watchlist changes, sign-in answers: every node reads it
+//	                                (each stream's entries are also published on the channel P <stream>@<db>)
 //	P msgs:<slot>            stream the messages of the channels of a slot (interest.go)
-//	P in:<node>              stream wakes the node's reader when it starts reading a slot
+//	P in:<node>@<db>         channel wakes the node's reader when it starts reading a slot (no key)
 //	P nodes                  set    the nodes that have state
 //	P gen                    string the state's generation: gone when Redis lost its data
 //	P ch:<app>               hash   channel → subscriptions in the cluster
@@ -39,12 +40,17 @@ import (
 // neither, and every node releases, with releaseScript, those whose time
 // has come (a node that died holding none).
 //
-// Every script takes the prefix as ARGV[1] and, as ARGV[2], the stream it
-// publishes to (after the prefix: msgs:<slot> for a channel's, msgs for the
-// cluster-wide one; see interest.go); their own arguments follow. Streams
-// keep StreamHistory of messages (XADD MINID ~, by Redis's clock).
+// Every script takes as ARGV[1] the prefix, the command that publishes on
+// a channel (PUBLISH; SPUBLISH on a Redis Cluster, whose shard channels
+// stay on the node of their hash slot) and the suffix of a stream's
+// channel (member.scriptCtx), NUL-separated, and, as ARGV[2], the stream
+// it publishes to (after the prefix: msgs:<slot> for a channel's, msgs for
+// the cluster-wide one; see interest.go); their own arguments follow.
+// Streams keep StreamHistory of messages (XADD MINID ~, by Redis's clock).
+// Each entry is also published, with its id, on its stream's channel, from
+// which the nodes read it (receive.go).
 const prelude = `
-local P = ARGV[1]
+local P, PUB, AT = string.match(ARGV[1], '^(.-)%z(%u+)%z(.*)$')
 local COUNT_ABOVE, COUNT_EVERY_MS = {{count_above}}, {{count_every_ms}}
 local function ns(s) s = tostring(s); return #s .. ':' .. s end
 local function nowms()
@@ -52,9 +58,15 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local minid
+-- xadd appends an entry of the given fields and values to stream, and
+-- publishes it on the stream's channel: its id, then its fields and values
+-- (each written as by ns).
 local function xadd(stream, ...)
   if not minid then minid = nowms() - {{history_ms}} end
-  redis.call('XADD', stream, 'MINID', '~', minid, '*', ...)
+  local id = redis.call('XADD', stream, 'MINID', '~', minid, '*', ...)
+  local parts = {ns(id)}
+  for _, v in ipairs({...}) do parts[#parts+1] = ns(v) end
+  redis.call(PUB, stream .. AT, table.concat(parts))
 end
 local function publish(msg) xadd(P .. ARGV[2], 'm', msg) end
 local function event(app, channel, name, data, exclude)

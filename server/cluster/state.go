@@ -219,7 +219,7 @@ func (c *member) callOf(o op) *call {
 		if o.reply {
 			flags = append(flags, 'r')
 		}
-		args := []any{c.p, streamOf(slotOf(j.AppID, j.Channel)), c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}
+		args := []any{c.scriptCtx, streamOf(slotOf(j.AppID, j.Channel)), c.id, j.AppID, j.Channel, j.SocketID, j.UserID, string(j.Info), j.MaxMembers, string(flags), j.Token}
 		if rec := j.Recovery; rec != nil && o.reply {
 			args[9] = string(append(flags, 'k'))
 			now := time.Now()
@@ -239,7 +239,7 @@ func (c *member) callOf(o op) *call {
 		if o.silent {
 			flags = "rs"
 		}
-		args := []any{c.p, globalStream, c.id, s.AppID, s.SocketID, s.UserID, flags}
+		args := []any{c.scriptCtx, globalStream, c.id, s.AppID, s.SocketID, s.UserID, flags}
 		for _, w := range s.Watchlist {
 			args = append(args, w)
 		}
@@ -249,7 +249,7 @@ func (c *member) callOf(o op) *call {
 	case o.signedIn != nil:
 		return o.signedIn.call(c)
 	default:
-		return &call{script: flushCountScript, args: []any{c.p, streamOf(slotOf(o.flush[0], o.flush[1])), o.flush[0], o.flush[1]}}
+		return &call{script: flushCountScript, args: []any{c.scriptCtx, streamOf(slotOf(o.flush[0], o.flush[1])), o.flush[0], o.flush[1]}}
 	}
 }
 
@@ -260,11 +260,11 @@ func (c *member) leaveCall(node string, l hub.Leave) *call {
 	} else if c.opts.Settings(l.AppID).SubscriptionCount {
 		flags = "n"
 	}
-	return &call{script: leaveScript, args: []any{c.p, streamOf(slotOf(l.AppID, l.Channel)), node, l.AppID, l.Channel, l.SocketID, l.UserID, flags, c.opts.Hold.Milliseconds()}}
+	return &call{script: leaveScript, args: []any{c.scriptCtx, streamOf(slotOf(l.AppID, l.Channel)), node, l.AppID, l.Channel, l.SocketID, l.UserID, flags, c.opts.Hold.Milliseconds()}}
 }
 
 func (c *member) signOutCall(node string, s hub.SignOutRequest) *call {
-	return &call{script: signOutScript, args: []any{c.p, globalStream, node, s.AppID, s.SocketID, s.UserID}}
+	return &call{script: signOutScript, args: []any{c.scriptCtx, globalStream, node, s.AppID, s.SocketID, s.UserID}}
 }
 
 // transitions hands the channel events a script reported to the hub's

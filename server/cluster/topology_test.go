@@ -112,6 +112,27 @@ func infoField(tb testing.TB, rs *testredis.Server, section, field string) int64
 	return n
 }
 
+// listeners is how many of rs's clients listen on channels (pub/sub): a
+// node's reader each, once in place.
+func listeners(tb testing.TB, rs *testredis.Server) int {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	list, err := rdb.ClientList(tb.Context()).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(list) {
+		for f := range strings.FieldsSeq(line) {
+			if flags, ok := strings.CutPrefix(f, "flags="); ok && strings.Contains(flags, "P") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // shardsNamed are the shard numbers of a node's "Redis answers" logs, one
 // per shard that found Redis answering, in order.
 func shardsNamed(logs *observer.ObservedLogs) []int {
