@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -204,5 +205,36 @@ func appendEntry(t *testing.T, rdb *redis.Client, c *member, stream string, valu
 	}
 	if err := rdb.Publish(t.Context(), stream+c.chanAt, string(push)).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Pub/sub channels are the Redis server's, not a database's: two clusters
+// on two databases of one Redis, under one prefix, do not hear each other
+// (each stream's channel names its database).
+func TestClustersOnTwoDatabasesOfOneRedisKeepApart(t *testing.T) {
+	rs := testredis.Start(t)
+	base := strings.TrimSuffix(rs.URL(), "/0")
+	var subs []*client
+	var nodes []*node
+	for db := range 2 {
+		n := startNode(t, rs, "apart:", fmt.Sprint("n", db), withURL(fmt.Sprintf("%s/%d", base, db)))
+		cl := n.connect("app")
+		cl.subscribe("news", nil)
+		cl.wait("news", "pusher_internal:subscription_succeeded")
+		nodes, subs = append(nodes, n), append(subs, cl)
+	}
+	for db, n := range nodes {
+		for _, ev := range []string{"only", "last"} {
+			if err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: fmt.Sprint(ev, "-", db), Data: "{}"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for db, cl := range subs {
+		cl.wait("news", fmt.Sprint("last-", db))
+		want := []string{"pusher_internal:subscription_succeeded", fmt.Sprint("only-", db), fmt.Sprint("last-", db)}
+		if got := cl.events("news"); !slices.Equal(got, want) {
+			t.Errorf("database %d's subscriber got %v, want %v", db, got, want)
+		}
 	}
 }
