@@ -4,7 +4,9 @@
 // Every message (a trigger, a client event, a member joining) is appended
 // to a Redis stream that the nodes read, the publisher's node included, so
 // each node delivers each message once, to its own sockets, in the order
-// Redis saw them. A stream rather than pub/sub: a node whose connection
+// Redis saw them. The script that appends it also publishes it on the
+// stream's pub/sub channel, by which Redis pushes it to the nodes that
+// listen; the stream is the record, from which a node whose connection
 // dropped for a moment reads on from where it stopped. What a channel is
 // across the cluster (subscriptions, presence members, the cached event,
 // signed-in users) is kept in Redis, changed only by atomic scripts, and
