@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -189,32 +188,20 @@ func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[S
 	if len(stop) > 0 {
 		// The messages that come before Redis has it are not taken: the
 		// slot is not read.
-		var err error
-		if c.sharded {
-			err = ps.SUnsubscribe(ctx, stop...)
-		} else {
-			err = ps.Unsubscribe(ctx, stop...)
-		}
-		if err != nil {
+		if err := c.subscribe(ctx, ps, false, stop); err != nil {
 			return err
 		}
 	}
 	if len(start) == 0 {
 		return nil
 	}
-	var err error
-	if c.sharded {
-		err = ps.SSubscribe(ctx, startChannels...)
-	} else {
-		err = ps.Subscribe(ctx, startChannels...)
-	}
-	if err != nil {
+	if err := c.subscribe(ctx, ps, true, startChannels); err != nil {
 		return err
 	}
 	// A message of a slot being started must wait for its stream's catch-up;
 	// the others' are taken as they come.
 	var waiting []*redis.Message
-	err = awaitListening(ctx, ps, len(start), func(m *redis.Message) {
+	err := awaitListening(ctx, ps, len(start), func(m *redis.Message) {
 		if s, ok := streamOfChannel[m.Channel]; ok && s >= 0 && s < Slots && !listening[s] && reading[s] {
 			waiting = append(waiting, m)
 			return
@@ -235,6 +222,20 @@ func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[S
 		c.take(m, last, streamOfChannel, now)
 	}
 	return nil
+}
+
+// subscribe has ps listen on channels (on), or stop listening, as the
+// member's Redis wants it: shard channels on a Redis Cluster.
+func (c *member) subscribe(ctx context.Context, ps *redis.PubSub, on bool, channels []string) error {
+	switch {
+	case on && c.sharded:
+		return ps.SSubscribe(ctx, channels...)
+	case on:
+		return ps.Subscribe(ctx, channels...)
+	case c.sharded:
+		return ps.SUnsubscribe(ctx, channels...)
+	}
+	return ps.Unsubscribe(ctx, channels...)
 }
 
 // catchUp reads the given streams (by index: a slot, or Slots for the
@@ -346,26 +347,18 @@ func entryOf(values map[string]any) entry {
 }
 
 // idAfter reports whether stream id a comes after b (any id after "").
+// Stream ids have the form of eventlog.IDs; one that cannot be read is
+// taken unless it is b itself.
 func idAfter(a, b string) bool {
 	if b == "" {
 		return true
 	}
-	am, as, okA := splitID(a)
-	bm, bs, okB := splitID(b)
-	if !okA || !okB {
+	ai, errA := eventlog.ParseID(a)
+	bi, errB := eventlog.ParseID(b)
+	if errA != nil || errB != nil {
 		return a != b
 	}
-	return am > bm || (am == bm && as > bs)
-}
-
-func splitID(id string) (ms, seq uint64, ok bool) {
-	i := strings.IndexByte(id, '-')
-	if i < 0 {
-		return 0, 0, false
-	}
-	ms, err1 := strconv.ParseUint(id[:i], 10, 64)
-	seq, err2 := strconv.ParseUint(id[i+1:], 10, 64)
-	return ms, seq, err1 == nil && err2 == nil
+	return bi.Less(ai)
 }
 
 // position returns where to read the cluster-wide stream from: after

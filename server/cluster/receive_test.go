@@ -238,3 +238,24 @@ func TestClustersOnTwoDatabasesOfOneRedisKeepApart(t *testing.T) {
 		}
 	}
 }
+
+// A pushed entry is taken only past the last one taken: an equal id is the
+// same entry again (pushed and read by a catch-up), and ids compare as
+// numbers, not text.
+func TestAnEntryIsTakenOnlyPastTheLastOne(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"5-1", "", true},
+		{"5-1", "5-1", false},
+		{"5-10", "5-9", true},
+		{"5-9", "5-10", false},
+		{"10-0", "9-99", true},
+		{"9-99", "10-0", false},
+	} {
+		if got := idAfter(tc.a, tc.b); got != tc.want {
+			t.Errorf("idAfter(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
