@@ -198,12 +198,14 @@ func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[S
 	if err := c.subscribe(ctx, ps, true, startChannels); err != nil {
 		return err
 	}
-	// A message of a slot being started must wait for its stream's catch-up;
-	// the others' are taken as they come.
-	var waiting []*redis.Message
+	// A message of a slot being started that comes before Redis confirms
+	// its channel was pushed to an earlier listening (stopped since): it is
+	// dropped, as the catch-up that follows the confirmation reads its
+	// entry, appended before it was pushed, in the stream's order. Taking
+	// it now would move the slot's read position past entries before it.
+	// The other channels' messages are taken as they come.
 	err := awaitListening(ctx, ps, len(start), func(m *redis.Message) {
 		if s, ok := streamOfChannel[m.Channel]; ok && s >= 0 && s < Slots && !listening[s] && reading[s] {
-			waiting = append(waiting, m)
 			return
 		}
 		c.take(m, last, streamOfChannel, time.Now())
@@ -214,14 +216,7 @@ func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[S
 	for _, s := range start {
 		listening[s] = true
 	}
-	if err := c.catchUp(last, start); err != nil {
-		return err
-	}
-	now := time.Now()
-	for _, m := range waiting {
-		c.take(m, last, streamOfChannel, now)
-	}
-	return nil
+	return c.catchUp(last, start)
 }
 
 // subscribe has ps listen on channels (on), or stop listening, as the
