@@ -298,7 +298,7 @@ func isGenerationLost(err error) bool {
 // sendUnder runs publishScript for msgs, which are in sequence order in
 // each stream; with keep, the history appends of kept messages too.
 func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
-	args := make([]any, 0, 8+5*len(msgs))
+	args := make([]any, 0, 8+4*len(msgs))
 	args = append(args, c.scriptCtx, globalStream, gen, c.epoch, "", 0)
 	var groups []keptGroup
 	var index map[*outMsg]int // a kept message's place in the appends' ids, from 1
@@ -316,7 +316,7 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 		for i := 0; i < len(msgs); {
 			m := msgs[i]
 			if m.cache != nil {
-				args = append(args, "c", stream, m.seq, m.msg, positionsOf(msgs[i:i+1], index), m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
+				args = append(args, "c", stream, entryFields(m.msg, c.epoch, m.seq), positionsOf(msgs[i:i+1], index), m.cache.app, m.cache.channel, m.cache.value, hub.CacheTTL.Milliseconds())
 				i++
 				continue
 			}
@@ -326,7 +326,7 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 			for j < len(msgs) && msgs[j].cache == nil && msgs[j].seq == msgs[j-1].seq+1 {
 				j++
 			}
-			args = append(args, "x", stream, m.seq, packed(msgs[i:j]), positionsOf(msgs[i:j], index))
+			args = append(args, "x", stream, entryFields(packed(msgs[i:j]), c.epoch, m.seq), positionsOf(msgs[i:j], index))
 			i = j
 		}
 	}

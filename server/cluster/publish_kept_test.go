@@ -179,8 +179,8 @@ func TestClusterRecoveryWithinABatchedEntry(t *testing.T) {
 	}
 	var kept []string
 	for _, e := range entries {
-		if ps, ok := e.Values["p"].(string); ok {
-			kept = append(kept, ps)
+		if got, _ := entryOf(e.Values); got.positions != "" {
+			kept = append(kept, got.positions)
 		}
 	}
 	if want := strings.Join(ids, " "); len(kept) != 1 || kept[0] != want {

@@ -22,14 +22,14 @@ import (
 // the node's listening connection from Redis (CLIENT KILL), as a network
 // failure would, and look at what the node delivers once it listens again.
 
-// appendUnpushed appends entries to stream (its key), each of one field
-// m, without pushing them on the stream's channel: entries a node's
+// appendUnpushed appends entries to stream (its key), each of a message
+// m only, without pushing them on the stream's channel: entries a node's
 // reader missed.
 func appendUnpushed(t *testing.T, rdb *redis.Client, stream string, msgs ...string) {
 	t.Helper()
 	pipe := rdb.Pipeline()
 	for _, m := range msgs {
-		pipe.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: []any{"m", m}})
+		pipe.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: []any{"f", fieldsOf("m", m)}})
 	}
 	if _, err := pipe.Exec(t.Context()); err != nil {
 		t.Fatal(err)
@@ -129,6 +129,34 @@ func TestACatchUpReadsEveryPageOfASlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	receivedExactly(t, cl, "news", append(want, "after")...)
+}
+
+// An entry a catch-up cannot read (its field f is not fields and values)
+// is dropped and the catch-up goes on after it: the events around it reach
+// the subscriber, in order.
+func TestACatchUpDropsAnEntryItCannotRead(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "unread:", "n1")
+	m := n.m()
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	slot := slotStreams[slotOf("app", "news")]
+	event := func(name string) string {
+		return encodeEvent(hub.Message{AppID: "app", Channel: "news", Event: name, Data: "{}"})
+	}
+	appendUnpushed(t, rdb, m.key(slot), event("before"))
+	if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: m.key(slot), Values: []any{"f", "9:short"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	appendUnpushed(t, rdb, m.key(slot), event("past"))
+	listenAgain(t, rdb, 1, m.channel(slot))
+	if err := n.hub.Publish(hub.Message{AppID: "app", Channel: "news", Event: "after", Data: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	receivedExactly(t, cl, "news", "pusher_internal:subscription_succeeded", "before", "past", "after")
 }
 
 // A node that listens again catches the cluster-wide stream up too: a

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -262,7 +263,13 @@ func (c *member) catchUp(last *[Slots + 1]string, streams []int) error {
 				}
 				s := streams[i]
 				for _, m := range st.Messages {
-					c.takeEntry(s, m.ID, entryOf(m.Values), last, now)
+					e, ok := entryOf(m.Values)
+					if !ok {
+						// Taken all the same, with nothing to deliver: the
+						// read goes on after it.
+						c.log.Warn("malformed cluster message dropped", zap.String("id", m.ID))
+					}
+					c.takeEntry(s, m.ID, e, last, now)
 				}
 				keys[len(streams)+i] = last[s]
 				more = more || len(st.Messages) == catchUpPage
@@ -289,11 +296,7 @@ func (c *member) take(m *redis.Message, last *[Slots + 1]string, streamOfChannel
 		c.log.Warn("malformed cluster message dropped", zap.Int("bytes", len(m.Payload)))
 		return
 	}
-	var e entry
-	for i := 1; i+1 < len(f); i += 2 {
-		e.set(f[i], f[i+1])
-	}
-	c.takeEntry(s, f[0], e, last, now)
+	c.takeEntry(s, f[0], entryOfFields(f[1:]), last, now)
 }
 
 // takeEntry hands stream s's entry id to the hub, unless it was taken
@@ -330,13 +333,36 @@ func (e *entry) set(field, value string) {
 	}
 }
 
-// entryOf is the entry of a stream entry's values as go-redis reads them.
-func entryOf(values map[string]any) entry {
+// entryFields is a stream entry's field f (see prelude) for a message
+// published by origin, numbered from seq: its fields and values but the
+// positions, which the script adds.
+func entryFields(msg, origin string, seq uint64) string {
+	b := make([]byte, 0, len(msg)+len(origin)+40)
+	b = appendField(b, "m")
+	b = appendField(b, msg)
+	b = appendField(b, "o")
+	b = appendField(b, origin)
+	b = appendField(b, "s")
+	b = appendField(b, strconv.FormatUint(seq, 10))
+	return string(b)
+}
+
+// entryOf is the entry of a stream entry's values as go-redis reads them,
+// and whether its field f could be read.
+func entryOf(values map[string]any) (entry, bool) {
+	s, _ := values["f"].(string)
+	f, err := fields(s)
+	if err != nil || len(f)%2 != 0 {
+		return entry{}, false
+	}
+	return entryOfFields(f), true
+}
+
+// entryOfFields is the entry of fields and values, in pairs.
+func entryOfFields(f []string) entry {
 	var e entry
-	for k, v := range values {
-		if s, ok := v.(string); ok {
-			e.set(k, s)
-		}
+	for i := 0; i+1 < len(f); i += 2 {
+		e.set(f[i], f[i+1])
 	}
 	return e
 }

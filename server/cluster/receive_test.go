@@ -191,21 +191,24 @@ func TestMalformedStreamEntriesAreDropped(t *testing.T) {
 // (its key) and pushes it on the stream's channel, as the scripts do.
 func appendEntry(t *testing.T, rdb *redis.Client, c *member, stream string, values ...string) {
 	t.Helper()
-	args := make([]any, len(values))
-	for i, v := range values {
-		args[i] = v
-	}
-	id, err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: args}).Result()
+	f := fieldsOf(values...)
+	id, err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: []any{"f", f}}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	push := appendField(nil, id)
-	for _, v := range values {
-		push = appendField(push, v)
-	}
-	if err := rdb.Publish(t.Context(), stream+c.chanAt, string(push)).Err(); err != nil {
+	if err := rdb.Publish(t.Context(), stream+c.chanAt, string(appendField(nil, id))+f).Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fieldsOf is a stream entry's field f (see prelude) of the given fields
+// and values.
+func fieldsOf(values ...string) string {
+	var b []byte
+	for _, v := range values {
+		b = appendField(b, v)
+	}
+	return string(b)
 }
 
 // Pub/sub channels are the Redis server's, not a database's: two clusters

@@ -362,7 +362,8 @@ func TestAPublishRightAfterDataLossGoesThrough(t *testing.T) {
 	}
 	var events []string
 	for _, e := range entries {
-		m, _ := e.Values["m"].(string)
+		got, _ := entryOf(e.Values)
+		m := got.msg
 		f, err := fields(m[1:])
 		if err != nil {
 			t.Fatal(err)

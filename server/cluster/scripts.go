@@ -47,8 +47,11 @@ import (
 // it publishes to (after the prefix: msgs:<slot> for a channel's, msgs for
 // the cluster-wide one; see interest.go); their own arguments follow.
 // Streams keep StreamHistory of messages (XADD MINID ~, by Redis's clock).
-// Each entry is also published, with its id, on its stream's channel, from
-// which the nodes read it (receive.go).
+// An entry has one field, f: the entry's own fields and values, each
+// written as by ns (m the message, o its origin, s the number of its first
+// message, p the positions of its events), so that publishing the entry on
+// its stream's channel, with its id first, from which the nodes read it
+// (receive.go), is one concatenation, not one per field.
 const prelude = `
 local P, PUB, AT = string.match(ARGV[1], '^(.-)%z(%u+)%z(.*)$')
 local COUNT_ABOVE, COUNT_EVERY_MS = {{count_above}}, {{count_every_ms}}
@@ -58,17 +61,14 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local minid
--- xadd appends an entry of the given fields and values to stream, and
--- publishes it on the stream's channel: its id, then its fields and values
--- (each written as by ns).
-local function xadd(stream, ...)
+-- xadd appends an entry to stream, its fields and values written as by ns,
+-- and publishes it on the stream's channel after its id.
+local function xadd(stream, fields)
   if not minid then minid = nowms() - {{history_ms}} end
-  local id = redis.call('XADD', stream, 'MINID', '~', minid, '*', ...)
-  local parts = {ns(id)}
-  for _, v in ipairs({...}) do parts[#parts+1] = ns(v) end
-  redis.call(PUB, stream .. AT, table.concat(parts))
+  local id = redis.call('XADD', stream, 'MINID', '~', minid, '*', 'f', fields)
+  redis.call(PUB, stream .. AT, ns(id) .. fields)
 end
-local function publish(msg) xadd(P .. ARGV[2], 'm', msg) end
+local function publish(msg) xadd(P .. ARGV[2], '1:m' .. ns(msg)) end
 local function event(app, channel, name, data, exclude)
   return 'E' .. ns(app) .. ns(channel) .. ns(name) .. ns(data) .. ns('') .. ns(exclude) .. ns('')
 end
@@ -327,12 +327,13 @@ return {}
 //
 //	app now_ms floor_ms max_events max_bytes max_channels ttl_ms n (channel name data exclude)×n
 //
-// and per entry, where places are the space-separated places of its
-// messages among the appends' events (from 1; "-" for one not kept; empty
-// when none is), either
+// and per entry, where fields are its fields but p, written as by ns (the
+// message, origin and number: entryFields), and places are the
+// space-separated places of its messages among the appends' events (from
+// 1; "-" for one not kept; empty when none is), either
 //
-//	x stream seq message places                            a plain entry
-//	c stream seq message places app channel value ttl_ms   a cache channel's event
+//	x stream fields places                            a plain entry
+//	c stream fields places app channel value ttl_ms   a cache channel's event
 //
 // A call with appends has a token (else it is empty): the same token as
 // the node's last call is the same call again (go-redis sends a pipeline
@@ -340,7 +341,9 @@ return {}
 // answers "dup". Else it answers, per append, histAppend's numbers, or the
 // error that kept its events out of the history (they are published all
 // the same, without ids).
-var publishScript = newScript(histLib, `
+var publishScript = newScript(histLib, publishBody)
+
+const publishBody = `
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
 end
@@ -382,23 +385,20 @@ local function positions(places)
   if some then return table.concat(p, ' ') end
   return nil
 end
-local function add(stream, seq, msg, places)
+local function add(stream, fields, places)
   local p = positions(places)
-  if p then
-    xadd(P .. stream, 'm', msg, 'o', ARGV[4], 's', seq, 'p', p)
-  else
-    xadd(P .. stream, 'm', msg, 'o', ARGV[4], 's', seq)
-  end
+  if p then fields = fields .. '1:p' .. ns(p) end
+  xadd(P .. stream, fields)
 end
 while i <= #ARGV do
   if ARGV[i] == 'c' then
-    redis.call('SET', P .. 'cache:' .. ARGV[i+5] .. ':' .. ARGV[i+6], ARGV[i+7], 'PX', ARGV[i+8])
-    add(ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4])
-    i = i + 9
+    redis.call('SET', P .. 'cache:' .. ARGV[i+4] .. ':' .. ARGV[i+5], ARGV[i+6], 'PX', ARGV[i+7])
+    add(ARGV[i+1], ARGV[i+2], ARGV[i+3])
+    i = i + 8
   else
-    add(ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4])
-    i = i + 5
+    add(ARGV[i+1], ARGV[i+2], ARGV[i+3])
+    i = i + 4
   end
 end
 return out
-`)
+`

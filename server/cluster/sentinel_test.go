@@ -267,7 +267,7 @@ func TestNodesFollowADemotedPrimaryBehindOneAddress(t *testing.T) {
 	}
 	var republished bool
 	for _, e := range entries {
-		if m, _ := e.Values["m"].(string); strings.Contains(m, "between") {
+		if got, _ := entryOf(e.Values); strings.Contains(got.msg, "between") {
 			republished = true
 		}
 	}

@@ -29,7 +29,7 @@ func TestStreamsKeepTheirLastTenSecondsByRedissClock(t *testing.T) {
 	now := redisMillis(t, rdb)
 	old, recent := fmt.Sprintf("%d-0", now-11_000), fmt.Sprintf("%d-0", now-9_000)
 	for _, id := range []string{old, recent} {
-		if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, ID: id, Values: []any{"m", "old"}}).Err(); err != nil {
+		if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, ID: id, Values: []any{"f", fieldsOf("m", "old")}}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
