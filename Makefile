@@ -144,10 +144,11 @@ bench-fanout:
 bench-cluster:
 	scripts/bench-cluster.sh
 
-## test-load-smoke: the load tool (tools/load) for a few seconds against Herald and the baseline (tools/baseline)
+## test-load-smoke: the load tool (tools/load) for a few seconds against Herald and the baseline (tools/baseline), and bench-cluster's nodes part small and short (needs redis-server)
 test-load-smoke:
 	cd tools/load && $(GO) test -race -count=1 ./...
 	cd tools/baseline && $(GO) test -race -count=1 ./...
+	BENCH_PARTS=nodes BENCH_NODES_SHAPES=30x3 BENCH_DURATION=2s BENCH_CHECK=1 GO=$(GO) scripts/bench-cluster.sh
 
 ## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, cluster/redisconn, netguard, storage, config, upgrade, clientrate, console/traffic; slow, not in test (one package: make mutate PKGS=./server/signing)
 mutate:

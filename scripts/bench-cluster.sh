@@ -19,6 +19,9 @@
 # when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
 # cluster mode as a third row of every compare shape ("before"), alternating with the others;
 # BENCH_ROUNDS (1) repeats the compare rows, so that before-and-after figures come from one run.
+# BENCH_NODES_SHAPES (1500x1,9000x900) sets the nodes part's shapes: subscribers x channels, comma-separated.
+# BENCH_CHECK=1 makes a nodes row that lost an event, subscribed fewer than all or delivered nothing
+# fail the run (make test-load-smoke runs the nodes part so, small and short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -165,8 +168,10 @@ nodes() {
 	local modes="one $CLUSTER_NODES" round
 	[[ -n $BEFORE ]] && modes="one $CLUSTER_NODES before"
 	for round in $(seq "$ROUNDS"); do
-		for shape in ${BENCH_NODES_SHAPES:-"1500 1" "9000 900"}; do
-			read -r subs channels <<<"$shape"
+		local shapes
+		IFS=, read -ra shapes <<<"${BENCH_NODES_SHAPES:-1500x1,9000x900}"
+		for shape in "${shapes[@]}"; do
+			local subs=${shape%x*} channels=${shape#*x}
 			local one_us=0
 			for mode in $modes; do
 				local bin=$tmp/herald n=$CLUSTER_NODES urls=() procs=()
@@ -199,6 +204,10 @@ nodes() {
 						'BEGIN { n = split(each, a, ","); gsub(/[][]/, "", a[n]); if (p > 0) printf "%.1f", a[n] / 100 * s * 1e6 / p; else print "-" }')
 				fi
 				printf '%-34s %-8s %14.0f %12.2f %14s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$us" "$rus" "$(field lost "$json")"
+				if [[ -n ${BENCH_CHECK:-} ]] && { [[ $(field lost "$json") != 0 || $(field connected "$json") != "$subs" ]] || ! awk -v d="$d" 'BEGIN { exit !(d > 0) }'; }; then
+					echo "bench-cluster: nodes: $mode on $subs subscribers over $channels channels lost events, subscribed fewer than all or delivered nothing" >&2
+					exit 1
+				fi
 				if [[ $mode == one ]]; then
 					one_us=$us
 				else
