@@ -146,9 +146,9 @@ func (s *EventLogStore) appendCall(prefix, app string, p eventlog.Policy, entrie
 	keys := make([]string, 3, 3+len(entries))
 	keys[0], keys[1], keys[2] = base, base+":lru", base+":sizes"
 	nowMS := now.UnixMilli()
-	args := make([]any, 8, 8+4*len(entries))
-	args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7] = nowMS, nowMS-p.TTL.Milliseconds(),
-		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), base+":c:", s.token()
+	args := make([]any, 7, 7+4*len(entries))
+	args[0], args[1], args[2], args[3], args[4], args[5], args[6] = nowMS, nowMS-p.TTL.Milliseconds(),
+		p.Events, s.limits.MaxBytes, s.limits.MaxChannels, p.TTL.Milliseconds(), s.token()
 	for _, e := range entries {
 		keys = append(keys, base+":c:"+e.Channel)
 		args = append(args, e.Channel, e.Name, e.Data, e.Exclude)

@@ -263,7 +263,7 @@ func luaScript(parts ...string) *redis.Script {
 }
 
 // histAppendScript: KEYS meta lru sizes stream…; ARGV now_ms floor_ms
-// max_events max_bytes max_channels ttl_ms stream_prefix token, then
+// max_events max_bytes max_channels ttl_ms token, then
 // channel name data exclude per entry, in the order of the streams.
 // Answers histAppend's numbers, without the ids. A call whose token is the
 // last the app's history took is the same call again (go-redis sends a
@@ -271,13 +271,13 @@ func luaScript(parts ...string) *redis.Script {
 // nothing.
 var histAppendScript = luaScript(histLib, `
 local meta = KEYS[1]
-if redis.call('HGET', meta, 'token') == ARGV[8] then
+if redis.call('HGET', meta, 'token') == ARGV[7] then
   local h = redis.call('HMGET', meta, 'events', 'bytes')
   return {0, 0, 0, 0, tonumber(h[1] or '0'), tonumber(h[2] or '0'), 0, 0}
 end
-redis.call('HSET', meta, 'token', ARGV[8])
+redis.call('HSET', meta, 'token', ARGV[7])
 local entries = {}
-for i = 9, #ARGV, 4 do
+for i = 8, #ARGV, 4 do
   entries[#entries + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
 local v = histAppend(meta, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], entries)

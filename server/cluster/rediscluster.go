@@ -34,9 +34,9 @@ const ClusterShards = 16
 // newRedisCluster returns the node's membership of a cluster over the
 // Redis Cluster of shard: ClusterShards shards over one client.
 func newRedisCluster(log *zap.Logger, h *hub.Hub, opts Options, shard redisconn.Shard) *router {
-	// Each shard's reader holds a connection listening on its channels;
-	// the shards of a Redis node must not take the pool the others need.
-	rdb := shard.Client(redisconn.ClientOptions{Readers: ClusterShards})
+	// The shards' readers listen on connections outside the pool (go-redis
+	// keeps subscriptions apart) and take one from it only to catch up.
+	rdb := shard.Client(redisconn.ClientOptions{})
 	base := opts.Prefix
 	if base == "" {
 		base = DefaultPrefix

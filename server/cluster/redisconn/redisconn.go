@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,10 +372,6 @@ type ClientOptions struct {
 	// Redis server behind the shard than the last one did (watch): one
 	// Redis or a Sentinel's primary; a Redis Cluster's client has none.
 	OnNewServer func(runID, was string)
-	// Readers is how many of a Redis Cluster's client's connections block
-	// in reads (every shard's reader shares the client): room for them
-	// beside the pool's usual size.
-	Readers int
 }
 
 // Client returns the shard's client: a *redis.Client for one Redis or a
@@ -394,7 +389,6 @@ func (s Shard) Client(o ClientOptions) redis.UniversalClient {
 		return redis.NewFailoverClient(&fo)
 	case Cluster:
 		co := *s.cluster
-		co.PoolSize = 10*runtime.GOMAXPROCS(0) + o.Readers
 		return redis.NewClusterClient(&co)
 	}
 	ro := *s.single

@@ -212,22 +212,6 @@ func TestTheRedisCAFileAddsToTheSystemRoots(t *testing.T) {
 	}
 }
 
-// A Redis Cluster's client has room for the readers that share it beside
-// its usual pool.
-func TestARedisClusterClientHasRoomForItsReaders(t *testing.T) {
-	shards, err := Parse("redis-cluster://h:1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain := shards[0].Client(ClientOptions{})
-	defer plain.Close()
-	more := shards[0].Client(ClientOptions{Readers: 16})
-	defer more.Close()
-	if a, b := plain.(*redis.ClusterClient).Options().PoolSize, more.(*redis.ClusterClient).Options().PoolSize; b != a+16 {
-		t.Fatalf("pool of %d connections with 16 readers, %d without", b, a)
-	}
-}
-
 // Check asks a Sentinel group or a Redis Cluster what the start needs to
 // know, and stops it only on an answer that says no: a Sentinel that does
 // not know the master, a server that is no Sentinel or no Redis Cluster
