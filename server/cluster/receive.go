@@ -109,7 +109,7 @@ func (c *member) receiveLoop() {
 		backoff = 50 * time.Millisecond
 		now := time.Now()
 		if m, ok := msg.(*redis.Message); ok {
-			c.take(m, &last, streamOfChannel, now)
+			c.take(m, &last, &listening, streamOfChannel, now)
 		}
 		for i := range c.seen {
 			c.seen[i].sweep(now)
@@ -187,8 +187,8 @@ func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[S
 	ctx, cancel := c.queryContext()
 	defer cancel()
 	if len(stop) > 0 {
-		// The messages that come before Redis has it are not taken: the
-		// slot is not read.
+		// The messages that come before Redis has it are not taken (take):
+		// the slot is not listened on.
 		if err := c.subscribe(ctx, ps, false, stop); err != nil {
 			return err
 		}
@@ -200,16 +200,14 @@ func (c *member) follow(ps *redis.PubSub, last *[Slots + 1]string, listening *[S
 		return err
 	}
 	// A message of a slot being started that comes before Redis confirms
-	// its channel was pushed to an earlier listening (stopped since): it is
-	// dropped, as the catch-up that follows the confirmation reads its
-	// entry, appended before it was pushed, in the stream's order. Taking
-	// it now would move the slot's read position past entries before it.
-	// The other channels' messages are taken as they come.
+	// its channel was pushed to an earlier listening (stopped since): take
+	// drops it, as the slot is not listened on yet, and the catch-up that
+	// follows the confirmation reads its entry, appended before it was
+	// pushed, in the stream's order. Taking it now would move the slot's
+	// read position past entries before it. The other channels' messages
+	// are taken as they come.
 	err := awaitListening(ctx, ps, len(start), func(m *redis.Message) {
-		if s, ok := streamOfChannel[m.Channel]; ok && s >= 0 && s < Slots && !listening[s] && reading[s] {
-			return
-		}
-		c.take(m, last, streamOfChannel, time.Now())
+		c.take(m, last, listening, streamOfChannel, time.Now())
 	})
 	if err != nil {
 		return err
@@ -285,11 +283,14 @@ func (c *member) catchUp(last *[Slots + 1]string, streams []int) error {
 const catchUpPage = 1000
 
 // take takes a message pushed on a stream's channel: the entry's id, then
-// its fields and values.
-func (c *member) take(m *redis.Message, last *[Slots + 1]string, streamOfChannel map[string]int, now time.Time) {
+// its fields and values. A slot's message is taken only while its channel
+// is listened on (confirmed, and not being stopped): one that comes before
+// is in the catch-up that follows, one that comes after is of a slot no
+// longer read.
+func (c *member) take(m *redis.Message, last *[Slots + 1]string, listening *[Slots]bool, streamOfChannel map[string]int, now time.Time) {
 	s, ok := streamOfChannel[m.Channel]
-	if !ok || s < 0 {
-		return // the wake-up channel's, or of a channel no longer listened on
+	if !ok || s < 0 || (s < Slots && !listening[s]) {
+		return // the wake-up channel's, or of a slot not listened on
 	}
 	f, err := fields(m.Payload)
 	if err != nil || len(f)%2 != 1 {
