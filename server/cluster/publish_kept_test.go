@@ -199,3 +199,31 @@ func TestClusterRecoveryWithinABatchedEntry(t *testing.T) {
 		t.Fatalf("the resume replayed %v, want 3 4", got)
 	}
 }
+
+// A kept event of a cache channel goes out in an entry of its own (it is
+// also the channel's last event, kept for new subscribers): another node's
+// recoverable subscriber gets it with its id in the history, and a new
+// subscriber gets it from the cache.
+func TestAKeptCacheChannelEventCarriesItsPosition(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2)
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	store := ns[1].c.EventLog(eventlog.Limits{})
+	const channel = "cache-feed"
+	sub := recoverable(ns[0], channel, p, time.Minute, nil)
+	m := hub.Message{AppID: "app", Channel: channel, Event: "tick", Data: "1", Cache: true}
+	if kept, err := ns[1].hub.PublishKept(store, p, time.Now(), m); err != nil || !kept {
+		t.Fatalf("publish: kept %v, %v", kept, err)
+	}
+	wait.Until(t, "the event delivered", func() bool { return len(sub.datas()) == 1 })
+	_, ids := history(t, store, "app", channel, p)
+	if len(ids) != 1 {
+		t.Fatalf("the history holds %v, want the one event", ids)
+	}
+	if got := sub.positions(); !slices.Equal(got, ids) {
+		t.Fatalf("positions %v, want the event's id %v", got, ids)
+	}
+	late := ns[0].connect("app")
+	late.subscribe(channel, nil)
+	late.wait(channel, "tick")
+}

@@ -132,8 +132,8 @@ func TestACatchUpReadsEveryPageOfASlot(t *testing.T) {
 }
 
 // An entry a catch-up cannot read (its field f is not fields and values)
-// is dropped and the catch-up goes on after it: the events around it reach
-// the subscriber, in order.
+// is dropped and the catch-up goes on after it: the events around a page
+// of such entries (catchUpPage) reach the subscriber, in order.
 func TestACatchUpDropsAnEntryItCannotRead(t *testing.T) {
 	rs := testredis.Start(t)
 	n := startNode(t, rs, "unread:", "n1")
@@ -148,7 +148,11 @@ func TestACatchUpDropsAnEntryItCannotRead(t *testing.T) {
 		return encodeEvent(hub.Message{AppID: "app", Channel: "news", Event: name, Data: "{}"})
 	}
 	appendUnpushed(t, rdb, m.key(slot), event("before"))
-	if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: m.key(slot), Values: []any{"f", "9:short"}}).Err(); err != nil {
+	pipe := rdb.Pipeline()
+	for range catchUpPage {
+		pipe.XAdd(t.Context(), &redis.XAddArgs{Stream: m.key(slot), Values: []any{"f", "9:short"}})
+	}
+	if _, err := pipe.Exec(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	appendUnpushed(t, rdb, m.key(slot), event("past"))

@@ -411,3 +411,42 @@ func TestAfterAnOutageANodeSaysWhatItPublishesAgain(t *testing.T) {
 		t.Errorf("node b, which keeps nothing, logged %d times that it publishes again", got)
 	}
 }
+
+// A cache channel's event published again after Redis lost its data (the
+// node's replay) comes with its origin like any other: a node that
+// delivered it already does not deliver it twice.
+func TestAReplayedCacheChannelEventIsDeliveredOnce(t *testing.T) {
+	rs := testredis.Start(t)
+	ns := cluster(t, rs, 2, func(o *Options) { o.ReplayWindow = time.Minute })
+	a, b := ns[0], ns[1]
+	const channel = "cache-news"
+	sub := b.connect("app")
+	sub.subscribe(channel, nil)
+	sub.wait(channel, "pusher_internal:subscription_succeeded")
+	publish := func(event string) {
+		t.Helper()
+		if err := a.hub.Publish(hub.Message{AppID: "app", Channel: channel, Event: event, Data: "{}", Cache: true}); err != nil {
+			t.Fatalf("publish %s: %v", event, err)
+		}
+	}
+	publish("tick")
+	sub.wait(channel, "tick")
+	replayed := a.c.Stats().Replayed
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, "the tick published again", func() bool { return a.c.Stats().Replayed > replayed })
+	publish("after")
+	sub.wait(channel, "after")
+	var ticks int
+	for _, e := range sub.events(channel) {
+		if e == "tick" {
+			ticks++
+		}
+	}
+	if ticks != 1 {
+		t.Fatalf("the subscriber got the tick %d times: %v", ticks, sub.events(channel))
+	}
+}
