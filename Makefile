@@ -148,7 +148,12 @@ bench-cluster:
 test-load-smoke:
 	cd tools/load && $(GO) test -race -count=1 ./...
 	cd tools/baseline && $(GO) test -race -count=1 ./...
-	BENCH_PARTS=nodes BENCH_NODES_SHAPES=30x3 BENCH_DURATION=2s BENCH_CHECK=1 GO=$(GO) scripts/bench-cluster.sh
+	BENCH_CHECK=self scripts/bench-cluster.sh
+	@# Two shapes, each of whose rows must say what it ran (one row per mode).
+	@out=$$(BENCH_PARTS=nodes BENCH_NODES_SHAPES=20x2,30x3 BENCH_DURATION=2s BENCH_CHECK=1 GO=$(GO) scripts/bench-cluster.sh) && \
+	  printf '%s\n' "$$out" && for shape in '20 subscribers, 2 channels' '30 subscribers, 3 channels'; do \
+	    [ "$$(printf '%s\n' "$$out" | grep -c "^$$shape ")" = 2 ] || { echo "test-load-smoke: bench-cluster ran no two rows of $$shape" >&2; exit 1; }; \
+	  done
 
 ## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, cluster/redisconn, netguard, storage, config, upgrade, clientrate, console/traffic; slow, not in test (one package: make mutate PKGS=./server/signing)
 mutate:
