@@ -102,18 +102,26 @@ func receivedExactly(t *testing.T, cl *client, channel string, want ...string) {
 	}
 }
 
-// A node that listens again catches a slot's stream up to its end, page
-// after page (catchUpPage entries each): the 1,500 entries it missed reach
-// the subscriber, in order, before an event published after.
-func TestACatchUpReadsEveryPageOfASlot(t *testing.T) {
+// newsReader starts a node under prefix on a Redis of its own, with a
+// client subscribed to "news", and returns them with the node's member and
+// a client of the Redis.
+func newsReader(t *testing.T, prefix string) (*node, *member, *client, *redis.Client) {
+	t.Helper()
 	rs := testredis.Start(t)
-	n := startNode(t, rs, "pages:", "n1")
-	m := n.m()
+	n := startNode(t, rs, prefix, "n1")
 	cl := n.connect("app")
 	cl.subscribe("news", nil)
 	cl.wait("news", "pusher_internal:subscription_succeeded")
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
+	t.Cleanup(func() { rdb.Close() })
+	return n, n.m(), cl, rdb
+}
+
+// A node that listens again catches a slot's stream up to its end, page
+// after page (catchUpPage entries each): the 1,500 entries it missed reach
+// the subscriber, in order, before an event published after.
+func TestACatchUpReadsEveryPageOfASlot(t *testing.T) {
+	n, m, cl, rdb := newsReader(t, "pages:")
 
 	const missed = catchUpPage + catchUpPage/2
 	want := []string{"pusher_internal:subscription_succeeded"}
@@ -135,14 +143,7 @@ func TestACatchUpReadsEveryPageOfASlot(t *testing.T) {
 // is dropped and the catch-up goes on after it: the events around a page
 // of such entries (catchUpPage) reach the subscriber, in order.
 func TestACatchUpDropsAnEntryItCannotRead(t *testing.T) {
-	rs := testredis.Start(t)
-	n := startNode(t, rs, "unread:", "n1")
-	m := n.m()
-	cl := n.connect("app")
-	cl.subscribe("news", nil)
-	cl.wait("news", "pusher_internal:subscription_succeeded")
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
+	n, m, cl, rdb := newsReader(t, "unread:")
 	slot := slotStreams[slotOf("app", "news")]
 	event := func(name string) string {
 		return encodeEvent(hub.Message{AppID: "app", Channel: "news", Event: name, Data: "{}"})
