@@ -16,14 +16,22 @@ import (
 )
 
 // A node's record lock is released by its unlock, at once: the next lock
-// of it is taken, not refused as held.
+// of it is taken, not refused as held. Held, it expires by itself within
+// 30 seconds: a node that dies holding it (rebuilding its record, or
+// taking out another's) does not keep that record locked for good.
 func TestUnlockReleasesTheRecordLock(t *testing.T) {
 	rs := testredis.Start(t)
 	n := startNode(t, rs, "locks:", "n1")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
 	for i := range 2 {
 		unlock, err := n.m().lock(t.Context(), "other", false)
 		if err != nil {
 			t.Fatalf("lock %d: %v", i+1, err)
+		}
+		ttl, err := rdb.PTTL(t.Context(), n.m().key("lock:", "other")).Result()
+		if err != nil || ttl <= 0 || ttl > 30*time.Second {
+			t.Fatalf("a held record lock's time to live is %v (%v), want up to 30s", ttl, err)
 		}
 		if _, err := n.m().lock(t.Context(), "other", false); err != errLocked {
 			t.Fatalf("a lock held: %v, want errLocked", err)
