@@ -341,9 +341,7 @@ return {}
 // answers "dup". Else it answers, per append, histAppend's numbers, or the
 // error that kept its events out of the history (they are published all
 // the same, without ids).
-var publishScript = newScript(histLib, publishBody)
-
-const publishBody = `
+var publishScript = newScript(histLib, `
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
 end
@@ -401,4 +399,4 @@ while i <= #ARGV do
   end
 end
 return out
-`
+`)
