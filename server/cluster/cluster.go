@@ -594,7 +594,7 @@ func evalSha(ctx context.Context, pipe redis.Pipeliner, s *redis.Script, keys []
 
 // scripts are every script the cluster runs, loaded again together when
 // Redis turns out not to have one.
-var scripts = []*redis.Script{beatScript, joinScript, leaveScript, signInScript, signOutScript, flushCountScript, publishScript, publishKeptScript, releaseScript, histAppendScript}
+var scripts = []*redis.Script{beatScript, joinScript, leaveScript, signInScript, signOutScript, flushCountScript, publishScript, releaseScript, histAppendScript}
 
 // exec runs the calls in one pipeline, in order. A script Redis does not
 // have (it restarted) is not run, so it is sent again in full — after the

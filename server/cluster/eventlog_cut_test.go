@@ -47,7 +47,7 @@ func (p *replyCutProxy) serve(c net.Conn) {
 	}
 	defer up.Close()
 	var cut atomic.Bool
-	mark := []byte(publishKeptScript.Hash())
+	mark := []byte(publishScript.Hash())
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {

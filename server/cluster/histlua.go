@@ -11,7 +11,7 @@ import (
 )
 
 // histLib is the channel history's Lua: the append, shared by
-// histAppendScript (an append of its own) and publishKeptScript (the append
+// histAppendScript (an append of its own) and publishScript (the append
 // in the publish that carries the events, so that their IDs follow the
 // order in which every node delivers them: recovery's positions), and the
 // read of what a recovering subscription missed (joinScript). An app's

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// A history append of publishKeptScript carries the kept messages of several
+// A history append of publishScript carries the kept messages of several
 // publish calls (a group); its outcome is every one of those calls': an
 // error the script answers for a group, or an answer missing or of a form
 // it never gives, is set on each request of that group and no other's, and

@@ -296,8 +296,7 @@ func isGenerationLost(err error) bool {
 }
 
 // sendUnder runs publishScript for msgs, which are in sequence order in
-// each stream; with keep, the history appends of kept messages too
-// (publishKeptScript, when there are any).
+// each stream; with keep, the history appends of kept messages too.
 func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	args := make([]any, 0, 8+4*len(msgs))
 	args = append(args, c.scriptCtx, globalStream, gen, c.epoch, "", 0)
@@ -336,9 +335,6 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 		args[4] = strconv.FormatUint(c.pubCalls, 36)
 	}
 	cl := &call{script: publishScript, args: args}
-	if len(groups) > 0 {
-		cl.script = publishKeptScript
-	}
 	c.exec(c.ctx, []*call{cl})
 	if cl.err != nil {
 		return cl.err
@@ -347,7 +343,7 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	return nil
 }
 
-// keptGroup is one history append of publishKeptScript: the kept messages of
+// keptGroup is one history append of publishScript: the kept messages of
 // consecutive publish calls of one store, app and policy, at the latest
 // of their times (an event's id is never below its channel's last anyway).
 type keptGroup struct {
@@ -412,7 +408,7 @@ func positionsOf(msgs []*outMsg, index map[*outMsg]int) string {
 	return strings.Join(parts, " ")
 }
 
-// keptOutcomes records publishKeptScript's answer v for its history appends,
+// keptOutcomes records publishScript's answer v for its history appends,
 // groups: each one's figures, or its error. A call sent again ("dup") was
 // answered the first time, whose answer was lost.
 func keptOutcomes(groups []keptGroup, v any) {

@@ -313,18 +313,7 @@ end
 return {}
 `)
 
-// publishScript and publishKeptScript run publishBody: a call with history
-// appends runs publishKeptScript, which has the history library
-// (histLib); a call without runs publishScript, which does not. Every call
-// of a script defines its local functions again, so leaving the library
-// out of the plain publish, the hot path, saves Redis about a tenth of the
-// call (its appends loop, which alone calls histAppend, never runs there).
-var (
-	publishScript     = newScript(publishBody)
-	publishKeptScript = newScript(histLib, publishBody)
-)
-
-// publishBody appends a node's messages to their streams, each entry
+// publishScript appends a node's messages to their streams, each entry
 // with its origin (o) and the number of its first message (s) in the
 // stream's numbering, keeps a cache channel's event as its last, and
 // appends kept events to their channel's history (histLib) in the same
@@ -332,8 +321,8 @@ var (
 // "-" for one not kept): so the ids of a channel's events follow the order
 // of its stream, which is the order every node delivers them in
 // (recovery's positions). All of it only while Redis still has the
-// generation the node publishes under (see publish.go). ARGV[2] is the
-// cluster-wide stream, which it does not write.
+// generation the node publishes under (see publish.go). ARGV[2] is the cluster-wide stream, which it does not
+// write.
 // ARGV gen origin token appends, then per append
 //
 //	app now_ms floor_ms max_events max_bytes max_channels ttl_ms n (channel name data exclude)×n
@@ -352,7 +341,7 @@ var (
 // answers "dup". Else it answers, per append, histAppend's numbers, or the
 // error that kept its events out of the history (they are published all
 // the same, without ids).
-const publishBody = `
+var publishScript = newScript(histLib, `
 if redis.call('GET', P .. 'gen') ~= ARGV[3] then
   return redis.error_reply('HERALDGEN Redis lost the cluster state')
 end
@@ -410,4 +399,4 @@ while i <= #ARGV do
   end
 end
 return out
-`
+`)
