@@ -16,6 +16,7 @@ import (
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testkit"
 	"github.com/heraldrt/herald/server/internal/testredis"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // The cost of cluster mode on one node against a single node, same run:
@@ -354,4 +355,77 @@ func wakeUps(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// What one publish call costs Redis by its shape — entries (one per slot
+// the call touches) × messages per entry — with connections listening on
+// the slots' channels as the nodes reading them would (none, or three):
+// Redis CPU per call and per message. Most of a call's cost is fixed (its
+// command, its answer, a push to each listening node), so a message costs
+// Redis less the more messages a call carries.
+//
+//	go test -run '^$' -bench PublishCall ./server/cluster/
+func BenchmarkPublishCall(b *testing.B) {
+	rs := testredis.Start(b)
+	for _, shape := range []struct{ entries, perEntry, listeners int }{{1, 1, 0}, {1, 1, 3}, {1, 6, 3}, {3, 2, 3}} {
+		b.Run(fmt.Sprintf("%dx%d/listeners%d", shape.entries, shape.perEntry, shape.listeners), func(b *testing.B) {
+			h := hub.New(zap.NewNop())
+			defer h.Close()
+			cl, err := New(zap.NewNop(), h, Options{URL: rs.URL(), NodeID: "call", Prefix: fmt.Sprintf("p%d:", time.Now().UnixNano()), Settings: testSettings})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cl.Start()
+			defer cl.Close()
+			c := cl.(*member)
+			var listened []string
+			for s := range Slots {
+				listened = append(listened, c.channel(slotStreams[s]))
+			}
+			var pushes atomic.Int64
+			for range shape.listeners {
+				ps, err := c.listen(listened...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ps.Close()
+				go func() {
+					for {
+						if _, err := ps.Receive(c.ctx); err != nil {
+							return
+						}
+						pushes.Add(1)
+					}
+				}()
+			}
+			// A channel of each of the first shape.entries slots.
+			channels := make([]string, 0, shape.entries)
+			for i := 0; len(channels) < shape.entries; i++ {
+				ch := "ch" + strconv.Itoa(i)
+				if slotOf("app", ch) == len(channels) {
+					channels = append(channels, ch)
+				}
+			}
+			var ms []hub.Message
+			for _, ch := range channels {
+				for range shape.perEntry {
+					ms = append(ms, hub.Message{AppID: "app", Channel: ch, Event: "e", Data: strings.Repeat("x", 200)})
+				}
+			}
+			wait.Until(b, "the member publishes", func() bool { return c.Publish(ms...) == nil })
+			redis0 := testkit.ProcessCPU(rs.PID())
+			b.ResetTimer()
+			for range b.N {
+				if err := c.Publish(ms...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			// Every listener got every entry: the pushes were part of the cost.
+			wait.Until(b, "every push", func() bool { return pushes.Load() >= int64(shape.listeners*(b.N+1)*shape.entries) })
+			used := float64(testkit.ProcessCPU(rs.PID()) - redis0)
+			b.ReportMetric(used/1e3/float64(b.N), "redis-µs/call")
+			b.ReportMetric(used/1e3/float64(b.N*len(ms)), "redis-µs/msg")
+		})
+	}
 }
