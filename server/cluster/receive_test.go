@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heraldrt/herald/server/hub"
 	"github.com/heraldrt/herald/server/internal/testredis"
@@ -260,5 +263,24 @@ func TestAnEntryIsTakenOnlyPastTheLastOne(t *testing.T) {
 		if got := idAfter(tc.a, tc.b); got != tc.want {
 			t.Errorf("idAfter(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// A wake-up of the reader (a join in a slot it does not read yet) is a
+// sign to look at what it reads, not a stream's message: with a slot read
+// already, the wake-ups of joins in the other slots are taken for none
+// (nothing logged as malformed), and each join is answered.
+func TestAWakeUpIsNotTakenForAMessage(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	n := startLoggedNode(t, rs, "wake:", "n1", zap.New(core))
+	cl := n.connect("app")
+	for _, s := range []int{1, 0, 2, 3} {
+		ch := channelInSlot("app", s)
+		cl.subscribe(ch, nil)
+		cl.wait(ch, "pusher_internal:subscription_succeeded")
+	}
+	if got := logs.FilterMessage("malformed cluster message dropped").Len(); got != 0 {
+		t.Fatalf("%d messages dropped as malformed, want none: a wake-up was taken for a slot's message", got)
 	}
 }
