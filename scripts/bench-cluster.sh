@@ -19,6 +19,8 @@
 # when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
 # cluster mode as a third row of every compare shape ("before"), alternating with the others;
 # BENCH_ROUNDS (1) repeats the compare rows, so that before-and-after figures come from one run.
+# Every other round runs "before" ahead of the revision measured: of two runs in a row, the second
+# has measured up to 10-20 % better on this machine, whichever binary it was.
 # BENCH_NODES_SHAPES (1500x1,9000x900) sets the nodes part's shapes: subscribers x channels, comma-separated.
 # BENCH_CHECK=1 makes a nodes row that lost an event, subscribed fewer than all or delivered nothing
 # fail the run (make test-load-smoke runs the nodes part so, small and short); BENCH_CHECK=self
@@ -132,13 +134,12 @@ compare() {
 	hz=$(getconf CLK_TCK)
 	echo "== bench-cluster compare ($(nproc) CPUs; $PUBLISHERS publishers for $DURATION, as fast as they can) =="
 	printf '%-34s %-8s %14s %12s %12s %6s\n' shape mode deliveries/s herald-ns/d redis-ns/d lost
-	local modes="single cluster" round
-	[[ -n $BEFORE ]] && modes="single cluster before"
+	local round
 	for round in $(seq "$ROUNDS"); do
 		for shape in "1000 1" "10000 1000"; do
 			read -r subs channels <<<"$shape"
-			local single_d=0 single_ns=0 cluster_d=0 cluster_ns=0
-			for mode in $modes; do
+			local single_d=0 single_ns=0 cluster_d=0 cluster_ns=0 before_d=0 before_ns=0
+			for mode in $(round_modes single cluster "$round"); do
 				local url= bin=$tmp/herald
 				if [[ $mode != single ]]; then
 					start_redis
@@ -169,26 +170,42 @@ compare() {
 					awk -v a="$d" -v b="$single_d" -v c="$ns" -v e="$single_ns" \
 						'BEGIN { printf "%-34s cluster ÷ single: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
 				else
-					awk -v a="$cluster_d" -v b="$d" -v c="$cluster_ns" -v e="$ns" \
-						'BEGIN { printf "%-34s cluster ÷ before: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
+					before_d=$d before_ns=$ns
 				fi
 			done
+			if [[ -n $BEFORE ]]; then
+				awk -v a="$cluster_d" -v b="$before_d" -v c="$cluster_ns" -v e="$before_ns" \
+					'BEGIN { printf "%-34s cluster ÷ before: deliveries/s %.2f ×, Herald CPU per delivery %.2f ×\n", "", a / b, c / e }'
+			fi
 		done
 	done
+}
+
+# round_modes is the order of a round's runs: first, then measured, then
+# "before" when BENCH_BEFORE is set, "before" ahead of measured every other
+# round.
+round_modes() {
+	local first=$1 measured=$2 round=$3
+	if [[ -z $BEFORE ]]; then
+		echo "$first $measured"
+	elif ((round % 2)); then
+		echo "$first $measured before"
+	else
+		echo "$first before $measured"
+	fi
 }
 
 nodes() {
 	echo "== bench-cluster nodes ($(nproc) CPUs; $PUBLISHERS publishers for $DURATION, as fast as they can; triggers to the first node) =="
 	printf '%-34s %-8s %14s %12s %14s %6s\n' shape mode deliveries/s cpu-µs/d redis-µs/msg lost
-	local modes="one $CLUSTER_NODES" round
-	[[ -n $BEFORE ]] && modes="one $CLUSTER_NODES before"
+	local round
 	for round in $(seq "$ROUNDS"); do
 		local shapes
 		IFS=, read -ra shapes <<<"${BENCH_NODES_SHAPES:-1500x1,9000x900}"
 		for shape in "${shapes[@]}"; do
 			local subs=${shape%x*} channels=${shape#*x}
 			local one_us=0
-			for mode in $modes; do
+			for mode in $(round_modes one "$CLUSTER_NODES" "$round"); do
 				local bin=$tmp/herald n=$CLUSTER_NODES urls=() procs=()
 				[[ $mode == before ]] && bin=$tmp/herald-before
 				if [[ $mode == one ]]; then
