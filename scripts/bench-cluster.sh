@@ -19,8 +19,8 @@
 # when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
 # cluster mode as a third row of every compare shape ("before"), alternating with the others;
 # BENCH_ROUNDS (1) repeats the compare rows, so that before-and-after figures come from one run.
-# Every other round runs "before" ahead of the revision measured: of two runs in a row, the second
-# has measured up to 10-20 % better on this machine, whichever binary it was.
+# Every other round runs "before" ahead of the revision measured: of two three-node runs in a row,
+# the second measured better on this machine in ten pairs of ten, whichever binary it ran.
 # BENCH_NODES_SHAPES (1500x1,9000x900) sets the nodes part's shapes: subscribers x channels, comma-separated.
 # BENCH_CHECK=1 makes a nodes row that lost an event, subscribed fewer than all or delivered nothing
 # fail the run (make test-load-smoke runs the nodes part so, small and short); BENCH_CHECK=self
