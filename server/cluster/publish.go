@@ -339,6 +339,7 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	if cl.err != nil {
 		return cl.err
 	}
+	c.stats.publishCalls.Add(1)
 	keptOutcomes(groups, cl.val)
 	return nil
 }

@@ -139,6 +139,7 @@ type Stats struct {
 	Up            bool  // Redis answered the last heartbeat
 	Nodes         int64 // live nodes, this one included
 	Published     int64 // messages published
+	PublishCalls  int64 // script calls that carried them (Redis's CPU goes by calls)
 	PublishErrors int64 // publishes refused because Redis failed
 	Received      int64 // messages received
 	Resyncs       int64 // times the node's record was rebuilt
@@ -156,6 +157,7 @@ func (c *member) Stats() Stats {
 		Up:            c.healthy.Load(),
 		Nodes:         c.nodes.Load(),
 		Published:     c.stats.published.Load(),
+		PublishCalls:  c.stats.publishCalls.Load(),
 		PublishErrors: c.stats.publishErrors.Load(),
 		Received:      c.stats.received.Load(),
 		Resyncs:       c.stats.resyncs.Load(),

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/heraldrt/herald/server/hub"
+	"github.com/heraldrt/herald/server/internal/wait"
 )
 
 // A presence channel's state, asked of any node, counts the subscriptions
@@ -31,4 +33,42 @@ func TestAPresenceChannelsStateCountsItsUsersOverTheCluster(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A node's figures count the messages it published and the script calls
+// that carried them: a publish of three messages is one call on one
+// Redis, and one call on each shard it reaches over shards.
+func TestStatsCountPublishCallsAndTheirMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shards int
+	}{{"one Redis", 1}, {"two shards", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, url := shardList(t, tc.shards)
+			n := startNode(t, nil, "calls:", "n1", withURL(url))
+			// Three channels: on two shards, some on each.
+			var ms []hub.Message
+			reached := map[int]bool{}
+			for i := 0; len(ms) < 3 || len(reached) < tc.shards; i++ {
+				ch := fmt.Sprint("ch", i)
+				if len(ms) == 2 && len(reached) < tc.shards && reached[shardOf("app", ch, tc.shards)] {
+					continue // the third on the shard the first two missed
+				}
+				reached[shardOf("app", ch, tc.shards)] = true
+				ms = append(ms, hub.Message{AppID: "app", Channel: ch, Event: "e", Data: "{}"})
+			}
+			wait.Until(t, "the node publishes", func() bool { return n.c.Stats().Up })
+			before := n.c.Stats()
+			if err := n.c.Publish(ms...); err != nil {
+				t.Fatal(err)
+			}
+			after := n.c.Stats()
+			if got := after.Published - before.Published; got != 3 {
+				t.Errorf("published %d messages, counted %d", len(ms), got)
+			}
+			if got := after.PublishCalls - before.PublishCalls; got != int64(tc.shards) {
+				t.Errorf("a publish over %d shard(s) counted %d calls, want %d", tc.shards, got, tc.shards)
+			}
+		})
+	}
 }

@@ -530,7 +530,8 @@ func (c *member) handle(payload, position string) {
 
 // counters are the cluster's figures for the metrics.
 type counters struct {
-	published, publishErrors, received, replayed atomic64
-	resyncs, reaped, outages                     atomic64
-	panics                                       recovery.Counter
+	published, publishCalls, publishErrors atomic64
+	received, replayed                     atomic64
+	resyncs, reaped, outages               atomic64
+	panics                                 recovery.Counter
 }

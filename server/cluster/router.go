@@ -197,6 +197,7 @@ func (r *router) Stats() Stats {
 		st := m.Stats()
 		out.Up = out.Up && st.Up
 		out.Published += st.Published
+		out.PublishCalls += st.PublishCalls
 		out.PublishErrors += st.PublishErrors
 		out.Received += st.Received
 		out.Resyncs += st.Resyncs

@@ -28,6 +28,7 @@ type collector struct {
 	pushDuplicates, pushPages, pushTakenOver      *prometheus.Desc
 	panics, rateLimited                           *prometheus.Desc
 	clusterUp, clusterNodes, clusterPublished     *prometheus.Desc
+	clusterPublishCalls                           *prometheus.Desc
 	clusterPublishErrors, clusterReceived         *prometheus.Desc
 	clusterReplayed, publishLimitErrors           *prometheus.Desc
 	clusterConsole                                *prometheus.Desc
@@ -73,6 +74,7 @@ func newCollector(src Sources) *collector {
 		clusterUp:            d("cluster_up", "1 while Redis answers this node's heartbeat (cluster mode), 0 during an outage."),
 		clusterNodes:         d("cluster_nodes", "Live nodes of the cluster, this one included, as of the last heartbeat."),
 		clusterPublished:     d("cluster_messages_published_total", "Messages this node published to the cluster (events, terminations)."),
+		clusterPublishCalls:  d("cluster_publish_calls_total", "Script calls to Redis that carried this node's published messages: messages published ÷ calls is how many a call carries, and Redis's CPU goes by calls."),
 		clusterPublishErrors: d("cluster_publish_errors_total", "Publishes refused because Redis failed (triggers answered 503)."),
 		clusterReceived:      d("cluster_messages_received_total", "Messages this node received from the cluster."),
 		clusterResyncs:       d("cluster_resyncs_total", "Times this node rebuilt its record in Redis (at start and after each outage)."),
@@ -95,7 +97,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.connections, c.channels, c.subscriptions, c.members, c.triggered, c.opened, c.closed, c.rejected,
 		c.clientEvents, c.delivered, c.slow, c.outbox, c.webhookRequests, c.webhookAbandoned,
 		c.webhookDropped, c.webhookUnsent, c.pushQueue, c.pushPublishes, c.pushDeliveries, c.pushDuplicates, c.panics, c.rateLimited,
-		c.pushPages, c.pushTakenOver, c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishErrors, c.clusterReceived,
+		c.pushPages, c.pushTakenOver, c.clusterUp, c.clusterNodes, c.clusterPublished, c.clusterPublishCalls, c.clusterPublishErrors, c.clusterReceived,
 		c.clusterResyncs, c.clusterReaped, c.clusterOutages, c.clusterReplayed, c.clusterConsole, c.publishLimitErrors,
 		c.historyEvents, c.historyBytes, c.historyDropped, c.recoveries,
 	} {
@@ -192,6 +194,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.clusterUp, up)
 		gauge(c.clusterNodes, float64(st.Nodes))
 		count(c.clusterPublished, st.Published)
+		count(c.clusterPublishCalls, st.PublishCalls)
 		count(c.clusterPublishErrors, st.PublishErrors)
 		count(c.clusterReceived, st.Received)
 		count(c.clusterResyncs, st.Resyncs)

@@ -77,7 +77,7 @@ func (fakePublishLimit) LimitStats() httpapi.PublishLimitStats {
 type fakeCluster struct{}
 
 func (fakeCluster) Stats() cluster.Stats {
-	return cluster.Stats{Up: true, Nodes: 2, Received: 20, Panics: 19}
+	return cluster.Stats{Up: true, Nodes: 2, Published: 33, PublishCalls: 30, Received: 20, Panics: 19}
 }
 
 type fakeHistory struct{}
@@ -179,6 +179,8 @@ func TestCollector(t *testing.T) {
 		{"herald_cluster_up", nil, 1},
 		{"herald_cluster_nodes", nil, 2},
 		{"herald_cluster_messages_received_total", nil, 20},
+		{"herald_cluster_messages_published_total", nil, 33},
+		{"herald_cluster_publish_calls_total", nil, 30},
 		{"herald_webhook_requests_dropped_total", []string{"reason", "over_cap"}, 13},
 		{"herald_webhook_requests_dropped_total", []string{"reason", "expired"}, 14},
 		{"herald_webhook_requests_dropped_total", []string{"reason", "unwritten"}, 15},
