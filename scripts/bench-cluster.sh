@@ -13,8 +13,9 @@
 #                subscribers spread over the nodes (each channel's round them), every trigger sent to
 #                the first node, as fast as BENCH_PUBLISHERS publishers go, 1,500 subscribers on 1
 #                channel and 9,000 over 900 channels: deliveries/s, the CPU of every process (the
-#                nodes and Redis) per delivery, Redis's per message, and the ratio of the CPU per
-#                delivery of the nodes to one node's (the cost of the cluster path).
+#                nodes and Redis) per delivery, Redis's per message, the messages the first node put in
+#                each script call to Redis (its metrics; - before they said it), and the ratio of the
+#                CPU per delivery of the nodes to one node's (the cost of the cluster path).
 # BENCH_PARTS chooses ("compare nodes connections" by default). JSON lines are appended to BENCH_OUT
 # when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
 # cluster mode as a third row of every compare shape ("before"), alternating with the others;
@@ -181,6 +182,16 @@ compare() {
 	done
 }
 
+# msgs_per_call prints how many messages the publishing node at ADDR put in
+# each script call to Redis (its metrics), or - when it does not say (a
+# revision before the count).
+msgs_per_call() {
+	{ curl -s "http://$1/metrics" 2>/dev/null || true; } | awk '
+		/^herald_cluster_messages_published_total / { m = $2 }
+		/^herald_cluster_publish_calls_total / { c = $2 }
+		END { if (c > 0) printf "%.1f", m / c; else print "-" }'
+}
+
 # round_modes is the order of a round's runs: first, then measured, then
 # "before" when BENCH_BEFORE is set, "before" ahead of measured every other
 # round.
@@ -197,7 +208,7 @@ round_modes() {
 
 nodes() {
 	echo "== bench-cluster nodes ($(nproc) CPUs; $PUBLISHERS publishers for $DURATION, as fast as they can; triggers to the first node) =="
-	printf '%-34s %-8s %14s %12s %14s %6s\n' shape mode deliveries/s cpu-µs/d redis-µs/msg lost
+	printf '%-34s %-8s %14s %12s %14s %10s %6s\n' shape mode deliveries/s cpu-µs/d redis-µs/msg msgs/call lost
 	local round
 	for round in $(seq "$ROUNDS"); do
 		local shapes
@@ -223,6 +234,8 @@ nodes() {
 				json=$("$tmp/herald-load" -url "$(IFS=,; echo "${urls[*]}")" -server-pid "$(IFS=,; echo "${procs[*]}")" \
 					-key bench-key -app-id bench -secret bench-secret -quiet \
 					-subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
+				local per_call=-
+				[[ $mode != one ]] && per_call=$(msgs_per_call "${urls[0]#ws://}")
 				stop_all
 				record "$json"
 				if [[ $(field connected "$json") != "$subs" ]]; then
@@ -235,7 +248,7 @@ nodes() {
 					rus=$(awk -v each="$(field server_cpu_pct_each "$json")" -v s="$(field phase_s "$json")" -v p="$(field publishes "$json")" \
 						'BEGIN { n = split(each, a, ","); gsub(/[][]/, "", a[n]); if (p > 0) printf "%.1f", a[n] / 100 * s * 1e6 / p; else print "-" }')
 				fi
-				printf '%-34s %-8s %14.0f %12.2f %14s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$us" "$rus" "$(field lost "$json")"
+				printf '%-34s %-8s %14.0f %12.2f %14s %10s %6s\n' "$subs subscribers, $channels channels" "$mode" "$d" "$us" "$rus" "$per_call" "$(field lost "$json")"
 				if [[ -n ${BENCH_CHECK:-} ]] && ! row_ok "$json" "$subs"; then
 					echo "bench-cluster: nodes: $mode on $subs subscribers over $channels channels lost events, subscribed fewer than all or delivered nothing" >&2
 					exit 1
