@@ -240,6 +240,50 @@ func TestADeadNodeIsTakenOutWithinSixSeconds(t *testing.T) {
 	wait.Until(t, "the dead node counted as taken out", func() bool { return watcher.c.Stats().Reaped == 1 })
 }
 
+// Taking out a dead node's record warns that the node died and nothing
+// else: a node that finds the record locked by another node (taking it
+// out already) leaves it to that one without a warning, and takes it out
+// itself once the lock is gone, without warning that doing so failed.
+func TestTakingOutADeadNodeWarnsOnlyOfItsDeath(t *testing.T) {
+	rs := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	core, logs := observer.New(zapcore.WarnLevel)
+	// The heartbeat's ticker is the test's, never ticked: the node looks
+	// for dead nodes when the test calls its heartbeat.
+	n := startLoggedNode(t, rs, "reapwarn:", "n1", zap.New(core), func(o *Options) { o.ticker = newTickClock(o.Heartbeat).ticker })
+	idle := func() bool {
+		idle := true
+		n.m().reaping.Range(func(any, any) bool { idle = false; return false })
+		return idle
+	}
+	// A node listed in the cluster without a heartbeat, whose record
+	// another node has locked.
+	if err := rdb.SAdd(t.Context(), "reapwarn:nodes", "ghost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(t.Context(), "reapwarn:lock:ghost", "other/1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n.m().heartbeat()
+	wait.Until(t, "the look at the locked record done", idle)
+	if got := n.c.Stats().Reaped; got != 0 {
+		t.Fatalf("a dead node whose record another node holds locked was taken out (%d reaped)", got)
+	}
+	if err := rdb.Del(t.Context(), "reapwarn:lock:ghost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	n.m().heartbeat()
+	wait.Until(t, "the dead node taken out", func() bool { return n.c.Stats().Reaped == 1 && idle() })
+	const failed = "taking out a dead node's record failed; retrying at the next heartbeat"
+	if got := logs.FilterMessage(failed).Len(); got != 0 {
+		t.Errorf("%d warnings that taking out the dead node failed, want none", got)
+	}
+	if got := logs.FilterMessage("a node's heartbeat expired: its clients are gone from the cluster").Len(); got != 1 {
+		t.Errorf("%d warnings that the node died, want 1", got)
+	}
+}
+
 // A node's heartbeat carries its count of connections of every app it has
 // some of, and the other nodes count each as that app's: here three apps'
 // (one, two and three connections).
