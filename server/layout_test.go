@@ -166,3 +166,18 @@ func TestEveryPackageIsRuledAndListed(t *testing.T) {
 		}
 	}
 }
+
+// maxREADMELines bounds the top-level README: the page a newcomer reads
+// first stays one sitting long; detail goes to the packages' READMEs and
+// scripts/README.md, linked from it.
+const maxREADMELines = 500
+
+func TestTheREADMEStaysOneSittingLong(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(readme), "\n"); n > maxREADMELines {
+		t.Errorf("README.md has %d lines, over %d: move detail to the README of its package or to scripts/README.md", n, maxREADMELines)
+	}
+}
