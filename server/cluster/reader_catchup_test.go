@@ -139,6 +139,36 @@ func TestACatchUpReadsEveryPageOfASlot(t *testing.T) {
 	receivedExactly(t, cl, "news", append(want, "after")...)
 }
 
+// A catch-up of several slots at once (a node listening again) reads each
+// slot's stream on from its own page: the 1,500 entries the second of two
+// slots missed reach its subscriber, in order, before an event published
+// after.
+func TestACatchUpOfTwoSlotsReadsEveryPageOfEach(t *testing.T) {
+	n, m, cl, rdb := newsReader(t, "twopages:")
+	first, second := channelInSlot("app", 0), channelInSlot("app", 1)
+	for _, ch := range []string{first, second} {
+		cl.subscribe(ch, nil)
+		cl.wait(ch, "pusher_internal:subscription_succeeded")
+	}
+	const missed = catchUpPage + catchUpPage/2
+	want := []string{"pusher_internal:subscription_succeeded"}
+	msgs := make([]string, missed)
+	for i := range msgs {
+		want = append(want, fmt.Sprintf("e%04d", i))
+		msgs[i] = encodeEvent(hub.Message{AppID: "app", Channel: second, Event: want[i+1], Data: "{}"})
+	}
+	appendUnpushed(t, rdb, m.key(slotStreams[0]), encodeEvent(hub.Message{AppID: "app", Channel: first, Event: "missed", Data: "{}"}))
+	appendUnpushed(t, rdb, m.key(slotStreams[1]), msgs...)
+	listenAgain(t, rdb, 1, m.channel(slotStreams[0]), m.channel(slotStreams[1]))
+	for _, ch := range []string{first, second} {
+		if err := n.hub.Publish(hub.Message{AppID: "app", Channel: ch, Event: "after", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receivedExactly(t, cl, first, "pusher_internal:subscription_succeeded", "missed", "after")
+	receivedExactly(t, cl, second, append(want, "after")...)
+}
+
 // An entry a catch-up cannot read (its field f is not fields and values)
 // is dropped and the catch-up goes on after it: the events around a page
 // of such entries (catchUpPage) reach the subscriber, in order.

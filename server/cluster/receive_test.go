@@ -259,6 +259,10 @@ func TestAnEntryIsTakenOnlyPastTheLastOne(t *testing.T) {
 		{"5-9", "5-10", false},
 		{"10-0", "9-99", true},
 		{"9-99", "10-0", false},
+		// An id that cannot be read is taken unless it is the last one.
+		{"x", "5-1", true},
+		{"5-1", "x", true},
+		{"x", "x", false},
 	} {
 		if got := idAfter(tc.a, tc.b); got != tc.want {
 			t.Errorf("idAfter(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
@@ -282,5 +286,22 @@ func TestAWakeUpIsNotTakenForAMessage(t *testing.T) {
 	}
 	if got := logs.FilterMessage("malformed cluster message dropped").Len(); got != 0 {
 		t.Fatalf("%d messages dropped as malformed, want none: a wake-up was taken for a slot's message", got)
+	}
+}
+
+// A reader that waited two heartbeats for nothing checks its connection
+// with a ping and, answered, keeps it: over three such waits, it listens
+// on no channel again (a reader that took the ping's answer for a failure
+// would listen anew, and catch every stream up, after each).
+func TestAnIdleReaderKeepsItsConnection(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "idle:", "n1")
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+	listens, pings := commandStats(t, rs, "subscribe", "calls"), commandStats(t, rs, "ping", "calls")
+	wait.Until(t, "three pings", func() bool { return commandStats(t, rs, "ping", "calls") >= pings+3 })
+	if got := commandStats(t, rs, "subscribe", "calls") - listens; got != 0 {
+		t.Fatalf("the idle reader listened %d more times, want 0", got)
 	}
 }
