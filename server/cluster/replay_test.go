@@ -306,6 +306,34 @@ func TestStateLostWithoutAnOutageIsRebuilt(t *testing.T) {
 	})
 }
 
+// A node that finds Redis lost its data rebuilds its record in one pass
+// and logs it as such: the subscriptions it put back, none in Redis
+// before, and that Redis lost its data.
+func TestARebuildAfterRedisLostItsDataIsLoggedAsSuch(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	n := startLoggedNode(t, rs, "rebuilt:", "n1", zap.New(core))
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+	const rebuilt = "the node's record in Redis is rebuilt"
+	wait.Until(t, "the node's record built", func() bool { return logs.FilterMessage(rebuilt).Len() == 1 })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The first rebuild logged after the loss is the one.
+	wait.Until(t, "the record rebuilt", func() bool { return logs.FilterMessage(rebuilt).Len() >= 2 })
+	got := logs.FilterMessage(rebuilt).All()[1].ContextMap()
+	want := map[string]any{"subscriptions": int64(1), "sign_ins": int64(0), "in_redis_before": int64(0), "redis_lost_its_data": true}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("the rebuild after the loss logged %s=%v, want %v", k, got[k], v)
+		}
+	}
+}
+
 // A node that finds Redis lost its data publishes what it published lately
 // again by itself, before anything new is published, and logs that Redis
 // lost its data, not that publishing failed.
