@@ -312,3 +312,23 @@ func TestAnIdleReaderKeepsItsConnection(t *testing.T) {
 		t.Fatalf("the idle reader listened %d more times, want 0", got)
 	}
 }
+
+// A reader is in place only once Redis confirmed the channels it listens
+// on: while Redis refuses its SUBSCRIBE (an ACL), the node does not take
+// its reader for ready (its writer would rebuild the node's record, whose
+// answers could not reach it), and it is once Redis takes it.
+func TestAReaderIsReadyOnlyOnceItsChannelsAreConfirmed(t *testing.T) {
+	rs := testredis.Start(t)
+	setACL(t, rs, "-subscribe")
+	n := startNode(t, rs, "confirmed:", "n1")
+	// The reader sets itself ready before it goes on, so before its next
+	// try: two refusals leave no room for a first one taken as listening.
+	wait.Until(t, "two refused listens", func() bool { return commandStats(t, rs, "subscribe", "rejected_calls") >= 2 })
+	if n.m().readerReady.Load() {
+		t.Fatal("the reader took itself for ready while Redis refused its channels")
+	}
+	setACL(t, rs, "+subscribe")
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	cl.wait("news", "pusher_internal:subscription_succeeded")
+}
