@@ -109,7 +109,9 @@ start_redis() {
 # start_node NAME [REDIS_URL [BINARY]] starts Herald on a fresh database; sets node_pid and node_addr.
 start_node() {
 	local name=$1 redis=${2:-} bin=${3:-$tmp/herald}
-	rm -f "$tmp/$name".db*
+	# The log goes first: the wait below must not read the address of an
+	# earlier node of that name before this one's shell has truncated it.
+	rm -f "$tmp/$name".db* "$tmp/$name.log"
 	env HERALD_ADDR=127.0.0.1:0 HERALD_DB="$tmp/$name.db" HERALD_NODE_ID="$name" ${redis:+HERALD_REDIS_URL=$redis} \
 		HERALD_APP_ID=bench HERALD_APP_KEY=bench-key HERALD_APP_SECRET=bench-secret \
 		HERALD_LOG_LEVEL=info HERALD_LOG_FORMAT=json \
@@ -117,7 +119,7 @@ start_node() {
 	node_pid=$!
 	pids+=("$node_pid")
 	for _ in $(seq 300); do
-		node_addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/$name.log" | head -1)
+		node_addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/$name.log" 2>/dev/null | head -1 || true)
 		[[ -n $node_addr ]] && return 0
 		kill -0 "$node_pid" 2>/dev/null || break
 		sleep 0.1

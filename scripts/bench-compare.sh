@@ -100,7 +100,7 @@ start_server() {
 	server_pid=$!
 	addr=
 	for _ in $(seq 300); do
-		addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/server.log" | head -1)
+		addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/server.log" 2>/dev/null | head -1 || true)
 		[[ -n $addr ]] && return 0
 		if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
 		sleep 0.1

@@ -47,7 +47,8 @@ $GO build -o "$tmp/herald" ./server
 
 # start_server starts Herald on a fresh database and sets server_pid and addr.
 start_server() {
-	rm -f "$tmp"/herald.db*
+	# The log goes too: the wait below must not read an earlier server's address.
+	rm -f "$tmp"/herald.db* "$tmp/herald.log"
 	env HERALD_ADDR=127.0.0.1:0 HERALD_DB="$tmp/herald.db" \
 		HERALD_APP_ID=bench HERALD_APP_KEY=bench-key HERALD_APP_SECRET=bench-secret \
 		HERALD_LOG_LEVEL=info HERALD_LOG_FORMAT=json \
@@ -55,7 +56,7 @@ start_server() {
 	server_pid=$!
 	addr=
 	for _ in $(seq 300); do
-		addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/herald.log" | head -1)
+		addr=$(sed -n 's/.*"msg":"listening","addr":"\([^"]*\)".*/\1/p' "$tmp/herald.log" 2>/dev/null | head -1 || true)
 		[[ -n $addr ]] && return 0
 		if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
 		sleep 0.1
