@@ -66,6 +66,30 @@ func TestSteadyHeartbeatsRebuildNothing(t *testing.T) {
 	}
 }
 
+// Changes the writer writes without a failure ask for no rebuild and warn
+// of nothing: subscriptions made after the node's record is built are
+// written as changes, and the record is rebuilt only the once it joined.
+func TestWrittenChangesRebuildNothing(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	// A record that cannot expire between two heartbeats of a stalled node.
+	n := startLoggedNode(t, rs, "written:", "n1", zap.New(core), func(o *Options) { o.NodeTTL = time.Minute })
+	wait.Until(t, "the node's record built", func() bool { return n.c.Stats().Resyncs == 1 })
+	cl := n.connect("app")
+	// One after the other: the writer is done with the first (and with
+	// what it does after) before it takes the second.
+	for _, ch := range []string{"news", "sport"} {
+		cl.subscribe(ch, nil)
+		cl.wait(ch, "pusher_internal:subscription_succeeded")
+	}
+	if warned := logs.All(); len(warned) > 0 {
+		t.Fatalf("writing two subscriptions warned: %s %v", warned[0].Message, warned[0].ContextMap())
+	}
+	if got := n.c.Stats().Resyncs; got != 1 {
+		t.Fatalf("%d rebuilds, want the one at the start", got)
+	}
+}
+
 // A Redis that answers reads but refuses writes (out of memory) is an
 // outage: the node's heartbeat cannot be renewed, so the node is not up
 // until Redis takes writes again.
