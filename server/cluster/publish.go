@@ -205,7 +205,10 @@ func (c *member) publishLoop() {
 			c.log.Warn("publish to the cluster failed", zap.Error(err))
 			err = hub.ErrUnavailable
 		} else {
+			// Counted together, replays left out of both: published ÷
+			// calls is how many messages a call carries.
 			c.stats.published.Add(int64(len(msgs)))
+			c.stats.publishCalls.Add(1)
 			for _, m := range msgs {
 				// Appended: the ring publishes it again without (replay),
 				// so its copy of the event's data goes.
@@ -339,7 +342,6 @@ func (c *member) sendUnder(gen string, msgs []*outMsg, keep bool) error {
 	if cl.err != nil {
 		return cl.err
 	}
-	c.stats.publishCalls.Add(1)
 	keptOutcomes(groups, cl.val)
 	return nil
 }

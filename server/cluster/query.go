@@ -139,7 +139,7 @@ type Stats struct {
 	Up            bool  // Redis answered the last heartbeat
 	Nodes         int64 // live nodes, this one included
 	Published     int64 // messages published
-	PublishCalls  int64 // script calls that carried them (Redis's CPU goes by calls)
+	PublishCalls  int64 // script calls that carried them, replays left out (Redis's CPU goes by calls)
 	PublishErrors int64 // publishes refused because Redis failed
 	Received      int64 // messages received
 	Resyncs       int64 // times the node's record was rebuilt
