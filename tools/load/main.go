@@ -16,6 +16,14 @@
 // -listen N -ready-file F and wait for N events per channel, which one tool
 // started after every F exists publishes with -events N.
 //
+// With -protocol centrifugo the same run measures Centrifugo, the peer of
+// the cluster benchmarks (centrifugo.go): subscribers speak its JSON client
+// protocol on /connection/websocket and publishes go to its HTTP API with
+// -api-key, one publication a request as Herald's triggers.
+//
+//	herald-load -protocol centrifugo -url ws://127.0.0.1:8000 -api-key KEY \
+//	    -subs 1500 -channels 1 -rate 0 -duration 10s -server-pid PID
+//
 // Each event's data is "hl:<seq>:<send unix nanos>[:padding]", where seq
 // counts the events of its channel, so every subscriber computes the latency
 // from the moment the publisher sent the HTTP request and which events of its
@@ -50,7 +58,9 @@ type config struct {
 	wsURL      *url.URL   // the first of wsURLs: where publishes go unless -http-url says otherwise
 	wsURLs     []*url.URL // the nodes subscribers are spread over
 	httpURL    string
+	protocol   string // pusher or centrifugo
 	key        string
+	apiKey     string // Centrifugo's HTTP API key
 	appID      string
 	secret     string
 	subs       int
@@ -94,7 +104,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	var c config
 	wsURL := fs.String("url", "ws://127.0.0.1:8080", "WebSocket base URL of the server (ws://host:port), or several, comma-separated, to spread each channel's subscribers over the nodes of a cluster")
 	fs.StringVar(&c.httpURL, "http-url", "", "HTTP API base URL (default: -url with http://)")
-	fs.StringVar(&c.key, "key", "", "app key (required)")
+	fs.StringVar(&c.protocol, "protocol", protoPusher, "protocol of the server: pusher (Herald, Pusher's protocol 7 and signed HTTP triggers) or centrifugo (Centrifugo's JSON client protocol and server HTTP API)")
+	fs.StringVar(&c.key, "key", "", "app key (required with -protocol pusher)")
+	fs.StringVar(&c.apiKey, "api-key", "", "-protocol centrifugo: the server HTTP API's key, sent as X-API-Key (required to publish)")
 	fs.StringVar(&c.appID, "app-id", "", "app id (required unless -idle)")
 	fs.StringVar(&c.secret, "secret", "", "app secret (required unless -idle)")
 	fs.IntVar(&c.subs, "subs", 10000, "number of subscribers (one connection each)")
@@ -155,10 +167,17 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 	c.httpURL = strings.TrimRight(c.httpURL, "/")
+	publishes := !c.idle && c.listen == 0
 	switch {
-	case c.key == "":
+	case c.protocol != protoPusher && c.protocol != protoCentrifugo:
+		return nil, errors.New("-protocol must be pusher or centrifugo")
+	case c.protocol == protoCentrifugo && c.storm:
+		return nil, errors.New("-storm speaks only -protocol pusher")
+	case c.protocol == protoCentrifugo && publishes && c.apiKey == "":
+		return nil, errors.New("-api-key is required to publish to Centrifugo (or use -idle or -listen)")
+	case c.protocol == protoPusher && c.key == "":
 		return nil, errors.New("-key is required")
-	case !c.idle && c.listen == 0 && (c.appID == "" || c.secret == ""):
+	case c.protocol == protoPusher && publishes && (c.appID == "" || c.secret == ""):
 		return nil, errors.New("-app-id and -secret are required to publish (or use -idle or -listen)")
 	case c.subs < 0 || c.channels < 1 || c.connConc < 1 || c.publishers < 1 || c.rate < 0 || c.events < 0 || c.listen < 0:
 		return nil, errors.New("-subs, -events and -listen must be ≥ 0, -channels, -connect-concurrency and -publishers ≥ 1, -rate ≥ 0")

@@ -13,8 +13,9 @@ import (
 // result is everything a run measured; it is printed as one JSON line.
 // Figures that could not be measured are -1 (RSS, CPU without a server pid).
 type result struct {
-	Mode     string `json:"mode"`   // publish or idle
-	Client   string `json:"client"` // raw or coder
+	Mode     string `json:"mode"`     // publish or idle
+	Client   string `json:"client"`   // raw or coder
+	Protocol string `json:"protocol"` // pusher or centrifugo
 	Subs     int    `json:"subs"`
 	Channels int    `json:"channels"`
 	Sources  int    `json:"source_addrs"`
@@ -88,8 +89,10 @@ type result struct {
 
 	ClosedByServer      map[string]int `json:"closed_by_server"`
 	ClosedByServerTotal int            `json:"closed_by_server_total"`
-	PusherErrors        map[string]int `json:"pusher_errors,omitempty"`
-	NoFileLimit         uint64         `json:"nofile_limit"`
+	// PusherErrors counts the pusher:error frames by code, or with
+	// -protocol centrifugo the errors in replies by code.
+	PusherErrors map[string]int `json:"pusher_errors,omitempty"`
+	NoFileLimit  uint64         `json:"nofile_limit"`
 }
 
 func round(v float64, places int) float64 {
@@ -147,7 +150,7 @@ func (r *result) writeTable(w io.Writer) {
 	row := func(k, format string, args ...any) {
 		fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{k}, args...)...)
 	}
-	fmt.Fprintf(tw, "herald-load (%s, %s client, %d CPUs)\n", r.Mode, r.Client, r.CPUs)
+	fmt.Fprintf(tw, "herald-load (%s, %s protocol, %s client, %d CPUs)\n", r.Mode, r.Protocol, r.Client, r.CPUs)
 	row("connected", "%d / %d over %d channel(s), %d errors", r.Connected, r.Subs, r.Channels, r.ConnectErrors)
 	for _, e := range r.ConnectErrorSamples {
 		row("", "%s", e)
@@ -190,7 +193,11 @@ func (r *result) writeTable(w io.Writer) {
 	}
 	row("closed by server", "%s", counts(r.ClosedByServer))
 	if len(r.PusherErrors) > 0 {
-		row("pusher:error", "%s", counts(r.PusherErrors))
+		name := "pusher:error"
+		if r.Protocol == protoCentrifugo {
+			name = "reply errors"
+		}
+		row(name, "%s", counts(r.PusherErrors))
 	}
 	tw.Flush()
 }

@@ -69,7 +69,7 @@ type runner struct {
 
 func run(ctx context.Context, cfg *config, log io.Writer) (*result, error) {
 	res := &result{
-		Mode: "publish", Client: cfg.client, Subs: cfg.subs, Channels: cfg.channels, CPUs: runtime.NumCPU(),
+		Mode: "publish", Client: cfg.client, Protocol: cfg.protocol, Subs: cfg.subs, Channels: cfg.channels, CPUs: runtime.NumCPU(),
 		ClosedByServer: map[string]int{}, RSSBeforeKiB: -1, RSSAfterKiB: -1, RSSEndKiB: -1, RSSPerConnKiB: -1,
 	}
 	switch {
@@ -203,9 +203,13 @@ func newRunner(cfg *config, log io.Writer, res *result) *runner {
 	if lim > 0 && uint64(cfg.subs)+64 > lim {
 		fmt.Fprintf(log, "herald-load: warning: RLIMIT_NOFILE %d is below -subs %d; raise the hard limit (ulimit -Hn)\n", lim, cfg.subs)
 	}
+	wsPath := strings.TrimRight(cfg.wsURL.EscapedPath(), "/") + "/app/" + cfg.key + "?protocol=7&client=herald-load&version=1.0"
+	if cfg.protocol == protoCentrifugo {
+		wsPath = strings.TrimRight(cfg.wsURL.EscapedPath(), "/") + centrifugoWSPath
+	}
 	return &runner{
 		cfg: cfg, log: log,
-		wsPath:       strings.TrimRight(cfg.wsURL.EscapedPath(), "/") + "/app/" + cfg.key + "?protocol=7&client=herald-load&version=1.0",
+		wsPath:       wsPath,
 		closedBy:     map[string]int{},
 		pusherErrors: map[string]int{},
 		connErrs:     map[string]int{},
@@ -362,41 +366,53 @@ func (r *runner) connect(ctx context.Context, s *subscriber) error {
 		}
 		return err
 	}
-	name := r.channelName(s.ch)
+	subscribe := subscribePusher
+	if r.cfg.protocol == protoCentrifugo {
+		subscribe = subscribeCentrifugo
+	}
+	if err := subscribe(conn, r.channelName(s.ch)); err != nil {
+		return fail(err)
+	}
+	if !stop() {
+		conn.Close()
+		return fmt.Errorf("not subscribed within %v", r.cfg.connTimout)
+	}
+	r.connH.record(s.id, uint64(time.Since(began)/time.Microsecond))
+	s.conn = conn
+	r.readers.Add(1)
+	go r.readLoop(s)
+	return nil
+}
+
+// subscribePusher subscribes conn to channel once the connection is
+// established, answering pings on the way.
+func subscribePusher(conn wsConn, name string) error {
 	established := false
 	for {
 		msg, err := conn.ReadMessage()
 		if err != nil {
-			return fail(fmt.Errorf("before subscribed: %s: %w", closeCode(err), plainErr(err)))
+			return fmt.Errorf("before subscribed: %s: %w", closeCode(err), plainErr(err))
 		}
 		var f frame
 		if err := json.Unmarshal(msg, &f); err != nil {
-			return fail(fmt.Errorf("bad frame: %v", err))
+			return fmt.Errorf("bad frame: %v", err)
 		}
 		switch f.Event {
 		case "pusher:connection_established":
 			established = true
 			sub, _ := json.Marshal(map[string]any{"event": "pusher:subscribe", "data": map[string]string{"channel": name}})
 			if err := conn.WriteText(sub); err != nil {
-				return fail(err)
+				return err
 			}
 		case "pusher_internal:subscription_succeeded":
 			if f.Channel == name && established {
-				if !stop() {
-					conn.Close()
-					return fmt.Errorf("not subscribed within %v", r.cfg.connTimout)
-				}
-				r.connH.record(s.id, uint64(time.Since(began)/time.Microsecond))
-				s.conn = conn
-				r.readers.Add(1)
-				go r.readLoop(s)
 				return nil
 			}
 		case "pusher:subscription_error", "pusher:error":
-			return fail(fmt.Errorf("%s %s", f.Event, f.dataString()))
+			return fmt.Errorf("%s %s", f.Event, f.dataString())
 		case "pusher:ping":
 			if err := conn.WriteText(pongFrame); err != nil {
-				return fail(err)
+				return err
 			}
 		}
 	}
@@ -426,6 +442,10 @@ func eventName(msg []byte) (name []byte, ok bool) {
 // neither decodes JSON nor allocates unless they need an answer.
 func (r *runner) readLoop(s *subscriber) {
 	defer r.readers.Done()
+	handle := r.pusherFrame
+	if r.cfg.protocol == protoCentrifugo {
+		handle = r.centrifugoFrame
+	}
 	for {
 		msg, err := s.conn.ReadMessage()
 		if err != nil {
@@ -437,47 +457,57 @@ func (r *runner) readLoop(s *subscriber) {
 			}
 			return
 		}
-		now := time.Now().UnixNano()
-		if name, ok := eventName(msg); ok {
-			switch {
-			case string(name) == r.cfg.event:
-				if i := bytes.Index(msg, marker); i >= 0 {
-					r.deliver(s, msg[i+len(marker):], now)
-					continue
-				}
-			case string(name) != "pusher:ping" && string(name) != "pusher:error":
-				s.other.Add(1) // subscription_count and the like
-				continue
+		handle(s, msg, time.Now().UnixNano())
+	}
+}
+
+// pusherFrame handles one frame of Pusher's protocol that arrived at now.
+func (r *runner) pusherFrame(s *subscriber, msg []byte, now int64) {
+	if name, ok := eventName(msg); ok {
+		switch {
+		case string(name) == r.cfg.event:
+			if i := bytes.Index(msg, marker); i >= 0 {
+				r.deliver(s, msg[i+len(marker):], now)
+				return
 			}
-		}
-		var f frame
-		if json.Unmarshal(msg, &f) != nil {
-			s.bad.Add(1)
-			continue
-		}
-		switch f.Event {
-		case r.cfg.event:
-			if d, ok := strings.CutPrefix(f.dataString(), "hl:"); ok {
-				r.deliver(s, []byte(d), now)
-			} else {
-				s.bad.Add(1)
-			}
-		case "pusher:ping":
-			_ = s.conn.WriteText(pongFrame)
-		case "pusher:error":
-			var e struct {
-				Code *int `json:"code"`
-			}
-			_ = json.Unmarshal([]byte(f.dataString()), &e)
-			code := "none"
-			if e.Code != nil {
-				code = strconv.Itoa(*e.Code)
-			}
-			r.mu.Lock()
-			r.pusherErrors[code]++
-			r.mu.Unlock()
+		case string(name) != "pusher:ping" && string(name) != "pusher:error":
+			s.other.Add(1) // subscription_count and the like
+			return
 		}
 	}
+	var f frame
+	if json.Unmarshal(msg, &f) != nil {
+		s.bad.Add(1)
+		return
+	}
+	switch f.Event {
+	case r.cfg.event:
+		if d, ok := strings.CutPrefix(f.dataString(), "hl:"); ok {
+			r.deliver(s, []byte(d), now)
+		} else {
+			s.bad.Add(1)
+		}
+	case "pusher:ping":
+		_ = s.conn.WriteText(pongFrame)
+	case "pusher:error":
+		var e struct {
+			Code *int `json:"code"`
+		}
+		_ = json.Unmarshal([]byte(f.dataString()), &e)
+		code := "none"
+		if e.Code != nil {
+			code = strconv.Itoa(*e.Code)
+		}
+		r.countError(code)
+	}
+}
+
+// countError counts an error the server sent a subscriber: a pusher:error's
+// code, or the code of an error in a Centrifugo reply.
+func (r *runner) countError(code string) {
+	r.mu.Lock()
+	r.pusherErrors[code]++
+	r.mu.Unlock()
 }
 
 // deliver records one event whose data, after the "hl:" prefix, starts at p:
@@ -550,6 +580,12 @@ func (r *runner) publish(ctx context.Context, res *result) {
 	defer client.CloseIdleConnections()
 	path := "/apps/" + cfg.appID + "/events"
 	evName, _ := json.Marshal(cfg.event)
+	head := append(append([]byte(`{"name":`), evName...), `,"channel":`...)
+	send := r.send
+	if cfg.protocol == protoCentrifugo {
+		// One publication a request, as a trigger carries one event.
+		path, head, send = centrifugoPublishPath, []byte(`{"channel":`), r.sendCentrifugo
+	}
 	chNames := make([][]byte, cfg.channels)
 	for i := range chNames {
 		chNames[i], _ = json.Marshal(r.channelName(i))
@@ -586,9 +622,7 @@ func (r *runner) publish(ctx context.Context, res *result) {
 				}
 				ch := int(i % int64(cfg.channels))
 				seq := i / int64(cfg.channels)
-				body = append(body[:0], `{"name":`...)
-				body = append(body, evName...)
-				body = append(body, `,"channel":`...)
+				body = append(body[:0], head...)
 				body = append(body, chNames[ch]...)
 				body = append(body, `,"data":"`...)
 				data := len(body)
@@ -604,7 +638,7 @@ func (r *runner) publish(ctx context.Context, res *result) {
 				}
 				body = append(body, `"}`...)
 				sent := time.Now()
-				err := r.send(ctx, client, path, body)
+				err := send(ctx, client, path, body)
 				r.pubH.record(int(i), uint64(time.Since(sent)/time.Microsecond))
 				if err != nil {
 					r.pubErrCount.Add(1)
@@ -636,21 +670,31 @@ func (r *runner) publish(ctx context.Context, res *result) {
 
 func (r *runner) send(ctx context.Context, client *http.Client, path string, body []byte) error {
 	q := clientauth.SignQuery(http.MethodPost, path, nil, body, r.cfg.key, r.cfg.secret, time.Now())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.httpURL+path+"?"+q, bytes.NewReader(body))
+	_, err := post(ctx, client, r.cfg.httpURL+path+"?"+q, body, nil)
+	return err
+}
+
+// post sends a JSON body with the header's fields and returns the start
+// of the response, or an error unless the status is 200.
+func post(ctx context.Context, client *http.Client, url string, body []byte, header map[string]string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return plainErr(err)
+		return nil, plainErr(err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d %s", resp.StatusCode, bytes.TrimSpace(msg[:min(len(msg), 200)]))
+		return nil, fmt.Errorf("HTTP %d %s", resp.StatusCode, bytes.TrimSpace(msg[:min(len(msg), 200)]))
 	}
-	return nil
+	return msg, nil
 }
 
 // expected is the deliveries the accepted publishes owe the subscribers.

@@ -154,22 +154,7 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("JSON line has no %q", k)
 			}
 		}
-		if res.Connected != subs || res.ConnectErrors != 0 {
-			t.Errorf("connected %d of %d, %d errors: %v", res.Connected, subs, res.ConnectErrors, res.ConnectErrorSamples)
-		}
-		if res.Publishes < 100 || res.PublishErrors != 0 {
-			t.Errorf("publishes %d ok, %d errors: %v", res.Publishes, res.PublishErrors, res.PublishErrorSamples)
-		}
-		if want := res.Publishes * subs / channels; res.Expected != want {
-			t.Errorf("expected %d deliveries, want %d", res.Expected, want)
-		}
-		if res.Lost != 0 || res.Received != res.Expected || res.Duplicates != 0 || res.Unexpected != 0 || res.BadFrames != 0 {
-			t.Errorf("received %d of %d: lost %d, duplicates %d, unexpected %d, bad frames %d",
-				res.Received, res.Expected, res.Lost, res.Duplicates, res.Unexpected, res.BadFrames)
-		}
-		if res.ClosedByServerTotal != 0 {
-			t.Errorf("closed by server: %v", res.ClosedByServer)
-		}
+		checkDelivered(t, res, subs, channels, 100)
 		if res.LatencySamples != uint64(res.Received) || res.LatencyP50Ms <= 0 || res.LatencyMaxMs < res.LatencyP99Ms {
 			t.Errorf("latency: %d samples, p50 %.3f, p99 %.3f, max %.3f", res.LatencySamples, res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs)
 		}
@@ -235,4 +220,27 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("listenerPID(%d) = %d, %v; want %d", p, got, err, pid)
 		}
 	})
+}
+
+// checkDelivered fails t unless the publish run res subscribed every one of
+// subs, published at least minPublishes without an error and delivered
+// each accepted event once to every subscriber of its channel.
+func checkDelivered(t *testing.T, res *result, subs, channels int, minPublishes int64) {
+	t.Helper()
+	if res.Connected != subs || res.ConnectErrors != 0 {
+		t.Errorf("connected %d of %d, %d errors: %v", res.Connected, subs, res.ConnectErrors, res.ConnectErrorSamples)
+	}
+	if res.Publishes < minPublishes || res.PublishErrors != 0 {
+		t.Errorf("publishes %d ok, %d errors: %v", res.Publishes, res.PublishErrors, res.PublishErrorSamples)
+	}
+	if want := res.Publishes * int64(subs) / int64(channels); res.Expected != want {
+		t.Errorf("expected %d deliveries, want %d", res.Expected, want)
+	}
+	if res.Lost != 0 || res.Received != res.Expected || res.Duplicates != 0 || res.Unexpected != 0 || res.BadFrames != 0 {
+		t.Errorf("received %d of %d: lost %d, duplicates %d, unexpected %d, bad frames %d",
+			res.Received, res.Expected, res.Lost, res.Duplicates, res.Unexpected, res.BadFrames)
+	}
+	if res.ClosedByServerTotal != 0 || len(res.PusherErrors) != 0 {
+		t.Errorf("closed by server %v, errors %v", res.ClosedByServer, res.PusherErrors)
+	}
 }
