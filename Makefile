@@ -140,19 +140,21 @@ bench-compare:
 bench-fanout:
 	scripts/bench-fanout.sh
 
-## bench-cluster: a cluster node against a single node end to end, three nodes against one (subscribers spread, every process's CPU), and 100,000 connections over six nodes with one broadcast (needs redis-server)
+## bench-cluster: a cluster node against a single node end to end, three nodes against one (subscribers spread, every process's CPU; BENCH_PEER=centrifugo adds Centrifugo's rows, one node and three on its Redis engine, to compare), and 100,000 connections over six nodes with one broadcast (needs redis-server)
 bench-cluster:
 	scripts/bench-cluster.sh
 
-## test-load-smoke: the load tool (tools/load) for a few seconds against Herald and the baseline (tools/baseline), and bench-cluster's nodes part small and short (needs redis-server)
+## test-load-smoke: the load tool (tools/load) for a few seconds against Herald, the baseline (tools/baseline) and Centrifugo (HERALD_CENTRIFUGO_BIN, skipped without it but under CI=true), and bench-cluster's nodes part small and short, Centrifugo's rows too when HERALD_CENTRIFUGO_BIN is set (needs redis-server)
 test-load-smoke:
+	@[ -n "$$HERALD_CENTRIFUGO_BIN" ] || echo "test-load-smoke: HERALD_CENTRIFUGO_BIN is not set: the runs against Centrifugo are skipped (.ci/run builds it)"
 	cd tools/load && $(GO) test -race -count=1 ./...
 	cd tools/baseline && $(GO) test -race -count=1 ./...
 	BENCH_CHECK=self scripts/bench-cluster.sh
-	@# Two shapes, each of whose rows must say what it ran (one row per mode).
-	@out=$$(BENCH_PARTS=nodes BENCH_NODES_SHAPES=20x2,30x3 BENCH_DURATION=2s BENCH_CHECK=1 GO=$(GO) scripts/bench-cluster.sh) && \
+	@# Two shapes, each of whose rows must say what it ran (one row per mode, Centrifugo's three included).
+	@rows=2 peer=; if [ -n "$$HERALD_CENTRIFUGO_BIN" ]; then rows=5 peer=centrifugo; fi; \
+	out=$$(BENCH_PEER=$$peer BENCH_CENTRIFUGO_BIN=$$HERALD_CENTRIFUGO_BIN BENCH_PARTS=nodes BENCH_NODES_SHAPES=20x2,30x3 BENCH_DURATION=2s BENCH_CHECK=1 GO=$(GO) scripts/bench-cluster.sh) && \
 	  printf '%s\n' "$$out" && for shape in '20 subscribers, 2 channels' '30 subscribers, 3 channels'; do \
-	    [ "$$(printf '%s\n' "$$out" | grep -c "^$$shape ")" = 2 ] || { echo "test-load-smoke: bench-cluster ran no two rows of $$shape" >&2; exit 1; }; \
+	    [ "$$(printf '%s\n' "$$out" | grep -c "^$$shape ")" = $$rows ] || { echo "test-load-smoke: bench-cluster ran no $$rows rows of $$shape" >&2; exit 1; }; \
 	  done
 
 ## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, cluster/redisconn, netguard, storage, config, upgrade, clientrate, console/traffic; slow, not in test (one package: make mutate PKGS=./server/signing)

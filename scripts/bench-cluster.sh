@@ -16,6 +16,14 @@
 #                nodes and Redis) per delivery, Redis's per message, the messages the first node put in
 #                each script call to Redis (its metrics; - before they said it), and the ratio of the
 #                CPU per delivery of the nodes to one node's (the cost of the cluster path).
+#                BENCH_PEER=centrifugo adds, after Herald's rows of each shape, the peer issue 48
+#                compares against, Centrifugo v6.9.1, measured the same way (herald-load -protocol
+#                centrifugo: its JSON client protocol, one publication per HTTP API request to the
+#                first node): cent-one (one node, memory engine), cent-N (N nodes on its Redis
+#                engine, no history, the issue's setting) and cent-Nh (history_size 100,
+#                history_ttl 300s, force_recovery: like for like, Herald's cluster path keeping a
+#                stream for replay), each ratio against cent-one. The binary is BENCH_CENTRIFUGO_BIN,
+#                or else built once with go install into the temporary folder.
 # BENCH_PARTS chooses ("compare nodes connections" by default). JSON lines are appended to BENCH_OUT
 # when it is set. BENCH_BEFORE=<git revision> also builds Herald at that revision and runs it in
 # cluster mode as a third row of every compare shape ("before"), alternating with the others;
@@ -39,6 +47,8 @@ NODES=${BENCH_NODES:-6}
 EVENTS=${BENCH_EVENTS:-5}
 BEFORE=${BENCH_BEFORE:-}
 ROUNDS=${BENCH_ROUNDS:-1}
+PEER=${BENCH_PEER:-}
+CENTRIFUGO=github.com/centrifugal/centrifugo/v6@v6.9.1
 
 field() { grep -o "\"$1\":\({[^}]*}\|\[[^]]*\]\|[^,}]*\)" <<<"$2" | head -1 | cut -d: -f2-; }
 record() { if [[ -n ${BENCH_OUT:-} ]]; then echo "$1" >>"$BENCH_OUT"; fi; }
@@ -57,6 +67,10 @@ if [[ ${BENCH_CHECK:-} == self ]]; then
 	exit 0
 fi
 
+case $PEER in
+"" | centrifugo) ;;
+*) echo "bench-cluster: BENCH_PEER must be centrifugo or empty, got $PEER" >&2; exit 1 ;;
+esac
 command -v redis-server >/dev/null || { echo "bench-cluster: redis-server is not installed (Debian package redis-server)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
@@ -79,6 +93,12 @@ if [[ -n $BEFORE ]]; then
 	git archive "$BEFORE" | tar -x -C "$tmp/before-src"
 	(cd "$tmp/before-src" && $GO build -o "$tmp/herald-before" ./server)
 	rm -rf "$tmp/before-src"
+fi
+centrifugo_bin=${BENCH_CENTRIFUGO_BIN:-}
+if [[ -n $PEER && -z $centrifugo_bin && " $PARTS " == *" nodes "* ]]; then
+	echo "bench-cluster: building Centrifugo ($CENTRIFUGO; BENCH_CENTRIFUGO_BIN uses one built before)" >&2
+	GOBIN="$tmp/peer" $GO install "$CENTRIFUGO"
+	centrifugo_bin=$tmp/peer/centrifugo
 fi
 
 # start_redis starts a redis-server without persistence on a free port; sets redis_pid, redis_url.
@@ -125,6 +145,45 @@ start_node() {
 		sleep 0.1
 	done
 	echo "bench-cluster: herald $name did not start:" >&2
+	tail -20 "$tmp/$name.log" >&2
+	exit 1
+}
+
+# start_centrifugo NAME [REDIS_URL [HISTORY]] starts a Centrifugo node on a free loopback port,
+# its config in NAME.json: subscribers connect and subscribe anonymously, publishes go to its HTTP
+# API with the key bench-api-key, the memory engine or Redis's at REDIS_URL, and with HISTORY=1
+# each channel keeps 100 publications for 300 s and every subscription is recovered. Sets node_pid
+# and node_addr.
+start_centrifugo() {
+	local name=$1 redis=${2:-} history=${3:-0} port engine= channel
+	[[ -n $redis ]] && engine=', "engine": {"type": "redis", "redis": {"address": ["'$redis'"]}}'
+	channel='"allow_subscribe_for_client": true, "allow_subscribe_for_anonymous": true'
+	((history)) && channel+=', "history_size": 100, "history_ttl": "300s", "force_recovery": true'
+	for _ in $(seq 20); do
+		port=$((20000 + RANDOM % 20000))
+		cat >"$tmp/$name.json" <<CONFIG
+{"node": {"name": "$name-$port"}, "http_server": {"address": "127.0.0.1", "port": $port},
+ "log": {"level": "info"}, "usage_stats": {"disabled": true},
+ "client": {"allow_anonymous_connect_without_token": true}, "http_api": {"key": "bench-api-key"},
+ "channel": {"without_namespace": {$channel}}$engine}
+CONFIG
+		rm -f "$tmp/$name.log"
+		"$centrifugo_bin" --config "$tmp/$name.json" >"$tmp/$name.log" 2>&1 &
+		node_pid=$!
+		for _ in $(seq 300); do
+			kill -0 "$node_pid" 2>/dev/null || break
+			# Its name in the answer: this node serves the port, not one that had it first.
+			if curl -s -X POST -H 'X-API-Key: bench-api-key' -d '{}' "http://127.0.0.1:$port/api/info" 2>/dev/null | grep -q "\"name\":\"$name-$port\""; then
+				pids+=("$node_pid")
+				node_addr=127.0.0.1:$port
+				return 0
+			fi
+			sleep 0.1
+		done
+		kill "$node_pid" 2>/dev/null || true
+		wait "$node_pid" 2>/dev/null || true
+	done
+	echo "bench-cluster: centrifugo $name did not start:" >&2
 	tail -20 "$tmp/$name.log" >&2
 	exit 1
 }
@@ -217,27 +276,36 @@ nodes() {
 		IFS=, read -ra shapes <<<"${BENCH_NODES_SHAPES:-1500x1,9000x900}"
 		for shape in "${shapes[@]}"; do
 			local subs=${shape%x*} channels=${shape#*x}
-			local one_us=0
-			for mode in $(round_modes one "$CLUSTER_NODES" "$round"); do
-				local bin=$tmp/herald n=$CLUSTER_NODES urls=() procs=()
-				[[ $mode == before ]] && bin=$tmp/herald-before
-				if [[ $mode == one ]]; then
-					start_node node "" "$bin"
+			local one_us=0 cent_one_us=0 peer_modes=
+			[[ -n $PEER ]] && peer_modes="cent-one cent-$CLUSTER_NODES cent-${CLUSTER_NODES}h"
+			for mode in $(round_modes one "$CLUSTER_NODES" "$round") $peer_modes; do
+				# Herald's nodes (start_node NAME REDIS BINARY) or Centrifugo's (start_centrifugo
+				# NAME REDIS HISTORY), and how herald-load speaks to them.
+				local start=start_node name=node arg=$tmp/herald n=$CLUSTER_NODES urls=() procs=()
+				local speak=(-key bench-key -app-id bench -secret bench-secret)
+				[[ $mode == before ]] && arg=$tmp/herald-before
+				if [[ $mode == cent-* ]]; then
+					start=start_centrifugo name=cent arg=0 speak=(-protocol centrifugo -api-key bench-api-key)
+					[[ $mode == *h ]] && arg=1
+				fi
+				local single=0
+				[[ $mode == one || $mode == cent-one ]] && single=1
+				if ((single)); then
+					$start "$name" "" "$arg"
 					urls=("ws://$node_addr") procs=("$node_pid")
 				else
 					start_redis
 					for i in $(seq "$n"); do
-						start_node "node$i" "$redis_url" "$bin"
+						$start "$name$i" "$redis_url" "$arg"
 						urls+=("ws://$node_addr") procs+=("$node_pid")
 					done
 					procs+=("$redis_pid") # last: Redis's share is the last of server_cpu_pct_each
 				fi
 				local json
 				json=$("$tmp/herald-load" -url "$(IFS=,; echo "${urls[*]}")" -server-pid "$(IFS=,; echo "${procs[*]}")" \
-					-key bench-key -app-id bench -secret bench-secret -quiet \
-					-subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
+					"${speak[@]}" -quiet -subs "$subs" -channels "$channels" -rate 0 -publishers "$PUBLISHERS" -duration "$DURATION")
 				local per_call=-
-				[[ $mode != one ]] && per_call=$(msgs_per_call "${urls[0]#ws://}")
+				[[ $single == 0 && $mode != cent-* ]] && per_call=$(msgs_per_call "${urls[0]#ws://}")
 				stop_all
 				record "$json"
 				if [[ $(field connected "$json") != "$subs" ]]; then
@@ -246,7 +314,7 @@ nodes() {
 				local d us rus=-
 				d=$(field deliveries_per_s "$json")
 				us=$(field server_us_per_delivery "$json")
-				if [[ $mode != one ]]; then
+				if ((!single)); then
 					rus=$(awk -v each="$(field server_cpu_pct_each "$json")" -v s="$(field phase_s "$json")" -v p="$(field publishes "$json")" \
 						'BEGIN { n = split(each, a, ","); gsub(/[][]/, "", a[n]); if (p > 0) printf "%.1f", a[n] / 100 * s * 1e6 / p; else print "-" }')
 				fi
@@ -255,12 +323,16 @@ nodes() {
 					echo "bench-cluster: nodes: $mode on $subs subscribers over $channels channels lost events, subscribed fewer than all or delivered nothing" >&2
 					exit 1
 				fi
-				if [[ $mode == one ]]; then
-					one_us=$us
-				else
-					awk -v a="$us" -v b="$one_us" -v m="$mode" \
+				case $mode in
+				one) one_us=$us ;;
+				cent-one) cent_one_us=$us ;;
+				*)
+					local base=$one_us
+					[[ $mode == cent-* ]] && base=$cent_one_us
+					awk -v a="$us" -v b="$base" -v m="$mode" \
 						'BEGIN { printf "%-34s %s ÷ one node: CPU per delivery %.2f ×\n", "", m, a / b }'
-				fi
+					;;
+				esac
 			done
 		done
 	done
