@@ -246,6 +246,62 @@ func TestACatchUpReadsASlotFromTheLastEntryTaken(t *testing.T) {
 	receivedExactly(t, w, "presence-room", "pusher_internal:subscription_succeeded", "pusher_internal:member_added", "after")
 }
 
+// unstartedReader returns a member under prefix, on a Redis of its own,
+// that is not started (its reader is driven by hand: follow), with a
+// client of its hub subscribed to "news", and a client of the Redis. The
+// hub is not in cluster mode: the member delivers what it takes to it.
+func unstartedReader(t *testing.T, prefix string) (*member, *client, *redis.Client) {
+	t.Helper()
+	rs := testredis.Start(t)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	n := &node{t: t, hub: hub.New(log)}
+	t.Cleanup(n.hub.Close)
+	c, err := New(log, n.hub, Options{URL: rs.URL(), NodeID: "n1", Prefix: prefix, Settings: testSettings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.(*member)
+	t.Cleanup(func() { m.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	cl := n.connect("app")
+	cl.subscribe("news", nil)
+	return m, cl, rdb
+}
+
+// A slot the reader starts reading in the same round as it stops reading
+// another is started in that round: once follow returns, the reader
+// listens on the new slot's channel, not the old one's, and has caught the
+// new slot's stream up (an entry appended before is delivered). A reader
+// that stopped there would start it only after its next message or ping,
+// up to two heartbeats later.
+func TestAReaderStartsASlotInTheRoundItStopsAnother(t *testing.T) {
+	m, cl, rdb := unstartedReader(t, "swap:")
+	s := slotOf("app", "news")
+	old := (s + 1) % Slots
+	// The reader listens on old, which has no subscription left.
+	ps, err := m.listen(m.channel(slotStreams[old]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	var last [Slots + 1]string
+	var listening [Slots]bool
+	listening[old] = true
+	appendUnpushed(t, rdb, m.key(slotStreams[s]), encodeEvent(hub.Message{AppID: "app", Channel: "news", Event: "older", Data: "{}"}))
+	m.interest.join(hub.Join{AppID: "app", Channel: "news", SocketID: cl.conn.SocketID(), Token: 1})
+	m.interest.start(s, "0-0")
+
+	streamOfChannel := map[string]int{m.channel(slotStreams[s]): s, m.channel(slotStreams[old]): old}
+	if err := m.follow(ps, &last, &listening, streamOfChannel); err != nil {
+		t.Fatal(err)
+	}
+	if !listening[s] || listening[old] {
+		t.Fatalf("after one round the reader listens on slots %v, want slot %d only", listening, s)
+	}
+	receivedExactly(t, cl, "news", "pusher_internal:subscription_succeeded", "older")
+}
+
 // A pushed entry of a slot the reader starts reading, which comes before
 // Redis confirms the slot's channel (pushed to an earlier listening), is
 // not taken before the slot's catch-up: an older entry of the slot, after
@@ -255,22 +311,7 @@ func TestACatchUpReadsASlotFromTheLastEntryTaken(t *testing.T) {
 // follow is driven by hand, on a member not started, as only then can the
 // push be made to wait ahead of the confirmation.
 func TestAPushAheadOfItsSlotsConfirmationWaitsForTheCatchUp(t *testing.T) {
-	rs := testredis.Start(t)
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	// A subscriber of the hub alone, not in cluster mode: the member
-	// delivers what it takes to it.
-	n := &node{t: t, hub: hub.New(log)}
-	defer n.hub.Close()
-	c, err := New(log, n.hub, Options{URL: rs.URL(), NodeID: "n1", Prefix: "ahead:", Settings: testSettings})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := c.(*member)
-	defer m.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	defer rdb.Close()
-	cl := n.connect("app")
-	cl.subscribe("news", nil)
+	m, cl, rdb := unstartedReader(t, "ahead:")
 	s := slotOf("app", "news")
 	stream, channel := m.key(slotStreams[s]), m.channel(slotStreams[s])
 	event := func(name string) string {
@@ -295,6 +336,42 @@ func TestAPushAheadOfItsSlotsConfirmationWaitsForTheCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	receivedExactly(t, cl, "news", "pusher_internal:subscription_succeeded", "older", "pushed")
+}
+
+// A message of a channel already listened on that comes while the reader
+// waits for Redis to confirm a slot it starts reading is taken as it comes:
+// an event pushed on the cluster-wide stream's channel ahead of the
+// confirmation is delivered, and the stream's read position moved past it
+// (a reader that dropped it would never read it: that stream is caught up
+// only when the reader listens anew).
+//
+// follow is driven by hand, on a member not started, as in
+// TestAPushAheadOfItsSlotsConfirmationWaitsForTheCatchUp.
+func TestAMessageWhileASlotIsConfirmedIsTaken(t *testing.T) {
+	m, cl, rdb := unstartedReader(t, "meanwhile:")
+	s := slotOf("app", "news")
+	global := m.channel(globalStream)
+
+	ps, err := m.listen(global)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	// Pushed before follow asks for the slot's channel: Redis sends it to
+	// ps ahead of the confirmation.
+	appendEntry(t, rdb, m, m.key(globalStream), "m", encodeEvent(hub.Message{AppID: "app", Channel: "news", Event: "meanwhile", Data: "{}"}))
+	m.interest.join(hub.Join{AppID: "app", Channel: "news", SocketID: cl.conn.SocketID(), Token: 1})
+	m.interest.start(s, "0-0")
+
+	var last [Slots + 1]string
+	var listening [Slots]bool
+	if err := m.follow(ps, &last, &listening, map[string]int{global: Slots, m.channel(slotStreams[s]): s}); err != nil {
+		t.Fatal(err)
+	}
+	if last[Slots] == "" {
+		t.Fatal("the cluster-wide stream's message that came before the slot's confirmation was not taken")
+	}
+	receivedExactly(t, cl, "news", "pusher_internal:subscription_succeeded", "meanwhile")
 }
 
 // A node that starts reads the cluster-wide stream from its newest entry:
