@@ -31,6 +31,51 @@ func history(t *testing.T, store *EventLogStore, app, channel string, p eventlog
 	return datas, ids
 }
 
+// loopSender is a member the test does not start, whose publish loop's
+// send it calls itself with publish calls it builds: the loop packs what
+// waits together only when calls come at once.
+type loopSender struct {
+	t   *testing.T
+	pub *member
+	now time.Time
+}
+
+// newLoopSender makes one, on rs with the key prefix px.
+func newLoopSender(t *testing.T, rs *testredis.Server, px string) *loopSender {
+	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), Prefix: px, NodeID: "publisher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &loopSender{t: t, pub: c.(*member), now: time.Now()}
+}
+
+// call is a publish call of app keeping its events in store under p.
+func (s *loopSender) call(store *EventLogStore, app string, p eventlog.Policy) *keepReq {
+	return &keepReq{store: store, app: app, policy: p, now: s.now}
+}
+
+// msg is a tick of data on app's channel, kept by call k (nil: plain).
+func (s *loopSender) msg(k *keepReq, app, channel, data string) *outMsg {
+	m := outMsgs([]hub.Message{{AppID: app, Channel: channel, Event: "tick", Data: data}})[0]
+	if k != nil {
+		m.keep, m.entry = k, eventlog.Entry{Channel: channel, Name: "tick", Data: data}
+	}
+	return m
+}
+
+// send numbers msgs as the loop does and sends them in one script call.
+func (s *loopSender) send(msgs ...*outMsg) {
+	s.t.Helper()
+	for _, m := range msgs {
+		s.pub.seq[m.slot]++
+		m.seq = s.pub.seq[m.slot]
+	}
+	if err := s.pub.send(msgs); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 // The publish loop sends the messages of many calls in one script call,
 // those of one slot's stream numbered one after another and packed in
 // entries together; the kept events are still appended to their own app's
@@ -38,18 +83,11 @@ func history(t *testing.T, store *EventLogStore, app, channel string, p eventlog
 // them is kept nowhere, another app's kept events only in that app's
 // history, those of a call of the same app under another policy by that
 // policy, and the subscriber of a kept event gets the id it has there.
-// The test is the publish loop of a member it does not start (the loop
-// packs what waits together only when calls come at once).
 func TestPublishKeptCallsSentTogetherKeepEachItsOwn(t *testing.T) {
 	rs := testredis.Start(t)
 	px := fmt.Sprintf("t%d:", time.Now().UnixNano())
 	n := startNode(t, rs, px, "n1")
-	c, err := New(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), hub.New(zap.NewNop()), Options{URL: rs.URL(), Prefix: px, NodeID: "publisher"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	pub := c.(*member)
+	s := newLoopSender(t, rs, px)
 
 	// Channels of both apps in one slot.
 	slot := slotOf("app", "plain")
@@ -68,26 +106,10 @@ func TestPublishKeptCallsSentTogetherKeepEachItsOwn(t *testing.T) {
 	plainSub := recoverable(n, plainCh, p, time.Minute, nil)
 	keptSub := recoverable(n, keptCh, p, time.Minute, nil)
 
-	now := time.Now()
-	call := func(app string, p eventlog.Policy) *keepReq {
-		return &keepReq{store: store, app: app, policy: p, now: now}
-	}
-	msg := func(k *keepReq, app, channel, data string) *outMsg {
-		m := outMsgs([]hub.Message{{AppID: app, Channel: channel, Event: "tick", Data: data}})[0]
-		if k != nil {
-			m.keep, m.entry = k, eventlog.Entry{Channel: channel, Name: "tick", Data: data}
-		}
-		return m
-	}
+	call, msg := func(app string, p eventlog.Policy) *keepReq { return s.call(store, app, p) }, s.msg
 	send := func(keeps []*keepReq, msgs ...*outMsg) {
 		t.Helper()
-		for _, m := range msgs { // as the loop numbers them
-			pub.seq[m.slot]++
-			m.seq = pub.seq[m.slot]
-		}
-		if err := pub.send(msgs); err != nil {
-			t.Fatal(err)
-		}
+		s.send(msgs...)
 		for _, k := range keeps {
 			if k.err != nil {
 				t.Fatalf("the append of %s's call: %v", k.app, k.err)
@@ -123,6 +145,67 @@ func TestPublishKeptCallsSentTogetherKeepEachItsOwn(t *testing.T) {
 	}
 	if got := keptSub.positions(); !slices.Equal(got, keptIDs) {
 		t.Errorf("kept ticks came with positions %v, want their ids %v", got, keptIDs)
+	}
+}
+
+// The kept messages of the publish calls of one app and policy that wait
+// for one script call go in one history append; when that append fails,
+// each of those calls is told (each logs that its events were not kept),
+// not the first alone, and a call of another app whose append worked is
+// not.
+func TestAFailedAppendIsTheErrorOfEachCallItCarries(t *testing.T) {
+	rs := testredis.Start(t)
+	s := newLoopSender(t, rs, "failedappend:")
+	store := s.pub.EventLog(eventlog.Limits{})
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	// The app's history record made a string: its append fails (WRONGTYPE).
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.Set(t.Context(), store.key("app"), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	k1, k2, k3, other := s.call(store, "app", p), s.call(store, "app", p), s.call(store, "app", p), s.call(store, "other", p)
+	s.send(s.msg(k1, "app", "news", "1"), s.msg(k2, "app", "news", "2"), s.msg(k2, "app", "feed", "3"),
+		s.msg(k3, "app", "news", "4"), s.msg(other, "other", "news", "5"))
+	for i, k := range []*keepReq{k1, k2, k3} {
+		if k.err == nil || !strings.Contains(k.err.Error(), "WRONGTYPE") {
+			t.Errorf("call %d of the failed append: error %v, want WRONGTYPE", i+1, k.err)
+		}
+	}
+	if other.err != nil {
+		t.Errorf("the other app's call, kept: error %v", other.err)
+	}
+}
+
+// Only a publish call with history appends carries a token (which tells
+// it sent again, and must not append twice): a call of plain messages,
+// most of the cluster's, writes nothing to Redis but its entries.
+func TestOnlyACallWithAppendsWritesAToken(t *testing.T) {
+	rs := testredis.Start(t)
+	s := newLoopSender(t, rs, "token:")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	token := func() string {
+		t.Helper()
+		v, err := rdb.Get(t.Context(), s.pub.key("ptok:", s.pub.epoch)).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	s.send(s.msg(nil, "app", "news", "1"), s.msg(nil, "app", "feed", "2"))
+	if v := token(); v != "" {
+		t.Fatalf("a call of plain messages wrote the token %q", v)
+	}
+	store := s.pub.EventLog(eventlog.Limits{})
+	s.send(s.msg(s.call(store, "app", eventlog.Policy{Events: 100, TTL: time.Hour}), "app", "news", "3"))
+	kept := token()
+	if kept == "" {
+		t.Fatal("a call with a history append wrote no token")
+	}
+	s.send(s.msg(nil, "app", "news", "4"))
+	if v := token(); v != kept {
+		t.Fatalf("a call of plain messages after it wrote the token %q (was %q)", v, kept)
 	}
 }
 
