@@ -9,6 +9,11 @@
 #   EXCLUDE='^(publish|receive)\.go$' scripts/mutate.sh ./server/cluster
 #                                      all but these files (a long run split
 #                                      in parts, each against every test)
+#   DIFF=<git revision> scripts/mutate.sh ./server/cluster
+#                                      only the lines changed since that
+#                                      revision (gremlins' --diff): a file's
+#                                      later part, against a throwaway commit
+#                                      that cuts the file where to start
 #
 # A mutant KILLED makes a test fail, LIVED passes every test, NOT COVERED is
 # on code no test runs (not tried), TIMED OUT makes the tests hang past the
@@ -91,11 +96,15 @@ for pkg in $pkgs; do
 	regex=$(excludes "$pkg")
 	if [ -n "$regex" ]; then args+=(--exclude-files "$regex"); fi
 	if [ -n "${EXCLUDE:-}" ]; then args+=(--exclude-files "$EXCLUDE"); fi
+	if [ -n "${DIFF:-}" ]; then args+=(--diff "$DIFF"); fi
 
 	echo "== $pkg ($(date +%H:%M:%S))"
 	start=$(date +%s)
 	# From the package's directory, so that gremlins mutates only its files.
+	# git's diff.relative makes a --diff's paths relative to the package,
+	# as gremlins matches them (with the repository's, it skips every mutant).
 	(cd "$pkg" && PATH="$shim:$PATH" GOFLAGS="${GOFLAGS:-} -count=1 -failfast" \
+		GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=diff.relative GIT_CONFIG_VALUE_0=true \
 		"$shim/gremlins" "${args[@]}") 2>&1 | tee "$out/$name.log"
 	seconds=$(($(date +%s) - start))
 
@@ -107,7 +116,7 @@ for pkg in $pkgs; do
 	lived=$(count LIVED)
 	notcov=$(count 'NOT COVERED')
 	timedout=$(count 'TIMED OUT')
-	total=$(wc -l <"$out/$name.mutants")
+	total=$(($(wc -l <"$out/$name.mutants") - $(count SKIPPED))) # skipped: outside DIFF's lines
 
 	eq=0
 	echo "-- lived in $pkg (= listed as equivalent in $equivalent):"
