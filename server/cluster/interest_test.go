@@ -185,3 +185,46 @@ func TestChannelHashIsFNV1a(t *testing.T) {
 		}
 	}
 }
+
+// The reader's bookkeeping, without Redis: the joins of a batch ask once
+// for each slot the reader does not read yet, in their order, however many
+// of them share it; a slot read goes on from the last entry taken, and a
+// start leaves it there; a slot not read takes no entry; a slot whose last
+// subscription is gone is read no more, and asked for again.
+func TestInterestAsksOnceForEachSlotNotRead(t *testing.T) {
+	var in interest
+	if got, want := in.missing([]int{2, 0, 2, 3, 0}), []int{2, 0, 3}; !slices.Equal(got, want) {
+		t.Fatalf("missing = %v, want %v", got, want)
+	}
+	ch := channelInSlot("app", 2)
+	in.join(hub.Join{AppID: "app", Channel: ch, SocketID: "1.1", Token: 1})
+	in.start(2, "5-0")
+	in.start(2, "9-0")
+	in.advance(2, "7-0")
+	in.advance(3, "8-0")
+	if got, want := in.missing([]int{3, 2, 0, 3}), []int{3, 0}; !slices.Equal(got, want) {
+		t.Fatalf("missing = %v, want %v", got, want)
+	}
+	var listening [Slots]bool
+	if !in.changed(&listening) {
+		t.Fatal("a slot started is not taken for a change")
+	}
+	slots, from := in.reading()
+	if !slices.Equal(slots, []int{2}) || !slices.Equal(from, []string{"7-0"}) {
+		t.Fatalf("reading %v from %v, want [2] from [7-0]", slots, from)
+	}
+	listening[2] = true
+	if in.changed(&listening) {
+		t.Fatal("a change while the reader listens on what it reads")
+	}
+	in.leave("app", ch, "1.1")
+	if !in.changed(&listening) {
+		t.Fatal("a slot without subscriptions left is not taken for a change")
+	}
+	if slots, _ := in.reading(); len(slots) != 0 {
+		t.Fatalf("reading %v after the last subscription left", slots)
+	}
+	if got, want := in.missing([]int{2}), []int{2}; !slices.Equal(got, want) {
+		t.Fatalf("missing = %v, want %v", got, want)
+	}
+}
