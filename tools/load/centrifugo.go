@@ -46,13 +46,8 @@ type centrifugoMessage struct {
 	} `json:"push"`
 }
 
-// nextMessage splits the first message off a frame's newline-separated ones.
-func nextMessage(frame []byte) (msg, rest []byte) {
-	if i := bytes.IndexByte(frame, '\n'); i >= 0 {
-		return frame[:i], frame[i+1:]
-	}
-	return frame, nil
-}
+// newline separates the JSON messages of one WebSocket frame.
+var newline = []byte{'\n'}
 
 // subscribeCentrifugo connects anonymously and subscribes conn to channel:
 // the connect command, and once the reply of its id came the subscribe
@@ -68,9 +63,7 @@ func subscribeCentrifugo(conn wsConn, channel string) error {
 		if err != nil {
 			return fmt.Errorf("before subscribed: %s: %w", closeCode(err), plainErr(err))
 		}
-		for len(frame) > 0 {
-			var msg []byte
-			msg, frame = nextMessage(frame)
+		for msg := range bytes.SplitSeq(frame, newline) {
 			if len(msg) == 0 {
 				continue
 			}
@@ -106,9 +99,7 @@ func subscribeCentrifugo(conn wsConn, channel string) error {
 // takes the fast path of Pusher's events: no decoding when it is a push
 // with the "hl: marker.
 func (r *runner) centrifugoFrame(s *subscriber, frame []byte, now int64) {
-	for len(frame) > 0 {
-		var msg []byte
-		msg, frame = nextMessage(frame)
+	for msg := range bytes.SplitSeq(frame, newline) {
 		if len(msg) == 0 {
 			continue
 		}
