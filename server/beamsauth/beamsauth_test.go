@@ -131,6 +131,9 @@ func TestVerify(t *testing.T) {
 		{"ErrEmptySub", plain, "Bearer " + hs256(t, claims(func(c jwt.MapClaims) { c["sub"] = "" })), "", ErrMissingClaim, "sub"},
 		{"ErrMissingIss", plain, "Bearer " + hs256(t, claims(func(c jwt.MapClaims) { delete(c, "iss") })), "", ErrMissingClaim, "iss"},
 		{"OKSubAtMaxLength", plain, "Bearer " + hs256(t, claims(func(c jwt.MapClaims) { c["sub"] = strings.Repeat("é", MaxUserIDLength) })), strings.Repeat("é", MaxUserIDLength), nil, ""},
+		// PostgreSQL's text cannot hold NUL, wherever it is in the user id.
+		{"ErrSubWithNUL", plain, "Bearer " + hs256(t, claims(func(c jwt.MapClaims) { c["sub"] = "al\x00ice" })), "", ErrInvalidSubject, ""},
+		{"ErrSubStartingWithNUL", plain, "Bearer " + hs256(t, claims(func(c jwt.MapClaims) { c["sub"] = "\x00alice" })), "", ErrInvalidSubject, ""},
 		{"ErrSubTooLong", plain, "Bearer " + hs256(t, claims(func(c jwt.MapClaims) { c["sub"] = strings.Repeat("u", MaxUserIDLength+1) })), "", ErrInvalidSubject, ""},
 
 		// The header.
