@@ -203,6 +203,63 @@ func TestLoad(t *testing.T) {
 			wantErr: "HERALD_HTTP_READ_TIMEOUT must be a positive duration",
 		},
 		{
+			name: "OKWebPushAllowedPortsAtTheirBounds",
+			env:  map[string]string{"HERALD_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1:1,[::1]:65535"},
+			want: with(defaults, func(c *Config) { c.WebPushAllowedHosts = []string{"127.0.0.1:1", "[::1]:65535"} }),
+		},
+		{
+			name:    "ErrWebPushAllowedPortZero",
+			env:     map[string]string{"HERALD_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1:0"},
+			wantErr: `HERALD_WEBPUSH_ALLOWED_HOSTS: "127.0.0.1:0" has an invalid port`,
+		},
+		{
+			name:    "ErrWebPushAllowedPortPastTheLast",
+			env:     map[string]string{"HERALD_WEBPUSH_ALLOWED_HOSTS": "127.0.0.1:65536"},
+			wantErr: `HERALD_WEBPUSH_ALLOWED_HOSTS: "127.0.0.1:65536" has an invalid port`,
+		},
+		{
+			// Every kind of character a node id may hold, each bound of a range.
+			name: "OKNodeIDOfEveryAllowedCharacter",
+			env:  map[string]string{"HERALD_NODE_ID": "aAzZ09-_." + strings.Repeat("n", 55)},
+			want: with(defaults, func(c *Config) { c.NodeID = "aAzZ09-_." + strings.Repeat("n", 55) }),
+		},
+		{
+			name:    "ErrNodeIDTooLong",
+			env:     map[string]string{"HERALD_NODE_ID": strings.Repeat("n", 65)},
+			wantErr: "HERALD_NODE_ID must be 1 to 64 letters",
+		},
+		{
+			// Each character just outside a range: '/' ':' '@' '[' '`' '{'.
+			name:    "ErrNodeIDWithASlash",
+			env:     map[string]string{"HERALD_NODE_ID": "node/1"},
+			wantErr: "HERALD_NODE_ID must be 1 to 64 letters",
+		},
+		{name: "ErrNodeIDWithAColon", env: map[string]string{"HERALD_NODE_ID": "node:1"}, wantErr: "HERALD_NODE_ID must be"},
+		{name: "ErrNodeIDWithAnAt", env: map[string]string{"HERALD_NODE_ID": "node@1"}, wantErr: "HERALD_NODE_ID must be"},
+		{name: "ErrNodeIDWithABracket", env: map[string]string{"HERALD_NODE_ID": "node[1"}, wantErr: "HERALD_NODE_ID must be"},
+		{name: "ErrNodeIDWithABacktick", env: map[string]string{"HERALD_NODE_ID": "node`1"}, wantErr: "HERALD_NODE_ID must be"},
+		{name: "ErrNodeIDWithABrace", env: map[string]string{"HERALD_NODE_ID": "node{1"}, wantErr: "HERALD_NODE_ID must be"},
+		{
+			name: "OKAdminTokenOfTheLeastLength",
+			env:  map[string]string{"HERALD_ADMIN_TOKEN": strings.Repeat("t", MinAdminTokenLength)},
+			want: with(defaults, func(c *Config) { c.AdminToken = strings.Repeat("t", MinAdminTokenLength) }),
+		},
+		{
+			name:    "ErrAdminTokenTooShort",
+			env:     map[string]string{"HERALD_ADMIN_TOKEN": strings.Repeat("t", MinAdminTokenLength-1)},
+			wantErr: "HERALD_ADMIN_TOKEN must be at least 16 characters long",
+		},
+		{
+			name: "OKRecoveryWindowOff",
+			env:  map[string]string{"HERALD_APP_ID": "1", "HERALD_APP_RECOVERY_WINDOW": "0"},
+			want: with(defaults, func(c *Config) { c.AppID, c.AppRecoveryWindow = "1", new(time.Duration) }),
+		},
+		{
+			name:    "ErrRecoveryWindowNegative",
+			env:     map[string]string{"HERALD_APP_ID": "1", "HERALD_APP_RECOVERY_WINDOW": "-1s"},
+			wantErr: `HERALD_APP_RECOVERY_WINDOW must be a duration such as 2m, or 0 for off, not "-1s"`,
+		},
+		{
 			name:    "ErrWebPushAllowedHostWithPath",
 			env:     map[string]string{"HERALD_WEBPUSH_ALLOWED_HOSTS": "push.example/path"},
 			wantErr: `HERALD_WEBPUSH_ALLOWED_HOSTS: "push.example/path" is not a host name or IP address`,
@@ -411,7 +468,8 @@ func TestLoadHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("Load --help: got %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"-addr", "HERALD_ADDR", "-db", "HERALD_DB"} {
+	// A flag's usage names its variable, and its default only when it has one.
+	for _, want := range []string{"-addr", "(HERALD_ADDR, default " + DefaultAddr + ")", "-db", "HERALD_DB", "(HERALD_CONFIG)"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Fatalf("help output %q does not mention %s", stderr.String(), want)
 		}
