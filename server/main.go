@@ -132,7 +132,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, opts 
 	if err != nil {
 		return err
 	}
-	log, err := config.Logger(cfg.LogFormat, cfg.LogLevel)
+	log, err := config.Logger(cfg.LogFormat, cfg.LogLevel, stderr)
 	if err != nil {
 		return err
 	}

@@ -310,24 +310,28 @@ func validHostPort(h string) error {
 // guards every app's secrets, so it must not be guessable.
 const MinAdminTokenLength = 16
 
-// Logger builds the zap logger the settings ask for: JSON for production,
-// console for people.
-func Logger(format, level string) (*zap.Logger, error) {
+// Logger builds the zap logger the settings ask for, writing to w (the
+// process's stderr): JSON for production, console for people. It is built
+// from zap's production or development settings, on w instead of a sink
+// named by path, which would be resolved through zap's process-wide registry.
+func Logger(format, level string, w io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, err
 	}
-	var cfg zap.Config
+	var enc zapcore.Encoder
+	opts := []zap.Option{zap.AddCaller()}
 	if format == "console" {
-		cfg = zap.NewDevelopmentConfig()
-		cfg.DisableStacktrace = true
+		enc = zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+		opts = append(opts, zap.Development())
 	} else {
-		cfg = zap.NewProductionConfig()
-		cfg.EncoderConfig.TimeKey = "time"
-		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-		cfg.Sampling = nil
+		ec := zap.NewProductionEncoderConfig()
+		ec.TimeKey = "time"
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
+		opts = append(opts, zap.AddStacktrace(zapcore.ErrorLevel))
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.OutputPaths = []string{"stderr"}
-	return cfg.Build()
+	out := zapcore.Lock(zapcore.AddSync(w))
+	opts = append(opts, zap.ErrorOutput(out))
+	return zap.New(zapcore.NewCore(enc, out, lvl), opts...), nil
 }

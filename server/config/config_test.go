@@ -6,7 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"flag"
-	"os"
+	"io"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -476,38 +476,17 @@ func TestLoadHelp(t *testing.T) {
 	}
 }
 
-// captureStderr runs fn with os.Stderr redirected to a file and returns what
-// was written. Logger writes to the "stderr" sink, which zap resolves to
-// os.Stderr when the logger is built.
-func captureStderr(t *testing.T, fn func()) string {
-	t.Helper()
-	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	orig := os.Stderr
-	os.Stderr = f
-	defer func() { os.Stderr = orig }()
-	fn()
-	b, err := os.ReadFile(f.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestLogger(t *testing.T) {
 	t.Run("OKJSON", func(t *testing.T) {
-		out := captureStderr(t, func() {
-			log, err := Logger("json", "info")
-			if err != nil {
-				t.Fatal(err)
-			}
-			log.Debug("hidden")
-			log.Info("hello")
-			_ = log.Sync()
-		})
+		var buf bytes.Buffer
+		log, err := Logger("json", "info", &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Debug("hidden")
+		log.Info("hello")
+		_ = log.Sync()
+		out := buf.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if len(lines) != 1 {
 			t.Fatalf("got %d lines, want 1 (debug is below info): %q", len(lines), out)
@@ -529,14 +508,14 @@ func TestLogger(t *testing.T) {
 	})
 
 	t.Run("OKConsole", func(t *testing.T) {
-		out := captureStderr(t, func() {
-			log, err := Logger("console", "debug")
-			if err != nil {
-				t.Fatal(err)
-			}
-			log.Debug("shown")
-			_ = log.Sync()
-		})
+		var buf bytes.Buffer
+		log, err := Logger("console", "debug", &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Debug("shown")
+		_ = log.Sync()
+		out := buf.String()
 		if json.Valid([]byte(strings.TrimSpace(out))) {
 			t.Fatalf("console output is JSON: %q", out)
 		}
@@ -546,22 +525,22 @@ func TestLogger(t *testing.T) {
 	})
 
 	t.Run("OKLevelFilters", func(t *testing.T) {
-		out := captureStderr(t, func() {
-			log, err := Logger("json", "warn")
-			if err != nil {
-				t.Fatal(err)
-			}
-			log.Info("hidden")
-			log.Warn("shown")
-			_ = log.Sync()
-		})
+		var buf bytes.Buffer
+		log, err := Logger("json", "warn", &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("hidden")
+		log.Warn("shown")
+		_ = log.Sync()
+		out := buf.String()
 		if strings.Contains(out, "hidden") || !strings.Contains(out, "shown") {
 			t.Fatalf("got %q, want only the warning", out)
 		}
 	})
 
 	t.Run("ErrLevel", func(t *testing.T) {
-		if _, err := Logger("json", "loud"); err == nil {
+		if _, err := Logger("json", "loud", io.Discard); err == nil {
 			t.Fatal("Logger: got no error for level loud")
 		}
 	})

@@ -29,7 +29,7 @@ func runCrashChild() {
 		fmt.Println("ERR", err)
 		os.Exit(2)
 	}
-	log, _ := config.Logger("json", "error")
+	log, _ := config.Logger("json", "error", os.Stderr)
 	n, err := New(context.Background(), cfg, log, Options{})
 	if err != nil {
 		fmt.Println("ERR", err)
