@@ -59,6 +59,11 @@ func TestMemoryHoldKeepsDeparturesForTheHold(t *testing.T) {
 			due:    "channel_vacated:c", later: "member_removed:presence-c:u",
 		},
 		{
+			name:   "two members' departures are held apart",
+			events: []hub.Event{ev(hub.MemberRemoved, "presence-c", "u"), ev(hub.MemberRemoved, "presence-c", "v")},
+			due:    "member_removed:presence-c:u", later: "member_removed:presence-c:v",
+		},
+		{
 			name:   "other events go at once",
 			events: []hub.Event{ev(hub.ClientEvent, "c", "u"), ev(hub.CacheMiss, "cache-c", ""), ev(hub.SubscriptionCount, "c", ""), ev(hub.ChannelOccupied, "c", "")},
 			now:    []string{"client_event:c:u", "cache_miss:cache-c", "subscription_count:c", "channel_occupied:c"},
