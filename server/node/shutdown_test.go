@@ -47,12 +47,17 @@ func TestShutdownClosesInOrderOnce(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		cluster bool
+		admin   bool // an admin token: the console's relay over the cluster
 	}{
-		{"single node", false},
-		{"cluster node", true},
+		{"single node", false, true},
+		{"cluster node", true, true},
+		{"cluster node without the console", true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := config.Config{DB: filepath.Join(t.TempDir(), "herald.db"), AdminToken: testAdminToken}
+			cfg := config.Config{DB: filepath.Join(t.TempDir(), "herald.db")}
+			if tt.admin {
+				cfg.AdminToken = testAdminToken
+			}
 			want := without(gracefulOrder, "cluster")
 			if tt.cluster {
 				cfg.RedisURL = testredis.Start(t).URL()
