@@ -157,7 +157,7 @@ test-load-smoke:
 	    [ "$$(printf '%s\n' "$$out" | grep -c "^$$shape ")" = $$rows ] || { echo "test-load-smoke: bench-cluster ran no $$rows rows of $$shape" >&2; exit 1; }; \
 	  done
 
-## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, cluster/redisconn, netguard, storage, config, upgrade, clientrate, console/traffic; slow, not in test (one package: make mutate PKGS=./server/signing)
+## mutate: mutation testing (gremlins) of signing, beamsauth, webhook, push, httpapi, hub, ws, cluster, cluster/redisconn, netguard, storage, config, upgrade, clientrate, console/traffic, eventlog, idempotency; slow, not in test (one package: make mutate PKGS=./server/signing)
 mutate:
 	GO=$(GO) scripts/mutate.sh $(PKGS)
 

@@ -38,7 +38,8 @@ root=$PWD
 # Every package with logic of its own but server/node (the wiring, whose
 # every test starts a whole node: a run would take hours).
 default_pkgs="./server/signing ./server/beamsauth ./server/webhook ./server/push ./server/httpapi ./server/hub ./server/ws
-	./server/cluster ./server/cluster/redisconn ./server/netguard ./storage ./server/config ./server/upgrade ./server/internal/clientrate ./server/console/traffic"
+	./server/cluster ./server/cluster/redisconn ./server/netguard ./storage ./server/config ./server/upgrade ./server/internal/clientrate ./server/console/traffic
+	./server/eventlog ./server/idempotency"
 pkgs=${*:-${PKGS:-$default_pkgs}}
 workers=${WORKERS:-2}
 coefficient=${TIMEOUT_COEFFICIENT:-10}
@@ -54,6 +55,8 @@ out=$(cd "$out" && pwd)
 excludes() {
 	case $1 in
 	server/cluster) echo '^redisconn/' ;;
+	server/eventlog) echo '^eventlogtest/' ;;
+	server/idempotency) echo '^idempotencytest/' ;;
 	server/push) echo '^pushtest/' ;;
 	server/ws) echo '_other\.go$' ;;
 	storage) echo '^testpg/' ;;
