@@ -150,6 +150,42 @@ func TestShardedHistoryKeepsTheAppsBoundsInAll(t *testing.T) {
 	}
 }
 
+// Over shards each shard keeps the app's bytes bound divided by the shards,
+// rounded up, to the byte: a channel that costs its shard's share keeps
+// both its events, one that costs a byte more drops the older. (The
+// channels' bound is TestShardedHistoryKeepsTheAppsBoundsInAll's.)
+func TestShardedHistoryKeepsItsShareOfTheBytesToTheByte(t *testing.T) {
+	rdb := redisClient(t)
+	p := eventlog.Policy{Events: 100, TTL: time.Hour}
+	const shards = 3
+	older := eventlog.Entry{Channel: "news", Name: "ev", Data: "x"}
+	newer := eventlog.Entry{Channel: "news", Name: "ev", Data: "yy"}
+	both := eventlog.ChannelCost("news") + older.Cost() + newer.Cost()
+	for i, c := range []struct{ maxBytes, kept int }{
+		{shards * both, 2},       // a share of exactly both
+		{shards*both - 2, 2},     // rounded up to both
+		{shards * (both - 1), 1}, // a byte short
+		{shards*(both-1) - 2, 1}, // rounded up to a byte short
+		{shards*(both-1) + 1, 2}, // rounded up to both
+	} {
+		// A store over three shards whose channel is on the first (the
+		// others hold nothing): all on one Redis, a prefix for each case.
+		prefix := fmt.Sprintf("share%d:", i)
+		s := newEventLogStore(func(string, string) (redis.Cmdable, string, int) { return rdb, prefix, 0 }, shards, eventlog.Limits{MaxBytes: c.maxBytes})
+		now := time.Now()
+		for _, e := range []eventlog.Entry{older, newer} {
+			if err := s.Append(t.Context(), "app", p, []eventlog.Entry{e}, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, err := s.Read(t.Context(), "app", "news", p, eventlog.Query{}, now)
+		if err != nil || len(page.Events) != c.kept || page.Events[0].Data != newer.Data {
+			t.Fatalf("a bound of %d bytes over %d shards (a channel of both costs %d): kept %v, %v; want the newest %d",
+				c.maxBytes, shards, both, page.Events, err, c.kept)
+		}
+	}
+}
+
 // A trigger's events kept through PublishKept are delivered on every node
 // and appended to their channel's history by the publish call itself
 // (kept: the caller appends nothing), in the order they were published, on
