@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heraldrt/herald/gen/publishclient"
+	"github.com/heraldrt/herald/server/config"
 	"github.com/heraldrt/herald/server/httpapi"
 	"github.com/heraldrt/herald/server/internal/testredis"
 	"github.com/heraldrt/herald/server/internal/wait"
@@ -163,4 +164,44 @@ func ptr[T any](v T) *T { return &v }
 func rawJSON(s string) *json.RawMessage {
 	m := json.RawMessage(s)
 	return &m
+}
+
+// HERALD_IDEMPOTENCY_MAX_KEYS and HERALD_IDEMPOTENCY_MAX_BYTES each bound the
+// keys a node keeps: past either, the oldest key is forgotten, and a retry
+// with it is a new trigger (no Idempotent-Replayed), while the newest is
+// still replayed. Each answer here counts about 260 bytes (its key, "{}"
+// and 256), so 600 bytes hold two.
+func TestIdempotencyBoundsAreTheSettings(t *testing.T) {
+	for _, tt := range []struct {
+		name              string
+		maxKeys, maxBytes int
+	}{
+		{"max keys", 2, 1 << 20},
+		{"max bytes", 10_000, 600},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Config{
+				DB: filepath.Join(t.TempDir(), "herald.db"), AppID: "77", AppKey: "go-sdk-key", AppSecret: "go-sdk-secret",
+				IdempotencyTTL: time.Hour, IdempotencyMaxKeys: tt.maxKeys, IdempotencyMaxBytes: tt.maxBytes,
+			}
+			_, base := serveNode(t, cfg)
+			addr := strings.TrimPrefix(base, "http://")
+			trigger := func(key string) string {
+				c, kt := sdkWithKey(addr, key)
+				if err := c.Trigger("orders", "created", "x"); err != nil {
+					t.Fatalf("trigger with key %s: %v", key, err)
+				}
+				return kt.replayed[0]
+			}
+			for _, key := range []string{"k-1", "k-2", "k-3"} {
+				trigger(key)
+			}
+			if got := trigger("k-3"); got != "true" {
+				t.Fatalf("the newest key's retry: Idempotent-Replayed %q, want true", got)
+			}
+			if got := trigger("k-1"); got != "" {
+				t.Fatalf("the oldest key's retry: Idempotent-Replayed %q, want none (forgotten past the bound)", got)
+			}
+		})
+	}
 }
