@@ -53,6 +53,21 @@ func runAppBounds(t *testing.T, newStore NewStore) {
 		checkHeld(t, s, "app", 2, costs(1, 5)+costs(1, 7)+eventlog.ChannelCost("news"))
 	})
 
+	t.Run("KeepsAnIdleChannelUntilPastTTL", func(t *testing.T) {
+		// A channel last written exactly a TTL ago still holds its event
+		// (as a read does, the bound is inclusive): another channel's
+		// append does not drop it as expired.
+		s := newStore(t, eventlog.Limits{})
+		p := eventlog.Policy{Events: 100, TTL: time.Minute}
+		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "idle", Name: "ev", Data: "old"}}, t0)
+		at := t0.Add(time.Minute)
+		appendPolicy(t, s, "app", p, []eventlog.Entry{{Channel: "news", Name: "ev", Data: "new"}}, at)
+		if got := datas(readAll(t, s, "app", "idle", p, false, 100, at)); !slices.Equal(got, []string{"old"}) {
+			t.Fatalf("a TTL on, the idle channel has %v, want its event", got)
+		}
+		checkDropped(t, s, eventlog.DroppedAge, 0)
+	})
+
 	t.Run("ChannelsBound", func(t *testing.T) {
 		s := newStore(t, eventlog.Limits{MaxChannels: 3})
 		for i, ch := range []string{"a", "b", "c", "a", "d"} {
@@ -189,6 +204,18 @@ func RunChannels(t *testing.T, newStore NewStore) {
 		}
 		if p := page(t, s, "app", "none", policy, eventlog.Query{}, t0); len(p.Events) != 0 || p.More {
 			t.Fatalf("a channel without history: got %v", p.Events)
+		}
+	})
+
+	t.Run("HistoryOffKeepsNothing", func(t *testing.T) {
+		// An app with no events to keep, or no time to keep them, keeps
+		// nothing: turned on later, it reads none of what came before.
+		s := newStore(t, eventlog.Limits{})
+		for _, off := range []eventlog.Policy{{Events: 0, TTL: time.Hour}, {Events: 5, TTL: 0}} {
+			appendPolicy(t, s, "app", off, []eventlog.Entry{{Channel: "news", Name: "ev", Data: fmt.Sprint(off)}}, t0)
+		}
+		if got := datas(readAll(t, s, "app", "news", policy, false, 100, t0)); len(got) != 0 {
+			t.Fatalf("appended with history off, then read with it on: %v, want nothing", got)
 		}
 	})
 
