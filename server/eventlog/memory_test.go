@@ -2,6 +2,7 @@ package eventlog_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,40 @@ func TestMemoryDefaultBounds(t *testing.T) {
 	pg, err := m.Read(t.Context(), "large", "big", p, eventlog.Query{}, now)
 	if err != nil || len(pg.Events) != 100 || !pg.More {
 		t.Fatalf("a read without a limit: %d events (more %v), %v; want 100 and more", len(pg.Events), pg.More, err)
+	}
+}
+
+// A channel's ring wraps around as events expire one at a time while new
+// ones come, and grows when full with its oldest slot at its end: the
+// events stay in order, each once.
+func TestMemoryKeepsOrderAcrossTheRingsWrap(t *testing.T) {
+	m := eventlog.NewMemory(eventlog.Limits{})
+	p := eventlog.Policy{Events: 100, TTL: 10 * time.Millisecond}
+	t0 := time.UnixMilli(1_700_000_000_000)
+	// Four slots: e0-e2, then e3-e5 each a TTL after the one three before
+	// (which goes), then e6 and e7 in e5's millisecond: the ring is full
+	// from its last slot when e7 comes.
+	for i, ms := range []int{0, 1, 2, 11, 12, 13, 13, 13} {
+		e := eventlog.Entry{Channel: "news", Name: "ev", Data: fmt.Sprint("e", i)}
+		if err := m.Append(t.Context(), "app", p, []eventlog.Entry{e}, t0.Add(time.Duration(ms)*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := t0.Add(13 * time.Millisecond)
+	for _, oldestFirst := range []bool{true, false} {
+		pg, err := m.Read(t.Context(), "app", "news", p, eventlog.Query{OldestFirst: oldestFirst}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range pg.Events {
+			got = append(got, e.Data)
+		}
+		if !oldestFirst {
+			slices.Reverse(got)
+		}
+		if want := []string{"e3", "e4", "e5", "e6", "e7"}; !slices.Equal(got, want) || pg.More {
+			t.Fatalf("oldest first %v: %v (more %v), want %v", oldestFirst, got, pg.More, want)
+		}
 	}
 }
