@@ -203,3 +203,26 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}
 }
+
+// A claim counts against the scope's bytes as it begins, before any answer
+// is kept: one past the bound forgets the oldest key then. (The database
+// store bounds only the answers it keeps.)
+func TestMemoryClaimPastTheBytesForgetsTheOldest(t *testing.T) {
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.Options{MaxKeys: 100, MaxBytes: 3 * idempotency.KeyCost("k0", 0)})
+	t0 := time.UnixMilli(1_800_000_000_000)
+	fp := idempotency.Sum([]byte("POST"), []byte("body"))
+	for i := range 4 {
+		c := idempotency.Claim{Scope: "app", Key: "k" + strconv.Itoa(i), Token: "a", Expires: t0.Add(time.Hour)}
+		if e, err := m.Begin(ctx, c, fp, t0); e != nil || err != nil {
+			t.Fatalf("Begin(%s): %+v, %v; want a new claim", c.Key, e, err)
+		}
+	}
+	if m.Len() != 3 || m.Evicted() != 1 {
+		t.Fatalf("four claims where three fit: %d kept, %d forgotten; want 3 and 1", m.Len(), m.Evicted())
+	}
+	c := idempotency.Claim{Scope: "app", Key: "k0", Token: "b", Expires: t0.Add(time.Hour)}
+	if e, err := m.Begin(ctx, c, fp, t0); e != nil || err != nil {
+		t.Fatalf("Begin(k0) again: %+v, %v; want it forgotten, a new claim", e, err)
+	}
+}

@@ -69,6 +69,31 @@ func Run(t *testing.T, newStore NewStore) {
 			t.Fatal(err)
 		}
 		mustBegin(t, s, claim("s1", "k", "b", t0), fp2, t0.Add(time.Second), nil)
+		// And its room: two more fill the scope's three, none forgotten.
+		keys := []string{"k", "k1", "k2"}
+		for _, k := range keys[1:] {
+			mustBegin(t, s, claim("s1", k, "b", t0), fp2, t0.Add(time.Second), nil)
+		}
+		for _, k := range keys {
+			mustBegin(t, s, claim("s1", k, "c", t0), fp1, t0.Add(2*time.Second), &idempotency.Entry{Fingerprint: fp2})
+		}
+	})
+
+	t.Run("ClaimsThatFitTheBytesStay", func(t *testing.T) {
+		// Three claims whose costs add up to the bound exactly are all
+		// kept.
+		o := opts
+		o.MaxKeys, o.MaxBytes = 100, 3*idempotency.KeyCost("k0", 0)
+		s := newStore(t, o)
+		keys := []string{"k0", "k1", "k2"}
+		for i, k := range keys {
+			at := t0.Add(time.Duration(i) * time.Millisecond)
+			mustBegin(t, s, claim("s1", k, "a", at), fp1, at, nil)
+		}
+		at := t0.Add(time.Second)
+		for _, k := range keys {
+			mustBegin(t, s, claim("s1", k, "b", at), fp2, at, &idempotency.Entry{Fingerprint: fp1})
+		}
 	})
 
 	t.Run("StaleClaimChangesNothing", func(t *testing.T) {
