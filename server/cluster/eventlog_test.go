@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -182,6 +183,39 @@ func TestShardedHistoryKeepsItsShareOfTheBytesToTheByte(t *testing.T) {
 		if err != nil || len(page.Events) != c.kept || page.Events[0].Data != newer.Data {
 			t.Fatalf("a bound of %d bytes over %d shards (a channel of both costs %d): kept %v, %v; want the newest %d",
 				c.maxBytes, shards, both, page.Events, err, c.kept)
+		}
+	}
+}
+
+// goneAfterLen is a Redis whose streams expire as soon as their length is
+// read: what a read of a channel's history meets when the stream's TTL
+// runs out between its two round trips.
+type goneAfterLen struct{ *redis.Client }
+
+func (c goneAfterLen) XLen(ctx context.Context, stream string) *redis.IntCmd {
+	n := c.Client.XLen(ctx, stream)
+	c.Client.Del(ctx, stream)
+	return n
+}
+
+// A channel's history that expires while it is read under a policy shrunk
+// since it was kept (more events than the policy's count: its newest are
+// looked up first) reads as empty, either way round.
+func TestAHistoryGoneWhileReadUnderAShrunkPolicyReadsEmpty(t *testing.T) {
+	rdb := redisClient(t)
+	kept := NewEventLogStore(rdb, "gone:", eventlog.Limits{})
+	gone := NewEventLogStore(goneAfterLen{rdb}, "gone:", eventlog.Limits{})
+	long, short := eventlog.Policy{Events: 10, TTL: time.Hour}, eventlog.Policy{Events: 2, TTL: time.Hour}
+	now := time.Now()
+	for _, oldestFirst := range []bool{false, true} {
+		for i := range 3 {
+			if err := kept.Append(t.Context(), "app", long, []eventlog.Entry{{Channel: "news", Name: "ev", Data: fmt.Sprint(i)}}, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, err := gone.Read(t.Context(), "app", "news", short, eventlog.Query{OldestFirst: oldestFirst}, now)
+		if err != nil || len(page.Events) != 0 || page.More {
+			t.Fatalf("oldest first %v: read %v (more %v), %v; want nothing", oldestFirst, page.Events, page.More, err)
 		}
 	}
 }
