@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -345,4 +346,66 @@ func TestConsoleRelayFlushAndRefreshPeriods(t *testing.T) {
 		t.Fatalf("node b's relay after a flush: %+v, want 1 message of 1 event", st)
 	}
 	wait.Until(t, "node a to get node b's event", func() bool { return inA.all() == `app: {"event":"one"}` })
+}
+
+// The relay's subscription follows the apps watched on this node, one
+// change at a time: an app watched besides another is subscribed to
+// without the other's channel being left, one no longer watched is left
+// alone, and each change sends Redis only what changed (no SUBSCRIBE of
+// nothing, which Redis refuses). What go-redis holds as subscribed is
+// what it subscribes to again on a new connection.
+func TestRelaySubscriptionFollowsTheAppsWatched(t *testing.T) {
+	rs := testredis.Start(t)
+	n := startNode(t, rs, "relaysub:", "n1")
+	// The relay without its loop: the test matches the subscription.
+	r := &ConsoleRelay{c: n.m(), channel: n.m().key("console:")}
+	var sub relaySubscription
+	defer sub.close()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	subscribers := func(apps ...string) map[string]int64 {
+		chans := make([]string, len(apps))
+		for i, app := range apps {
+			chans[i] = r.channel + app
+		}
+		n, err := rdb.PubSubNumSub(t.Context(), chans...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, want := range [][]string{{"one"}, {"one", "two"}, {"two"}, {"three"}} {
+		apps := make(map[string]bool)
+		wantSubs := make(map[string]int64)
+		var chans []string
+		for _, app := range want {
+			apps[app] = true
+			chans = append(chans, r.channel+app)
+		}
+		sub.match(r, apps)
+		got := strings.Split(strings.TrimSuffix(strings.TrimPrefix(sub.ps.String(), "PubSub("), ")"), ", ")
+		slices.Sort(got)
+		if !slices.Equal(got, chans) {
+			t.Fatalf("watching %v, the relay holds %v as subscribed, want %v", want, got, chans)
+		}
+		for _, app := range []string{"one", "two", "three"} {
+			if apps[app] {
+				wantSubs[r.channel+app] = 1
+			} else {
+				wantSubs[r.channel+app] = 0
+			}
+		}
+		wait.Until(t, fmt.Sprintf("Redis to have the subscriptions of %v", want), func() bool {
+			return maps.Equal(subscribers("one", "two", "three"), wantSubs)
+		})
+	}
+	stats, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(stats, "\r\n") {
+		if strings.HasPrefix(line, "cmdstat_subscribe:") && !strings.Contains(line, "rejected_calls=0,") {
+			t.Fatalf("Redis refused a SUBSCRIBE: %s", line)
+		}
+	}
 }
