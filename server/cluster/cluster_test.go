@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/redis/go-redis/v9"
 
@@ -878,5 +880,35 @@ func TestQueriesWaitTwoSecondsAtMost(t *testing.T) {
 	deadline, ok := ctx.Deadline()
 	if left := time.Until(deadline); !ok || left > 2*time.Second || left < time.Second {
 		t.Fatalf("a query's deadline is %v away (%v), want 2 s", left, ok)
+	}
+}
+
+// A heartbeat cut short by Close (the node's context ends while it waits
+// for Redis) is no outage: the node stays up, counts and logs none, and
+// Close, which takes the node's record out only while Redis answers, takes
+// it out.
+func TestAHeartbeatCutShortByCloseIsNoOutage(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	n := startLoggedNode(t, rs, "cutbeat:", "n1", zap.New(core))
+	c := n.m()
+	wait.Until(t, "the node is up", func() bool { return c.Stats().Up })
+	// Close's first step, then a heartbeat: it fails on the ended context.
+	c.cancel()
+	c.heartbeat()
+	if st := c.Stats(); !st.Up || st.Outages != 0 {
+		t.Fatalf("after a heartbeat cut short: up %v, %d outages; want up, none", st.Up, st.Outages)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n.c = nil // closed
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if rdb.Exists(t.Context(), "cutbeat:node:n1").Val() != 0 {
+		t.Error("the node's record left in Redis after Close")
+	}
+	if logged := logs.All(); len(logged) > 0 {
+		t.Fatalf("closing logged: %s %v", logged[0].Message, logged[0].ContextMap())
 	}
 }
