@@ -525,3 +525,127 @@ func TestAClusteredResumeOfACacheChannelGetsItsLastEventOnce(t *testing.T) {
 		})
 	}
 }
+
+// A kept event (one with a position) on a channel that never had a
+// recoverable subscriber reaches its plain subscribers as it is.
+func TestAKeptEventReachesPlainSubscribersAsItIs(t *testing.T) {
+	r := newRecoveryHub(t)
+	plain := connect(t, r.h, "app")
+	subscribe(t, r.h, plain, "news", nil)
+	takeFrames(t, plain)
+	r.publish(t, "news", "e", "")
+	r.h.Flush()
+	if got := events(takeFrames(t, plain)); got != "e" {
+		t.Fatalf("the plain subscriber got %s, want the event alone", got)
+	}
+}
+
+// recoverableAndPlain is a recoveryHub whose channel news has a
+// recoverable subscriber, rc, then a plain one.
+func recoverableAndPlain(t *testing.T) (r *recoveryHub, rc, plain *Conn) {
+	t.Helper()
+	r = newRecoveryHub(t)
+	rc = connect(t, r.h, "app")
+	r.subscribe(t, rc, "news", r.recovery(rc, false, eventlog.ID{}))
+	plain = connect(t, r.h, "app")
+	subscribe(t, r.h, plain, "news", nil)
+	return r, rc, plain
+}
+
+// A kept event counts as delivered (AppStats.Delivered) once for each
+// subscriber that gets it, recoverable (after its position) or plain; a
+// recoverable subscriber excluded from it gets its position only, which
+// does not count.
+func TestKeptEventsCountAsDeliveredOncePerSubscriber(t *testing.T) {
+	r, rc, plain := recoverableAndPlain(t)
+	r.publish(t, "news", "both", "")
+	r.publish(t, "news", "not-rc", rc.SocketID())
+	r.publish(t, "news", "not-plain", plain.SocketID())
+	r.h.Flush()
+	if got := events(takeFrames(t, rc)); got != "pusher_internal:subscription_succeeded,pusher_internal:recovery,pusher_internal:position,both,pusher_internal:position,pusher_internal:position,not-plain" {
+		t.Fatalf("the recoverable subscriber got %s", got)
+	}
+	if st := r.h.AppStats(); len(st) != 1 || st[0].Delivered != 4 {
+		t.Fatalf("stats %+v, want 4 events delivered", st)
+	}
+}
+
+// A plain subscriber leaving a channel leaves its recoverable subscribers
+// recoverable: they still get a position before each kept event.
+func TestAPlainSubscriberLeavingLeavesTheOthersPositions(t *testing.T) {
+	r, rc, plain := recoverableAndPlain(t)
+	takeFrames(t, rc)
+	r.h.Unsubscribe(plain, "news")
+	r.publish(t, "news", "e", "")
+	r.h.Flush()
+	if got := events(takeFrames(t, rc)); got != "pusher_internal:position,e" {
+		t.Fatalf("the recoverable subscriber got %s, want the event after its position", got)
+	}
+}
+
+// keepLockLog is a history that records, when a recoverable subscription
+// reads the channel's last position, whether its app's keep lock was held.
+type keepLockLog struct {
+	*eventlog.Memory
+	h    *Hub
+	held []bool
+}
+
+func (l *keepLockLog) Last(app, channel string) eventlog.ID {
+	mu := l.h.keepLock(app)
+	free := mu.TryLock()
+	if free {
+		mu.Unlock()
+	}
+	l.held = append(l.held, !free)
+	return l.Memory.Last(app, channel)
+}
+
+// A recoverable subscription reads the position it starts from under its
+// app's keep lock, so that no kept publish comes between that read and its
+// recovery's turn in the channel's worker (a newer event sent live before
+// the replay of older ones).
+func TestARecoverableSubscriptionReadsItsPositionUnderTheKeepLock(t *testing.T) {
+	r := newRecoveryHub(t)
+	log := &keepLockLog{Memory: r.log, h: r.h}
+	for _, resume := range []bool{false, true} {
+		c := connect(t, r.h, "app")
+		rec := r.recovery(c, resume, eventlog.ID{})
+		rec.Log = log
+		r.subscribe(t, c, "news", rec)
+	}
+	if !slices.Equal(log.held, []bool{true, true}) {
+		t.Fatalf("the keep lock was held at each read of the last position: %v, want both", log.held)
+	}
+}
+
+// A clustered resume fails for the reason the cluster gives (its history
+// does not hold what was missed), or for its own when it was refused
+// before it came here, however complete the cluster's answer.
+func TestAClusteredResumeFailsForTheClustersReasonOrItsOwn(t *testing.T) {
+	r, fc := clusterRecoveryHub(t)
+	missed := eventlog.Event{ID: id(t, "1700000000000-0"), Name: "missed", Data: "{}"}
+	for _, c := range []struct {
+		name    string
+		refused string
+		answer  SnapshotRecovery
+		reason  string
+	}{
+		{"the cluster's history has a gap", "", SnapshotRecovery{Position: missed.ID, Mark: "m", Reason: RecoveryGap}, RecoveryGap},
+		{"a resume refused before", RecoveryRefused, SnapshotRecovery{Position: missed.ID, Mark: "m", Events: []eventlog.Event{missed}}, RecoveryRefused},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := connect(t, r.h, "app")
+			rec := r.recovery(conn, true, id(t, "1-0"))
+			rec.Refused = c.refused
+			r.subscribe(t, conn, "news", rec)
+			r.answer(t, fc, Snapshot{Recovery: &c.answer})
+			var got seen
+			got.take(t, r.h, conn)
+			want := []string{"pusher_internal:subscription_succeeded", `pusher:recovery_failed {"reason":"` + c.reason + `"}`}
+			if !slices.Equal(got.events, want) || got.position != missed.ID.String() {
+				t.Fatalf("got %v at position %q, want %v at the snapshot's", got.events, got.position, want)
+			}
+		})
+	}
+}
