@@ -203,3 +203,28 @@ func TestQueueBoundInclusive(t *testing.T) {
 		t.Fatalf("the 11th byte: queue kept it or closed with %d, want 4100", c.CloseCode())
 	}
 }
+
+// A position and its event go into the queue together (send) and count
+// together against its bound: a pair one byte over it is refused and
+// closes the connection with 4100, and a pair that fills it leaves room for
+// nothing more.
+func TestQueueBoundCountsAPositionWithItsEvent(t *testing.T) {
+	h := New(zap.NewNop())
+	over, err := h.Connect("1", ConnectOptions{MaxQueueBytes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if over.send([]byte("12"), []byte("345678901")) || over.CloseCode() != 4100 {
+		t.Fatalf("a pair of 11 bytes: queued, or closed with %d; want refused with 4100", over.CloseCode())
+	}
+	full, err := h.Connect("1", ConnectOptions{MaxQueueBytes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !full.send([]byte("123"), []byte("4567890")) {
+		t.Fatal("a pair of 10 bytes refused by a 10-byte queue")
+	}
+	if full.Send([]byte("x")) || full.CloseCode() != 4100 {
+		t.Fatalf("the 11th byte after the pair: queued, or closed with %d; want refused with 4100", full.CloseCode())
+	}
+}
