@@ -30,3 +30,16 @@ func TestEventFrameBytes(t *testing.T) {
 		}
 	}
 }
+
+// JSONFrame panics, saying so, on a value that does not encode: a bug of
+// the server's own, never of a client's input.
+func TestJSONFramePanicsOnAValueThatDoesNotEncode(t *testing.T) {
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		JSONFrame("e", "c", struct{ C chan int }{})
+	}()
+	if s, _ := got.(string); !strings.HasPrefix(s, "hub: encoding server event: json: unsupported type") {
+		t.Fatalf("recovered %v, want the encoding error", got)
+	}
+}

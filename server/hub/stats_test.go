@@ -78,3 +78,45 @@ func TestAppCounters(t *testing.T) {
 		}
 	}
 }
+
+// In cluster mode AppStats counts this node's channels and subscriptions
+// as answered by the cluster, and its presence members as the distinct
+// users of its own connections on each presence channel; a subscription
+// the cluster has not answered yet counts for neither.
+func TestAppStatsInClusterModeCountsThisNodesMembers(t *testing.T) {
+	h, fc := clusterHub(t)
+	for _, user := range []string{"u1", "u1", "u2"} {
+		if err := h.Subscribe(connect(t, h, "app"), "presence-room", SubscribeOptions{Member: &Member{UserID: user}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var answered int
+	answerJoins(h, fc, &answered, Snapshot{})
+	if err := h.Subscribe(connect(t, h, "app"), "presence-room", SubscribeOptions{Member: &Member{UserID: "u3"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.AppStats()
+	if want := (AppStats{AppID: "app", Connections: 4, Channels: 1, Subscriptions: 3, PresenceMembers: 2}); len(got) != 1 || got[0] != want {
+		t.Fatalf("stats %+v, want %+v", got, want)
+	}
+}
+
+// A channel whose last subscriber has left but which is not yet out of the
+// registry (as a refused presence subscription leaves it for a moment, and
+// a leave between its channel's lock and the registry's) reads as
+// unoccupied: in Channel, Channels and AppStats.
+func TestAnEmptiedChannelNotYetDroppedReadsUnoccupied(t *testing.T) {
+	h := New(zap.NewNop())
+	defer h.Close()
+	connect(t, h, "1")
+	h.app("1", false).lockChannel("presence-room").mu.Unlock()
+	if st := h.Channel("1", "presence-room"); st.Occupied {
+		t.Fatalf("Channel: %+v, want unoccupied", st)
+	}
+	if got := h.Channels("1", ""); len(got) != 0 {
+		t.Fatalf("Channels: %+v, want none", got)
+	}
+	if got, want := h.AppStats(), []AppStats{{AppID: "1", Connections: 1}}; !slices.Equal(got, want) {
+		t.Fatalf("AppStats: %+v, want %+v", got, want)
+	}
+}
