@@ -912,3 +912,39 @@ func TestAHeartbeatCutShortByCloseIsNoOutage(t *testing.T) {
 		t.Fatalf("closing logged: %s %v", logged[0].Message, logged[0].ContextMap())
 	}
 }
+
+// A script Redis does not have (it restarted, or flushed its scripts) is
+// sent again in full after the calls that followed it in its pipeline,
+// which changes their order: the node's record is then rebuilt. A script
+// sent again as the pipeline's last call changed no order: no rebuild.
+// Either way every call has Redis's answer.
+func TestAScriptSentAgainAfterLaterCallsAsksForARebuild(t *testing.T) {
+	rs := testredis.Start(t)
+	// Heartbeats an hour apart: the writer, idle, looks at the rebuild
+	// flag only when the test asks it to.
+	n := startNode(t, rs, "retried:", "n1", func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
+	c := n.m()
+	wait.Until(t, "the node's record to be written", func() bool { return c.Stats().Up && c.Stats().Resyncs == 1 && !c.needResync.Load() })
+	// Scripts never loaded (NOSCRIPT), each case its own: Redis keeps a
+	// script it was sent in full.
+	unknown := func(n int) *redis.Script { return redis.NewScript(fmt.Sprintf("return 'script' -- %d", n)) }
+	for _, tc := range []struct {
+		name    string
+		calls   []*call
+		rebuild bool
+	}{
+		{"retried before another", []*call{{script: unknown(1)}, {args: []any{"echo", "plain"}}}, true},
+		{"retried last", []*call{{args: []any{"echo", "plain"}}, {script: unknown(2)}}, false},
+	} {
+		c.needResync.Store(false)
+		c.exec(t.Context(), tc.calls)
+		if got := c.needResync.Load(); got != tc.rebuild {
+			t.Errorf("%s: a rebuild asked for %v, want %v", tc.name, got, tc.rebuild)
+		}
+		for i, cl := range tc.calls {
+			if cl.err != nil || (cl.val != "script" && cl.val != "plain") {
+				t.Errorf("%s: call %d answered %v, %v", tc.name, i, cl.val, cl.err)
+			}
+		}
+	}
+}
