@@ -455,7 +455,13 @@ func TestAdminRecoveryWindow(t *testing.T) {
 	t.Run("UpdateOn", func(t *testing.T) {
 		update(t, adminclient.AppUpdate{RecoveryWindowMs: ptr(45000)}, 45000, 45*time.Second)
 	})
-	t.Run("UpdateLeftOutKeepsIt", func(t *testing.T) { update(t, adminclient.AppUpdate{HistoryTTLMs: ptr(60000)}, 45000, 45*time.Second) })
+	t.Run("UpdateLeftOutKeepsIt", func(t *testing.T) {
+		update(t, adminclient.AppUpdate{HistoryTTLMs: ptr(60000)}, 45000, 45*time.Second)
+		// The update's own duration is stored in its unit, milliseconds.
+		if a, err := s.db.GetApp(ctx, "rwDefault"); err != nil || a.HistoryTTL != time.Minute {
+			t.Fatalf("stored history TTL %v (%v), want 1m", a.HistoryTTL, err)
+		}
+	})
 
 	const wraps = 288230376151712744 // × 1,000,000 ns wraps around to 1 s
 	for _, tt := range []struct {
