@@ -948,3 +948,38 @@ func TestAScriptSentAgainAfterLaterCallsAsksForARebuild(t *testing.T) {
 		}
 	}
 }
+
+// Each change of Redis answering is counted and logged once, by the
+// heartbeat that finds it: an outage at the first heartbeat Redis does not
+// answer, its end at the first it answers again; heartbeats that find no
+// change say nothing.
+func TestEachChangeOfRedisAnsweringIsLoggedOnce(t *testing.T) {
+	rs := testredis.Start(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	// Heartbeats an hour apart: the test beats.
+	n := startLoggedNode(t, rs, "beats:", "n1", zap.New(core), func(o *Options) { o.Heartbeat, o.NodeTTL = time.Hour, 2*time.Hour })
+	c := n.m()
+	check := func(when string, up bool, outages int64, answers, refuses int) {
+		t.Helper()
+		st := c.Stats()
+		gotAnswers := logs.FilterMessage("Redis answers: in the cluster").Len()
+		gotRefuses := logs.FilterMessageSnippet("Redis does not answer").Len()
+		if st.Up != up || st.Outages != outages || gotAnswers != answers || gotRefuses != refuses {
+			t.Fatalf("%s: up %v, %d outages, logged %d times that Redis answers and %d that it does not; want %v, %d, %d, %d",
+				when, st.Up, st.Outages, gotAnswers, gotRefuses, up, outages, answers, refuses)
+		}
+	}
+	check("started", true, 0, 1, 0) // Start's heartbeat
+	c.heartbeat()
+	check("a heartbeat on", true, 0, 1, 0)
+	rs.Stop()
+	c.heartbeat()
+	check("Redis stopped", false, 1, 1, 1)
+	c.heartbeat()
+	check("a heartbeat on", false, 1, 1, 1)
+	rs.Restart()
+	c.heartbeat()
+	check("Redis back", true, 1, 2, 1)
+	c.heartbeat()
+	check("a heartbeat on", true, 1, 2, 1)
+}
