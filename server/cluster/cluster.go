@@ -555,41 +555,6 @@ type call struct {
 	args   []any
 	val    any
 	err    error
-	// answered: Redis answered it (without an error), whatever err says
-	// since (answerCmd).
-	answered bool
-}
-
-// answerCmd is a script call of a pipeline that remembers whether Redis
-// answered it: when a later command of the pipeline fails on the
-// connection (a read timeout, a connection cut), go-redis gives that
-// error to every command not failed already, those Redis answered too.
-type answerCmd struct {
-	*redis.Cmd
-	answered bool
-}
-
-// SetErr is how go-redis records each reply it reads: nil for an answer.
-func (c *answerCmd) SetErr(err error) {
-	if err == nil {
-		c.answered = true
-	}
-	c.Cmd.SetErr(err)
-}
-
-// evalSha queues the script call in pipe as an answerCmd.
-func evalSha(ctx context.Context, pipe redis.Pipeliner, s *redis.Script, keys []string, args []any) *answerCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", s.Hash(), len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	cmd := &answerCmd{Cmd: redis.NewCmd(ctx, append(a, args...)...)}
-	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3)
-	}
-	_ = pipe.Process(ctx, cmd)
-	return cmd
 }
 
 // scripts are every script the cluster runs, loaded again together when
@@ -606,12 +571,10 @@ func (c *member) exec(ctx context.Context, calls []*call) {
 		return
 	}
 	cmds := make([]*redis.Cmd, len(calls))
-	answers := make([]*answerCmd, len(calls))
 	pipe := c.rdb.Pipeline()
 	for i, cl := range calls {
 		if cl.script != nil {
-			answers[i] = evalSha(ctx, pipe, cl.script, cl.keysOr(c.route), cl.args)
-			cmds[i] = answers[i].Cmd
+			cmds[i] = cl.script.EvalSha(ctx, pipe, cl.keysOr(c.route), cl.args...)
 		} else {
 			cmds[i] = pipe.Do(ctx, cl.args...)
 		}
@@ -620,7 +583,6 @@ func (c *member) exec(ctx context.Context, calls []*call) {
 	var retry []int
 	for i, cmd := range cmds {
 		calls[i].val, calls[i].err = cmd.Val(), cmd.Err()
-		calls[i].answered = answers[i] != nil && answers[i].answered
 		if calls[i].err != nil && redis.HasErrorPrefix(calls[i].err, "NOSCRIPT") {
 			retry = append(retry, i)
 		}
@@ -647,7 +609,6 @@ func (c *member) exec(ctx context.Context, calls []*call) {
 	pipe.Exec(ctx)
 	for _, i := range retry {
 		calls[i].val, calls[i].err = cmds[i].Val(), cmds[i].Err()
-		calls[i].answered = calls[i].err == nil
 	}
 }
 
