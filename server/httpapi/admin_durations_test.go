@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/heraldrt/herald/gen/adminclient"
@@ -59,5 +60,21 @@ func TestAdminDurationsBeyondADurationAreRefused(t *testing.T) {
 		if res, err := s.client.GetAppWithResponse(ctx, id); err != nil || res.StatusCode() != http.StatusNotFound {
 			t.Errorf("app %s: %v %d, want none created", id, err, res.StatusCode())
 		}
+	}
+}
+
+// The longest duration a time.Duration holds is taken as it is, and its
+// negative is refused as a negative limit, not as beyond a duration.
+func TestAdminTheLongestDurationIsADuration(t *testing.T) {
+	s := newAdminServer(t)
+	ctx := context.Background()
+	longest := int(maxDurationMs)
+	res, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("longest"), UserAuthTimeoutMs: ptr(longest)})
+	if err != nil || res.JSON201 == nil || res.JSON201.UserAuthTimeoutMs != longest {
+		t.Fatalf("create with userAuthTimeoutMs %d: %v %s, want it taken", longest, err, res.Body)
+	}
+	neg, err := s.client.CreateAppWithResponse(ctx, adminclient.AppCreate{ID: ptr("negative"), UserAuthTimeoutMs: ptr(-longest)})
+	if err != nil || neg.StatusCode() != http.StatusBadRequest || errKind(neg.Body) != KindInvalidApp || !strings.Contains(string(neg.Body), "may not be negative") {
+		t.Fatalf("create with userAuthTimeoutMs %d: %v %d %s, want 400 %s, a negative limit", -longest, err, neg.StatusCode(), neg.Body, KindInvalidApp)
 	}
 }
