@@ -546,9 +546,10 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// call is one command of a pipeline: a script with its ARGV (and its KEYS,
-// when not the cluster's route: a channel history's), or a plain command.
-// exec fills in its result.
+// call is one command of a pipeline: a script with its ARGV, or a plain
+// command; exec runs scripts on the cluster's route and fills in the
+// result. keys are those of a channel history's append, which runs its
+// script on its own (appendCall), not through exec.
 type call struct {
 	script *redis.Script
 	keys   []string
@@ -574,7 +575,7 @@ func (c *member) exec(ctx context.Context, calls []*call) {
 	pipe := c.rdb.Pipeline()
 	for i, cl := range calls {
 		if cl.script != nil {
-			cmds[i] = cl.script.EvalSha(ctx, pipe, cl.keysOr(c.route), cl.args...)
+			cmds[i] = cl.script.EvalSha(ctx, pipe, c.route, cl.args...)
 		} else {
 			cmds[i] = pipe.Do(ctx, cl.args...)
 		}
@@ -593,31 +594,17 @@ func (c *member) exec(ctx context.Context, calls []*call) {
 	for _, s := range scripts {
 		s.Load(ctx, c.rdb)
 	}
-	// A channel history's append (with keys of its own) is no part of the
-	// node's record: only the state's calls after it count.
-	last := len(calls) - 1
-	for last > 0 && calls[last].keys != nil {
-		last--
-	}
-	if retry[0] < last {
+	if retry[0] < len(calls)-1 {
 		c.needResync.Store(true)
 	}
 	pipe = c.rdb.Pipeline()
 	for _, i := range retry {
-		cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keysOr(c.route), calls[i].args...)
+		cmds[i] = calls[i].script.Eval(ctx, pipe, c.route, calls[i].args...)
 	}
 	pipe.Exec(ctx)
 	for _, i := range retry {
 		calls[i].val, calls[i].err = cmds[i].Val(), cmds[i].Err()
 	}
-}
-
-// keysOr is the call's KEYS: its own, or route.
-func (cl *call) keysOr(route []string) []string {
-	if cl.keys != nil {
-		return cl.keys
-	}
-	return route
 }
 
 // isNil reports a missing key or field.
